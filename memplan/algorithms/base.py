@@ -1,0 +1,51 @@
+"""What every algorithm hands back to :func:`memplan.solve`, and the registry of algorithms."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+Sequence = list[tuple[str, int]]
+
+
+@dataclass
+class ChainPlan:
+    """A chain algorithm's answer, before timing and simulation.
+
+    ``sequence`` is None when the algorithm found no plan within the budget; ``min_memory`` is then
+    the least activation memory (bytes, x[0] included, static memory excluded) that would fit, when
+    the algorithm knows it. ``claimed_makespan`` is the algorithm's own value (a DP's optimum), which
+    the simulator's replay must reproduce.
+    """
+
+    sequence: Sequence | None
+    status: str
+    claimed_makespan: float | None = None
+    min_memory: int | None = None
+    slots: int | None = None
+    message: str | None = None
+    details: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class AlgorithmInfo:
+    """One entry of ``memplan algos``."""
+
+    name: str
+    family: str
+    exact: bool
+    needs: str
+    summary: str
+    reference: str
+    run: Callable[..., ChainPlan] = field(repr=False, compare=False)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "family": self.family,
+            "exact": self.exact,
+            "needs": self.needs,
+            "summary": self.summary,
+            "reference": self.reference,
+        }

@@ -1,0 +1,263 @@
+"""The library API behind the CLI: ``load_profile``, ``solve``, ``simulate``, ``compare``.
+
+Every plan that leaves :func:`solve` has been replayed by the simulator (separate code from the
+solvers); a disagreement between the two is a bug and raises :class:`InternalError`.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from memplan.errors import InputError, InternalError
+from memplan.profile.io import load_profile
+from memplan.profile.model import Profile
+from memplan.schedule import Budget, Op, ProfileRef, Schedule, SolverInfo, load_schedule
+from memplan.units import parse_size
+
+OPTIMIZER_FACTORS = {"none": 0, "sgd": 2, "momentum": 3, "adam": 4}
+"""Static memory as a multiple of the weight bytes: weights + gradients + optimizer state."""
+
+DEFAULT_SLOTS = 500
+MAX_SLOTS = 100_000
+_TIME_TOLERANCE = 1e-6
+
+
+def static_memory(profile: Profile, optimizer: str = "sgd") -> int:
+    """Bytes present during the whole iteration: weights, their gradients, optimizer state."""
+    if optimizer not in OPTIMIZER_FACTORS:
+        raise InputError(
+            f"--optimizer {optimizer!r}: expected one of {', '.join(OPTIMIZER_FACTORS)}"
+        )
+    return OPTIMIZER_FACTORS[optimizer] * profile.weight_size
+
+
+def algorithms() -> list[dict[str, Any]]:
+    """Every algorithm memplan knows: name, family, exact or heuristic, what it needs."""
+    from memplan.algorithms import REGISTRY
+
+    return [info.to_dict() for info in REGISTRY.values()]
+
+
+def _algorithm(name: str):
+    from memplan.algorithms import REGISTRY
+
+    if name not in REGISTRY:
+        raise InputError(f"unknown algorithm {name!r}; choose one of: {', '.join(REGISTRY)}")
+    return REGISTRY[name]
+
+
+def _check_slots(slots: int) -> int:
+    if isinstance(slots, bool) or not isinstance(slots, int) or not 2 <= slots <= MAX_SLOTS:
+        raise InputError(f"--slots {slots!r}: expected an integer from 2 to {MAX_SLOTS}")
+    return slots
+
+
+def timed_ops(profile: Profile, sequence: Iterable[tuple[str, int]]) -> list[Op]:
+    """Lay an operation sequence back to back on the compute stream."""
+    ops, clock = [], 0.0
+    for name, stage in sequence:
+        st = profile.stages[stage]
+        duration = st.backward_time if name == "B" else st.forward_time
+        ops.append(Op(op=name, stage=stage, start=clock, end=clock + duration))
+        clock += duration
+    return ops
+
+
+def solve(
+    profile: Profile | Mapping[str, Any] | str,
+    algo: str = "rotor",
+    memory: int | str | None = None,
+    *,
+    slots: int = DEFAULT_SLOTS,
+    optimizer: str = "sgd",
+    bandwidth: float | str | None = None,
+    time_limit: float | None = None,
+) -> Schedule:
+    """Run one algorithm and return its schedule, replayed and checked by the simulator.
+
+    Parameters
+    ----------
+    profile : Profile, dict, path, bundled name or YAML text
+    algo : str
+        A name from :func:`algorithms` (``store-all``, ``periodic``, ``revolve``, ``rotor``).
+    memory : int or str
+        The budget for the whole iteration (``"8GB"``, ``"8GiB"`` or bytes), static memory included.
+    slots : int
+        Memory discretization of the rotor DP (2 to 100000).
+    optimizer : {"none", "sgd", "momentum", "adam"}
+        Which static memory is counted (docs/model.md).
+
+    Returns
+    -------
+    Schedule
+        ``feasible`` is False when no plan of this algorithm fits; ``min_memory`` then says the least
+        budget that would fit, when known.
+    """
+    prof = load_profile(profile)
+    info = _algorithm(algo)
+    if memory is None:
+        raise InputError("--mem: a memory budget is required, e.g. --mem 8GB")
+    budget = parse_size(memory)
+    slots = _check_slots(slots)
+    static = static_memory(prof, optimizer)
+    ref = ProfileRef(model=prof.model, sha256=prof.sha256(), stages=prof.length)
+    started = time.perf_counter()
+    plan = info.run(prof, budget - static, slots=slots, time_limit=time_limit)
+    seconds = time.perf_counter() - started
+    common = dict(
+        family=info.family,
+        algorithm=info.name,
+        profile=ref,
+        budget=Budget(memory=budget, optimizer=optimizer),
+        lower_bound=prof.lower_bound,
+        static_memory=static,
+    )
+    if plan.sequence is None:
+        min_memory = None if plan.min_memory is None else plan.min_memory + static
+        return Schedule(
+            feasible=False,
+            min_memory=min_memory,
+            solver=SolverInfo(
+                seconds=seconds, status="infeasible", slots=plan.slots, message=plan.message
+            ),
+            **common,
+        )
+    ops = timed_ops(prof, plan.sequence)
+    makespan = ops[-1].end if ops else 0.0
+    schedule = Schedule(
+        feasible=True,
+        makespan=makespan,
+        overhead=makespan / prof.lower_bound if prof.lower_bound > 0 else 1.0,
+        min_memory=None if plan.min_memory is None else plan.min_memory + static,
+        solver=SolverInfo(seconds=seconds, status=plan.status, slots=plan.slots, message=plan.message),
+        ops=ops,
+        **common,
+    )
+    check = simulate(prof, schedule, memory=budget, check_claims=False)
+    if not check.valid:
+        raise InternalError(
+            f"{algo} produced a plan the simulator rejects: {check.violation} "
+            "(this is a bug in memplan; please report it)"
+        )
+    if plan.claimed_makespan is not None and not _close(plan.claimed_makespan, check.makespan):
+        raise InternalError(
+            f"{algo}: solver value {plan.claimed_makespan} != simulated makespan {check.makespan} "
+            "(this is a bug in memplan; please report it)"
+        )
+    return schedule.model_copy(update={"peak_memory": check.peak_memory})
+
+
+def _close(a: float, b: float) -> bool:
+    return math.isclose(a, b, rel_tol=_TIME_TOLERANCE, abs_tol=_TIME_TOLERANCE)
+
+
+def simulate(
+    profile: Profile | Mapping[str, Any] | str,
+    schedule: Schedule | Mapping[str, Any] | str,
+    memory: int | str | None = None,
+    *,
+    check_claims: bool = True,
+):
+    """Replay a schedule independently of the solvers.
+
+    Returns a :class:`memplan.simulator.SimulationResult` with ``valid``, ``makespan``,
+    ``peak_memory`` and ``violation`` (the first problem found, naming the operation). The budget is
+    ``memory`` when given, else the schedule's own. With ``check_claims``, the makespan and peak the
+    schedule states must match the replay.
+    """
+    from memplan.simulator import simulate_chain
+
+    prof = load_profile(profile)
+    sched = load_schedule(schedule)
+    if sched.profile.stages is not None and sched.profile.stages != prof.length:
+        raise InputError(
+            f"schedule was made for a profile with {sched.profile.stages} stages, "
+            f"this one has {prof.length} ({prof.model})"
+        )
+    if sched.family != "chain":
+        raise InputError(f"schedule family {sched.family!r} cannot be simulated yet")
+    budget = parse_size(memory) if memory is not None else sched.budget.memory
+    result = simulate_chain(prof, sched.ops, static_memory=sched.static_memory, memory=budget)
+    if check_claims and result.valid and sched.feasible:
+        if sched.makespan is not None and not _close(sched.makespan, result.makespan):
+            result.fail(f"makespan: schedule says {sched.makespan}, replay gives {result.makespan}")
+        elif sched.peak_memory is not None and sched.peak_memory != result.peak_memory:
+            result.fail(
+                f"peak_memory: schedule says {sched.peak_memory}, "
+                f"replay gives {result.peak_memory}"
+            )
+    return result
+
+
+@dataclass(frozen=True)
+class CompareRow:
+    """One (budget, algorithm) cell of a sweep."""
+
+    memory: int
+    algorithm: str
+    feasible: bool
+    makespan: float | None
+    ratio: float | None
+    peak_memory: int | None
+    seconds: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+def budgets_from_range(text: str) -> list[int]:
+    """``START:STOP[:STEPS]`` -> evenly spaced budgets in bytes (STEPS defaults to 10)."""
+    parts = text.split(":")
+    if len(parts) not in (2, 3):
+        raise InputError(f"--mem {text!r}: expected START:STOP[:STEPS], e.g. 2GB:8GB:10")
+    start, stop = parse_size(parts[0]), parse_size(parts[1])
+    try:
+        steps = int(parts[2]) if len(parts) == 3 else 10
+    except ValueError:
+        raise InputError(f"--mem {text!r}: STEPS must be an integer, e.g. 2GB:8GB:10") from None
+    if steps < 1 or stop < start:
+        raise InputError(f"--mem {text!r}: expected START <= STOP and STEPS >= 1")
+    if steps == 1:
+        return [start]
+    return [round(start + (stop - start) * i / (steps - 1)) for i in range(steps)]
+
+
+def compare(
+    profile: Profile | Mapping[str, Any] | str,
+    algos: Iterable[str],
+    budgets: Iterable[int | str],
+    *,
+    slots: int = DEFAULT_SLOTS,
+    optimizer: str = "sgd",
+    on_progress: Callable[[int, int], None] | None = None,
+) -> list[CompareRow]:
+    """Sweep algorithms over budgets; ``ratio`` is makespan / lower bound."""
+    prof = load_profile(profile)
+    names = list(algos)
+    for name in names:
+        _algorithm(name)
+    sizes = [parse_size(b) for b in budgets]
+    rows: list[CompareRow] = []
+    total, done = len(names) * len(sizes), 0
+    for memory in sizes:
+        for name in names:
+            sched = solve(prof, name, memory, slots=slots, optimizer=optimizer)
+            rows.append(
+                CompareRow(
+                    memory=memory,
+                    algorithm=name,
+                    feasible=sched.feasible,
+                    makespan=sched.makespan,
+                    ratio=None if sched.makespan is None else sched.overhead,
+                    peak_memory=sched.peak_memory,
+                    seconds=sched.solver.seconds,
+                )
+            )
+            done += 1
+            if on_progress is not None:
+                on_progress(done, total)
+    return rows

@@ -1,0 +1,173 @@
+"""Reading and writing profiles: paths, ``-`` (stdin), bundled names, dicts and YAML text.
+
+Every failure becomes one :class:`~memplan.errors.InputError` line naming the source, the field
+path (``stages[3].output_size``) and what was expected.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import ValidationError
+
+from memplan.errors import InputError
+from memplan.profile.model import PROFILE_FORMAT, Profile
+
+BUNDLED_DIR = Path(__file__).resolve().parent.parent / "profiles"
+PROFILE_SUFFIXES = (".yaml", ".yml", ".json")
+
+
+def field_path(loc: Iterable[Any]) -> str:
+    """Turn a pydantic location tuple into ``stages[3].output_size``."""
+    path = ""
+    for part in loc:
+        if isinstance(part, int):
+            path += f"[{part}]"
+        else:
+            path += ("." if path else "") + str(part)
+    return path or "(document)"
+
+
+def validation_message(source: str, error: ValidationError) -> str:
+    """One line for the first error of a pydantic ``ValidationError``."""
+    first = error.errors(include_url=False)[0]
+    loc = [p for p in first["loc"] if not (isinstance(p, str) and p.startswith("function-"))]
+    kind = first["type"]
+    if kind == "extra_forbidden":
+        what = "unknown field (put free-form data under 'extra:')"
+    elif kind == "missing":
+        what = "missing required field"
+    else:
+        what = first["msg"]
+        if "input" in first and not isinstance(first["input"], (dict, list)):
+            what += f", got {first['input']!r}"
+    return f"{source}: {field_path(loc)}: {what}"
+
+
+def bundled_profiles() -> dict[str, Path]:
+    """Name -> path of every profile shipped with the package (``resnet50``, ``resnet50@a100``)."""
+    if not BUNDLED_DIR.is_dir():
+        return {}
+    return {
+        p.name.rsplit(".", 1)[0]: p
+        for p in sorted(BUNDLED_DIR.iterdir())
+        if p.suffix in PROFILE_SUFFIXES
+    }
+
+
+def resolve_bundled(name: str) -> Path:
+    """Find a bundled profile: an exact name wins, then a unique prefix."""
+    profiles = bundled_profiles()
+    if name in profiles:
+        return profiles[name]
+    candidates = [n for n in profiles if n.startswith(name)]
+    if len(candidates) == 1:
+        return profiles[candidates[0]]
+    if candidates:
+        raise InputError(
+            f"{name}: ambiguous profile name, candidates: {', '.join(sorted(candidates))}"
+        )
+    known = ", ".join(profiles) or "(none)"
+    raise InputError(f"{name}: no such file or bundled profile (bundled: {known})")
+
+
+def _parse_text(text: str, source: str) -> Any:
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise InputError(f"{source}:{where}: malformed YAML/JSON: {problem}") from None
+
+
+def read_document(source: str | os.PathLike[str]) -> tuple[Any, str]:
+    """Read a YAML/JSON document from a path or ``-``; return (data, display name)."""
+    if str(source) == "-":
+        return _parse_text(sys.stdin.read(), "<stdin>"), "<stdin>"
+    path = Path(source)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise InputError(f"{path}: no such file") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError(f"{path}: cannot read: {exc}") from None
+    return _parse_text(text, str(path)), str(path)
+
+
+def profile_from_dict(data: Any, source: str = "<profile>") -> Profile:
+    """Validate a parsed document as a profile (raises InputError with the field path)."""
+    if not isinstance(data, Mapping):
+        raise InputError(f"{source}: expected a mapping with 'format: {PROFILE_FORMAT}'")
+    fmt = data.get("format")
+    if fmt is None:
+        raise InputError(f"{source}: format: missing required field (expected {PROFILE_FORMAT})")
+    if fmt != PROFILE_FORMAT:
+        raise InputError(f"{source}: format: expected {PROFILE_FORMAT!r}, got {fmt!r}")
+    try:
+        return Profile.model_validate(data)
+    except ValidationError as exc:
+        raise InputError(validation_message(source, exc)) from None
+
+
+def load_profile(source: Profile | Mapping[str, Any] | str | os.PathLike[str]) -> Profile:
+    """Load a profile from a :class:`Profile`, a dict, a path, ``-``, a bundled name or YAML text.
+
+    Examples
+    --------
+    >>> prof = load_profile("resnet50")          # bundled, measured on CPU  # doctest: +SKIP
+    >>> prof = load_profile("net.yaml")          # a file                   # doctest: +SKIP
+    """
+    if isinstance(source, Profile):
+        return source
+    if isinstance(source, Mapping):
+        return profile_from_dict(source)
+    text = str(source)
+    if text == "-":
+        data, name = read_document("-")
+        return profile_from_dict(data, name)
+    if "\n" in text or text.lstrip().startswith(("{", "format:")):
+        return profile_from_dict(_parse_text(text, "<text>"), "<text>")
+    path = Path(text)
+    if path.exists():
+        data, name = read_document(path)
+        return profile_from_dict(data, name)
+    if os.sep in text or text.endswith(PROFILE_SUFFIXES):
+        raise InputError(f"{text}: no such file")
+    bundled = resolve_bundled(text)
+    data, _ = read_document(bundled)
+    return profile_from_dict(data, bundled.name)
+
+
+def dump_yaml(data: Any) -> str:
+    return yaml.safe_dump(data, sort_keys=False, default_flow_style=None, width=100)
+
+
+def write_atomic(path: str | os.PathLike[str], text: str) -> None:
+    """Write ``text`` to ``path`` through a temporary file and a rename (never a truncated file)."""
+    target = Path(path)
+    directory = target.parent if str(target.parent) else Path(".")
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=directory)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def save_profile(profile: Profile, path: str | os.PathLike[str] | None = None) -> str:
+    """Serialize a profile to YAML; write it atomically to ``path`` when given. Returns the text."""
+    text = dump_yaml(profile.to_dict())
+    if path is not None:
+        write_atomic(path, text)
+    return text

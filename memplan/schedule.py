@@ -1,0 +1,118 @@
+"""The ``memplan-schedule/1`` result type every algorithm returns (see the SPEC).
+
+Infeasibility is not an exception: it is a :class:`Schedule` with ``feasible = False`` (and,
+when known, ``min_memory``, the least budget with which the algorithm finds a plan).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from memplan.errors import InputError
+
+SCHEDULE_FORMAT = "memplan-schedule/1"
+OpName = Literal["F_all", "F_ck", "F_n", "B", "offload", "prefetch"]
+Status = Literal["optimal", "feasible", "infeasible", "unknown"]
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class Op(_Model):
+    """One operation. ``stage`` is the 0-based index into the profile's ``stages``."""
+
+    op: OpName
+    stage: int = Field(ge=0)
+    start: float = Field(allow_inf_nan=False)
+    end: float = Field(allow_inf_nan=False)
+    stream: Literal["compute", "transfer"] = "compute"
+
+
+class ProfileRef(_Model):
+    model: str
+    sha256: str
+    stages: int | None = None
+
+
+class Budget(_Model):
+    memory: int | None = Field(default=None, ge=0)
+    bandwidth: float | None = None
+    gpus: int | None = None
+    optimizer: str | None = None
+
+
+class SolverInfo(_Model):
+    seconds: float = 0.0
+    status: Status = "unknown"
+    slots: int | None = None
+    message: str | None = None
+
+
+class Schedule(_Model):
+    """A training schedule and the figures the solver claims for it (checked by the simulator)."""
+
+    format: Literal["memplan-schedule/1"] = SCHEDULE_FORMAT
+    family: str = "chain"
+    algorithm: str
+    profile: ProfileRef
+    budget: Budget
+    feasible: bool
+    makespan: float | None = None
+    lower_bound: float
+    overhead: float | None = Field(
+        default=None, description="makespan / lower_bound (1.0 = no recomputation)"
+    )
+    peak_memory: int | None = None
+    static_memory: int = 0
+    min_memory: int | None = Field(
+        default=None, description="least budget with which this algorithm finds a plan, if known"
+    )
+    solver: SolverInfo = SolverInfo()
+    ops: list[Op] = []
+
+    def to_dict(self) -> dict[str, Any]:
+        return self.model_dump(mode="json")
+
+    def to_json(self, indent: int | None = 2) -> str:
+        return json.dumps(self.to_dict(), indent=indent)
+
+    def to_yaml(self) -> str:
+        from memplan.profile.io import dump_yaml
+
+        return dump_yaml(self.to_dict())
+
+    def count(self, op: str) -> int:
+        """How many operations of one kind (``"F_all"``, ``"B"``, ...) the plan runs."""
+        return sum(1 for o in self.ops if o.op == op)
+
+
+def schedule_from_dict(data: Any, source: str = "<schedule>") -> Schedule:
+    """Validate a parsed document as a schedule (InputError naming the field on failure)."""
+    from memplan.profile.io import validation_message
+
+    if not isinstance(data, dict):
+        raise InputError(f"{source}: expected a mapping with 'format: {SCHEDULE_FORMAT}'")
+    if data.get("format") != SCHEDULE_FORMAT:
+        raise InputError(
+            f"{source}: format: expected {SCHEDULE_FORMAT!r}, got {data.get('format')!r}"
+        )
+    try:
+        return Schedule.model_validate(data)
+    except ValidationError as exc:
+        raise InputError(validation_message(source, exc)) from None
+
+
+def load_schedule(source: Any) -> Schedule:
+    """Load a schedule from a :class:`Schedule`, a dict, a path or ``-`` (JSON or YAML)."""
+    from memplan.profile.io import read_document
+
+    if isinstance(source, Schedule):
+        return source
+    if isinstance(source, dict):
+        return schedule_from_dict(source)
+    data, name = read_document(source)
+    return schedule_from_dict(data, name)
