@@ -261,3 +261,37 @@ def compare(
             if on_progress is not None:
                 on_progress(done, total)
     return rows
+
+
+def describe(profile: Profile | Mapping[str, Any] | str, optimizer: str = "sgd") -> dict[str, Any]:
+    """What ``memplan info`` shows: the profile's metadata, totals and the memory each family needs.
+
+    ``store_all_memory`` is the budget store-all needs (no recomputation); ``min_memory`` the least
+    budget with which any chain plan exists (everything recomputed from the input). Both include
+    the static memory of ``optimizer``.
+    """
+    from memplan.algorithms.chain import Chain, chain_min_memory
+
+    prof = load_profile(profile)
+    chain = Chain.from_profile(prof)
+    static = static_memory(prof, optimizer)
+    device = prof.device.model_dump(exclude_none=True) if prof.device else None
+    return {
+        "model": prof.model,
+        "stages": prof.length,
+        "batch_size": prof.batch_size,
+        "input_shape": prof.input_shape,
+        "dtype": prof.dtype,
+        "device": device,
+        "bandwidth": prof.bandwidth,
+        "measured": prof.measured.model_dump(exclude_none=True) if prof.measured else None,
+        "input_size": prof.input_size,
+        "weight_size": prof.weight_size,
+        "optimizer": optimizer,
+        "static_memory": static,
+        "lower_bound": prof.lower_bound,
+        "store_all_memory": static + chain.store_all_peak(),
+        "min_memory": {"chain": static + chain_min_memory(chain)},
+        "sha256": prof.sha256(),
+        "stage_table": [s.model_dump(exclude_none=True) for s in prof.stages],
+    }

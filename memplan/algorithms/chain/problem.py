@@ -72,3 +72,48 @@ class Chain:
         fwd = held_before[:L] + self.g[L] + self.s + self.fo
         bwd = held_before[1:] + self.g[1:] + self.g[:L] + self.bo
         return int(max(fwd.max(), bwd.max()))
+
+    def peak(self, sequence: Sequence) -> int | None:
+        """Peak activation bytes of a sequence (x[0] and g[L] included), or None if it is invalid.
+
+        The solvers' own accounting, used by the heuristics to pick a plan that fits; every plan
+        is checked again by :mod:`memplan.simulator`, which is written independently of this.
+        """
+        x, s, g, fo, bo = (a.tolist() for a in (self.x, self.s, self.g, self.fo, self.bo))
+        L = self.length
+        has_x = [False] * (L + 1)
+        has_s = [False] * L
+        has_x[0] = True
+        held = x[0] + g[L]
+        peak = held
+        next_b = L - 1
+        for op, k in sequence:
+            available = has_x[k] or (k > 0 and has_s[k - 1])
+            if not available:
+                return None
+            if op == "B":
+                if k != next_b or not has_s[k]:
+                    return None
+                peak = max(peak, held + g[k] + bo[k])
+                held += g[k] - g[k + 1] - s[k]
+                has_s[k] = False
+                if has_x[k]:
+                    has_x[k] = False
+                    held -= x[k]
+                next_b -= 1
+            elif op == "F_all":
+                if has_s[k]:
+                    return None
+                peak = max(peak, held + s[k] + fo[k])
+                held += s[k]
+                has_s[k] = True
+            else:  # F_ck, F_n
+                if has_x[k + 1]:
+                    return None
+                peak = max(peak, held + x[k + 1] + fo[k])
+                held += x[k + 1]
+                has_x[k + 1] = True
+                if op == "F_n" and has_x[k]:
+                    has_x[k] = False
+                    held -= x[k]
+        return peak if next_b == -1 else None

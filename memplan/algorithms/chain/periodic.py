@@ -1,0 +1,65 @@
+"""``periodic``: equal segments, as ``torch.utils.checkpoint.checkpoint_sequential`` does.
+
+Chen et al. (2016), *Training deep nets with sublinear memory cost*: cut the chain into ``k``
+segments; the forward keeps only each segment's input (``F_ck`` on its first stage, ``F_n`` on the
+others) except for the last segment, which runs with ``F_all``; the backward recomputes one
+segment at a time with ``F_all`` and runs its backwards. Segments are cut as
+``checkpoint_sequential`` cuts them: ``len // k`` stages each, the last one taking the rest.
+Every ``k`` from 1 (store-all) to L is tried and the fastest plan that fits is returned.
+"""
+
+from __future__ import annotations
+
+from memplan.algorithms.base import ChainPlan, Sequence
+from memplan.algorithms.chain.problem import Chain
+
+
+def segment_bounds(length: int, segments: int) -> list[tuple[int, int]]:
+    """``[(first, last), ...]`` stage ranges as ``checkpoint_sequential`` cuts them."""
+    size = length // segments
+    bounds = [(i * size, (i + 1) * size - 1) for i in range(segments - 1)]
+    bounds.append(((segments - 1) * size, length - 1))
+    return bounds
+
+
+def periodic_sequence(length: int, segments: int) -> Sequence:
+    """The plan with ``segments`` equal segments (1 = store-all)."""
+    if not 1 <= segments <= length:
+        raise ValueError(f"segments must be in 1..{length}")
+    bounds = segment_bounds(length, segments)
+    sequence: Sequence = []
+    for first, last in bounds[:-1]:
+        sequence.append(("F_ck", first))
+        sequence += [("F_n", k) for k in range(first + 1, last + 1)]
+    first, last = bounds[-1]
+    sequence += [("F_all", k) for k in range(first, last + 1)]
+    sequence += [("B", k) for k in range(last, first - 1, -1)]
+    for first, last in reversed(bounds[:-1]):
+        sequence += [("F_all", k) for k in range(first, last + 1)]
+        sequence += [("B", k) for k in range(last, first - 1, -1)]
+    return sequence
+
+
+def solve_periodic(chain: Chain, memory: int) -> ChainPlan:
+    """Fastest equal-segment plan within ``memory`` activation bytes."""
+    best: tuple[float, int, Sequence] | None = None
+    least_peak: int | None = None
+    for segments in range(1, chain.length + 1):
+        sequence = periodic_sequence(chain.length, segments)
+        peak = chain.peak(sequence)
+        if peak is None:  # pragma: no cover - periodic_sequence is always valid
+            raise AssertionError(f"periodic: invalid plan for {segments} segments")
+        least_peak = peak if least_peak is None else min(least_peak, peak)
+        if peak <= memory:
+            time = chain.makespan(sequence)
+            if best is None or time < best[0]:
+                best = (time, segments, sequence)
+    if best is None:
+        return ChainPlan(
+            sequence=None,
+            status="infeasible",
+            min_memory=least_peak,
+            message=f"no segment count fits: the least-memory one needs {least_peak} bytes",
+        )
+    time, segments, sequence = best
+    return ChainPlan(sequence, "feasible", time, least_peak, None, message=f"{segments} segments")
