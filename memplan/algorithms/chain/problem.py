@@ -87,6 +87,7 @@ class Chain:
         held = x[0] + g[L]
         peak = held
         next_b = L - 1
+        last_output = -1  # index of the standalone x produced by the previous op (persistency)
         for op, k in sequence:
             available = has_x[k] or (k > 0 and has_s[k - 1])
             if not available:
@@ -111,9 +112,14 @@ class Chain:
                 if has_x[k + 1]:
                     return None
                 peak = max(peak, held + x[k + 1] + fo[k])
+                if op == "F_n" and has_x[k] and last_output != k:
+                    return None  # F_n may only consume the activation just produced
                 held += x[k + 1]
                 has_x[k + 1] = True
                 if op == "F_n" and has_x[k]:
                     has_x[k] = False
                     held -= x[k]
+                last_output = k + 1
+                continue
+            last_output = -1
         return peak if next_b == -1 else None

@@ -1,0 +1,38 @@
+# memplan: `make run` and `make test` work on a fresh clone (they create .venv and install).
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+# torch 2.13.0 is the CPU build (a local wheel here, a small download elsewhere); the torch extra
+# accepts any torch >= 2.1.
+TORCH ?= torch==2.13.0
+
+.PHONY: run test lint bench profiles clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet "$(TORCH)"
+	$(BIN)/pip install --quiet -e ".[dev,plot,torch]"
+	touch $(STAMP)
+
+run: $(STAMP)
+	$(BIN)/memplan info resnet50
+	$(BIN)/memplan solve resnet50 --algo rotor --mem 1.5GB
+	$(BIN)/memplan compare resnet50 --algos store-all,periodic,revolve,rotor --mem 0.6GB:2GB:8
+
+test: $(STAMP)
+	$(BIN)/ruff check memplan tests benchmarks
+	$(BIN)/python -m pytest -q
+
+lint: $(STAMP)
+	$(BIN)/ruff check memplan tests benchmarks
+
+bench: $(STAMP)
+	$(BIN)/python benchmarks/bench_rotor.py
+
+profiles: $(STAMP)
+	$(BIN)/python benchmarks/make_profiles.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis build dist *.egg-info

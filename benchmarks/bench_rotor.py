@@ -1,0 +1,64 @@
+"""Time the rotor DP on long synthetic chains (the figures of docs/benchmarks.md).
+
+Usage: ``python benchmarks/bench_rotor.py [--slots 500] [--repeats 3] [--lengths 50,100,200]``
+
+Each chain is ``random_chain(L, seed=L, max_size=1000)``; the budget is one third of the way from
+the least memory to the store-all peak (a budget that forces a lot of recomputation). The time is
+the whole :func:`memplan.solve` call, simulator replay included, median of ``--repeats``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import statistics
+import time
+
+import memplan
+from memplan.algorithms.chain import Chain, chain_min_memory
+from memplan.profile.synthetic import random_chain
+
+
+def machine() -> str:
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as handle:
+            for line in handle:
+                if line.startswith("model name"):
+                    cpu = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    return f"{cpu}, {os.cpu_count()} cores, Python {platform.python_version()}"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--slots", type=int, default=500)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--lengths", default="50,100,200")
+    parser.add_argument("--algos", default="rotor")
+    args = parser.parse_args()
+    print(f"machine: {machine()}")
+    print(f"{'algo':>9} {'stages':>6} {'slots':>5} {'median s':>9} {'min s':>7} {'overhead':>8}")
+    for algo in args.algos.split(","):
+        for length in (int(v) for v in args.lengths.split(",")):
+            prof = random_chain(length, seed=length, max_size=1000)
+            chain = Chain.from_profile(prof)
+            low, high = chain_min_memory(chain), chain.store_all_peak()
+            budget = low + (high - low) // 3
+            times = []
+            for _ in range(args.repeats):
+                start = time.perf_counter()
+                sched = memplan.solve(prof, algo, budget, slots=args.slots, optimizer="none")
+                times.append(time.perf_counter() - start)
+            assert sched.feasible
+            print(
+                f"{algo:>9} {length:>6} {args.slots:>5} {statistics.median(times):>9.3f} "
+                f"{min(times):>7.3f} {sched.overhead:>8.3f}"
+            )
+
+
+if __name__ == "__main__":
+    main()
