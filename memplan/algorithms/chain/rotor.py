@@ -189,28 +189,30 @@ def _min_memory_plan(chain: Chain) -> tuple[int, Sequence]:
     need = np.zeros((L, L), dtype=np.int64)
     cost = np.zeros((L, L))
     pick = np.full((L, L), _F_ALL, dtype=np.int64)
-    for b in range(L):
-        for a in range(b, -1, -1):
-            need_fa = max(int(g[b + 1] + s[a] + fo[a]), int(own_backward[a]))
-            if a == b:
-                need[a, b], cost[a, b] = need_fa, chain.ft[a] + chain.bt[a]
-                continue
-            best_need = max(need_fa, int(s[a] + need[a + 1, b]))
-            best_cost = chain.ft[a] + chain.bt[a] + cost[a + 1, b]
-            best_pick = _F_ALL
-            js = np.arange(a + 1, b + 1)
-            fwd_need = g[b + 1] + np.maximum.accumulate(
-                np.concatenate(([x[a + 1] + fo[a]], pair[a + 1 : b]))
-            )
-            needs = np.maximum.reduce([fwd_need, x[js] + need[js, b], need[a, js - 1]])
-            costs = fprefix[js] - fprefix[a] + cost[js, b] + cost[a, js - 1]
-            low = needs.min()
-            if low <= best_need:
-                tied = np.flatnonzero(needs == low)
-                r = tied[costs[tied].argmin()]
-                if low < best_need or costs[r] < best_cost:
-                    best_need, best_cost, best_pick = int(low), float(costs[r]), int(js[r])
-            need[a, b], cost[a, b], pick[a, b] = best_need, best_cost, best_pick
+    # Sub-chains of equal length d = b - a are independent: solve one diagonal at a time.
+    for d in range(L):
+        a = np.arange(L - d)
+        b = a + d
+        need_fa = np.maximum(g[b + 1] + s[a] + fo[a], own_backward[a])
+        if d == 0:
+            need[a, b], cost[a, b] = need_fa, chain.ft[a] + chain.bt[a]
+            continue
+        fa_need = np.maximum(need_fa, s[a] + need[a + 1, b])
+        fa_cost = chain.ft[a] + chain.bt[a] + cost[a + 1, b]
+        A, R = a[:, None], np.arange(d)[None, :]
+        J, Bm = A + 1 + R, b[:, None]
+        steps = pair[np.minimum(A + R, L - 1)]  # pair[a+r] for r >= 1
+        steps[:, 0] = x[a + 1] + fo[a]
+        fwd_need = g[b + 1][:, None] + np.maximum.accumulate(steps, axis=1)
+        needs = np.maximum(np.maximum(fwd_need, x[J] + need[J, Bm]), need[A, J - 1])
+        costs = fprefix[J] - fprefix[A] + cost[J, Bm] + cost[A, J - 1]
+        low = needs.min(axis=1)
+        r = np.where(needs == low[:, None], costs, np.inf).argmin(axis=1)
+        ck_cost = costs[a, r]
+        take = (low < fa_need) | ((low == fa_need) & (ck_cost < fa_cost))
+        need[a, b] = np.where(take, low, fa_need)
+        cost[a, b] = np.where(take, ck_cost, fa_cost)
+        pick[a, b] = np.where(take, a + 1 + r, _F_ALL)
     # Rebuild the sequence.
     sequence: Sequence = []
     stack: list[tuple[str, int, int]] = [("solve", 0, L - 1)]
