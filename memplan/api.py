@@ -133,7 +133,9 @@ def solve(
         makespan=makespan,
         overhead=makespan / prof.lower_bound if prof.lower_bound > 0 else 1.0,
         min_memory=None if plan.min_memory is None else plan.min_memory + static,
-        solver=SolverInfo(seconds=seconds, status=plan.status, slots=plan.slots, message=plan.message),
+        solver=SolverInfo(
+            seconds=seconds, status=plan.status, slots=plan.slots, message=plan.message
+        ),
         ops=ops,
         **common,
     )
@@ -187,8 +189,7 @@ def simulate(
             result.fail(f"makespan: schedule says {sched.makespan}, replay gives {result.makespan}")
         elif sched.peak_memory is not None and sched.peak_memory != result.peak_memory:
             result.fail(
-                f"peak_memory: schedule says {sched.peak_memory}, "
-                f"replay gives {result.peak_memory}"
+                f"peak_memory: schedule says {sched.peak_memory}, replay gives {result.peak_memory}"
             )
     return result
 

@@ -8,7 +8,7 @@ import memplan
 from memplan.algorithms.chain import Chain, chain_min_memory, solve_rotor
 from memplan.profile.model import Profile
 from memplan.profile.synthetic import random_chain
-from tests.oracles.exhaustive import optimal_makespan
+from tests.oracles.exhaustive import ChainOracle
 
 # Found by searching random 3-stage chains for a case where a DP that checks the forward of
 # ``F_all a`` with the gradient g[a+1] (instead of g[b+1], the one really held) goes wrong: at 17
@@ -19,12 +19,33 @@ PITFALL_GRADIENT = {
     "model": "pitfall-gradient",
     "input_size": 1,
     "stages": [
-        {"name": "s0", "forward_time": 1.0, "backward_time": 1.0, "output_size": 3,
-         "saved_size": 4, "forward_overhead": 2, "grad_size": 4},
-        {"name": "s1", "forward_time": 1.0, "backward_time": 1.0, "output_size": 3,
-         "saved_size": 4, "forward_overhead": 5, "grad_size": 2},
-        {"name": "s2", "forward_time": 1.0, "backward_time": 1.0, "output_size": 1,
-         "saved_size": 1, "forward_overhead": 3, "grad_size": 5},
+        {
+            "name": "s0",
+            "forward_time": 1.0,
+            "backward_time": 1.0,
+            "output_size": 3,
+            "saved_size": 4,
+            "forward_overhead": 2,
+            "grad_size": 4,
+        },
+        {
+            "name": "s1",
+            "forward_time": 1.0,
+            "backward_time": 1.0,
+            "output_size": 3,
+            "saved_size": 4,
+            "forward_overhead": 5,
+            "grad_size": 2,
+        },
+        {
+            "name": "s2",
+            "forward_time": 1.0,
+            "backward_time": 1.0,
+            "output_size": 1,
+            "saved_size": 1,
+            "forward_overhead": 3,
+            "grad_size": 5,
+        },
     ],
 }
 
@@ -32,7 +53,7 @@ PITFALL_GRADIENT = {
 def test_forward_peak_uses_the_gradient_really_held():
     prof = memplan.load_profile(PITFALL_GRADIENT)
     sched = memplan.solve(prof, "rotor", 17, optimizer="none", slots=1000)
-    oracle = optimal_makespan(prof, 17)
+    oracle = ChainOracle(prof, persistent=True).optimal_makespan(17)
     if oracle is None:
         assert not sched.feasible
     else:
@@ -74,9 +95,10 @@ def test_exact_in_bytes_when_slots_cover_the_budget(seed):
     prof = random_chain(5, seed=seed, integer_times=True)
     chain = Chain.from_profile(prof)
     low, high = chain_min_memory(chain), chain.store_all_peak()
+    search = ChainOracle(prof, persistent=True)
     for memory in range(low - 1, high + 1):
         plan = solve_rotor(chain, memory, slots=max(2, memory))
-        oracle = optimal_makespan(prof, memory)
+        oracle = search.optimal_makespan(memory)
         assert (plan.sequence is None) == (oracle is None), memory
         if oracle is not None:
             assert plan.claimed_makespan == pytest.approx(oracle[0]), memory

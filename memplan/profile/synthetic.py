@@ -49,7 +49,10 @@ def random_chain(
     for k in range(length):
         out = int(rng.integers(1, max_size + 1))
         if integer_times:
-            ft, bt = float(rng.integers(1, int(max_time) + 1)), float(rng.integers(1, int(max_time) + 1))
+            ft, bt = (
+                float(rng.integers(1, int(max_time) + 1)),
+                float(rng.integers(1, int(max_time) + 1)),
+            )
         else:
             ft, bt = float(rng.uniform(0.1, max_time)), float(rng.uniform(0.1, max_time))
         stages.append(

@@ -6,9 +6,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from memplan.profile.model import Profile
-
 from memplan.algorithms.base import Sequence
+from memplan.profile.model import Profile
 
 
 @dataclass(frozen=True)

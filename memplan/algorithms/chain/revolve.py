@@ -108,6 +108,10 @@ def solve_revolve(chain: Chain, memory: int) -> ChainPlan:
         )
     time, c, sequence = best
     return ChainPlan(
-        sequence, "feasible", time, least_peak, c,
+        sequence,
+        "feasible",
+        time,
+        least_peak,
+        c,
         message=f"{c} checkpoint slots (the input included)",
     )

@@ -71,8 +71,13 @@ def _pair_needs(x: np.ndarray, fo: np.ndarray) -> np.ndarray:
 
 
 def _solve_table(
-    chain: Chain, capacity: int, x: np.ndarray, s: np.ndarray, g: np.ndarray,
-    fo: np.ndarray, bo: np.ndarray,
+    chain: Chain,
+    capacity: int,
+    x: np.ndarray,
+    s: np.ndarray,
+    g: np.ndarray,
+    fo: np.ndarray,
+    bo: np.ndarray,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Fill ``opt[a, b, m]`` and ``choice[a, b, m]`` for m = 0..capacity (NOTE [ rotor recurrences ]).
 
@@ -139,7 +144,7 @@ def _solve_table(
                     np.where(np.isfinite(best), best_row + a + 1, _NONE),
                 )
             if a >= 1 and x[a] < width:
-                shifted[a, x[a]:] = opt[a, b, : width - x[a]] + fprefix[a]
+                shifted[a, x[a] :] = opt[a, b, : width - x[a]] + fprefix[a]
     return opt, choice
 
 
@@ -263,8 +268,14 @@ def solve_rotor(chain: Chain, memory: int, *, slots: int = 500) -> ChainPlan:
         )
     if chain.store_all_peak() <= memory:
         sequence = chain.store_all_sequence()
-        return ChainPlan(sequence, "optimal", chain.makespan(sequence), min_memory, slots,
-                         message="store-all fits: no recomputation needed")
+        return ChainPlan(
+            sequence,
+            "optimal",
+            chain.makespan(sequence),
+            min_memory,
+            slots,
+            message="store-all fits: no recomputation needed",
+        )
     budget = memory - int(chain.x[0])
     capacity, r = slot_sizes(chain, budget, slots)
     opt, choice = _solve_table(chain, capacity, r["x"], r["s"], r["g"], r["fo"], r["bo"])

@@ -1,0 +1,5 @@
+"""The simulator: replays a plan independently of the solvers (see docs/model.md)."""
+
+from memplan.simulator.chain import SimulationResult, simulate_chain
+
+__all__ = ["SimulationResult", "simulate_chain"]

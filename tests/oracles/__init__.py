@@ -1,0 +1,1 @@
+"""Independent oracles the tests compare the solvers against (written from docs/model.md only)."""

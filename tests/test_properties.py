@@ -1,0 +1,104 @@
+"""Property tests of the chain algorithms on random chains (hypothesis).
+
+* Every plan a chain algorithm returns replays valid in the simulator, fits the budget, and has the
+  makespan and peak the schedule states.
+* An infeasible answer's ``min_memory`` (when given) is above the budget.
+* For each algorithm, the makespan does not increase with the budget (feasible stays feasible).
+"""
+
+from __future__ import annotations
+
+import math
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import memplan
+from memplan.profile.model import Profile, Stage
+from memplan.simulator import simulate_chain
+
+ALGORITHMS = ("store-all", "periodic", "revolve", "rotor")
+OPTIMIZERS = ("none", "sgd", "adam")
+SETTINGS = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+@st.composite
+def chains(draw: st.DrawFn) -> Profile:
+    """Chains of 1 to 8 stages: sizes 1..20 bytes, overheads 0..10, times 0..10 ms."""
+    length = draw(st.integers(1, 8))
+    sizes = st.integers(1, 20)
+    small = st.integers(0, 10)
+    times = st.one_of(
+        st.integers(0, 10).map(float), st.floats(0.1, 10.0).map(lambda t: round(t, 3))
+    )
+    stages = []
+    for k in range(length):
+        out = draw(sizes)
+        stages.append(
+            Stage(
+                name=f"s{k}",
+                forward_time=draw(times),
+                backward_time=draw(times),
+                output_size=out,
+                saved_size=out + draw(st.integers(0, 20)),
+                forward_overhead=draw(small),
+                backward_overhead=draw(small),
+                weight_size=draw(small),
+                grad_size=draw(st.none() | sizes),
+            )
+        )
+    return Profile(model=f"hypothesis-{length}", input_size=draw(sizes), stages=stages)
+
+
+def store_all_peak(prof: Profile) -> int:
+    """Activation peak of the store-all plan (static memory excluded)."""
+    plan = [("F_all", k) for k in range(prof.length)]
+    plan += [("B", k) for k in reversed(range(prof.length))]
+    return simulate_chain(prof, plan).peak_memory
+
+
+def budget_in(draw: st.DrawFn, prof: Profile, static: int) -> int:
+    """A budget from well below anything feasible to above the store-all peak."""
+    top = store_all_peak(prof)
+    return static + draw(st.integers(prof.input_size, top + top // 4))
+
+
+@SETTINGS
+@given(data=st.data())
+def test_plans_replay_valid(data):
+    prof = data.draw(chains())
+    optimizer = data.draw(st.sampled_from(OPTIMIZERS))
+    static = memplan.static_memory(prof, optimizer)
+    memory = budget_in(data.draw, prof, static)
+    slots = data.draw(st.sampled_from([2, 7, 50, 500]))
+    for algo in ALGORITHMS:
+        sched = memplan.solve(prof, algo, memory, slots=slots, optimizer=optimizer)
+        where = f"{algo} at {memory} bytes ({optimizer}, {slots} slots)"
+        if not sched.feasible:
+            assert sched.min_memory is None or sched.min_memory > memory, where
+            continue
+        result = memplan.simulate(prof, sched)
+        assert result.valid, f"{where}: {result.violation}"
+        assert result.fits and result.peak_memory <= memory, where
+        assert result.peak_memory == sched.peak_memory, where
+        assert result.static_memory == static, where
+        assert math.isclose(result.makespan, sched.makespan, rel_tol=1e-9, abs_tol=1e-9), where
+        assert sched.makespan >= prof.lower_bound - 1e-9, where
+
+
+@SETTINGS
+@given(data=st.data())
+def test_makespan_non_increasing_in_budget(data):
+    prof = data.draw(chains())
+    low = budget_in(data.draw, prof, 0)
+    high = low + data.draw(st.integers(1, store_all_peak(prof)))
+    slots = data.draw(st.sampled_from([2, 7, 50, 500]))
+    for algo in ALGORITHMS:
+        small = memplan.solve(prof, algo, low, slots=slots, optimizer="none")
+        large = memplan.solve(prof, algo, high, slots=slots, optimizer="none")
+        where = f"{algo}: {low} bytes -> {high} bytes ({slots} slots)"
+        if small.feasible:
+            assert large.feasible, where
+            assert large.makespan <= small.makespan + 1e-9, (
+                f"{where}: makespan {small.makespan} -> {large.makespan}"
+            )
