@@ -67,6 +67,30 @@ def timed_ops(profile: Profile, sequence: Iterable[tuple[str, int]]) -> list[Op]
     return ops
 
 
+def schedule_from_sequence(
+    profile: Profile | Mapping[str, Any] | str,
+    sequence: Iterable[tuple[str, int]],
+    *,
+    algorithm: str = "custom",
+    memory: int | str | None = None,
+    optimizer: str = "sgd",
+) -> Schedule:
+    """Wrap a hand-written operation sequence (``[("F_ck", 0), ...]``) as a schedule to simulate.
+
+    The figures (makespan, peak) are left for :func:`simulate` to compute.
+    """
+    prof = load_profile(profile)
+    return Schedule(
+        algorithm=algorithm,
+        profile=ProfileRef(model=prof.model, sha256=prof.sha256(), stages=prof.length),
+        budget=Budget(memory=None if memory is None else parse_size(memory), optimizer=optimizer),
+        feasible=True,
+        lower_bound=prof.lower_bound,
+        static_memory=static_memory(prof, optimizer),
+        ops=timed_ops(prof, sequence),
+    )
+
+
 def solve(
     profile: Profile | Mapping[str, Any] | str,
     algo: str = "rotor",

@@ -14,6 +14,7 @@ from memplan.algorithms.chain import (
     revolve_sequence,
 )
 from memplan.algorithms.chain.periodic import segment_bounds
+from memplan.api import schedule_from_sequence
 from memplan.profile.synthetic import homogeneous_chain
 
 
@@ -39,7 +40,7 @@ def test_revolve_plan_replays_and_uses_c_slots(l, c):
     """On a unit chain the plan is valid and holds at most c checkpoints (x[0] included)."""
     prof = homogeneous_chain(l)
     sequence = revolve_sequence(l, c)
-    result = memplan.simulate(prof, _as_schedule(prof, sequence))
+    result = memplan.simulate(prof, schedule_from_sequence(prof, sequence, optimizer="none"))
     assert result.valid, result.violation
     assert result.makespan == pytest.approx(2 * l + closed_form(l, c))
     # Unit sizes: checkpoints (c) + working activation + s + two gradients during a backward.
@@ -64,17 +65,3 @@ def test_periodic_cuts_like_checkpoint_sequential(length, segments):
     assert chain.peak(sequence) is not None
     # Every segment but the last is run twice.
     assert sum(op != "B" for op, _ in sequence) == length + sum(b - a + 1 for a, b in bounds[:-1])
-
-
-def _as_schedule(prof, sequence):
-    from memplan.api import timed_ops
-    from memplan.schedule import Budget, ProfileRef, Schedule
-
-    return Schedule(
-        algorithm="revolve",
-        profile=ProfileRef(model=prof.model, sha256=prof.sha256(), stages=prof.length),
-        budget=Budget(),
-        feasible=True,
-        lower_bound=prof.lower_bound,
-        ops=timed_ops(prof, sequence),
-    )

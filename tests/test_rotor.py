@@ -6,7 +6,7 @@ import pytest
 
 import memplan
 from memplan.algorithms.chain import Chain, chain_min_memory, solve_rotor
-from memplan.profile.model import Profile
+from memplan.api import schedule_from_sequence
 from memplan.profile.synthetic import random_chain
 from tests.oracles.exhaustive import ChainOracle
 
@@ -69,25 +69,11 @@ def test_loss_keeps_its_input_until_its_backward():
     # F_n on the loss frees x[L-1] (standalone) before the loss backward: invalid in the model.
     bad = [("F_ck", 0), ("F_ck", 1), ("F_n", 2), ("F_all", 2), ("B", 2)]
     assert chain.peak(bad) is None
-    assert not memplan.simulate(prof, _schedule(prof, bad)).valid
+    assert not memplan.simulate(prof, schedule_from_sequence(prof, bad, optimizer="none")).valid
     # Rotor's least memory counts x[L-1] during the loss backward.
     x, s, g = chain.x, chain.s, chain.g
     L = chain.length
     assert chain_min_memory(chain) >= x[0] + x[L - 1] + s[L - 1] + g[L] + g[L - 1]
-
-
-def _schedule(prof: Profile, sequence):
-    from memplan.api import timed_ops
-    from memplan.schedule import Budget, ProfileRef, Schedule
-
-    return Schedule(
-        algorithm="hand",
-        profile=ProfileRef(model=prof.model, sha256=prof.sha256(), stages=prof.length),
-        budget=Budget(memory=None),
-        feasible=True,
-        lower_bound=prof.lower_bound,
-        ops=timed_ops(prof, sequence),
-    )
 
 
 @pytest.mark.parametrize("seed", range(6))
