@@ -9,6 +9,10 @@ True
 Importing memplan loads neither torch, matplotlib nor ortools.
 """
 
+# The subpackage memplan.algorithms is imported before the function of the same name is bound:
+# importing a submodule sets the attribute on its parent the first time only, so
+# ``memplan.algorithms()`` stays the function after any solve (tests/test_api.py checks it).
+import memplan.algorithms as _algorithms_package  # noqa: F401  (see above)
 from memplan.api import algorithms, compare, simulate, solve, static_memory
 from memplan.errors import InputError, InternalError, MemplanError
 from memplan.profile import Profile, Stage, load_profile, save_profile

@@ -99,6 +99,7 @@ def solve(
     slots: int = DEFAULT_SLOTS,
     optimizer: str = "sgd",
     bandwidth: float | str | None = None,
+    gpus: int | None = None,
     time_limit: float | None = None,
 ) -> Schedule:
     """Run one algorithm and return its schedule, replayed and checked by the simulator.
@@ -114,6 +115,8 @@ def solve(
         Memory discretization of the rotor DP (2 to 100000).
     optimizer : {"none", "sgd", "momentum", "adam"}
         Which static memory is counted (docs/model.md).
+    bandwidth, gpus, time_limit
+        For the offloading, pipeline and ILP families; the chain algorithms do not use them.
 
     Returns
     -------
@@ -258,6 +261,7 @@ def compare(
     *,
     slots: int = DEFAULT_SLOTS,
     optimizer: str = "sgd",
+    bandwidth: float | str | None = None,
     on_progress: Callable[[int, int], None] | None = None,
 ) -> list[CompareRow]:
     """Sweep algorithms over budgets; ``ratio`` is makespan / lower bound."""
@@ -270,7 +274,9 @@ def compare(
     total, done = len(names) * len(sizes), 0
     for memory in sizes:
         for name in names:
-            sched = solve(prof, name, memory, slots=slots, optimizer=optimizer)
+            sched = solve(
+                prof, name, memory, slots=slots, optimizer=optimizer, bandwidth=bandwidth
+            )
             rows.append(
                 CompareRow(
                     memory=memory,

@@ -59,7 +59,7 @@ def solve_periodic(chain: Chain, memory: int) -> ChainPlan:
             sequence=None,
             status="infeasible",
             min_memory=least_peak,
-            message=f"no segment count fits: the least-memory one needs {least_peak} bytes",
+            message="no segment count fits",
         )
     time, segments, sequence = best
     return ChainPlan(sequence, "feasible", time, least_peak, None, message=f"{segments} segments")

@@ -104,7 +104,7 @@ def solve_revolve(chain: Chain, memory: int) -> ChainPlan:
             sequence=None,
             status="infeasible",
             min_memory=least_peak,
-            message=f"no revolve plan fits: the least-memory one needs {least_peak} bytes",
+            message="no revolve plan fits, even with a single checkpoint slot",
         )
     time, c, sequence = best
     return ChainPlan(

@@ -263,8 +263,7 @@ def solve_rotor(chain: Chain, memory: int, *, slots: int = 500) -> ChainPlan:
             status="infeasible",
             min_memory=min_memory,
             slots=slots,
-            message=f"no checkpointing plan fits: the chain needs at least {min_memory} bytes "
-            "of activation memory",
+            message="no checkpointing plan fits: even recomputing everything needs more memory",
         )
     if chain.store_all_peak() <= memory:
         sequence = chain.store_all_sequence()

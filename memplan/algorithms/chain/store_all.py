@@ -18,7 +18,7 @@ def solve_store_all(chain: Chain, memory: int) -> ChainPlan:
             sequence=None,
             status="infeasible",
             min_memory=peak,
-            message=f"store-all needs {peak} bytes of activation memory",
+            message="store-all keeps every activation: it needs more memory",
         )
     sequence = chain.store_all_sequence()
     return ChainPlan(

@@ -1,0 +1,4 @@
+"""The ``memplan`` command line (typer); see docs/cli.md.
+
+Entry point: :func:`memplan.cli.app.main`.
+"""

@@ -1,0 +1,261 @@
+"""What every command shares: consoles, the error guard, PROFILE and option parsing, output.
+
+NOTE [ CLI output and exit codes ]
+Human output (tables, progress, the summary) goes to stderr through ``err_console()``; a machine
+format (``--format json|yaml|csv``) writes exactly one document to stdout or, with ``-o FILE``,
+atomically to the file. Exit codes: 0 done (a plan that fits, a valid schedule); 1 infeasible or
+an invalid / over-budget schedule; 2 bad usage or bad input (``memplan.InputError``, typer usage
+errors); 70 (EX_SOFTWARE, sysexits.h) a bug in memplan: ``InternalError`` or any unexpected
+exception; 141 the reader of stdout went away (``| head``). Errors are one line
+``memplan: error: ...`` on stderr; ``--debug`` (or ``MEMPLAN_DEBUG=1``) adds the traceback without
+changing the exit code.
+"""
+
+from __future__ import annotations
+
+import enum
+import inspect
+import os
+import sys
+import traceback
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import typer
+from rich.console import Console
+
+from memplan.errors import InputError, InternalError
+
+EXIT_OK = 0
+EXIT_INFEASIBLE = 1
+EXIT_USAGE = 2
+EXIT_INTERNAL = 70
+EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE, as a shell reports a process killed by the signal
+
+PIPE_EXAMPLE = "memplan profile resnet18 | memplan solve --algo rotor --mem 2GB"
+
+
+class State:
+    """Global options of one invocation (set by the app callback)."""
+
+    debug: bool = False
+
+
+state = State()
+
+
+def debug_enabled() -> bool:
+    return state.debug or os.environ.get("MEMPLAN_DEBUG", "").strip() not in ("", "0")
+
+
+def err_console() -> Console:
+    """The console for human output: stderr, colour only on a terminal, honours NO_COLOR."""
+    return Console(stderr=True, highlight=False, soft_wrap=False)
+
+
+def echo_err(message: str) -> None:
+    """One plain line on stderr (no markup: messages hold brackets like ``stages[3]``)."""
+    sys.stderr.write(message.rstrip("\n") + "\n")
+    sys.stderr.flush()
+
+
+# --------------------------------------------------------------------------- errors
+
+
+@contextmanager
+def guard() -> Iterator[None]:
+    """Map exceptions to the exit codes of the SPEC (see NOTE [ CLI output and exit codes ])."""
+    try:
+        yield
+    except (typer.Exit, typer.Abort, KeyboardInterrupt):
+        raise
+    except InputError as exc:
+        _fail(exc, f"memplan: error: {_one_line(exc)}", EXIT_USAGE)
+    except InternalError as exc:
+        _fail(exc, f"memplan: internal error: {_one_line(exc)}", EXIT_INTERNAL)
+    except BrokenPipeError:
+        # `memplan ... | head`: the reader went away; nothing useful left to say.
+        _silence_stdout()
+        raise typer.Exit(EXIT_BROKEN_PIPE) from None
+    except Exception as exc:
+        name = type(exc).__name__
+        _fail(exc, f"memplan: internal error: {name}: {_one_line(exc)}", EXIT_INTERNAL)
+
+
+def _one_line(exc: BaseException) -> str:
+    text = " ".join(str(exc).split())
+    return text or type(exc).__name__
+
+
+def _fail(exc: BaseException, line: str, code: int) -> None:
+    if debug_enabled():
+        traceback.print_exception(type(exc), exc, exc.__traceback__, file=sys.stderr)
+    elif code == EXIT_INTERNAL:
+        line += " (this is a bug in memplan; run with --debug for the traceback and report it)"
+    echo_err(line)
+    raise typer.Exit(code) from None
+
+
+def _silence_stdout() -> None:
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError):
+        pass
+
+
+# --------------------------------------------------------------------------- inputs
+
+
+def stdin_is_terminal() -> bool:
+    """True when nothing is piped in (a terminal, or no stdin at all)."""
+    stream = sys.stdin
+    if stream is None:
+        return True
+    try:
+        return stream.isatty()
+    except (ValueError, AttributeError):
+        return True
+
+
+def profile_source(profile: str | None) -> str:
+    """PROFILE as given, or ``-`` when it is left out and stdin is a pipe (SPEC: PROFILE)."""
+    if profile is not None:
+        return profile
+    if stdin_is_terminal():
+        raise InputError(
+            "missing PROFILE: give a file, a bundled name or '-', or pipe a profile in, "
+            f"e.g. {PIPE_EXAMPLE}"
+        )
+    return "-"
+
+
+def _reword(option: str, exc: InputError) -> InputError:
+    return InputError(f"{option}: {exc}")
+
+
+def option_size(option: str, value: str | None) -> int | None:
+    """Parse a size option (``8GB``, ``8GiB``, bytes); the message names the option."""
+    from memplan.units import parse_size
+
+    if value is None:
+        return None
+    try:
+        return parse_size(value)
+    except InputError as exc:
+        raise _reword(option, exc) from None
+
+
+def option_rate(option: str, value: str | None) -> float | None:
+    """Parse a rate option (``12.2GB/s``, ``16GiB/s``); the message names the option."""
+    from memplan.units import parse_rate
+
+    if value is None:
+        return None
+    try:
+        return parse_rate(value)
+    except InputError as exc:
+        raise _reword(option, exc) from None
+
+
+def check_positive(option: str, value: float | int | None) -> None:
+    if value is not None and value <= 0:
+        raise InputError(f"{option} {value}: expected a positive number")
+
+
+_OPTION_NAMES = {
+    "bandwidth": "--bandwidth",
+    "gpus": "--gpus",
+    "time_limit": "--time-limit",
+}
+
+
+def passthrough(function: Callable[..., Any], **options: Any) -> dict[str, Any]:
+    """The options given on the command line that ``function`` accepts.
+
+    Options of later families (``--bandwidth``, ``--gpus``, ``--time-limit``) reach the library when
+    it takes them; one given to a library that does not take it yet is an input error, never
+    silently dropped.
+    """
+    given = {k: v for k, v in options.items() if v is not None}
+    try:
+        params = inspect.signature(function).parameters
+    except (TypeError, ValueError):  # pragma: no cover - builtins
+        return given
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+        return given
+    for name in given:
+        if name not in params:
+            option = _OPTION_NAMES.get(name, "--" + name.replace("_", "-"))
+            raise InputError(f"{option}: not available yet in this version of memplan")
+    return given
+
+
+# --------------------------------------------------------------------------- formats and output
+
+
+class Format(str, enum.Enum):
+    table = "table"
+    json = "json"
+    yaml = "yaml"
+    csv = "csv"
+
+
+SUFFIX_FORMATS = {
+    ".json": Format.json,
+    ".yaml": Format.yaml,
+    ".yml": Format.yaml,
+    ".csv": Format.csv,
+}
+
+
+def resolve_format(fmt: enum.Enum | None, output: Path | None, allowed: tuple[str, ...]) -> str:
+    """The output format: ``--format``, else the ``-o`` file's suffix, else ``table``."""
+    machine = [f for f in allowed if f != "table"]
+    if fmt is not None:
+        name = fmt.value
+        if name not in allowed:  # pragma: no cover - typer's choices prevent it
+            raise InputError(f"--format {name}: expected one of {'|'.join(allowed)}")
+        if name == "table" and output is not None:
+            raise InputError(
+                f"-o {output}: tables go to the terminal; write a file with "
+                f"--format {'|'.join(machine)}"
+            )
+        return name
+    if output is None:
+        return "table"
+    guess = SUFFIX_FORMATS.get(output.suffix.lower())
+    if guess is None or guess.value not in allowed:
+        raise InputError(
+            f"-o {output}: cannot tell the format from the file name; "
+            f"add --format {'|'.join(machine)}"
+        )
+    return guess.value
+
+
+def write_output(text: str, output: Path | None) -> None:
+    """One document to stdout, or atomically to ``output`` (then one 'wrote' line on stderr)."""
+    from memplan.profile.io import write_atomic
+
+    if not text.endswith("\n"):
+        text += "\n"
+    if output is None:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+        return
+    try:
+        write_atomic(output, text)
+    except OSError as exc:
+        raise InputError(f"{output}: cannot write: {exc.strerror or exc}") from None
+    echo_err(f"memplan: wrote {output}")
+
+
+def size_text(nbytes: int | float | None) -> str:
+    """``1.23 GB (1234567890 bytes)``: human-readable and exact."""
+    from memplan.units import format_size
+
+    if nbytes is None:
+        return "-"
+    return f"{format_size(nbytes)} ({int(nbytes)} bytes)"

@@ -1,0 +1,71 @@
+"""``memplan info`` (what a profile holds, the memory it needs) and ``memplan algos``."""
+
+import enum
+import json
+from typing import Annotated
+
+import typer
+
+from memplan.cli.common import err_console, guard, profile_source, write_output
+from memplan.cli.solve import OPTIMIZER_HELP, PROFILE_HELP, Optimizer
+
+
+class InfoFormat(str, enum.Enum):
+    table = "table"
+    json = "json"
+    yaml = "yaml"
+
+
+class AlgosFormat(str, enum.Enum):
+    table = "table"
+    json = "json"
+
+
+def info(
+    profile: Annotated[
+        str | None, typer.Argument(metavar="PROFILE", help=PROFILE_HELP, show_default=False)
+    ] = None,
+    optimizer: Annotated[Optimizer, typer.Option(help=OPTIMIZER_HELP)] = Optimizer.sgd,
+    fmt: Annotated[
+        InfoFormat | None,
+        typer.Option("--format", "-f", help="table (stderr), json or yaml.  [default: table]"),
+    ] = None,
+) -> None:
+    """Show what a profile holds: stages, totals, store-all peak, least memory per family.
+
+    Example: `memplan info resnet50 --optimizer adam`
+    """
+    from memplan.api import describe
+
+    with guard():
+        desc = describe(profile_source(profile), optimizer.value)
+        form = "table" if fmt is None else fmt.value
+        if form == "json":
+            write_output(json.dumps(desc, indent=2), None)
+        elif form == "yaml":
+            from memplan.profile.io import dump_yaml
+
+            write_output(dump_yaml(desc), None)
+        else:
+            from memplan.cli.render import info_tables
+
+            err_console().print(info_tables(desc))
+
+
+def algos(
+    fmt: Annotated[
+        AlgosFormat | None,
+        typer.Option("--format", "-f", help="table (stderr) or json.  [default: table]"),
+    ] = None,
+) -> None:
+    """List every algorithm: family, exact or heuristic, what it needs."""
+    from memplan.api import algorithms as list_algorithms
+
+    with guard():
+        entries = list_algorithms()
+        if fmt is not None and fmt.value == "json":
+            write_output(json.dumps(entries, indent=2), None)
+        else:
+            from memplan.cli.render import algos_table
+
+            err_console().print(algos_table(entries))

@@ -1,0 +1,151 @@
+"""``memplan profile``: measure a model stage by stage and write a ``memplan-profile/1`` YAML."""
+
+import enum
+import importlib.util
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from memplan.cli.common import echo_err, err_console, guard, write_output
+from memplan.errors import InputError
+
+TORCH_HINT = "needs the torch extra: pip install 'memplan[torch]'"
+
+
+class Device(str, enum.Enum):
+    auto = "auto"
+    cpu = "cpu"
+    cuda = "cuda"
+
+
+class DType(str, enum.Enum):
+    float32 = "float32"
+    bfloat16 = "bfloat16"
+    float16 = "float16"
+
+
+def has_torch() -> bool:
+    """Whether PyTorch is installed (checked without importing it)."""
+    return importlib.util.find_spec("torch") is not None
+
+
+def parse_shape(text: str) -> tuple[int, ...]:
+    """``3,224,224`` (or ``3x224x224``) -> ``(3, 224, 224)``."""
+    parts = [p.strip() for p in text.replace("x", ",").split(",")]
+    try:
+        shape = tuple(int(p) for p in parts)
+    except ValueError:
+        raise InputError(
+            f"--input-shape {text!r}: expected positive integers separated by commas, "
+            "e.g. 3,224,224"
+        ) from None
+    if not shape or any(d <= 0 for d in shape):
+        raise InputError(f"--input-shape {text!r}: expected positive integers, e.g. 3,224,224")
+    return shape
+
+
+def profile(
+    model: Annotated[str, typer.Argument(help="A model name, e.g. resnet18 (torchvision).")],
+    batch_size: Annotated[
+        int | None,
+        typer.Option(
+            "--batch-size", "-b", metavar="N", help="Batch size.  [default: the profiler's]"
+        ),
+    ] = None,
+    input_shape: Annotated[
+        str | None,
+        typer.Option(
+            metavar="C,H,W", help="Shape of one sample, e.g. 3,224,224.  [default: the model's]"
+        ),
+    ] = None,
+    device: Annotated[
+        Device, typer.Option(help="Where to measure; auto picks cuda when available.")
+    ] = Device.auto,
+    dtype: Annotated[
+        DType, typer.Option(help="Data type of the activations and weights.")
+    ] = DType.float32,
+    repeats: Annotated[
+        int | None,
+        typer.Option(metavar="N", help="Timed repetitions per stage.  [default: the profiler's]"),
+    ] = None,
+    graph: Annotated[
+        bool, typer.Option("--graph", help="Also record the operator-level graph (graph family).")
+    ] = False,
+    estimate: Annotated[
+        str | None,
+        typer.Option(
+            metavar="GPU", help="Estimate the times for a GPU (e.g. a100) instead of measuring."
+        ),
+    ] = None,
+    gpu_spec: Annotated[
+        Path | None,
+        typer.Option("--gpu-spec", metavar="FILE", help="GPU description for --estimate."),
+    ] = None,
+    output: Annotated[
+        Path | None,
+        typer.Option(
+            "--output",
+            "-o",
+            metavar="FILE",
+            help="Write the YAML to FILE atomically instead of stdout.",
+        ),
+    ] = None,
+) -> None:
+    """Profile a PyTorch model and write its profile (YAML) to stdout or -o FILE.
+
+    Progress goes to stderr, so the output composes:
+    memplan profile resnet18 | memplan solve --algo rotor --mem 2GB
+    """
+    with guard():
+        if graph:
+            raise InputError("--graph: not available yet in this version of memplan")
+        if estimate is not None or gpu_spec is not None:
+            option = "--estimate" if estimate is not None else "--gpu-spec"
+            raise InputError(f"{option}: not available yet in this version of memplan")
+        for option, value in (("--batch-size", batch_size), ("--repeats", repeats)):
+            if value is not None and value < 1:
+                raise InputError(f"{option} {value}: expected a positive integer")
+        shape = None if input_shape is None else parse_shape(input_shape)
+        if not has_torch():
+            raise InputError(f"memplan profile {TORCH_HINT}")
+        from memplan.profile import save_profile
+        from memplan.torch.profiler import profile_model
+
+        kwargs = {"device": device.value, "dtype": dtype.value}
+        if batch_size is not None:
+            kwargs["batch_size"] = batch_size
+        if shape is not None:
+            kwargs["input_shape"] = shape
+        if repeats is not None:
+            kwargs["repeats"] = repeats
+        result = _run_with_progress(profile_model, model, kwargs)
+        write_output(save_profile(result), output)
+        where = result.device.kind if result.device else device.value
+        echo_err(
+            f"memplan: profiled {result.model}: {result.length} stages on {where}, "
+            f"lower bound {result.lower_bound:.3f} ms"
+        )
+
+
+def _run_with_progress(profile_model, model: str, kwargs: dict):
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    console = err_console()
+    progress = Progress(
+        TextColumn(f"profiling {model}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("{task.description}"),
+        TimeElapsedColumn(),
+        console=console,
+        transient=True,
+        disable=not console.is_terminal,
+    )
+    with progress:
+        task = progress.add_task("", total=None)
+
+        def on_progress(stage_name: str, done: int, total: int) -> None:
+            progress.update(task, completed=done, total=total, description=str(stage_name))
+
+        return profile_model(model, progress=on_progress, **kwargs)

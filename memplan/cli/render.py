@@ -1,0 +1,307 @@
+"""Rich renderables for the human (``--format table``) output of every command.
+
+Nothing here prints: each function returns a renderable that the command draws on stderr. Data
+cells are :class:`rich.text.Text`, never markup, so names such as ``layer[3]`` show as they are.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from rich import box
+from rich.console import Group
+from rich.table import Table
+from rich.text import Text
+
+from memplan.units import format_size
+
+OP_STYLES = {
+    "F_all": "green",
+    "F_ck": "cyan",
+    "F_n": "yellow",
+    "B": "magenta",
+    "offload": "blue",
+    "prefetch": "blue",
+}
+OP_ORDER = ("F_all", "F_ck", "F_n", "B", "offload", "prefetch")
+
+
+def _size(nbytes: int | float | None) -> str:
+    if nbytes is None:
+        return "-"
+    return f"{format_size(nbytes)} ({int(nbytes)} bytes)"
+
+
+def short_size(nbytes: int | float | None) -> str:
+    """Three significant digits, for narrow columns: ``361K``, ``32.8M``, ``1.23G`` (10^3 units)."""
+    if nbytes is None:
+        return "-"
+    value = float(nbytes)
+    for unit in ("", "K", "M", "G", "T"):
+        if abs(value) < 999.5 or unit == "T":
+            if unit == "":
+                return f"{value:.0f}"
+            return f"{value:.3g}{unit}" if abs(value) >= 1 else f"{value:.2f}{unit}"
+        value /= 1000
+    raise AssertionError("unreachable")
+
+
+def _ms(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3f} ms"
+
+
+def _key_values(title: str | None, rows: Iterable[tuple[str, Any]]) -> Table:
+    table = Table(title=title, show_header=False, box=None, title_justify="left", pad_edge=False)
+    table.add_column(style="bold", no_wrap=True)
+    table.add_column(overflow="fold")
+    for key, value in rows:
+        table.add_row(Text(key), value if isinstance(value, Text) else Text(str(value)))
+    return table
+
+
+# --------------------------------------------------------------------------- solve
+
+
+def op_counts(ops: Sequence[Any], stages: int) -> str:
+    """``12 F_all, 3 F_ck, 5 F_n, 10 B; 8 forwards recomputed``."""
+    counts: dict[str, int] = {}
+    for op in ops:
+        counts[op.op] = counts.get(op.op, 0) + 1
+    parts = [f"{counts[name]} {name}" for name in OP_ORDER if name in counts]
+    forwards = sum(counts.get(name, 0) for name in ("F_all", "F_ck", "F_n"))
+    recomputed = max(0, forwards - stages) if forwards else 0
+    text = ", ".join(parts) if parts else "no operations"
+    return f"{text}; {recomputed} forward{'s' if recomputed != 1 else ''} recomputed"
+
+
+def schedule_summary(schedule: Any, stages: int) -> Table:
+    """Algorithm, status, makespan against the lower bound, peak against the budget, solver."""
+    budget = schedule.budget.memory
+    status = Text(schedule.solver.status, style="green" if schedule.feasible else "red bold")
+    if not schedule.feasible:
+        status.append(" (no plan fits the budget)", style="red")
+    rows: list[tuple[str, Any]] = [
+        ("algorithm", f"{schedule.algorithm} ({schedule.family})"),
+        ("profile", f"{schedule.profile.model}, {stages} stages"),
+        ("status", status),
+    ]
+    if schedule.feasible and schedule.makespan is not None:
+        rows.append(("makespan", _ms(schedule.makespan)))
+    rows.append(("lower bound", _ms(schedule.lower_bound)))
+    if schedule.feasible and schedule.overhead is not None:
+        rows.append(
+            (
+                "overhead",
+                f"{schedule.overhead:.4f} x lower bound (+{(schedule.overhead - 1) * 100:.2f}%)",
+            )
+        )
+    if schedule.peak_memory is not None:
+        share = f", {schedule.peak_memory / budget * 100:.1f}% of the budget" if budget else ""
+        rows.append(("peak memory", f"{_size(schedule.peak_memory)}{share}"))
+    rows.append(("budget", _size(budget)))
+    optimizer = schedule.budget.optimizer
+    rows.append(
+        (
+            "static memory",
+            _size(schedule.static_memory) + (f", optimizer {optimizer}" if optimizer else ""),
+        )
+    )
+    if schedule.min_memory is not None:
+        rows.append(("least memory that fits", _size(schedule.min_memory)))
+    if schedule.budget.bandwidth is not None:
+        rows.append(("bandwidth", f"{format_size(schedule.budget.bandwidth)}/s"))
+    if schedule.budget.gpus is not None:
+        rows.append(("gpus", str(schedule.budget.gpus)))
+    solver = f"{schedule.solver.seconds:.3f} s"
+    if schedule.solver.slots is not None:
+        solver += f", {schedule.solver.slots} slots"
+    rows.append(("solver", solver))
+    if schedule.solver.message:
+        rows.append(("note", schedule.solver.message))
+    if schedule.feasible:
+        rows.append(("operations", op_counts(schedule.ops, stages)))
+    return _key_values("Schedule", rows)
+
+
+def ops_table(schedule: Any, stage_names: Sequence[str]) -> Table:
+    """Every operation: index, op, stage (index and name), start, end, duration."""
+    transfers = any(op.stream != "compute" for op in schedule.ops)
+    table = Table(title=f"Operations ({len(schedule.ops)})", title_justify="left")
+    table.add_column("#", justify="right", style="dim")
+    table.add_column("op")
+    table.add_column("stage", justify="right")
+    table.add_column("name")
+    table.add_column("start ms", justify="right")
+    table.add_column("end ms", justify="right")
+    table.add_column("duration ms", justify="right")
+    if transfers:
+        table.add_column("stream")
+    for index, op in enumerate(schedule.ops):
+        name = stage_names[op.stage] if 0 <= op.stage < len(stage_names) else "?"
+        row = [
+            Text(str(index)),
+            Text(op.op, style=OP_STYLES.get(op.op, "")),
+            Text(str(op.stage)),
+            Text(name),
+            Text(f"{op.start:.3f}"),
+            Text(f"{op.end:.3f}"),
+            Text(f"{op.end - op.start:.3f}"),
+        ]
+        if transfers:
+            row.append(Text(op.stream))
+        table.add_row(*row)
+    return table
+
+
+# --------------------------------------------------------------------------- simulate
+
+
+def simulation_summary(doc: Mapping[str, Any]) -> Table:
+    ok = doc["valid"] and doc["fits"]
+    verdict = Text(
+        "valid, fits the budget" if ok else "INVALID", style="green" if ok else "red bold"
+    )
+    if doc["valid"] and not doc["fits"]:
+        verdict = Text("valid but over budget", style="red bold")
+    rows: list[tuple[str, Any]] = [
+        ("schedule", f"{doc['algorithm']} for {doc['model']}"),
+        ("result", verdict),
+        ("makespan", f"{_ms(doc['makespan'])} (schedule says {_ms(doc['claimed_makespan'])})"),
+        (
+            "peak memory",
+            f"{_size(doc['peak_memory'])} (schedule says {_size(doc['claimed_peak_memory'])})",
+        ),
+        ("budget", _size(doc["budget"])),
+    ]
+    if doc.get("violation"):
+        rows.append(("first violation", Text(doc["violation"], style="red")))
+    return _key_values("Simulation", rows)
+
+
+# --------------------------------------------------------------------------- compare
+
+
+def compare_table(
+    rows: Sequence[Any], algos: Sequence[str], budgets: Sequence[int], title: str
+) -> Group:
+    """One row per budget, one column per algorithm: makespan / lower bound, ``-`` if infeasible."""
+    cells = {(r.memory, r.algorithm): r for r in rows}
+    table = Table()
+    table.add_column("budget", justify="right", no_wrap=True)
+    for name in algos:
+        table.add_column(name, justify="right")
+    for memory in budgets:
+        ratios = [cells[(memory, a)].ratio if (memory, a) in cells else None for a in algos]
+        best = min((r for r in ratios if r is not None), default=None)
+        line = [Text(format_size(memory))]
+        for ratio in ratios:
+            if ratio is None:
+                line.append(Text("-", style="dim"))
+            else:
+                style = "bold green" if best is not None and ratio <= best * (1 + 1e-9) else ""
+                line.append(Text(f"{ratio:.4f}", style=style))
+        table.add_row(*line)
+    note = Text("- : no plan of that algorithm fits the budget", style="dim")
+    return Group(Text(title, style="italic"), table, note)
+
+
+# --------------------------------------------------------------------------- info and algos
+
+
+def info_tables(desc: Mapping[str, Any]) -> Group:
+    """The profile's header, totals and memory needs, then one row per stage."""
+    device = desc.get("device") or {}
+    device_text = " ".join(str(device[k]) for k in ("kind", "name") if device.get(k)) or "-"
+    if device.get("memory"):
+        device_text += f", {format_size(device['memory'])}"
+    measured = desc.get("measured") or {}
+    rows: list[tuple[str, Any]] = [
+        ("model", desc["model"]),
+        ("stages", str(desc["stages"])),
+        ("batch size", "-" if desc.get("batch_size") is None else str(desc["batch_size"])),
+        (
+            "input shape",
+            "-" if not desc.get("input_shape") else "x".join(str(d) for d in desc["input_shape"]),
+        ),
+        ("dtype", desc.get("dtype") or "-"),
+        ("device", device_text),
+    ]
+    if desc.get("bandwidth"):
+        rows.append(("bandwidth", f"{format_size(desc['bandwidth'])}/s"))
+    if measured:
+        rows.append(
+            ("measured", ", ".join(f"{k} {v}" for k, v in measured.items() if k != "extra"))
+        )
+    rows += [
+        ("input size", _size(desc["input_size"])),
+        ("weights", _size(desc["weight_size"])),
+        ("static memory", f"{_size(desc['static_memory'])} (optimizer {desc['optimizer']})"),
+        ("lower bound", _ms(desc["lower_bound"])),
+        ("store-all needs", _size(desc["store_all_memory"])),
+    ]
+    for family, value in (desc.get("min_memory") or {}).items():
+        rows.append((f"least memory ({family})", _size(value)))
+    rows.append(("sha256", desc.get("sha256", "-")))
+    header = _key_values("Profile", rows)
+
+    stage_rows = desc.get("stage_table") or []
+    longest = max((len(str(st.get("name", ""))) for st in stage_rows), default=4)
+    stages = Table(
+        title="Stages (sizes in decimal units)",
+        title_justify="left",
+        box=box.SIMPLE_HEAD,
+        pad_edge=False,
+    )
+    for name, justify in (
+        ("#", "right"),
+        ("name", "left"),
+        ("fwd ms", "right"),
+        ("bwd ms", "right"),
+        ("output", "right"),
+        ("saved", "right"),
+        ("fwd tmp", "right"),
+        ("bwd tmp", "right"),
+        ("weights", "right"),
+    ):
+        if name == "name":
+            stages.add_column(name, min_width=min(longest, 16), overflow="fold")
+        else:
+            stages.add_column(
+                name, justify=justify, style="dim" if name == "#" else None, no_wrap=True
+            )
+    for index, st in enumerate(stage_rows):
+        stages.add_row(
+            Text(str(index)),
+            Text(str(st.get("name", "?"))),
+            Text(f"{st.get('forward_time', 0.0):.2f}"),
+            Text(f"{st.get('backward_time', 0.0):.2f}"),
+            Text(short_size(st.get("output_size"))),
+            Text(short_size(st.get("saved_size"))),
+            Text(short_size(st.get("forward_overhead", 0))),
+            Text(short_size(st.get("backward_overhead", 0))),
+            Text(short_size(st.get("weight_size", 0))),
+        )
+    return Group(header, Text(""), stages)
+
+
+def algos_table(entries: Sequence[Mapping[str, Any]]) -> Table:
+    table = Table(title="Algorithms", title_justify="left")
+    table.add_column("name", style="bold", no_wrap=True)
+    table.add_column("family", no_wrap=True)
+    table.add_column("kind", no_wrap=True)
+    table.add_column("needs")
+    table.add_column("what (reference)", ratio=1)
+    for entry in entries:
+        what = Text(str(entry.get("summary", "")))
+        reference = entry.get("reference")
+        if reference and reference != "-":
+            what.append(f"\n{reference}", style="dim")
+        table.add_row(
+            Text(str(entry.get("name", ""))),
+            Text(str(entry.get("family", ""))),
+            Text("exact" if entry.get("exact") else "heuristic"),
+            Text(str(entry.get("needs", ""))),
+            what,
+        )
+    return table

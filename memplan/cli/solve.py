@@ -1,0 +1,261 @@
+"""``memplan solve`` and ``memplan simulate``: plan a chain within a budget, replay a plan."""
+
+import enum
+import json
+from contextlib import nullcontext
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from memplan.cli import common
+from memplan.cli.common import (
+    EXIT_INFEASIBLE,
+    err_console,
+    guard,
+    option_rate,
+    option_size,
+    passthrough,
+    profile_source,
+    resolve_format,
+    size_text,
+    write_output,
+)
+from memplan.errors import InputError
+
+
+class Optimizer(str, enum.Enum):
+    none = "none"
+    sgd = "sgd"
+    momentum = "momentum"
+    adam = "adam"
+
+
+class SolveFormat(str, enum.Enum):
+    table = "table"
+    json = "json"
+    yaml = "yaml"
+
+
+class SimulateFormat(str, enum.Enum):
+    table = "table"
+    json = "json"
+
+
+PROFILE_HELP = (
+    "Profile: a YAML/JSON file, '-' for stdin, or a bundled name (resnet50). "
+    "Left out, it is read from stdin when stdin is a pipe."
+)
+MEM_HELP = (
+    "Memory budget for the whole iteration, static memory included: 8GB, 8GiB, 512MiB, bytes."
+)
+OPTIMIZER_HELP = (
+    "Static memory counted in the budget: none 0, sgd 2W, momentum 3W, adam 4W (W = weights)."
+)
+OUTPUT_HELP = "Write the document to FILE atomically instead of stdout (format from its suffix)."
+
+
+def _spinner(text: str):
+    console = err_console()
+    if console.is_terminal:
+        return console.status(text, spinner="dots")
+    return nullcontext()
+
+
+def solve(
+    profile: Annotated[
+        str | None, typer.Argument(metavar="PROFILE", help=PROFILE_HELP, show_default=False)
+    ] = None,
+    algo: Annotated[
+        str | None,
+        typer.Option(
+            "--algo", "-a", metavar="ALGO", help="Algorithm (see `memplan algos`). [required]"
+        ),
+    ] = None,
+    mem: Annotated[
+        str | None, typer.Option("--mem", "-m", metavar="SIZE", help=MEM_HELP + " [required]")
+    ] = None,
+    bandwidth: Annotated[
+        str | None,
+        typer.Option(metavar="RATE", help="Host<->device bandwidth (offload families): 12.2GB/s."),
+    ] = None,
+    gpus: Annotated[
+        int | None, typer.Option(metavar="N", help="Number of GPUs (pipeline family).")
+    ] = None,
+    slots: Annotated[
+        int | None,
+        typer.Option(
+            metavar="N",
+            help="Memory discretization of the DP algorithms (2..100000).  [default: 500]",
+        ),
+    ] = None,
+    time_limit: Annotated[
+        float | None,
+        typer.Option("--time-limit", metavar="SECONDS", help="Time limit of CP-SAT solvers."),
+    ] = None,
+    optimizer: Annotated[Optimizer, typer.Option(help=OPTIMIZER_HELP)] = Optimizer.sgd,
+    fmt: Annotated[
+        SolveFormat | None,
+        typer.Option(
+            "--format", "-f", help="table (stderr) or one json/yaml document.  [default: table]"
+        ),
+    ] = None,
+    output: Annotated[
+        Path | None, typer.Option("--output", "-o", metavar="FILE", help=OUTPUT_HELP)
+    ] = None,
+) -> None:
+    """Find a training schedule that fits a memory budget.
+
+    Exit 0 when a plan fits, 1 when the algorithm finds none (the message says the least memory
+    that fits, when known), 2 on bad input.
+
+    Example: `memplan solve resnet50 --algo rotor --mem 8GB --format json`
+    """
+    import memplan
+    from memplan.api import DEFAULT_SLOTS, algorithms
+
+    with guard():
+        form = resolve_format(fmt, output, ("table", "json", "yaml"))
+        if algo is None:
+            names = ", ".join(a["name"] for a in algorithms())
+            raise InputError(f"--algo: an algorithm is required, one of: {names}")
+        if mem is None:
+            raise InputError("--mem: a memory budget is required, e.g. --mem 8GB")
+        memory = option_size("--mem", mem)
+        rate = option_rate("--bandwidth", bandwidth)
+        common.check_positive("--gpus", gpus)
+        common.check_positive("--time-limit", time_limit)
+        prof = memplan.load_profile(profile_source(profile))
+        extra = passthrough(memplan.solve, bandwidth=rate, gpus=gpus, time_limit=time_limit)
+        with _spinner(f"solving with {algo}"):
+            schedule = memplan.solve(
+                prof,
+                algo=algo,
+                memory=memory,
+                slots=DEFAULT_SLOTS if slots is None else slots,
+                optimizer=optimizer.value,
+                **extra,
+            )
+        if form == "table":
+            console = err_console()
+            console.print(_render_summary(schedule, prof))
+            if schedule.feasible and schedule.ops:
+                from memplan.cli.render import ops_table
+
+                console.print(ops_table(schedule, [s.name for s in prof.stages]))
+        else:
+            write_output(schedule.to_json() if form == "json" else schedule.to_yaml(), output)
+        if not schedule.feasible:
+            common.echo_err(infeasible_line(schedule))
+            raise typer.Exit(EXIT_INFEASIBLE)
+
+
+def _render_summary(schedule: Any, prof: Any):
+    from memplan.cli.render import schedule_summary
+
+    return schedule_summary(schedule, prof.length)
+
+
+def infeasible_line(schedule: Any) -> str:
+    """One line: which budget failed and, when known, the least memory that fits."""
+    line = (
+        f"memplan: infeasible: no {schedule.algorithm} plan fits in "
+        f"{size_text(schedule.budget.memory)}"
+    )
+    if schedule.min_memory is not None:
+        line += f"; the least memory that fits is {size_text(schedule.min_memory)}"
+    elif schedule.solver.message:
+        line += f"; {' '.join(schedule.solver.message.split())}"
+    else:
+        line += "; the least memory that fits is not known for this algorithm"
+    return line
+
+
+def simulate(
+    profile: Annotated[
+        str, typer.Argument(help="The profile the schedule was made for ('-': stdin).")
+    ],
+    schedule: Annotated[
+        str, typer.Argument(help="A memplan-schedule/1 file, JSON or YAML ('-': stdin).")
+    ],
+    mem: Annotated[
+        str | None,
+        typer.Option(
+            "--mem",
+            "-m",
+            metavar="SIZE",
+            help="Budget to check against.  [default: the schedule's]",
+        ),
+    ] = None,
+    fmt: Annotated[
+        SimulateFormat | None,
+        typer.Option("--format", "-f", help="table (stderr) or a json document.  [default: table]"),
+    ] = None,
+) -> None:
+    """Replay a schedule with the independent simulator and check it against a budget.
+
+    Exit 0 when the schedule is valid, fits the budget and matches its own claims; 1 otherwise,
+    with one line naming the first violation; 2 on bad input.
+
+    Example: `memplan solve net.yaml --algo rotor --mem 2GB -f json | memplan simulate net.yaml -`
+    """
+    import memplan
+
+    with guard():
+        form = resolve_format(fmt, None, ("table", "json"))
+        if profile == "-" and schedule == "-":
+            raise InputError("PROFILE and SCHEDULE cannot both be '-' (stdin)")
+        budget = option_size("--mem", mem)
+        sched = memplan.load_schedule(schedule)
+        prof = memplan.load_profile(profile)
+        if budget is None:
+            budget = sched.budget.memory
+        if not sched.feasible:
+            doc = _simulation_doc(sched, prof, budget, None)
+            doc["violation"] = (
+                "the schedule is marked infeasible (feasible: false): no plan to replay"
+            )
+        else:
+            result = memplan.simulate(prof, sched, memory=budget)
+            doc = _simulation_doc(sched, prof, budget, result)
+        if sched.profile.sha256 and sched.profile.sha256 != prof.sha256():
+            common.echo_err(
+                f"memplan: warning: the schedule was made for a profile with sha256 "
+                f"{sched.profile.sha256[:12]}..., this one has {prof.sha256()[:12]}..."
+            )
+        if form == "json":
+            write_output(json.dumps(doc, indent=2), None)
+        else:
+            from memplan.cli.render import simulation_summary
+
+            err_console().print(simulation_summary(doc))
+        if not (doc["valid"] and doc["fits"]):
+            common.echo_err(f"memplan: invalid: {doc['violation']}")
+            raise typer.Exit(EXIT_INFEASIBLE)
+
+
+def _simulation_doc(sched: Any, prof: Any, budget: int | None, result: Any) -> dict[str, Any]:
+    """What ``simulate --format json`` prints (documented in docs/cli.md)."""
+    valid = bool(result is not None and result.valid)
+    makespan = getattr(result, "makespan", None)
+    peak = getattr(result, "peak_memory", None)
+    violation = getattr(result, "violation", None)
+    fits = valid and (budget is None or peak is None or peak <= budget)
+    if valid and not fits and not violation:
+        violation = f"peak memory {size_text(peak)} exceeds the budget {size_text(budget)}"
+    if not valid and not violation:
+        violation = "the replay rejected the schedule"
+    return {
+        "valid": valid,
+        "fits": fits,
+        "makespan": makespan,
+        "peak_memory": peak,
+        "budget": budget,
+        "violation": None if (valid and fits) else violation,
+        "violation_index": None if (valid and fits) else getattr(result, "violation_index", None),
+        "static_memory": sched.static_memory,
+        "algorithm": sched.algorithm,
+        "model": prof.model,
+        "claimed_makespan": sched.makespan,
+        "claimed_peak_memory": sched.peak_memory,
+    }

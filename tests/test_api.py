@@ -1,0 +1,76 @@
+"""The Python API of the SPEC: what a notebook or a test harness calls."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+import memplan
+from memplan.profile.synthetic import random_chain
+
+
+def test_spec_example_round_trip():
+    prof = memplan.load_profile(random_chain(8, seed=5).to_dict())
+    sched = memplan.solve(prof, algo="rotor", memory=400, slots=500, optimizer="none")
+    assert sched.feasible and sched.peak_memory <= 400
+    assert json.loads(sched.to_json())["makespan"] == sched.makespan
+    check = memplan.simulate(prof, sched)
+    assert check.valid and check.makespan == pytest.approx(sched.makespan)
+    assert check.peak_memory == sched.peak_memory and check.violation is None
+
+
+def test_algorithms_stays_a_function_after_solving():
+    memplan.solve(random_chain(3, seed=1), "rotor", "1GB")
+    names = [a["name"] for a in memplan.algorithms()]
+    assert names[:4] == ["store-all", "periodic", "revolve", "rotor"]
+
+
+def test_infeasible_is_a_status_not_an_exception():
+    prof = random_chain(5, seed=2)
+    sched = memplan.solve(prof, "rotor", 1, optimizer="none")
+    assert not sched.feasible and sched.solver.status == "infeasible"
+    assert sched.min_memory > 1 and sched.ops == []
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"algo": "nope"}, "unknown algorithm 'nope'; choose one of: store-all"),
+        ({"memory": "8G"}, "ambiguous"),
+        ({"memory": None}, "memory budget is required"),
+        ({"slots": 1}, "--slots 1: expected an integer from 2 to"),
+        ({"optimizer": "lion"}, "--optimizer 'lion'"),
+    ],
+)
+def test_bad_arguments_raise_input_error(kwargs, message):
+    args = {"algo": "rotor", "memory": "1GB"} | kwargs
+    with pytest.raises(memplan.InputError, match=message):
+        memplan.solve(random_chain(3), **args)
+
+
+def test_import_is_light():
+    """``import memplan`` must not import torch, matplotlib or ortools (fast CLI start-up)."""
+    code = (
+        "import sys, memplan; "
+        "print([m for m in ('torch', 'matplotlib', 'ortools') if m in sys.modules])"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
+def test_written_files_have_normal_permissions(tmp_path):
+    path = tmp_path / "p.yaml"
+    memplan.save_profile(random_chain(2), path)
+    assert path.stat().st_mode & 0o044  # readable by group/others under the usual umask
+
+
+def test_describe_reports_memory_per_family():
+    prof = random_chain(6, seed=3)
+    info = memplan.api.describe(prof, optimizer="none")
+    assert info["min_memory"]["chain"] <= info["store_all_memory"]
+    assert not memplan.solve(prof, "rotor", info["min_memory"]["chain"] - 1, optimizer="none").feasible
+    assert memplan.solve(prof, "rotor", info["min_memory"]["chain"], optimizer="none").feasible
+    assert memplan.solve(prof, "store-all", info["store_all_memory"], optimizer="none").feasible
