@@ -1,0 +1,88 @@
+"""Regenerate the profiles bundled with memplan (``memplan/profiles/*.yaml``) on this machine.
+
+Each profile is measured with :func:`memplan.torch.profile_model` and written atomically with
+:func:`memplan.profile.save_profile`; the bundled name is the file stem (``resnet50.yaml`` is
+``memplan solve resnet50 ...``). The sizes below keep the whole run to about a quarter of an hour
+on two CPU cores; the device recorded in each file is the machine that ran the script.
+
+Usage::
+
+    python benchmarks/make_profiles.py                    # every profile
+    python benchmarks/make_profiles.py resnet18 gpt-small # some of them
+    python benchmarks/make_profiles.py --list
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from memplan.profile import save_profile
+from memplan.torch.profiler import profile_model
+
+OUT_DIR = Path(__file__).resolve().parent.parent / "memplan" / "profiles"
+
+# file stem -> (model name, batch size, input shape of one sample)
+PROFILES: dict[str, tuple[str, int, tuple[int, ...]]] = {
+    "resnet18": ("resnet18", 16, (3, 224, 224)),
+    "resnet50": ("resnet50", 16, (3, 224, 224)),
+    "resnet101": ("resnet101", 8, (3, 224, 224)),
+    "resnet152": ("resnet152", 8, (3, 224, 224)),
+    "vgg16": ("vgg16", 8, (3, 224, 224)),
+    "densenet121": ("densenet121", 8, (3, 224, 224)),
+    "gpt-small": ("gpt-small", 1, (512,)),
+}
+REPEATS = 3
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("names", nargs="*", help="profiles to make (default: all)")
+    parser.add_argument("--repeats", type=int, default=REPEATS, help="timed iterations per stage")
+    parser.add_argument("--threads", type=int, default=2, help="torch intra-op threads")
+    parser.add_argument("--out", type=Path, default=OUT_DIR, help="output directory")
+    parser.add_argument("--list", action="store_true", help="list the profiles and exit")
+    args = parser.parse_args(argv)
+    if args.list:
+        for stem, (model, batch, shape) in PROFILES.items():
+            print(f"{stem}: {model}, batch {batch}, input {'x'.join(map(str, shape))}")
+        return 0
+    unknown = [name for name in args.names if name not in PROFILES]
+    if unknown:
+        parser.error(f"unknown profiles {', '.join(unknown)}; choose from {', '.join(PROFILES)}")
+    torch.set_num_threads(args.threads)
+    args.out.mkdir(parents=True, exist_ok=True)
+    started = time.perf_counter()
+    for stem in args.names or list(PROFILES):
+        model, batch, shape = PROFILES[stem]
+        began = time.perf_counter()
+
+        def progress(stage: str, done: int, total: int, stem: str = stem) -> None:
+            print(f"  {stem}: {done}/{total} {stage}", file=sys.stderr, flush=True)
+
+        prof = profile_model(
+            model,
+            batch_size=batch,
+            input_shape=shape,
+            device="cpu",
+            repeats=args.repeats,
+            progress=progress,
+        )
+        path = args.out / f"{stem}.yaml"
+        save_profile(prof, path)
+        print(
+            f"{stem}: {len(prof.stages)} stages, batch {batch}, "
+            f"iteration {prof.lower_bound:.1f} ms, "
+            f"{time.perf_counter() - began:.0f} s -> {path}",
+            flush=True,
+        )
+    print(f"total {time.perf_counter() - started:.0f} s", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,31 @@
+"""Profiling PyTorch models for memplan (needs the ``torch`` extra).
+
+``import memplan`` never imports torch; ``import memplan.torch`` does.
+
+>>> from memplan.torch import profile_model                                 # doctest: +SKIP
+>>> prof = profile_model("resnet18", batch_size=8, input_shape=(3, 224, 224))  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+try:
+    import torch as _torch  # noqa: F401
+except ImportError as exc:  # pragma: no cover - depends on the environment
+    raise ImportError("memplan.torch needs PyTorch: pip install 'memplan[torch]'") from exc
+
+from memplan.torch.linearize import Chain, linearize, split_model
+from memplan.torch.models import MODELS, build_model, example_input, model_names
+from memplan.torch.profiler import measure_stage, profile_chain, profile_model
+
+__all__ = [
+    "MODELS",
+    "Chain",
+    "build_model",
+    "example_input",
+    "linearize",
+    "measure_stage",
+    "model_names",
+    "profile_chain",
+    "profile_model",
+    "split_model",
+]

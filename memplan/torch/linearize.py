@@ -1,0 +1,367 @@
+"""Cut a model into a chain of stages ``x_0 -> stage_0 -> x_1 -> ... -> stage_{L-1} = loss``.
+
+The chain algorithms need a sequence of stages, each reading exactly one tensor (the previous
+stage's output) and writing one tensor. :func:`split_model` knows how to cut
+
+* ResNets (torchvision layout): ``stem`` (conv1, bn1, relu, maxpool), one stage per residual
+  block (``layer1.0`` ...), ``head`` (avgpool, flatten, fc);
+* DenseNets: ``stem``, one stage per dense block and per transition, ``head`` (norm5, relu,
+  pooling, classifier): the layers inside a dense block all read the block's concatenated
+  features, so a block is the finest linear cut;
+* ``features``/``classifier`` networks (VGG, AlexNet, MobileNetV2): when ``features`` holds bare
+  convolutions (VGG) one stage per convolution with the activation and pooling that follow it
+  (``features.0-1``), otherwise one stage per child of ``features`` (MobileNetV2's blocks), then
+  ``head`` (pooling, flatten, classifier);
+* any module with a ``memplan_stages()`` method returning ``[(name, module), ...]`` (the built-in
+  GPT: ``embedding``, ``block0`` ..., ``head``);
+* any ``nn.Sequential``: its children.
+
+:func:`linearize` appends the loss stage and checks, with the model in eval mode, that running
+the chain gives the model's output.
+
+Examples
+--------
+>>> from memplan.torch.models import build_model
+>>> model, x, _ = build_model("resnet18", batch_size=1, input_shape=(3, 32, 32))
+>>> chain = linearize(model, x)
+>>> chain.names[:3], chain.names[-2:], len(chain)
+(['stem', 'layer1.0', 'layer1.1'], ['head', 'loss'], 11)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from memplan.errors import InputError
+
+__all__ = [
+    "Chain",
+    "ClassificationLoss",
+    "MeanSquareLoss",
+    "NextTokenLoss",
+    "linearize",
+    "make_loss",
+    "split_model",
+]
+
+IGNORE_INDEX = -100
+
+
+class ClassificationLoss(nn.Module):
+    """Cross-entropy of ``(batch, classes)`` logits against fixed targets.
+
+    Parameters
+    ----------
+    targets : Tensor
+        Class indices, shape ``(batch,)``; kept as a non-persistent buffer.
+    """
+
+    def __init__(self, targets: Tensor) -> None:
+        super().__init__()
+        self.register_buffer("targets", targets, persistent=False)
+
+    def forward(self, logits: Tensor) -> Tensor:
+        return F.cross_entropy(logits, self.targets)
+
+
+class NextTokenLoss(nn.Module):
+    """Language-model cross-entropy: position ``t`` predicts token ``t + 1``.
+
+    The last position has no target (``ignore_index``), so the logits are used whole, as a view,
+    without the copy that slicing ``logits[:, :-1]`` would make.
+
+    Parameters
+    ----------
+    tokens : Tensor
+        The input token ids, shape ``(batch, seq)``.
+    """
+
+    def __init__(self, tokens: Tensor) -> None:
+        super().__init__()
+        targets = tokens.roll(-1, dims=-1).clone()
+        targets[..., -1] = IGNORE_INDEX
+        self.register_buffer("targets", targets, persistent=False)
+
+    def forward(self, logits: Tensor) -> Tensor:
+        flat = logits.reshape(-1, logits.shape[-1])
+        return F.cross_entropy(flat, self.targets.reshape(-1), ignore_index=IGNORE_INDEX)
+
+
+class MeanSquareLoss(nn.Module):
+    """A stand-in loss for outputs that are neither logits nor token logits: ``mean(x^2) / 2``."""
+
+    def forward(self, x: Tensor) -> Tensor:
+        return x.square().mean() * 0.5
+
+
+def make_loss(output: Tensor, example_input: Tensor, seed: int = 0) -> nn.Module:
+    """Choose the loss stage for a model's output.
+
+    Parameters
+    ----------
+    output : Tensor
+        The model's output on ``example_input``.
+    example_input : Tensor
+        The chain input.
+    seed : int
+        Seed of the random classification targets.
+
+    Returns
+    -------
+    nn.Module
+        :class:`NextTokenLoss` for ``(batch, seq, vocab)`` logits of ``(batch, seq)`` token ids,
+        :class:`ClassificationLoss` with fixed random targets for ``(batch, classes)`` logits,
+        :class:`MeanSquareLoss` otherwise.
+    """
+    if (
+        output.dim() == 3
+        and not example_input.is_floating_point()
+        and tuple(example_input.shape) == tuple(output.shape[:2])
+    ):
+        return NextTokenLoss(example_input.to(output.device))
+    if output.dim() == 2 and output.shape[1] > 0:
+        generator = torch.Generator().manual_seed(seed)
+        targets = torch.randint(0, output.shape[1], (output.shape[0],), generator=generator)
+        return ClassificationLoss(targets.to(output.device))
+    return MeanSquareLoss()
+
+
+@dataclass
+class Chain:
+    """A linearized model: ``stages[k]`` maps x_k to x_{k+1}; the last stage is the loss.
+
+    Attributes
+    ----------
+    stages : list of (str, nn.Module)
+        Named stages in forward order. They share their parameters with the original model.
+    """
+
+    stages: list[tuple[str, nn.Module]]
+
+    @property
+    def names(self) -> list[str]:
+        """Stage names in forward order."""
+        return [name for name, _ in self.stages]
+
+    @property
+    def modules(self) -> list[nn.Module]:
+        """Stage modules in forward order."""
+        return [module for _, module in self.stages]
+
+    def __len__(self) -> int:
+        return len(self.stages)
+
+    def forward(self, x: Tensor, stop: int | None = None) -> Tensor:
+        """Run stages ``0 .. stop-1`` (all of them, loss included, by default)."""
+        for _, module in self.stages[:stop]:
+            x = module(x)
+        return x
+
+    def logits(self, x: Tensor) -> Tensor:
+        """Run every stage but the loss: the model's output."""
+        return self.forward(x, stop=len(self.stages) - 1)
+
+
+def _resnet_stages(model: nn.Module) -> list[tuple[str, nn.Module]]:
+    stem = nn.Sequential(model.conv1, model.bn1, model.relu, model.maxpool)
+    stages: list[tuple[str, nn.Module]] = [("stem", stem)]
+    for i in range(1, 5):
+        for j, block in enumerate(getattr(model, f"layer{i}")):
+            stages.append((f"layer{i}.{j}", block))
+    stages.append(("head", nn.Sequential(model.avgpool, nn.Flatten(1), model.fc)))
+    return stages
+
+
+def _densenet_stages(model: nn.Module) -> list[tuple[str, nn.Module]]:
+    children = list(model.features.named_children())
+    kinds = [name.startswith(("denseblock", "transition")) for name, _ in children]
+    first = kinds.index(True)
+    last = len(kinds) - 1 - kinds[::-1].index(True)
+    stages: list[tuple[str, nn.Module]] = []
+    if first > 0:
+        stages.append(("stem", nn.Sequential(*(m for _, m in children[:first]))))
+    stages += children[first : last + 1]
+    trailing = [m for _, m in children[last + 1 :]]
+    head = nn.Sequential(
+        *trailing,
+        nn.ReLU(inplace=bool(trailing)),
+        nn.AdaptiveAvgPool2d((1, 1)),
+        nn.Flatten(1),
+        model.classifier,
+    )
+    stages.append(("head", head))
+    return stages
+
+
+def _features_stages(model: nn.Module) -> list[tuple[str, nn.Module]]:
+    children = list(model.features.named_children())
+    stages: list[tuple[str, nn.Module]] = []
+    if any(isinstance(m, nn.Conv2d) for _, m in children):
+        groups: list[list[tuple[str, nn.Module]]] = []
+        for name, module in children:
+            if isinstance(module, nn.Conv2d) or not groups:
+                groups.append([])
+            groups[-1].append((name, module))
+        for group in groups:
+            first, last = group[0][0], group[-1][0]
+            label = f"features.{first}" if first == last else f"features.{first}-{last}"
+            stages.append((label, nn.Sequential(*(m for _, m in group))))
+    else:
+        stages = [(f"features.{name}", module) for name, module in children]
+    pool = getattr(model, "avgpool", None)
+    if not isinstance(pool, nn.Module):
+        pool = nn.AdaptiveAvgPool2d((1, 1))
+    stages.append(("head", nn.Sequential(pool, nn.Flatten(1), model.classifier)))
+    return stages
+
+
+def _sequential_stages(model: nn.Sequential) -> list[tuple[str, nn.Module]]:
+    return [
+        (f"{type(m).__name__.lower()}{name}" if name.isdigit() else name, m)
+        for name, m in model.named_children()
+    ]
+
+
+def _has(model: nn.Module, *names: str) -> bool:
+    return all(isinstance(getattr(model, name, None), nn.Module) for name in names)
+
+
+def split_model(model: nn.Module) -> list[tuple[str, nn.Module]]:
+    """Cut a model into named stages, loss excluded (see the module docstring for the rules).
+
+    Parameters
+    ----------
+    model : nn.Module
+        A ResNet, DenseNet, VGG/MobileNetV2-like, ``nn.Sequential`` or a module with
+        ``memplan_stages()``.
+
+    Returns
+    -------
+    list of (str, nn.Module)
+        The stages in forward order, sharing the model's parameters.
+
+    Raises
+    ------
+    InputError
+        When the model has none of the known structures.
+    """
+    kind = type(model).__name__
+    custom = getattr(model, "memplan_stages", None)
+    if callable(custom):
+        stages = list(custom())
+        if not all(
+            isinstance(s, tuple) and len(s) == 2 and isinstance(s[1], nn.Module) for s in stages
+        ):
+            raise InputError(f"{kind}.memplan_stages(): expected a list of (name, nn.Module)")
+        stages = [(str(name), module) for name, module in stages]
+    elif _has(model, "conv1", "bn1", "relu", "maxpool", "layer1", "layer2", "layer3", "layer4",
+              "avgpool", "fc"):  # fmt: skip
+        stages = _resnet_stages(model)
+    elif _has(model, "features", "classifier") and isinstance(model.features, nn.Sequential):
+        names = [name for name, _ in model.features.named_children()]
+        if any(name.startswith("denseblock") for name in names):
+            stages = _densenet_stages(model)
+        else:
+            stages = _features_stages(model)
+    elif isinstance(model, nn.Sequential):
+        stages = _sequential_stages(model)
+    else:
+        raise InputError(
+            f"cannot linearize {kind}: not a ResNet, DenseNet, VGG/MobileNetV2 (features + "
+            "classifier) or nn.Sequential; give it a memplan_stages() method returning "
+            "[(name, module), ...]"
+        )
+    if not stages:
+        raise InputError(f"cannot linearize {kind}: it has no stages")
+    return stages
+
+
+@contextmanager
+def eval_mode(*modules: nn.Module) -> Iterator[None]:
+    """Put modules in eval mode and restore each submodule's own training flag afterwards."""
+    flags = [(m, m.training) for module in modules for m in module.modules()]
+    try:
+        for module in modules:
+            module.eval()
+        yield
+    finally:
+        for m, training in flags:
+            m.training = training
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0] if text else type(exc).__name__
+
+
+def linearize(model: nn.Module, example_input: Tensor, *, verify: bool = True) -> Chain:
+    """Turn a model into a :class:`Chain` ending with its loss stage, and check it.
+
+    The chain is run once in eval mode without gradients: every stage must return a single
+    floating-point tensor, and (when ``verify``) the output before the loss must equal the
+    model's own output on ``example_input`` (``torch.testing.assert_close``).
+
+    Parameters
+    ----------
+    model : nn.Module
+        The model; see :func:`split_model` for the structures understood.
+    example_input : Tensor
+        An input of the model (images, or token ids for transformers), on the model's device.
+    verify : bool
+        Compare the chain's output with ``model(example_input)``.
+
+    Returns
+    -------
+    Chain
+        Stages ``stage_0 .. stage_{L-1}``, the last being the loss (see :func:`make_loss`).
+
+    Raises
+    ------
+    InputError
+        When the model cannot be cut, a stage does not return one floating-point tensor, the
+        model fails on the input, or the chain does not reproduce the model's output.
+    """
+    kind = type(model).__name__
+    stages = split_model(model)
+    with eval_mode(model, *(m for _, m in stages)), torch.no_grad():
+        x = example_input
+        for name, module in stages:
+            try:
+                x = module(x)
+            except (RuntimeError, ValueError, TypeError, IndexError) as exc:
+                raise InputError(
+                    f"cannot linearize {kind}: stage {name!r} failed: {_first_line(exc)}"
+                ) from None
+            if not isinstance(x, Tensor) or not x.is_floating_point():
+                what = x.dtype if isinstance(x, Tensor) else type(x).__name__
+                raise InputError(
+                    f"cannot linearize {kind}: stage {name!r} returns {what}; every stage must "
+                    "return one floating-point tensor"
+                )
+        if verify:
+            try:
+                expected = model(example_input)
+            except (RuntimeError, ValueError, TypeError, IndexError) as exc:
+                raise InputError(f"{kind} fails on the example input: {_first_line(exc)}") from None
+            if not isinstance(expected, Tensor) or expected.shape != x.shape:
+                shape = tuple(expected.shape) if isinstance(expected, Tensor) else type(expected)
+                raise InputError(
+                    f"cannot linearize {kind}: the chain's output {tuple(x.shape)} differs from "
+                    f"the model's {shape}"
+                )
+            try:
+                torch.testing.assert_close(x, expected, equal_nan=True)
+            except AssertionError:
+                diff = (x.double() - expected.double()).abs().max().item()
+                raise InputError(
+                    f"cannot linearize {kind}: the chain does not reproduce the model's output "
+                    f"(max abs difference {diff:.3g})"
+                ) from None
+    loss = make_loss(x, example_input)
+    return Chain(stages=[*stages, ("loss", loss)])

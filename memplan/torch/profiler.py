@@ -1,0 +1,644 @@
+"""Measure a model stage by stage and return a ``memplan-profile/1`` :class:`~memplan.Profile`.
+
+For each stage ``k`` of the chain (see :mod:`memplan.torch.linearize`) the profiler feeds the
+stage the output of stage ``k-1`` and runs one warm-up iteration, one instrumented iteration and
+``repeats`` timed iterations (an iteration is the stage's forward then its backward):
+
+``forward_time`` / ``backward_time``
+    Median over the timed iterations, ``time.perf_counter`` around the call, after
+    ``torch.cuda.synchronize`` on CUDA.
+``output_size``
+    Bytes of the storage of the stage output x_{k+1}.
+``saved_size``
+    Bytes of the tensors autograd saves for the backward (``saved_tensors_hooks``): the union of
+    their storages, each counted once, without the storage of the stage input x_k and without
+    parameters and buffers (static memory), plus the output storage when it is not among them.
+``forward_overhead`` / ``backward_overhead``
+    Temporary memory. On CPU, from the allocator events of ``torch.profiler`` (``profile_memory``):
+    the peak of the bytes allocated during the forward beyond ``saved_size``; during the backward,
+    beyond the gradient of the input, not counting the weight gradients (static memory). On CUDA,
+    the same from ``torch.cuda.max_memory_allocated``. Clamped at 0.
+``weight_size``
+    Bytes of the stage's parameters (a parameter shared by stages counts in the first one).
+
+docs/profiling.md describes the method and its approximations.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import statistics
+import tempfile
+import time
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+
+import torch
+from torch import Tensor, nn
+
+import memplan
+from memplan.errors import InputError
+from memplan.profile.model import Device, Measured, Profile, Stage
+from memplan.torch.linearize import Chain, linearize
+from memplan.torch.models import build_model
+from memplan.torch.models import example_input as default_example_input
+
+__all__ = ["DTYPES", "StageMeasurement", "measure_stage", "profile_chain", "profile_model"]
+
+DTYPES: dict[str, torch.dtype] = {
+    "float32": torch.float32,
+    "bfloat16": torch.bfloat16,
+    "float16": torch.float16,
+}
+"""The data types ``--dtype`` accepts."""
+
+ProgressCallback = Callable[[str, int, int], None]
+
+_BANDWIDTH_BYTES = 256 * 2**20
+
+
+# --------------------------------------------------------------------------------------------
+# Small helpers
+# --------------------------------------------------------------------------------------------
+
+
+def _storage_key(tensor: Tensor) -> tuple[int, int] | None:
+    """(data pointer, bytes) of a tensor's storage; None for tensors without real storage."""
+    try:
+        storage = tensor.untyped_storage()
+        ptr = storage.data_ptr()
+    except (RuntimeError, NotImplementedError, AttributeError):
+        return None
+    return (ptr, storage.nbytes()) if ptr else None
+
+
+def _storage_bytes(tensor: Tensor | None) -> int:
+    key = None if tensor is None else _storage_key(tensor)
+    return 0 if key is None else key[1]
+
+
+def _static_pointers(module: nn.Module) -> set[int]:
+    """Storage pointers of a module's parameters and buffers (static memory, never 'saved')."""
+    keys = (_storage_key(t) for t in [*module.parameters(), *module.buffers()])
+    return {key[0] for key in keys if key is not None}
+
+
+def _clear_grads(module: nn.Module) -> None:
+    for p in module.parameters():
+        p.grad = None
+
+
+def _median_ms(samples: Iterable[float]) -> float:
+    return round(statistics.median(samples) * 1000.0, 6)
+
+
+def _resolve_device(device: str) -> torch.device:
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        dev = torch.device(device)
+    except RuntimeError:
+        raise InputError(f"--device {device!r}: expected auto, cpu or cuda") from None
+    if dev.type not in ("cpu", "cuda"):
+        raise InputError(f"--device {device!r}: expected auto, cpu or cuda")
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise InputError(f"--device {device}: no CUDA device available (use --device cpu)")
+    return dev
+
+
+def _synchronizer(device: torch.device) -> Callable[[], None]:
+    if device.type == "cuda":
+        return lambda: torch.cuda.synchronize(device)
+    return lambda: None
+
+
+# --------------------------------------------------------------------------------------------
+# Memory probes: peak bytes allocated while a function runs
+# --------------------------------------------------------------------------------------------
+
+
+class _MemoryProbe:
+    """Peak of the bytes allocated while ``fn`` runs, relative to the start.
+
+    ``ignore`` (called after ``fn``) maps the storage pointers to the sizes of the tensors that
+    ``fn`` allocated and that are not temporary (the weight gradients, static memory): they are
+    left out of the peak.
+    """
+
+    method = ""
+
+    def peak(self, fn: Callable[[], object], ignore: Callable[[], dict[int, int]]) -> int:
+        raise NotImplementedError
+
+
+class _CpuProbe(_MemoryProbe):
+    """``torch.profiler`` allocator events (``profile_memory=True``), replayed in order."""
+
+    method = "torch.profiler memory events"
+
+    def peak(self, fn: Callable[[], object], ignore: Callable[[], dict[int, int]]) -> int:
+        # Kineto logs two lines per session on stderr, below every log level but the highest;
+        # the variable is read when the profiler first starts in the process.
+        os.environ.setdefault("KINETO_LOG_LEVEL", "6")
+        activities = [torch.profiler.ProfilerActivity.CPU]
+        with torch.profiler.profile(activities=activities, profile_memory=True) as prof:
+            fn()
+        return self._replay(self._events(prof), ignore())
+
+    @staticmethod
+    def _events(prof: torch.profiler.profile) -> list[tuple[int, int]]:
+        """(address, +bytes or -bytes) of every CPU allocation and free, in time order."""
+        with tempfile.TemporaryDirectory(prefix="memplan-") as tmp:
+            path = Path(tmp) / "trace.json"
+            prof.export_chrome_trace(str(path))
+            trace = json.loads(path.read_text(encoding="utf-8"))
+        events = trace.get("traceEvents", []) if isinstance(trace, dict) else trace
+        memory = []
+        for event in events:
+            args = event.get("args") or {}
+            if event.get("name") != "[memory]" or args.get("Device Type", 0) != 0:
+                continue
+            order = (float(event.get("ts", 0.0)), int(args.get("Ev Idx", 0)))
+            memory.append((order, int(args.get("Addr", 0)), int(args.get("Bytes", 0))))
+        memory.sort(key=lambda item: item[0])
+        return [(addr, nbytes) for _, addr, nbytes in memory]
+
+    @staticmethod
+    def _replay(events: list[tuple[int, int]], ignore: Iterable[int]) -> int:
+        live: dict[int, int] = {}  # address -> index of the allocation still live
+        for i, (addr, nbytes) in enumerate(events):
+            if nbytes > 0:
+                live[addr] = i
+            else:
+                live.pop(addr, None)
+        skipped = {live[addr] for addr in ignore if addr in live}
+        total = peak = 0
+        for i, (_, nbytes) in enumerate(events):
+            if i not in skipped:
+                total += nbytes
+                peak = max(peak, total)
+        return peak
+
+
+class _CudaProbe(_MemoryProbe):
+    """``torch.cuda.max_memory_allocated`` around the call, minus the ignored storages.
+
+    All the ignored storages are subtracted from the peak, even those allocated after it: an
+    underestimate when the weight gradients are not all allocated by the time of the peak.
+    """
+
+    method = "torch.cuda.max_memory_allocated"
+
+    def __init__(self, device: torch.device) -> None:
+        self.device = device
+
+    def peak(self, fn: Callable[[], object], ignore: Callable[[], dict[int, int]]) -> int:
+        torch.cuda.synchronize(self.device)
+        base = torch.cuda.memory_allocated(self.device)
+        torch.cuda.reset_peak_memory_stats(self.device)
+        fn()
+        torch.cuda.synchronize(self.device)
+        peak = torch.cuda.max_memory_allocated(self.device) - base
+        return max(0, peak - sum(ignore().values()))
+
+
+# --------------------------------------------------------------------------------------------
+# One stage
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass
+class StageMeasurement:
+    """What :func:`measure_stage` finds for one stage (sizes in bytes, times in ms).
+
+    Attributes
+    ----------
+    output : Tensor
+        The stage output, detached: the next stage's input.
+    grad_size : int
+        Bytes of the gradient of the output (dense, the output's shape and data type).
+    """
+
+    forward_time: float
+    backward_time: float
+    output_size: int
+    grad_size: int
+    saved_size: int
+    forward_overhead: int
+    backward_overhead: int
+    output: Tensor
+
+
+class _StageRunner:
+    """Runs one stage, forward then backward, each time on a fresh copy of its input."""
+
+    def __init__(self, module: nn.Module, x: Tensor, input_grad: bool) -> None:
+        self.module = module
+        self.x = x
+        self.input_grad = input_grad and x.is_floating_point()
+        self.sync = _synchronizer(x.device)
+
+    def fresh_input(self) -> tuple[Tensor | None, Tensor]:
+        """(leaf receiving the input gradient or None, the tensor the stage reads)."""
+        _clear_grads(self.module)
+        if self.input_grad:
+            leaf = self.x.detach().requires_grad_(True)
+            return leaf, leaf.clone()  # a stage may work in place on its input
+        return None, self.x.clone()
+
+    def forward(self, inp: Tensor) -> Tensor:
+        out = self.module(inp)
+        if not isinstance(out, Tensor):
+            raise InputError(
+                f"stage {type(self.module).__name__} returns {type(out).__name__}, not a tensor"
+            )
+        return out
+
+    @staticmethod
+    def output_gradient(out: Tensor) -> Tensor | None:
+        return torch.ones_like(out) if out.requires_grad else None
+
+    def timed(self) -> tuple[float, float, Tensor]:
+        """One iteration: (forward seconds, backward seconds, detached output)."""
+        _, inp = self.fresh_input()
+        self.sync()
+        start = time.perf_counter()
+        out = self.forward(inp)
+        self.sync()
+        forward = time.perf_counter() - start
+        grad = self.output_gradient(out)
+        backward = 0.0
+        if grad is not None:
+            self.sync()
+            start = time.perf_counter()
+            out.backward(grad)
+            self.sync()
+            backward = time.perf_counter() - start
+        return forward, backward, out.detach()
+
+
+def _instrumented(
+    runner: _StageRunner, probe: _MemoryProbe, static: set[int]
+) -> tuple[int, int, int, int, int]:
+    """One iteration under the memory probe and ``saved_tensors_hooks``.
+
+    Returns
+    -------
+    tuple
+        ``(output_size, grad_size, saved_size, forward_overhead, backward_overhead)``.
+    """
+    leaf, inp = runner.fresh_input()
+    saved: dict[int, int] = {}
+
+    def pack(tensor: Tensor) -> Tensor:
+        key = _storage_key(tensor)
+        if key is not None:
+            saved.setdefault(*key)
+        return tensor
+
+    result: list[Tensor] = []
+
+    def forward() -> None:
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
+            result.append(runner.forward(inp))
+
+    runner.sync()
+    forward_peak = probe.peak(forward, dict)
+    out = result.pop()
+    excluded = set(static)
+    for tensor in (inp, leaf):  # the stage input x_k is not part of x-bar_k
+        key = None if tensor is None else _storage_key(tensor)
+        if key is not None:
+            excluded.add(key[0])
+    kept = {ptr: nbytes for ptr, nbytes in saved.items() if ptr not in excluded}
+    out_key = _storage_key(out)
+    output_size = 0 if out_key is None else out_key[1]
+    saved_size = sum(kept.values()) + (output_size if out_key and out_key[0] not in kept else 0)
+    grad_size = out.numel() * out.element_size()
+
+    backward_overhead = 0
+    grad = runner.output_gradient(out)
+    if grad is not None:
+        params = [p for p in runner.module.parameters() if p.requires_grad]
+
+        def weight_grads() -> dict[int, int]:
+            keys = (_storage_key(p.grad) for p in params if p.grad is not None)
+            return dict(key for key in keys if key is not None)
+
+        runner.sync()
+        backward_peak = probe.peak(lambda: out.backward(grad), weight_grads)
+        input_grad_size = _storage_bytes(None if leaf is None else leaf.grad)
+        backward_overhead = max(0, backward_peak - input_grad_size)
+    forward_overhead = max(0, forward_peak - saved_size)
+    return output_size, grad_size, saved_size, forward_overhead, backward_overhead
+
+
+def measure_stage(
+    module: nn.Module,
+    x: Tensor,
+    *,
+    input_grad: bool,
+    repeats: int = 5,
+    probe: _MemoryProbe | None = None,
+    static: set[int] | None = None,
+) -> StageMeasurement:
+    """Measure one stage on input ``x``: times, output and saved sizes, temporary memory.
+
+    One warm-up iteration, one instrumented iteration (sizes, memory), then ``repeats`` timed
+    iterations. The module should be in the mode to profile (train mode for training).
+
+    Parameters
+    ----------
+    module : nn.Module
+        The stage.
+    x : Tensor
+        Its input x_k. The stage runs on a fresh copy each time (a stage may work in place).
+    input_grad : bool
+        Whether the backward computes the gradient of ``x`` (False for the chain input).
+    repeats : int
+        Timed iterations; the median is reported.
+    probe : _MemoryProbe, optional
+        How to measure temporary memory: the CPU or the CUDA probe (by ``x.device``) by default.
+    static : set of int, optional
+        Storage pointers never counted as saved (parameters and buffers); the module's own
+        when omitted.
+
+    Returns
+    -------
+    StageMeasurement
+        With ``output`` the (detached) stage output, the next stage's input.
+    """
+    if probe is None:
+        probe = _CudaProbe(x.device) if x.device.type == "cuda" else _CpuProbe()
+    static = _static_pointers(module) if static is None else static
+    runner = _StageRunner(module, x, input_grad)
+    runner.timed()  # warm-up: allocator caches, lazy initialisation, kernel selection
+    sizes = _instrumented(runner, probe, static)
+    forward_times, backward_times = [], []
+    output = x
+    for _ in range(max(1, repeats)):
+        forward, backward, output = runner.timed()
+        forward_times.append(forward)
+        backward_times.append(backward)
+    _clear_grads(module)
+    output_size, grad_size, saved_size, forward_overhead, backward_overhead = sizes
+    return StageMeasurement(
+        forward_time=_median_ms(forward_times),
+        backward_time=_median_ms(backward_times),
+        output_size=output_size,
+        grad_size=grad_size,
+        saved_size=saved_size,
+        forward_overhead=forward_overhead,
+        backward_overhead=backward_overhead,
+        output=output,
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# Device description
+# --------------------------------------------------------------------------------------------
+
+
+def _cpu_name() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text(encoding="utf-8").splitlines():
+            if line.lower().startswith("model name") and ":" in line:
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or "cpu"
+
+
+def _cpu_memory() -> int | None:
+    try:
+        return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+    except (AttributeError, ValueError, OSError):
+        return None
+
+
+def describe_device(device: torch.device) -> Device:
+    """The ``device:`` block of a profile measured on ``device``."""
+    if device.type == "cuda":
+        props = torch.cuda.get_device_properties(device)
+        return Device(kind="cuda", name=props.name, memory=int(props.total_memory))
+    return Device(kind="cpu", name=_cpu_name(), memory=_cpu_memory())
+
+
+def measure_bandwidth(
+    device: torch.device, nbytes: int = _BANDWIDTH_BYTES, repeats: int = 5
+) -> float:
+    """Host<->device bandwidth in bytes/s: pinned-memory copies, the slower direction's median.
+
+    Parameters
+    ----------
+    device : torch.device
+        A CUDA device.
+    nbytes : int
+        Size of the copied buffer (capped at a quarter of the free device memory).
+    repeats : int
+        Timed copies in each direction.
+    """
+    free, _ = torch.cuda.mem_get_info(device)
+    nbytes = max(2**20, min(nbytes, free // 4))
+    host = torch.empty(nbytes, dtype=torch.uint8, pin_memory=True)
+    dev = torch.empty(nbytes, dtype=torch.uint8, device=device)
+    rates = []
+    for src, dst in ((host, dev), (dev, host)):
+        dst.copy_(src, non_blocking=True)  # warm-up
+        torch.cuda.synchronize(device)
+        times = []
+        for _ in range(max(1, repeats)):
+            start = time.perf_counter()
+            dst.copy_(src, non_blocking=True)
+            torch.cuda.synchronize(device)
+            times.append(time.perf_counter() - start)
+        rates.append(nbytes / statistics.median(times))
+    del host, dev
+    return float(min(rates))
+
+
+# --------------------------------------------------------------------------------------------
+# Whole model
+# --------------------------------------------------------------------------------------------
+
+
+@contextmanager
+def _training_state(modules: list[nn.Module]) -> Iterator[None]:
+    """Train mode during profiling; restore the training flags and buffers (BN statistics)."""
+    flags = [(m, m.training) for module in modules for m in module.modules()]
+    seen: set[int] = set()
+    buffers = []
+    for module in modules:
+        for buffer in module.buffers():
+            if id(buffer) not in seen:
+                seen.add(id(buffer))
+                buffers.append((buffer, buffer.detach().clone()))
+    try:
+        for module in modules:
+            module.train()
+        yield
+    finally:
+        with torch.no_grad():
+            for buffer, value in buffers:
+                buffer.copy_(value)
+        for m, training in flags:
+            m.training = training
+
+
+def profile_chain(
+    chain: Chain,
+    x: Tensor,
+    *,
+    repeats: int = 5,
+    progress: ProgressCallback | None = None,
+) -> list[Stage]:
+    """Measure every stage of a chain, feeding each the previous one's output.
+
+    Parameters
+    ----------
+    chain : Chain
+        The stages (last one the loss), on the device and in the data type of ``x``.
+    x : Tensor
+        The chain input x_0.
+    repeats : int
+        Timed iterations per stage.
+    progress : callable, optional
+        Called as ``progress(stage_name, done, total)`` after each stage.
+
+    Returns
+    -------
+    list of Stage
+        The profile's stages, in forward order.
+    """
+    probe: _MemoryProbe = _CudaProbe(x.device) if x.device.type == "cuda" else _CpuProbe()
+    stages: list[Stage] = []
+    counted: set[int] = set()
+    with _training_state(chain.modules), torch.enable_grad():
+        for k, (name, module) in enumerate(chain.stages):
+            params = [p for p in module.parameters() if id(p) not in counted]
+            counted.update(id(p) for p in params)
+            m = measure_stage(module, x, input_grad=k > 0, repeats=repeats, probe=probe)
+            stages.append(
+                Stage(
+                    name=name,
+                    forward_time=m.forward_time,
+                    backward_time=m.backward_time,
+                    output_size=m.output_size,
+                    saved_size=m.saved_size,
+                    forward_overhead=m.forward_overhead,
+                    backward_overhead=m.backward_overhead,
+                    weight_size=sum(p.numel() * p.element_size() for p in params),
+                    grad_size=None if m.grad_size == m.output_size else m.grad_size,
+                )
+            )
+            x = m.output
+            if progress is not None:
+                progress(name, k + 1, len(chain))
+    return stages
+
+
+def profile_model(
+    model: str | nn.Module,
+    *,
+    example_input: Tensor | None = None,
+    batch_size: int | None = None,
+    input_shape: tuple[int, ...] | None = None,
+    device: str = "auto",
+    dtype: str = "float32",
+    repeats: int = 5,
+    progress: ProgressCallback | None = None,
+    name: str | None = None,
+) -> Profile:
+    """Profile a model for the chain algorithms: one stage per block, the loss last.
+
+    Parameters
+    ----------
+    model : str or nn.Module
+        A model name (``resnet50``, ``gpt-small``, see :data:`memplan.torch.models.MODELS`), a
+        ``package.module:factory`` spec, or a module. A module is moved to ``device`` and
+        ``dtype`` in place; its training flags and buffers are restored afterwards.
+    example_input : Tensor, optional
+        The chain input; built from ``batch_size`` and ``input_shape`` when omitted.
+    batch_size : int, optional
+        Samples per batch (default: 32 for images, the model's own for transformers).
+    input_shape : tuple of int, optional
+        Shape of one sample: ``(3, 224, 224)`` for images (default), ``(seq,)`` for transformers.
+    device : str
+        ``auto`` (CUDA when available, else CPU), ``cpu``, ``cuda`` or ``cuda:N``.
+    dtype : str
+        ``float32``, ``bfloat16`` or ``float16``: weights and floating-point inputs.
+    repeats : int
+        Timed iterations per stage (median reported), after one warm-up iteration.
+    progress : callable, optional
+        ``progress(stage_name, done, total)``, called after each stage.
+    name : str, optional
+        The profile's ``model`` field (default: the model name, or the module's class name).
+
+    Returns
+    -------
+    Profile
+        A validated ``memplan-profile/1`` profile; sizes in bytes, times in ms.
+
+    Raises
+    ------
+    InputError
+        Unknown model, device or dtype, a bad shape, or a model that cannot be linearized.
+
+    Examples
+    --------
+    >>> from memplan.torch import profile_model
+    >>> prof = profile_model("resnet18", batch_size=2, input_shape=(3, 64, 64), repeats=1)
+    >>> prof.stages[0].name, prof.stages[-1].name, prof.device.kind
+    ('stem', 'loss', 'cpu')
+    """
+    if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
+        raise InputError(f"--repeats {repeats!r}: expected a positive integer")
+    if dtype not in DTYPES:
+        raise InputError(f"--dtype {dtype!r}: expected one of {', '.join(DTYPES)}")
+    dev = _resolve_device(device)
+    torch_dtype = DTYPES[dtype]
+    if isinstance(model, str):
+        module, x, label = build_model(model, batch_size=batch_size, input_shape=input_shape)
+        if example_input is not None:
+            x = example_input
+    elif isinstance(model, nn.Module):
+        module, label = model, type(model).__name__.lower()
+        x = (
+            example_input
+            if example_input is not None
+            else default_example_input(model, batch_size, input_shape)
+        )
+    else:
+        raise InputError(f"model: expected a name or an nn.Module, got {type(model).__name__}")
+    module.to(device=dev, dtype=torch_dtype)
+    x = x.to(device=dev, dtype=torch_dtype) if x.is_floating_point() else x.to(device=dev)
+
+    chain = linearize(module, x)
+    for _, stage in chain.stages:
+        stage.to(device=dev)
+    stages = profile_chain(chain, x, repeats=repeats, progress=progress)
+
+    threads = torch.get_num_threads()
+    probe_method = _CudaProbe.method if dev.type == "cuda" else _CpuProbe.method
+    return Profile(
+        model=name or label,
+        batch_size=int(x.shape[0]) if x.dim() > 0 else None,
+        input_shape=[int(d) for d in x.shape[1:]],
+        dtype=dtype,
+        device=describe_device(dev),
+        bandwidth=measure_bandwidth(dev) if dev.type == "cuda" else None,
+        measured=Measured(
+            tool=f"memplan {memplan.__version__}",
+            torch=torch.__version__,
+            date=datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+            repeats=repeats,
+            extra={"threads": threads, "overheads": probe_method},
+        ),
+        input_size=_storage_bytes(x),
+        stages=stages,
+    )

@@ -1,0 +1,216 @@
+"""memplan.torch.profiler: measured profiles, hand-computed saved sizes, the bundled profiles."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from torch import nn  # noqa: E402
+
+import memplan  # noqa: E402
+from memplan.errors import InputError  # noqa: E402
+from memplan.profile import Profile, bundled_profiles, load_profile, save_profile  # noqa: E402
+from memplan.torch.profiler import measure_stage, profile_model  # noqa: E402
+
+pytestmark = pytest.mark.torch
+
+F32 = 4
+
+
+@pytest.fixture(scope="module")
+def resnet18_profile() -> Profile:
+    return profile_model("resnet18", batch_size=2, input_shape=(3, 64, 64), repeats=1)
+
+
+@pytest.fixture(scope="module")
+def gpt_tiny_profile() -> Profile:
+    return profile_model("gpt-tiny", batch_size=2, input_shape=(16,), repeats=1)
+
+
+def _check_profile(prof: Profile) -> None:
+    again = load_profile(save_profile(prof))  # YAML round trip, validated
+    assert again == prof
+    assert prof.device is not None and prof.device.kind == "cpu" and prof.device.name
+    assert prof.bandwidth is None  # measured only on CUDA
+    assert prof.measured is not None and prof.measured.tool == f"memplan {memplan.__version__}"
+    assert prof.measured.torch == torch.__version__ and prof.measured.repeats == 1
+    assert prof.measured.date and prof.measured.date.endswith("Z")
+    assert prof.stages[-1].name == "loss" and prof.stages[-1].output_size == F32
+    for stage in prof.stages:
+        assert stage.output_size > 0 and stage.saved_size >= stage.output_size
+        assert stage.forward_time > 0 and stage.backward_time > 0
+        assert stage.forward_overhead >= 0 and stage.backward_overhead >= 0
+    assert memplan.solve(prof, "store-all", memory="100GB").feasible
+
+
+def test_resnet18_profile(resnet18_profile):
+    prof = resnet18_profile
+    _check_profile(prof)
+    assert prof.model == "resnet18" and prof.dtype == "float32"
+    assert prof.batch_size == 2 and prof.input_shape == [3, 64, 64]
+    assert prof.input_size == 2 * 3 * 64 * 64 * F32
+    names = [s.name for s in prof.stages]
+    blocks = [f"layer{i}.{j}" for i in range(1, 5) for j in range(2)]
+    assert names == ["stem", *blocks, "head", "loss"]
+    assert prof.weight_size == 11_689_512 * F32
+    stem, head, loss = prof.stages[0], prof.stages[-2], prof.stages[-1]
+    assert stem.output_size == 2 * 64 * 16 * 16 * F32  # after conv1 (/2) and maxpool (/2)
+    conv_out = 2 * 64 * 32 * 32 * F32
+    # bn1 keeps its input, relu (in place) its result, maxpool its indices; plus the output
+    assert stem.saved_size >= 2 * conv_out + stem.output_size
+    assert head.output_size == 2 * 1000 * F32
+    assert loss.saved_size >= 2 * 1000 * F32  # the log-softmax of the logits
+    assert all(s.grad_size is None for s in prof.stages)
+
+
+def test_gpt_tiny_profile(gpt_tiny_profile):
+    prof = gpt_tiny_profile
+    _check_profile(prof)
+    assert [s.name for s in prof.stages] == ["embedding", "block0", "block1", "head", "loss"]
+    assert prof.batch_size == 2 and prof.input_shape == [16]
+    assert prof.input_size == 2 * 16 * 8  # int64 token ids
+    hidden = 2 * 16 * 64 * F32
+    assert [s.output_size for s in prof.stages[:3]] == [hidden] * 3
+    assert prof.stages[3].output_size == 2 * 16 * 128 * F32  # logits
+    # a block keeps far more than its output: LayerNorm, attention and MLP activations
+    assert prof.stages[1].saved_size > 5 * hidden
+
+
+def test_sizes_are_deterministic(gpt_tiny_profile):
+    again = profile_model("gpt-tiny", batch_size=2, input_shape=(16,), repeats=1)
+
+    def sizes(prof: Profile) -> list[tuple[int, ...]]:
+        return [
+            (s.output_size, s.saved_size, s.weight_size, s.forward_overhead, s.backward_overhead)
+            for s in prof.stages
+        ]
+
+    assert sizes(again) == sizes(gpt_tiny_profile)
+
+
+def test_saved_size_of_a_linear_stage_is_hand_computed():
+    """Linear -> GELU -> Linear on a (4, 8) input, as a single stage.
+
+    The first Linear saves its input (the stage input: excluded) and its weight (static: excluded);
+    GELU saves its input (4 x 16 floats); the second Linear saves its input (the GELU output,
+    4 x 16 floats); nothing saves the output (4 x 4 floats), which x-bar includes anyway.
+    """
+    torch.manual_seed(0)
+    stage = nn.Sequential(nn.Linear(8, 16), nn.GELU(), nn.Linear(16, 4))
+    x = torch.randn(4, 8)
+    for input_grad in (True, False):
+        m = measure_stage(stage, x, input_grad=input_grad, repeats=1)
+        assert m.output_size == 4 * 4 * F32
+        assert m.saved_size == (4 * 16 + 4 * 16 + 4 * 4) * F32
+        assert m.forward_overhead == 0  # everything the forward allocates is kept
+        assert m.backward_overhead >= 0
+        assert tuple(m.output.shape) == (4, 4) and not m.output.requires_grad
+    assert stage[0].weight.grad is None  # the profiler leaves no gradients behind
+
+
+def test_saved_sizes_of_a_sequential_chain():
+    torch.manual_seed(0)
+    seq = nn.Sequential(nn.Linear(8, 16), nn.ReLU(inplace=True), nn.Linear(16, 4))
+    x = torch.randn(4, 8)
+    prof = profile_model(seq, example_input=x, repeats=1, name="mlp")
+    assert prof.model == "mlp"
+    assert [s.name for s in prof.stages] == ["linear0", "relu1", "linear2", "loss"]
+    linear0, relu1, linear2, loss = prof.stages
+    # a Linear keeps only its input (excluded) and weight (static): x-bar is its output alone
+    assert (linear0.output_size, linear0.saved_size) == (4 * 16 * F32, 4 * 16 * F32)
+    assert (linear2.output_size, linear2.saved_size) == (4 * 4 * F32, 4 * 4 * F32)
+    # an in-place ReLU keeps its result, the output
+    assert (relu1.output_size, relu1.saved_size) == (4 * 16 * F32, 4 * 16 * F32)
+    assert linear0.weight_size == (8 * 16 + 16) * F32 and relu1.weight_size == 0
+    assert linear2.weight_size == (16 * 4 + 4) * F32
+    assert loss.saved_size >= 4 * 4 * F32 + F32  # log-softmax of the logits, and the loss
+    assert prof.input_size == 4 * 8 * F32 and prof.input_shape == [8]
+
+
+def test_progress_is_reported_per_stage():
+    calls = []
+    prof = profile_model(
+        nn.Sequential(nn.Linear(4, 4), nn.Tanh()),
+        example_input=torch.randn(2, 4),
+        repeats=1,
+        progress=lambda name, done, total: calls.append((name, done, total)),
+    )
+    assert calls == [(s.name, k + 1, len(prof.stages)) for k, s in enumerate(prof.stages)]
+
+
+def test_profiling_restores_the_model():
+    model = nn.Sequential(nn.Linear(4, 8), nn.BatchNorm1d(8), nn.ReLU(), nn.Linear(8, 3))
+    model.eval()
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    profile_model(model, example_input=torch.randn(5, 4), repeats=2)
+    assert not model.training and not model[1].training
+    for key, value in model.state_dict().items():
+        assert torch.equal(value, before[key]), key
+    assert all(p.grad is None for p in model.parameters())
+
+
+def test_bfloat16_halves_the_activations():
+    prof = profile_model("gpt-tiny", batch_size=1, input_shape=(8,), dtype="bfloat16", repeats=1)
+    assert prof.dtype == "bfloat16"
+    assert prof.stages[1].output_size == 1 * 8 * 64 * 2
+
+
+def test_bad_arguments_are_input_errors():
+    seq, x = nn.Sequential(nn.Linear(2, 2)), torch.randn(1, 2)
+    with pytest.raises(InputError, match="--repeats"):
+        profile_model(seq, example_input=x, repeats=0)
+    with pytest.raises(InputError, match="--dtype"):
+        profile_model(seq, example_input=x, dtype="int8")
+    with pytest.raises(InputError, match="--device"):
+        profile_model(seq, example_input=x, device="tpu")
+    if not torch.cuda.is_available():
+        with pytest.raises(InputError, match="no CUDA device"):
+            profile_model(seq, example_input=x, device="cuda")
+    with pytest.raises(InputError, match="unknown model"):
+        profile_model("not-a-model")
+
+
+def test_unlinearizable_model_is_an_input_error():
+    class TwoPaths(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a, self.b = nn.Linear(3, 3), nn.Linear(3, 3)
+
+        def forward(self, x):
+            return self.a(x) + self.b(x)
+
+    with pytest.raises(InputError, match="cannot linearize TwoPaths") as info:
+        profile_model(TwoPaths(), example_input=torch.randn(2, 3), repeats=1)
+    assert "\n" not in str(info.value)
+
+
+def test_import_memplan_does_not_import_torch():
+    code = "import sys, memplan; assert 'torch' not in sys.modules, 'torch imported'"
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+BUNDLED = {  # name -> stages (loss included)
+    "resnet18": 11,
+    "resnet50": 19,
+    "resnet101": 36,
+    "resnet152": 53,
+    "vgg16": 15,
+    "densenet121": 10,
+    "gpt-small": 15,
+}
+
+
+@pytest.mark.parametrize("name", sorted(BUNDLED))
+def test_bundled_profiles(name):
+    if name not in bundled_profiles():
+        pytest.skip(f"bundled profile {name} not generated (benchmarks/make_profiles.py)")
+    prof = load_profile(name)
+    assert prof.model == name and len(prof.stages) == BUNDLED[name]
+    assert prof.device is not None and prof.device.kind == "cpu"
+    assert prof.stages[-1].name == "loss"
+    assert all(s.saved_size >= s.output_size > 0 for s in prof.stages)
+    assert memplan.solve(prof, "store-all", memory="1TB", optimizer="none").feasible
