@@ -18,8 +18,8 @@ $(STAMP): pyproject.toml
 
 run: $(STAMP)
 	$(BIN)/memplan info resnet50
-	$(BIN)/memplan solve resnet50 --algo rotor --mem 1.5GB
-	$(BIN)/memplan compare resnet50 --algos store-all,periodic,revolve,rotor --mem 0.6GB:2GB:8
+	$(BIN)/memplan solve resnet50 --algo rotor --mem 1GB
+	$(BIN)/memplan compare resnet50 --algos store-all,periodic,revolve,rotor --mem 0.6GB:1.7GB:12
 
 test: $(STAMP)
 	$(BIN)/ruff check memplan tests benchmarks
