@@ -11,7 +11,7 @@ Every ``k`` from 1 (store-all) to L is tried and the fastest plan that fits is r
 from __future__ import annotations
 
 from memplan.algorithms.base import ChainPlan, Sequence
-from memplan.algorithms.chain.problem import Chain
+from memplan.algorithms.chain.problem import Chain, fastest_fitting
 
 
 def segment_bounds(length: int, segments: int) -> list[tuple[int, int]]:
@@ -42,24 +42,8 @@ def periodic_sequence(length: int, segments: int) -> Sequence:
 
 def solve_periodic(chain: Chain, memory: int) -> ChainPlan:
     """Fastest equal-segment plan within ``memory`` activation bytes."""
-    best: tuple[float, int, Sequence] | None = None
-    least_peak: int | None = None
-    for segments in range(1, chain.length + 1):
-        sequence = periodic_sequence(chain.length, segments)
-        peak = chain.peak(sequence)
-        if peak is None:  # pragma: no cover - periodic_sequence is always valid
-            raise AssertionError(f"periodic: invalid plan for {segments} segments")
-        least_peak = peak if least_peak is None else min(least_peak, peak)
-        if peak <= memory:
-            time = chain.makespan(sequence)
-            if best is None or time < best[0]:
-                best = (time, segments, sequence)
-    if best is None:
-        return ChainPlan(
-            sequence=None,
-            status="infeasible",
-            min_memory=least_peak,
-            message="no segment count fits",
-        )
-    time, segments, sequence = best
-    return ChainPlan(sequence, "feasible", time, least_peak, None, message=f"{segments} segments")
+    L = chain.length
+    candidates = ((k, periodic_sequence(L, k)) for k in range(1, L + 1))
+    plan, segments = fastest_fitting(chain, memory, candidates, "periodic")
+    plan.message = "no segment count fits" if segments is None else f"{segments} segments"
+    return plan

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from memplan.algorithms.base import Sequence
+from memplan.algorithms.base import ChainPlan, Sequence
 from memplan.profile.model import Profile
 
 
@@ -122,3 +123,30 @@ class Chain:
                 continue
             last_output = -1
         return peak if next_b == -1 else None
+
+
+def fastest_fitting(
+    chain: Chain, memory: int, candidates: Iterable[tuple[int, Sequence]], what: str
+) -> tuple[ChainPlan, int | None]:
+    """Pick the fastest plan whose peak fits ``memory`` among ``(parameter, sequence)`` candidates.
+
+    The heuristics (periodic's segment count, revolve's slot count) lay out a plan for every value
+    of their parameter and keep the fastest that fits, so that more memory never makes them slower.
+    Returns the plan (infeasible with the least peak as ``min_memory`` when none fits) and the
+    parameter of the plan chosen.
+    """
+    best: tuple[float, int, Sequence] | None = None
+    least_peak: int | None = None
+    for parameter, sequence in candidates:
+        peak = chain.peak(sequence)
+        if peak is None:  # pragma: no cover - the heuristics only build valid plans
+            raise AssertionError(f"{what}: invalid plan for parameter {parameter}")
+        least_peak = peak if least_peak is None else min(least_peak, peak)
+        if peak <= memory:
+            time = chain.makespan(sequence)
+            if best is None or time < best[0]:
+                best = (time, parameter, sequence)
+    if best is None:
+        return ChainPlan(None, "infeasible", min_memory=least_peak), None
+    time, parameter, sequence = best
+    return ChainPlan(sequence, "feasible", time, least_peak), parameter

@@ -22,7 +22,7 @@ from functools import lru_cache
 import numpy as np
 
 from memplan.algorithms.base import ChainPlan, Sequence
-from memplan.algorithms.chain.problem import Chain
+from memplan.algorithms.chain.problem import Chain, fastest_fitting
 
 
 def _revolve_table(length: int, checkpoints: int) -> tuple[np.ndarray, np.ndarray]:
@@ -87,31 +87,11 @@ def revolve_sequence(length: int, checkpoints: int) -> Sequence:
 def solve_revolve(chain: Chain, memory: int) -> ChainPlan:
     """Fastest Revolve plan (over the checkpoint slot count) within ``memory`` activation bytes."""
     L = chain.length
-    best: tuple[float, int, Sequence] | None = None
-    least_peak: int | None = None
-    for c in range(1, L + 1):
-        sequence = revolve_sequence(L, c)
-        peak = chain.peak(sequence)
-        if peak is None:  # pragma: no cover - revolve_sequence is always valid
-            raise AssertionError(f"revolve: invalid plan for {c} slots")
-        least_peak = peak if least_peak is None else min(least_peak, peak)
-        if peak <= memory:
-            time = chain.makespan(sequence)
-            if best is None or time < best[0]:
-                best = (time, c, sequence)
-    if best is None:
-        return ChainPlan(
-            sequence=None,
-            status="infeasible",
-            min_memory=least_peak,
-            message="no revolve plan fits, even with a single checkpoint slot",
-        )
-    time, c, sequence = best
-    return ChainPlan(
-        sequence,
-        "feasible",
-        time,
-        least_peak,
-        c,
-        message=f"{c} checkpoint slots (the input included)",
-    )
+    candidates = ((c, revolve_sequence(L, c)) for c in range(1, L + 1))
+    plan, slots = fastest_fitting(chain, memory, candidates, "revolve")
+    if slots is None:
+        plan.message = "no revolve plan fits, even with a single checkpoint slot"
+    else:
+        plan.slots = slots
+        plan.message = f"{slots} checkpoint slots (the input included)"
+    return plan
