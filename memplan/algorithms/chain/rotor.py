@@ -42,9 +42,12 @@ import numpy as np
 
 from memplan.algorithms.base import ChainPlan, Sequence
 from memplan.algorithms.chain.problem import Chain
+from memplan.errors import InputError
 
 _F_ALL = -1  # choice code: start with F_all; j >= 1: start with F_ck and checkpoint x[j]
 _NONE = -2
+TABLE_LIMIT = 4 * 10**9
+"""Bytes the DP tables may take (L^2 (S+1) values of 8 + 2 bytes); beyond, --slots is refused."""
 
 
 def slot_sizes(chain: Chain, budget: int, slots: int) -> tuple[int, dict[str, np.ndarray]]:
@@ -277,6 +280,13 @@ def solve_rotor(chain: Chain, memory: int, *, slots: int = 500) -> ChainPlan:
         )
     budget = memory - int(chain.x[0])
     capacity, r = slot_sizes(chain, budget, slots)
+    table_bytes = chain.length**2 * (capacity + 1) * (8 + 2)
+    if table_bytes > TABLE_LIMIT:
+        most = max(2, TABLE_LIMIT // (chain.length**2 * 10) - 1)
+        raise InputError(
+            f"--slots {slots}: the rotor table for {chain.length} stages would take "
+            f"{table_bytes / 1e9:.1f} GB; use --slots {most} or fewer"
+        )
     opt, choice = _solve_table(chain, capacity, r["x"], r["s"], r["g"], r["fo"], r["bo"])
     value = float(opt[0, chain.length - 1, capacity])
     exact = budget <= slots
