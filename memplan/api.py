@@ -274,9 +274,7 @@ def compare(
     total, done = len(names) * len(sizes), 0
     for memory in sizes:
         for name in names:
-            sched = solve(
-                prof, name, memory, slots=slots, optimizer=optimizer, bandwidth=bandwidth
-            )
+            sched = solve(prof, name, memory, slots=slots, optimizer=optimizer, bandwidth=bandwidth)
             rows.append(
                 CompareRow(
                     memory=memory,

@@ -71,6 +71,8 @@ def test_describe_reports_memory_per_family():
     prof = random_chain(6, seed=3)
     info = memplan.api.describe(prof, optimizer="none")
     assert info["min_memory"]["chain"] <= info["store_all_memory"]
-    assert not memplan.solve(prof, "rotor", info["min_memory"]["chain"] - 1, optimizer="none").feasible
+    assert not memplan.solve(
+        prof, "rotor", info["min_memory"]["chain"] - 1, optimizer="none"
+    ).feasible
     assert memplan.solve(prof, "rotor", info["min_memory"]["chain"], optimizer="none").feasible
     assert memplan.solve(prof, "store-all", info["store_all_memory"], optimizer="none").feasible

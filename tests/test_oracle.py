@@ -179,7 +179,10 @@ def test_a_non_persistent_plan_is_faster():
     forwards = (6 + 1 + 9 + 8 + 5) + (9 + 8) + (6 + 1 + 9) + (6 + 1)
     backwards = 4 + 5 + 1 + 5 + 5
     assert forwards + backwards == 89
-    assert optimal_makespan(prof, 48, persistent=False) == (89, plan)  # the relaxed model (persistent=False)
+    assert optimal_makespan(prof, 48, persistent=False) == (
+        89,
+        plan,
+    )  # the relaxed model (persistent=False)
     # memplan's model (docs/model.md, memory persistency) forbids it: F_n 2 consumes the stored x2.
     result = simulate_chain(prof, plan, memory=48)
     assert not result.valid and result.violation_index == 6
