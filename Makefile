@@ -23,13 +23,15 @@ run: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/ruff check memplan tests benchmarks
+	$(BIN)/ruff format --check memplan tests benchmarks
 	$(BIN)/python -m pytest -q
 
 lint: $(STAMP)
 	$(BIN)/ruff check memplan tests benchmarks
 
 bench: $(STAMP)
-	$(BIN)/python benchmarks/bench_rotor.py
+	$(BIN)/python benchmarks/bench_rotor.py --algos rotor,revolve,periodic
+	$(BIN)/python benchmarks/bench_rotor.py --bundled --algos rotor,revolve,periodic
 
 profiles: $(STAMP)
 	$(BIN)/python benchmarks/make_profiles.py

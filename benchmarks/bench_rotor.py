@@ -17,6 +17,7 @@ import time
 
 import memplan
 from memplan.algorithms.chain import Chain, chain_min_memory
+from memplan.profile import bundled_profiles
 from memplan.profile.synthetic import random_chain
 
 
@@ -39,12 +40,24 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--lengths", default="50,100,200")
     parser.add_argument("--algos", default="rotor")
+    parser.add_argument(
+        "--bundled", action="store_true", help="time the bundled profiles instead of random chains"
+    )
     args = parser.parse_args()
     print(f"machine: {machine()}")
-    print(f"{'algo':>9} {'stages':>6} {'slots':>5} {'median s':>9} {'min s':>7} {'overhead':>8}")
+    print(
+        f"{'algo':>9} {'chain':>11} {'stages':>6} {'slots':>5} {'median s':>9} {'min s':>7} "
+        f"{'overhead':>8}"
+    )
+    if args.bundled:
+        cases = [(name, memplan.load_profile(name)) for name in bundled_profiles()]
+    else:
+        cases = [
+            (str(n), random_chain(n, seed=n, max_size=1000))
+            for n in (int(v) for v in args.lengths.split(","))
+        ]
     for algo in args.algos.split(","):
-        for length in (int(v) for v in args.lengths.split(",")):
-            prof = random_chain(length, seed=length, max_size=1000)
+        for label, prof in cases:
             chain = Chain.from_profile(prof)
             low, high = chain_min_memory(chain), chain.store_all_peak()
             budget = low + (high - low) // 3
@@ -55,7 +68,8 @@ def main() -> None:
                 times.append(time.perf_counter() - start)
             assert sched.feasible
             print(
-                f"{algo:>9} {length:>6} {args.slots:>5} {statistics.median(times):>9.3f} "
+                f"{algo:>9} {label:>11} {prof.length:>6} {args.slots:>5} "
+                f"{statistics.median(times):>9.3f} "
                 f"{min(times):>7.3f} {sched.overhead:>8.3f}"
             )
 
