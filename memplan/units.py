@@ -14,6 +14,8 @@ _DECIMAL = {"": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12}
 _BINARY = {"KIB": 2**10, "MIB": 2**20, "GIB": 2**30, "TIB": 2**40}
 _UNITS = {**_DECIMAL, **_BINARY}
 _AMBIGUOUS = {"K", "M", "G", "T"}
+MAX_SIZE = 2**60
+"""The largest size accepted (1 EiB): every sum of sizes stays exact in int64."""
 _PATTERN = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([A-Za-z]*)\s*$")
 
 
@@ -46,6 +48,8 @@ def parse_size(value: str | int | float) -> int:
         number = _parse(str(value), "size", "8GB, 8GiB, 512MiB or 1000000")
     if not math.isfinite(number) or number < 0:
         raise InputError(f"size {value!r}: expected a non-negative size, e.g. 8GB")
+    if number > MAX_SIZE:
+        raise InputError(f"size {value!r}: too large (more than 1 EiB), e.g. 8GB")
     return int(number)
 
 

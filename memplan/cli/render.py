@@ -93,7 +93,8 @@ def schedule_summary(schedule: Any, stages: int) -> Table:
         rows.append(
             (
                 "overhead",
-                f"{schedule.overhead:.4f} x lower bound (+{(schedule.overhead - 1) * 100:.2f}%)",
+                f"{schedule.overhead:.4f} x lower bound "
+                f"(+{max(0.0, schedule.overhead - 1) * 100:.2f}%)",
             )
         )
     if schedule.peak_memory is not None:

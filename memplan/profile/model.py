@@ -9,13 +9,19 @@ from __future__ import annotations
 
 import hashlib
 import json
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, model_validator
 
 PROFILE_FORMAT = "memplan-profile/1"
 
-NonNegativeTime = float  # refined by Field(ge=0) at each use
+MAX_BYTES = 2**50
+"""The largest size a profile may state (1 PiB): sums over thousands of stages stay exact in int64."""
+MAX_MS = 1e12
+"""The longest time a profile may state (about 30 years, in ms)."""
+
+Bytes = Annotated[int, Field(ge=0, le=MAX_BYTES)]
+Milliseconds = Annotated[float, Field(ge=0, le=MAX_MS, allow_inf_nan=False)]
 
 
 class _Strict(BaseModel):
@@ -26,17 +32,17 @@ class Stage(_Strict):
     """One stage of the chain: stage ``k`` reads activation x_k and writes x_{k+1}."""
 
     name: str
-    forward_time: float = Field(ge=0, allow_inf_nan=False, description="ms")
-    backward_time: float = Field(ge=0, allow_inf_nan=False, description="ms")
-    output_size: NonNegativeInt = Field(description="bytes of x_{k+1}")
-    saved_size: NonNegativeInt = Field(
+    forward_time: Milliseconds = Field(description="ms")
+    backward_time: Milliseconds = Field(description="ms")
+    output_size: Bytes = Field(description="bytes of x_{k+1}")
+    saved_size: Bytes = Field(
         description="bytes kept by the forward for the backward (x-bar), output included, "
         "input excluded"
     )
-    forward_overhead: NonNegativeInt = 0
-    backward_overhead: NonNegativeInt = 0
-    weight_size: NonNegativeInt = 0
-    grad_size: NonNegativeInt | None = Field(
+    forward_overhead: Bytes = 0
+    backward_overhead: Bytes = 0
+    weight_size: Bytes = 0
+    grad_size: Bytes | None = Field(
         default=None, description="bytes of the gradient of x_{k+1}; output_size when omitted"
     )
     extra: dict[str, Any] | None = None
@@ -58,7 +64,7 @@ class Stage(_Strict):
 class Device(_Strict):
     kind: Literal["cpu", "cuda", "estimated", "synthetic"]
     name: str | None = None
-    memory: NonNegativeInt | None = None
+    memory: Bytes | None = None
 
 
 class Measured(_Strict):
@@ -80,8 +86,8 @@ class Profile(_Strict):
     device: Device | None = None
     bandwidth: float | None = Field(default=None, gt=0, allow_inf_nan=False)
     measured: Measured | None = None
-    input_size: NonNegativeInt
-    stages: list[Stage] = Field(min_length=1)
+    input_size: Bytes
+    stages: list[Stage] = Field(min_length=1, max_length=10_000)
     extra: dict[str, Any] | None = None
 
     @property
