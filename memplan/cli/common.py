@@ -14,14 +14,12 @@ changing the exit code.
 from __future__ import annotations
 
 import enum
-import inspect
 import os
 import sys
 import traceback
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
 
 import typer
 from rich.console import Console
@@ -163,34 +161,6 @@ def option_rate(option: str, value: str | None) -> float | None:
 def check_positive(option: str, value: float | int | None) -> None:
     if value is not None and value <= 0:
         raise InputError(f"{option} {value}: expected a positive number")
-
-
-_OPTION_NAMES = {
-    "bandwidth": "--bandwidth",
-    "gpus": "--gpus",
-    "time_limit": "--time-limit",
-}
-
-
-def passthrough(function: Callable[..., Any], **options: Any) -> dict[str, Any]:
-    """The options given on the command line that ``function`` accepts.
-
-    Options of later families (``--bandwidth``, ``--gpus``, ``--time-limit``) reach the library when
-    it takes them; one given to a library that does not take it yet is an input error, never
-    silently dropped.
-    """
-    given = {k: v for k, v in options.items() if v is not None}
-    try:
-        params = inspect.signature(function).parameters
-    except (TypeError, ValueError):  # pragma: no cover - builtins
-        return given
-    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
-        return given
-    for name in given:
-        if name not in params:
-            option = _OPTION_NAMES.get(name, "--" + name.replace("_", "-"))
-            raise InputError(f"{option}: not available yet in this version of memplan")
-    return given
 
 
 # --------------------------------------------------------------------------- formats and output

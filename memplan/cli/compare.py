@@ -14,7 +14,6 @@ from memplan.cli.common import (
     err_console,
     guard,
     option_rate,
-    passthrough,
     profile_source,
     resolve_format,
     write_output,
@@ -93,7 +92,6 @@ def compare(
 
             check_plot_target(plot)  # before the sweep: fail fast without matplotlib
         prof = memplan.load_profile(profile_source(profile))
-        extra = passthrough(memplan.compare, bandwidth=rate)
         rows = _sweep(
             memplan.compare,
             prof,
@@ -101,7 +99,7 @@ def compare(
             budgets,
             slots=DEFAULT_SLOTS if slots is None else slots,
             optimizer=optimizer.value,
-            **extra,
+            bandwidth=rate,
         )
         if form == "table":
             from memplan.cli.render import compare_table

@@ -15,7 +15,6 @@ from memplan.cli.common import (
     guard,
     option_rate,
     option_size,
-    passthrough,
     profile_source,
     resolve_format,
     size_text,
@@ -126,7 +125,6 @@ def solve(
         common.check_positive("--gpus", gpus)
         common.check_positive("--time-limit", time_limit)
         prof = memplan.load_profile(profile_source(profile))
-        extra = passthrough(memplan.solve, bandwidth=rate, gpus=gpus, time_limit=time_limit)
         with _spinner(f"solving with {algo}"):
             schedule = memplan.solve(
                 prof,
@@ -134,7 +132,9 @@ def solve(
                 memory=memory,
                 slots=DEFAULT_SLOTS if slots is None else slots,
                 optimizer=optimizer.value,
-                **extra,
+                bandwidth=rate,
+                gpus=gpus,
+                time_limit=time_limit,
             )
         if form == "table":
             console = err_console()
