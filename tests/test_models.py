@@ -19,7 +19,7 @@ from memplan.torch.linearize import (  # noqa: E402
     linearize,
     split_model,
 )
-from memplan.torch.models import MODELS, build_model  # noqa: E402
+from memplan.torch.models import MODELS, Inception3, InceptionOutputs, build_model  # noqa: E402
 
 pytestmark = pytest.mark.torch
 
@@ -34,6 +34,7 @@ TORCHVISION_PARAMS = {
     "vgg16": 138_357_544,
     "densenet121": 7_978_856,
     "mobilenet_v2": 3_504_872,
+    "inception_v3": 23_834_568,  # aux_logits=False; 27,161,264 published with AuxLogits
 }
 
 # name -> (input shape for a quick check, number of chain stages, loss included)
@@ -47,6 +48,7 @@ CHAIN_LENGTHS = {
     "vgg16": ((3, 32, 32), 13 + 2),
     "densenet121": ((3, 32, 32), 1 + 4 + 3 + 2),
     "mobilenet_v2": ((3, 32, 32), 19 + 2),
+    "inception_v3": ((3, 75, 75), 5 + 11 + 2),  # 75x75: the smallest input Inception v3 takes
     "gpt-tiny": ((16,), 1 + 2 + 2),
 }
 
@@ -60,6 +62,56 @@ def test_parameter_counts_match_torchvision(name):
     with torch.device("meta"):  # no memory, no initialisation cost
         model = MODELS[name]()
     assert _count(model) == TORCHVISION_PARAMS[name]
+
+
+def test_inception_v3_matches_torchvision():
+    with torch.device("meta"):
+        with_aux = Inception3()  # torchvision's inception_v3(weights=None): aux_logits=True
+        without_aux = Inception3(aux_logits=False)
+    assert _count(with_aux) == 27_161_264  # torchvision's published count
+    assert _count(without_aux) == 23_834_568
+    assert without_aux.AuxLogits is None and not without_aux.transform_input
+    assert _count(with_aux.AuxLogits) == 27_161_264 - 23_834_568
+    children = [name for name, _ in with_aux.named_children()]
+    assert children == [
+        "Conv2d_1a_3x3", "Conv2d_2a_3x3", "Conv2d_2b_3x3", "maxpool1", "Conv2d_3b_1x1",
+        "Conv2d_4a_3x3", "maxpool2", "Mixed_5b", "Mixed_5c", "Mixed_5d", "Mixed_6a", "Mixed_6b",
+        "Mixed_6c", "Mixed_6d", "Mixed_6e", "AuxLogits", "Mixed_7a", "Mixed_7b", "Mixed_7c",
+        "avgpool", "dropout", "fc",
+    ]  # fmt: skip
+    bn = with_aux.Conv2d_1a_3x3.bn
+    assert with_aux.Conv2d_1a_3x3.conv.bias is None and bn.eps == 0.001
+    kinds = {name: type(getattr(with_aux, name)).__name__ for name in children}
+    assert [kinds[f"Mixed_{b}"] for b in ("5b", "6a", "6e", "7a", "7c")] == [
+        "InceptionA", "InceptionB", "InceptionC", "InceptionD", "InceptionE",
+    ]  # fmt: skip
+    assert kinds["AuxLogits"] == "InceptionAux"
+
+
+def test_inception_v3_chain_and_outputs():
+    model, x, _ = build_model("inception_v3", batch_size=1)
+    assert tuple(x.shape) == (1, 3, 299, 299)  # Inception v3's own default image size
+    assert model.AuxLogits is None
+    chain = linearize(model, torch.randn(1, 3, 75, 75))
+    assert chain.names == [
+        "Conv2d_1a_3x3", "Conv2d_2a_3x3", "Conv2d_2b_3x3+maxpool1", "Conv2d_3b_1x1",
+        "Conv2d_4a_3x3+maxpool2", "Mixed_5b", "Mixed_5c", "Mixed_5d", "Mixed_6a", "Mixed_6b",
+        "Mixed_6c", "Mixed_6d", "Mixed_6e", "Mixed_7a", "Mixed_7b", "Mixed_7c", "head", "loss",
+    ]  # fmt: skip
+    assert isinstance(chain.modules[-1], ClassificationLoss)
+    # With the auxiliary classifier, train mode returns (logits, aux_logits) as torchvision does;
+    # the chain leaves the side branch out. transform_input becomes a stage of its own.
+    model = Inception3(num_classes=10, transform_input=True)
+    x = torch.randn(2, 3, 75, 75)
+    chain = linearize(model, x)
+    assert chain.names[:2] == ["transform_input", "Conv2d_1a_3x3"] and len(chain) == 19
+    assert model.training
+    with torch.no_grad():
+        out = model(torch.randn(2, 3, 299, 299))  # AuxLogits needs 17x17 features: 299x299
+        assert isinstance(out, InceptionOutputs)
+        assert out.logits.shape == out.aux_logits.shape == (2, 10)
+        model.eval()
+        assert model(x).shape == (2, 10)
 
 
 def test_gpt_sizes():

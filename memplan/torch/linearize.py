@@ -8,6 +8,10 @@ stage's output) and writing one tensor. :func:`split_model` knows how to cut
 * DenseNets: ``stem``, one stage per dense block and per transition, ``head`` (norm5, relu,
   pooling, classifier): the layers inside a dense block all read the block's concatenated
   features, so a block is the finest linear cut;
+* Inception v3 (torchvision layout): one stage per stem convolution with the max pooling that
+  follows it (``Conv2d_1a_3x3`` ... ``Conv2d_4a_3x3+maxpool2``), one per ``Mixed_*`` block,
+  ``head`` (avgpool, dropout, flatten, fc); the auxiliary classifier, a train-mode side branch,
+  is not part of the chain (build the model with ``aux_logits=False``);
 * ``features``/``classifier`` networks (VGG, AlexNet, MobileNetV2): when ``features`` holds bare
   convolutions (VGG) one stage per convolution with the activation and pooling that follow it
   (``features.0-1``), otherwise one stage per child of ``features`` (MobileNetV2's blocks), then
@@ -39,6 +43,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from memplan.errors import InputError
+from memplan.torch.models import inception_transform_input
 
 __all__ = [
     "Chain",
@@ -221,6 +226,48 @@ def _features_stages(model: nn.Module) -> list[tuple[str, nn.Module]]:
     return stages
 
 
+class _InceptionTransformInput(nn.Module):
+    """Inception v3's ``transform_input`` as a stage (ImageNet statistics to [-1, 1])."""
+
+    def forward(self, x: Tensor) -> Tensor:
+        return inception_transform_input(x)
+
+
+_INCEPTION_STEM = (
+    ("Conv2d_1a_3x3", None),
+    ("Conv2d_2a_3x3", None),
+    ("Conv2d_2b_3x3", "maxpool1"),
+    ("Conv2d_3b_1x1", None),
+    ("Conv2d_4a_3x3", "maxpool2"),
+)
+_INCEPTION_BLOCKS = tuple(
+    f"Mixed_{b}" for b in ("5b", "5c", "5d", "6a", "6b", "6c", "6d", "6e", "7a", "7b", "7c")
+)
+
+
+def _inception_stages(model: nn.Module) -> list[tuple[str, nn.Module]]:
+    stages: list[tuple[str, nn.Module]] = []
+    if getattr(model, "transform_input", False) is True:
+        stages.append(("transform_input", _InceptionTransformInput()))
+    for conv, pool_name in _INCEPTION_STEM:
+        if pool_name is None:
+            stages.append((conv, getattr(model, conv)))
+            continue
+        pool = getattr(model, pool_name, None)
+        if not isinstance(pool, nn.Module):  # torchvision < 0.8 pooled functionally
+            pool = nn.MaxPool2d(kernel_size=3, stride=2)
+        stages.append((f"{conv}+{pool_name}", nn.Sequential(getattr(model, conv), pool)))
+    # AuxLogits (train mode only) reads Mixed_6e's output off the chain: it is left out.
+    stages += [(name, getattr(model, name)) for name in _INCEPTION_BLOCKS]
+    pool = getattr(model, "avgpool", None)
+    if not isinstance(pool, nn.Module):
+        pool = nn.AdaptiveAvgPool2d((1, 1))
+    dropout = getattr(model, "dropout", None)
+    head = [pool, *([dropout] if isinstance(dropout, nn.Module) else []), nn.Flatten(1), model.fc]
+    stages.append(("head", nn.Sequential(*head)))
+    return stages
+
+
 def _sequential_stages(model: nn.Sequential) -> list[tuple[str, nn.Module]]:
     return [
         (f"{type(m).__name__.lower()}{name}" if name.isdigit() else name, m)
@@ -238,7 +285,7 @@ def split_model(model: nn.Module) -> list[tuple[str, nn.Module]]:
     Parameters
     ----------
     model : nn.Module
-        A ResNet, DenseNet, VGG/MobileNetV2-like, ``nn.Sequential`` or a module with
+        A ResNet, DenseNet, Inception v3, VGG/MobileNetV2-like, ``nn.Sequential`` or a module with
         ``memplan_stages()``.
 
     Returns
@@ -263,6 +310,8 @@ def split_model(model: nn.Module) -> list[tuple[str, nn.Module]]:
     elif _has(model, "conv1", "bn1", "relu", "maxpool", "layer1", "layer2", "layer3", "layer4",
               "avgpool", "fc"):  # fmt: skip
         stages = _resnet_stages(model)
+    elif _has(model, *(conv for conv, _ in _INCEPTION_STEM), *_INCEPTION_BLOCKS, "fc"):
+        stages = _inception_stages(model)
     elif _has(model, "features", "classifier") and isinstance(model.features, nn.Sequential):
         names = [name for name, _ in model.features.named_children()]
         if any(name.startswith("denseblock") for name in names):
@@ -273,8 +322,8 @@ def split_model(model: nn.Module) -> list[tuple[str, nn.Module]]:
         stages = _sequential_stages(model)
     else:
         raise InputError(
-            f"cannot linearize {kind}: not a ResNet, DenseNet, VGG/MobileNetV2 (features + "
-            "classifier) or nn.Sequential; give it a memplan_stages() method returning "
+            f"cannot linearize {kind}: not a ResNet, DenseNet, Inception v3, VGG/MobileNetV2 "
+            "(features + classifier) or nn.Sequential; give it a memplan_stages() method returning "
             "[(name, module), ...]"
         )
     if not stages:
