@@ -449,7 +449,7 @@ def test_profile_without_torch(monkeypatch):
     ("args", "needle"),
     [
         (["--graph"], "--graph"),
-        (["--estimate", "a100"], "--estimate"),
+        (["--estimate", "nosuchgpu"], "--estimate"),
         (["--gpu-spec", "gpu.yaml"], "--gpu-spec"),
         (["--input-shape", "3,x,224"], "--input-shape"),
         (["--batch-size", "0"], "--batch-size"),

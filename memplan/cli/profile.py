@@ -3,14 +3,19 @@
 import enum
 import importlib.util
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from memplan.cli.common import echo_err, err_console, guard, write_output
 from memplan.errors import InputError
 
+if TYPE_CHECKING:
+    from memplan.gpu import GpuSpec
+
 TORCH_HINT = "needs the torch extra: pip install 'memplan[torch]'"
+GPU_NAMES = "v100, v100-32gb, a100, a100-80gb, h100, l4, rtx4090"
+"""The catalog's GPUs, for --help (tests/test_gpu_catalog.py checks it against the catalog)."""
 
 
 class Device(str, enum.Enum):
@@ -45,6 +50,36 @@ def parse_shape(text: str) -> tuple[int, ...]:
     return shape
 
 
+def _check_gpu(
+    estimate: str | None, gpu_spec: Path | None, repeats: int | None
+) -> "str | GpuSpec | None":
+    """Validate --estimate / --gpu-spec before any model is built (no torch import).
+
+    Returns what to pass to the profiler: the catalog name or a validated GpuSpec, or None.
+    """
+    from memplan.gpu import gpu_catalog, load_gpu_file
+
+    if estimate is None and gpu_spec is None:
+        return None
+    if estimate is not None and gpu_spec is not None:
+        raise InputError("--estimate and --gpu-spec: give one of them, not both")
+    if repeats is not None:
+        option = "--estimate" if estimate is not None else "--gpu-spec"
+        raise InputError(f"--repeats: nothing is timed with {option} (leave --repeats out)")
+    if estimate is not None:
+        key = estimate.strip().lower()
+        if key not in gpu_catalog():
+            raise InputError(
+                f"--estimate {estimate!r}: unknown GPU; the catalog has: "
+                f"{', '.join(gpu_catalog())} (or describe yours with --gpu-spec FILE)"
+            )
+        return key
+    try:
+        return load_gpu_file(gpu_spec)
+    except InputError as exc:
+        raise InputError(f"--gpu-spec {exc}") from None
+
+
 def profile(
     model: Annotated[str, typer.Argument(help="A model name, e.g. resnet18 (torchvision).")],
     batch_size: Annotated[
@@ -75,12 +110,19 @@ def profile(
     estimate: Annotated[
         str | None,
         typer.Option(
-            metavar="GPU", help="Estimate the times for a GPU (e.g. a100) instead of measuring."
+            metavar="GPU",
+            help="Estimate the times for a GPU of the catalog instead of measuring them: "
+            f"{GPU_NAMES}.",
         ),
     ] = None,
     gpu_spec: Annotated[
         Path | None,
-        typer.Option("--gpu-spec", metavar="FILE", help="GPU description for --estimate."),
+        typer.Option(
+            "--gpu-spec",
+            metavar="FILE",
+            help="Estimate the times for the GPU described in FILE (YAML; see "
+            "docs/estimation.md). Not together with --estimate.",
+        ),
     ] = None,
     output: Annotated[
         Path | None,
@@ -100,12 +142,10 @@ def profile(
     with guard():
         if graph:
             raise InputError("--graph: not available yet in this version of memplan")
-        if estimate is not None or gpu_spec is not None:
-            option = "--estimate" if estimate is not None else "--gpu-spec"
-            raise InputError(f"{option}: not available yet in this version of memplan")
         for option, value in (("--batch-size", batch_size), ("--repeats", repeats)):
             if value is not None and value < 1:
                 raise InputError(f"{option} {value}: expected a positive integer")
+        gpu = _check_gpu(estimate, gpu_spec, repeats)
         shape = None if input_shape is None else parse_shape(input_shape)
         if not has_torch():
             raise InputError(f"memplan profile {TORCH_HINT}")
@@ -119,9 +159,14 @@ def profile(
             kwargs["input_shape"] = shape
         if repeats is not None:
             kwargs["repeats"] = repeats
+        if gpu is not None:
+            kwargs["estimate" if estimate is not None else "gpu_spec"] = gpu
         result = _run_with_progress(profile_model, model, kwargs)
         write_output(save_profile(result), output)
         where = result.device.kind if result.device else device.value
+        if result.device is not None and result.device.kind == "estimated":
+            info = (result.measured.estimate if result.measured else None) or {}
+            where = f"{info.get('sizes_on', 'cpu')}, times estimated for {result.device.name}"
         echo_err(
             f"memplan: profiled {result.model}: {result.length} stages on {where}, "
             f"lower bound {result.lower_bound:.3f} ms"

@@ -232,8 +232,17 @@ def info_tables(desc: Mapping[str, Any]) -> Group:
         rows.append(("bandwidth", f"{format_size(desc['bandwidth'])}/s"))
     if measured:
         rows.append(
-            ("measured", ", ".join(f"{k} {v}" for k, v in measured.items() if k != "extra"))
+            (
+                "measured",
+                ", ".join(
+                    f"{k} {v}" for k, v in measured.items() if k not in ("extra", "estimate")
+                ),
+            )
         )
+    stage_rows = desc.get("stage_table") or []
+    estimates = [_stage_estimate(st) for st in stage_rows]
+    if isinstance(measured.get("estimate"), Mapping) or any(estimates):
+        rows += _estimate_rows(measured.get("estimate") or {}, estimates)
     rows += [
         ("input size", _size(desc["input_size"])),
         ("weights", _size(desc["weight_size"])),
@@ -246,13 +255,13 @@ def info_tables(desc: Mapping[str, Any]) -> Group:
     rows.append(("sha256", desc.get("sha256", "-")))
     header = _key_values("Profile", rows)
 
-    stage_rows = desc.get("stage_table") or []
     longest = max((len(str(st.get("name", ""))) for st in stage_rows), default=4)
     stages = Table(
         title="Stages (sizes in decimal units)",
         title_justify="left",
         box=box.SIMPLE_HEAD,
         pad_edge=False,
+        collapse_padding=any(estimates),  # room for the bound column in 80 columns
     )
     for name, justify in (
         ("#", "right"),
@@ -264,6 +273,7 @@ def info_tables(desc: Mapping[str, Any]) -> Group:
         ("fwd tmp", "right"),
         ("bwd tmp", "right"),
         ("weights", "right"),
+        *((("bound", "left"),) if any(estimates) else ()),
     ):
         if name == "name":
             stages.add_column(name, min_width=min(longest, 16), overflow="fold")
@@ -282,8 +292,58 @@ def info_tables(desc: Mapping[str, Any]) -> Group:
             Text(short_size(st.get("forward_overhead", 0))),
             Text(short_size(st.get("backward_overhead", 0))),
             Text(short_size(st.get("weight_size", 0))),
+            *((_bound_cell(estimates[index]),) if any(estimates) else ()),
         )
     return Group(header, Text(""), stages)
+
+
+def _stage_estimate(stage: Mapping[str, Any]) -> Mapping[str, Any]:
+    """``extra.estimate`` of a stage of an estimated profile, else an empty mapping."""
+    extra = stage.get("extra")
+    estimate = extra.get("estimate") if isinstance(extra, Mapping) else None
+    return estimate if isinstance(estimate, Mapping) else {}
+
+
+def _bound_cell(estimate: Mapping[str, Any]) -> Text:
+    bound = estimate.get("bound")
+    if bound not in ("compute", "memory"):
+        return Text("-", style="dim")
+    return Text(str(bound), style="yellow" if bound == "compute" else "cyan")
+
+
+def _estimate_rows(
+    info: Mapping[str, Any], estimates: Sequence[Mapping[str, Any]]
+) -> list[tuple[str, Any]]:
+    """Header rows of an estimated profile: the GPU and model, totals, bound stages."""
+    rows: list[tuple[str, Any]] = []
+    gpu = info.get("gpu") if isinstance(info.get("gpu"), Mapping) else {}
+    what = str(gpu.get("name") or "?")
+    if info.get("catalog"):
+        what += f" (catalog {info['catalog']})"
+    details = [str(info.get("model", "?"))]
+    tf32 = info.get("tf32")
+    if isinstance(tf32, Mapping):
+        on = [k for k in ("conv", "matmul") if tf32.get(k)]
+        details.append(f"TF32 for {' and '.join(on)}" if on else "no TF32")
+    rows.append(("estimated for", f"{what}; {', '.join(details)}"))
+
+    def total(key: str) -> int:
+        return sum(int(e.get(key) or 0) for e in estimates)
+
+    if any(estimates):
+        flops = total("forward_flops") + total("backward_flops")
+        moved = total("forward_bytes") + total("backward_bytes")
+        kernels = total("forward_kernels") + total("backward_kernels")
+        rows.append(
+            (
+                "work (fwd + bwd)",
+                f"{flops / 1e9:,.2f} GFLOP, {format_size(moved)} moved, {kernels} kernels",
+            )
+        )
+        compute = sum(1 for e in estimates if e.get("bound") == "compute")
+        memory = sum(1 for e in estimates if e.get("bound") == "memory")
+        rows.append(("bound", f"{compute} stages compute-bound, {memory} memory-bound"))
+    return rows
 
 
 def algos_table(entries: Sequence[Mapping[str, Any]]) -> Table:

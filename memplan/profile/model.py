@@ -73,6 +73,11 @@ class Measured(_Strict):
     date: str | None = None
     repeats: NonNegativeInt | None = None
     extra: dict[str, Any] | None = None
+    estimate: dict[str, Any] | None = Field(
+        default=None,
+        description="estimated profiles: the estimation model and its inputs "
+        "(model, catalog, tf32, gpu); see docs/estimation.md",
+    )
 
 
 class Profile(_Strict):

@@ -21,7 +21,11 @@ stage the output of stage ``k-1`` and runs one warm-up iteration, one instrument
 ``weight_size``
     Bytes of the stage's parameters (a parameter shared by stages counts in the first one).
 
-docs/profiling.md describes the method and its approximations.
+With ``estimate=GPU`` (or ``gpu_spec=FILE``) the sizes are measured the same way, but the times
+are estimated for that GPU from per-operator FLOP and byte counts (:mod:`memplan.torch.estimate`)
+and the timed iterations are skipped.
+
+docs/profiling.md describes the method and its approximations; docs/estimation.md the estimate.
 """
 
 from __future__ import annotations
@@ -32,23 +36,33 @@ import platform
 import statistics
 import tempfile
 import time
-from collections.abc import Callable, Iterable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Any
 
 import torch
 from torch import Tensor, nn
 
 import memplan
 from memplan.errors import InputError
+from memplan.gpu import GpuSpec, gpu_catalog, gpu_from_dict, load_gpu, load_gpu_file
 from memplan.profile.model import Device, Measured, Profile, Stage
+from memplan.torch.estimate import OpCounter, estimate_info, estimate_stage, tf32_flags
 from memplan.torch.linearize import Chain, linearize
 from memplan.torch.models import build_model
 from memplan.torch.models import example_input as default_example_input
 
-__all__ = ["DTYPES", "StageMeasurement", "measure_stage", "profile_chain", "profile_model"]
+__all__ = [
+    "DTYPES",
+    "StageMeasurement",
+    "measure_stage",
+    "profile_chain",
+    "profile_model",
+    "resolve_gpu",
+]
 
 DTYPES: dict[str, torch.dtype] = {
     "float32": torch.float32,
@@ -263,12 +277,21 @@ class _StageRunner:
     def output_gradient(out: Tensor) -> Tensor | None:
         return torch.ones_like(out) if out.requires_grad else None
 
-    def timed(self) -> tuple[float, float, Tensor]:
-        """One iteration: (forward seconds, backward seconds, detached output)."""
+    def timed(self, counter: OpCounter | None = None) -> tuple[float, float, Tensor]:
+        """One iteration: (forward seconds, backward seconds, detached output).
+
+        With ``counter``, the forward and the backward run under ``counter.counting("forward")``
+        and ``counter.counting("backward")`` (the input copy and the output gradient do not).
+        """
+
+        def phase(name: str) -> Any:
+            return nullcontext() if counter is None else counter.counting(name)
+
         _, inp = self.fresh_input()
         self.sync()
         start = time.perf_counter()
-        out = self.forward(inp)
+        with phase("forward"):
+            out = self.forward(inp)
         self.sync()
         forward = time.perf_counter() - start
         grad = self.output_gradient(out)
@@ -276,7 +299,8 @@ class _StageRunner:
         if grad is not None:
             self.sync()
             start = time.perf_counter()
-            out.backward(grad)
+            with phase("backward"):
+                out.backward(grad)
             self.sync()
             backward = time.perf_counter() - start
         return forward, backward, out.detach()
@@ -346,11 +370,14 @@ def measure_stage(
     repeats: int = 5,
     probe: _MemoryProbe | None = None,
     static: set[int] | None = None,
+    counter: OpCounter | None = None,
 ) -> StageMeasurement:
     """Measure one stage on input ``x``: times, output and saved sizes, temporary memory.
 
     One warm-up iteration, one instrumented iteration (sizes, memory), then ``repeats`` timed
     iterations. The module should be in the mode to profile (train mode for training).
+    With ``counter`` (an estimate), the warm-up iteration runs under the operator counter and the
+    timed iterations are skipped: the times are left at 0 for the caller to fill in.
 
     Parameters
     ----------
@@ -367,6 +394,9 @@ def measure_stage(
     static : set of int, optional
         Storage pointers never counted as saved (parameters and buffers); the module's own
         when omitted.
+    counter : OpCounter, optional
+        Records the operators of the warm-up forward and backward
+        (:mod:`memplan.torch.estimate`); ``repeats`` is then ignored.
 
     Returns
     -------
@@ -377,14 +407,16 @@ def measure_stage(
         probe = _CudaProbe(x.device) if x.device.type == "cuda" else _CpuProbe()
     static = _static_pointers(module) if static is None else static
     runner = _StageRunner(module, x, input_grad)
-    runner.timed()  # warm-up: allocator caches, lazy initialisation, kernel selection
+    # warm-up: allocator caches, lazy initialisation, kernel selection (and the operator counts)
+    _, _, output = runner.timed(counter)
     sizes = _instrumented(runner, probe, static)
-    forward_times, backward_times = [], []
-    output = x
-    for _ in range(max(1, repeats)):
-        forward, backward, output = runner.timed()
-        forward_times.append(forward)
-        backward_times.append(backward)
+    forward_times, backward_times = [0.0], [0.0]
+    if counter is None:
+        forward_times, backward_times = [], []
+        for _ in range(max(1, repeats)):
+            forward, backward, output = runner.timed()
+            forward_times.append(forward)
+            backward_times.append(backward)
     _clear_grads(module)
     output_size, grad_size, saved_size, forward_overhead, backward_overhead = sizes
     return StageMeasurement(
@@ -496,8 +528,13 @@ def profile_chain(
     *,
     repeats: int = 5,
     progress: ProgressCallback | None = None,
+    gpu: GpuSpec | None = None,
 ) -> list[Stage]:
     """Measure every stage of a chain, feeding each the previous one's output.
+
+    With ``gpu``, the times are estimated for that GPU (:mod:`memplan.torch.estimate`) instead
+    of measured, the sizes are measured as usual, and each stage's ``extra.estimate`` holds its
+    operator counts.
 
     Parameters
     ----------
@@ -509,6 +546,8 @@ def profile_chain(
         Timed iterations per stage.
     progress : callable, optional
         Called as ``progress(stage_name, done, total)`` after each stage.
+    gpu : GpuSpec, optional
+        Estimate the times for this GPU; ``repeats`` is then ignored.
 
     Returns
     -------
@@ -518,28 +557,64 @@ def profile_chain(
     probe: _MemoryProbe = _CudaProbe(x.device) if x.device.type == "cuda" else _CpuProbe()
     stages: list[Stage] = []
     counted: set[int] = set()
+    tf32 = tf32_flags()
     with _training_state(chain.modules), torch.enable_grad():
         for k, (name, module) in enumerate(chain.stages):
             params = [p for p in module.parameters() if id(p) not in counted]
             counted.update(id(p) for p in params)
-            m = measure_stage(module, x, input_grad=k > 0, repeats=repeats, probe=probe)
+            counter = None if gpu is None else OpCounter(tf32)
+            m = measure_stage(
+                module, x, input_grad=k > 0, repeats=repeats, probe=probe, counter=counter
+            )
+            forward_time, backward_time, extra = m.forward_time, m.backward_time, None
+            if counter is not None and gpu is not None:
+                est = estimate_stage(counter, gpu)
+                forward_time, backward_time = est.forward_ms, est.backward_ms
+                extra = {"estimate": est.to_extra()}
             stages.append(
                 Stage(
                     name=name,
-                    forward_time=m.forward_time,
-                    backward_time=m.backward_time,
+                    forward_time=forward_time,
+                    backward_time=backward_time,
                     output_size=m.output_size,
                     saved_size=m.saved_size,
                     forward_overhead=m.forward_overhead,
                     backward_overhead=m.backward_overhead,
                     weight_size=sum(p.numel() * p.element_size() for p in params),
                     grad_size=None if m.grad_size == m.output_size else m.grad_size,
+                    extra=extra,
                 )
             )
             x = m.output
             if progress is not None:
                 progress(name, k + 1, len(chain))
     return stages
+
+
+def resolve_gpu(
+    estimate: str | None, gpu_spec: str | Path | GpuSpec | Mapping[str, Any] | None
+) -> tuple[GpuSpec | None, str | None]:
+    """The GPU to estimate for, and its catalog key (None for a spec of one's own).
+
+    Raises
+    ------
+    InputError
+        Both given, an unknown GPU name (the catalog is listed) or a bad spec file.
+    """
+    if estimate is not None and gpu_spec is not None:
+        raise InputError("--estimate and --gpu-spec: give one of them, not both")
+    if estimate is not None:
+        key = str(estimate).strip().lower()
+        if key in gpu_catalog():
+            return gpu_catalog()[key], key
+        return load_gpu(estimate), None
+    if gpu_spec is None:
+        return None, None
+    if isinstance(gpu_spec, GpuSpec):
+        return gpu_spec, None
+    if isinstance(gpu_spec, Mapping):
+        return gpu_from_dict(gpu_spec), None
+    return load_gpu_file(gpu_spec), None
 
 
 def profile_model(
@@ -553,8 +628,16 @@ def profile_model(
     repeats: int = 5,
     progress: ProgressCallback | None = None,
     name: str | None = None,
+    estimate: str | None = None,
+    gpu_spec: str | Path | GpuSpec | Mapping[str, Any] | None = None,
 ) -> Profile:
     """Profile a model for the chain algorithms: one stage per block, the loss last.
+
+    With ``estimate`` (a GPU of :func:`memplan.gpu.gpu_catalog`) or ``gpu_spec`` (a GPU spec
+    file, a :class:`~memplan.gpu.GpuSpec` or its dict), the times are estimated for that GPU from
+    operator counts (docs/estimation.md) instead of measured: the sizes are measured exactly as
+    in a CPU profile, the timed repetitions are skipped, ``device.kind`` is ``estimated`` and
+    ``bandwidth`` the GPU's host link.
 
     Parameters
     ----------
@@ -578,6 +661,12 @@ def profile_model(
         ``progress(stage_name, done, total)``, called after each stage.
     name : str, optional
         The profile's ``model`` field (default: the model name, or the module's class name).
+    estimate : str, optional
+        Estimate the times for a GPU of the catalog (``a100``, ``h100``...). ``device="auto"``
+        then measures the sizes on CPU; ``repeats`` is ignored.
+    gpu_spec : str, Path, GpuSpec or dict, optional
+        The same for a GPU described by a YAML/JSON file (or a spec). Give one of ``estimate``
+        and ``gpu_spec``.
 
     Returns
     -------
@@ -587,7 +676,8 @@ def profile_model(
     Raises
     ------
     InputError
-        Unknown model, device or dtype, a bad shape, or a model that cannot be linearized.
+        Unknown model, device, dtype or GPU, a bad shape or GPU spec, or a model that cannot be
+        linearized.
 
     Examples
     --------
@@ -600,6 +690,9 @@ def profile_model(
         raise InputError(f"--repeats {repeats!r}: expected a positive integer")
     if dtype not in DTYPES:
         raise InputError(f"--dtype {dtype!r}: expected one of {', '.join(DTYPES)}")
+    gpu, catalog_key = resolve_gpu(estimate, gpu_spec)
+    if gpu is not None and device == "auto":
+        device = "cpu"  # an estimate does not depend on the machine it runs on
     dev = _resolve_device(device)
     torch_dtype = DTYPES[dtype]
     if isinstance(model, str):
@@ -621,23 +714,33 @@ def profile_model(
     chain = linearize(module, x)
     for _, stage in chain.stages:
         stage.to(device=dev)
-    stages = profile_chain(chain, x, repeats=repeats, progress=progress)
+    stages = profile_chain(chain, x, repeats=repeats, progress=progress, gpu=gpu)
 
     threads = torch.get_num_threads()
     probe_method = _CudaProbe.method if dev.type == "cuda" else _CpuProbe.method
+    if gpu is None:
+        device_block = describe_device(dev)
+        bandwidth = measure_bandwidth(dev) if dev.type == "cuda" else None
+        estimated = None
+    else:
+        device_block = Device(kind="estimated", name=gpu.name, memory=gpu.memory)
+        bandwidth = gpu.host_bandwidth
+        estimated = estimate_info(gpu, tf32_flags(), catalog_key)
+        estimated["sizes_on"] = dev.type
     return Profile(
         model=name or label,
         batch_size=int(x.shape[0]) if x.dim() > 0 else None,
         input_shape=[int(d) for d in x.shape[1:]],
         dtype=dtype,
-        device=describe_device(dev),
-        bandwidth=measure_bandwidth(dev) if dev.type == "cuda" else None,
+        device=device_block,
+        bandwidth=bandwidth,
         measured=Measured(
             tool=f"memplan {memplan.__version__}",
             torch=torch.__version__,
             date=datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
-            repeats=repeats,
+            repeats=repeats if gpu is None else 0,
             extra={"threads": threads, "overheads": probe_method},
+            estimate=estimated,
         ),
         input_size=_storage_bytes(x),
         stages=stages,
