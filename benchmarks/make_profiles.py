@@ -26,15 +26,32 @@ from memplan.torch.profiler import profile_model
 
 OUT_DIR = Path(__file__).resolve().parent.parent / "memplan" / "profiles"
 
-# file stem -> (model name, batch size, input shape of one sample)
-PROFILES: dict[str, tuple[str, int, tuple[int, ...]]] = {
-    "resnet18": ("resnet18", 16, (3, 224, 224)),
-    "resnet50": ("resnet50", 16, (3, 224, 224)),
-    "resnet101": ("resnet101", 8, (3, 224, 224)),
-    "resnet152": ("resnet152", 8, (3, 224, 224)),
-    "vgg16": ("vgg16", 8, (3, 224, 224)),
-    "densenet121": ("densenet121", 8, (3, 224, 224)),
-    "gpt-small": ("gpt-small", 1, (512,)),
+IMAGE = (3, 224, 224)
+# file stem -> (model name, batch size, input shape of one sample, GPU to estimate for or None)
+PROFILES: dict[str, tuple[str, int, tuple[int, ...], str | None]] = {
+    # Measured on this machine (CPU), batch sizes that profile in minutes.
+    "resnet18": ("resnet18", 16, IMAGE, None),
+    "resnet50": ("resnet50", 16, IMAGE, None),
+    "resnet101": ("resnet101", 8, IMAGE, None),
+    "resnet152": ("resnet152", 8, IMAGE, None),
+    "vgg16": ("vgg16", 8, IMAGE, None),
+    "densenet121": ("densenet121", 8, IMAGE, None),
+    "gpt-small": ("gpt-small", 1, (512,), None),
+    # Estimated for a GPU (docs/estimation.md) at realistic training batch sizes; sizes are measured
+    # here, times come from the roofline of the GPU's catalog entry.
+    "resnet18@a100": ("resnet18", 64, IMAGE, "a100"),
+    "resnet34@a100": ("resnet34", 64, IMAGE, "a100"),
+    "resnet50@a100": ("resnet50", 64, IMAGE, "a100"),
+    "resnet101@a100": ("resnet101", 64, IMAGE, "a100"),
+    "resnet152@a100": ("resnet152", 64, IMAGE, "a100"),
+    "densenet121@a100": ("densenet121", 64, IMAGE, "a100"),
+    "vgg16@a100": ("vgg16", 64, IMAGE, "a100"),
+    "inception_v3@a100": ("inception_v3", 32, (3, 299, 299), "a100"),
+    "gpt-small@a100": ("gpt-small", 4, (1024,), "a100"),
+    "resnet50@v100": ("resnet50", 64, IMAGE, "v100"),
+    "resnet50@h100": ("resnet50", 64, IMAGE, "h100"),
+    "gpt-small@v100": ("gpt-small", 4, (1024,), "v100"),
+    "gpt-small@h100": ("gpt-small", 4, (1024,), "h100"),
 }
 REPEATS = 3
 
@@ -48,8 +65,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--list", action="store_true", help="list the profiles and exit")
     args = parser.parse_args(argv)
     if args.list:
-        for stem, (model, batch, shape) in PROFILES.items():
-            print(f"{stem}: {model}, batch {batch}, input {'x'.join(map(str, shape))}")
+        for stem, (model, batch, shape, gpu) in PROFILES.items():
+            where = f"estimated for {gpu}" if gpu else "measured"
+            print(f"{stem}: {model}, batch {batch}, input {'x'.join(map(str, shape))}, {where}")
         return 0
     unknown = [name for name in args.names if name not in PROFILES]
     if unknown:
@@ -58,7 +76,7 @@ def main(argv: list[str] | None = None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
     for stem in args.names or list(PROFILES):
-        model, batch, shape = PROFILES[stem]
+        model, batch, shape, gpu = PROFILES[stem]
         began = time.perf_counter()
 
         def progress(stage: str, done: int, total: int, stem: str = stem) -> None:
@@ -69,7 +87,8 @@ def main(argv: list[str] | None = None) -> int:
             batch_size=batch,
             input_shape=shape,
             device="cpu",
-            repeats=args.repeats,
+            repeats=args.repeats,  # ignored when estimating
+            estimate=gpu,
             progress=progress,
         )
         path = args.out / f"{stem}.yaml"
