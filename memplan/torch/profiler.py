@@ -563,9 +563,18 @@ def profile_chain(
             params = [p for p in module.parameters() if id(p) not in counted]
             counted.update(id(p) for p in params)
             counter = None if gpu is None else OpCounter(tf32)
-            m = measure_stage(
-                module, x, input_grad=k > 0, repeats=repeats, probe=probe, counter=counter
-            )
+            try:
+                m = measure_stage(
+                    module, x, input_grad=k > 0, repeats=repeats, probe=probe, counter=counter
+                )
+            except (RuntimeError, ValueError) as exc:
+                # The model itself refuses these sizes in training mode (e.g. batch norm on a
+                # single value per channel): a problem of the input, not of memplan.
+                what = " ".join(str(exc).split())
+                raise InputError(
+                    f"stage {k} ({name}) fails in training mode: {what}; "
+                    "try a larger --batch-size or --input-shape"
+                ) from exc
             forward_time, backward_time, extra = m.forward_time, m.backward_time, None
             if counter is not None and gpu is not None:
                 est = estimate_stage(counter, gpu)
