@@ -218,5 +218,7 @@ def test_bundled_profiles(name):
 
 def test_sizes_the_model_refuses_in_training_are_an_input_error():
     """BatchNorm on one value per channel (batch 1, 1x1 maps) is the input's problem: InputError."""
-    with pytest.raises(InputError, match=r"stage \d+ \(.*\) fails in training mode: .*--batch-size"):
+    with pytest.raises(
+        InputError, match=r"stage \d+ \(.*\) fails in training mode: .*--batch-size"
+    ):
         profile_model("resnet18", batch_size=1, input_shape=(3, 32, 32), repeats=1)
