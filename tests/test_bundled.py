@@ -1,0 +1,45 @@
+"""The bundled profiles: measured ones say CPU, estimated ones say which GPU; all of them solve."""
+
+from __future__ import annotations
+
+import pytest
+
+import memplan
+from memplan.api import describe
+from memplan.gpu import load_gpu
+from memplan.profile import bundled_profiles
+
+CHAIN_ALGORITHMS = ["store-all", "periodic", "revolve", "rotor"]
+NAMES = sorted(bundled_profiles())
+
+
+def test_the_issue_list_is_bundled():
+    measured = {"resnet18", "resnet50", "resnet101", "resnet152", "vgg16", "densenet121", "gpt-small"}
+    estimated = {
+        f"{m}@a100"
+        for m in ("resnet18", "resnet34", "resnet50", "resnet101", "resnet152", "densenet121")
+    } | {"vgg16@a100", "inception_v3@a100", "gpt-small@a100"}
+    estimated |= {f"{m}@{g}" for m in ("resnet50", "gpt-small") for g in ("v100", "h100")}
+    assert measured | estimated <= set(NAMES)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_bundled_profile_metadata_and_solves(name):
+    prof = memplan.load_profile(name)
+    if "@" in name:
+        gpu = name.split("@", 1)[1]
+        assert prof.device.kind == "estimated"
+        assert prof.measured.estimate["catalog"] == gpu
+        assert prof.bandwidth == load_gpu(gpu).host_bandwidth
+        assert all(s.extra["estimate"]["bound"] in ("compute", "memory") for s in prof.stages)
+    else:
+        assert prof.device.kind == "cpu" and prof.bandwidth is None
+    info = describe(prof, optimizer="none")
+    low, high = info["min_memory"]["chain"], info["store_all_memory"]
+    middle = (low + high) // 2
+    for algo in CHAIN_ALGORITHMS:
+        budget = high if algo == "store-all" else middle
+        sched = memplan.solve(prof, algo, budget, optimizer="none")
+        assert sched.feasible, (name, algo)
+        assert sched.peak_memory <= budget
+    assert not memplan.solve(prof, "rotor", low - 1, optimizer="none").feasible
