@@ -395,3 +395,13 @@ def test_cli_estimate(tmp_path):
 def test_cli_unknown_gpu():
     result = CliRunner().invoke(app, ["profile", "resnet18", "--estimate", "nosuchgpu"])
     assert result.exit_code == 2 and "a100" in result.stderr and result.stdout == ""
+
+
+def test_embedding_reads_only_the_rows_it_gathers():
+    """A lookup of 3 rows of a 1000 x 16 table reads 3 rows (and the indices), not the table."""
+    table = torch.randn(1000, 16)
+    indices = torch.tensor([1, 5, 7])
+    records = count_ops(lambda: torch.nn.functional.embedding(indices, table))
+    (record,) = [r for r in records if "embedding" in r.name]
+    assert record.bytes_written == 3 * 16 * 4
+    assert record.bytes_read == 3 * 16 * 4 + indices.nbytes

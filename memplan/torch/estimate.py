@@ -186,6 +186,17 @@ def tf32_flags() -> Tf32:
     return Tf32(conv=bool(torch.backends.cudnn.allow_tf32), matmul=matmul)
 
 
+_GATHER = {
+    aten.embedding,
+    aten.index_select,
+    aten.gather,
+    aten.index,
+    aten.take,
+}
+"""Operators that read only the rows they gather from their first argument (the table), not all
+of it: the table counts as many bytes as the operator writes, at most its own size."""
+
+
 def _dtype_name(dtype: torch.dtype) -> str:
     return str(dtype).removeprefix("torch.")
 
@@ -304,6 +315,11 @@ class OpCounter(TorchDispatchMode):
             inputs = []
         elif packet in _OVERWRITE and args and isinstance(args[0], Tensor):
             inputs = _tensors((args[1:], kwargs))
+        gathered = 0
+        if packet in _GATHER and args and isinstance(args[0], Tensor):
+            # NOTE: embedding(weight, indices) reads the looked-up rows, not the whole table.
+            gathered = min(_tensor_bytes(args[0]), _distinct_bytes(outputs))
+            inputs = _tensors((args[1:], kwargs))
         dtype = _dtype_name(reference[0].dtype) if reference else "float32"
         is_conv = packet in _CONV
         matmul = is_conv or packet in _MATMUL or _is_attention(packet)
@@ -315,7 +331,7 @@ class OpCounter(TorchDispatchMode):
             kind="matmul" if matmul else "memory",
             dtype=dtype,
             flops=flops,
-            bytes_read=_distinct_bytes(inputs),
+            bytes_read=_distinct_bytes(inputs) + gathered,
             bytes_written=_distinct_bytes(outputs),
             tf32=self.tf32.conv if is_conv else self.tf32.matmul,
         )
