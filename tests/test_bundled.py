@@ -14,7 +14,15 @@ NAMES = sorted(bundled_profiles())
 
 
 def test_the_issue_list_is_bundled():
-    measured = {"resnet18", "resnet50", "resnet101", "resnet152", "vgg16", "densenet121", "gpt-small"}
+    measured = {
+        "resnet18",
+        "resnet50",
+        "resnet101",
+        "resnet152",
+        "vgg16",
+        "densenet121",
+        "gpt-small",
+    }
     estimated = {
         f"{m}@a100"
         for m in ("resnet18", "resnet34", "resnet50", "resnet101", "resnet152", "densenet121")
