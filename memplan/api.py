@@ -16,7 +16,7 @@ from memplan.errors import InputError, InternalError
 from memplan.profile.io import load_profile
 from memplan.profile.model import Profile
 from memplan.schedule import Budget, Op, ProfileRef, Schedule, SolverInfo, load_schedule
-from memplan.units import parse_size
+from memplan.units import parse_rate, parse_size
 
 OPTIMIZER_FACTORS = {"none": 0, "sgd": 2, "momentum": 3, "adam": 4}
 """Static memory as a multiple of the weight bytes: weights + gradients + optimizer state."""
@@ -115,8 +115,11 @@ def solve(
         Memory discretization of the rotor DP (2 to 100000).
     optimizer : {"none", "sgd", "momentum", "adam"}
         Which static memory is counted (docs/model.md).
-    bandwidth, gpus, time_limit
-        For the offloading, pipeline and ILP families; the chain algorithms do not use them.
+    bandwidth : float or str, optional
+        Host<->device bandwidth of the offloading family (``"12GB/s"`` or bytes/s); defaults to
+        the profile's ``bandwidth``. The chain algorithms do not use it.
+    gpus, time_limit
+        For the pipeline and ILP families; the chain and offloading algorithms do not use them.
 
     Returns
     -------
@@ -131,6 +134,9 @@ def solve(
     budget = parse_size(memory)
     slots = _check_slots(slots)
     static = static_memory(prof, optimizer)
+    if info.family == "offload":
+        rate = resolve_bandwidth(prof, info.name, bandwidth)
+        return _solve_offload(prof, info, budget, static, slots, optimizer, rate)
     ref = ProfileRef(model=prof.model, sha256=prof.sha256(), stages=prof.length)
     started = time.perf_counter()
     plan = info.run(prof, budget - static, slots=slots, time_limit=time_limit)
@@ -166,15 +172,82 @@ def solve(
         ops=ops,
         **common,
     )
+    return _checked(prof, schedule, budget, algo, plan.claimed_makespan)
+
+
+def resolve_bandwidth(profile: Profile, algo: str, bandwidth: float | str | None) -> float:
+    """The bandwidth (bytes/s) of an offloading run: the argument, else the profile's own."""
+    if bandwidth is not None:
+        return parse_rate(bandwidth)
+    if profile.bandwidth is not None:
+        return float(profile.bandwidth)
+    raise InputError(
+        f"algorithm {algo} needs a bandwidth: give --bandwidth 12GB/s or use a profile with a "
+        "measured/estimated bandwidth (e.g. resnet50@a100)"
+    )
+
+
+def _solve_offload(
+    prof: Profile,
+    info: Any,
+    budget: int,
+    static: int,
+    slots: int,
+    optimizer: str,
+    rate: float,
+) -> Schedule:
+    """Run an offloading algorithm (papers/004) and wrap its timed plan as a schedule."""
+    started = time.perf_counter()
+    plan = info.run(prof, budget - static, slots=slots, bandwidth=rate)
+    seconds = time.perf_counter() - started
+    common = dict(
+        family=info.family,
+        algorithm=info.name,
+        profile=ProfileRef(model=prof.model, sha256=prof.sha256(), stages=prof.length),
+        budget=Budget(memory=budget, bandwidth=rate, optimizer=optimizer),
+        lower_bound=plan.lower_bound,
+        static_memory=static,
+        min_memory=None if plan.min_memory is None else plan.min_memory + static,
+    )
+    if plan.ops is None:
+        return Schedule(
+            feasible=False,
+            solver=SolverInfo(
+                seconds=seconds, status="infeasible", slots=plan.slots, message=plan.message
+            ),
+            **common,
+        )
+    ops = [
+        Op(op=name, stage=stage, start=start, end=end, stream=stream, tensor=tensor)
+        for name, stage, start, end, stream, tensor in plan.ops
+    ]
+    makespan = max(op.end for op in ops)
+    schedule = Schedule(
+        feasible=True,
+        makespan=makespan,
+        overhead=makespan / plan.lower_bound if plan.lower_bound > 0 else 1.0,
+        solver=SolverInfo(
+            seconds=seconds, status=plan.status, slots=plan.slots, message=plan.message
+        ),
+        ops=ops,
+        **common,
+    )
+    return _checked(prof, schedule, budget, info.name, plan.claimed_makespan)
+
+
+def _checked(
+    prof: Profile, schedule: Schedule, budget: int, algo: str, claimed: float | None
+) -> Schedule:
+    """Replay a solver's plan; a rejected plan or a different makespan is a bug in memplan."""
     check = simulate(prof, schedule, memory=budget, check_claims=False)
     if not check.valid:
         raise InternalError(
             f"{algo} produced a plan the simulator rejects: {check.violation} "
             "(this is a bug in memplan; please report it)"
         )
-    if plan.claimed_makespan is not None and not _close(plan.claimed_makespan, check.makespan):
+    if claimed is not None and not _close(claimed, check.makespan):
         raise InternalError(
-            f"{algo}: solver value {plan.claimed_makespan} != simulated makespan {check.makespan} "
+            f"{algo}: solver value {claimed} != simulated makespan {check.makespan} "
             "(this is a bug in memplan; please report it)"
         )
     return schedule.model_copy(update={"peak_memory": check.peak_memory})
@@ -194,11 +267,13 @@ def simulate(
     """Replay a schedule independently of the solvers.
 
     Returns a :class:`memplan.simulator.SimulationResult` with ``valid``, ``makespan``,
-    ``peak_memory`` and ``violation`` (the first problem found, naming the operation). The budget is
+    ``peak_memory``, ``idle_time`` and ``violation`` (the first problem found, naming the
+    operation); chains go to :func:`memplan.simulator.simulate_chain`, offloading schedules to
+    :func:`memplan.simulator.simulate_offload` (at the schedule's ``budget.bandwidth``). The budget is
     ``memory`` when given, else the schedule's own. With ``check_claims``, the makespan and peak the
     schedule states must match the replay.
     """
-    from memplan.simulator import simulate_chain
+    from memplan.simulator import simulate_chain, simulate_offload
 
     prof = load_profile(profile)
     sched = load_schedule(schedule)
@@ -207,10 +282,24 @@ def simulate(
             f"schedule was made for a profile with {sched.profile.stages} stages, "
             f"this one has {prof.length} ({prof.model})"
         )
-    if sched.family != "chain":
-        raise InputError(f"schedule family {sched.family!r} cannot be simulated yet")
     budget = parse_size(memory) if memory is not None else sched.budget.memory
-    result = simulate_chain(prof, sched.ops, static_memory=sched.static_memory, memory=budget)
+    if sched.family == "chain":
+        result = simulate_chain(prof, sched.ops, static_memory=sched.static_memory, memory=budget)
+    elif sched.family == "offload":
+        if sched.budget.bandwidth is None or not sched.budget.bandwidth > 0:
+            raise InputError(
+                "budget.bandwidth: an offloading schedule must state its bandwidth (bytes/s), "
+                "e.g. 12000000000"
+            )
+        result = simulate_offload(
+            prof,
+            sched.ops,
+            static_memory=sched.static_memory,
+            memory=budget,
+            bandwidth=sched.budget.bandwidth,
+        )
+    else:
+        raise InputError(f"schedule family {sched.family!r} cannot be simulated yet")
     if check_claims and result.valid and sched.feasible:
         if sched.makespan is not None and not _close(sched.makespan, result.makespan):
             result.fail(f"makespan: schedule says {sched.makespan}, replay gives {result.makespan}")
@@ -254,6 +343,30 @@ def budgets_from_range(text: str) -> list[int]:
     return [round(start + (stop - start) * i / (steps - 1)) for i in range(steps)]
 
 
+def auto_budgets(
+    profile: Profile | Mapping[str, Any] | str,
+    algos: Iterable[str],
+    steps: int = 10,
+    optimizer: str = "sgd",
+) -> list[int]:
+    """``steps`` budgets from the least memory any of ``algos`` runs with to the store-all need.
+
+    The store-all need is M_peak (plus static memory): above it nothing is recomputed or
+    offloaded. This is the range of Figure 5 of papers/004 (``compare --mem auto:20``).
+    """
+    prof = load_profile(profile)
+    families = {_algorithm(name).family for name in algos}
+    desc = describe(prof, optimizer)
+    least = [desc["min_memory"][f] for f in families if f in desc["min_memory"]]
+    start = min(least) if least else desc["store_all_memory"]
+    stop = max(start, desc["store_all_memory"])
+    if steps < 1:
+        raise InputError(f"--mem auto:{steps}: STEPS must be at least 1, e.g. auto:20")
+    if steps == 1:
+        return [start]
+    return [round(start + (stop - start) * i / (steps - 1)) for i in range(steps)]
+
+
 def compare(
     profile: Profile | Mapping[str, Any] | str,
     algos: Iterable[str],
@@ -264,7 +377,11 @@ def compare(
     bandwidth: float | str | None = None,
     on_progress: Callable[[int, int], None] | None = None,
 ) -> list[CompareRow]:
-    """Sweep algorithms over budgets; ``ratio`` is makespan / lower bound."""
+    """Sweep algorithms over budgets; ``ratio`` is makespan / lower bound.
+
+    For the offloading family the lower bound is LB of Proposition 3 at each budget and at
+    ``bandwidth`` (default: the profile's), so the ratios are those of Figure 5 of papers/004.
+    """
     prof = load_profile(profile)
     names = list(algos)
     for name in names:
@@ -296,13 +413,17 @@ def describe(profile: Profile | Mapping[str, Any] | str, optimizer: str = "sgd")
     """What ``memplan info`` shows: the profile's metadata, totals and the memory each family needs.
 
     ``store_all_memory`` is the budget store-all needs (no recomputation); ``min_memory`` the least
-    budget with which any chain plan exists (everything recomputed from the input). Both include
-    the static memory of ``optimizer``.
+    budget with which any plan of a family exists: ``chain``, everything recomputed from the
+    input; ``offload``, every activation offloaded (papers/004). ``offload_peak`` is M_peak, the
+    budget above which nothing needs offloading (the store-all need). All include the static
+    memory of ``optimizer``.
     """
     from memplan.algorithms.chain import Chain, chain_min_memory
+    from memplan.algorithms.offload import OffloadInstance
 
     prof = load_profile(profile)
     chain = Chain.from_profile(prof)
+    offload = OffloadInstance.from_profile(prof, prof.bandwidth or 1.0)
     static = static_memory(prof, optimizer)
     device = prof.device.model_dump(exclude_none=True) if prof.device else None
     return {
@@ -320,7 +441,11 @@ def describe(profile: Profile | Mapping[str, Any] | str, optimizer: str = "sgd")
         "static_memory": static,
         "lower_bound": prof.lower_bound,
         "store_all_memory": static + chain.store_all_peak(),
-        "min_memory": {"chain": static + chain_min_memory(chain)},
+        "min_memory": {
+            "chain": static + chain_min_memory(chain),
+            "offload": static + offload.min_memory(),
+        },
+        "offload_peak": static + offload.peak(),
         "sha256": prof.sha256(),
         "stage_table": [s.model_dump(exclude_none=True) for s in prof.stages],
     }

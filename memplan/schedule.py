@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_serializer
 
 from memplan.errors import InputError
 
@@ -23,13 +23,27 @@ class _Model(BaseModel):
 
 
 class Op(_Model):
-    """One operation. ``stage`` is the 0-based index into the profile's ``stages``."""
+    """One operation. ``stage`` is the 0-based index into the profile's ``stages``.
+
+    Transfers (``offload``/``prefetch``, offloading family) name the tensor they move in
+    ``tensor``: ``s[k]`` (what stage ``k`` saved for its backward; the default for stage ``k``) or
+    ``x[0]`` (the chain input, stage 0). Compute operations have no ``tensor``; the field is left
+    out of the documents when it is unset.
+    """
 
     op: OpName
     stage: int = Field(ge=0)
     start: float = Field(allow_inf_nan=False)
     end: float = Field(allow_inf_nan=False)
     stream: Literal["compute", "transfer"] = "compute"
+    tensor: str | None = None
+
+    @model_serializer(mode="wrap")
+    def _drop_unset_tensor(self, handler: Any) -> dict[str, Any]:
+        data = handler(self)
+        if data.get("tensor") is None:
+            data.pop("tensor", None)
+        return data
 
 
 class ProfileRef(_Model):

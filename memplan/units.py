@@ -61,6 +61,8 @@ def parse_rate(value: str | int | float) -> float:
         number = float(value)
     else:
         text = str(value).strip()
+        if text.startswith("-"):
+            raise InputError(f"rate {value!r}: expected a positive rate, e.g. 12.2GB/s")
         if text.lower().endswith("/s"):
             text = text[:-2]
         number = _parse(text, "rate", "12.2GB/s or 16GiB/s")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from memplan.algorithms.base import AlgorithmInfo, ChainPlan
+from memplan.algorithms.base import AlgorithmInfo, ChainPlan, OffloadPlan
 from memplan.algorithms.chain.problem import Chain
 from memplan.profile.model import Profile
 
@@ -12,7 +12,14 @@ from memplan.profile.model import Profile
 def _chain(solver_name: str):
     """Adapt a chain solver ``f(chain, memory, **options)`` to the registry's calling convention."""
 
-    def run(profile: Profile, memory: int, *, slots: int, time_limit: Any = None) -> ChainPlan:
+    def run(
+        profile: Profile,
+        memory: int,
+        *,
+        slots: int,
+        time_limit: Any = None,
+        bandwidth: float | None = None,
+    ) -> ChainPlan:
         from memplan.algorithms import chain as family
 
         solver = getattr(family, solver_name)
@@ -21,6 +28,36 @@ def _chain(solver_name: str):
 
     return run
 
+
+def _offload(solver_name: str, **options: Any):
+    """Adapt an offloading solver ``f(instance, memory, **options)`` (bandwidth in bytes/s)."""
+
+    def run(
+        profile: Profile,
+        memory: int,
+        *,
+        slots: int,
+        time_limit: Any = None,
+        bandwidth: float | None = None,
+    ) -> OffloadPlan:
+        from memplan.algorithms import offload as family
+
+        if bandwidth is None:  # pragma: no cover - memplan.solve resolves it first
+            raise ValueError("offloading algorithms need a bandwidth")
+        solver = getattr(family, solver_name)
+        kwargs = dict(options)
+        if solver_name == "solve_dynprog":
+            kwargs["slots"] = slots
+        return solver(family.OffloadInstance.from_profile(profile, bandwidth), memory, **kwargs)
+
+    return run
+
+
+OFFLOAD_REFERENCE = (
+    "Beaumont, Eyraud-Dubois & Shilova 2020, Optimal GPU-CPU offloading strategies for DNN training"
+)
+REFINED_CANDIDATES = 8
+"""How many of the DP's best final states ``dynprog-best`` tries in the real schedule."""
 
 REGISTRY: dict[str, AlgorithmInfo] = {
     info.name: info
@@ -61,7 +98,43 @@ REGISTRY: dict[str, AlgorithmInfo] = {
             reference="Beaumont et al. 2019, Optimal checkpointing for heterogeneous chains",
             run=_chain("solve_rotor"),
         ),
+        AlgorithmInfo(
+            name="greedy",
+            family="offload",
+            exact=False,
+            needs="profile, --bandwidth",
+            summary="offload the first activations (optimal if they could be split, Theorem 2)",
+            reference=OFFLOAD_REFERENCE + ", §4",
+            run=_offload("solve_greedy"),
+        ),
+        AlgorithmInfo(
+            name="dynprog",
+            family="offload",
+            exact=False,
+            needs="profile, --bandwidth, --slots",
+            summary="DP optimal with interruptible transfers (Algorithm 1, slots), then no-wait",
+            reference=OFFLOAD_REFERENCE + ", §5",
+            run=_offload("solve_dynprog"),
+        ),
+        AlgorithmInfo(
+            name="dynprog-best",
+            family="offload",
+            exact=False,
+            needs="profile, --bandwidth, --slots",
+            summary=f"dynprog trying its {REFINED_CANDIDATES} best DP sets in the real schedule",
+            reference="memplan's refinement of " + OFFLOAD_REFERENCE,
+            run=_offload("solve_dynprog", candidates=REFINED_CANDIDATES),
+        ),
+        AlgorithmInfo(
+            name="vdnn",
+            family="offload",
+            exact=False,
+            needs="profile, --bandwidth",
+            summary="vDNN++-style thresholds on compute time per byte, all or every other one",
+            reference=OFFLOAD_REFERENCE + ", §6.1 (after vDNN++, Shriram et al. 2019)",
+            run=_offload("solve_vdnn"),
+        ),
     ]
 }
 
-__all__ = ["REGISTRY", "AlgorithmInfo", "ChainPlan"]
+__all__ = ["REGISTRY", "AlgorithmInfo", "ChainPlan", "OffloadPlan"]

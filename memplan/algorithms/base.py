@@ -49,3 +49,31 @@ class AlgorithmInfo:
             "summary": self.summary,
             "reference": self.reference,
         }
+
+
+Transfer = tuple[str, int, float, float, str, "str | None"]
+"""``(op, stage, start, end, stream, tensor)``: one timed operation of an offloading schedule."""
+
+
+@dataclass
+class OffloadPlan:
+    """An offloading algorithm's answer: a timed schedule (papers/004), before simulation.
+
+    ``ops`` is None when no schedule of the algorithm fits; ``min_memory`` is then the least
+    activation memory (bytes, static memory excluded) with which it finds one. ``lower_bound`` is
+    LB of Proposition 3 at this budget and bandwidth, ``peak`` is M_peak (the memory without any
+    offloading), ``offloaded`` the indices ``i`` of the offloaded activations ``a[i]``
+    (docs/offload.md), ``claimed_makespan`` the makespan of the timed schedule, which the
+    simulator's replay must reproduce.
+    """
+
+    ops: list[Transfer] | None
+    status: str
+    lower_bound: float
+    peak: int
+    claimed_makespan: float | None = None
+    min_memory: int | None = None
+    slots: int | None = None
+    message: str | None = None
+    offloaded: list[int] = field(default_factory=list)
+    details: dict[str, Any] = field(default_factory=dict)

@@ -44,7 +44,8 @@ def compare(
             "--mem",
             "-m",
             metavar="START:STOP[:STEPS]",
-            help="Budgets, evenly spaced (STEPS default 10): 2GB:8GB:13.  [required]",
+            help="Budgets, evenly spaced (STEPS default 10): 2GB:8GB:13; auto[:STEPS] goes from "
+            "the least memory of the algorithms to the store-all need (M_peak).  [required]",
         ),
     ] = None,
     bandwidth: Annotated[
@@ -80,18 +81,28 @@ def compare(
         form = resolve_format(fmt, output, ("table", "csv", "json"))
         if mem is None:
             raise InputError("--mem: a budget range is required, e.g. --mem 2GB:8GB:10")
-        budgets = budgets_from_range(mem)
         names = [a.strip() for a in algos.split(",") if a.strip()]
         if not names:
             raise InputError(f"--algos {algos!r}: expected algorithm names, e.g. {DEFAULT_ALGOS}")
         if len(set(names)) != len(names):
             raise InputError(f"--algos {algos!r}: an algorithm is listed twice")
+        auto_steps = _auto_steps(mem)
+        budgets = [] if auto_steps is not None else budgets_from_range(mem)
         rate = option_rate("--bandwidth", bandwidth)
         if plot is not None:
             from memplan.cli.plot import check_plot_target
 
             check_plot_target(plot)  # before the sweep: fail fast without matplotlib
         prof = memplan.load_profile(profile_source(profile))
+        offloading = [n for n in names if _family(n) == "offload"]
+        if offloading:  # one clear line before the sweep when no bandwidth is known
+            from memplan.api import resolve_bandwidth
+
+            rate = resolve_bandwidth(prof, offloading[0], rate)
+        if auto_steps is not None:
+            from memplan.api import auto_budgets
+
+            budgets = auto_budgets(prof, names, auto_steps, optimizer.value)
         rows = _sweep(
             memplan.compare,
             prof,
@@ -105,6 +116,8 @@ def compare(
             from memplan.cli.render import compare_table
 
             title = f"{prof.model}: makespan / lower bound ({prof.lower_bound:.3f} ms)"
+            if offloading:
+                title = _offload_title(prof, rate, len(offloading) == len(names))
             err_console().print(compare_table(rows, names, budgets, title))
         elif form == "csv":
             write_output(rows_to_csv(rows), output)
@@ -124,8 +137,40 @@ def compare(
         if plot is not None:
             from memplan.cli.plot import plot_sweep
 
-            plot_sweep(plot, rows, names, title=_plot_title(prof))
+            title = _plot_title(prof)
+            if offloading:
+                from memplan.units import format_size
+
+                title += f", {format_size(rate)}/s"
+            plot_sweep(plot, rows, names, title=title)
             echo_err(f"memplan: wrote {plot}")
+
+
+def _auto_steps(mem: str) -> int | None:
+    """STEPS of ``--mem auto[:STEPS]`` (default 10), or None for a START:STOP range."""
+    head, _, tail = mem.partition(":")
+    if head.strip().lower() != "auto":
+        return None
+    try:
+        return int(tail) if tail else 10
+    except ValueError:
+        raise InputError(f"--mem {mem!r}: STEPS must be an integer, e.g. auto:20") from None
+
+
+def _family(name: str) -> str | None:
+    from memplan.algorithms import REGISTRY
+
+    info = REGISTRY.get(name)
+    return None if info is None else info.family
+
+
+def _offload_title(prof: Any, rate: float, only: bool) -> str:
+    from memplan.units import format_size
+
+    what = f"LB of Proposition 3 at each budget, {format_size(rate)}/s"
+    if not only:
+        what += f"; chains: {prof.lower_bound:.3f} ms"
+    return f"{prof.model}: makespan / lower bound ({what})"
 
 
 def _plot_title(prof: Any) -> str:

@@ -140,6 +140,8 @@ def ops_table(schedule: Any, stage_names: Sequence[str]) -> Table:
         table.add_column("stream")
     for index, op in enumerate(schedule.ops):
         name = stage_names[op.stage] if 0 <= op.stage < len(stage_names) else "?"
+        if op.stream == "transfer":
+            name = f"{op.tensor or f's[{op.stage}]'} ({name})"
         row = [
             Text(str(index)),
             Text(op.op, style=OP_STYLES.get(op.op, "")),

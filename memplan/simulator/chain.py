@@ -58,6 +58,9 @@ class SimulationResult:
         peak during it, and one at its end after its frees.
     op_peaks : list of int
         Peak during each operation replayed, static included.
+    idle_time : float
+        Time the compute stream waits (ms): makespan minus the compute time (offloading
+        schedules; always 0 for chains, whose operations run back to back).
     """
 
     valid: bool = True
@@ -69,6 +72,7 @@ class SimulationResult:
     violation_index: int | None = None
     memory_curve: list[tuple[float, int]] = field(default_factory=list)
     op_peaks: list[int] = field(default_factory=list)
+    idle_time: float = 0.0
 
     def fail(self, message: str, index: int | None = None) -> None:
         """Mark the plan invalid; only the first violation is kept.

@@ -1,0 +1,479 @@
+"""DYNPROG offloading schedule (Beaumont, Eyraud-Dubois & Shilova, Euro-Par 2020, Algorithm 1;
+slots as in §5.3.2).
+
+Algorithm 1 solves Problem 2 (transfers may be interrupted, so bytes leave and enter the GPU as they
+move, but every activation is offloaded entirely or not at all) exactly, by a dynamic program over
+the stages that decides, stage by stage, whether ``a[k]`` is offloaded. Its state after stage ``k``
+is ``(N, Delta_F, Delta_B)``:
+
+* ``N``: bytes of ``a[0..k-1]`` kept on the GPU (the paper's ``M_F - Delta_F^+ - |x_k|``);
+* ``Delta_F``: offloading still to do at the end of ``F_{k-1}`` (eq. 2, 4), or minus the idle
+  time of the channel times ``beta`` when it is idle;
+* ``Delta_B``: prefetching to do before ``B_{k-1}`` starts, the backward phase being read from the
+  end of the schedule (eq. 7, 8), or minus the channel's idle time.
+
+For each state the table keeps the least idle time of the compute stream so far (forward waits,
+eq. 1, and backward waits, eq. 6); the idle time between the phases (eq. 9, 10) is added at the
+end, and backtracking gives the offloaded set. DYNPROG then runs the no-wait ordered schedule of
+that set with real, non-interruptible transfers (Problem 1, :mod:`.nowait`): a heuristic for
+Problem 1, which is strongly NP-hard (Theorem 1). docs/offload.md gives our reading of every
+recurrence (the paper's text garbles several indices) and the proof sketch of the two shortcuts
+used here (one expression for eq. 9 and 10, slack clamping).
+
+Complexity: sizes are counted in ``S`` slots (``--slots``), so each coordinate of the state takes
+``O(S)`` values and a stage costs ``O(T log T)`` for ``T`` live states (vectorized in numpy; a
+hash table in the paper), ``T <= O(S^3)``; in practice ``T`` stays in the thousands after the
+dominance pruning below. Memory: ``O(n T)`` for backtracking.
+
+NOTE [ offload slot discretization ]
+------------------------------------
+As in §5.3.2, with ``sigma = max(1, M / S)`` bytes per slot (``M`` the activation budget) and a
+budget of ``floor(M / sigma)`` slots:
+
+* ``ex^F``, ``ex^B`` and the gradients ``|y|`` are rounded **up** (the plan may only overestimate
+  what it needs);
+* the transfer capacities ``u_F beta`` and ``u_B beta`` are rounded **down** through their partial
+  sums: ``c[k] = floor(sum_{j<=k} u_j beta / sigma) - floor(sum_{j<k} u_j beta / sigma)``, so that
+  rounding errors do not add up along the chain;
+* the activations ``|x|`` are rounded *optimistically* through their partial sums
+  (``ceil(sum_{j<=k} a_j / sigma) - ceil(sum_{j<k} a_j / sigma)``, which may round an individual
+  activation down), so that eager sets (the first activations, the common optimum) are priced
+  right. If the set the DP returns does not fit in exact bytes, the repair loop adds one slot to an
+  activation rounded down (among those in a constraint that fails, the one closest to its true
+  size) and runs the DP again. Once every activation is rounded up, a set that fits in slots fits
+  in bytes, so the loop ends after at most ``n`` runs.
+
+With ``sigma = 1`` (a budget of at most ``S`` bytes) and ``u beta`` whole bytes for every
+operation, the DP is exact: its value is the optimum of Problem 2 (checked against an exhaustive
+search in ``tests/test_offload_dynprog.py``).
+
+Dominance pruning (not in the paper): the idle time still to come only grows with ``N``,
+``Delta_F`` and ``Delta_B`` (a state with less memory held and less transfer backlog can mimic the
+other by waiting, and a no-wait schedule is never worse than a waiting one, Proposition 1), so a
+state is dropped when another one at the same stage is no worse in all four values. Pruning is
+done exactly on ``(N, Delta_F)`` groups along ``Delta_B`` and across groups along ``N``, which
+removes almost every dominated state at ``O(T log T)`` cost.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from memplan.algorithms.base import OffloadPlan
+from memplan.algorithms.offload.common import infeasible_plan, plan_from_set
+from memplan.algorithms.offload.greedy import greedy_set
+from memplan.algorithms.offload.model import OffloadInstance
+from memplan.algorithms.offload.nowait import no_wait_makespan
+
+DEFAULT_SLOTS = 500
+_EPS = 1e-9
+
+
+@dataclass(frozen=True)
+class Slots:
+    """An instance in slots (NOTE [ offload slot discretization ]); every field is int64."""
+
+    sigma: float
+    budget: int
+    a: np.ndarray  # (n + 1,)
+    g: np.ndarray  # (n + 1,)
+    ef: np.ndarray  # (n,)
+    eb: np.ndarray  # (n,)
+    cf: np.ndarray  # (n,) slots the channel moves during F_k
+    cb: np.ndarray  # (n,)
+    fo: np.ndarray  # (n,) ceil(fo / sigma), for eq. (10)
+
+    @property
+    def n(self) -> int:
+        return len(self.ef)
+
+
+def discretize(
+    inst: OffloadInstance,
+    memory: int,
+    slots: int,
+    bump: np.ndarray | None = None,
+    *,
+    optimistic: bool = False,
+) -> Slots:
+    """The slot instance of NOTE [ offload slot discretization ], ``bump`` slots added to ``a``.
+
+    With ``optimistic``, every quantity is rounded the other way (sizes and overheads down, the
+    budget and the transfer capacities up): the DP's value on that instance is then a lower bound
+    of Problem 2 (:func:`relaxation_bound`).
+    """
+    sigma = max(1.0, memory / slots)
+    if optimistic:
+        return Slots(
+            sigma=sigma,
+            budget=int(math.ceil(memory / sigma - _EPS)),
+            a=np.floor(inst.a / sigma + _EPS).astype(np.int64),
+            g=np.floor(inst.g / sigma + _EPS).astype(np.int64),
+            ef=np.floor(inst.ef / sigma + _EPS).astype(np.int64),
+            eb=np.floor(inst.bo / sigma + _EPS).astype(np.int64),
+            cf=np.ceil(inst.uf * inst.beta / sigma - _EPS).astype(np.int64),
+            cb=np.ceil(inst.ub * inst.beta / sigma - _EPS).astype(np.int64),
+            fo=np.floor(inst.fo / sigma + _EPS).astype(np.int64),
+        )
+    if bump is None:
+        bump = np.zeros(inst.n + 1, dtype=np.int64)
+
+    def up(values: np.ndarray) -> np.ndarray:
+        return np.ceil(values / sigma - _EPS).astype(np.int64)
+
+    def down_partial(times: np.ndarray) -> np.ndarray:
+        sums = np.concatenate(([0.0], np.cumsum(times * inst.beta)))
+        return np.diff(np.floor(sums / sigma * (1 + _EPS) + _EPS)).astype(np.int64)
+
+    partial = np.concatenate(([0], np.cumsum(inst.a)))
+    a = np.diff(np.ceil(partial / sigma - _EPS)).astype(np.int64) + bump
+    return Slots(
+        sigma=sigma,
+        budget=int(math.floor(memory / sigma + _EPS)),
+        a=a,
+        g=up(inst.g),
+        ef=up(inst.ef),
+        eb=up(inst.bo),
+        cf=down_partial(inst.uf),
+        cb=down_partial(inst.ub),
+        fo=up(inst.fo),
+    )
+
+
+def _group_running_min(values: np.ndarray, group_start: np.ndarray) -> np.ndarray:
+    """For each position, the least of ``values`` at earlier positions of its group.
+
+    Groups are runs that begin where ``group_start`` is True; positions with no earlier member get
+    a value above every value. Values must be non-negative. One cumulative minimum over values
+    lifted by a per-group offset that decreases from group to group, so that no minimum leaks from
+    one group into the next.
+    """
+    if len(values) == 0:
+        return values.copy()
+    span = int(values.max()) + 2  # every value < span - 1, the sentinel
+    shifted = np.empty_like(values)
+    shifted[0] = span - 1
+    shifted[1:] = values[:-1]
+    shifted[group_start] = span - 1
+    group_id = np.cumsum(group_start) - 1
+    groups = int(group_id[-1]) + 1
+    if groups * span >= 2**62:  # pragma: no cover - int64 would overflow: one group at a time
+        out = np.empty_like(values)
+        bounds = list(np.flatnonzero(group_start)) + [len(values)]
+        for begin, end in zip(bounds[:-1], bounds[1:], strict=True):
+            out[begin:end] = np.minimum.accumulate(shifted[begin:end])
+        return out
+    lift = (groups - group_id) * span
+    return np.minimum.accumulate(shifted + lift) - lift
+
+
+def prune(n_kept, delta_f, delta_b, idle) -> np.ndarray:
+    """Indices of the states to keep: distinct and not dominated (module docstring).
+
+    A state is dropped when another has the same ``N`` and ``Delta_F``, a ``Delta_B`` no larger and
+    an idle time no larger (first pass), or the same ``Delta_F`` and ``Delta_B``, an ``N`` no
+    larger and an idle time no larger (second pass). Exact duplicates keep one copy.
+    """
+    order = np.lexsort((idle, delta_b, delta_f, n_kept))
+    n_s, f_s, i_s = n_kept[order], delta_f[order], idle[order]
+    start = np.ones(len(order), dtype=bool)
+    start[1:] = (n_s[1:] != n_s[:-1]) | (f_s[1:] != f_s[:-1])
+    order = order[i_s < _group_running_min(i_s, start)]
+
+    second = order[np.lexsort((idle[order], n_kept[order], delta_b[order], delta_f[order]))]
+    f_s, b_s, i_s = delta_f[second], delta_b[second], idle[second]
+    start = np.ones(len(second), dtype=bool)
+    start[1:] = (f_s[1:] != f_s[:-1]) | (b_s[1:] != b_s[:-1])
+    return second[i_s < _group_running_min(i_s, start)]
+
+
+@dataclass
+class DPResult:
+    """What one run of Algorithm 1 found, in slots.
+
+    ``sets`` are the offloaded sets of the best final states, best first (several with
+    ``candidates > 1``), ``values`` their total idle times in slot units (one slot unit of time is
+    ``sigma / beta`` ms); ``states`` the largest number of live states at any stage.
+    """
+
+    sets: list[np.ndarray]
+    values: list[int]
+    states: int
+
+
+def run_dp(sl: Slots, *, candidates: int = 1, pruning: bool = True) -> DPResult:
+    """Algorithm 1 on a slot instance: the least total idle time and its offloaded set.
+
+    Parameters
+    ----------
+    sl : Slots
+        The discretized instance.
+    candidates : int
+        How many of the best final states to backtrack (distinct sets, best first).
+    pruning : bool
+        Drop dominated states (exact, see the module docstring); False keeps every distinct state,
+        as the paper's hash tables do (for tests).
+
+    Returns
+    -------
+    DPResult
+        ``sets`` is empty when no state survives (no set fits in slots).
+    """
+    n, budget = sl.n, sl.budget
+    a, g, ef, eb, cf, cb = sl.a, sl.g, sl.ef, sl.eb, sl.cf, sl.cb
+    cap = budget  # slack beyond the budget never matters (docs/offload.md)
+    zero = np.zeros(1, dtype=np.int64)
+    n_kept, delta_f, delta_b, idle = zero, zero.copy(), zero.copy(), zero.copy()
+    tables: list[tuple[np.ndarray, np.ndarray]] = []
+    most = 1
+    for k in range(n):
+        pf = np.maximum(delta_f, 0)
+        pb = np.maximum(delta_b, 0)
+        # eq. (1): F_k waits until enough backlog of a[0..k-1] has left; a[k] stays for F_k.
+        need_f = a[k] + n_kept + pf + a[k + 1] + ef[k] - budget
+        # eq. (6): B_k (read backwards) waits until enough lower prefetching has been pushed later.
+        need_b = g[k] + a[k] + n_kept + pb + a[k + 1] + g[k + 1] + eb[k] - budget
+        ok = (need_f <= pf) & (need_b <= pb)
+        if not ok.all():
+            keep = np.flatnonzero(ok)
+            n_kept, delta_f, delta_b, idle = n_kept[keep], delta_f[keep], delta_b[keep], idle[keep]
+            pf, pb, need_f, need_b = pf[keep], pb[keep], need_f[keep], need_b[keep]
+            if tables:
+                tables[-1] = (tables[-1][0][keep], tables[-1][1][keep])
+        if len(idle) == 0:
+            return DPResult(sets=[], values=[], states=most)
+        wait_f = np.maximum(need_f, 0)
+        wait_b = np.maximum(need_b, 0)
+        moved_f = wait_f + cf[k]
+        moved_b = wait_b + cb[k]
+        new_idle = idle + wait_f + wait_b
+        # x_k kept: eq. (4), (5), (8).
+        kept_f = np.maximum(delta_f - moved_f, -cap)
+        kept_b = np.maximum(delta_b - moved_b, -cap)
+        # x_k offloaded: eq. (2), (3), (7).
+        off_f = np.maximum(pf + a[k] - moved_f, -cap)
+        off_b = a[k] + np.maximum(delta_b - moved_b, 0)
+        count = len(idle)
+        parent = np.concatenate((np.arange(count), np.arange(count)))
+        choice = np.concatenate((np.zeros(count, dtype=bool), np.ones(count, dtype=bool)))
+        n_kept = np.concatenate((n_kept + a[k], n_kept))
+        delta_f = np.concatenate((kept_f, off_f))
+        delta_b = np.concatenate((kept_b, off_b))
+        idle = np.concatenate((new_idle, new_idle))
+        # States that cannot fit the next operations are dropped now (they would fail there).
+        fits = np.flatnonzero(
+            (n_kept + a[k + 1] + np.maximum(delta_f, 0) <= budget)
+            & (g[k + 1] + a[k + 1] + n_kept + np.maximum(delta_b, 0) <= budget)
+        )
+        if pruning:
+            keep_idx = fits[prune(n_kept[fits], delta_f[fits], delta_b[fits], idle[fits])]
+        else:
+            keep_idx = fits[_distinct(n_kept[fits], delta_f[fits], delta_b[fits], idle[fits])]
+        n_kept, delta_f, delta_b, idle = (
+            n_kept[keep_idx],
+            delta_f[keep_idx],
+            delta_b[keep_idx],
+            idle[keep_idx],
+        )
+        tables.append((parent[keep_idx], choice[keep_idx]))
+        most = max(most, len(idle))
+    if len(idle) == 0:
+        return DPResult(sets=[], values=[], states=most)
+    total = idle + _between_phases(sl, n_kept, delta_f, delta_b)
+    # Best first; among equal idle times, keep more activations (fewer transfers).
+    order = np.lexsort((-n_kept, total))
+    sets: list[np.ndarray] = []
+    values: list[int] = []
+    seen: set[bytes] = set()
+    for index in order:
+        if len(sets) >= candidates:
+            break
+        mask = _backtrack(tables, int(index), n)
+        if mask.tobytes() in seen:
+            continue
+        seen.add(mask.tobytes())
+        sets.append(mask)
+        values.append(int(total[index]))
+    return DPResult(sets=sets, values=values, states=most)
+
+
+def _distinct(n_kept, delta_f, delta_b, idle) -> np.ndarray:
+    """Indices of one least-idle state per distinct ``(N, Delta_F, Delta_B)``: a hash table."""
+    order = np.lexsort((idle, delta_b, delta_f, n_kept))
+    same = np.ones(max(0, len(order) - 1), dtype=bool)
+    for values in (n_kept, delta_f, delta_b):
+        ordered = values[order]
+        same &= ordered[1:] == ordered[:-1]
+    first = np.ones(len(order), dtype=bool)
+    first[1:] = ~same
+    return order[first]
+
+
+def _between_phases(sl: Slots, n_kept, delta_f, delta_b) -> np.ndarray:
+    """``eps_G``, the idle time between ``F_{n-1}`` and ``B_{n-1}`` (eq. 9 and 10, docs/offload.md).
+
+    ``max(0, Delta_F + Delta_B, M_F + max_j (R^B_j - U^B_j) - S, M_B + max_j (R^F_j - U^F_j) - S)``
+    with signed ``Delta``s (a negative one is the channel's idle time): the channel finishes the
+    offloads before the prefetches; a backward that starts while offloads are pending waits for
+    room (eq. 9); a forward that runs while prefetches have begun must still fit (eq. 10). Taking
+    the maxima over every ``j`` instead of the windows ``U_j < Av`` of the paper gives the same
+    value (the terms outside the windows never exceed the others).
+    """
+    n, budget = sl.n, sl.budget
+    a, g = sl.a, sl.g
+    after = np.concatenate((np.cumsum(a[::-1])[::-1], [0]))  # after[j] = a[j] + .. + a[n]
+    later = after[np.arange(n) + 2]  # sum_{i >= j+2} a[i]
+    u_b = np.concatenate((np.cumsum(sl.cb[::-1])[::-1], [0]))[1:]  # sum_{i > j} cb[i]
+    u_f = np.concatenate((np.cumsum(sl.cf[::-1])[::-1], [0]))[1:]
+    r_b = sl.eb + g[:-1] + g[1:] - later
+    r_f = sl.fo - later
+    m_f = a[n] + n_kept + np.maximum(delta_f, 0)
+    m_b = g[n] + a[n] + n_kept + np.maximum(delta_b, 0)
+    return np.maximum.reduce(
+        [
+            np.zeros_like(m_f),
+            delta_f + delta_b,
+            m_f + int((r_b - u_b).max()) - budget,
+            m_b + int((r_f - u_f).max()) - budget,
+        ]
+    )
+
+
+def _backtrack(tables: list[tuple[np.ndarray, np.ndarray]], index: int, n: int) -> np.ndarray:
+    mask = np.zeros(n, dtype=bool)
+    for k in range(n - 1, -1, -1):
+        parent, choice = tables[k]
+        mask[k] = choice[index]
+        index = int(parent[index])
+    return mask
+
+
+def relaxation_bound(
+    inst: OffloadInstance, memory: int, slots: int = DEFAULT_SLOTS
+) -> float | None:
+    """A lower bound (ms) on the makespan of any ordered offloading schedule, or None.
+
+    Algorithm 1 on the instance rounded optimistically (:func:`discretize` with ``optimistic``):
+    sizes, gradients and overheads rounded down, the budget and the transfer capacity of each
+    operation rounded up. Every schedule of the true instance is then one of the rounded
+    instance, whose Problem-2 optimum the DP computes exactly; Problem 2 relaxes Problem 1. The
+    bound is at least LB (Proposition 3) and tightens it where whole activations must move (it
+    reads the spikes of Figure 5). None when nothing fits even in the rounded instance.
+    """
+    from memplan.algorithms.offload.lower_bound import lower_bound
+
+    base = lower_bound(inst, memory)
+    if inst.peak() <= memory:
+        return base
+    sl = discretize(inst, memory, slots, optimistic=True)
+    found = run_dp(sl)
+    if not found.sets:
+        return None
+    return max(base, inst.compute_time + found.values[0] * sl.sigma / inst.beta)
+
+
+def _repair_index(inst: OffloadInstance, sl: Slots, mask: np.ndarray, memory: int) -> int | None:
+    """The activation whose slot count the repair loop raises (§5.3.2), or None.
+
+    Among the activations rounded down (``a~[i] * sigma < a[i]``) that appear in a constraint the
+    set violates in exact bytes (kept below stage ``k``, or ``a[k]``, ``a[k+1]``), the one closest
+    to its true size; if none appears there, the closest of all.
+    """
+    deficit = inst.a - sl.a * sl.sigma
+    below = deficit > 0
+    if not below.any():
+        return None
+    n, a, g = inst.n, inst.a, inst.g
+    kept = inst.kept_prefix(mask)
+    forward = kept[:-1] + a[:-1] + a[1:] + inst.ef
+    backward = kept[:-1] + a[:-1] + a[1:] + g[:-1] + g[1:] + inst.bo
+    involved = np.zeros(n + 1, dtype=bool)
+    for k in np.flatnonzero((forward > memory) | (backward > memory)):
+        involved[:k][~mask[:k]] = True
+        involved[k] = involved[k + 1] = True
+    pool = below & involved
+    if not pool.any():
+        pool = below
+    candidates = np.flatnonzero(pool)
+    return int(candidates[np.argmin(deficit[candidates])])
+
+
+def solve_dynprog(
+    inst: OffloadInstance,
+    memory: int,
+    *,
+    slots: int = DEFAULT_SLOTS,
+    candidates: int = 1,
+) -> OffloadPlan:
+    """DYNPROG (§5.3): Algorithm 1 on slots, repaired to exact bytes, then the no-wait schedule.
+
+    Parameters
+    ----------
+    inst : OffloadInstance
+        The chain and its bandwidth.
+    memory : int
+        Bytes available to activations (static memory excluded).
+    slots : int
+        ``S`` of §5.3.2 (NOTE [ offload slot discretization ]).
+    candidates : int
+        1 (default): the paper's DYNPROG, the no-wait schedule of the DP's best set. ``K > 1``: the
+        refinement ``dynprog-best``: backtrack the ``K`` best final states of the DP and keep the
+        set whose real (Problem 1) no-wait schedule is the fastest.
+
+    Returns
+    -------
+    OffloadPlan
+        Infeasible (with ``min_memory``) only when even full offloading does not fit. When the slot
+        grid is too coarse for any state to survive, the plan falls back to GREEDY's set (which
+        fits whenever anything does) and says so in ``message``.
+    """
+    if inst.min_memory() > memory:
+        return infeasible_plan(inst, memory, slots)
+    n = inst.n
+    if inst.peak() <= memory:
+        return plan_from_set(inst, np.zeros(n, dtype=bool), memory, slots=slots)
+    bump = np.zeros(n + 1, dtype=np.int64)
+    runs, states = 0, 0
+    while True:
+        sl = discretize(inst, memory, slots, bump)
+        found = run_dp(sl, candidates=candidates)
+        runs += 1
+        states = max(states, found.states)
+        if not found.sets:
+            message = (
+                f"no offloading set fits on the {slots}-slot grid; using GREEDY's set "
+                "(a finer --slots may find a faster plan)"
+            )
+            return plan_from_set(
+                inst,
+                greedy_set(inst, memory),
+                memory,
+                slots=slots,
+                message=message,
+                details={"dp_runs": runs, "dp_states": states, "fallback": "greedy"},
+            )
+        if inst.feasible(found.sets[0], memory):
+            break
+        index = _repair_index(inst, sl, found.sets[0], memory)
+        if index is None:  # pragma: no cover - every activation rounded up: the set fits
+            raise AssertionError("dynprog: a set that fits in rounded-up slots overflows in bytes")
+        bump[index] += 1
+    chosen, value = found.sets[0], found.values[0]
+    if candidates > 1:
+        best_time = np.inf
+        for mask, total in zip(found.sets, found.values, strict=True):
+            makespan = no_wait_makespan(inst, mask, memory)
+            if makespan is not None and makespan < best_time:
+                chosen, value, best_time = mask, total, makespan
+    slot_ms = sl.sigma / inst.beta
+    details = {
+        "dp_runs": runs,
+        "dp_states": states,
+        "slot_bytes": sl.sigma,
+        "relaxed_makespan": inst.compute_time + value * slot_ms,
+        "candidates": len(found.sets),
+    }
+    return plan_from_set(inst, chosen, memory, slots=slots, details=details)

@@ -1,0 +1,305 @@
+"""DYNPROG (Algorithm 1 of papers/004) against exhaustive searches (tests/oracles/offload.py).
+
+* With whole bytes per slot and whole bytes moved per operation, the DP's value is the optimum of
+  Problem 2 (interruptible transfers) over every subset of activations: Algorithm 1 is exact.
+* Dominance pruning keeps the DP's value (pruned == the paper's plain hash tables).
+* The optimistic DP (``relaxation_bound``) never exceeds that optimum, whatever the slot count.
+* The no-wait ordered schedule of every subset (Problem 1) agrees with the oracle's, whose gap
+  between phases is searched with the independent simulator.
+* With coarse slots, the repair loop makes every plan fit in bytes.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import time
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import memplan
+from memplan.algorithms.offload import (
+    OffloadInstance,
+    discretize,
+    no_wait_makespan,
+    relaxation_bound,
+    run_dp,
+    solve_dynprog,
+)
+from memplan.profile.model import Profile, Stage
+from tests.oracles.offload import best_fluid, best_real, fluid_makespan, real_makespan
+
+RATES = (1000.0, 2000.0, 3000.0, 7000.0)  # whole bytes per ms
+SETTINGS = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+EXACT = settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+@st.composite
+def integral_chains(draw: st.DrawFn, max_length: int = 8) -> Profile:
+    """Chains whose sizes are whole bytes and whose times move whole bytes at RATES."""
+    length = draw(st.integers(1, max_length))
+    sizes = st.integers(0, 20)
+    stages = []
+    for k in range(length):
+        out = draw(sizes)
+        stages.append(
+            Stage(
+                name=f"s{k}",
+                forward_time=float(draw(st.integers(0, 6))),
+                backward_time=float(draw(st.integers(0, 6))),
+                output_size=out,
+                saved_size=out + draw(sizes),
+                forward_overhead=draw(st.integers(0, 10)),
+                backward_overhead=draw(st.integers(0, 10)),
+                grad_size=draw(st.none() | sizes),
+            )
+        )
+    return Profile(model=f"integral-{length}", input_size=draw(sizes), stages=stages)
+
+
+def dp_value(inst: OffloadInstance, memory: int, pruning: bool = True) -> float | None:
+    sl = discretize(inst, memory, 500)
+    assert sl.sigma == 1.0  # budgets of at most 500 bytes: one byte per slot
+    found = run_dp(sl, pruning=pruning)
+    if not found.sets:
+        return None
+    return inst.compute_time + found.values[0] * sl.sigma / inst.beta
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_dp_is_exact_on_long_chains(seed):
+    """Chains of 7 and 8 stages (hypothesis mostly draws shorter ones), two budgets each."""
+    rng = np.random.default_rng(100 + seed)
+    length = 7 + seed % 2
+    stages = []
+    for k in range(length):
+        out = int(rng.integers(0, 21))
+        stages.append(
+            Stage(
+                name=f"s{k}",
+                forward_time=float(rng.integers(0, 7)),
+                backward_time=float(rng.integers(0, 7)),
+                output_size=out,
+                saved_size=out + int(rng.integers(0, 21)),
+                forward_overhead=int(rng.integers(0, 11)),
+                backward_overhead=int(rng.integers(0, 11)),
+            )
+        )
+    prof = Profile(model=f"long-{seed}", input_size=int(rng.integers(0, 21)), stages=stages)
+    rate = float(rng.choice(RATES))
+    inst = OffloadInstance.from_profile(prof, rate)
+    low, high = inst.min_memory(), inst.peak()
+    for memory in (low + (high - low) // 3, low + 2 * (high - low) // 3):
+        value = dp_value(inst, memory)
+        oracle = best_fluid(prof, rate, memory)
+        assert value is not None and oracle is not None
+        assert math.isclose(value, oracle[0], rel_tol=1e-9, abs_tol=1e-5), (value, oracle)
+
+
+@EXACT
+@given(prof=integral_chains(), rate=st.sampled_from(RATES), data=st.data())
+def test_dp_is_exact_for_problem_2(prof, rate, data):
+    inst = OffloadInstance.from_profile(prof, rate)
+    memory = data.draw(st.integers(inst.min_memory(), max(inst.min_memory(), inst.peak())))
+    value = dp_value(inst, memory)
+    oracle = best_fluid(prof, rate, memory)
+    assert (value is None) == (oracle is None)
+    if value is not None:
+        assert math.isclose(value, oracle[0], rel_tol=1e-9, abs_tol=1e-5), (value, oracle)
+        # The DP's own set reaches the optimum in the oracle's model.
+        found = run_dp(discretize(inst, memory, 500))
+        mine = fluid_makespan(prof, rate, memory, tuple(int(b) for b in found.sets[0]))
+        assert math.isclose(mine, oracle[0], rel_tol=1e-9, abs_tol=1e-5)
+
+
+@SETTINGS
+@given(prof=integral_chains(6), rate=st.sampled_from(RATES), data=st.data())
+def test_pruning_keeps_the_optimum(prof, rate, data):
+    inst = OffloadInstance.from_profile(prof, rate)
+    memory = data.draw(st.integers(inst.min_memory(), max(inst.min_memory(), inst.peak())))
+    assert dp_value(inst, memory, pruning=True) == dp_value(inst, memory, pruning=False)
+
+
+@SETTINGS
+@given(
+    prof=integral_chains(6),
+    rate=st.sampled_from((1000.0, 2500.0, 7300.0, 31000.0)),
+    slots=st.sampled_from((2, 5, 17, 60, 500)),
+    data=st.data(),
+)
+def test_relaxation_bound_is_a_lower_bound(prof, rate, slots, data):
+    inst = OffloadInstance.from_profile(prof, rate)
+    memory = data.draw(st.integers(inst.min_memory(), max(inst.min_memory(), inst.peak())))
+    oracle = best_fluid(prof, rate, memory)
+    bound = relaxation_bound(inst, memory, slots)
+    assert bound is not None and oracle is not None
+    assert bound <= oracle[0] * (1 + 1e-9) + 1e-5
+    assert bound >= inst.compute_time - 1e-9
+
+
+def test_no_wait_schedules_match_the_oracle_on_every_subset():
+    """Problem 1: the solver's schedule of each set equals the oracle's (searched) one."""
+    rng = np.random.default_rng(7)
+    cases = 0
+    for seed in range(30):
+        length = 1 + seed % 5
+        prof = _random(rng, length)
+        rate = float(rng.choice([1000.0, 3000.0, 7000.0]))
+        inst = OffloadInstance.from_profile(prof, rate)
+        low, high = inst.min_memory(), inst.peak()
+        for memory in sorted({low, (low + high) // 2, high}):
+            for subset in itertools.product((0, 1), repeat=length):
+                mine = no_wait_makespan(inst, np.array(subset, dtype=bool), memory)
+                theirs = real_makespan(prof, rate, memory, subset)
+                assert (mine is None) == (theirs is None), (seed, memory, subset)
+                if mine is not None:
+                    assert math.isclose(mine, theirs, rel_tol=1e-7, abs_tol=1e-6)
+                    cases += 1
+    assert cases > 500
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(prof=integral_chains(6), rate=st.sampled_from(RATES), data=st.data())
+def test_problem_1_optimum_bounds_every_algorithm(prof, rate, data):
+    inst = OffloadInstance.from_profile(prof, rate)
+    memory = data.draw(st.integers(inst.min_memory(), max(inst.min_memory(), inst.peak())))
+    best = best_real(prof, rate, memory)
+    fluid = best_fluid(prof, rate, memory)
+    assert best is not None and fluid is not None
+    assert fluid[0] <= best[0] + 1e-6  # Problem 2 relaxes Problem 1
+    for algo in ("greedy", "dynprog", "dynprog-best", "vdnn"):
+        sched = memplan.solve(prof, algo, memory, optimizer="none", bandwidth=rate)
+        assert sched.makespan >= best[0] - 1e-6, algo
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    prof=integral_chains(8),
+    rate=st.sampled_from((1000.0, 2500.0, 7300.0)),
+    slots=st.integers(2, 40),
+    data=st.data(),
+)
+def test_coarse_slots_still_fit_after_repair(prof, rate, slots, data):
+    inst = OffloadInstance.from_profile(prof, rate)
+    memory = data.draw(st.integers(inst.min_memory(), max(inst.min_memory(), inst.peak())))
+    plan = solve_dynprog(inst, memory, slots=slots)
+    assert plan.ops is not None
+    assert inst.feasible(np.isin(np.arange(inst.n), plan.offloaded), memory)
+    sched = memplan.solve(prof, "dynprog", memory, slots=slots, optimizer="none", bandwidth=rate)
+    assert sched.feasible and sched.peak_memory <= memory
+
+
+REPAIRED = [
+    # (input size, stages as (fwd ms, bwd ms, output, saved, fwd overhead, bwd overhead),
+    #  bandwidth, budget, slots): the optimistic rounding of |x| picks a set that overflows.
+    (
+        8,
+        [(7, 4, 6, 16, 0, 1), (6, 7, 6, 7, 1, 4), (1, 7, 9, 15, 1, 3), (5, 5, 5, 10, 1, 3)]
+        + [(7, 2, 8, 14, 4, 0), (4, 4, 4, 8, 0, 3), (4, 1, 9, 14, 5, 2), (6, 3, 3, 12, 0, 3)],
+        1000.0,
+        84,
+        25,
+    ),
+    (
+        860,
+        [(4, 4, 60, 498, 253, 379), (1, 1, 584, 1051, 69, 255), (6, 2, 287, 487, 424, 213)]
+        + [(5, 2, 528, 731, 368, 139), (1, 1, 664, 1495, 89, 213), (4, 6, 736, 1498, 30, 347)],
+        1e7,
+        5325,
+        7,
+    ),
+]
+
+
+@pytest.mark.parametrize(("input_size", "stages", "rate", "memory", "slots"), REPAIRED)
+def test_repair_loop(input_size, stages, rate, memory, slots):
+    """§5.3.2: the first DP set does not fit in bytes; one more slot on an |x| repairs it."""
+    prof = Profile(
+        model="repair",
+        input_size=input_size,
+        stages=[
+            Stage(
+                name=f"s{k}",
+                forward_time=float(ft),
+                backward_time=float(bt),
+                output_size=out,
+                saved_size=saved,
+                forward_overhead=fo,
+                backward_overhead=bo,
+            )
+            for k, (ft, bt, out, saved, fo, bo) in enumerate(stages)
+        ],
+    )
+    inst = OffloadInstance.from_profile(prof, rate)
+    first = run_dp(discretize(inst, memory, slots))
+    assert not inst.feasible(first.sets[0], memory)  # what the loop has to repair
+    plan = solve_dynprog(inst, memory, slots=slots)
+    assert plan.details["dp_runs"] == 2
+    sched = memplan.solve(prof, "dynprog", memory, slots=slots, optimizer="none", bandwidth=rate)
+    assert sched.feasible and sched.peak_memory <= memory
+
+
+def test_fallback_to_greedy_when_the_grid_is_too_coarse():
+    prof = _random(np.random.default_rng(5), 6, max_size=1000)
+    inst = OffloadInstance.from_profile(prof, 1e6)
+    plan = solve_dynprog(inst, inst.min_memory(), slots=2)
+    assert plan.ops is not None
+    if plan.details.get("fallback"):
+        assert "GREEDY" in plan.message
+
+
+def test_candidates_are_never_worse():
+    rng = np.random.default_rng(3)
+    for _ in range(40):
+        prof = _random(rng, int(rng.integers(2, 8)))
+        inst = OffloadInstance.from_profile(prof, 2000.0)
+        memory = int(rng.integers(inst.min_memory(), inst.peak() + 1))
+        plain = solve_dynprog(inst, memory)
+        best = solve_dynprog(inst, memory, candidates=8)
+        assert best.claimed_makespan <= plain.claimed_makespan + 1e-9
+
+
+def test_dynprog_on_resnet152_is_fast():
+    prof = memplan.load_profile("resnet152@a100")
+    inst = OffloadInstance.from_profile(prof, 12e9)
+    low, high = inst.min_memory(), inst.peak()
+    started = time.perf_counter()
+    for i in range(5):
+        plan = solve_dynprog(inst, low + (high - low) * (2 * i + 1) // 10, slots=500)
+        assert plan.ops is not None
+    assert time.perf_counter() - started < 5.0
+
+
+def _random(rng: np.random.Generator, length: int, max_size: int = 20) -> Profile:
+    stages = []
+    for k in range(length):
+        out = int(rng.integers(1, max_size + 1))
+        stages.append(
+            Stage(
+                name=f"s{k}",
+                forward_time=float(rng.integers(1, 8)),
+                backward_time=float(rng.integers(1, 8)),
+                output_size=out,
+                saved_size=out + int(rng.integers(0, max_size + 1)),
+                forward_overhead=int(rng.integers(0, max_size // 2 + 1)),
+                backward_overhead=int(rng.integers(0, max_size // 2 + 1)),
+            )
+        )
+    return Profile(
+        model=f"rand-{length}", input_size=int(rng.integers(1, max_size + 1)), stages=stages
+    )
+
+
+@pytest.mark.parametrize("name", ["resnet50@a100", "resnet101@a100"])
+def test_every_algorithm_on_bundled_profiles(name):
+    prof = memplan.load_profile(name)
+    desc = memplan.api.describe(prof, "none")
+    low, high = desc["min_memory"]["offload"], desc["offload_peak"]
+    for memory in (low, (low + high) // 2, high - 1):
+        for algo in ("greedy", "dynprog", "vdnn"):
+            sched = memplan.solve(prof, algo, memory, optimizer="none", bandwidth="12GB/s")
+            assert sched.feasible and sched.makespan >= sched.lower_bound - 1e-9
+            assert memplan.simulate(prof, sched).valid

@@ -1,0 +1,100 @@
+"""Property tests of the offloading family on random chains (hypothesis).
+
+* Every schedule of every offloading algorithm replays valid in the independent simulator, fits
+  the budget, and has the makespan and peak it states; its makespan is at least LB
+  (Proposition 3) and at least the compute time.
+* A budget is infeasible exactly when it is below the least memory of full offloading, which the
+  infeasible answer states.
+* Schedules survive a JSON round trip and still replay valid.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import memplan
+from memplan.algorithms.offload import OffloadInstance
+from memplan.profile.model import Profile, Stage
+
+ALGORITHMS = ("greedy", "dynprog", "dynprog-best", "vdnn")
+OPTIMIZERS = ("none", "sgd", "adam")
+SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+@st.composite
+def chains(draw: st.DrawFn) -> Profile:
+    """Chains of 1 to 8 stages: sizes 0..30 bytes, overheads 0..10, times 0..10 ms."""
+    length = draw(st.integers(1, 8))
+    sizes = st.integers(0, 30)
+    small = st.integers(0, 10)
+    times = st.one_of(
+        st.integers(0, 10).map(float), st.floats(0.1, 10.0).map(lambda t: round(t, 3))
+    )
+    stages = []
+    for k in range(length):
+        out = draw(sizes)
+        stages.append(
+            Stage(
+                name=f"s{k}",
+                forward_time=draw(times),
+                backward_time=draw(times),
+                output_size=out,
+                saved_size=out + draw(st.integers(0, 30)),
+                forward_overhead=draw(small),
+                backward_overhead=draw(small),
+                weight_size=draw(small),
+                grad_size=draw(st.none() | sizes),
+            )
+        )
+    return Profile(model=f"hypothesis-{length}", input_size=draw(sizes), stages=stages)
+
+
+rates = st.sampled_from([500.0, 1000.0, 3000.0, 12345.6, 1e6])
+
+
+@SETTINGS
+@given(prof=chains(), rate=rates, data=st.data())
+def test_every_schedule_replays_valid_within_budget(prof, rate, data):
+    optimizer = data.draw(st.sampled_from(OPTIMIZERS))
+    static = memplan.static_memory(prof, optimizer)
+    inst = OffloadInstance.from_profile(prof, rate)
+    least, peak = static + inst.min_memory(), static + inst.peak()
+    memory = data.draw(st.integers(max(0, least - 5), peak + 5))
+    slots = data.draw(st.sampled_from([2, 7, 50, 500]))
+    for algo in ALGORITHMS:
+        sched = memplan.solve(prof, algo, memory, slots=slots, optimizer=optimizer, bandwidth=rate)
+        where = f"{algo} at {memory} bytes ({optimizer}, {slots} slots, {rate} B/s)"
+        assert sched.budget.bandwidth == rate
+        assert sched.lower_bound >= inst.compute_time - 1e-9
+        if memory < least:
+            assert not sched.feasible and sched.min_memory == least, where
+            continue
+        assert sched.feasible, where
+        result = memplan.simulate(prof, sched)
+        assert result.valid, f"{where}: {result.violation}"
+        assert result.fits and result.peak_memory <= memory, where
+        assert result.peak_memory == sched.peak_memory, where
+        assert math.isclose(result.makespan, sched.makespan, rel_tol=1e-9, abs_tol=1e-9), where
+        assert sched.makespan >= sched.lower_bound * (1 - 1e-9) - 1e-9, where
+        assert sched.makespan >= inst.compute_time - 1e-9, where
+        assert math.isclose(
+            result.idle_time, sched.makespan - inst.compute_time, rel_tol=1e-9, abs_tol=1e-6
+        ), where
+        if memory >= peak:
+            assert sched.count("offload") == 0 and sched.overhead == 1.0, where
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(prof=chains(), rate=rates, data=st.data())
+def test_json_round_trip(prof, rate, data):
+    inst = OffloadInstance.from_profile(prof, rate)
+    memory = data.draw(st.integers(inst.min_memory(), max(inst.min_memory(), inst.peak())))
+    sched = memplan.solve(prof, "dynprog", memory, optimizer="none", bandwidth=rate)
+    again = memplan.load_schedule(json.loads(sched.to_json()))
+    assert again == sched
+    assert memplan.simulate(prof, again).valid
+    assert all(("tensor" in op) == (op["stream"] == "transfer") for op in sched.to_dict()["ops"])
