@@ -18,39 +18,11 @@ from hypothesis import strategies as st
 
 import memplan
 from memplan.algorithms.offload import OffloadInstance
-from memplan.profile.model import Profile, Stage
+from tests.strategies import chains
 
 ALGORITHMS = ("greedy", "dynprog", "dynprog-best", "vdnn")
 OPTIMIZERS = ("none", "sgd", "adam")
 SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-
-
-@st.composite
-def chains(draw: st.DrawFn) -> Profile:
-    """Chains of 1 to 8 stages: sizes 0..30 bytes, overheads 0..10, times 0..10 ms."""
-    length = draw(st.integers(1, 8))
-    sizes = st.integers(0, 30)
-    small = st.integers(0, 10)
-    times = st.one_of(
-        st.integers(0, 10).map(float), st.floats(0.1, 10.0).map(lambda t: round(t, 3))
-    )
-    stages = []
-    for k in range(length):
-        out = draw(sizes)
-        stages.append(
-            Stage(
-                name=f"s{k}",
-                forward_time=draw(times),
-                backward_time=draw(times),
-                output_size=out,
-                saved_size=out + draw(st.integers(0, 30)),
-                forward_overhead=draw(small),
-                backward_overhead=draw(small),
-                weight_size=draw(small),
-                grad_size=draw(st.none() | sizes),
-            )
-        )
-    return Profile(model=f"hypothesis-{length}", input_size=draw(sizes), stages=stages)
 
 
 rates = st.sampled_from([500.0, 1000.0, 3000.0, 12345.6, 1e6])

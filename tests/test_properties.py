@@ -14,40 +14,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import memplan
-from memplan.profile.model import Profile, Stage
+from memplan.profile.model import Profile
 from memplan.simulator import simulate_chain
+from tests.strategies import chains
 
 ALGORITHMS = ("store-all", "periodic", "revolve", "rotor")
 OPTIMIZERS = ("none", "sgd", "adam")
 SETTINGS = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-
-
-@st.composite
-def chains(draw: st.DrawFn) -> Profile:
-    """Chains of 1 to 8 stages: sizes 1..20 bytes, overheads 0..10, times 0..10 ms."""
-    length = draw(st.integers(1, 8))
-    sizes = st.integers(1, 20)
-    small = st.integers(0, 10)
-    times = st.one_of(
-        st.integers(0, 10).map(float), st.floats(0.1, 10.0).map(lambda t: round(t, 3))
-    )
-    stages = []
-    for k in range(length):
-        out = draw(sizes)
-        stages.append(
-            Stage(
-                name=f"s{k}",
-                forward_time=draw(times),
-                backward_time=draw(times),
-                output_size=out,
-                saved_size=out + draw(st.integers(0, 20)),
-                forward_overhead=draw(small),
-                backward_overhead=draw(small),
-                weight_size=draw(small),
-                grad_size=draw(st.none() | sizes),
-            )
-        )
-    return Profile(model=f"hypothesis-{length}", input_size=draw(sizes), stages=stages)
 
 
 def store_all_peak(prof: Profile) -> int:

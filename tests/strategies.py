@@ -1,0 +1,38 @@
+"""Hypothesis strategies shared by the property tests of every family."""
+
+from __future__ import annotations
+
+from hypothesis import strategies as st
+
+from memplan.profile.model import Profile, Stage
+
+
+@st.composite
+def chains(
+    draw: st.DrawFn, *, min_size: int = 1, max_size: int = 20, max_extra: int = 20
+) -> Profile:
+    """Chains of 1 to 8 stages: sizes ``min_size..max_size`` bytes (saved: output plus up to
+    ``max_extra``), overheads and weights 0..10 bytes, times 0..10 ms (integers or 3 decimals)."""
+    length = draw(st.integers(1, 8))
+    sizes = st.integers(min_size, max_size)
+    small = st.integers(0, 10)
+    times = st.one_of(
+        st.integers(0, 10).map(float), st.floats(0.1, 10.0).map(lambda t: round(t, 3))
+    )
+    stages = []
+    for k in range(length):
+        out = draw(sizes)
+        stages.append(
+            Stage(
+                name=f"s{k}",
+                forward_time=draw(times),
+                backward_time=draw(times),
+                output_size=out,
+                saved_size=out + draw(st.integers(0, max_extra)),
+                forward_overhead=draw(small),
+                backward_overhead=draw(small),
+                weight_size=draw(small),
+                grad_size=draw(st.none() | sizes),
+            )
+        )
+    return Profile(model=f"hypothesis-{length}", input_size=draw(sizes), stages=stages)
