@@ -115,6 +115,37 @@ def test_dp_is_exact_for_problem_2(prof, rate, data):
         assert math.isclose(mine, oracle[0], rel_tol=1e-9, abs_tol=1e-5)
 
 
+def test_dp_is_exact_with_a_zero_duration_backward_at_the_peak():
+    """Regression (CI counterexample of test_dp_is_exact_for_problem_2): ``B_5`` lasts 0 ms and
+    is the peak (80 bytes); at 79 bytes the 1-byte ``a[3]`` must be offloaded (1 ms) before it,
+    then prefetched during ``B_4`` (2 ms): makespan 3 ms. The fluid oracle's memory sweep skipped
+    operations that start and end at one instant and found 2 ms (tests/oracles/offload.py).
+    Every budget of [min_memory, peak] is checked, as the hypothesis test would draw it."""
+    zero = dict(forward_time=0.0, backward_time=0.0)
+    prof = Profile(
+        model="integral-6",
+        input_size=0,
+        stages=[
+            Stage(name="s0", **zero, output_size=0, saved_size=0),
+            Stage(name="s1", **zero, output_size=0, saved_size=0),
+            Stage(name="s2", **zero, output_size=1, saved_size=1),
+            Stage(name="s3", **zero, output_size=7, saved_size=27),
+            Stage(name="s4", forward_time=0.0, backward_time=2.0, output_size=17, saved_size=17),
+            Stage(name="s5", **zero, output_size=9, saved_size=9),
+        ],
+    )
+    rate = 1000.0
+    inst = OffloadInstance.from_profile(prof, rate)
+    for memory in range(inst.min_memory(), inst.peak() + 1):
+        value = dp_value(inst, memory)
+        oracle = best_fluid(prof, rate, memory)
+        assert value is not None and oracle is not None
+        assert math.isclose(value, oracle[0], rel_tol=1e-9, abs_tol=1e-5), (memory, value, oracle)
+    memory = inst.peak() - 1
+    assert math.isclose(dp_value(inst, memory), 3.0)
+    assert fluid_makespan(prof, rate, memory, (0, 0, 0, 1, 0, 0)) == pytest.approx(3.0, abs=1e-5)
+
+
 @SETTINGS
 @given(prof=integral_chains(6), rate=st.sampled_from(RATES), data=st.data())
 def test_pruning_keeps_the_optimum(prof, rate, data):

@@ -149,14 +149,39 @@ def _fluid_ok(c, subset, memory, f, offloads, b, prefetches, gap: float) -> bool
         steps.append((bb[k][0], bb[k][1], c.bo[k]))
         if k > 0:
             steps.append((bb[k][0], bb[k - 1][1], c.g[k]))
-    times = sorted(
-        {t for s, e, _ in steps for t in (s, e)} | {t for seg in offloads + pre for t in seg}
-    )
+    breaks = {t for seg in offloads + pre for t in seg}
+    times = sorted({t for s, e, _ in steps for t in (s, e)} | breaks)
+
+    def moving(t: float) -> float:
+        return _moved(pre, t, beta) - _moved(offloads, t, beta)
+
+    # Between the compute operations (and inside those that last): the memory just after and just
+    # before each event.
     for t in times:
-        moving = _moved(pre, t, beta) - _moved(offloads, t, beta)
-        after = sum(size for s, e, size in steps if s <= t < e) + moving
-        before = sum(size for s, e, size in steps if s < t <= e) + moving
+        after = sum(size for s, e, size in steps if s <= t < e) + moving(t)
+        before = sum(size for s, e, size in steps if s < t <= e) + moving(t)
         if max(after, before) > memory + 1e-6:
+            return False
+    # During each compute operation, zero-duration ones included. The sweep above never sees an
+    # operation that starts and ends at one instant t: what it frees is gone in ``after``, what it
+    # allocates is not there yet in ``before``; a zero-duration F_k or B_k would then skip its
+    # peak (eF, eB and its output and inputs at once), unlike the model (m_{F_k}, m_{B_k}, §3.2),
+    # the solvers and the simulator (zero-duration operations run in the model's order). So each
+    # operation, at sequence place p (F_k at k, B_k at 2n-1-k), holds every tensor whose
+    # producer's place <= p <= its last reader's place, plus the transfers' bytes at every time
+    # of [start, end] where that piecewise-linear term may peak.
+    held = [(0, 2 * n - 1, c.a[0]), (0, n, c.g[n])]
+    for k in range(n):
+        held.append((k, 2 * n - 1 - k, c.a[k + 1]))
+        held.append((k, k, c.fo[k]))
+        held.append((2 * n - 1 - k, 2 * n - 1 - k, c.bo[k]))
+        if k > 0:
+            held.append((2 * n - 1 - k, 2 * n - k, c.g[k]))
+    spans = list(f) + bb[::-1]  # in compute order
+    for p, (s, e) in enumerate(spans):
+        static = sum(size for first, last, size in held if first <= p <= last)
+        inside = {s, e} | {t for t in breaks if s < t < e}
+        if static + max(moving(t) for t in inside) > memory + 1e-6:
             return False
     return True
 
