@@ -50,9 +50,21 @@ def _algorithm(name: str):
     return REGISTRY[name]
 
 
-def _check_slots(slots: int) -> int:
-    if isinstance(slots, bool) or not isinstance(slots, int) or not 2 <= slots <= MAX_SLOTS:
-        raise InputError(f"--slots {slots!r}: expected an integer from 2 to {MAX_SLOTS}")
+def _check_slots(slots: int | None, family: str = "chain") -> int:
+    """``--slots``, validated for the family (None: the family's default).
+
+    The combined family (pofo) defaults to 50 slots as in the experiments of papers/000 and
+    accepts 2 to 10000 (its DP has O(L^2 S) states per budget); the others 500 and 2 to 100000.
+    """
+    if family == "combined":
+        default, most = 50, 10_000
+    else:
+        default, most = DEFAULT_SLOTS, MAX_SLOTS
+    if slots is None:
+        return default
+    if isinstance(slots, bool) or not isinstance(slots, int) or not 2 <= slots <= most:
+        which = " for the combined family (pofo)" if family == "combined" else ""
+        raise InputError(f"--slots {slots!r}: expected an integer from 2 to {most}{which}")
     return slots
 
 
@@ -96,7 +108,7 @@ def solve(
     algo: str = "rotor",
     memory: int | str | None = None,
     *,
-    slots: int = DEFAULT_SLOTS,
+    slots: int | None = None,
     optimizer: str = "sgd",
     bandwidth: float | str | None = None,
     gpus: int | None = None,
@@ -111,8 +123,9 @@ def solve(
         A name from :func:`algorithms` (``store-all``, ``periodic``, ``revolve``, ``rotor``).
     memory : int or str
         The budget for the whole iteration (``"8GB"``, ``"8GiB"`` or bytes), static memory included.
-    slots : int
-        Memory discretization of the rotor DP (2 to 100000).
+    slots : int, optional
+        Memory discretization of the DP algorithms: 2 to 100000, default 500 (rotor, dynprog);
+        2 to 10000, default 50 (pofo, as in papers/000).
     optimizer : {"none", "sgd", "momentum", "adam"}
         Which static memory is counted (docs/model.md).
     bandwidth : float or str, optional
@@ -132,11 +145,16 @@ def solve(
     if memory is None:
         raise InputError("--mem: a memory budget is required, e.g. --mem 8GB")
     budget = parse_size(memory)
-    slots = _check_slots(slots)
+    explicit_slots = slots is not None
+    slots = _check_slots(slots, info.family)
     static = static_memory(prof, optimizer)
-    if info.family == "offload":
+    if info.family in ("offload", "combined"):
         rate = resolve_bandwidth(prof, info.name, bandwidth)
-        return _solve_offload(prof, info, budget, static, slots, optimizer, rate)
+        # pofo's rotor candidate: at the same slots when given, else at rotor's default (500).
+        extra = (
+            {} if explicit_slots or info.family != "combined" else {"rotor_slots": DEFAULT_SLOTS}
+        )
+        return _solve_offload(prof, info, budget, static, slots, optimizer, rate, **extra)
     ref = ProfileRef(model=prof.model, sha256=prof.sha256(), stages=prof.length)
     started = time.perf_counter()
     plan = info.run(prof, budget - static, slots=slots, time_limit=time_limit)
@@ -195,10 +213,11 @@ def _solve_offload(
     slots: int,
     optimizer: str,
     rate: float,
+    **options: Any,
 ) -> Schedule:
-    """Run an offloading algorithm (papers/004) and wrap its timed plan as a schedule."""
+    """Run an offloading (papers/004) or combined (papers/000) algorithm; wrap its timed plan."""
     started = time.perf_counter()
-    plan = info.run(prof, budget - static, slots=slots, bandwidth=rate)
+    plan = info.run(prof, budget - static, slots=slots, bandwidth=rate, **options)
     seconds = time.perf_counter() - started
     common = dict(
         family=info.family,
@@ -269,11 +288,12 @@ def simulate(
     Returns a :class:`memplan.simulator.SimulationResult` with ``valid``, ``makespan``,
     ``peak_memory``, ``idle_time`` and ``violation`` (the first problem found, naming the
     operation); chains go to :func:`memplan.simulator.simulate_chain`, offloading schedules to
-    :func:`memplan.simulator.simulate_offload` (at the schedule's ``budget.bandwidth``). The budget is
+    :func:`memplan.simulator.simulate_offload` and combined ones (docs/combined.md) to
+    :func:`memplan.simulator.simulate_combined` (at the schedule's ``budget.bandwidth``). The budget is
     ``memory`` when given, else the schedule's own. With ``check_claims``, the makespan and peak the
     schedule states must match the replay.
     """
-    from memplan.simulator import simulate_chain, simulate_offload
+    from memplan.simulator import simulate_chain, simulate_combined, simulate_offload
 
     prof = load_profile(profile)
     sched = load_schedule(schedule)
@@ -285,13 +305,15 @@ def simulate(
     budget = parse_size(memory) if memory is not None else sched.budget.memory
     if sched.family == "chain":
         result = simulate_chain(prof, sched.ops, static_memory=sched.static_memory, memory=budget)
-    elif sched.family == "offload":
+    elif sched.family in ("offload", "combined"):
         if sched.budget.bandwidth is None or not sched.budget.bandwidth > 0:
             raise InputError(
-                "budget.bandwidth: an offloading schedule must state its bandwidth (bytes/s), "
-                "e.g. 12000000000"
+                f"budget.bandwidth: {'an offloading' if sched.family == 'offload' else 'a combined'} "
+                "schedule must state its bandwidth "
+                "(bytes/s), e.g. 12000000000"
             )
-        result = simulate_offload(
+        replay = simulate_offload if sched.family == "offload" else simulate_combined
+        result = replay(
             prof,
             sched.ops,
             static_memory=sched.static_memory,
@@ -372,7 +394,7 @@ def compare(
     algos: Iterable[str],
     budgets: Iterable[int | str],
     *,
-    slots: int = DEFAULT_SLOTS,
+    slots: int | None = None,
     optimizer: str = "sgd",
     bandwidth: float | str | None = None,
     on_progress: Callable[[int, int], None] | None = None,

@@ -53,6 +53,36 @@ def _offload(solver_name: str, **options: Any):
     return run
 
 
+def _combined(solver_name: str):
+    """Adapt a combined solver ``f(chain, memory, bandwidth=, slots=, offload_instance=)``."""
+
+    def run(
+        profile: Profile,
+        memory: int,
+        *,
+        slots: int,
+        time_limit: Any = None,
+        bandwidth: float | None = None,
+        rotor_slots: int | None = None,
+    ) -> OffloadPlan:
+        from memplan.algorithms import combined as family
+        from memplan.algorithms.offload import OffloadInstance
+
+        if bandwidth is None:  # pragma: no cover - memplan.solve resolves it first
+            raise ValueError("combined algorithms need a bandwidth")
+        solver = getattr(family, solver_name)
+        return solver(
+            Chain.from_profile(profile),
+            memory,
+            bandwidth=bandwidth,
+            slots=slots,
+            rotor_slots=rotor_slots,
+            offload_instance=OffloadInstance.from_profile(profile, bandwidth),
+        )
+
+    return run
+
+
 OFFLOAD_REFERENCE = (
     "Beaumont, Eyraud-Dubois & Shilova 2020, Optimal GPU-CPU offloading strategies for DNN training"
 )
@@ -124,6 +154,17 @@ REGISTRY: dict[str, AlgorithmInfo] = {
             summary=f"dynprog trying its {REFINED_CANDIDATES} best DP sets in the real schedule",
             reference="memplan's refinement of " + OFFLOAD_REFERENCE,
             run=_offload("solve_dynprog", candidates=REFINED_CANDIDATES),
+        ),
+        AlgorithmInfo(
+            name="pofo",
+            family="combined",
+            exact=False,
+            needs="profile, --bandwidth, --slots",
+            summary="recomputation + whole-tensor offloading DP (Theorem 1 structure), "
+            "best of it, rotor and dynprog",
+            reference="Beaumont, Eyraud-Dubois, Shilova, Optimal GPU-CPU offloading strategies "
+            "for DNN training (POFO), appendix B",
+            run=_combined("solve_pofo"),
         ),
         AlgorithmInfo(
             name="vdnn",

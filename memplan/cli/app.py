@@ -13,6 +13,8 @@ from memplan.cli import common
 from memplan.cli.compare import compare
 from memplan.cli.info import algos, info
 from memplan.cli.profile import profile
+from memplan.cli.run import run
+from memplan.cli.show import plot
 from memplan.cli.solve import simulate, solve
 
 app = typer.Typer(
@@ -59,6 +61,8 @@ app.command("simulate")(simulate)
 app.command("compare")(compare)
 app.command("info")(info)
 app.command("algos")(algos)
+app.command("plot")(plot)
+app.command("run")(run)
 
 
 def main() -> None:

@@ -53,7 +53,9 @@ def compare(
     ] = None,
     slots: Annotated[
         int | None,
-        typer.Option(metavar="N", help="Memory discretization of DP algorithms.  [default: 500]"),
+        typer.Option(
+            metavar="N", help="Memory discretization of DP algorithms.  [default: 500; pofo 50]"
+        ),
     ] = None,
     optimizer: Annotated[Optimizer, typer.Option(help=OPTIMIZER_HELP)] = Optimizer.sgd,
     fmt: Annotated[
@@ -94,7 +96,7 @@ def compare(
 
             check_plot_target(plot)  # before the sweep: fail fast without matplotlib
         prof = memplan.load_profile(profile_source(profile))
-        offloading = [n for n in names if _family(n) == "offload"]
+        offloading = [n for n in names if _family(n) in ("offload", "combined")]
         if offloading:  # one clear line before the sweep when no bandwidth is known
             from memplan.api import resolve_bandwidth
 
@@ -108,7 +110,7 @@ def compare(
             prof,
             names,
             budgets,
-            slots=DEFAULT_SLOTS if slots is None else slots,
+            slots=slots,
             optimizer=optimizer.value,
             bandwidth=rate,
         )

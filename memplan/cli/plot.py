@@ -8,13 +8,12 @@ backend, and the file is written atomically.
 
 from __future__ import annotations
 
-import os
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from memplan.errors import InputError
+from memplan.views.plot import memory_unit, save_figure_atomic
 
 PLOT_SUFFIXES = (".png", ".svg", ".pdf")
 MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
@@ -41,7 +40,7 @@ def plot_sweep(path: Path, rows: Sequence[Any], algos: Sequence[str], title: str
     from matplotlib.figure import Figure
 
     budgets = sorted({r.memory for r in rows})
-    unit, scale = _unit(max(budgets, default=0))
+    unit, scale = memory_unit(max(budgets, default=0))
     figure = Figure(figsize=(6.4, 4.2), layout="constrained")
     axes = figure.add_subplot()
     for index, name in enumerate(algos):
@@ -69,32 +68,4 @@ def plot_sweep(path: Path, rows: Sequence[Any], algos: Sequence[str], title: str
         axes.set_title(title)
     axes.grid(True, linewidth=0.4, alpha=0.6)
     axes.legend(frameon=False)
-    _save_atomic(figure, path)
-
-
-def _unit(largest: int) -> tuple[str, float]:
-    """GB as in the paper's figures; a smaller decimal unit for toy profiles."""
-    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("KB", 1e3)):
-        if largest >= scale:
-            return unit, scale
-    return "bytes", 1.0
-
-
-def _save_atomic(figure: Any, path: Path) -> None:
-    directory = path.parent if str(path.parent) else Path(".")
-    try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=directory)
-    except OSError as exc:
-        raise InputError(f"--plot {path}: cannot write: {exc.strerror or exc}") from None
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            figure.savefig(handle, format=path.suffix.lower().lstrip("."), dpi=150)
-            handle.flush()
-            os.fsync(handle.fileno())
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)  # mkstemp creates 0600; a figure is an ordinary file
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    save_figure_atomic(figure, path)

@@ -51,6 +51,12 @@ MEM_HELP = (
 OPTIMIZER_HELP = (
     "Static memory counted in the budget: none 0, sgd 2W, momentum 3W, adam 4W (W = weights)."
 )
+TRACE_OPTION = typer.Option(
+    "--trace",
+    metavar="FILE.json",
+    help="Also write the plan as Chrome trace-event JSON (Perfetto, chrome://tracing): one track "
+    "per stream and the simulated memory as a counter.",
+)
 OUTPUT_HELP = "Write the document to FILE atomically instead of stdout (format from its suffix)."
 
 
@@ -85,7 +91,8 @@ def solve(
         int | None,
         typer.Option(
             metavar="N",
-            help="Memory discretization of the DP algorithms (2..100000).  [default: 500]",
+            help="Memory discretization of the DP algorithms (2..100000; pofo 2..10000).  "
+            "[default: 500; pofo 50]",
         ),
     ] = None,
     time_limit: Annotated[
@@ -102,6 +109,7 @@ def solve(
     output: Annotated[
         Path | None, typer.Option("--output", "-o", metavar="FILE", help=OUTPUT_HELP)
     ] = None,
+    trace: Annotated[Path | None, TRACE_OPTION] = None,
 ) -> None:
     """Find a training schedule that fits a memory budget.
 
@@ -111,7 +119,7 @@ def solve(
     Example: `memplan solve resnet50 --algo rotor --mem 8GB --format json`
     """
     import memplan
-    from memplan.api import DEFAULT_SLOTS, algorithms
+    from memplan.api import algorithms
 
     with guard():
         form = resolve_format(fmt, output, ("table", "json", "yaml"))
@@ -130,12 +138,14 @@ def solve(
                 prof,
                 algo=algo,
                 memory=memory,
-                slots=DEFAULT_SLOTS if slots is None else slots,
+                slots=slots,
                 optimizer=optimizer.value,
                 bandwidth=rate,
                 gpus=gpus,
                 time_limit=time_limit,
             )
+        if trace is not None and schedule.feasible:
+            write_trace_file(trace, schedule, prof)
         if form == "table":
             console = err_console()
             console.print(_render_summary(schedule, prof))
@@ -191,6 +201,7 @@ def simulate(
         SimulateFormat | None,
         typer.Option("--format", "-f", help="table (stderr) or a json document.  [default: table]"),
     ] = None,
+    trace: Annotated[Path | None, TRACE_OPTION] = None,
 ) -> None:
     """Replay a schedule with the independent simulator and check it against a budget.
 
@@ -218,6 +229,8 @@ def simulate(
         else:
             result = memplan.simulate(prof, sched, memory=budget)
             doc = _simulation_doc(sched, prof, budget, result)
+            if trace is not None:
+                write_trace_file(trace, sched, prof, result.memory_curve)
         if sched.profile.sha256 and sched.profile.sha256 != prof.sha256():
             common.echo_err(
                 f"memplan: warning: the schedule was made for a profile with sha256 "
@@ -259,3 +272,17 @@ def _simulation_doc(sched: Any, prof: Any, budget: int | None, result: Any) -> d
         "claimed_makespan": sched.makespan,
         "claimed_peak_memory": sched.peak_memory,
     }
+
+
+def write_trace_file(path: Path, schedule: Any, prof: Any, curve: Any = None) -> None:
+    """Write the trace of a schedule (the simulator's memory curve when ``curve`` is None)."""
+    import memplan
+    from memplan.views.trace import write_trace
+
+    if curve is None:
+        curve = memplan.simulate(prof, schedule, check_claims=False).memory_curve
+    try:
+        write_trace(path, schedule, prof, curve)
+    except OSError as exc:
+        raise InputError(f"--trace {path}: cannot write: {exc.strerror or exc}") from None
+    common.echo_err(f"memplan: wrote {path}")

@@ -16,12 +16,17 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
 from memplan.torch.linearize import Chain, linearize, split_model
 from memplan.torch.models import MODELS, build_model, example_input, model_names
 from memplan.torch.profiler import measure_stage, profile_chain, profile_model
+from memplan.torch.runtime import CheckpointedChain, RuntimeCounters, checkpointed, fit
 
 __all__ = [
     "MODELS",
     "Chain",
+    "CheckpointedChain",
+    "RuntimeCounters",
     "build_model",
+    "checkpointed",
     "example_input",
+    "fit",
     "linearize",
     "measure_stage",
     "model_names",

@@ -1,0 +1,117 @@
+"""The combined family: rematerialization and offloading together (papers/000, docs/combined.md).
+
+``pofo`` returns the fastest of three valid combined schedules: its own dynamic program
+(:class:`PofoDP`, NOTE [ pofo recurrences ]), rotor's plan (no transfers) and, when the bandwidth
+allows offloading and the budget fits, dynprog's (every forward ``F_all``). Each is a schedule of
+the combined model, so the result is never slower than either technique alone; which one won is
+in ``details["source"]``.
+"""
+
+from __future__ import annotations
+
+from memplan.algorithms.base import OffloadPlan, Transfer
+from memplan.algorithms.chain.problem import Chain
+from memplan.algorithms.chain.rotor import chain_min_memory, solve_rotor
+from memplan.algorithms.combined.pofo import PofoDP
+
+DEFAULT_SLOTS = 50
+"""Slots of the pofo DP (papers/000 §5: 50 values are enough in its experiments)."""
+MAX_SLOTS = 10_000
+
+
+def _timed(chain: Chain, sequence: list[tuple[str, int]]) -> list[Transfer]:
+    ops: list[Transfer] = []
+    clock = 0.0
+    for name, k in sequence:
+        d = chain.duration(name, k)
+        ops.append((name, k, clock, clock + d, "compute", None))
+        clock += d
+    return ops
+
+
+def solve_pofo(
+    chain: Chain,
+    memory: int,
+    *,
+    bandwidth: float,
+    slots: int = DEFAULT_SLOTS,
+    rotor_slots: int | None = None,
+    offload_instance=None,
+) -> OffloadPlan:
+    """Fastest combined schedule found within ``memory`` activation bytes.
+
+    Parameters
+    ----------
+    chain : Chain
+    memory : int
+        Bytes for activations, ``x[0]`` included (budget minus static memory).
+    bandwidth : float
+        Host<->device bytes/s; 0 forbids transfers.
+    slots : int
+        Slots of the DP (2 to 10000, default 50 as in papers/000 §5).
+    rotor_slots : int, optional
+        Slots of the rotor candidate (default ``slots``; :func:`memplan.solve` gives rotor's own
+        default, 500, when ``--slots`` is not set, so that pofo is never slower than rotor run
+        with its defaults).
+    offload_instance : OffloadInstance, optional
+        The same chain for the offloading family, to try dynprog's schedule too.
+
+    Returns
+    -------
+    OffloadPlan
+        Timed operations (``ops``) and ``claimed_makespan``; ``infeasible`` with ``min_memory`` the
+        least budget at which rotor or dynprog fit (a budget at which pofo surely fits) otherwise.
+    """
+    lower = chain.lower_bound
+    peak = chain.store_all_peak()
+    candidates: list[tuple[float, str, list[Transfer]]] = []
+    least = chain_min_memory(chain)
+    details: dict = {}
+    if memory - int(chain.x[0]) >= 0:
+        dp = PofoDP(chain, memory, bandwidth, slots)
+        value = dp.solve()
+        details["dp"] = value
+        if value < float("inf"):
+            candidates.append((value, "dp", dp.schedule()))
+    rotor = solve_rotor(chain, memory, slots=slots if rotor_slots is None else rotor_slots)
+    if rotor.sequence is not None:
+        candidates.append((rotor.claimed_makespan, "rotor", _timed(chain, rotor.sequence)))
+    if offload_instance is not None and bandwidth > 0:
+        from memplan.algorithms.offload import solve_dynprog
+
+        least = min(least, offload_instance.min_memory())
+        plan = solve_dynprog(offload_instance, memory, slots=max(slots, 500))
+        if plan.ops is not None:
+            candidates.append((plan.claimed_makespan, "dynprog", list(plan.ops)))
+    if not candidates:
+        return OffloadPlan(
+            ops=None,
+            status="infeasible",
+            lower_bound=lower,
+            peak=peak,
+            min_memory=least,
+            slots=slots,
+            message="no combined schedule fits: neither recomputing everything nor offloading "
+            "every activation does",
+        )
+    # Ties go to the simpler plan: rotor (no transfers), then dynprog, then the DP's.
+    rank = {"rotor": 0, "dynprog": 1, "dp": 2}
+    value, source, ops = min(candidates, key=lambda c: (round(c[0], 9), rank[c[1]]))
+    details["source"] = source
+    for v, name, _ in candidates:
+        details[name] = v
+    status = "optimal" if value <= lower * (1 + 1e-12) else "feasible"
+    return OffloadPlan(
+        ops=ops,
+        status=status,
+        lower_bound=lower,
+        peak=peak,
+        claimed_makespan=value,
+        min_memory=least,
+        slots=slots,
+        message=f"best of pofo DP, rotor, dynprog: {source}",
+        details=details,
+    )
+
+
+__all__ = ["DEFAULT_SLOTS", "MAX_SLOTS", "PofoDP", "solve_pofo"]

@@ -1,0 +1,137 @@
+"""Write a schedule as Chrome trace-event JSON (open it in https://ui.perfetto.dev or chrome://tracing).
+
+The document is ``{"traceEvents": [...], "displayTimeUnit": "ms"}`` with
+
+* one complete event (``"ph": "X"``, ``ts``/``dur`` in microseconds) per operation, named
+  ``"F_all layer1.0"`` / ``"offload s[3] layer2.0"``, on one track (``tid``) per stream:
+  ``1`` compute, ``2`` transfer;
+* a counter track (``"ph": "C"``, name ``memory``, ``args: {"bytes": ...}``) from the simulator's
+  ``memory_curve`` (static memory included), and the budget as a second series when known;
+* metadata events (``"ph": "M"``) naming the process and the threads.
+
+Specification: "Trace Event Format" (Google), the JSON Object Format.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Sequence
+from typing import Any
+
+from memplan.profile.io import write_atomic
+from memplan.profile.model import Profile
+from memplan.schedule import Schedule
+
+__all__ = ["STREAM_TIDS", "trace_events", "trace_document", "write_trace"]
+
+STREAM_TIDS = {"compute": 1, "transfer": 2}
+"""Thread id of each stream's track."""
+
+_PID = 1
+
+
+def _us(ms: float) -> float:
+    return round(ms * 1000.0, 3)
+
+
+def op_label(op: Any, names: Sequence[str]) -> str:
+    """``F_all layer1.0``; transfers name their tensor: ``offload s[3] layer2.0``."""
+    stage = names[op.stage] if 0 <= op.stage < len(names) else str(op.stage)
+    if op.op in ("offload", "prefetch"):
+        return f"{op.op} {op.tensor or f's[{op.stage}]'} {stage}"
+    return f"{op.op} {stage}"
+
+
+def trace_events(
+    schedule: Schedule,
+    profile: Profile | None = None,
+    memory_curve: Sequence[tuple[float, int]] | None = None,
+) -> list[dict[str, Any]]:
+    """The trace events of a schedule.
+
+    Parameters
+    ----------
+    schedule : Schedule
+        A feasible schedule (an infeasible one gives only the metadata events).
+    profile : Profile, optional
+        Gives the stage names (else stages are numbered).
+    memory_curve : sequence of (ms, bytes), optional
+        ``memplan.simulate(profile, schedule).memory_curve``: the memory counter track.
+
+    Returns
+    -------
+    list of dict
+        Metadata (``M``), complete (``X``) and counter (``C``) events.
+    """
+    names = [s.name for s in profile.stages] if profile is not None else []
+    title = f"memplan {schedule.algorithm}: {schedule.profile.model}"
+    events: list[dict[str, Any]] = [
+        {"name": "process_name", "ph": "M", "pid": _PID, "tid": 0, "args": {"name": title}}
+    ]
+    streams = sorted({op.stream for op in schedule.ops} | {"compute"}, key=STREAM_TIDS.get)
+    for stream in streams:
+        events.append(
+            {
+                "name": "thread_name",
+                "ph": "M",
+                "pid": _PID,
+                "tid": STREAM_TIDS[stream],
+                "args": {"name": stream},
+            }
+        )
+    for index, op in enumerate(schedule.ops):
+        args: dict[str, Any] = {"index": index, "op": op.op, "stage": op.stage}
+        if op.tensor is not None:
+            args["tensor"] = op.tensor
+        events.append(
+            {
+                "name": op_label(op, names),
+                "cat": op.op,
+                "ph": "X",
+                "ts": _us(op.start),
+                "dur": _us(max(0.0, op.end - op.start)),
+                "pid": _PID,
+                "tid": STREAM_TIDS[op.stream],
+                "args": args,
+            }
+        )
+    budget = schedule.budget.memory
+    for time_ms, nbytes in memory_curve or ():
+        values: dict[str, Any] = {"bytes": int(nbytes)}
+        if budget is not None:
+            values["budget"] = int(budget)
+        events.append(
+            {"name": "memory", "ph": "C", "ts": _us(time_ms), "pid": _PID, "args": values}
+        )
+    return events
+
+
+def trace_document(
+    schedule: Schedule,
+    profile: Profile | None = None,
+    memory_curve: Sequence[tuple[float, int]] | None = None,
+) -> dict[str, Any]:
+    """``{"traceEvents": [...], "displayTimeUnit": "ms", "otherData": {...}}``."""
+    return {
+        "traceEvents": trace_events(schedule, profile, memory_curve),
+        "displayTimeUnit": "ms",
+        "otherData": {
+            "algorithm": schedule.algorithm,
+            "model": schedule.profile.model,
+            "profile_sha256": schedule.profile.sha256,
+            "makespan_ms": schedule.makespan,
+            "peak_memory": schedule.peak_memory,
+            "budget": schedule.budget.memory,
+        },
+    }
+
+
+def write_trace(
+    path: str | os.PathLike[str],
+    schedule: Schedule,
+    profile: Profile | None = None,
+    memory_curve: Sequence[tuple[float, int]] | None = None,
+) -> None:
+    """Write :func:`trace_document` as JSON to ``path``, atomically."""
+    write_atomic(path, json.dumps(trace_document(schedule, profile, memory_curve)) + "\n")

@@ -1,0 +1,196 @@
+"""``pofo`` (memplan/algorithms/combined): the DP of NOTE [ pofo recurrences ] and the solver.
+
+* bandwidth 0: the DP is rotor's, at every budget and the same slots;
+* memory above the store-all need: pofo reaches the lower bound (no recomputation, no transfer);
+* small random chains, one byte per slot: the DP's value equals the exhaustive optimum of its own
+  (window, whole-tensor) model, is never below the exhaustive optimum of the general combined model
+  (event-driven schedules, tests/oracles/combined.py), and its schedule replays valid, within
+  budget, with the simulated makespan equal to the DP's value;
+* hypothesis: every plan of ``memplan.solve(..., "pofo")`` replays valid and within budget.
+"""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import memplan
+from memplan.algorithms.chain import Chain
+from memplan.algorithms.chain.rotor import _solve_table, slot_sizes, solve_rotor
+from memplan.algorithms.combined import PofoDP, solve_pofo
+from memplan.errors import InputError
+from memplan.profile.model import Profile, Stage
+from memplan.schedule import Op
+from memplan.simulator import simulate_combined
+from tests.oracles.combined import CombinedOracle, window_model_optimum
+from tests.oracles.exhaustive import ChainOracle
+
+RATE = 1000.0  # one byte per ms
+
+
+def chain_profile(seed: int, length: int) -> Profile:
+    rng = random.Random(seed)
+    stages = []
+    for k in range(length):
+        out = rng.randint(1, 5)
+        stages.append(
+            Stage(
+                name=f"s{k}",
+                forward_time=float(rng.randint(1, 4)),
+                backward_time=float(rng.randint(1, 6)),
+                output_size=out,
+                saved_size=out + rng.randint(0, 5),
+                forward_overhead=rng.randint(0, 1),
+                backward_overhead=rng.randint(0, 1),
+            )
+        )
+    return Profile(model="rand", input_size=rng.randint(1, 4), stages=stages)
+
+
+def ops_of(plan) -> list[Op]:
+    return [Op(op=n, stage=k, start=a, end=b, stream=s, tensor=t) for n, k, a, b, s, t in plan.ops]
+
+
+def rotor_dp_value(chain: Chain, memory: int, slots: int) -> float:
+    cap, r = slot_sizes(chain, memory - int(chain.x[0]), slots)
+    opt, _ = _solve_table(chain, cap, r["x"], r["s"], r["g"], r["fo"], r["bo"])
+    return float(opt[0, chain.length - 1, cap])
+
+
+@pytest.mark.parametrize("seed", range(12))
+@pytest.mark.parametrize("slots", [5, 50])
+def test_bandwidth_zero_is_rotor(seed, slots):
+    prof = chain_profile(seed, 3 + seed % 5)
+    chain = Chain.from_profile(prof)
+    least = memplan.api.describe(prof, "none")["min_memory"]["chain"]
+    top = chain.store_all_peak() + 3
+    for memory in range(least, top + 1, max(1, (top - least) // 12)):
+        dp = PofoDP(chain, memory, 0.0, slots)
+        assert dp.solve() == pytest.approx(rotor_dp_value(chain, memory, slots))
+        plan = solve_pofo(chain, memory, bandwidth=0.0, slots=slots)
+        rotor = solve_rotor(chain, memory, slots=slots)
+        assert plan.claimed_makespan == pytest.approx(rotor.claimed_makespan)
+
+
+@pytest.mark.parametrize("name", ["resnet50@a100", "densenet121@a100"])
+def test_bandwidth_zero_is_rotor_on_bundled_profiles(name):
+    prof = memplan.load_profile(name)
+    chain = Chain.from_profile(prof)
+    desc = memplan.api.describe(prof, "none")
+    lo, hi = desc["min_memory"]["chain"], desc["store_all_memory"]
+    for i in range(6):
+        memory = lo + (hi - lo) * i // 5
+        assert PofoDP(chain, memory, 0.0, 50).solve() == pytest.approx(
+            rotor_dp_value(chain, memory, 50)
+        )
+        # through the API, with a bandwidth so low that no transfer can help
+        pofo = memplan.solve(prof, "pofo", memory, optimizer="none", bandwidth=1.0, slots=50)
+        rotor = memplan.solve(prof, "rotor", memory, optimizer="none", slots=50)
+        assert pofo.makespan == pytest.approx(rotor.makespan)
+
+
+@pytest.mark.parametrize("name", ["resnet50@a100", "densenet121@a100"])
+def test_huge_memory_reaches_the_lower_bound(name):
+    prof = memplan.load_profile(name)
+    big = memplan.api.describe(prof)["store_all_memory"] * 2
+    sched = memplan.solve(prof, "pofo", big, bandwidth="12GB/s")
+    assert sched.feasible and sched.makespan == pytest.approx(sched.lower_bound)
+    assert sched.count("offload") == 0 and sched.count("F_ck") == 0
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_dp_against_the_oracles(seed, capsys):
+    prof = chain_profile(seed, 3)
+    chain = Chain.from_profile(prof)
+    general = CombinedOracle(prof, RATE)
+    least = ChainOracle(prof).min_feasible_memory()
+    rows = []
+    for memory in range(max(1, least - 4), least + 7, 3):
+        slots = memory  # one byte per slot: the DP is exact in memory
+        dp = PofoDP(chain, memory, RATE, slots)
+        value = dp.solve()
+        window = window_model_optimum(prof, memory, RATE)
+        if window is None:
+            assert value == float("inf")
+            continue
+        assert value == pytest.approx(window)  # optimal in its own model
+        best = general.solve(memory)
+        assert best is not None and best[0] <= value + 1e-9  # never below the general optimum
+        ops = [
+            Op(op=n, stage=k, start=a, end=b, stream=s, tensor=t)
+            for n, k, a, b, s, t in dp.schedule()
+        ]
+        replay = simulate_combined(prof, ops, memory=memory, bandwidth=RATE)
+        assert replay.valid, replay.violation
+        assert replay.peak_memory <= memory
+        assert replay.makespan == pytest.approx(value)
+        rows.append((memory, value, replay.makespan, best[0]))
+    with capsys.disabled():
+        print(f"\nseed {seed}: (budget, DP value, simulated, general optimum)", rows)
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    seed=st.integers(0, 10**6),
+    length=st.integers(1, 8),
+    fraction=st.floats(0.0, 1.3),
+    rate=st.sampled_from([0.5, 2.0, 1000.0, 1e6]),
+    slots=st.integers(2, 60),
+)
+def test_every_plan_replays_valid_within_budget(seed, length, fraction, rate, slots):
+    prof = chain_profile(seed, length)
+    desc = memplan.api.describe(prof, "none")
+    lo = min(desc["min_memory"]["chain"], desc["min_memory"]["offload"])
+    memory = int(lo + fraction * (desc["store_all_memory"] - lo))
+    # memplan.solve replays the plan and raises InternalError on any disagreement
+    sched = memplan.solve(prof, "pofo", memory, optimizer="none", bandwidth=rate, slots=slots)
+    assert sched.feasible
+    result = memplan.simulate(prof, sched)
+    assert result.valid and result.peak_memory <= memory
+    assert sched.makespan >= sched.lower_bound - 1e-9
+
+
+def test_infeasible_and_slots():
+    prof = chain_profile(1, 4)
+    desc = memplan.api.describe(prof, "none")
+    least = min(desc["min_memory"]["chain"], desc["min_memory"]["offload"])
+    sched = memplan.solve(prof, "pofo", 1, optimizer="none", bandwidth=RATE)
+    assert not sched.feasible and sched.min_memory == least
+    assert memplan.solve(prof, "pofo", least, optimizer="none", bandwidth=RATE).feasible
+    assert memplan.solve(prof, "pofo", least, optimizer="none", bandwidth=RATE).solver.slots == 50
+    for bad in (1, 10_001, True):
+        with pytest.raises(InputError, match="from 2 to 10000"):
+            memplan.solve(prof, "pofo", least, optimizer="none", bandwidth=RATE, slots=bad)
+    with pytest.raises(InputError, match="bandwidth"):
+        memplan.solve(prof, "pofo", least, optimizer="none")
+
+
+def test_cli_exit_codes(tmp_path):
+    from typer.testing import CliRunner
+
+    from memplan.cli.app import app
+
+    runner = CliRunner()
+    ok = runner.invoke(app, ["solve", "resnet50@a100", "--algo", "pofo", "--mem", "4GB"])
+    assert ok.exit_code == 0, ok.stderr
+    low = runner.invoke(app, ["solve", "resnet50@a100", "--algo", "pofo", "--mem", "1GB"])
+    assert low.exit_code == 1 and "GB" in low.stderr
+    bad = runner.invoke(
+        app, ["solve", "resnet50@a100", "--algo", "pofo", "--mem", "4GB", "--slots", "1"]
+    )
+    assert bad.exit_code == 2 and "from 2 to 10000" in bad.stderr
+
+
+def test_defaults_never_slower_than_rotor_and_dynprog():
+    """Without --slots: pofo's DP at 50 slots, its rotor candidate at rotor's default 500."""
+    prof = memplan.load_profile("resnet50@a100")
+    for memory in ("2GB", "3GB", "5GB"):
+        pofo = memplan.solve(prof, "pofo", memory, optimizer="none", bandwidth="12GB/s")
+        assert pofo.solver.slots == 50
+        for algo in ("rotor", "dynprog"):
+            other = memplan.solve(prof, algo, memory, optimizer="none", bandwidth="12GB/s")
+            if other.feasible:
+                assert pofo.makespan <= other.makespan * (1 + 1e-9)

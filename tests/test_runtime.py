@@ -1,0 +1,250 @@
+"""memplan.torch.runtime: one iteration under a plan equals plain training, op for op.
+
+For rotor, revolve and periodic plans (and greedy/dynprog offloading plans on a profile given a
+bandwidth) on resnet18 (batch 2, 3x32x32), gpt-tiny and a toy network with dropout and batch
+norm: after one forward+backward under the plan, the loss, every parameter gradient and every
+buffer (batch-norm running statistics) equal those of plain training from an identical copy;
+the forward computations counted per stage equal the plan's F operations per stage; and, on CPU,
+the peak of the activation bytes held (RuntimeCounters.peak_live_bytes) is within 5% of the
+simulator's peak for the activation part (planned_activation_peak: the replay without overheads,
+gradients and static memory). In practice they are equal to the byte.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from torch import nn  # noqa: E402
+from typer.testing import CliRunner  # noqa: E402
+
+import memplan  # noqa: E402
+from memplan.api import describe  # noqa: E402
+from memplan.cli.app import app  # noqa: E402
+from memplan.errors import InputError  # noqa: E402
+from memplan.torch import build_model, linearize, profile_model  # noqa: E402
+from memplan.torch.runtime import (  # noqa: E402
+    checkpointed,
+    fit,
+    planned_activation_peak,
+    planned_forward_counts,
+)
+
+pytestmark = pytest.mark.torch
+
+CHAIN_ALGOS = ("rotor", "revolve", "periodic")
+OFFLOAD_ALGOS = ("greedy", "dynprog")
+
+
+def _toy() -> tuple[nn.Module, torch.Tensor]:
+    torch.manual_seed(3)
+    model = nn.Sequential(
+        nn.Linear(16, 64),
+        nn.BatchNorm1d(64),
+        nn.Dropout(0.5),
+        nn.Linear(64, 64),
+        nn.ReLU(),
+        nn.Dropout(0.3),
+        nn.Linear(64, 64),
+        nn.Tanh(),
+        nn.Linear(64, 10),
+    )
+    return model, torch.randn(8, 16)
+
+
+def _build(name: str) -> tuple[nn.Module, torch.Tensor]:
+    if name == "toy":
+        return _toy()
+    torch.manual_seed(0)
+    if name == "resnet18":
+        model, x, _ = build_model("resnet18", batch_size=2, input_shape=(3, 32, 32))
+    else:
+        model, x, _ = build_model("gpt-tiny", batch_size=2, input_shape=(16,))
+    return model, x
+
+
+@pytest.fixture(scope="module", params=["resnet18", "gpt-tiny", "toy"])
+def case(request):
+    model, x = _build(request.param)
+    prof = profile_model(copy.deepcopy(model), example_input=x, repeats=1, name=request.param)
+    return request.param, model, x, prof
+
+
+def _plain(model: nn.Module, x: torch.Tensor):
+    ref = copy.deepcopy(model).train()
+    chain = linearize(ref, x)
+    torch.manual_seed(11)
+    loss = chain.forward(x)
+    loss.backward()
+    return ref, loss.detach()
+
+
+def _planned(model: nn.Module, x: torch.Tensor, sched, prof):
+    copy_ = copy.deepcopy(model).train()
+    wrapped = checkpointed(linearize(copy_, x), sched, profile=prof)
+    torch.manual_seed(11)
+    loss = wrapped(x)
+    loss.backward()
+    return copy_, loss.detach(), wrapped
+
+
+def _assert_same_training(ref: nn.Module, got: nn.Module) -> None:
+    for (name, p), (_, q) in zip(ref.named_parameters(), got.named_parameters(), strict=True):
+        assert q.grad is not None, name
+        torch.testing.assert_close(q.grad, p.grad, msg=lambda m, n=name: f"{n}: {m}")
+    for (name, p), (_, q) in zip(ref.named_buffers(), got.named_buffers(), strict=True):
+        torch.testing.assert_close(q, p, msg=lambda m, n=name: f"{n}: {m}")
+
+
+def _recomputing_budget(prof) -> int:
+    desc = describe(prof)
+    least, store_all = desc["min_memory"]["chain"], desc["store_all_memory"]
+    return least + (store_all - least) // 3
+
+
+@pytest.mark.parametrize("algo", CHAIN_ALGOS)
+def test_chain_plan_trains_like_plain(case, algo):
+    name, model, x, prof = case
+    sched = memplan.solve(prof, algo, _recomputing_budget(prof))
+    assert sched.feasible, (name, algo, sched.min_memory)
+    planned = planned_forward_counts(sched, prof.length)
+    assert sum(planned) > prof.length or algo == "periodic", "the budget forces recomputation"
+    ref, ref_loss = _plain(model, x)
+    got, loss, wrapped = _planned(model, x, sched, prof)
+    torch.testing.assert_close(loss, ref_loss)
+    _assert_same_training(ref, got)
+    counters = wrapped.counters
+    assert [counters.forward_count(k) for k in range(prof.length)] == planned
+    for kind in ("F_all", "F_ck", "F_n"):
+        kinds = [sum(o.op == kind and o.stage == k for o in sched.ops) for k in range(prof.length)]
+        assert [counters.forwards[k].get(kind, 0) for k in range(prof.length)] == kinds
+    assert counters.backwards == [1] * prof.length
+    # What autograd saved per stage is what the profile measured.
+    assert counters.saved_bytes == [s.saved_size for s in prof.stages]
+    # CPU: the activation bytes held, against the simulator's activation-only replay.
+    predicted = planned_activation_peak(prof, sched)
+    assert abs(counters.peak_live_bytes - predicted) <= 0.05 * predicted
+    assert counters.live_bytes == 0  # everything freed at the end of the iteration
+
+
+@pytest.mark.parametrize("algo", OFFLOAD_ALGOS)
+def test_offload_plan_trains_like_plain(case, algo):
+    name, model, x, prof = case
+    data = prof.model_dump(exclude_none=True)
+    data["bandwidth"] = 1e9
+    prof_bw = memplan.load_profile(data)
+    desc = describe(prof_bw)
+    least, peak = desc["min_memory"]["offload"], desc["offload_peak"]
+    sched = memplan.solve(prof_bw, algo, least + (peak - least) // 3)
+    assert sched.feasible and sched.family == "offload"
+    assert any(op.op == "offload" for op in sched.ops)
+    ref, ref_loss = _plain(model, x)
+    got, loss, wrapped = _planned(model, x, sched, prof_bw)
+    torch.testing.assert_close(loss, ref_loss)
+    _assert_same_training(ref, got)
+    counts = [wrapped.counters.forward_count(k) for k in range(prof.length)]
+    assert counts == [1] * prof.length == planned_forward_counts(sched, prof.length)
+    assert wrapped.counters.offloaded_bytes == 0  # on CPU the copy to host memory is a no-op
+    assert wrapped.counters.saved_bytes == [s.saved_size for s in prof.stages]
+
+
+def test_two_steps_of_sgd_match(case):
+    name, model, x, prof = case
+    sched = memplan.solve(prof, "rotor", _recomputing_budget(prof))
+    ref, got = copy.deepcopy(model).train(), copy.deepcopy(model).train()
+    plain = linearize(ref, x)
+    wrapped = checkpointed(linearize(got, x), sched)
+    opt_ref = torch.optim.SGD(ref.parameters(), lr=0.1)
+    opt_got = torch.optim.SGD(got.parameters(), lr=0.1)
+    for step in range(2):
+        for _module, opt, run in ((ref, opt_ref, plain.forward), (got, opt_got, wrapped)):
+            opt.zero_grad(set_to_none=True)
+            torch.manual_seed(100 + step)
+            run(x).backward()
+            opt.step()
+    for (n, p), (_, q) in zip(ref.named_parameters(), got.named_parameters(), strict=True):
+        torch.testing.assert_close(q, p, msg=lambda m, n=n: f"{n}: {m}")
+
+
+def test_mismatched_schedule_is_an_input_error(case):
+    name, model, x, prof = case
+    other = memplan.load_profile("resnet50")
+    sched = memplan.solve(other, "rotor", "1GB")
+    with pytest.raises(InputError, match="stages"):
+        checkpointed(linearize(copy.deepcopy(model), x), sched)
+    mine = memplan.solve(prof, "rotor", _recomputing_budget(prof))
+    data = prof.model_dump(exclude_none=True)
+    data["stages"][0]["forward_time"] += 1.0
+    with pytest.raises(InputError, match="sha256"):
+        checkpointed(linearize(copy.deepcopy(model), x), mine, profile=data)
+    infeasible = memplan.solve(prof, "rotor", 1000)
+    with pytest.raises(InputError, match="infeasible"):
+        checkpointed(linearize(copy.deepcopy(model), x), infeasible)
+
+
+def test_stage_list_and_fit():
+    model, x = _toy()
+    stages = list(linearize(copy.deepcopy(model), x).modules)
+    prof = profile_model(copy.deepcopy(model), example_input=x, repeats=1, name="toy")
+    sched = memplan.solve(prof, "revolve", _recomputing_budget(prof))
+    with pytest.raises(InputError, match="stage names"):
+        checkpointed([(f"s{i}", m) for i, m in enumerate(stages)], sched, profile=prof)
+    wrapped = checkpointed(stages, sched)  # unnamed stages: only the count is checked
+    wrapped(x).backward()
+    fitted, plan = fit(copy.deepcopy(model), x, memory=_recomputing_budget(prof), algo="rotor",
+                       profile=prof)  # fmt: skip
+    assert plan.feasible and fitted.schedule is plan
+    fitted(x).backward()
+    assert [fitted.counters.forward_count(k) for k in range(prof.length)] == (
+        fitted.planned_forward_counts()
+    )
+    with pytest.raises(InputError, match="no rotor plan fits"):
+        fit(copy.deepcopy(model), x, memory=1000, profile=prof)
+
+
+def test_cli_run_reports_plan_and_measure(tmp_path):
+    model, x = _build("gpt-tiny")
+    prof = profile_model(copy.deepcopy(model), example_input=x, repeats=1, name="gpt-tiny")
+    path = tmp_path / "gpt.json"
+    path.write_text(json.dumps(prof.model_dump(mode="json", exclude_none=True)))
+    mem = str(_recomputing_budget(prof))
+    args = ["run", "gpt-tiny", "--mem", mem, "--steps", "2", "-b", "2", "--input-shape", "16"]
+    result = CliRunner().invoke(app, [*args, "--profile", str(path), "--format", "json"])
+    assert result.exit_code == 0, result.stderr
+    doc = json.loads(result.stdout)
+    assert doc["forwards_measured"] == doc["forwards_planned"]
+    assert sum(doc["forwards_planned"]) > len(doc["stages"])
+    assert doc["measured_activation_peak"] == pytest.approx(doc["planned_activation_peak"], 0.05)
+    assert len(doc["losses"]) == 2 and doc["losses"][1] < doc["losses"][0]
+    table = CliRunner().invoke(app, [*args, "--repeats", "1"])
+    assert table.exit_code == 0, table.stderr
+    assert "peak activations" in table.stderr and "forward computations" in table.stderr
+    low = CliRunner().invoke(app, [*args, "--profile", str(path), "--mem", "1000"])
+    assert low.exit_code == 1 and "infeasible" in low.stderr
+    wrong = CliRunner().invoke(app, ["run", "resnet18", "--mem", "1GB", "--profile", str(path)])
+    assert wrong.exit_code == 2 and "stages" in wrong.stderr
+
+
+def test_sequential_with_a_hand_written_plan():
+    from memplan.api import schedule_from_sequence
+    from memplan.profile.synthetic import homogeneous_chain
+    from memplan.torch.linearize import MeanSquareLoss
+
+    torch.manual_seed(5)
+    seq = nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 3), MeanSquareLoss())
+    ref = copy.deepcopy(seq)
+    x = torch.randn(5, 4)
+    ops = [("F_ck", 0), ("F_n", 1), ("F_all", 2), ("F_all", 3), ("B", 3), ("B", 2)]
+    ops += [("F_all", 0), ("F_all", 1), ("B", 1), ("B", 0)]
+    sched = schedule_from_sequence(homogeneous_chain(4), ops)
+    assert memplan.simulate(homogeneous_chain(4), sched).valid
+    wrapped = checkpointed(seq, sched)
+    assert wrapped.names == ["stage0", "stage1", "stage2", "stage3"]
+    wrapped(x).backward()
+    ref(x).backward()
+    _assert_same_training(ref, seq)
+    assert [wrapped.counters.forward_count(k) for k in range(4)] == [2, 2, 1, 1]
