@@ -401,13 +401,16 @@ def compare(
 ) -> list[CompareRow]:
     """Sweep algorithms over budgets; ``ratio`` is makespan / lower bound.
 
-    For the offloading family the lower bound is LB of Proposition 3 at each budget and at
-    ``bandwidth`` (default: the profile's), so the ratios are those of Figure 5 of papers/004.
+    Within one family the lower bound is each schedule's own: for the offloading family, LB of
+    Proposition 3 at each budget and at ``bandwidth`` (default: the profile's), so the ratios are
+    those of Figure 5 of papers/004. When the algorithms span several families, every ratio uses
+    the one bound valid for all of them, the compute lower bound (every forward and backward
+    once, ``profile.lower_bound``), so that the columns compare.
     """
     prof = load_profile(profile)
     names = list(algos)
-    for name in names:
-        _algorithm(name)
+    families = {_algorithm(name).family for name in names}
+    common = prof.lower_bound if len(families) > 1 and prof.lower_bound > 0 else None
     sizes = [parse_size(b) for b in budgets]
     rows: list[CompareRow] = []
     total, done = len(names) * len(sizes), 0
@@ -420,7 +423,11 @@ def compare(
                     algorithm=name,
                     feasible=sched.feasible,
                     makespan=sched.makespan,
-                    ratio=None if sched.makespan is None else sched.overhead,
+                    ratio=None
+                    if sched.makespan is None
+                    else sched.overhead
+                    if common is None
+                    else sched.makespan / common,
                     peak_memory=sched.peak_memory,
                     seconds=sched.solver.seconds,
                 )

@@ -76,3 +76,17 @@ def test_describe_reports_memory_per_family():
     ).feasible
     assert memplan.solve(prof, "rotor", info["min_memory"]["chain"], optimizer="none").feasible
     assert memplan.solve(prof, "store-all", info["store_all_memory"], optimizer="none").feasible
+
+
+def test_compare_across_families_uses_one_lower_bound():
+    """Mixing families, every ratio is over the compute lower bound, so the columns compare."""
+    prof = memplan.load_profile(random_chain(6, seed=8).to_dict() | {"bandwidth": 1e6})
+    budgets = [memplan.api.describe(prof, "none")["store_all_memory"] - 5]
+    mixed = memplan.compare(prof, ["rotor", "dynprog"], budgets, optimizer="none")
+    alone = memplan.compare(prof, ["dynprog"], budgets, optimizer="none")
+    for row in mixed:
+        if row.feasible:
+            assert row.ratio == pytest.approx(row.makespan / prof.lower_bound)
+    if alone[0].feasible:
+        sched = memplan.solve(prof, "dynprog", budgets[0], optimizer="none")
+        assert alone[0].ratio == pytest.approx(sched.makespan / sched.lower_bound)

@@ -118,8 +118,14 @@ def compare(
             from memplan.cli.render import compare_table
 
             title = f"{prof.model}: makespan / lower bound ({prof.lower_bound:.3f} ms)"
-            if offloading:
-                title = _offload_title(prof, rate, len(offloading) == len(names))
+            families = {_family(n) for n in names}
+            if families == {"offload"}:
+                title = _offload_title(prof, rate)
+            elif len(families) > 1:
+                title = (
+                    f"{prof.model}: makespan / compute lower bound ({prof.lower_bound:.3f} ms, "
+                    "the same for every family)"
+                )
             err_console().print(compare_table(rows, names, budgets, title))
         elif form == "csv":
             write_output(rows_to_csv(rows), output)
@@ -166,12 +172,10 @@ def _family(name: str) -> str | None:
     return None if info is None else info.family
 
 
-def _offload_title(prof: Any, rate: float, only: bool) -> str:
+def _offload_title(prof: Any, rate: float) -> str:
     from memplan.units import format_size
 
     what = f"LB of Proposition 3 at each budget, {format_size(rate)}/s"
-    if not only:
-        what += f"; chains: {prof.lower_bound:.3f} ms"
     return f"{prof.model}: makespan / lower bound ({what})"
 
 
