@@ -23,8 +23,6 @@ from __future__ import annotations
 
 import argparse
 import math
-import os
-import platform
 import random
 import statistics
 import sys
@@ -32,6 +30,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+from _common import machine
 
 import memplan
 from memplan.algorithms.offload import OffloadInstance, relaxation_bound, solve_dynprog
@@ -42,19 +41,6 @@ ALGOS = ("dynprog", "dynprog-best", "greedy", "vdnn")
 PROFILES = "resnet50@a100,resnet101@a100,resnet152@a100,densenet121@a100"
 TARGET = 1.2
 FINER_SLOTS = 2000
-
-
-def machine() -> str:
-    cpu = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo") as handle:
-            for line in handle:
-                if line.startswith("model name"):
-                    cpu = line.split(":", 1)[1].strip()
-                    break
-    except OSError:
-        pass
-    return f"{cpu}, {os.cpu_count()} cores, Python {platform.python_version()}"
 
 
 def sweep(name: str, rate: float, points: int, slots: int, bound_slots: int) -> dict:

@@ -10,28 +10,15 @@ the whole :func:`memplan.solve` call, simulator replay included, median of ``--r
 from __future__ import annotations
 
 import argparse
-import os
-import platform
 import statistics
 import time
+
+from _common import machine
 
 import memplan
 from memplan.algorithms.chain import Chain, chain_min_memory
 from memplan.profile import bundled_profiles
 from memplan.profile.synthetic import random_chain
-
-
-def machine() -> str:
-    cpu = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo") as handle:
-            for line in handle:
-                if line.startswith("model name"):
-                    cpu = line.split(":", 1)[1].strip()
-                    break
-    except OSError:
-        pass
-    return f"{cpu}, {os.cpu_count()} cores, Python {platform.python_version()}"
 
 
 def main() -> None:

@@ -9,8 +9,30 @@ from __future__ import annotations
 
 import os
 
+import pytest
 from hypothesis import settings
+
+from memplan.profile.model import Profile, Stage
 
 settings.register_profile("ci", derandomize=True, print_blob=True)
 settings.register_profile("dev", print_blob=True)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci" if os.environ.get("CI") else "dev"))
+
+
+@pytest.fixture
+def chain() -> Profile:
+    """Four identical stages (2 ms forward, 3 ms backward, 4-byte outputs, 8 saved bytes,
+    overheads 1 and 2) and a 5-byte input: the chain of the transfer simulators' tests."""
+    stages = [
+        Stage(
+            name=f"s{k}",
+            forward_time=2.0,
+            backward_time=3.0,
+            output_size=4,
+            saved_size=8,
+            forward_overhead=1,
+            backward_overhead=2,
+        )
+        for k in range(4)
+    ]
+    return Profile(model="sim", input_size=5, stages=stages)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import random
+
 from hypothesis import strategies as st
 
 from memplan.profile.model import Profile, Stage
@@ -36,3 +38,27 @@ def chains(
             )
         )
     return Profile(model=f"hypothesis-{length}", input_size=draw(sizes), stages=stages)
+
+
+def integer_chain(
+    seed: int, length: int, *, max_output: int, max_extra: int, max_input: int, model: str
+) -> Profile:
+    """A small chain with integer times (forward 1..4 ms, backward 1..6 ms) and sizes (outputs
+    ``1..max_output``, saved = output + ``0..max_extra``, input ``1..max_input``), overheads 0..1,
+    drawn from ``random.Random(seed)``: the same seed always gives the same chain."""
+    rng = random.Random(seed)
+    stages = []
+    for k in range(length):
+        out = rng.randint(1, max_output)
+        stages.append(
+            Stage(
+                name=f"s{k}",
+                forward_time=float(rng.randint(1, 4)),
+                backward_time=float(rng.randint(1, 6)),
+                output_size=out,
+                saved_size=out + rng.randint(0, max_extra),
+                forward_overhead=rng.randint(0, 1),
+                backward_overhead=rng.randint(0, 1),
+            )
+        )
+    return Profile(model=model, input_size=rng.randint(1, max_input), stages=stages)

@@ -8,35 +8,19 @@
 
 from __future__ import annotations
 
-import random
-
 import pytest
 
-from memplan.profile.model import Profile, Stage
+from memplan.profile.model import Profile
 from memplan.simulator import simulate_combined
 from tests.oracles.combined import CombinedOracle
 from tests.oracles.exhaustive import ChainOracle
+from tests.strategies import integer_chain
 
 RATE = 1000.0  # one byte per ms
 
 
 def tiny(seed: int, length: int = 3) -> Profile:
-    rng = random.Random(seed)
-    stages = []
-    for k in range(length):
-        out = rng.randint(1, 4)
-        stages.append(
-            Stage(
-                name=f"s{k}",
-                forward_time=float(rng.randint(1, 4)),
-                backward_time=float(rng.randint(1, 6)),
-                output_size=out,
-                saved_size=out + rng.randint(0, 4),
-                forward_overhead=rng.randint(0, 1),
-                backward_overhead=rng.randint(0, 1),
-            )
-        )
-    return Profile(model="tiny", input_size=rng.randint(1, 3), stages=stages)
+    return integer_chain(seed, length, max_output=4, max_extra=4, max_input=3, model="tiny")
 
 
 @pytest.mark.parametrize("seed", range(6))

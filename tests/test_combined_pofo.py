@@ -11,8 +11,6 @@
 
 from __future__ import annotations
 
-import random
-
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -22,32 +20,18 @@ from memplan.algorithms.chain import Chain
 from memplan.algorithms.chain.rotor import _solve_table, slot_sizes, solve_rotor
 from memplan.algorithms.combined import PofoDP, solve_pofo
 from memplan.errors import InputError
-from memplan.profile.model import Profile, Stage
+from memplan.profile.model import Profile
 from memplan.schedule import Op
 from memplan.simulator import simulate_combined
 from tests.oracles.combined import CombinedOracle, window_model_optimum
 from tests.oracles.exhaustive import ChainOracle
+from tests.strategies import integer_chain
 
 RATE = 1000.0  # one byte per ms
 
 
 def chain_profile(seed: int, length: int) -> Profile:
-    rng = random.Random(seed)
-    stages = []
-    for k in range(length):
-        out = rng.randint(1, 5)
-        stages.append(
-            Stage(
-                name=f"s{k}",
-                forward_time=float(rng.randint(1, 4)),
-                backward_time=float(rng.randint(1, 6)),
-                output_size=out,
-                saved_size=out + rng.randint(0, 5),
-                forward_overhead=rng.randint(0, 1),
-                backward_overhead=rng.randint(0, 1),
-            )
-        )
-    return Profile(model="rand", input_size=rng.randint(1, 4), stages=stages)
+    return integer_chain(seed, length, max_output=5, max_extra=5, max_input=4, model="rand")
 
 
 def ops_of(plan) -> list[Op]:

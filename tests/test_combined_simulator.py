@@ -39,23 +39,6 @@ def random_profile(rng: random.Random, length: int) -> Profile:
     return Profile(model="rand", input_size=rng.randint(1, 5), stages=stages)
 
 
-@pytest.fixture
-def chain() -> Profile:
-    stages = [
-        Stage(
-            name=f"s{k}",
-            forward_time=2.0,
-            backward_time=3.0,
-            output_size=4,
-            saved_size=8,
-            forward_overhead=1,
-            backward_overhead=2,
-        )
-        for k in range(4)
-    ]
-    return Profile(model="sim", input_size=5, stages=stages)
-
-
 def replay(profile, ops, memory=None):
     return simulate_combined(profile, ops, memory=memory, bandwidth=RATE)
 

@@ -9,28 +9,10 @@ from __future__ import annotations
 import pytest
 
 import memplan
-from memplan.profile.model import Profile, Stage
 from memplan.schedule import Op
 from memplan.simulator import simulate_offload
 
 RATE = 1000.0  # one byte per ms
-
-
-@pytest.fixture
-def chain() -> Profile:
-    stages = [
-        Stage(
-            name=f"s{k}",
-            forward_time=2.0,
-            backward_time=3.0,
-            output_size=4,
-            saved_size=8,
-            forward_overhead=1,
-            backward_overhead=2,
-        )
-        for k in range(4)
-    ]
-    return Profile(model="sim", input_size=5, stages=stages)
 
 
 @pytest.fixture
