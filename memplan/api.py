@@ -14,7 +14,7 @@ from typing import Any
 
 from memplan.errors import InputError, InternalError
 from memplan.profile.io import load_profile
-from memplan.profile.model import Profile
+from memplan.profile.model import CHAIN_FAMILIES, Profile
 from memplan.schedule import Budget, Op, ProfileRef, Schedule, SolverInfo, load_schedule
 from memplan.units import parse_rate, parse_size
 
@@ -113,6 +113,7 @@ def solve(
     bandwidth: float | str | None = None,
     gpus: int | None = None,
     time_limit: float | None = None,
+    progress: Callable[[str], None] | None = None,
 ) -> Schedule:
     """Run one algorithm and return its schedule, replayed and checked by the simulator.
 
@@ -133,6 +134,9 @@ def solve(
         the profile's ``bandwidth``. The chain algorithms do not use it.
     gpus, time_limit
         For the pipeline and ILP families; the chain and offloading algorithms do not use them.
+    progress : callable, optional
+        Long solvers (CP-SAT) call it with one line of live progress at a time (the CLI prints
+        them on stderr).
 
     Returns
     -------
@@ -142,9 +146,22 @@ def solve(
     """
     prof = load_profile(profile)
     info = _algorithm(algo)
+    check_family(prof, info.family, info.name)
     if memory is None:
         raise InputError("--mem: a memory budget is required, e.g. --mem 8GB")
     budget = parse_size(memory)
+    if info.family in _schedule_families():
+        return _solve_schedule_family(
+            prof,
+            info,
+            budget,
+            optimizer=optimizer,
+            slots=slots,
+            bandwidth=bandwidth,
+            gpus=gpus,
+            time_limit=time_limit,
+            progress=progress,
+        )
     explicit_slots = slots is not None
     slots = _check_slots(slots, info.family)
     static = static_memory(prof, optimizer)
@@ -191,6 +208,81 @@ def solve(
         **common,
     )
     return _checked(prof, schedule, budget, algo, plan.claimed_makespan)
+
+
+FAMILY_NAMES = {
+    "chain": "a chain profile (stages)",
+    "join": "a join profile (branches and turn)",
+    "graph": "a graph profile (graph)",
+}
+
+
+def check_family(prof: Profile, family: str, algo: str) -> None:
+    """A usage error when ``algo`` (of ``family``) cannot serve this profile's shape."""
+    if family in prof.families:
+        return
+    needs = FAMILY_NAMES["chain" if family in CHAIN_FAMILIES else family]
+    fits = ", ".join(prof.families)
+    raise InputError(
+        f"algorithm {algo} ({family} family) needs {needs}; {prof.model} is "
+        f"{FAMILY_NAMES[prof.kind]}: use an algorithm of the {fits} famil{'ies' if ',' in fits else 'y'} (see `memplan algos`)"
+    )
+
+
+def _schedule_families() -> tuple[str, ...]:
+    from memplan.algorithms import SCHEDULE_FAMILIES
+
+    return SCHEDULE_FAMILIES
+
+
+def _solve_schedule_family(
+    prof: Profile,
+    info: Any,
+    budget: int,
+    *,
+    optimizer: str,
+    slots: int | None,
+    bandwidth: float | str | None,
+    gpus: int | None,
+    time_limit: float | None,
+    progress: Callable[[str], None] | None,
+) -> Schedule:
+    """Join, graph and pipeline algorithms build their whole schedule; replay and check it."""
+    from memplan.algorithms import SolveRequest
+
+    request = SolveRequest(
+        memory=budget,
+        static_memory=static_memory(prof, optimizer),
+        optimizer=optimizer,
+        slots=slots,
+        bandwidth=None if bandwidth is None else parse_rate(bandwidth),
+        gpus=gpus,
+        time_limit=time_limit,
+        progress=progress,
+    )
+    started = time.perf_counter()
+    schedule = info.run(prof, request)
+    if schedule.solver.seconds == 0.0:
+        solver = schedule.solver.model_copy(update={"seconds": time.perf_counter() - started})
+        schedule = schedule.model_copy(update={"solver": solver})
+    if not schedule.feasible:
+        return schedule
+    return _checked(prof, schedule, budget, info.name, schedule.makespan)
+
+
+SIMULATORS = {
+    "join": "memplan.simulator.join:simulate_join",
+    "graph": "memplan.simulator.graph:simulate_graph",
+    "pipeline": "memplan.simulator.pipeline:simulate_pipeline",
+}
+"""family -> ``module:function(profile, schedule, memory) -> SimulationResult`` (lazy imports)."""
+
+
+def _family_simulator(family: str) -> Callable[..., Any]:
+    import importlib
+
+    module, _, function = SIMULATORS[family].partition(":")
+    return getattr(importlib.import_module(module), function)
 
 
 def resolve_bandwidth(profile: Profile, algo: str, bandwidth: float | str | None) -> float:
@@ -297,13 +389,20 @@ def simulate(
 
     prof = load_profile(profile)
     sched = load_schedule(schedule)
+    if sched.family not in prof.families:
+        raise InputError(
+            f"schedule family {sched.family!r} does not fit {prof.model}, "
+            f"{FAMILY_NAMES[prof.kind]} (families: {', '.join(prof.families)})"
+        )
     if sched.profile.stages is not None and sched.profile.stages != prof.length:
         raise InputError(
             f"schedule was made for a profile with {sched.profile.stages} stages, "
             f"this one has {prof.length} ({prof.model})"
         )
     budget = parse_size(memory) if memory is not None else sched.budget.memory
-    if sched.family == "chain":
+    if sched.family in SIMULATORS:
+        result = _family_simulator(sched.family)(prof, sched, budget)
+    elif sched.family == "chain":
         result = simulate_chain(prof, sched.ops, static_memory=sched.static_memory, memory=budget)
     elif sched.family in ("offload", "combined"):
         if sched.budget.bandwidth is None or not sched.budget.bandwidth > 0:
@@ -451,10 +550,29 @@ def describe(profile: Profile | Mapping[str, Any] | str, optimizer: str = "sgd")
     from memplan.algorithms.offload import OffloadInstance
 
     prof = load_profile(profile)
-    chain = Chain.from_profile(prof)
-    offload = OffloadInstance.from_profile(prof, prof.bandwidth or 1.0)
     static = static_memory(prof, optimizer)
     device = prof.device.model_dump(exclude_none=True) if prof.device else None
+    common = {
+        "model": prof.model,
+        "kind": prof.kind,
+        "families": list(prof.families),
+        "stages": prof.length,
+        "batch_size": prof.batch_size,
+        "input_shape": prof.input_shape,
+        "dtype": prof.dtype,
+        "device": device,
+        "bandwidth": prof.bandwidth,
+        "measured": prof.measured.model_dump(exclude_none=True) if prof.measured else None,
+        "weight_size": prof.weight_size,
+        "optimizer": optimizer,
+        "static_memory": static,
+        "lower_bound": prof.lower_bound,
+        "sha256": prof.sha256(),
+    }
+    if prof.stages is None:
+        return {**common, **_describe_family(prof, static)}
+    chain = Chain.from_profile(prof)
+    offload = OffloadInstance.from_profile(prof, prof.bandwidth or 1.0)
     return {
         "model": prof.model,
         "stages": prof.length,
@@ -477,4 +595,26 @@ def describe(profile: Profile | Mapping[str, Any] | str, optimizer: str = "sgd")
         "offload_peak": static + offload.peak(),
         "sha256": prof.sha256(),
         "stage_table": [s.model_dump(exclude_none=True) for s in prof.stages],
+        "kind": prof.kind,
+        "families": list(prof.families),
     }
+
+
+def _describe_family(prof: Profile, static: int) -> dict[str, Any]:
+    """``describe`` for join and graph profiles: each family's own figures (min_memory, ...)."""
+    found: dict[str, Any] = {"min_memory": {}}
+    if prof.branches is not None:
+        from memplan.algorithms.join import describe_join
+
+        found = _merge(found, describe_join(prof, static))
+    if prof.graph is not None:
+        from memplan.algorithms.graph import describe_graph
+
+        found = _merge(found, describe_graph(prof, static))
+    return found
+
+
+def _merge(into: dict[str, Any], more: dict[str, Any]) -> dict[str, Any]:
+    merged = {**into, **more}
+    merged["min_memory"] = {**into.get("min_memory", {}), **more.get("min_memory", {})}
+    return merged

@@ -88,6 +88,12 @@ class Schedule(_Model):
     solver: SolverInfo = SolverInfo()
     ops: list[Op] = []
 
+    # -- join family (papers/003): its fields go here --
+
+    # -- graph family (papers/002): its fields go here --
+
+    # -- pipeline family (papers/001): its fields go here --
+
     def to_dict(self) -> dict[str, Any]:
         return self.model_dump(mode="json")
 

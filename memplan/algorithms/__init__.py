@@ -4,8 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from memplan.algorithms.base import AlgorithmInfo, ChainPlan, OffloadPlan
+from memplan.algorithms.base import AlgorithmInfo, ChainPlan, OffloadPlan, SolveRequest
 from memplan.algorithms.chain.problem import Chain
+from memplan.algorithms.graph.entries import ALGORITHMS as GRAPH_ALGORITHMS
+from memplan.algorithms.join.entries import ALGORITHMS as JOIN_ALGORITHMS
+from memplan.algorithms.pipeline.entries import ALGORITHMS as PIPELINE_ALGORITHMS
 from memplan.profile.model import Profile
 
 
@@ -176,6 +179,19 @@ REGISTRY: dict[str, AlgorithmInfo] = {
             run=_offload("solve_vdnn"),
         ),
     ]
+    + JOIN_ALGORITHMS
+    + GRAPH_ALGORITHMS
+    + PIPELINE_ALGORITHMS
 }
 
-__all__ = ["REGISTRY", "AlgorithmInfo", "ChainPlan", "OffloadPlan"]
+SCHEDULE_FAMILIES = ("join", "graph", "pipeline")
+"""Families whose ``run(profile, request)`` returns a whole Schedule (see SolveRequest)."""
+
+__all__ = [
+    "REGISTRY",
+    "SCHEDULE_FAMILIES",
+    "AlgorithmInfo",
+    "ChainPlan",
+    "OffloadPlan",
+    "SolveRequest",
+]

@@ -29,6 +29,28 @@ class ChainPlan:
 
 
 @dataclass(frozen=True)
+class SolveRequest:
+    """What :func:`memplan.solve` hands the algorithms of the join, graph and pipeline families.
+
+    Their ``run(profile, request)`` returns a finished :class:`memplan.schedule.Schedule` (feasible
+    or not); :func:`memplan.solve` then replays it with the family's simulator and checks the
+    makespan it states.
+    """
+
+    memory: int
+    """The whole budget in bytes, static memory included (per GPU for the pipeline family)."""
+    static_memory: int
+    optimizer: str
+    slots: int | None = None
+    """As the user gave it (None: the family's default)."""
+    bandwidth: float | None = None
+    gpus: int | None = None
+    time_limit: float | None = None
+    progress: Callable[[str], None] | None = None
+    """Where long solvers report live progress (one line at a time); None: silent."""
+
+
+@dataclass(frozen=True)
 class AlgorithmInfo:
     """One entry of ``memplan algos``."""
 

@@ -44,9 +44,11 @@ def validation_message(source: str, error: ValidationError) -> str:
     elif kind == "missing":
         what = "missing required field"
     else:
-        what = first["msg"]
+        what = first["msg"].removeprefix("Value error, ")
         if "input" in first and not isinstance(first["input"], (dict, list)):
             what += f", got {first['input']!r}"
+    if not loc and kind == "value_error":  # a whole-document rule: its message names the fields
+        return f"{source}: {what}"
     return f"{source}: {field_path(loc)}: {what}"
 
 

@@ -1,6 +1,15 @@
 """The ``memplan-profile/1`` data model (see docs/formats.md and the SPEC).
 
-A chain profile lists the stages of a network in forward order, the last one being the loss.
+A profile holds one of three network shapes, and says which algorithm families can serve it
+(:attr:`Profile.families`):
+
+- a *chain* (``stages``, forward order, the last stage being the loss): the chain, offload,
+  combined and pipeline families;
+- a *join network* (``branches``, each a chain with its own input, and the ``turn`` stage that
+  joins them, papers/003): the join family;
+- an operator-level *training graph* (``graph``, papers/002): the graph family. A graph may come
+  alongside ``stages`` (``memplan profile --graph`` captures both).
+
 The pydantic models below hold every check (strict types, non-negative sizes and times, no unknown
 keys except under ``extra``): algorithms trust a validated :class:`Profile`.
 """
@@ -9,23 +18,17 @@ from __future__ import annotations
 
 import hashlib
 import json
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, model_validator
+from pydantic import Field, NonNegativeInt, model_validator
+
+from memplan.profile.fields import MAX_BYTES, MAX_MS, Bytes, Milliseconds
+from memplan.profile.fields import Strict as _Strict
+from memplan.profile.graph import Graph
+
+__all__ = ["MAX_BYTES", "MAX_MS", "Branch", "Device", "Graph", "Measured", "Profile", "Stage"]
 
 PROFILE_FORMAT = "memplan-profile/1"
-
-MAX_BYTES = 2**50
-"""The largest size a profile may state (1 PiB): sums over thousands of stages stay exact in int64."""
-MAX_MS = 1e12
-"""The longest time a profile may state (about 30 years, in ms)."""
-
-Bytes = Annotated[int, Field(ge=0, le=MAX_BYTES)]
-Milliseconds = Annotated[float, Field(ge=0, le=MAX_MS, allow_inf_nan=False)]
-
-
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=False)
 
 
 class Stage(_Strict):
@@ -80,8 +83,25 @@ class Measured(_Strict):
     )
 
 
+class Branch(_Strict):
+    """One branch of a join network: a chain from its own input to the turn (papers/003)."""
+
+    name: str
+    input_size: Bytes = Field(description="bytes of the branch input")
+    stages: list[Stage] = Field(min_length=1, max_length=10_000)
+    extra: dict[str, Any] | None = None
+
+
+CHAIN_FAMILIES = ("chain", "offload", "combined", "pipeline")
+"""The families that serve a chain profile (``stages``)."""
+
+
 class Profile(_Strict):
-    """A chain profile. Sizes in bytes, times in milliseconds, bandwidth in bytes/s."""
+    """A network profile. Sizes in bytes, times in milliseconds, bandwidth in bytes/s.
+
+    Exactly one of ``stages`` (a chain) and ``branches`` + ``turn`` (a join network) is given,
+    or neither when the profile holds only a ``graph``.
+    """
 
     format: Literal["memplan-profile/1"] = PROFILE_FORMAT
     model: str
@@ -91,22 +111,72 @@ class Profile(_Strict):
     device: Device | None = None
     bandwidth: float | None = Field(default=None, gt=0, allow_inf_nan=False)
     measured: Measured | None = None
-    input_size: Bytes
-    stages: list[Stage] = Field(min_length=1, max_length=10_000)
+    input_size: Bytes | None = Field(default=None, description="bytes of x_0 (chain profiles)")
+    stages: list[Stage] | None = Field(default=None, min_length=1, max_length=10_000)
+    branches: list[Branch] | None = Field(default=None, min_length=1, max_length=1_000)
+    turn: Stage | None = Field(default=None, description="join networks: the stage joining them")
+    graph: Graph | None = None
     extra: dict[str, Any] | None = None
+
+    @model_validator(mode="after")
+    def _one_shape(self) -> Profile:
+        if self.stages is not None and (self.branches is not None or self.turn is not None):
+            raise ValueError("a profile has either 'stages' (a chain) or 'branches' and 'turn'")
+        if (self.branches is None) != (self.turn is None):
+            missing = "turn" if self.turn is None else "branches"
+            raise ValueError(f"a join network needs both 'branches' and 'turn' ({missing} missing)")
+        if self.stages is None and self.branches is None and self.graph is None:
+            raise ValueError("expected 'stages' (a chain), 'branches' and 'turn', or 'graph'")
+        if self.stages is not None and self.input_size is None:
+            raise ValueError("input_size: missing required field (bytes of the chain input x_0)")
+        return self
+
+    @property
+    def kind(self) -> str:
+        """``chain``, ``join`` or ``graph``: the shape of the network the profile holds."""
+        if self.stages is not None:
+            return "chain"
+        return "join" if self.branches is not None else "graph"
+
+    @property
+    def families(self) -> tuple[str, ...]:
+        """The algorithm families that can serve this profile."""
+        found: tuple[str, ...] = ()
+        if self.stages is not None:
+            found += CHAIN_FAMILIES
+        if self.branches is not None:
+            found += ("join",)
+        if self.graph is not None:
+            found += ("graph",)
+        return found
+
+    def all_stages(self) -> list[Stage]:
+        """Every stage: the chain's, or each branch's then the turn (join networks)."""
+        if self.stages is not None:
+            return list(self.stages)
+        if self.branches is not None and self.turn is not None:
+            return [st for branch in self.branches for st in branch.stages] + [self.turn]
+        return []
 
     @property
     def length(self) -> int:
-        return len(self.stages)
+        """Stages of the chain (or of all branches plus the turn); graph nodes for a graph."""
+        if self.stages is None and self.branches is None and self.graph is not None:
+            return len(self.graph.nodes)
+        return len(self.all_stages())
 
     @property
     def weight_size(self) -> int:
-        return sum(stage.weight_size for stage in self.stages)
+        if self.stages is None and self.branches is None and self.graph is not None:
+            return self.graph.weight_size
+        return sum(stage.weight_size for stage in self.all_stages())
 
     @property
     def lower_bound(self) -> float:
         """Time of one iteration without any recomputation: every forward and backward once."""
-        return sum(s.forward_time + s.backward_time for s in self.stages)
+        if self.stages is None and self.branches is None and self.graph is not None:
+            return self.graph.compute_time
+        return sum(s.forward_time + s.backward_time for s in self.all_stages())
 
     def to_dict(self) -> dict[str, Any]:
         return self.model_dump(mode="json", exclude_none=True)
@@ -117,5 +187,6 @@ class Profile(_Strict):
         return hashlib.sha256(canonical.encode()).hexdigest()
 
     def activation_sizes(self) -> list[int]:
-        """Sizes of x_0 .. x_L (x_0 is the chain input)."""
+        """Sizes of x_0 .. x_L (x_0 is the chain input); chain profiles only."""
+        assert self.stages is not None and self.input_size is not None, "a chain profile"
         return [self.input_size] + [s.output_size for s in self.stages]

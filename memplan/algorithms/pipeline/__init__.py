@@ -1,0 +1,1 @@
+"""Pipelined model parallelism under memory limits (papers/001)."""
