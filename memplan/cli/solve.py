@@ -143,6 +143,7 @@ def solve(
                 bandwidth=rate,
                 gpus=gpus,
                 time_limit=time_limit,
+                progress=_print_progress,
             )
         if trace is not None and schedule.feasible:
             write_trace_file(trace, schedule, prof)
@@ -158,6 +159,11 @@ def solve(
         if not schedule.feasible:
             common.echo_err(infeasible_line(schedule))
             raise typer.Exit(EXIT_INFEASIBLE)
+
+
+def _print_progress(line: str) -> None:
+    """Live progress of long solvers (CP-SAT objective, bound, gap): one line on stderr."""
+    err_console().print(line, highlight=False, markup=False)
 
 
 def _render_summary(schedule: Any, prof: Any):
