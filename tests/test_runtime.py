@@ -30,6 +30,7 @@ from memplan.torch import build_model, linearize, profile_model  # noqa: E402
 from memplan.torch.runtime import (  # noqa: E402
     checkpointed,
     fit,
+    planned_activation_curve,
     planned_activation_peak,
     planned_forward_counts,
 )
@@ -106,18 +107,23 @@ def _recomputing_budget(prof) -> int:
     return least + (store_all - least) // 3
 
 
-@pytest.mark.parametrize("algo", CHAIN_ALGOS)
-def test_chain_plan_trains_like_plain(case, algo):
-    name, model, x, prof = case
-    sched = memplan.solve(prof, algo, _recomputing_budget(prof))
-    assert sched.feasible, (name, algo, sched.min_memory)
-    planned = planned_forward_counts(sched, prof.length)
-    assert sum(planned) > prof.length or algo == "periodic", "the budget forces recomputation"
+def _planned_transfer_bytes(prof, sched, kind: str) -> int:
+    """Bytes the plan moves with ``kind`` (offload/prefetch), by the profile's sizes."""
+    sizes = {"x[0]": prof.input_size}
+    for k, stage in enumerate(prof.stages):
+        sizes[f"x[{k + 1}]"] = stage.output_size
+        sizes[f"s[{k}]"] = stage.saved_size
+    return sum(sizes[op.tensor or f"s[{op.stage}]"] for op in sched.ops if op.op == kind)
+
+
+def _check_plan(model, x, prof, sched) -> None:
+    """One iteration under ``sched`` trains as plain training and does what the plan says."""
     ref, ref_loss = _plain(model, x)
     got, loss, wrapped = _planned(model, x, sched, prof)
     torch.testing.assert_close(loss, ref_loss)
     _assert_same_training(ref, got)
     counters = wrapped.counters
+    planned = planned_forward_counts(sched, prof.length)
     assert [counters.forward_count(k) for k in range(prof.length)] == planned
     for kind in ("F_all", "F_ck", "F_n"):
         kinds = [sum(o.op == kind and o.stage == k for o in sched.ops) for k in range(prof.length)]
@@ -125,31 +131,80 @@ def test_chain_plan_trains_like_plain(case, algo):
     assert counters.backwards == [1] * prof.length
     # What autograd saved per stage is what the profile measured.
     assert counters.saved_bytes == [s.saved_size for s in prof.stages]
+    # The transfers moved the tensors the plan names, whole (plain copies on CPU).
+    assert counters.offloaded_bytes == _planned_transfer_bytes(prof, sched, "offload")
+    assert counters.prefetched_bytes == _planned_transfer_bytes(prof, sched, "prefetch")
     # CPU: the activation bytes held, against the simulator's activation-only replay.
     predicted = planned_activation_peak(prof, sched)
     assert abs(counters.peak_live_bytes - predicted) <= 0.05 * predicted
+    # ... and the whole curve, event by event (the same byte counts in practice).
+    curve = planned_activation_curve(prof, sched)
+    assert len(counters.live_curve) == len(curve)
+    for measured, planned in zip(counters.live_curve, curve, strict=True):
+        assert abs(measured - planned) <= 0.05 * predicted
     assert counters.live_bytes == 0  # everything freed at the end of the iteration
+
+
+@pytest.mark.parametrize("algo", CHAIN_ALGOS)
+def test_chain_plan_trains_like_plain(case, algo):
+    name, model, x, prof = case
+    sched = memplan.solve(prof, algo, _recomputing_budget(prof))
+    assert sched.feasible, (name, algo, sched.min_memory)
+    planned = planned_forward_counts(sched, prof.length)
+    assert sum(planned) > prof.length or algo == "periodic", "the budget forces recomputation"
+    _check_plan(model, x, prof, sched)
+
+
+def _with_bandwidth(prof, bandwidth: float, fixed_times: bool = False):
+    data = prof.model_dump(exclude_none=True)
+    data["bandwidth"] = bandwidth
+    if fixed_times:  # deterministic plans: the measured CPU times are noisy
+        for stage in data["stages"]:
+            stage.update(forward_time=1.0, backward_time=2.0)
+    return memplan.load_profile(data)
 
 
 @pytest.mark.parametrize("algo", OFFLOAD_ALGOS)
 def test_offload_plan_trains_like_plain(case, algo):
     name, model, x, prof = case
-    data = prof.model_dump(exclude_none=True)
-    data["bandwidth"] = 1e9
-    prof_bw = memplan.load_profile(data)
+    prof_bw = _with_bandwidth(prof, 1e9)
     desc = describe(prof_bw)
     least, peak = desc["min_memory"]["offload"], desc["offload_peak"]
     sched = memplan.solve(prof_bw, algo, least + (peak - least) // 3)
     assert sched.feasible and sched.family == "offload"
     assert any(op.op == "offload" for op in sched.ops)
-    ref, ref_loss = _plain(model, x)
-    got, loss, wrapped = _planned(model, x, sched, prof_bw)
-    torch.testing.assert_close(loss, ref_loss)
-    _assert_same_training(ref, got)
-    counts = [wrapped.counters.forward_count(k) for k in range(prof.length)]
-    assert counts == [1] * prof.length == planned_forward_counts(sched, prof.length)
-    assert wrapped.counters.offloaded_bytes == 0  # on CPU the copy to host memory is a no-op
-    assert wrapped.counters.saved_bytes == [s.saved_size for s in prof.stages]
+    assert planned_forward_counts(sched, prof.length) == [1] * prof.length
+    _check_plan(model, x, prof_bw, sched)
+
+
+def _pofo_mixing(prof):
+    """A pofo plan that both recomputes and offloads (its DP's own, not rotor's or dynprog's).
+
+    Stage times fixed (1 ms forward, 2 ms backward), 30 MB/s, 500 slots, activations only: a scan
+    of 16 budgets between rotor's least memory and the store-all need; the plan offloading the
+    most distinct kinds of tensors (x[k] and s[k]) wins.
+    """
+    timed = _with_bandwidth(prof, 3e7, fixed_times=True)
+    desc = describe(timed, "none")
+    lo, hi = desc["min_memory"]["chain"], desc["store_all_memory"]
+    found = []
+    for i in range(16):
+        sched = memplan.solve(timed, "pofo", lo + (hi - lo) * i // 16, optimizer="none", slots=500)
+        moved = {op.tensor[0] for op in sched.ops if op.op == "offload" and op.tensor}
+        if sched.feasible and sched.count("offload") and sched.count("F_ck"):
+            found.append((len(moved), sched.count("offload") + sched.count("F_ck"), i, sched))
+    assert found, "no budget where pofo both recomputes and offloads"
+    return timed, max(found, key=lambda item: item[:3])[3]
+
+
+@pytest.mark.parametrize("case", ["resnet18", "gpt-tiny"], indirect=True)
+def test_pofo_plan_trains_like_plain(case):
+    name, model, x, prof = case
+    timed, sched = _pofo_mixing(prof)
+    assert sched.family == "combined" and sched.algorithm == "pofo"
+    assert sched.count("offload") >= 1 and sched.count("prefetch") >= 1
+    assert sum(planned_forward_counts(sched, prof.length)) > prof.length  # recomputes
+    _check_plan(model, x, timed, sched)
 
 
 def test_two_steps_of_sgd_match(case):
