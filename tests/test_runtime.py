@@ -303,3 +303,34 @@ def test_sequential_with_a_hand_written_plan():
     ref(x).backward()
     _assert_same_training(ref, seq)
     assert [wrapped.counters.forward_count(k) for k in range(4)] == [2, 2, 1, 1]
+
+
+def test_cli_run_pofo(tmp_path):
+    """`memplan run --algo pofo`: bandwidth from the profile or --bandwidth; the plan recomputes
+    and offloads, and the run does both as planned."""
+    model, x = _build("gpt-tiny")
+    prof = profile_model(copy.deepcopy(model), example_input=x, repeats=1, name="gpt-tiny")
+    timed, sched = _pofo_mixing(prof)
+    path = tmp_path / "gpt.json"
+    path.write_text(json.dumps(timed.model_dump(mode="json", exclude_none=True)))
+    args = ["run", "gpt-tiny", "--algo", "pofo", "--mem", str(sched.budget.memory), "-b", "2"]
+    args += ["--input-shape", "16", "--slots", "500", "--optimizer", "none", "--steps", "2"]
+    result = CliRunner().invoke(app, [*args, "--profile", str(path), "--format", "json"])
+    assert result.exit_code == 0, result.stderr
+    doc = json.loads(result.stdout)
+    assert doc["algorithm"] == "pofo"
+    assert doc["forwards_measured"] == doc["forwards_planned"] == planned_forward_counts(
+        sched, prof.length
+    )
+    assert sum(doc["forwards_planned"]) > len(doc["stages"])
+    assert doc["offloaded_bytes"] == doc["offloaded_bytes_planned"] > 0
+    assert doc["measured_activation_peak"] == pytest.approx(doc["planned_activation_peak"], 0.05)
+    table = CliRunner().invoke(app, [*args, "--profile", str(path), "--bandwidth", "30MB/s"])
+    assert table.exit_code == 0, table.stderr
+    assert "offloaded to host memory" in table.stderr
+    # No bandwidth anywhere: a usage error naming the option.
+    bare = timed.model_dump(mode="json", exclude_none=True)
+    bare.pop("bandwidth")
+    path.write_text(json.dumps(bare))
+    missing = CliRunner().invoke(app, [*args, "--profile", str(path)])
+    assert missing.exit_code == 2 and "--bandwidth" in missing.stderr
