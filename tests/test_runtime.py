@@ -319,8 +319,10 @@ def test_cli_run_pofo(tmp_path):
     assert result.exit_code == 0, result.stderr
     doc = json.loads(result.stdout)
     assert doc["algorithm"] == "pofo"
-    assert doc["forwards_measured"] == doc["forwards_planned"] == planned_forward_counts(
-        sched, prof.length
+    assert (
+        doc["forwards_measured"]
+        == doc["forwards_planned"]
+        == planned_forward_counts(sched, prof.length)
     )
     assert sum(doc["forwards_planned"]) > len(doc["stages"])
     assert doc["offloaded_bytes"] == doc["offloaded_bytes_planned"] > 0
