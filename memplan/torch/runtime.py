@@ -181,10 +181,13 @@ class _Mover:
     On CPU every copy is synchronous and there are no streams or events.
     """
 
-    def __init__(self, device: torch.device) -> None:
+    def __init__(self, device: torch.device, streams: dict[Any, Any]) -> None:
         self.device = device
         self.cuda = device.type == "cuda"
-        self.side = torch.cuda.Stream(device) if self.cuda else None
+        # One side stream per device for the wrapped module's lifetime (``streams``, its cache).
+        if self.cuda and device not in streams:
+            streams[device] = torch.cuda.Stream(device)
+        self.side = streams.get(device)
 
     @property
     def compute(self) -> Any:
@@ -301,7 +304,7 @@ class _Iteration:
         self.owner = owner
         self.counters = owner.counters
         self.static = owner._static_pointers()
-        self.mover = _Mover(x0.device)
+        self.mover = _Mover(x0.device, owner._side_streams)
         self.held: dict[str, _Stored] = {}
         self.held["x[0]"] = _stored("x[0]", x0, [x0.untyped_storage()], ready=self.mover.produced())
         self.grad: Tensor | None = None
@@ -487,6 +490,11 @@ class _Iteration:
         if op == "offload":
             if stored is None or stored.place != _GPU:
                 raise RuntimeError(f"offload {name}: it is {where}, not on the device")
+            if not all(storage.resizable() for storage in stored.storages):
+                raise RuntimeError(
+                    f"offload {name}: its memory cannot be freed (a storage that is not "
+                    "resizable, e.g. an input made by torch.from_numpy: pass a copy)"
+                )
             for other in self.held.values():
                 if other is not stored and other.place in _RESIDENT:
                     shared = {s.data_ptr() for s in other.storages} & {
@@ -583,6 +591,7 @@ class CheckpointedChain(nn.Module):
         self.modules_ = nn.ModuleList([module for _, module in stages])
         self.schedule = schedule
         self._events = _timeline(schedule.ops)
+        self._side_streams: dict[Any, Any] = {}  # CUDA: the transfer stream of each device
         self._split = next(
             (i for i, (is_end, op) in enumerate(self._events) if op.op == "B" and not is_end),
             len(self._events),
