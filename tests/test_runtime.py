@@ -236,6 +236,9 @@ def test_mismatched_schedule_is_an_input_error(case):
     data["stages"][0]["forward_time"] += 1.0
     with pytest.raises(InputError, match="sha256"):
         checkpointed(linearize(copy.deepcopy(model), x), mine, profile=data)
+    broken = mine.model_copy(update={"ops": [op for op in mine.ops if op.op != "F_all"]})
+    with pytest.raises(InputError, match="does not replay"):
+        checkpointed(linearize(copy.deepcopy(model), x), broken, profile=prof)
     infeasible = memplan.solve(prof, "rotor", 1000)
     with pytest.raises(InputError, match="infeasible"):
         checkpointed(linearize(copy.deepcopy(model), x), infeasible)
@@ -336,3 +339,97 @@ def test_cli_run_pofo(tmp_path):
     path.write_text(json.dumps(bare))
     missing = CliRunner().invoke(app, [*args, "--profile", str(path)])
     assert missing.exit_code == 2 and "--bandwidth" in missing.stderr
+
+
+def _hand_plan(spec, family="combined"):
+    """A schedule from ``(op, stage, start, end[, tensor])`` rows (times only order events)."""
+    from memplan.schedule import Budget, Op, ProfileRef, Schedule
+
+    ops = []
+    for op, stage, start, end, *tensor in spec:
+        stream = "transfer" if op in ("offload", "prefetch") else "compute"
+        ops.append(
+            Op(
+                op=op,
+                stage=stage,
+                start=start,
+                end=end,
+                stream=stream,
+                tensor=tensor[0] if tensor else None,
+            )
+        )
+    return Schedule(
+        family=family,
+        algorithm="hand",
+        profile=ProfileRef(model="seq", sha256="0" * 64, stages=4),
+        budget=Budget(bandwidth=1e9),
+        feasible=True,
+        lower_bound=0.0,
+        ops=ops,
+    )
+
+
+def _seq():
+    from memplan.torch.linearize import MeanSquareLoss
+
+    torch.manual_seed(5)
+    seq = nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 3), MeanSquareLoss())
+    return seq, torch.randn(5, 4)
+
+
+def test_hand_written_combined_plan():
+    """Offload x[0] and s[0] while recomputing: the moved data come back bit for bit."""
+    seq, x = _seq()
+    ref = copy.deepcopy(seq)
+    sched = _hand_plan(
+        [
+            ("F_all", 0, 0, 1),
+            ("offload", 0, 0, 0.5, "x[0]"),
+            ("offload", 0, 1, 2, "s[0]"),
+            ("F_ck", 1, 1, 2),
+            ("F_all", 2, 2, 3),
+            ("F_all", 3, 3, 4),
+            ("B", 3, 4, 5),
+            ("prefetch", 0, 4, 5, "s[0]"),
+            ("B", 2, 5, 6),
+            ("prefetch", 0, 5, 6, "x[0]"),
+            ("F_all", 1, 6, 7),
+            ("B", 1, 7, 8),
+            ("B", 0, 8, 9),
+        ]
+    )
+    wrapped = checkpointed(seq, sched)
+    x_before = x.clone()
+    wrapped(x).backward()
+    ref(x).backward()
+    _assert_same_training(ref, seq)
+    torch.testing.assert_close(x, x_before, rtol=0, atol=0)
+    counters = wrapped.counters
+    assert [counters.forward_count(k) for k in range(4)] == [1, 2, 1, 1]
+    s0 = counters.saved_bytes[0]
+    assert counters.offloaded_bytes == counters.prefetched_bytes == x.numel() * 4 + s0
+    # While x[0] and s[0] were on the host, the live curve dropped by their bytes.
+    assert min(counters.live_curve[2:8]) < counters.live_curve[1]
+
+
+def test_bad_transfers_are_input_errors_and_runtime_errors_restore_the_input():
+    seq, x = _seq()
+    for tensor, match in (("x[9]", "tensor"), ("q[1]", "tensor"), ("s[4]", "tensor")):
+        bad = _hand_plan([("F_all", 0, 0, 1), ("offload", 0, 1, 2, tensor)])
+        with pytest.raises(InputError, match=match):
+            checkpointed(seq, bad)
+    chain_with_transfer = _hand_plan([("F_all", 0, 0, 1), ("offload", 0, 1, 2)], family="chain")
+    with pytest.raises(InputError, match="chain schedule"):
+        checkpointed(seq, chain_with_transfer)
+    # x[0] offloaded and never prefetched: B 0 cannot run. The error names the tensor and the
+    # caller's input is put back.
+    never_back = _hand_plan(
+        [("offload", 0, 0, 1, "x[0]")]
+        + [("F_all", k, k, k + 1) for k in range(4)]
+        + [("B", k, 8 - k, 9 - k) for k in range(3, -1, -1)]
+    )
+    x_before = x.clone()
+    loss = checkpointed(copy.deepcopy(seq), never_back)(x)
+    with pytest.raises(RuntimeError, match=r"x\[0\]"):
+        loss.backward()
+    torch.testing.assert_close(x, x_before, rtol=0, atol=0)

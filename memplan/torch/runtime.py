@@ -661,8 +661,9 @@ def check_schedule(schedule: Schedule, names: Sequence[str], profile: Any | None
     Raises
     ------
     InputError
-        Infeasible schedule, a family the runtime cannot run, a different number of stages, or a
-        profile whose sha256, model name or stage names differ from the schedule's.
+        Infeasible schedule, a family the runtime cannot run, a different number of stages,
+        transfers naming no stored tensor, or a profile whose sha256, model name or stage names
+        differ from the schedule's, or on which the schedule does not replay (simulator).
     """
     if not schedule.feasible:
         raise InputError(
@@ -717,6 +718,12 @@ def check_schedule(schedule: Schedule, names: Sequence[str], profile: Any | None
     profiled = [s.name for s in prof.stages]
     if profiled != list(names) and not all(n.startswith("stage") for n in names):
         raise InputError(f"stage names differ: the profile has {profiled}, the model {list(names)}")
+    # The plan must replay on its profile (a hand-edited file may not): its family's simulator.
+    import memplan
+
+    result = memplan.simulate(prof, schedule, memory=None, check_claims=False)
+    if not result.valid:
+        raise InputError(f"the schedule does not replay on its profile: {result.violation}")
 
 
 def checkpointed(
