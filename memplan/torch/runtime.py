@@ -773,7 +773,7 @@ def fit(
     algo: str = "rotor",
     *,
     profile: Any | None = None,
-    slots: int = 500,
+    slots: int | None = None,
     optimizer: str = "sgd",
     bandwidth: float | str | None = None,
     repeats: int = 3,
@@ -789,7 +789,8 @@ def fit(
     example_input : Tensor, optional
         The chain input (built from ``batch_size``/``input_shape`` for a name when omitted).
     memory, algo, slots, optimizer, bandwidth
-        As in :func:`memplan.solve`.
+        As in :func:`memplan.solve` (slots: 500 by default, pofo 50; bandwidth: the
+        profile's by default, needed by the offloading algorithms and pofo).
     profile : optional
         A profile of this model to use instead of profiling it.
     repeats : int
