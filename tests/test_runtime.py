@@ -1,13 +1,15 @@
 """memplan.torch.runtime: one iteration under a plan equals plain training, op for op.
 
-For rotor, revolve and periodic plans (and greedy/dynprog offloading plans on a profile given a
-bandwidth) on resnet18 (batch 2, 3x32x32), gpt-tiny and a toy network with dropout and batch
-norm: after one forward+backward under the plan, the loss, every parameter gradient and every
-buffer (batch-norm running statistics) equal those of plain training from an identical copy;
-the forward computations counted per stage equal the plan's F operations per stage; and, on CPU,
-the peak of the activation bytes held (RuntimeCounters.peak_live_bytes) is within 5% of the
-simulator's peak for the activation part (planned_activation_peak: the replay without overheads,
-gradients and static memory). In practice they are equal to the byte.
+For rotor, revolve and periodic plans, greedy and dynprog offloading plans (a bandwidth set in the
+profile) on resnet18 (batch 2, 3x32x32), gpt-tiny and a toy network with dropout and batch norm,
+and pofo plans that both recompute and offload on resnet18 and gpt-tiny (fixed stage times, 30
+MB/s, a budget scan): after one forward+backward under the plan, the loss, every parameter
+gradient and every buffer (batch-norm running statistics) equal those of plain training from an
+identical copy; the forward computations counted per stage equal the plan's F operations per
+stage; the bytes offloaded and prefetched are the plan's; and, on CPU, the activation bytes held
+(RuntimeCounters.live_curve, after each event of the plan) follow the combined simulator's curve
+for the activations (planned_activation_curve: the replay without overheads, gradients and static
+memory), every point and the peak within 5%. In practice they are equal to the byte.
 """
 
 from __future__ import annotations
