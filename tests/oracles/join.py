@@ -125,3 +125,113 @@ def pebble_min_slots(lengths: Sequence[int]) -> int:
     while not pebble_feasible(lengths, c):
         c += 1
     return c
+
+
+# ---------------------------------------------------------------------------- chain model
+
+
+def _chain_net(profile):
+    """Plain lists of sizes and times of a join profile in the chain model of docs/join.md."""
+    br = profile.branches
+    t = profile.turn
+    return {
+        "L": [len(b.stages) for b in br],
+        "x": [[b.input_size] + [s.output_size for s in b.stages] for b in br],
+        "s": [[s.saved_size for s in b.stages] for b in br],
+        "g": [[0] + [s.gradient_size for s in b.stages] for b in br],
+        "fo": [[s.forward_overhead for s in b.stages] for b in br],
+        "bo": [[s.backward_overhead for s in b.stages] for b in br],
+        "ft": [[s.forward_time for s in b.stages] for b in br],
+        "bt": [[s.backward_time for s in b.stages] for b in br],
+        "sT": t.saved_size,
+        "foT": t.forward_overhead,
+        "boT": t.backward_overhead,
+        "gT": t.gradient_size,
+        "tT": t.forward_time + t.backward_time,
+    }
+
+
+def chain_model_optimum(profile, memory: int) -> float:
+    """Least makespan of any plan of the join chain model within ``memory`` activation bytes.
+
+    State: the turn flag and, per branch, the standalone ``x`` held (bit mask), the ``s`` held
+    (bit mask), the index of the branch's gradient (``l_j`` before the turn) and the ``x`` the last
+    operation on the branch produced (for persistency). Forwards whose result can never be used
+    again (on a stage at or after the branch's next backward, once the turn has run) are left out.
+    """
+    n = _chain_net(profile)
+    k = len(n["L"])
+
+    def held(turned, xs, ss, gs):
+        total = 0 if turned else n["gT"]
+        for j in range(k):
+            total += sum(n["x"][j][i] for i in range(n["L"][j] + 1) if xs[j] >> i & 1)
+            total += sum(n["s"][j][i] for i in range(n["L"][j]) if ss[j] >> i & 1)
+            if turned:
+                total += n["g"][j][gs[j]]
+        return total
+
+    def avail(xs, ss, j, i):
+        return bool(xs[j] >> i & 1) or (i > 0 and bool(ss[j] >> (i - 1) & 1))
+
+    start = (False, tuple([1] * k), tuple([0] * k), tuple(n["L"]), tuple([-1] * k))
+    best = {start: 0.0}
+    heap = [(0.0, 0, start)]
+    tie = 0
+    while heap:
+        cost, _, state = heapq.heappop(heap)
+        if cost > best.get(state, math.inf):
+            continue
+        turned, xs, ss, gs, fresh = state
+        if turned and not any(gs):
+            return cost
+        now = held(turned, xs, ss, gs)
+        moves = []
+        if not turned and all(avail(xs, ss, j, n["L"][j]) for j in range(k)):
+            grads = sum(n["g"][j][n["L"][j]] for j in range(k))
+            peak = now + n["sT"] + max(n["foT"], grads + n["boT"])
+            nx = tuple(xs[j] & ~(1 << n["L"][j]) for j in range(k))
+            moves.append((peak, n["tT"], (True, nx, ss, gs, tuple([-1] * k))))
+        for j in range(k):
+            top = gs[j] - 1 if turned else n["L"][j] - 1  # last stage worth a forward
+            for i in range(n["L"][j]):
+                if turned and gs[j] == i + 1 and ss[j] >> i & 1 and avail(xs, ss, j, i):
+                    peak = now + n["g"][j][i] + n["bo"][j][i]
+                    nx, ns, ng, nf = list(xs), list(ss), list(gs), list(fresh)
+                    nx[j] &= ~(1 << i)
+                    ns[j] &= ~(1 << i)
+                    ng[j] = i
+                    nf[j] = -1
+                    moves.append(
+                        (peak, n["bt"][j][i], (True, tuple(nx), tuple(ns), tuple(ng), tuple(nf)))
+                    )
+                if i > top or not avail(xs, ss, j, i):
+                    continue
+                if not ss[j] >> i & 1:
+                    ns, nf = list(ss), list(fresh)
+                    ns[j] |= 1 << i
+                    nf[j] = -1
+                    peak = now + n["s"][j][i] + n["fo"][j][i]
+                    moves.append((peak, n["ft"][j][i], (turned, xs, tuple(ns), gs, tuple(nf))))
+                if not xs[j] >> (i + 1) & 1:
+                    peak = now + n["x"][j][i + 1] + n["fo"][j][i]
+                    nf = list(fresh)
+                    nf[j] = i + 1
+                    nx = list(xs)
+                    nx[j] |= 1 << (i + 1)
+                    moves.append((peak, n["ft"][j][i], (turned, tuple(nx), ss, gs, tuple(nf))))
+                    if xs[j] >> i & 1 and fresh[j] == i:
+                        nx2 = list(nx)
+                        nx2[j] &= ~(1 << i)
+                        moves.append((peak, n["ft"][j][i], (turned, tuple(nx2), ss, gs, tuple(nf))))
+                    elif not xs[j] >> i & 1:  # F_n reading x[i] inside s[i-1] frees nothing
+                        pass
+        for peak, step, nxt in moves:
+            if peak > memory:
+                continue
+            new = cost + step
+            if new < best.get(nxt, math.inf):
+                best[nxt] = new
+                tie += 1
+                heapq.heappush(heap, (new, tie, nxt))
+    return math.inf
