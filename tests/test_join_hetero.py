@@ -7,8 +7,8 @@ import math
 import pytest
 
 import memplan
-from memplan.api import describe
 from memplan.algorithms.join.hetero import JoinNet, min_memory_plan
+from memplan.api import describe
 from memplan.profile.model import Profile
 from memplan.profile.synthetic import random_join
 from memplan.schedule import Op, Schedule
