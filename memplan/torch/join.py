@@ -25,7 +25,7 @@ import torch
 from torch import Tensor, nn
 
 from memplan.errors import InputError
-from memplan.profile.model import Branch, Device, Measured, Profile, Stage
+from memplan.profile.model import Branch, Measured, Profile, Stage
 from memplan.torch.linearize import Chain, split_model
 from memplan.torch.models import BasicBlock, ResNet
 

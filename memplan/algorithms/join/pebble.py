@@ -100,41 +100,69 @@ class JoinTable:
     lengths : sequence of int
         Forward steps of each branch (``l`` of Problem 1).
     slots : int
-        The largest ``c`` wanted; every smaller one is computed on the way.
+        The largest ``c`` wanted; every smaller one is computed on the way (:meth:`grow` adds
+        more later).
     uf, ub, ut : float
         Costs of a forward step, a backward step and the turn.
+    convention : {"slots", "checkpoints"}
+        How ``Opt_0(i - 1, c - (k - 1))`` of Theorem 3 counts memory: ``slots`` (default, NOTE
+        [ reading Theorem 3 ]: every value of the pebble game, exact against the exhaustive
+        search) or ``checkpoints`` (Griewank's convention, the working and backward values of
+        the segment not counted: two slots more per segment than the game allows; kept to
+        compare with the paper's figures, docs/join.md).
 
     Notes
     -----
-    The recursion of Theorem 3 (NOTE [ reading Theorem 3 ]) is filled one ``c`` at a time, each
-    level vectorized over every remaining-length vector with numpy: for each branch ``m`` and
-    advance ``i`` one array operation. Time ``O(c k max(l) prod(l + 1))``, the complexity the paper
-    states, memory ``O(c prod(l + 1))``.
+    The recursion of Theorem 3 is filled one ``c`` at a time, each level vectorized over every
+    remaining-length vector with numpy: for each branch ``m`` and advance ``i`` one array
+    operation. Time ``O(c k max(l) prod(l + 1))``, the complexity the paper states, memory
+    ``O(c prod(l + 1))``.
     """
 
     def __init__(
-        self, lengths: Sequence[int], slots: int, uf: float = 1.0, ub: float = 1.0, ut: float = 1.0
+        self,
+        lengths: Sequence[int],
+        slots: int,
+        uf: float = 1.0,
+        ub: float = 1.0,
+        ut: float = 1.0,
+        convention: str = "slots",
     ) -> None:
+        if convention not in ("slots", "checkpoints"):
+            raise ValueError(f"convention {convention!r}: expected 'slots' or 'checkpoints'")
         self.lengths = tuple(int(length) for length in lengths)
         self.k = len(self.lengths)
-        self.slots = int(slots)
         self.uf, self.ub, self.ut = float(uf), float(ub), float(ut)
-        shape = tuple(length + 1 for length in self.lengths)
-        longest = max(self.lengths, default=0)
-        self.segment = segment_table(max(longest, 1), max(self.slots, 2), self.uf, self.ub)
-        self.value = np.full((self.slots + 1, *shape), INF)
-        self.choice = np.full((self.slots + 1, *shape), -1, dtype=np.int32)
-        self._stride = longest + 1
+        self.extra = 0 if convention == "slots" else 2
+        self.shape = tuple(length + 1 for length in self.lengths)
+        self._stride = max(self.lengths, default=0) + 1
+        self.segment = np.zeros((0, 0))
+        self.value = np.zeros((0, *self.shape))
+        self.choice = np.zeros((0, *self.shape), dtype=np.int32)
+        self.slots = -1
+        self.grow(int(slots))
+
+    def grow(self, slots: int) -> None:
+        """Extend the table to ``slots`` (a sweep over ``c`` reuses the levels already built)."""
+        if slots <= self.slots:
+            return
+        longest = max(max(self.lengths, default=0), 1)
+        self.segment = segment_table(longest, max(slots + self.extra, 2), self.uf, self.ub)
+        old = self.slots + 1
+        value = np.full((slots + 1, *self.shape), INF)
+        choice = np.full((slots + 1, *self.shape), -1, dtype=np.int32)
+        value[:old], choice[:old] = self.value, self.choice
+        self.value, self.choice, self.slots = value, choice, slots
         zero = (0,) * self.k
-        for c in range(self.k, self.slots + 1):
+        for c in range(max(old, self.k), slots + 1):
             self.value[(c, *zero)] = self.ut
-        for c in range(1, self.slots + 1):
+        for c in range(max(old, 1), slots + 1):
             self._fill(c)
 
     def _fill(self, c: int) -> None:
         prev, cur, choice = self.value[c - 1], self.value[c], self.choice[c]
-        seg_slots = c - self.k + 1
-        if seg_slots < 2:
+        seg_slots = c - self.k + 1 + self.extra
+        if c - self.k + 1 < 2:
             return
         for m, length in enumerate(self.lengths):
             for i in range(1, length + 1):
@@ -156,8 +184,7 @@ class JoinTable:
         r = self.lengths if remaining is None else tuple(remaining)
         if c < 0:
             return INF
-        if c > self.slots:
-            raise ValueError(f"table built for at most {self.slots} slots")
+        self.grow(c)
         return float(self.value[(c, *r)])
 
     def sequence(self, c: int) -> list[JoinOp]:
@@ -182,9 +209,25 @@ class JoinTable:
             plan += [("F_n", m, stage) for stage in range(start + 1, start + i)]
             sub = list(r)
             sub[m] -= i
-            stack.append(("segment", m, start, i, slots - self.k + 1))
+            stack.append(("segment", m, start, i, slots - self.k + 1 + self.extra))
             stack.append(("solve", tuple(sub), slots - 1))
         return plan
+
+
+_CACHE: dict[tuple, JoinTable] = {}
+_CACHE_SIZE = 4
+
+
+def cached_table(lengths: Sequence[int], uf: float, ub: float, ut: float) -> JoinTable:
+    """A :class:`JoinTable` kept between calls (a budget sweep reuses and grows one table)."""
+    key = (tuple(lengths), float(uf), float(ub), float(ut))
+    table = _CACHE.pop(key, None)
+    if table is None:
+        table = JoinTable(lengths, len(lengths), uf, ub, ut)
+    _CACHE[key] = table
+    while len(_CACHE) > _CACHE_SIZE:
+        _CACHE.pop(next(iter(_CACHE)))
+    return table
 
 
 def opt_join(

@@ -138,7 +138,7 @@ def run_join(profile: Profile, request: SolveRequest) -> Schedule:
 
 
 def _join_pebble(profile: Profile, request: SolveRequest, u: Uniform, started: float) -> Schedule:
-    from memplan.algorithms.join.pebble import JoinTable, c_min
+    from memplan.algorithms.join.pebble import c_min, cached_table
 
     c = _pebble_slots(request, u)
     least = c_min(u.lengths)
@@ -156,7 +156,8 @@ def _join_pebble(profile: Profile, request: SolveRequest, u: Uniform, started: f
             **common,
         )
     c_eff = min(c, sum(u.lengths) + len(u.lengths))  # store-all needs no more (sum l + k)
-    table = JoinTable(u.lengths, c_eff, u.uf, u.ub, u.ut)
+    table = cached_table(u.lengths, u.uf, u.ub, u.ut)
+    table.grow(c_eff)
     return _schedule(
         profile,
         request,
