@@ -361,7 +361,24 @@ class HeteroJoin:
         return plan
 
 
+_LEAST: dict[tuple, tuple[int, list[JoinOp]]] = {}
+
+
 def min_memory_plan(net: JoinNet) -> tuple[int, list[JoinOp]]:
+    """:func:`least_memory_plan`, remembered for the last few nets (info and solve share it)."""
+    key = tuple(
+        tuple(np.concatenate([c.x, c.s, c.g, c.fo, c.bo]).tolist())
+        + tuple(np.concatenate([c.ft, c.bt]).tolist())
+        for c in net.chains
+    ) + (net.s_turn, net.fo_turn, net.bo_turn, net.g_turn, net.t_turn)
+    if key not in _LEAST:
+        if len(_LEAST) >= 8:
+            _LEAST.pop(next(iter(_LEAST)))
+        _LEAST[key] = least_memory_plan(net)
+    return _LEAST[key]
+
+
+def least_memory_plan(net: JoinNet) -> tuple[int, list[JoinOp]]:
     """Least activation bytes of a canonical plan (exact, no slots), and that plan.
 
     The recurrences of :class:`HeteroJoin` with max/min instead of sum/min, the segments solved
