@@ -160,10 +160,11 @@ def gap() -> None:
     from memplan.algorithms.join.hetero import JoinNet, min_memory_plan
     from tests.oracles.join import chain_model_optimum
 
-    cases = worse = 0
+    cases = slower = 0
+    missed: list[str] = []
     largest = 0.0
     started = time.perf_counter()
-    for lengths in ((2, 2), (1, 3), (2, 3), (1, 1, 2), (3, 3), (1, 2, 2)):
+    for lengths in ((2, 2), (1, 3), (2, 3), (1, 1, 2), (1, 4)):
         for seed in range(6):
             prof = random_join(lengths, seed=100 + seed, max_size=6)
             net = JoinNet.from_profile(prof)
@@ -171,17 +172,21 @@ def gap() -> None:
             for memory in range(least - 1, net.peak(net.store_all()) + 1):
                 best = chain_model_optimum(prof, memory)
                 got = memplan.solve(prof, "join", memory, optimizer="none", slots=10_000)
-                value = got.makespan if got.feasible else math.inf
                 cases += 1
-                if value != best and not (math.isfinite(value) and abs(value - best) < 1e-9):
-                    worse += 1
+                if not got.feasible:
                     if math.isfinite(best):
-                        largest = max(largest, value / best - 1)
+                        missed.append(f"{lengths} seed {100 + seed} at {memory} B (least {least})")
+                elif got.makespan > best + 1e-9:
+                    slower += 1
+                    largest = max(largest, got.makespan / best - 1)
     print("### Heterogeneous joins: DP against exhaustive search\n")
-    print(f"- {cases} (instance, budget) pairs, branches (2,2) (1,3) (2,3) (1,1,2) (3,3) (1,2,2), "
-          f"6 random instances each, every budget from least memory - 1 to store-all")  # fmt: skip
-    print(f"- the DP differs from the exhaustive optimum on {worse} of them "
-          f"(largest excess {largest:.2%}); {time.perf_counter() - started:.0f} s\n")  # fmt: skip
+    print(f"- {cases} (instance, budget) pairs, branches (2,2) (1,3) (2,3) (1,1,2) (1,4), "
+          f"6 random instances each, every budget from least memory - 1 to store-all, "
+          f"exact slots; {time.perf_counter() - started:.0f} s")  # fmt: skip
+    print(f"- DP slower than the exhaustive optimum: {slower} pairs (largest excess "
+          f"{largest:.2%})")  # fmt: skip
+    print(f"- DP infeasible where a plan exists: {len(missed)} "
+          f"({'; '.join(missed) or 'none'})\n")  # fmt: skip
 
 
 def profiles() -> None:
