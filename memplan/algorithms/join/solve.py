@@ -15,10 +15,13 @@ import time
 from dataclasses import dataclass
 
 from memplan.algorithms.base import SolveRequest
+from memplan.errors import InputError
 from memplan.profile.model import Profile
 from memplan.schedule import Budget, Op, ProfileRef, Schedule, SolverInfo
 
 DEFAULT_SLOTS = 500
+TABLE_LIMIT = 2 * 10**9
+"""Bytes the chain-model join table may take (states x slots x 12); beyond, --slots is refused."""
 
 
 @dataclass(frozen=True)
@@ -156,6 +159,12 @@ def _join_pebble(profile: Profile, request: SolveRequest, u: Uniform, started: f
             **common,
         )
     c_eff = min(c, sum(u.lengths) + len(u.lengths))  # store-all needs no more (sum l + k)
+    table_bytes = math.prod(length + 1 for length in u.lengths) * (c_eff + 1) * 12
+    if table_bytes > TABLE_LIMIT:
+        raise InputError(
+            f"--mem: the Opt_join table for branches of {list(u.lengths)} stages and {c_eff} "
+            f"slots would take {table_bytes / 1e9:.1f} GB; this join is too large for the exact DP"
+        )
     table = cached_table(u.lengths, u.uf, u.ub, u.ut)
     table.grow(c_eff)
     return _schedule(
@@ -203,6 +212,14 @@ def _join_chain(profile: Profile, request: SolveRequest, started: float) -> Sche
             **common,
         )
     capacity, rounded = net.rounded(budget, slots)
+    states = 2 ** len(net.chains) * math.prod(length + 1 for length in net.lengths)
+    table_bytes = states * (capacity + 1) * 12
+    if table_bytes > TABLE_LIMIT:
+        most = max(2, TABLE_LIMIT // (states * 12) - 1)
+        raise InputError(
+            f"--slots {slots}: the join table for branches of {list(net.lengths)} stages would "
+            f"take {table_bytes / 1e9:.1f} GB; use --slots {most} or fewer"
+        )
     dp = HeteroJoin(rounded, capacity)
     value, plan = dp.opt(capacity), None
     if math.isfinite(value):
