@@ -10,7 +10,9 @@ from memplan.gpu import load_gpu
 from memplan.profile import bundled_profiles
 
 CHAIN_ALGORITHMS = ["store-all", "periodic", "revolve", "rotor"]
-NAMES = sorted(bundled_profiles())
+JOIN_PROFILES = ("siamese-resnet18", "cross-modal-resnet18")
+"""Join networks (branches + turn): tests/test_join_profiles.py checks them."""
+NAMES = sorted(name for name in bundled_profiles() if name not in JOIN_PROFILES)
 
 
 def test_the_issue_list_is_bundled():

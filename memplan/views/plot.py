@@ -83,7 +83,7 @@ def plot_schedule(
     from matplotlib.figure import Figure
     from matplotlib.patches import Patch
 
-    names = [s.name for s in profile.stages]
+    names = [s.name for s in profile.stages] if profile.stages is not None else []
     budget = schedule.budget.memory
     peak = max([b for _, b in memory_curve] + [budget or 0, 1])
     unit, scale = memory_unit(peak)
