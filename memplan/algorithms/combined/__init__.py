@@ -1,10 +1,18 @@
 """The combined family: rematerialization and offloading together (papers/000, docs/combined.md).
 
-``pofo`` returns the fastest of three valid combined schedules: its own dynamic program
-(:class:`PofoDP`, NOTE [ pofo recurrences ]), rotor's plan (no transfers) and, when the bandwidth
-allows offloading and the budget fits, dynprog's (every forward ``F_all``). Each is a schedule of
-the combined model, so the result is never slower than either technique alone; which one won is
-in ``details["source"]``.
+``pofo`` returns the fastest of four valid combined schedules:
+
+* ``frac``: the dynamic program of Theorem 1 of papers/000 with Lemma 1's fractional transfers
+  (:class:`FractionalDP`, NOTE [ pofo fractional recurrences ]), its decisions timed with whole
+  tensors by :func:`realize` (its DP value is ``details["frac_value"]``, its simulated makespan
+  ``details["frac"]``);
+* ``dp``: the whole-tensor windowed DP (:class:`PofoDP`, NOTE [ pofo recurrences ]), exact in its
+  own model;
+* ``rotor``'s plan (no transfers) and, when the bandwidth allows offloading and the budget fits,
+  ``dynprog``'s (every forward ``F_all``).
+
+Each is a schedule of the combined model, so the result is never slower than either technique alone;
+which one won is in ``details["source"]``.
 """
 
 from __future__ import annotations
@@ -12,7 +20,9 @@ from __future__ import annotations
 from memplan.algorithms.base import OffloadPlan, Transfer
 from memplan.algorithms.chain.problem import Chain
 from memplan.algorithms.chain.rotor import chain_min_memory, solve_rotor
+from memplan.algorithms.combined.fractional import FractionalDP
 from memplan.algorithms.combined.pofo import PofoDP
+from memplan.algorithms.combined.realize import realize
 
 DEFAULT_SLOTS = 50
 """Slots of the pofo DP (papers/000 §5: 50 values are enough in its experiments)."""
@@ -37,6 +47,7 @@ def solve_pofo(
     slots: int = DEFAULT_SLOTS,
     rotor_slots: int | None = None,
     offload_instance=None,
+    profile=None,
 ) -> OffloadPlan:
     """Fastest combined schedule found within ``memory`` activation bytes.
 
@@ -55,6 +66,10 @@ def solve_pofo(
         with its defaults).
     offload_instance : OffloadInstance, optional
         The same chain for the offloading family, to try dynprog's schedule too.
+    profile : Profile, optional
+        The chain's profile: the realized ``frac`` schedule is then replayed by
+        :func:`memplan.simulator.simulate_combined` and dropped (``details["frac_rejected"]``) if the
+        replay disagrees (a safety net; the tests check that it never triggers).
 
     Returns
     -------
@@ -73,6 +88,8 @@ def solve_pofo(
         details["dp"] = value
         if value < float("inf"):
             candidates.append((value, "dp", dp.schedule()))
+        if bandwidth > 0:
+            candidates += _fractional(chain, memory, bandwidth, slots, profile, details)
     rotor = solve_rotor(chain, memory, slots=slots if rotor_slots is None else rotor_slots)
     if rotor.sequence is not None:
         candidates.append((rotor.claimed_makespan, "rotor", _timed(chain, rotor.sequence)))
@@ -95,7 +112,7 @@ def solve_pofo(
             "every activation does",
         )
     # Ties go to the simpler plan: rotor (no transfers), then dynprog, then the DP's.
-    rank = {"rotor": 0, "dynprog": 1, "dp": 2}
+    rank = {"rotor": 0, "dynprog": 1, "dp": 2, "frac": 3}
     value, source, ops = min(candidates, key=lambda c: (round(c[0], 9), rank[c[1]]))
     details["source"] = source
     for v, name, _ in candidates:
@@ -109,9 +126,49 @@ def solve_pofo(
         claimed_makespan=value,
         min_memory=least,
         slots=slots,
-        message=f"best of pofo DP, rotor, dynprog: {source}",
+        message=f"best of pofo DPs (frac, window), rotor, dynprog: {source}",
         details=details,
     )
 
 
-__all__ = ["DEFAULT_SLOTS", "MAX_SLOTS", "PofoDP", "solve_pofo"]
+def _fractional(
+    chain: Chain, memory: int, bandwidth: float, slots: int, profile, details: dict
+) -> list[tuple[float, str, list[Transfer]]]:
+    """The fractional DP's value and its whole-tensor realization (a candidate, if it replays)."""
+    dp = FractionalDP(chain, memory, bandwidth, slots)
+    value = dp.solve()
+    details["frac_value"] = value
+    details["frac_slots"] = dp.slots
+    if value == float("inf"):
+        return []
+    plan = dp.plan()
+    ops = realize(chain, plan.sequence, plan.offloads, plan.prefetches, memory, bandwidth)
+    if ops is None:  # pragma: no cover - the realization waits rather than fails
+        details["frac_rejected"] = "the whole-tensor timing found no valid start"
+        return []
+    makespan = max(op[3] for op in ops)
+    if profile is not None:
+        from memplan.schedule import Op
+        from memplan.simulator import simulate_combined
+
+        replay = simulate_combined(
+            profile,
+            [Op(op=n, stage=k, start=a, end=b, stream=s, tensor=t) for n, k, a, b, s, t in ops],
+            memory=memory,
+            bandwidth=bandwidth,
+        )
+        if not replay.valid:  # pragma: no cover - safety net, see solve_pofo
+            details["frac_rejected"] = replay.violation
+            return []
+        makespan = replay.makespan
+    return [(makespan, "frac", ops)]
+
+
+__all__ = [
+    "DEFAULT_SLOTS",
+    "MAX_SLOTS",
+    "FractionalDP",
+    "PofoDP",
+    "realize",
+    "solve_pofo",
+]
