@@ -134,34 +134,43 @@ def solve_pofo(
 def _fractional(
     chain: Chain, memory: int, bandwidth: float, slots: int, profile, details: dict
 ) -> list[tuple[float, str, list[Transfer]]]:
-    """The fractional DP's value and its whole-tensor realization (a candidate, if it replays)."""
-    dp = FractionalDP(chain, memory, bandwidth, slots)
-    value = dp.solve()
-    details["frac_value"] = value
-    details["frac_slots"] = dp.slots
-    if value == float("inf"):
-        return []
-    plan = dp.plan()
-    ops = realize(chain, plan.sequence, plan.offloads, plan.prefetches, memory, bandwidth)
-    if ops is None:  # pragma: no cover - the realization waits rather than fails
-        details["frac_rejected"] = "the whole-tensor timing found no valid start"
-        return []
-    makespan = max(op[3] for op in ops)
-    if profile is not None:
-        from memplan.schedule import Op
-        from memplan.simulator import simulate_combined
+    """The fractional DP's value and its whole-tensor realization (a candidate, if it replays).
 
-        replay = simulate_combined(
-            profile,
-            [Op(op=n, stage=k, start=a, end=b, stream=s, tensor=t) for n, k, a, b, s, t in ops],
-            memory=memory,
-            bandwidth=bandwidth,
+    Two roundings (docs/algorithms.md, pofo): sizes rounded to the nearest slot with 2% of the
+    slots kept aside first (less lost to rounding; the realization checks the bytes exactly), then,
+    if that plan does not fit, sizes rounded up (the DP's plan then fits by construction).
+    """
+    for nearest in (True, False):
+        dp = FractionalDP(
+            chain, memory, bandwidth, slots, nearest=nearest, margin=max(1, round(0.02 * slots))
         )
-        if not replay.valid:  # pragma: no cover - safety net, see solve_pofo
-            details["frac_rejected"] = replay.violation
-            return []
-        makespan = replay.makespan
-    return [(makespan, "frac", ops)]
+        value = dp.solve()
+        details["frac_value"] = value
+        details["frac_slots"] = dp.slots
+        details["frac_rounding"] = "nearest" if nearest else "up"
+        if value == float("inf"):
+            continue
+        plan = dp.plan()
+        ops = realize(chain, plan.sequence, plan.offloads, plan.prefetches, memory, bandwidth)
+        if ops is None:
+            continue
+        makespan = max(op[3] for op in ops)
+        if profile is not None:
+            from memplan.schedule import Op
+            from memplan.simulator import simulate_combined
+
+            replay = simulate_combined(
+                profile,
+                [Op(op=n, stage=k, start=a, end=b, stream=s, tensor=t) for n, k, a, b, s, t in ops],
+                memory=memory,
+                bandwidth=bandwidth,
+            )
+            if not replay.valid:  # pragma: no cover - safety net, see solve_pofo
+                details["frac_rejected"] = replay.violation
+                continue
+            makespan = replay.makespan
+        return [(makespan, "frac", ops)]
+    return []
 
 
 __all__ = [

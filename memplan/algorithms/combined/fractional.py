@@ -73,10 +73,10 @@ _TAIL = -2
 
 
 def _ceil(values: np.ndarray) -> np.ndarray:
-    """Slots still to move: ``ceil(max(0, v))`` (a hair of tolerance), as int64."""
-    out = np.ceil(np.maximum(values, 0.0) - _EPS)
-    out[~np.isfinite(out)] = 0
-    return np.maximum(out, 0).astype(np.int64)
+    """Slots still to move: ``ceil(max(0, v))`` (a hair of tolerance; -inf is 0), as int64."""
+    out = np.ceil(values - _EPS)
+    np.clip(out, 0, 2**30, out=out)
+    return out.astype(np.int64)
 
 
 @dataclass
@@ -105,15 +105,35 @@ class FractionalDP:
         Bytes/s (> 0).
     slots : int
         Slots of ``memory - |x[0]|`` (at most :data:`MAX_SLOTS`).
+    nearest : bool
+        Round sizes to the nearest slot instead of up, and keep ``margin`` slots aside: the plan may
+        then not fit in bytes (the realization checks it exactly), but it loses less to rounding.
+    margin : int
+        Slots kept aside (with ``nearest``).
     """
 
-    def __init__(self, chain: Chain, memory: int, bandwidth: float, slots: int) -> None:
+    def __init__(
+        self,
+        chain: Chain,
+        memory: int,
+        bandwidth: float,
+        slots: int,
+        *,
+        nearest: bool = False,
+        margin: int = 0,
+    ) -> None:
         self.chain = chain
         L = self.L = chain.length
         budget = max(memory - int(chain.x[0]), 0)
         slots = self.slots = max(2, min(slots, MAX_SLOTS))
         cap, r = slot_sizes(chain, budget, slots)
         self.unit = 1.0 if budget <= slots else budget / slots
+        if nearest and budget > slots:
+            r = {
+                name: np.floor(getattr(chain, name) / self.unit + 0.5).astype(np.int64)
+                for name in ("x", "s", "g", "fo", "bo")
+            }
+            cap = max(0, cap - margin)
         c0 = int(int(chain.x[0]) // self.unit) if budget > 0 else 0
         self.c0 = max(0, min(c0, _MAX_WIDTH - 1 - cap))
         self.C = cap + self.c0
@@ -227,6 +247,9 @@ class FractionalDP:
                 )
         self.CA = CAt.transpose(1, 0, 2, 3)
         self.CAc = ch.transpose(1, 0, 2, 3)
+        # least m at which CA[a][b][m][0] is finite (W if none): bounds the rows of B.1 below
+        finite = np.isfinite(self.CA[:, :, :, 0])
+        self.ca_lo = np.where(finite.any(axis=2), finite.argmax(axis=2), W)
 
     # -- B.1, B.2 --------------------------------------------------------------------------------
     def _t_size(self, a: int, kind: int) -> int:
@@ -286,15 +309,27 @@ class FractionalDP:
             options += [(j, v) for j in range(a + 1, L)]
         val = np.full((W, D, D), INF, dtype=np.float32)
         choice = np.full((W, D, D), _NONE, dtype=np.int16)
-        # tail: the offloads left finish, then CA[a][L-1][avail][B]
-        kmax = C - t
         avail_all = (C - t - np.arange(W, dtype=np.float64))[:, None, None]
-        if kmax >= 0:
-            tail = CA[a, L - 1][(C - t - np.arange(kmax + 1))[:, None], Bi[None, :]][:, None, :]
+        # Rows K in blocks: a state holds K + t + F <= C (+1 for rounding) and B <= C - K + 1, so
+        # each block computes F and B up to its first row's bounds only.
+        step = max(4, W // 6)
+
+        def blocks(k: int):
+            for k0 in range(0, k, step):
+                k1 = min(k, k0 + step)
+                yield k0, k1, min(D, max(1, C - t - k0 + 2)), min(D, max(1, C - k0 + 2))
+
+        # tail: the offloads left finish, then CA[a][L-1][avail][B]
+        kmax = C - t - int(self.ca_lo[a, L - 1])
+        for k0, k1, fe, be in blocks(kmax + 1):
+            rows = (C - t - np.arange(k0, k1))[:, None]
+            tail = CA[a, L - 1][rows, Bi[None, :be]][:, None, :]
             if beta > 0:
-                tail = tail + (F + np.maximum(B - beta * tail, 0.0)) / beta
-            val[: kmax + 1] = tail
-            choice[: kmax + 1][np.isfinite(val[: kmax + 1])] = _TAIL
+                tail = tail + (F[:, :fe] + np.maximum(B[:, :, :be] - beta * tail, 0.0)) / beta
+            else:
+                tail = np.broadcast_to(tail, (k1 - k0, fe, be))
+            val[k0:k1, :fe, :be] = tail
+            choice[k0:k1, :fe, :be][np.isfinite(tail)] = _TAIL
         buf = np.empty((W, D, D), dtype=np.float32)
         for j, v in options:
             if j == a:  # F_all a
@@ -310,34 +345,39 @@ class FractionalDP:
             nt = self._t_size(nxt, nkind)
             kmax = C - t - max(first, rest) if v == 0 or j == a else min(C - t - first, C - rest)
             kmax = min(kmax, C - nt - (1 - v) * t)
-            if kmax < 0:
-                continue
-            k = kmax + 1
-            avail = avail_all[:k]
-            Kc = np.arange(k)[:, None, None]
-            eps_f = self._idle(lem - avail + F)  # (k,D,1)
-            if j == a:
-                back = bt[a] + self._idle(nB - avail + B)  # (k,1,D)
-            else:
-                back = CA[a, j - 1][(C - t - np.arange(k))[:, None], Bi[None, :]][:, None, :]
-            cost = buf[:k]
-            if beta > 0:
-                F2 = _ceil(F + v * t - beta * (window + eps_f))
-                B2 = _ceil(B - beta * back) + v * t
-                kf = (((Kc + (1 - v) * t) * D + F2) * D).astype(np.int32)
-                kf[F2 >= D] = sentinel
-                B2 = B2.astype(np.int32)
-                B2[B2 >= D] = sentinel
-                idx = kf + B2
-                np.minimum(idx, sentinel, out=idx)
-                np.take(flats[nxt][nkind], idx, out=cost)
-            else:
-                cost[...] = flats[nxt][nkind][(Kc + t) * D * D]
-            cost += (window + eps_f).astype(np.float32)
-            cost += back.astype(np.float32)
-            better = cost < val[:k]
-            np.copyto(val[:k], cost, where=better)
-            choice[:k][better] = 2 * j + v
+            if j > a:
+                kmax = min(kmax, C - t - int(self.ca_lo[a, j - 1]))
+            flat = flats[nxt][nkind]
+            code = np.int16(2 * j + v)
+            for k0, k1, fe, be in blocks(kmax + 1):
+                avail = avail_all[k0:k1]
+                Fb, Bb = F[:, :fe], B[:, :, :be]
+                eps_f = self._idle(lem - avail + Fb)  # (k,fe,1)
+                if j == a:
+                    back = bt[a] + self._idle(nB - avail + Bb)  # (k,1,be)
+                else:
+                    rows = (C - t - np.arange(k0, k1))[:, None]
+                    back = CA[a, j - 1][rows, Bi[None, :be]][:, None, :]
+                cost = buf[: k1 - k0, :fe, :be]
+                if beta > 0:
+                    F2 = _ceil(Fb + v * t - beta * (window + eps_f))
+                    B2 = _ceil(Bb - beta * back) + v * t
+                    Kc = np.arange(k0, k1)[:, None, None] + (1 - v) * t
+                    kf = ((Kc * D + F2) * D).astype(np.int32)
+                    kf[F2 >= D] = sentinel
+                    B2 = B2.astype(np.int32)
+                    B2[B2 >= D] = sentinel
+                    idx = kf + B2
+                    np.minimum(idx, sentinel, out=idx)
+                    np.take(flat, idx, out=cost)
+                else:
+                    cost[...] = flat[(np.arange(k0, k1)[:, None, None] + t) * D * D]
+                cost += (window + eps_f).astype(np.float32)
+                cost += back.astype(np.float32)
+                target = val[k0:k1, :fe, :be]
+                better = np.less(cost, target)
+                np.copyto(target, cost, where=better)
+                np.copyto(choice[k0:k1, :fe, :be], code, where=better)
         return val, choice
 
     def solve(self) -> float:
