@@ -126,8 +126,21 @@ def solve_pofo(
         claimed_makespan=value,
         min_memory=least,
         slots=slots,
-        message=f"best of pofo DPs (frac, window), rotor, dynprog: {source}",
+        message=_summary(source, details),
         details=details,
+    )
+
+
+def _summary(source: str, details: dict) -> str:
+    """``solver.message``: the winner, then every candidate's value (ms; '-' when none)."""
+
+    def ms(key: str) -> str:
+        v = details.get(key)
+        return "-" if v is None or v == float("inf") else f"{v:.3f} ms"
+
+    return (
+        f"{source}: Theorem 1 DP {ms('frac_value')}, its whole-tensor schedule {ms('frac')}; "
+        f"window DP {ms('dp')}; rotor {ms('rotor')}; dynprog {ms('dynprog')}"
     )
 
 
