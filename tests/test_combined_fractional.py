@@ -3,6 +3,9 @@ and the whole-tensor realization of its decisions (realize.py).
 
 * bandwidth 0: the DP is rotor's at every budget and the same number of slots;
 * memory above the store-all need: the DP's value is the lower bound (nothing to recompute or move);
+* offloading only: the DP's value is never above the exhaustive optimum of papers/004's Problem 2
+  (interruptible transfers, the same fractional model), and equals it whenever its plan recomputes
+  nothing; pofo is never slower than the best whole-tensor offloading schedule (Problem 1);
 * small random chains, one byte per slot (the DP exact in memory), search space of the oracle
   ``window_model_optimum`` (tests/oracles/combined.py): every split of the chain into top-level
   segments (``F_all a``, or ``F_ck a, F_n .. j-1`` keeping ``x[j]``) then a tail, each segment's
@@ -35,6 +38,7 @@ from memplan.schedule import Op
 from memplan.simulator import simulate_combined
 from tests.oracles.combined import CombinedOracle, window_model_optimum
 from tests.oracles.exhaustive import ChainOracle
+from tests.oracles.offload import best_fluid, best_real
 from tests.strategies import integer_chain
 
 RATE = 1000.0  # one byte per ms
@@ -162,3 +166,27 @@ def test_slots_are_capped_and_reported():
     plan = solve_pofo(chain, memory, bandwidth=RATE, slots=5000, profile=prof)
     assert plan.details["frac_slots"] == MAX_SLOTS
     assert plan.details["frac_value"] == pytest.approx(chain.lower_bound)
+
+
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("rate", [1000.0, 3000.0])
+def test_without_recomputation_it_is_the_best_offloading(seed, rate):
+    """Offloading-only plans (every forward ``F_all``) are plans of the DP, in the same fractional
+    transfer model as papers/004's Problem 2 (interruptible transfers): the DP's value is never
+    above the exhaustive optimum of that problem (tests/oracles/offload.py ``best_fluid``), and
+    equals it whenever the DP's own plan recomputes nothing. pofo's schedule is never slower than
+    the best whole-tensor offloading schedule (``best_real``)."""
+    prof = chain_profile(seed, 4)
+    chain = Chain.from_profile(prof)
+    desc = memplan.api.describe(prof, "none")
+    lo, hi = desc["min_memory"]["offload"], desc["store_all_memory"]
+    for memory in range(lo, hi + 1, max(1, (hi - lo) // 4)):
+        fluid, real = best_fluid(prof, rate, memory), best_real(prof, rate, memory)
+        assert fluid is not None and real is not None
+        dp = FractionalDP(chain, memory, rate, memory)  # one byte per slot
+        value = dp.solve()
+        assert value <= fluid[0] + 1e-6
+        if not any(name == "F_ck" for name, _ in dp.plan().sequence):
+            assert value == pytest.approx(fluid[0])
+        plan = solve_pofo(chain, memory, bandwidth=rate, slots=memory, profile=prof)
+        assert plan.claimed_makespan <= real[0] + 1e-6
