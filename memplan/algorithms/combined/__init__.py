@@ -27,6 +27,7 @@ from memplan.algorithms.combined.realize import realize
 DEFAULT_SLOTS = 50
 """Slots of the pofo DP (papers/000 §5: 50 values are enough in its experiments)."""
 MAX_SLOTS = 10_000
+INF = float("inf")
 
 
 def _timed(chain: Chain, sequence: list[tuple[str, int]]) -> list[Transfer]:
@@ -82,17 +83,21 @@ def solve_pofo(
     candidates: list[tuple[float, str, list[Transfer]]] = []
     least = chain_min_memory(chain)
     details: dict = {}
+    rotor = solve_rotor(chain, memory, slots=slots if rotor_slots is None else rotor_slots)
+    if rotor.sequence is not None:
+        candidates.append((rotor.claimed_makespan, "rotor", _timed(chain, rotor.sequence)))
     if memory - int(chain.x[0]) >= 0:
         dp = PofoDP(chain, memory, bandwidth, slots)
         value = dp.solve()
         details["dp"] = value
         if value < float("inf"):
             candidates.append((value, "dp", dp.schedule()))
-        if bandwidth > 0:
+        # A plan that moves a tensor lasts at least its offload and its prefetch: when even the
+        # smallest one cannot beat rotor that way, no transfer can help and pofo is rotor.
+        sizes = [int(v) for v in (*chain.x, *chain.s) if v > 0]
+        slowest = INF if bandwidth <= 0 or not sizes else 2 * min(sizes) / (bandwidth / 1000.0)
+        if slowest < (rotor.claimed_makespan if rotor.sequence is not None else INF):
             candidates += _fractional(chain, memory, bandwidth, slots, profile, details)
-    rotor = solve_rotor(chain, memory, slots=slots if rotor_slots is None else rotor_slots)
-    if rotor.sequence is not None:
-        candidates.append((rotor.claimed_makespan, "rotor", _timed(chain, rotor.sequence)))
     if offload_instance is not None and bandwidth > 0:
         from memplan.algorithms.offload import solve_dynprog
 
