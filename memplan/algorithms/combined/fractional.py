@@ -255,130 +255,128 @@ class FractionalDP:
     def _t_size(self, a: int, kind: int) -> int:
         return self.x[a] if kind == 0 else self.s[a - 1]
 
+    def _option(self, a: int, t: int, j: int, K, F, B):
+        """First operation ``j`` (``j == a``: ``F_all a``; else ``F_ck a .. F_n j-1``) from states
+        ``(K, F, B)`` (1-D arrays) of segment ``a``, for the input kept (``v = 0``) and offloaded
+        (``v = 1``, when the bandwidth allows).
+
+        Yields ``(v, valid mask, flat index (K' D + F') D + B' of the next state (B.1, Table 2),
+        time of this segment: forward, idle times, backward)``.
+        """
+        L, D, C, beta = self.L, self.D, self.C, self.beta
+        avail = C - t - K
+        if j == a:  # case 1, F_all a; B a needs T back, kept or prefetched
+            nF, nB = self.g[L] + self.s[a] + self.fo[a], self.own_b[a]
+            lem, window, nxt, nkind = float(nF), self.ft[a], a + 1, 1
+            fits = {0: avail >= max(nF, nB)}
+            fits[1] = fits[0]
+            back = self.bt[a] + self._idle(nB - avail + B)
+        else:  # case 2, F_ck a, F_n a+1 .. j-1, checkpoint x[j]
+            needs = self._fwd_needs(a, j, self.g[L])
+            first, rest = needs[0], max(needs[1:], default=0)
+            fp = self.fprefix
+            lem = max(needs[i] - beta * (fp[a + i] - fp[a]) for i in range(len(needs)))
+            window, nxt, nkind = fp[j] - fp[a], j, 0
+            fits = {0: avail >= max(first, rest), 1: (avail >= first) & (avail + t >= rest)}
+            back = self.CA[a, j - 1][np.clip(avail, 0, self.W - 1), B.astype(np.int64)]
+        eps_f = self._idle(lem - avail + F)
+        cost = window + eps_f + back
+        room = np.isfinite(cost)
+        nt = self._t_size(nxt, nkind)
+        for v in (0, 1) if beta > 0 else (0,):
+            K2 = K + (1 - v) * t
+            ok = fits[v] & room & (K2 + nt <= C)
+            if beta > 0:
+                F2 = _ceil(F + v * t - beta * (window + eps_f))
+                B2 = _ceil(B - beta * back) + v * t
+                ok &= (F2 < D) & (B2 < D)
+                yield v, ok, (K2 * D + F2) * D + B2, cost
+            else:
+                yield v, ok, K2 * D * D, cost
+
+    def _last(self, a: int, t: int, K, F, B):
+        """The loss (B.2) at ``a = L - 1``, or the tail ``CA[a][L-1]`` before it: time and mask."""
+        L, C, beta = self.L, self.C, self.beta
+        avail = C - t - K
+        if a == L - 1:
+            nF, nB = self.g[L] + self.s[a] + self.fo[a], self.own_b[a]
+            eps_f = self._idle(nF - avail + F)
+            eps_b = self._idle(nB - avail + B)
+            val = self.ft[a] + self.bt[a] + eps_f + eps_b
+            if beta > 0:
+                val = val + (
+                    np.maximum(F - beta * (self.ft[a] + eps_f), 0.0)
+                    + np.maximum(B - beta * (self.bt[a] + eps_b), 0.0)
+                ) / beta
+            return np.where(avail >= max(nF, nB), val, INF)
+        rows = np.clip(avail, 0, self.W - 1)
+        tail = np.where(avail >= 0, self.CA[a, L - 1][rows, B.astype(np.int64)], INF)
+        if beta > 0:
+            tail = tail + (F + np.maximum(B - beta * tail, 0.0)) / beta
+        return tail
+
+    def _options(self, a: int):
+        """Every first operation of a segment starting at ``a < L - 1``, with the next segment."""
+        for j in range(a, self.L):
+            yield j, (a + 1, 1) if j == a else (j, 0)
+
     def _forward_tables(self) -> None:
-        L, W, D, C = self.L, self.W, self.D, self.C
-        beta = self.beta
-        ft, bt, s, g, fo = self.ft, self.bt, self.s, self.g, self.fo
-        F = np.arange(D, dtype=np.float64)[None, :, None]
-        B = np.arange(D, dtype=np.float64)[None, None, :]
-        Bi = np.arange(D)
+        """``OC`` on the states reachable from ``OC[0][x[0]][0][0][0]`` only.
+
+        A forward pass collects, stage by stage, the states ``(K, F, B)`` that some choice of the
+        segments before reaches (flat indices, one array per input kind); the backward pass then
+        evaluates the recurrences of B.1 on those states, vectorized over them, with flat gathers
+        into the tables of the next segments (dense, INF where unreachable).
+        """
+        L, W, D = self.L, self.W, self.D
+        size = W * D * D
+        reached = [[np.zeros(size, dtype=bool), np.zeros(size, dtype=bool)] for _ in range(L)]
+        reached[0][0][0] = True
+        states: list[list[np.ndarray | None]] = [[None, None] for _ in range(L)]
+        for a in range(L):
+            for kind in (0, 1):
+                S = np.flatnonzero(reached[a][kind])
+                if not len(S):
+                    continue
+                states[a][kind] = S
+                if a == L - 1:
+                    continue
+                t = self._t_size(a, kind)
+                K, F, B = S // (D * D), (S // D) % D, S % D
+                for j, (nxt, nkind) in self._options(a):
+                    for _, ok, idx, _ in self._option(a, t, j, K, F, B):
+                        reached[nxt][nkind][np.broadcast_to(idx, ok.shape)[ok]] = True
+        del reached
         self.OC = [[None, None] for _ in range(L)]
         self.OCc = [[None, None] for _ in range(L)]
         flats: list[list[np.ndarray | None]] = [[None, None] for _ in range(L)]
-        offs = (0, 1) if beta > 0 else (0,)
         for a in range(L - 1, -1, -1):
-            for kind in (0, 1) if a > 0 else (0,):
+            for kind in (0, 1):
+                S = states[a][kind]
+                if S is None:
+                    continue
                 t = self._t_size(a, kind)
-                if a == L - 1:  # the loss, B.2
-                    val = np.full((W, D, D), INF, dtype=np.float32)
-                    nF = g[L] + s[a] + fo[a]
-                    nB = self.own_b[a]
-                    kmax = C - t - max(nF, nB)
-                    if kmax >= 0:
-                        avail = (C - t - np.arange(kmax + 1, dtype=np.float64))[:, None, None]
-                        eps_f = self._idle(nF - avail + F)
-                        eps_b = self._idle(nB - avail + B)
-                        v = ft[a] + bt[a] + eps_f + eps_b
-                        if beta > 0:
-                            v = (
-                                v
-                                + (
-                                    np.maximum(F - beta * (ft[a] + eps_f), 0.0)
-                                    + np.maximum(B - beta * (bt[a] + eps_b), 0.0)
-                                )
-                                / beta
-                            )
-                        val[: kmax + 1] = v
-                    choice = np.where(np.isfinite(val), _TAIL, _NONE).astype(np.int16)
-                else:
-                    val, choice = self._segment(a, kind, t, flats, offs, F, B, Bi)
-                self.OC[a][kind] = val
-                self.OCc[a][kind] = choice
-                flats[a][kind] = np.concatenate((val.reshape(-1), np.array([INF], np.float32)))
-
-    def _segment(self, a, kind, t, flats, offs, F, B, Bi):
-        """``OC[a][kind]`` for a < L-1: the tail and every (first operation, v) of B.1."""
-        L, W, D, C = self.L, self.W, self.D, self.C
-        beta, CA = self.beta, self.CA
-        ft, bt, s, g, fo = self.ft, self.bt, self.s, self.g, self.fo
-        fp = self.fprefix
-        sentinel = W * D * D
-        options: list[tuple] = []
-        for v in offs:
-            options.append((a, v))
-            options += [(j, v) for j in range(a + 1, L)]
-        val = np.full((W, D, D), INF, dtype=np.float32)
-        choice = np.full((W, D, D), _NONE, dtype=np.int16)
-        avail_all = (C - t - np.arange(W, dtype=np.float64))[:, None, None]
-        # Rows K in blocks: a state holds K + t + F <= C (+1 for rounding) and B <= C - K + 1, so
-        # each block computes F and B up to its first row's bounds only.
-        step = max(4, W // 6)
-
-        def blocks(k: int):
-            for k0 in range(0, k, step):
-                k1 = min(k, k0 + step)
-                yield k0, k1, min(D, max(1, C - t - k0 + 2)), min(D, max(1, C - k0 + 2))
-
-        # tail: the offloads left finish, then CA[a][L-1][avail][B]
-        kmax = C - t - int(self.ca_lo[a, L - 1])
-        for k0, k1, fe, be in blocks(kmax + 1):
-            rows = (C - t - np.arange(k0, k1))[:, None]
-            tail = CA[a, L - 1][rows, Bi[None, :be]][:, None, :]
-            if beta > 0:
-                tail = tail + (F[:, :fe] + np.maximum(B[:, :, :be] - beta * tail, 0.0)) / beta
-            else:
-                tail = np.broadcast_to(tail, (k1 - k0, fe, be))
-            val[k0:k1, :fe, :be] = tail
-            choice[k0:k1, :fe, :be][np.isfinite(tail)] = _TAIL
-        buf = np.empty((W, D, D), dtype=np.float32)
-        for j, v in options:
-            if j == a:  # F_all a
-                nF = g[L] + s[a] + fo[a]
-                nB = self.own_b[a]
-                first, rest, lem = nF, nB, float(nF)  # B a needs T back: nB <= avail
-                window, nxt, nkind = ft[a], a + 1, 1
-            else:
-                needs = self._fwd_needs(a, j, g[L])
-                first, rest = needs[0], max(needs[1:], default=0)
-                lem = max(needs[i] - beta * (fp[a + i] - fp[a]) for i in range(len(needs)))
-                window, nxt, nkind = fp[j] - fp[a], j, 0
-            nt = self._t_size(nxt, nkind)
-            kmax = C - t - max(first, rest) if v == 0 or j == a else min(C - t - first, C - rest)
-            kmax = min(kmax, C - nt - (1 - v) * t)
-            if j > a:
-                kmax = min(kmax, C - t - int(self.ca_lo[a, j - 1]))
-            flat = flats[nxt][nkind]
-            code = np.int16(2 * j + v)
-            for k0, k1, fe, be in blocks(kmax + 1):
-                avail = avail_all[k0:k1]
-                Fb, Bb = F[:, :fe], B[:, :, :be]
-                eps_f = self._idle(lem - avail + Fb)  # (k,fe,1)
-                if j == a:
-                    back = bt[a] + self._idle(nB - avail + Bb)  # (k,1,be)
-                else:
-                    rows = (C - t - np.arange(k0, k1))[:, None]
-                    back = CA[a, j - 1][rows, Bi[None, :be]][:, None, :]
-                cost = buf[: k1 - k0, :fe, :be]
-                if beta > 0:
-                    F2 = _ceil(Fb + v * t - beta * (window + eps_f))
-                    B2 = _ceil(Bb - beta * back) + v * t
-                    Kc = np.arange(k0, k1)[:, None, None] + (1 - v) * t
-                    kf = ((Kc * D + F2) * D).astype(np.int32)
-                    kf[F2 >= D] = sentinel
-                    B2 = B2.astype(np.int32)
-                    B2[B2 >= D] = sentinel
-                    idx = kf + B2
-                    np.minimum(idx, sentinel, out=idx)
-                    np.take(flat, idx, out=cost)
-                else:
-                    cost[...] = flat[(np.arange(k0, k1)[:, None, None] + t) * D * D]
-                cost += (window + eps_f).astype(np.float32)
-                cost += back.astype(np.float32)
-                target = val[k0:k1, :fe, :be]
-                better = np.less(cost, target)
-                np.copyto(target, cost, where=better)
-                np.copyto(choice[k0:k1, :fe, :be], code, where=better)
-        return val, choice
+                K, F, B = S // (D * D), (S // D) % D, S % D
+                Ff, Bf = F.astype(np.float64), B.astype(np.float64)
+                best = self._last(a, t, K, Ff, Bf)
+                choice = np.where(np.isfinite(best), _TAIL, _NONE).astype(np.int16)
+                if a < L - 1:
+                    for j, (nxt, nkind) in self._options(a):
+                        table = flats[nxt][nkind]
+                        if table is None:
+                            continue
+                        for v, ok, idx, cost in self._option(a, t, j, K, Ff, Bf):
+                            total = cost + table[np.where(ok, idx, size)]
+                            better = total < best
+                            best = np.where(better, total, best)
+                            choice[better] = 2 * j + v
+                flat = np.full(size + 1, INF, dtype=np.float32)
+                flat[S] = best
+                dense_choice = np.full(size, _NONE, dtype=np.int16)
+                dense_choice[S] = choice
+                flats[a][kind] = flat
+                self.OC[a][kind] = flat[:size].reshape(W, D, D)
+                self.OCc[a][kind] = dense_choice.reshape(W, D, D)
 
     def solve(self) -> float:
         """The least time ``OC[0][x[0]][0][0][0]`` (inf when nothing fits)."""
