@@ -7,7 +7,7 @@
   tensors by :func:`realize` (its DP value is ``details["frac_value"]``, its simulated makespan
   ``details["frac"]``);
 * ``dp``: the whole-tensor windowed DP (:class:`PofoDP`, NOTE [ pofo recurrences ]), exact in its
-  own model;
+  own model, on chains of at most :data:`WINDOW_STAGES` stages or when ``frac`` has no schedule;
 * ``rotor``'s plan (no transfers) and, when the bandwidth allows offloading and the budget fits,
   ``dynprog``'s (every forward ``F_all``).
 
@@ -17,17 +17,23 @@ which one won is in ``details["source"]``.
 
 from __future__ import annotations
 
+import math
+
 from memplan.algorithms.base import OffloadPlan, Transfer
 from memplan.algorithms.chain.problem import Chain
 from memplan.algorithms.chain.rotor import chain_min_memory, solve_rotor
 from memplan.algorithms.combined.fractional import FractionalDP
 from memplan.algorithms.combined.pofo import PofoDP
-from memplan.algorithms.combined.realize import realize
+from memplan.algorithms.combined.realize import plan_peak, realize
 
 DEFAULT_SLOTS = 50
 """Slots of the pofo DP (papers/000 §5: 50 values are enough in its experiments)."""
 MAX_SLOTS = 10_000
 INF = float("inf")
+WINDOW_STAGES = 16
+"""The window DP runs on chains of at most this many stages (or when the Theorem 1 DP finds no
+schedule): its Python recursion costs more than the Theorem 1 DP on long chains, where it never won
+in benchmarks/bench_combined.py."""
 
 
 def _timed(chain: Chain, sequence: list[tuple[str, int]]) -> list[Transfer]:
@@ -87,17 +93,21 @@ def solve_pofo(
     if rotor.sequence is not None:
         candidates.append((rotor.claimed_makespan, "rotor", _timed(chain, rotor.sequence)))
     if memory - int(chain.x[0]) >= 0:
-        dp = PofoDP(chain, memory, bandwidth, slots)
-        value = dp.solve()
-        details["dp"] = value
-        if value < float("inf"):
-            candidates.append((value, "dp", dp.schedule()))
         # A plan that moves a tensor lasts at least its offload and its prefetch: when even the
         # smallest one cannot beat rotor that way, no transfer can help and pofo is rotor.
         sizes = [int(v) for v in (*chain.x, *chain.s) if v > 0]
         slowest = INF if bandwidth <= 0 or not sizes else 2 * min(sizes) / (bandwidth / 1000.0)
+        found = []
         if slowest < (rotor.claimed_makespan if rotor.sequence is not None else INF):
-            candidates += _fractional(chain, memory, bandwidth, slots, profile, details)
+            found = _fractional(chain, memory, bandwidth, slots, profile, details)
+            candidates += found
+        # The window DP: on short chains (cheap there), or when the Theorem 1 DP gave nothing.
+        if chain.length <= WINDOW_STAGES or not found:
+            dp = PofoDP(chain, memory, bandwidth, slots)
+            value = dp.solve()
+            details["dp"] = value
+            if value < float("inf"):
+                candidates.append((value, "dp", dp.schedule()))
     if offload_instance is not None and bandwidth > 0:
         from memplan.algorithms.offload import solve_dynprog
 
@@ -154,23 +164,31 @@ def _fractional(
 ) -> list[tuple[float, str, list[Transfer]]]:
     """The fractional DP's value and its whole-tensor realization (a candidate, if it replays).
 
-    Two roundings (docs/algorithms.md, pofo): sizes rounded to the nearest slot with 2% of the
-    slots kept aside first (less lost to rounding; the realization checks the bytes exactly), then,
-    if that plan does not fit, sizes rounded up (the DP's plan then fits by construction).
+    Roundings (docs/algorithms.md, pofo): sizes rounded to the nearest slot with 2% of the slots
+    kept aside (less lost to rounding; the realization checks the bytes exactly); if that plan
+    needs more bytes than the budget, once more with the excess kept aside too; then sizes rounded
+    up (the DP's plan then fits by construction).
     """
-    for nearest in (True, False):
-        dp = FractionalDP(
-            chain, memory, bandwidth, slots, nearest=nearest, margin=max(1, round(0.02 * slots))
-        )
+    margin = max(1, round(0.02 * slots))
+    attempts: list[int | None] = [margin, None]  # a margin (nearest rounding), None: rounded up
+    while attempts:
+        margin = attempts.pop(0)
+        nearest = margin is not None
+        dp = FractionalDP(chain, memory, bandwidth, slots, nearest=nearest, margin=margin or 0)
         value = dp.solve()
         details["frac_value"] = value
         details["frac_slots"] = dp.slots
-        details["frac_rounding"] = "nearest" if nearest else "up"
+        details["frac_rounding"] = f"nearest, {margin} slots aside" if nearest else "up"
         if value == float("inf"):
             continue
         plan = dp.plan()
+        need = plan_peak(chain, plan.sequence, plan.offloads, plan.prefetches)
+        if need is None or need > memory:
+            if nearest and len(attempts) == 1 and need is not None:
+                attempts.insert(0, margin + int(math.ceil((need - memory) / dp.unit)) + 1)
+            continue
         ops = realize(chain, plan.sequence, plan.offloads, plan.prefetches, memory, bandwidth)
-        if ops is None:
+        if ops is None:  # pragma: no cover - the realization waits rather than fails
             continue
         makespan = max(op[3] for op in ops)
         if profile is not None:

@@ -304,10 +304,14 @@ class FractionalDP:
             eps_b = self._idle(nB - avail + B)
             val = self.ft[a] + self.bt[a] + eps_f + eps_b
             if beta > 0:
-                val = val + (
-                    np.maximum(F - beta * (self.ft[a] + eps_f), 0.0)
-                    + np.maximum(B - beta * (self.bt[a] + eps_b), 0.0)
-                ) / beta
+                val = (
+                    val
+                    + (
+                        np.maximum(F - beta * (self.ft[a] + eps_f), 0.0)
+                        + np.maximum(B - beta * (self.bt[a] + eps_b), 0.0)
+                    )
+                    / beta
+                )
             return np.where(avail >= max(nF, nB), val, INF)
         rows = np.clip(avail, 0, self.W - 1)
         tail = np.where(avail >= 0, self.CA[a, L - 1][rows, B.astype(np.int64)], INF)

@@ -80,6 +80,23 @@ def _peaks(
     return peaks
 
 
+def plan_peak(
+    chain: Chain,
+    sequence: list[tuple[str, int]],
+    offloads: list[tuple[str, int]],
+    prefetches: list[tuple[str, int]],
+) -> int | None:
+    """The least memory (bytes) the plan needs: its computations with just-in-time prefetches."""
+    offloaded_after: dict[int, list[str]] = {}
+    for t, i in offloads:
+        offloaded_after.setdefault(i, []).append(t)
+    fetched_before: dict[int, list[str]] = {}
+    for t, i in prefetches:
+        fetched_before.setdefault(i, []).append(t)
+    peaks = _peaks(chain, sequence, offloaded_after, fetched_before)
+    return None if peaks is None else max(peaks, default=0)
+
+
 def realize(
     chain: Chain,
     sequence: list[tuple[str, int]],
