@@ -114,7 +114,7 @@ def test_dp_against_the_oracles(seed, capsys):
         value = dp.solve()
         window = window_model_optimum(prof, memory, RATE)
         if window is not None:
-            assert value <= window + 1e-9  # whole-tensor window plans are fractional plans
+            assert value <= window * (1 + 1e-6)  # whole-tensor window plans are fractional plans
         if value == math.inf:
             continue
         simulated = realized(prof, dp, memory, RATE)
@@ -185,7 +185,7 @@ def test_without_recomputation_it_is_the_best_offloading(seed, rate):
         assert fluid is not None and real is not None
         dp = FractionalDP(chain, memory, rate, memory)  # one byte per slot
         value = dp.solve()
-        assert value <= fluid[0] + 1e-6
+        assert value <= fluid[0] * (1 + 1e-6)  # the forward table is float32
         if not any(name == "F_ck" for name, _ in dp.plan().sequence):
             assert value == pytest.approx(fluid[0])
         plan = solve_pofo(chain, memory, bandwidth=rate, slots=memory, profile=prof)
