@@ -421,6 +421,8 @@ class FractionalDP:
         backs: list[tuple[list, str | None]] = []  # per segment: its backward ops, prefetched T
         while True:
             c = int(self.OCc[a][kind][K, F, B])
+            if c == _NONE:  # pragma: no cover - the forward pass reached every state visited here
+                raise AssertionError(f"pofo: no OC choice at stage {a}, state {(K, F, B)}")
             t = self._t_size(a, kind)
             name = f"x[{a}]" if kind == 0 else f"s[{a - 1}]"
             avail = C - K - t
