@@ -73,9 +73,11 @@ def table(name: str, rows: list[dict]) -> str:
 
     for r in rows:
         alone = [v for v in (r["rotor"], r["dynprog"]) if v is not None]
-        gain = (
-            "-" if not alone or r["pofo"] is None else f"{100 * (1 - r['pofo'] / min(alone)):+.2f}%"
-        )
+        if not alone or r["pofo"] is None:
+            gain = "-"
+        else:
+            value = 100 * (1 - r["pofo"] / min(alone))
+            gain = f"{0.0 if abs(value) < 0.005 else value:+.2f}%"
         lines.append(
             f"| {r['memory'] / 1e9:.3f} | {fmt(r['rotor'])} | {fmt(r['dynprog'])} "
             f"| {fmt(r['pofo'])} | {r['from']} | {fmt(r['frac_value'])} | {fmt(r['frac'])} "
