@@ -99,7 +99,11 @@ def solve_pofo(
         slowest = INF if bandwidth <= 0 or not sizes else 2 * min(sizes) / (bandwidth / 1000.0)
         found = []
         if slowest < (rotor.claimed_makespan if rotor.sequence is not None else INF):
-            found = _fractional(chain, memory, bandwidth, slots, profile, details)
+            # Rounded up at a coarser grid than rotor's, the DP's plan is not worth a third run.
+            finer_rotor = rotor_slots is not None and rotor_slots > slots
+            found = _fractional(
+                chain, memory, bandwidth, slots, profile, details, round_up=not finer_rotor
+            )
             candidates += found
         # The window DP: on short chains (cheap there), or when the Theorem 1 DP gave nothing.
         if chain.length <= WINDOW_STAGES or not found:
@@ -160,17 +164,26 @@ def _summary(source: str, details: dict) -> str:
 
 
 def _fractional(
-    chain: Chain, memory: int, bandwidth: float, slots: int, profile, details: dict
+    chain: Chain,
+    memory: int,
+    bandwidth: float,
+    slots: int,
+    profile,
+    details: dict,
+    *,
+    round_up: bool = True,
 ) -> list[tuple[float, str, list[Transfer]]]:
     """The fractional DP's value and its whole-tensor realization (a candidate, if it replays).
 
     Roundings (docs/algorithms.md, pofo): sizes rounded to the nearest slot with 2% of the slots
     kept aside (less lost to rounding; the realization checks the bytes exactly); if that plan
-    needs more bytes than the budget, once more with the excess kept aside too; then sizes rounded
-    up (the DP's plan then fits by construction).
+    needs more bytes than the budget, once more with the excess kept aside too; then, if
+    ``round_up``, sizes rounded up (the DP's plan then fits by construction).
     """
     margin = max(1, round(0.02 * slots))
-    attempts: list[int | None] = [margin, None]  # a margin (nearest rounding), None: rounded up
+    attempts: list[int | None] = [margin]  # a margin (nearest rounding), None: rounded up
+    if round_up:
+        attempts.append(None)
     while attempts:
         margin = attempts.pop(0)
         nearest = margin is not None
@@ -184,7 +197,7 @@ def _fractional(
         plan = dp.plan()
         need = plan_peak(chain, plan.sequence, plan.offloads, plan.prefetches)
         if need is None or need > memory:
-            if nearest and len(attempts) == 1 and need is not None:
+            if nearest and margin == max(1, round(0.02 * slots)) and need is not None:
                 attempts.insert(0, margin + int(math.ceil((need - memory) / dp.unit)) + 1)
             continue
         ops = realize(chain, plan.sequence, plan.offloads, plan.prefetches, memory, bandwidth)
