@@ -1,19 +1,24 @@
 """pofo (recomputation + offloading) against rotor and dynprog alone (issue #5, papers/000).
 
 For each profile, 20 budgets from the least memory of rotor (recomputing everything) to the
-store-all need, at 12 GB/s and ``--optimizer none`` (activations only, as in the papers). Prints a
-markdown table per profile: makespans (ms) of rotor and pofo at 50 and 500 slots, dynprog (500),
-which candidate pofo returned (its DP, rotor or dynprog) and pofo's gain over ``min(rotor,
-dynprog)`` at the same slots (positive: pofo is faster). Every plan comes from :func:`memplan.solve`, so it has been replayed
-by the simulator of its family.
+store-all need, at 12 GB/s and ``--optimizer none`` (activations only, as in the papers), every
+algorithm at its defaults (rotor and dynprog 500 slots; pofo 50 slots for its DPs as in papers/000,
+its rotor candidate at rotor's 500). Prints a markdown table per profile: makespans (ms) of rotor,
+dynprog and pofo, the candidate pofo returned, the value of the Theorem 1 DP (fractional transfers)
+next to the simulated makespan of the whole-tensor schedule realizing it, the window DP's value,
+pofo's gain over ``min(rotor, dynprog)`` (positive: pofo is faster) and pofo's solve time. Every
+plan comes from :func:`memplan.solve`, so it has been replayed by the simulator of its family.
 
-Usage: ``python benchmarks/bench_combined.py [--plot docs/combined_resnet50_a100.png]``
+Usage: ``python benchmarks/bench_combined.py [--plot-dir docs]`` (one PNG per profile).
 """
 
 from __future__ import annotations
 
 import argparse
+import re
 import time
+
+from _common import machine
 
 import memplan
 from memplan.api import describe
@@ -21,13 +26,11 @@ from memplan.api import describe
 PROFILES = ["resnet50@a100", "resnet101@a100", "densenet121@a100"]
 BANDWIDTH = 12e9
 STEPS = 20
-LABELS = {
-    "rotor": "rotor (50 slots)",
-    "pofo": "pofo (50 slots)",
-    "rotor500": "rotor (500 slots)",
-    "dynprog": "dynprog (500 slots)",
-    "pofo500": "pofo (500 slots)",
-}
+
+
+def _value(message: str, label: str) -> float | None:
+    found = re.search(re.escape(label) + r" ([\d.]+) ms", message)
+    return float(found.group(1)) if found else None
 
 
 def sweep(name: str) -> list[dict]:
@@ -38,22 +41,20 @@ def sweep(name: str) -> list[dict]:
     for i in range(STEPS):
         memory = round(lo + (hi - lo) * i / (STEPS - 1))
         row: dict = {"memory": memory}
-        for algo, slots in (
-            ("rotor", 50),
-            ("rotor500", 500),
-            ("dynprog", 500),
-            ("pofo", 50),
-            ("pofo500", 500),
-        ):
+        for algo in ("rotor", "dynprog", "pofo"):
+            kwargs = {} if algo == "rotor" else {"bandwidth": BANDWIDTH}
             started = time.perf_counter()
-            kwargs = {"bandwidth": BANDWIDTH} if not algo.startswith("rotor") else {}
-            sched = memplan.solve(
-                prof, algo.removesuffix("500"), memory, optimizer="none", slots=slots, **kwargs
-            )
-            row[algo] = sched.makespan if sched.feasible else None
+            cpu = time.process_time()
+            sched = memplan.solve(prof, algo, memory, optimizer="none", **kwargs)
             row[algo + "_s"] = time.perf_counter() - started
-            if algo.startswith("pofo"):
-                row[algo + "_from"] = (sched.solver.message or "").rsplit(": ", 1)[-1]
+            row[algo + "_cpu"] = time.process_time() - cpu
+            row[algo] = sched.makespan if sched.feasible else None
+            if algo == "pofo":
+                message = sched.solver.message or ""
+                row["from"] = message.split(":", 1)[0]
+                row["frac_value"] = _value(message, "Theorem 1 DP")
+                row["frac"] = _value(message, "whole-tensor schedule")
+                row["window"] = _value(message, "window DP")
         rows.append(row)
     return rows
 
@@ -62,25 +63,25 @@ def table(name: str, rows: list[dict]) -> str:
     lines = [
         f"### {name} at 12 GB/s",
         "",
-        "| budget (GB) | rotor (50) | pofo (50) | from | gain (50) | rotor (500) | dynprog (500) "
-        "| pofo (500) | from | gain (500) |",
+        "| budget (GB) | rotor | dynprog | pofo | from | Theorem 1 DP value | its schedule "
+        "| window DP | gain | pofo time (s, wall / CPU) |",
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
 
     def fmt(v):
         return "-" if v is None else f"{v:.2f}"
 
-    def gain(r, rotor, pofo):
-        alone = [v for v in (r[rotor], r["dynprog"]) if v is not None]
-        if not alone or r[pofo] is None:
-            return "-"
-        return f"{100 * (1 - r[pofo] / min(alone)):+.2f}%"
-
     for r in rows:
+        alone = [v for v in (r["rotor"], r["dynprog"]) if v is not None]
+        if not alone or r["pofo"] is None:
+            gain = "-"
+        else:
+            value = 100 * (1 - r["pofo"] / min(alone))
+            gain = f"{0.0 if abs(value) < 0.005 else value:+.2f}%"
         lines.append(
-            f"| {r['memory'] / 1e9:.3f} | {fmt(r['rotor'])} | {fmt(r['pofo'])} | {r['pofo_from']} "
-            f"| {gain(r, 'rotor', 'pofo')} | {fmt(r['rotor500'])} | {fmt(r['dynprog'])} | "
-            f"{fmt(r['pofo500'])} | {r['pofo500_from']} | {gain(r, 'rotor500', 'pofo500')} |"
+            f"| {r['memory'] / 1e9:.3f} | {fmt(r['rotor'])} | {fmt(r['dynprog'])} "
+            f"| {fmt(r['pofo'])} | {r['from']} | {fmt(r['frac_value'])} | {fmt(r['frac'])} "
+            f"| {fmt(r['window'])} | {gain} | {r['pofo_s']:.1f} / {r['pofo_cpu']:.1f} |"
         )
     return "\n".join(lines)
 
@@ -93,23 +94,20 @@ def plot(name: str, rows: list[dict], path: str) -> None:
 
     fig, ax = plt.subplots(figsize=(7, 4))
     mem = [r["memory"] / 1e9 for r in rows]
-    for algo, style in (
-        ("rotor", "o--"),
-        ("pofo", "^--"),
-        ("rotor500", "o-"),
-        ("dynprog", "s-"),
-        ("pofo500", "^-"),
+    for key, style, label in (
+        ("rotor", "o-", "rotor (500 slots)"),
+        ("dynprog", "s-", "dynprog (500 slots)"),
+        ("pofo", "^-", "pofo (best plan, replayed)"),
+        ("frac_value", "x:", "Theorem 1 DP value (50 slots)"),
     ):
         ax.plot(
-            mem,
-            [r[algo] if r[algo] is not None else float("nan") for r in rows],
-            style,
-            label=LABELS.get(algo, algo),
+            mem, [r[key] if r[key] is not None else float("nan") for r in rows], style, label=label
         )
     ax.set_xlabel("activation budget (GB)")
     ax.set_ylabel("makespan (ms)")
     ax.set_title(f"{name}, 12 GB/s: recomputation, offloading, both")
-    ax.set_ylim(top=min(3 * min(r["pofo"] for r in rows if r["pofo"]), ax.get_ylim()[1]))
+    best = min(r["pofo"] for r in rows if r["pofo"])
+    ax.set_ylim(bottom=0.95 * best, top=min(2 * best, ax.get_ylim()[1]))
     ax.legend()
     fig.tight_layout()
     fig.savefig(path, dpi=100)
@@ -117,15 +115,17 @@ def plot(name: str, rows: list[dict], path: str) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--plot", help="write the resnet50@a100 figure here")
+    parser.add_argument("--plot-dir", help="write combined_<profile>.png here")
     parser.add_argument("--profiles", default=",".join(PROFILES))
     args = parser.parse_args()
+    print(f"machine: {machine()}\n")
     for name in args.profiles.split(","):
         rows = sweep(name)
         print(table(name, rows))
         print()
-        if args.plot and name == "resnet50@a100":
-            plot(name, rows, args.plot)
+        if args.plot_dir:
+            slug = name.replace("@", "_")
+            plot(name, rows, f"{args.plot_dir}/combined_{slug}.png")
 
 
 if __name__ == "__main__":

@@ -81,6 +81,7 @@ def _combined(solver_name: str):
             slots=slots,
             rotor_slots=rotor_slots,
             offload_instance=OffloadInstance.from_profile(profile, bandwidth),
+            profile=profile,
         )
 
     return run

@@ -1,22 +1,39 @@
 """The combined family: rematerialization and offloading together (papers/000, docs/combined.md).
 
-``pofo`` returns the fastest of three valid combined schedules: its own dynamic program
-(:class:`PofoDP`, NOTE [ pofo recurrences ]), rotor's plan (no transfers) and, when the bandwidth
-allows offloading and the budget fits, dynprog's (every forward ``F_all``). Each is a schedule of
-the combined model, so the result is never slower than either technique alone; which one won is
-in ``details["source"]``.
+``pofo`` returns the fastest of four valid combined schedules:
+
+* ``frac``: the dynamic program of Theorem 1 of papers/000 with Lemma 1's fractional transfers
+  (:class:`FractionalDP`, NOTE [ pofo fractional recurrences ]), its decisions timed with whole
+  tensors by :func:`realize` (its DP value is ``details["frac_value"]``, its simulated makespan
+  ``details["frac"]``);
+* ``dp``: the whole-tensor windowed DP (:class:`PofoDP`, NOTE [ pofo recurrences ]), exact in its
+  own model, on chains of at most :data:`WINDOW_STAGES` stages or when ``frac`` has no schedule;
+* ``rotor``'s plan (no transfers) and, when the bandwidth allows offloading and the budget fits,
+  ``dynprog``'s (every forward ``F_all``).
+
+Each is a schedule of the combined model, so the result is never slower than either technique alone;
+which one won is in ``details["source"]``.
 """
 
 from __future__ import annotations
 
+import math
+
 from memplan.algorithms.base import OffloadPlan, Transfer
 from memplan.algorithms.chain.problem import Chain
 from memplan.algorithms.chain.rotor import chain_min_memory, solve_rotor
+from memplan.algorithms.combined.fractional import FractionalDP
 from memplan.algorithms.combined.pofo import PofoDP
+from memplan.algorithms.combined.realize import plan_peak, realize
 
 DEFAULT_SLOTS = 50
 """Slots of the pofo DP (papers/000 §5: 50 values are enough in its experiments)."""
 MAX_SLOTS = 10_000
+INF = float("inf")
+WINDOW_STAGES = 16
+"""The window DP runs on chains of at most this many stages (or when the Theorem 1 DP finds no
+schedule): its Python recursion costs more than the Theorem 1 DP on long chains, where it never won
+in benchmarks/bench_combined.py."""
 
 
 def _timed(chain: Chain, sequence: list[tuple[str, int]]) -> list[Transfer]:
@@ -37,6 +54,7 @@ def solve_pofo(
     slots: int = DEFAULT_SLOTS,
     rotor_slots: int | None = None,
     offload_instance=None,
+    profile=None,
 ) -> OffloadPlan:
     """Fastest combined schedule found within ``memory`` activation bytes.
 
@@ -55,6 +73,10 @@ def solve_pofo(
         with its defaults).
     offload_instance : OffloadInstance, optional
         The same chain for the offloading family, to try dynprog's schedule too.
+    profile : Profile, optional
+        The chain's profile: the realized ``frac`` schedule is then replayed by
+        :func:`memplan.simulator.simulate_combined` and dropped (``details["frac_rejected"]``) if the
+        replay disagrees (a safety net; the tests check that it never triggers).
 
     Returns
     -------
@@ -67,15 +89,29 @@ def solve_pofo(
     candidates: list[tuple[float, str, list[Transfer]]] = []
     least = chain_min_memory(chain)
     details: dict = {}
-    if memory - int(chain.x[0]) >= 0:
-        dp = PofoDP(chain, memory, bandwidth, slots)
-        value = dp.solve()
-        details["dp"] = value
-        if value < float("inf"):
-            candidates.append((value, "dp", dp.schedule()))
     rotor = solve_rotor(chain, memory, slots=slots if rotor_slots is None else rotor_slots)
     if rotor.sequence is not None:
         candidates.append((rotor.claimed_makespan, "rotor", _timed(chain, rotor.sequence)))
+    if memory - int(chain.x[0]) >= 0:
+        # A plan that moves a tensor lasts at least its offload and its prefetch: when even the
+        # smallest one cannot beat rotor that way, no transfer can help and pofo is rotor.
+        sizes = [int(v) for v in (*chain.x, *chain.s) if v > 0]
+        slowest = INF if bandwidth <= 0 or not sizes else 2 * min(sizes) / (bandwidth / 1000.0)
+        found = []
+        if slowest < (rotor.claimed_makespan if rotor.sequence is not None else INF):
+            # Rounded up at a coarser grid than rotor's, the DP's plan is not worth a third run.
+            finer_rotor = rotor_slots is not None and rotor_slots > slots
+            found = _fractional(
+                chain, memory, bandwidth, slots, profile, details, round_up=not finer_rotor
+            )
+            candidates += found
+        # The window DP: on short chains (cheap there), or when the Theorem 1 DP gave nothing.
+        if chain.length <= WINDOW_STAGES or not found:
+            dp = PofoDP(chain, memory, bandwidth, slots)
+            value = dp.solve()
+            details["dp"] = value
+            if value < float("inf"):
+                candidates.append((value, "dp", dp.schedule()))
     if offload_instance is not None and bandwidth > 0:
         from memplan.algorithms.offload import solve_dynprog
 
@@ -95,7 +131,7 @@ def solve_pofo(
             "every activation does",
         )
     # Ties go to the simpler plan: rotor (no transfers), then dynprog, then the DP's.
-    rank = {"rotor": 0, "dynprog": 1, "dp": 2}
+    rank = {"rotor": 0, "dynprog": 1, "dp": 2, "frac": 3}
     value, source, ops = min(candidates, key=lambda c: (round(c[0], 9), rank[c[1]]))
     details["source"] = source
     for v, name, _ in candidates:
@@ -109,9 +145,88 @@ def solve_pofo(
         claimed_makespan=value,
         min_memory=least,
         slots=slots,
-        message=f"best of pofo DP, rotor, dynprog: {source}",
+        message=_summary(source, details),
         details=details,
     )
 
 
-__all__ = ["DEFAULT_SLOTS", "MAX_SLOTS", "PofoDP", "solve_pofo"]
+def _summary(source: str, details: dict) -> str:
+    """``solver.message``: the winner, then every candidate's value (ms; '-' when none)."""
+
+    def ms(key: str) -> str:
+        v = details.get(key)
+        return "-" if v is None or v == float("inf") else f"{v:.3f} ms"
+
+    return (
+        f"{source}: Theorem 1 DP {ms('frac_value')}, its whole-tensor schedule {ms('frac')}; "
+        f"window DP {ms('dp')}; rotor {ms('rotor')}; dynprog {ms('dynprog')}"
+    )
+
+
+def _fractional(
+    chain: Chain,
+    memory: int,
+    bandwidth: float,
+    slots: int,
+    profile,
+    details: dict,
+    *,
+    round_up: bool = True,
+) -> list[tuple[float, str, list[Transfer]]]:
+    """The fractional DP's value and its whole-tensor realization (a candidate, if it replays).
+
+    Roundings (docs/algorithms.md, pofo): sizes rounded to the nearest slot with 2% of the slots
+    kept aside (less lost to rounding; the realization checks the bytes exactly); if that plan
+    needs more bytes than the budget, once more with the excess kept aside too; then, if
+    ``round_up``, sizes rounded up (the DP's plan then fits by construction).
+    """
+    margin = max(1, round(0.02 * slots))
+    attempts: list[int | None] = [margin]  # a margin (nearest rounding), None: rounded up
+    if round_up:
+        attempts.append(None)
+    while attempts:
+        margin = attempts.pop(0)
+        nearest = margin is not None
+        dp = FractionalDP(chain, memory, bandwidth, slots, nearest=nearest, margin=margin or 0)
+        value = dp.solve()
+        details["frac_value"] = value
+        details["frac_slots"] = dp.slots
+        details["frac_rounding"] = f"nearest, {margin} slots aside" if nearest else "up"
+        if value == float("inf"):
+            continue
+        plan = dp.plan()
+        need = plan_peak(chain, plan.sequence, plan.offloads, plan.prefetches)
+        if need is None or need > memory:
+            if nearest and margin == max(1, round(0.02 * slots)) and need is not None:
+                attempts.insert(0, margin + int(math.ceil((need - memory) / dp.unit)) + 1)
+            continue
+        ops = realize(chain, plan.sequence, plan.offloads, plan.prefetches, memory, bandwidth)
+        if ops is None:  # pragma: no cover - the realization waits rather than fails
+            continue
+        makespan = max(op[3] for op in ops)
+        if profile is not None:
+            from memplan.schedule import Op
+            from memplan.simulator import simulate_combined
+
+            replay = simulate_combined(
+                profile,
+                [Op(op=n, stage=k, start=a, end=b, stream=s, tensor=t) for n, k, a, b, s, t in ops],
+                memory=memory,
+                bandwidth=bandwidth,
+            )
+            if not replay.valid:  # pragma: no cover - safety net, see solve_pofo
+                details["frac_rejected"] = replay.violation
+                continue
+            makespan = replay.makespan
+        return [(makespan, "frac", ops)]
+    return []
+
+
+__all__ = [
+    "DEFAULT_SLOTS",
+    "MAX_SLOTS",
+    "FractionalDP",
+    "PofoDP",
+    "realize",
+    "solve_pofo",
+]
