@@ -3,9 +3,8 @@
 * ``docs/plan_rotor_resnet50.png``: rotor on the bundled ``resnet50`` at 1 GB (recomputation only,
   one compute strip);
 * ``docs/plan_pofo_resnet50.png``: pofo on ``resnet50@a100`` at 12 GB/s, at the budget given
-  (default 2.1 GB, SGD static memory included, 500 slots: at 50 the
-  DP rarely beats pofo's own rotor candidate), where its plan both recomputes and
-  offloads. If the plan at that budget does not do both (the pofo DP may change), the script scans
+  (default 2.1 GB, SGD static memory included, pofo's default 50 slots), where its plan both
+  recomputes and offloads. If the plan at that budget does not do both (the pofo DP may change), the script scans
   budgets from rotor's least memory to the store-all need and draws the first that does, and
   says which.
 
@@ -26,7 +25,8 @@ from memplan.units import format_size, parse_size
 from memplan.views.plot import plot_schedule
 
 BANDWIDTH = 12e9
-SLOTS = 500
+SLOTS = None
+"""pofo's default (50 slots, as in papers/000)."""
 
 
 def _mixes(sched: memplan.Schedule) -> bool:

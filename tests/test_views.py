@@ -86,7 +86,7 @@ def test_simulate_trace_of_an_offload_plan(tmp_path):
     assert all(n.split()[1].startswith(("s[", "x[0]")) for n in transfers)
 
 
-POFO_ARGS = ["-a", "pofo", "-m", "2.1GB", "--bandwidth", "12GB/s", "--slots", "500"]
+POFO_ARGS = ["-a", "pofo", "-m", "2.1GB", "--bandwidth", "12GB/s"]
 
 
 def test_trace_and_plot_of_a_pofo_plan(tmp_path):
