@@ -91,8 +91,34 @@ class Schedule(_Model):
     # -- join family (papers/003): its fields go here --
 
     # -- graph family (papers/002): its fields go here --
+    order: list[str] | None = Field(
+        default=None, description="graph family: every node name once, in execution order"
+    )
+    addresses: dict[str, int] | None = Field(
+        default=None, description="graph family: tensor name -> byte offset in the arena"
+    )
+    arena: int | None = Field(
+        default=None, description="graph family: bytes of the arena, max(offset + size)"
+    )
+    peak_resident: int | None = Field(
+        default=None, description="graph family: peak of the bytes live at one step (no gaps)"
+    )
+    fragmentation: float | None = Field(
+        default=None, description="graph family: (arena - peak_resident) / arena"
+    )
+    memory_bound: int | None = Field(
+        default=None, description="graph family: the solver's proven lower bound on its objective"
+    )
 
     # -- pipeline family (papers/001): its fields go here --
+
+    @model_serializer(mode="wrap")
+    def _drop_unset_family_fields(self, handler: Any) -> dict[str, Any]:
+        data = handler(self)
+        for key in _FAMILY_FIELDS:
+            if data.get(key, 0) is None:
+                data.pop(key)
+        return data
 
     def to_dict(self) -> dict[str, Any]:
         return self.model_dump(mode="json")
@@ -108,6 +134,10 @@ class Schedule(_Model):
     def count(self, op: str) -> int:
         """How many operations of one kind (``"F_all"``, ``"B"``, ...) the plan runs."""
         return sum(1 for o in self.ops if o.op == op)
+
+
+_FAMILY_FIELDS = ("order", "addresses", "arena", "peak_resident", "fragmentation", "memory_bound")
+"""Family fields left out of the documents when unset (the graph family's)."""
 
 
 def schedule_from_dict(data: Any, source: str = "<schedule>") -> Schedule:
