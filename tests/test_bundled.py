@@ -10,7 +10,8 @@ from memplan.gpu import load_gpu
 from memplan.profile import bundled_profiles
 
 CHAIN_ALGORITHMS = ["store-all", "periodic", "revolve", "rotor"]
-NAMES = sorted(bundled_profiles())
+NAMES = sorted(n for n in bundled_profiles() if "-graph-" not in n)
+"""The chain profiles (the graph profiles, ``MODEL-graph-bB``, have tests/test_graph_bundled.py)."""
 
 
 def test_the_issue_list_is_bundled():

@@ -139,8 +139,9 @@ def capture_graph(
     marks: list[int] = []
     step.marks = marks  # type: ignore[attr-defined]
     try:
-        traced = make_fx(step, tracing_mode="real")(params, buffers, fake_x, fake_y)
-    except (RuntimeError, TypeError, ValueError) as exc:
+        with mode:  # tensors the model creates while running (positions, masks) are fake too
+            traced = make_fx(step, tracing_mode="real")(params, buffers, fake_x, fake_y)
+    except (RuntimeError, TypeError, ValueError, AssertionError) as exc:
         raise InputError(f"model {name!r}: cannot trace a training step: {exc}") from None
     names = list(params) + list(buffers)
     graph = fx_to_graph(traced.graph, names, len(params), marks)

@@ -73,15 +73,22 @@ def peak_resident(profile: Profile, order: list[str]) -> int:
     return best
 
 
-def topological_orders(profile: Profile):
-    """Every topological order of the graph (exponential: small graphs only)."""
+def topological_orders(profile: Profile, weights_first: bool = False):
+    """Every topological order of the graph (exponential: small graphs only).
+
+    With ``weights_first``, the weight nodes (whose tensors are resident during the whole step
+    wherever they run) come first in a fixed order, and only the other nodes are permuted.
+    """
     graph = profile.graph
     assert graph is not None
     names = [node.name for node in graph.nodes]
+    head = [node.name for node in graph.nodes if weights_first and node.kind == "weight"]
+    names = [name for name in names if name not in head]
     preds: dict[str, set[str]] = {name: set() for name in names}
     for t in graph.tensors:
         for c in t.consumers:
-            preds[c].add(t.producer)
+            if t.producer not in head:
+                preds[c].add(t.producer)
 
     def extend(done: list[str], left: set[str]):
         if not left:
@@ -95,13 +102,14 @@ def topological_orders(profile: Profile):
                 left.add(v)
                 done.pop()
 
-    yield from extend([], set(names))
+    for order in extend([], set(names)):
+        yield head + order
 
 
-def best_order(profile: Profile) -> tuple[int, list[str]]:
+def best_order(profile: Profile, weights_first: bool = False) -> tuple[int, list[str]]:
     """The least peak resident memory over all topological orders, and one order reaching it."""
-    return min(((peak_resident(profile, o), o) for o in topological_orders(profile)),
-               key=lambda x: x[0])
+    orders = topological_orders(profile, weights_first)
+    return min(((peak_resident(profile, o), o) for o in orders), key=lambda x: x[0])
 
 
 def overlaps(profile: Profile, order: list[str], addresses: dict[str, int]) -> list[Any]:

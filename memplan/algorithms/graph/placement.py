@@ -15,7 +15,7 @@ the tensors and returns their byte offsets; two tensors live at a common step mu
   intersect are kept apart, which is the exact form of the pruning of section 4.2 once the order
   is fixed), and ``arena >= offset + size`` (eq. 8), minimized. Persistent tensors are fixed at
   the bottom, the pyramid of :func:`preplace` above them; the rest is left to the solver, warm
-  started from the best heuristic placement.
+  started from the best heuristic placement (greedy by size or by lifetime x size, first-fit).
 """
 
 from __future__ import annotations
@@ -103,18 +103,21 @@ def greedy_by_size(
     start: np.ndarray,
     end: np.ndarray,
     fixed: dict[int, int] | None = None,
+    key: np.ndarray | None = None,
 ) -> np.ndarray:
     """TFLite's greedy-by-size offsets (best-fit gap among time-overlapping tensors).
 
     ``fixed`` maps tensor indices to offsets placed beforehand (the pyramid of :func:`preplace`);
-    the other tensors are placed around them. O(n^2) with numpy inner loops.
+    the other tensors are placed around them. ``key`` is the order the tensors are placed in
+    (default: decreasing size). O(n^2) with numpy inner loops.
     """
     n = len(sizes)
     offsets = np.zeros(n, dtype=np.int64)
     placed = np.zeros(n, dtype=bool)
     for i, off in (fixed or {}).items():
         offsets[i], placed[i] = off, True
-    todo = [i for i in np.argsort(-sizes, kind="stable").tolist() if not placed[i]]
+    ranking = np.argsort(-sizes, kind="stable") if key is None else key
+    todo = [i for i in ranking.tolist() if not placed[i]]
     for i in todo:
         if sizes[i] == 0:
             placed[i] = True
@@ -234,8 +237,10 @@ def solve_placement(
     """
     began = time.perf_counter()
     base_fixed = stack_persistent(sizes, persistent)
+    area = np.argsort(-(sizes * (end - start + 1)), kind="stable")
     candidates = [
         greedy_by_size(sizes, start, end, fixed=base_fixed),
+        greedy_by_size(sizes, start, end, fixed=base_fixed, key=area),
         first_fit(sizes, start, end),
     ]
     skip = persistent | (sizes == 0)
