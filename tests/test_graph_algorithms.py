@@ -149,8 +149,19 @@ def test_cli_solve_json_then_simulate(tmp_path):
     path.write_text(yaml.safe_dump(prof.to_dict()))
     runner = CliRunner()
     result = runner.invoke(
-        app, ["solve", str(path), "--algo", "olla", "--mem", "1MB", "--time-limit", "5",
-              "--format", "json"]
+        app,
+        [
+            "solve",
+            str(path),
+            "--algo",
+            "olla",
+            "--mem",
+            "1MB",
+            "--time-limit",
+            "5",
+            "--format",
+            "json",
+        ],
     )
     assert result.exit_code == 0, result.output
     doc = json.loads(result.stdout)

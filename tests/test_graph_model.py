@@ -44,8 +44,9 @@ def test_a_valid_graph_loads_and_describes():
     ("doc", "message"),
     [
         (
-            _doc([("a", "forward"), ("b", "forward")],
-                 [("x", 1, "a", ["b"]), ("y", 1, "b", ["a"])]),
+            _doc(
+                [("a", "forward"), ("b", "forward")], [("x", 1, "a", ["b"]), ("y", 1, "b", ["a"])]
+            ),
             r"graph: tensors: the graph has a cycle: (a -> b -> a|b -> a -> b)",
         ),
         (
@@ -95,8 +96,9 @@ def test_self_loop_is_a_cycle():
     ("doc", "needle"),
     [
         (
-            _doc([("a", "forward"), ("b", "forward")],
-                 [("x", 1, "a", ["b"]), ("y", 1, "b", ["a"])]),
+            _doc(
+                [("a", "forward"), ("b", "forward")], [("x", 1, "a", ["b"]), ("y", 1, "b", ["a"])]
+            ),
             "cycle",
         ),
         (_doc([("a", "forward"), ("b", "forward")], [("x", 1, "b", ["a"])]), "before its producer"),

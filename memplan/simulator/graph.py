@@ -15,6 +15,9 @@ This is the independent check of the graph family (papers/002, OLLA): it shares 
 5. computes the arena ``max(offset + size)`` (eq. 8), which is the memory the plan needs: the
    replay's ``peak_memory``; it must fit the budget.
 
+The memory curve has two points per step (the resident bytes); its time axis is the node times,
+or 1 ms per node when the graph has no times (graphs captured with fake tensors).
+
 The makespan is the sum of the node times: every node runs once, whatever the order.
 """
 
@@ -58,9 +61,7 @@ def resident_per_step(sizes: np.ndarray, start: np.ndarray, end: np.ndarray, ste
     return np.cumsum(delta[:-1])
 
 
-def simulate_graph(
-    profile: Profile, schedule: Any, memory: int | None = None
-) -> SimulationResult:
+def simulate_graph(profile: Profile, schedule: Any, memory: int | None = None) -> SimulationResult:
     """Replay ``schedule.order`` and ``schedule.addresses`` on ``profile.graph``.
 
     Parameters
@@ -151,8 +152,10 @@ def simulate_graph(
     arena = int((offsets[sized] + sizes[sized]).max()) if sized.any() else 0
 
     times = np.array([nodes[name].time for name in order], dtype=float)
+    result.makespan = float(times.sum())
+    if not times.any():  # no times (a captured graph): the memory curve is drawn per step
+        times = np.ones(len(order))
     clock = np.concatenate([[0.0], np.cumsum(times)])
-    result.makespan = float(clock[-1])
     result.peak_memory = arena
     result.op_peaks = [int(v) for v in resident]
     curve: list[tuple[float, int]] = []

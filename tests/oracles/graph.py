@@ -15,8 +15,9 @@ from typing import Any
 from memplan.profile.model import Profile
 
 
-def graph_profile(nodes: list[tuple[str, str]], tensors: list[tuple[str, int, str, list[str]]],
-                  model: str = "toy") -> Profile:
+def graph_profile(
+    nodes: list[tuple[str, str]], tensors: list[tuple[str, int, str, list[str]]], model: str = "toy"
+) -> Profile:
     """A graph-only profile from ``(name, kind)`` nodes and ``(name, size, producer, consumers)``."""
     return Profile.model_validate(
         {

@@ -92,36 +92,6 @@ def early_update_edges(problem: GraphProblem) -> list[tuple[int, int]]:
         min_level = fwd[v]
         visited: dict[int, tuple[int | None, int]] = {}
 
-        def find_candidate(start: int) -> tuple[int | None, int]:
-            # Function 4, iteratively (a post-order walk with the memo ``visited``).
-            stack = [start]
-            while stack:
-                u = stack[-1]
-                if u in visited:
-                    stack.pop()
-                    continue
-                pending = [
-                    s
-                    for s in succ[u]
-                    if fwd[s] <= min_level and s not in visited and s != u
-                ]
-                if pending:
-                    stack.extend(pending)
-                    continue
-                best: tuple[int | None, int] = (None, -1)
-                for s in succ[u]:
-                    if bwd[s] <= best[1]:
-                        continue
-                    if fwd[s] <= min_level:
-                        cand = visited[s]
-                        if cand[1] > best[1]:
-                            best = cand
-                    else:
-                        best = (s, bwd[s])
-                visited[u] = best
-                stack.pop()
-            return visited[start]
-
         starts = {v}
         anchor: tuple[int | None, int] = (None, -1)
         seen_starts: set[int] = set()
@@ -129,12 +99,47 @@ def early_update_edges(problem: GraphProblem) -> list[tuple[int, int]]:
             starts = {p for u in starts for p in pred[u]} - seen_starts
             seen_starts |= starts
             for src in starts:
-                cand = find_candidate(src)
+                cand = _find_candidate(src, succ, fwd, bwd, min_level, visited)
                 if cand[0] is not None and cand[1] > anchor[1] and cand[0] != v:
                     anchor = cand
         if anchor[0] is not None:
             edges.append((v, anchor[0]))
     return edges
+
+
+def _find_candidate(
+    start: int,
+    succ: dict[int, list[int]],
+    fwd: dict[int, int],
+    bwd: dict[int, int],
+    min_level: int,
+    visited: dict[int, tuple[int | None, int]],
+) -> tuple[int | None, int]:
+    """Function 4 of papers/002 (``FindCandidate``), iteratively: the best anchor reachable from
+    ``start`` through nodes of forward level ``<= min_level``, and its backward level."""
+    stack = [start]
+    while stack:
+        u = stack[-1]
+        if u in visited:
+            stack.pop()
+            continue
+        pending = [s for s in succ[u] if fwd[s] <= min_level and s not in visited and s != u]
+        if pending:
+            stack.extend(pending)
+            continue
+        best: tuple[int | None, int] = (None, -1)
+        for s in succ[u]:
+            if bwd[s] <= best[1]:
+                continue
+            if fwd[s] <= min_level:
+                cand = visited[s]
+                if cand[1] > best[1]:
+                    best = cand
+            else:
+                best = (s, bwd[s])
+        visited[u] = best
+        stack.pop()
+    return visited[start]
 
 
 @dataclass
