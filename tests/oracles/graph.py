@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import itertools
 import random
+from collections.abc import Sequence
 from typing import Any
 
 from memplan.profile.model import Profile
@@ -135,3 +136,49 @@ def overlaps(profile: Profile, order: list[str], addresses: dict[str, int]) -> l
             if x < y + z2 and y < x + z1:
                 bad.append((a, b))
     return bad
+
+
+def lowest_fit_arena(spans: list[tuple[int, int, int]], perm: Sequence[int]) -> int:
+    """Place ``spans`` (first step, last step, size) in the order ``perm``, each at the lowest
+    offset clear of the tensors already placed that share a step with it; return the arena.
+
+    Over all permutations, the least such arena is the optimum: sorting an optimal placement by
+    offset and placing in that order puts each tensor at or below its optimal offset.
+    """
+    placed: list[tuple[int, int, int, int]] = []  # first, last, low, high
+    arena = 0
+    for k in perm:
+        s, e, size = spans[k]
+        busy = sorted((lo, hi) for (s2, e2, lo, hi) in placed if s2 <= e and s <= e2)
+        offset = 0
+        for lo, hi in busy:
+            if offset + size <= lo:
+                break
+            offset = max(offset, hi)
+        placed.append((s, e, offset, offset + size))
+        arena = max(arena, offset + size)
+    return arena
+
+
+def best_arena(profile: Profile, weights_first: bool = True) -> int:
+    """The least arena over every topological order and every placement (exhaustive)."""
+    graph = profile.graph
+    assert graph is not None
+    kind = {node.name: node.kind for node in graph.nodes}
+    best = None
+    for order in topological_orders(profile, weights_first):
+        pos = {name: k for k, name in enumerate(order)}
+        spans = []
+        for t in graph.tensors:
+            if t.size == 0:
+                continue
+            if kind[t.producer] == "weight":
+                spans.append((0, len(order) - 1, t.size))
+            else:
+                first = pos[t.producer]
+                spans.append((first, max([first, *(pos[c] for c in t.consumers)]), t.size))
+        for perm in itertools.permutations(range(len(spans))):
+            value = lowest_fit_arena(spans, perm)
+            if best is None or value < best:
+                best = value
+    return 0 if best is None else best

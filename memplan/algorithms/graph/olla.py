@@ -162,6 +162,11 @@ class _Vars:
     peak: Any
     scale: int
     constant: int
+    P: dict[int, dict[int, Any]] = field(default_factory=dict)  # noqa: N815 - the paper's name
+    asap: dict[int, int] = field(default_factory=dict)
+    alap: dict[int, int] = field(default_factory=dict)
+    ancestors: dict[int, int] = field(default_factory=dict)  # bitsets over local indices
+    local: dict[int, int] = field(default_factory=dict)
 
 
 def solve_order(
@@ -304,9 +309,16 @@ def _contract(
 
 
 def _build_model(
-    problem: GraphProblem, nodes: list[int], succ: dict[int, set[int]], hint: list[int]
+    problem: GraphProblem,
+    nodes: list[int],
+    succ: dict[int, set[int]],
+    hint: list[int],
+    minimize: bool = True,
 ):
     """The CP-SAT model of eq. 14 (see NOTE [ OLLA order model ]).
+
+    With ``minimize=False`` only the order part (constraints 1-5, 10-12) is built, without
+    eq. 13 and the objective: the joint model of eq. 9 (:mod:`.joint`) adds the addresses.
 
     # NOTE [ OLLA order model ]
     # Steps t = 0..T-1, T the number of non-weight nodes, one node per step. For node v,
@@ -374,6 +386,7 @@ def _build_model(
     const = np.zeros(T, dtype=np.int64)
     terms: dict[int, dict[Any, int]] = {t: {} for t in range(T)}
     n_p = 0
+    all_p: dict[int, dict[int, Any]] = {}
     node_lb = dict.fromkeys(nodes, 0)
     for i in movable:
         p = int(problem.producer[i])
@@ -389,6 +402,7 @@ def _build_model(
         last = max(alap[s] for s in sinks)
         must_from, must_to = alap[p] + 1, max(asap[s] for s in sinks)
         P: dict[int, Any] = {}  # noqa: N806 - the paper's name
+        all_p[i] = P
         for t in range(asap[p] + 1, last + 1):
             if must_from <= t <= must_to:
                 P[t] = 1
@@ -412,21 +426,25 @@ def _build_model(
                     model.add_implication(var, P[t])
 
     lower = max(node_lb.values(), default=0)
-    hint_resident = problem.resident(hint)
-    upper = int(hint_resident.max() - constant) // scale if len(hint) else 0
-    peak = model.new_int_var(min(lower, upper), max(upper, 0), "peak_resident")
-    for t in range(T):
-        expr = sum(c * var for var, c in terms[t].items())
-        model.add(expr + int(const[t]) <= peak)
-    model.add_hint(peak, upper)
-    model.minimize(peak)
     stats = {
         "steps": T,
         "x_vars": sum(len(x[v]) for v in nodes),
         "p_vars": n_p,
         "lower_bound": lower * scale + constant,
     }
-    return model, _Vars(nodes, x, peak, scale, constant), stats
+    var = _Vars(nodes, x, None, scale, constant, all_p, asap, alap, anc, local)
+    if not minimize:
+        return model, var, stats
+    hint_resident = problem.resident(hint)
+    upper = int(hint_resident.max() - constant) // scale if len(hint) else 0
+    peak = model.new_int_var(min(lower, upper), max(upper, 0), "peak_resident")
+    for t in range(T):
+        expr = sum(c * v for v, c in terms[t].items())
+        model.add(expr + int(const[t]) <= peak)
+    model.add_hint(peak, upper)
+    model.minimize(peak)
+    var.peak = peak
+    return model, var, stats
 
 
 def _read_order(

@@ -7,6 +7,10 @@ the ``peak_resident`` memory (eq. 13, no fragmentation) and the ``fragmentation`
 ``(arena - peak_resident) / arena`` (section 5.4). It is feasible when the arena fits the budget;
 ``min_memory`` is the arena (the budget the algorithm's plan needs). The makespan is the sum of
 the node times: the order changes no time.
+
+``olla`` is the split of section 4.4 (eq. 14, then eq. 15 on that order), followed on small graphs
+by the joint model of eq. 9 (:mod:`memplan.algorithms.graph.joint`) when the split is not proven
+optimal.
 """
 
 from __future__ import annotations
@@ -46,30 +50,14 @@ def run(which: str, profile: Any, request: Any) -> Schedule:
         start, end = problem.lifetimes(order)
         offsets = greedy_by_size(problem.sizes, start, end)
         status = "feasible"
-    elif which in ("olla-order", "olla"):
-        share = limit if which == "olla-order" else limit / 2
-        order, bound, status, note = _reorder(problem, share, progress)
+    elif which == "olla-order":
+        order, bound, status, note, _ = _reorder(problem, limit, progress)
         notes.append(note)
         start, end = problem.lifetimes(order)
-        if which == "olla-order":
-            offsets = first_fit(problem.sizes, start, end)
-        else:
-            left = max(0.5, limit - (time.perf_counter() - began))
-            placed = solve_placement(
-                problem.sizes,
-                start,
-                end,
-                problem.persistent,
-                problem.peak_resident(order),
-                time_limit=left,
-                progress=progress,
-                label="olla (placement)",
-            )
-            offsets = placed.offsets
-            bound = None  # the arena's bound is the order's: reported in the message
-            notes.append(f"placement {placed.status}, {placed.message}")
-            if placed.status != "optimal":
-                status = "feasible"
+        offsets = first_fit(problem.sizes, start, end)
+    elif which == "olla":
+        order, offsets, bound, status, note = _olla(problem, limit, progress, began)
+        notes.append(note)
     elif which == "olla-address":
         order = framework
         start, end = problem.lifetimes(order)
@@ -100,8 +88,14 @@ def run(which: str, profile: Any, request: Any) -> Schedule:
     )
 
 
-def _reorder(problem: GraphProblem, limit: float, progress: Any) -> tuple[list[int], int, str, str]:
-    """OLLA's reordering (eq. 14), never worse than the framework order."""
+def _reorder(
+    problem: GraphProblem, limit: float, progress: Any
+) -> tuple[list[int], int, str, str, list[tuple[int, int]] | None]:
+    """OLLA's reordering (eq. 14), never worse than the framework order.
+
+    Returns the order, the proven bound, the status, a note and the control edges the order
+    respects (None when the framework order was kept).
+    """
     from memplan.algorithms.graph.olla import early_update_edges, solve_order
 
     edges = early_update_edges(problem)
@@ -113,8 +107,53 @@ def _reorder(problem: GraphProblem, limit: float, progress: Any) -> tuple[list[i
         note += f", {len(edges)} early-update control edges"
     if framework_peak < result.peak:
         note += "; the framework order was better and is kept"
-        return framework, result.bound, "feasible", note
-    return result.order, result.bound, result.status, note
+        return framework, result.bound, "feasible", note, None
+    return result.order, result.bound, result.status, note, edges
+
+
+def _olla(
+    problem: GraphProblem, limit: float, progress: Any, began: float
+) -> tuple[list[int], np.ndarray, int | None, str, str]:
+    """``olla``: eq. 14 then eq. 15 on its order (section 4.4); on small graphs whose split
+    solution is not proven optimal, the joint model of eq. 9 from there."""
+    from memplan.algorithms.graph.joint import JOINT_MAX_NODES, joint_size, solve_joint
+
+    order, order_bound, status, note, edges = _reorder(problem, limit / 2, progress)
+    small = edges is not None and joint_size(problem, edges) <= JOINT_MAX_NODES
+    start, end = problem.lifetimes(order)
+    left = max(0.5, limit - (time.perf_counter() - began))
+    placed = solve_placement(
+        problem.sizes,
+        start,
+        end,
+        problem.persistent,
+        problem.peak_resident(order),
+        time_limit=left / 2 if small else left,
+        progress=progress,
+        label="olla (placement)",
+    )
+    notes = [note, f"placement {placed.status}, {placed.message}"]
+    offsets, arena = placed.offsets, placed.arena
+    proven = status == "optimal" and arena <= order_bound  # zero fragmentation, optimal order
+    if small and not proven:
+        left = max(0.5, limit - (time.perf_counter() - began))
+        joint = solve_joint(
+            problem,
+            time_limit=left,
+            extra_edges=edges or [],
+            hint_order=order,
+            hint_offsets=offsets,
+            lower_bound=order_bound,
+            progress=progress,
+        )
+        if joint is not None:
+            notes.append(f"joint model (eq. 9) {joint.status}, {joint.message}")
+            if joint.arena < arena:
+                order, offsets, arena = joint.order, joint.offsets, joint.arena
+            return order, offsets, joint.bound, joint.status, "; ".join(notes)
+    if not proven:
+        status = "feasible"
+    return order, offsets, order_bound if proven else None, status, "; ".join(notes)
 
 
 def _schedule(
