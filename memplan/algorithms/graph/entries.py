@@ -31,7 +31,8 @@ ALGORITHMS: list[AlgorithmInfo] = [
         family="graph",
         exact=True,
         needs="graph profile; --time-limit",
-        summary="OLLA: reorder the nodes (eq. 14), then place the tensors (eq. 15), CP-SAT",
+        summary="OLLA: reorder the nodes (eq. 14), then place the tensors (eq. 15), CP-SAT; "
+        "the joint ILP (eq. 9) on small graphs",
         reference=f"{REFERENCE}, sections 3-4",
         run=_run("olla"),
     ),
