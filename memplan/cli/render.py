@@ -239,7 +239,7 @@ def info_tables(desc: Mapping[str, Any]) -> Group:
     measured = desc.get("measured") or {}
     rows: list[tuple[str, Any]] = [
         ("model", desc["model"]),
-        ("stages", str(desc["stages"])),
+        ("nodes" if desc.get("kind") == "graph" else "stages", str(desc["stages"])),
         ("batch size", "-" if desc.get("batch_size") is None else str(desc["batch_size"])),
         (
             "input shape",
