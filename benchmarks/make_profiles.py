@@ -10,6 +10,7 @@ Usage::
     python benchmarks/make_profiles.py                    # every profile
     python benchmarks/make_profiles.py resnet18 gpt-small # some of them
     python benchmarks/make_profiles.py --list
+    python benchmarks/make_profiles.py --threads 1 siamese-resnet18 cross-modal-resnet18
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ OUT_DIR = Path(__file__).resolve().parent.parent / "memplan" / "profiles"
 
 IMAGE = (3, 224, 224)
 # file stem -> (model name, batch size, input shape of one sample, GPU to estimate for or None)
-PROFILES: dict[str, tuple[str, int, tuple[int, ...], str | None]] = {
+PROFILES: dict[str, tuple[str, int, tuple[int, ...] | None, str | None]] = {
     # Measured on this machine (CPU), batch sizes that profile in minutes.
     "resnet18": ("resnet18", 16, IMAGE, None),
     "resnet50": ("resnet50", 16, IMAGE, None),
@@ -52,6 +53,10 @@ PROFILES: dict[str, tuple[str, int, tuple[int, ...], str | None]] = {
     "resnet50@h100": ("resnet50", 64, IMAGE, "h100"),
     "gpt-small@v100": ("gpt-small", 4, (1024,), "v100"),
     "gpt-small@h100": ("gpt-small", 4, (1024,), "h100"),
+    # Join networks (papers/003, docs/join.md), measured on this machine; their factories give
+    # the inputs (images 3x224x224, 64 tokens). Run with --threads 1.
+    "siamese-resnet18": ("siamese-resnet18", 8, None, None),
+    "cross-modal-resnet18": ("cross-modal-resnet18", 8, None, None),
 }
 REPEATS = 3
 
@@ -67,7 +72,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.list:
         for stem, (model, batch, shape, gpu) in PROFILES.items():
             where = f"estimated for {gpu}" if gpu else "measured"
-            print(f"{stem}: {model}, batch {batch}, input {'x'.join(map(str, shape))}, {where}")
+            dims = "x".join(map(str, shape)) if shape else "from its factory"
+            print(f"{stem}: {model}, batch {batch}, input {dims}, {where}")
         return 0
     unknown = [name for name in args.names if name not in PROFILES]
     if unknown:
@@ -94,7 +100,7 @@ def main(argv: list[str] | None = None) -> int:
         path = args.out / f"{stem}.yaml"
         save_profile(prof, path)
         print(
-            f"{stem}: {len(prof.stages)} stages, batch {batch}, "
+            f"{stem}: {prof.length} stages, batch {batch}, "
             f"iteration {prof.lower_bound:.1f} ms, "
             f"{time.perf_counter() - began:.0f} s -> {path}",
             flush=True,

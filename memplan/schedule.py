@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_serial
 from memplan.errors import InputError
 
 SCHEDULE_FORMAT = "memplan-schedule/1"
-OpName = Literal["F_all", "F_ck", "F_n", "B", "offload", "prefetch"]
+OpName = Literal["F_all", "F_ck", "F_n", "B", "offload", "prefetch", "turn"]
 Status = Literal["optimal", "feasible", "infeasible", "unknown"]
 
 
@@ -37,12 +37,15 @@ class Op(_Model):
     end: float = Field(allow_inf_nan=False)
     stream: Literal["compute", "transfer"] = "compute"
     tensor: str | None = None
+    branch: int | None = Field(default=None, ge=0)
 
     @model_serializer(mode="wrap")
     def _drop_unset_tensor(self, handler: Any) -> dict[str, Any]:
         data = handler(self)
         if data.get("tensor") is None:
             data.pop("tensor", None)
+        if data.get("branch") is None:
+            data.pop("branch", None)
         return data
 
 
@@ -89,6 +92,15 @@ class Schedule(_Model):
     ops: list[Op] = []
 
     # -- join family (papers/003): its fields go here --
+    join_model: Literal["pebble", "chain"] | None = Field(
+        default=None,
+        description="join schedules: the memory model of the ops (docs/join.md): 'pebble' (the "
+        "paper's unit-slot model) or 'chain' (docs/model.md on every branch)",
+    )
+    join_slots: int | None = Field(
+        default=None,
+        description="join schedules, pebble model: the budget in the paper's memory slots (c)",
+    )
 
     # -- graph family (papers/002): its fields go here --
     order: list[str] | None = Field(
@@ -114,6 +126,7 @@ class Schedule(_Model):
 
     @model_serializer(mode="wrap")
     def _drop_unset_family_fields(self, handler: Any) -> dict[str, Any]:
+        """Leave the other families' unset fields out of the documents."""
         data = handler(self)
         for key in _FAMILY_FIELDS:
             if data.get(key, 0) is None:
@@ -136,8 +149,17 @@ class Schedule(_Model):
         return sum(1 for o in self.ops if o.op == op)
 
 
-_FAMILY_FIELDS = ("order", "addresses", "arena", "peak_resident", "fragmentation", "memory_bound")
-"""Family fields left out of the documents when unset (the graph family's)."""
+_FAMILY_FIELDS = (
+    "join_model",
+    "join_slots",
+    "order",
+    "addresses",
+    "arena",
+    "peak_resident",
+    "fragmentation",
+    "memory_bound",
+)
+"""Family fields left out of the documents when unset (the join and graph families')."""
 
 
 def schedule_from_dict(data: Any, source: str = "<schedule>") -> Schedule:

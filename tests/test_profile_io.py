@@ -105,3 +105,49 @@ def test_atomic_write_leaves_no_partial_file(tmp_path, monkeypatch):
         profile_io.write_atomic(target, "new content")
     assert target.read_text() == "old"
     assert list(tmp_path.iterdir()) == [target]
+
+
+def _join_document(**changes):
+    stage = {"name": "s", "forward_time": 1, "backward_time": 1, "output_size": 4, "saved_size": 4}
+    doc = {
+        "format": "memplan-profile/1",
+        "model": "tiny-join",
+        "branches": [{"name": "a", "input_size": 4, "stages": [stage]}],
+        "turn": dict(stage, name="loss"),
+    }
+    doc.update(changes)
+    return {k: v for k, v in doc.items() if v is not None}
+
+
+def test_join_profile_shape_and_families():
+    prof = memplan.load_profile(_join_document())
+    assert prof.kind == "join" and prof.families == ("join",)
+    assert prof.length == 2 and prof.lower_bound == 4.0
+    chain = memplan.load_profile("resnet18")
+    assert chain.kind == "chain" and "join" not in chain.families
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"turn": None}, "turn missing"),
+        ({"stages": _join_document()["branches"][0]["stages"], "input_size": 4}, "either 'stages'"),
+        ({"branches": None, "turn": None}, "expected 'stages'"),
+    ],
+)
+def test_malformed_profile_shapes_are_one_line_errors(changes, message):
+    with pytest.raises(memplan.InputError, match=message) as info:
+        memplan.load_profile(_join_document(**changes))
+    assert "\n" not in str(info.value)
+
+
+def test_chain_without_input_size_names_the_field():
+    doc = memplan.load_profile("resnet18").to_dict()
+    del doc["input_size"]
+    with pytest.raises(memplan.InputError, match=r"^<profile>: input_size: missing"):
+        memplan.load_profile(doc)
+
+
+def test_algorithm_of_another_family_is_a_usage_error_naming_the_fitting_family():
+    with pytest.raises(memplan.InputError, match=r"rotor \(chain family\).*join family"):
+        memplan.solve(_join_document(), algo="rotor", memory="1GB")

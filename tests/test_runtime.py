@@ -1,13 +1,15 @@
 """memplan.torch.runtime: one iteration under a plan equals plain training, op for op.
 
-For rotor, revolve and periodic plans (and greedy/dynprog offloading plans on a profile given a
-bandwidth) on resnet18 (batch 2, 3x32x32), gpt-tiny and a toy network with dropout and batch
-norm: after one forward+backward under the plan, the loss, every parameter gradient and every
-buffer (batch-norm running statistics) equal those of plain training from an identical copy;
-the forward computations counted per stage equal the plan's F operations per stage; and, on CPU,
-the peak of the activation bytes held (RuntimeCounters.peak_live_bytes) is within 5% of the
-simulator's peak for the activation part (planned_activation_peak: the replay without overheads,
-gradients and static memory). In practice they are equal to the byte.
+For rotor, revolve and periodic plans, greedy and dynprog offloading plans (a bandwidth set in the
+profile) on resnet18 (batch 2, 3x32x32), gpt-tiny and a toy network with dropout and batch norm,
+and pofo plans that both recompute and offload on resnet18 and gpt-tiny (fixed stage times, 30
+MB/s, a budget scan): after one forward+backward under the plan, the loss, every parameter
+gradient and every buffer (batch-norm running statistics) equal those of plain training from an
+identical copy; the forward computations counted per stage equal the plan's F operations per
+stage; the bytes offloaded and prefetched are the plan's; and, on CPU, the activation bytes held
+(RuntimeCounters.live_curve, after each event of the plan) follow the combined simulator's curve
+for the activations (planned_activation_curve: the replay without overheads, gradients and static
+memory), every point and the peak within 5%. In practice they are equal to the byte.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from memplan.torch import build_model, linearize, profile_model  # noqa: E402
 from memplan.torch.runtime import (  # noqa: E402
     checkpointed,
     fit,
+    planned_activation_curve,
     planned_activation_peak,
     planned_forward_counts,
 )
@@ -106,18 +109,23 @@ def _recomputing_budget(prof) -> int:
     return least + (store_all - least) // 3
 
 
-@pytest.mark.parametrize("algo", CHAIN_ALGOS)
-def test_chain_plan_trains_like_plain(case, algo):
-    name, model, x, prof = case
-    sched = memplan.solve(prof, algo, _recomputing_budget(prof))
-    assert sched.feasible, (name, algo, sched.min_memory)
-    planned = planned_forward_counts(sched, prof.length)
-    assert sum(planned) > prof.length or algo == "periodic", "the budget forces recomputation"
+def _planned_transfer_bytes(prof, sched, kind: str) -> int:
+    """Bytes the plan moves with ``kind`` (offload/prefetch), by the profile's sizes."""
+    sizes = {"x[0]": prof.input_size}
+    for k, stage in enumerate(prof.stages):
+        sizes[f"x[{k + 1}]"] = stage.output_size
+        sizes[f"s[{k}]"] = stage.saved_size
+    return sum(sizes[op.tensor or f"s[{op.stage}]"] for op in sched.ops if op.op == kind)
+
+
+def _check_plan(model, x, prof, sched) -> None:
+    """One iteration under ``sched`` trains as plain training and does what the plan says."""
     ref, ref_loss = _plain(model, x)
     got, loss, wrapped = _planned(model, x, sched, prof)
     torch.testing.assert_close(loss, ref_loss)
     _assert_same_training(ref, got)
     counters = wrapped.counters
+    planned = planned_forward_counts(sched, prof.length)
     assert [counters.forward_count(k) for k in range(prof.length)] == planned
     for kind in ("F_all", "F_ck", "F_n"):
         kinds = [sum(o.op == kind and o.stage == k for o in sched.ops) for k in range(prof.length)]
@@ -125,31 +133,80 @@ def test_chain_plan_trains_like_plain(case, algo):
     assert counters.backwards == [1] * prof.length
     # What autograd saved per stage is what the profile measured.
     assert counters.saved_bytes == [s.saved_size for s in prof.stages]
+    # The transfers moved the tensors the plan names, whole (plain copies on CPU).
+    assert counters.offloaded_bytes == _planned_transfer_bytes(prof, sched, "offload")
+    assert counters.prefetched_bytes == _planned_transfer_bytes(prof, sched, "prefetch")
     # CPU: the activation bytes held, against the simulator's activation-only replay.
     predicted = planned_activation_peak(prof, sched)
     assert abs(counters.peak_live_bytes - predicted) <= 0.05 * predicted
+    # ... and the whole curve, event by event (the same byte counts in practice).
+    curve = planned_activation_curve(prof, sched)
+    assert len(counters.live_curve) == len(curve)
+    for measured, planned in zip(counters.live_curve, curve, strict=True):
+        assert abs(measured - planned) <= 0.05 * predicted
     assert counters.live_bytes == 0  # everything freed at the end of the iteration
+
+
+@pytest.mark.parametrize("algo", CHAIN_ALGOS)
+def test_chain_plan_trains_like_plain(case, algo):
+    name, model, x, prof = case
+    sched = memplan.solve(prof, algo, _recomputing_budget(prof))
+    assert sched.feasible, (name, algo, sched.min_memory)
+    planned = planned_forward_counts(sched, prof.length)
+    assert sum(planned) > prof.length or algo == "periodic", "the budget forces recomputation"
+    _check_plan(model, x, prof, sched)
+
+
+def _with_bandwidth(prof, bandwidth: float, fixed_times: bool = False):
+    data = prof.model_dump(exclude_none=True)
+    data["bandwidth"] = bandwidth
+    if fixed_times:  # deterministic plans: the measured CPU times are noisy
+        for stage in data["stages"]:
+            stage.update(forward_time=1.0, backward_time=2.0)
+    return memplan.load_profile(data)
 
 
 @pytest.mark.parametrize("algo", OFFLOAD_ALGOS)
 def test_offload_plan_trains_like_plain(case, algo):
     name, model, x, prof = case
-    data = prof.model_dump(exclude_none=True)
-    data["bandwidth"] = 1e9
-    prof_bw = memplan.load_profile(data)
+    prof_bw = _with_bandwidth(prof, 1e9)
     desc = describe(prof_bw)
     least, peak = desc["min_memory"]["offload"], desc["offload_peak"]
     sched = memplan.solve(prof_bw, algo, least + (peak - least) // 3)
     assert sched.feasible and sched.family == "offload"
     assert any(op.op == "offload" for op in sched.ops)
-    ref, ref_loss = _plain(model, x)
-    got, loss, wrapped = _planned(model, x, sched, prof_bw)
-    torch.testing.assert_close(loss, ref_loss)
-    _assert_same_training(ref, got)
-    counts = [wrapped.counters.forward_count(k) for k in range(prof.length)]
-    assert counts == [1] * prof.length == planned_forward_counts(sched, prof.length)
-    assert wrapped.counters.offloaded_bytes == 0  # on CPU the copy to host memory is a no-op
-    assert wrapped.counters.saved_bytes == [s.saved_size for s in prof.stages]
+    assert planned_forward_counts(sched, prof.length) == [1] * prof.length
+    _check_plan(model, x, prof_bw, sched)
+
+
+def _pofo_mixing(prof):
+    """A pofo plan that both recomputes and offloads (its DP's own, not rotor's or dynprog's).
+
+    Stage times fixed (1 ms forward, 2 ms backward), 30 MB/s, 500 slots, activations only: a scan
+    of 16 budgets between rotor's least memory and the store-all need; the plan offloading the
+    most distinct kinds of tensors (x[k] and s[k]) wins.
+    """
+    timed = _with_bandwidth(prof, 3e7, fixed_times=True)
+    desc = describe(timed, "none")
+    lo, hi = desc["min_memory"]["chain"], desc["store_all_memory"]
+    found = []
+    for i in range(16):
+        sched = memplan.solve(timed, "pofo", lo + (hi - lo) * i // 16, optimizer="none", slots=500)
+        moved = {op.tensor[0] for op in sched.ops if op.op == "offload" and op.tensor}
+        if sched.feasible and sched.count("offload") and sched.count("F_ck"):
+            found.append((len(moved), sched.count("offload") + sched.count("F_ck"), i, sched))
+    assert found, "no budget where pofo both recomputes and offloads"
+    return timed, max(found, key=lambda item: item[:3])[3]
+
+
+@pytest.mark.parametrize("case", ["resnet18", "gpt-tiny"], indirect=True)
+def test_pofo_plan_trains_like_plain(case):
+    name, model, x, prof = case
+    timed, sched = _pofo_mixing(prof)
+    assert sched.family == "combined" and sched.algorithm == "pofo"
+    assert sched.count("offload") >= 1 and sched.count("prefetch") >= 1
+    assert sum(planned_forward_counts(sched, prof.length)) > prof.length  # recomputes
+    _check_plan(model, x, timed, sched)
 
 
 def test_two_steps_of_sgd_match(case):
@@ -181,6 +238,9 @@ def test_mismatched_schedule_is_an_input_error(case):
     data["stages"][0]["forward_time"] += 1.0
     with pytest.raises(InputError, match="sha256"):
         checkpointed(linearize(copy.deepcopy(model), x), mine, profile=data)
+    broken = mine.model_copy(update={"ops": [op for op in mine.ops if op.op != "F_all"]})
+    with pytest.raises(InputError, match="does not replay"):
+        checkpointed(linearize(copy.deepcopy(model), x), broken, profile=prof)
     infeasible = memplan.solve(prof, "rotor", 1000)
     with pytest.raises(InputError, match="infeasible"):
         checkpointed(linearize(copy.deepcopy(model), x), infeasible)
@@ -248,3 +308,130 @@ def test_sequential_with_a_hand_written_plan():
     ref(x).backward()
     _assert_same_training(ref, seq)
     assert [wrapped.counters.forward_count(k) for k in range(4)] == [2, 2, 1, 1]
+
+
+def test_cli_run_pofo(tmp_path):
+    """`memplan run --algo pofo`: bandwidth from the profile or --bandwidth; the plan recomputes
+    and offloads, and the run does both as planned."""
+    model, x = _build("gpt-tiny")
+    prof = profile_model(copy.deepcopy(model), example_input=x, repeats=1, name="gpt-tiny")
+    timed, sched = _pofo_mixing(prof)
+    path = tmp_path / "gpt.json"
+    path.write_text(json.dumps(timed.model_dump(mode="json", exclude_none=True)))
+    args = ["run", "gpt-tiny", "--algo", "pofo", "--mem", str(sched.budget.memory), "-b", "2"]
+    args += ["--input-shape", "16", "--slots", "500", "--optimizer", "none", "--steps", "2"]
+    result = CliRunner().invoke(app, [*args, "--profile", str(path), "--format", "json"])
+    assert result.exit_code == 0, result.stderr
+    doc = json.loads(result.stdout)
+    assert doc["algorithm"] == "pofo"
+    assert (
+        doc["forwards_measured"]
+        == doc["forwards_planned"]
+        == planned_forward_counts(sched, prof.length)
+    )
+    assert sum(doc["forwards_planned"]) > len(doc["stages"])
+    assert doc["offloaded_bytes"] == doc["offloaded_bytes_planned"] > 0
+    assert doc["measured_activation_peak"] == pytest.approx(doc["planned_activation_peak"], 0.05)
+    table = CliRunner().invoke(app, [*args, "--profile", str(path), "--bandwidth", "30MB/s"])
+    assert table.exit_code == 0, table.stderr
+    assert "offloaded to host memory" in table.stderr
+    # No bandwidth anywhere: a usage error naming the option.
+    bare = timed.model_dump(mode="json", exclude_none=True)
+    bare.pop("bandwidth")
+    path.write_text(json.dumps(bare))
+    missing = CliRunner().invoke(app, [*args, "--profile", str(path)])
+    assert missing.exit_code == 2 and "--bandwidth" in missing.stderr
+
+
+def _hand_plan(spec, family="combined"):
+    """A schedule from ``(op, stage, start, end[, tensor])`` rows (times only order events)."""
+    from memplan.schedule import Budget, Op, ProfileRef, Schedule
+
+    ops = []
+    for op, stage, start, end, *tensor in spec:
+        stream = "transfer" if op in ("offload", "prefetch") else "compute"
+        ops.append(
+            Op(
+                op=op,
+                stage=stage,
+                start=start,
+                end=end,
+                stream=stream,
+                tensor=tensor[0] if tensor else None,
+            )
+        )
+    return Schedule(
+        family=family,
+        algorithm="hand",
+        profile=ProfileRef(model="seq", sha256="0" * 64, stages=4),
+        budget=Budget(bandwidth=1e9),
+        feasible=True,
+        lower_bound=0.0,
+        ops=ops,
+    )
+
+
+def _seq():
+    from memplan.torch.linearize import MeanSquareLoss
+
+    torch.manual_seed(5)
+    seq = nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 3), MeanSquareLoss())
+    return seq, torch.randn(5, 4)
+
+
+def test_hand_written_combined_plan():
+    """Offload x[0] and s[0] while recomputing: the moved data come back bit for bit."""
+    seq, x = _seq()
+    ref = copy.deepcopy(seq)
+    sched = _hand_plan(
+        [
+            ("F_all", 0, 0, 1),
+            ("offload", 0, 0, 0.5, "x[0]"),
+            ("offload", 0, 1, 2, "s[0]"),
+            ("F_ck", 1, 1, 2),
+            ("F_all", 2, 2, 3),
+            ("F_all", 3, 3, 4),
+            ("B", 3, 4, 5),
+            ("prefetch", 0, 4, 5, "s[0]"),
+            ("B", 2, 5, 6),
+            ("prefetch", 0, 5, 6, "x[0]"),
+            ("F_all", 1, 6, 7),
+            ("B", 1, 7, 8),
+            ("B", 0, 8, 9),
+        ]
+    )
+    wrapped = checkpointed(seq, sched)
+    x_before = x.clone()
+    wrapped(x).backward()
+    ref(x).backward()
+    _assert_same_training(ref, seq)
+    torch.testing.assert_close(x, x_before, rtol=0, atol=0)
+    counters = wrapped.counters
+    assert [counters.forward_count(k) for k in range(4)] == [1, 2, 1, 1]
+    s0 = counters.saved_bytes[0]
+    assert counters.offloaded_bytes == counters.prefetched_bytes == x.numel() * 4 + s0
+    # While x[0] and s[0] were on the host, the live curve dropped by their bytes.
+    assert min(counters.live_curve[2:8]) < counters.live_curve[1]
+
+
+def test_bad_transfers_are_input_errors_and_runtime_errors_restore_the_input():
+    seq, x = _seq()
+    for tensor, match in (("x[9]", "tensor"), ("q[1]", "tensor"), ("s[4]", "tensor")):
+        bad = _hand_plan([("F_all", 0, 0, 1), ("offload", 0, 1, 2, tensor)])
+        with pytest.raises(InputError, match=match):
+            checkpointed(seq, bad)
+    chain_with_transfer = _hand_plan([("F_all", 0, 0, 1), ("offload", 0, 1, 2)], family="chain")
+    with pytest.raises(InputError, match="chain schedule"):
+        checkpointed(seq, chain_with_transfer)
+    # x[0] offloaded and never prefetched: B 0 cannot run. The error names the tensor and the
+    # caller's input is put back.
+    never_back = _hand_plan(
+        [("offload", 0, 0, 1, "x[0]")]
+        + [("F_all", k, k, k + 1) for k in range(4)]
+        + [("B", k, 8 - k, 9 - k) for k in range(3, -1, -1)]
+    )
+    x_before = x.clone()
+    loss = checkpointed(copy.deepcopy(seq), never_back)(x)
+    with pytest.raises(RuntimeError, match=r"x\[0\]"):
+        loss.backward()
+    torch.testing.assert_close(x, x_before, rtol=0, atol=0)

@@ -86,6 +86,43 @@ def test_simulate_trace_of_an_offload_plan(tmp_path):
     assert all(n.split()[1].startswith(("s[", "x[0]")) for n in transfers)
 
 
+POFO_ARGS = ["-a", "pofo", "-m", "2.1GB", "--bandwidth", "12GB/s", "--slots", "500"]
+
+
+def test_trace_and_plot_of_a_pofo_plan(tmp_path):
+    """A combined plan (recomputation and offloading): compute and transfer tracks, the
+    transfers named by tensor (x[k] or s[k]), the memory counter the combined simulator's."""
+    plan, path = tmp_path / "pofo.json", tmp_path / "pofo.trace.json"
+    args = ["solve", "resnet50@a100", *POFO_ARGS, "-o", str(plan), "--trace", str(path)]
+    solved = runner.invoke(app, args)
+    assert solved.exit_code == 0, solved.stderr
+    sched = memplan.load_schedule(plan)
+    assert sched.family == "combined" and sched.count("offload") and sched.count("F_ck")
+    events = check_trace_schema(json.loads(path.read_text()))
+    complete = [e for e in events if e["ph"] == "X"]
+    assert len(complete) == len(sched.ops)
+    compute = [e for e in complete if e["tid"] == STREAM_TIDS["compute"]]
+    transfer = [e for e in complete if e["tid"] == STREAM_TIDS["transfer"]]
+    assert [e["name"].split()[0] for e in compute] == [
+        op.op for op in sched.ops if op.stream == "compute"
+    ]
+    assert [(e["name"].split()[0], e["args"]["tensor"]) for e in transfer] == [
+        (op.op, op.tensor) for op in sched.ops if op.stream == "transfer"
+    ]
+    assert {e["args"]["name"] for e in events if e["ph"] == "M"} >= {"compute", "transfer"}
+    prof = memplan.load_profile("resnet50@a100")
+    curve = memplan.simulate(prof, sched).memory_curve
+    counters = [e["args"]["bytes"] for e in events if e["ph"] == "C"]
+    assert counters == [b for _, b in curve] and max(counters) == sched.peak_memory
+    pytest.importorskip("matplotlib")
+    png = tmp_path / "pofo.png"
+    result = runner.invoke(app, ["plot", str(plan), "-p", "resnet50@a100", "-o", str(png)])
+    assert result.exit_code == 0, result.stderr
+    assert png.read_bytes()[:8] == PNG_SIGNATURE
+    warned = runner.invoke(app, ["plot", str(plan), "-p", "resnet50@v100", "-o", str(png)])
+    assert warned.exit_code == 0 and "sha256" in warned.stderr
+
+
 def test_trace_document_without_profile():
     sched = memplan.solve("resnet18", "revolve", "1GB")
     doc = json.loads(json.dumps(trace_document(sched)))
@@ -132,6 +169,7 @@ def test_import_memplan_loads_neither_torch_nor_matplotlib():
     assert out.stdout.strip() == "False"
 
 
-def test_readme_figure_is_bundled():
-    figure = Path(__file__).resolve().parent.parent / "docs" / "plan_rotor_resnet50.png"
+@pytest.mark.parametrize("name", ["plan_rotor_resnet50.png", "plan_pofo_resnet50.png"])
+def test_readme_figure_is_bundled(name):
+    figure = Path(__file__).resolve().parent.parent / "docs" / name
     assert figure.read_bytes()[:8] == PNG_SIGNATURE

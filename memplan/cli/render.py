@@ -23,8 +23,9 @@ OP_STYLES = {
     "B": "magenta",
     "offload": "blue",
     "prefetch": "blue",
+    "turn": "red",
 }
-OP_ORDER = ("F_all", "F_ck", "F_n", "B", "offload", "prefetch")
+OP_ORDER = ("F_all", "F_ck", "F_n", "B", "offload", "prefetch", "turn")
 
 
 def _size(nbytes: int | float | None) -> str:
@@ -70,6 +71,7 @@ def op_counts(ops: Sequence[Any], stages: int) -> str:
         counts[op.op] = counts.get(op.op, 0) + 1
     parts = [f"{counts[name]} {name}" for name in OP_ORDER if name in counts]
     forwards = sum(counts.get(name, 0) for name in ("F_all", "F_ck", "F_n"))
+    stages -= counts.get("turn", 0)  # join schedules: the turn is a stage, not a forward
     recomputed = max(0, forwards - stages) if forwards else 0
     text = ", ".join(parts) if parts else "no operations"
     return f"{text}; {recomputed} forward{'s' if recomputed != 1 else ''} recomputed"
@@ -143,12 +145,28 @@ def graph_rows(schedule: Any) -> list[tuple[str, Any]]:
     return rows
 
 
-def ops_table(schedule: Any, stage_names: Sequence[str]) -> Table:
-    """Every operation: index, op, stage (index and name), start, end, duration."""
+def stage_names(profile: Any) -> Sequence[str] | Mapping[tuple[int, int], str]:
+    """Stage names for :func:`ops_table`: a list (chains), ``(branch, stage) -> name`` (joins)."""
+    if profile.stages is not None:
+        return [s.name for s in profile.stages]
+    names: dict[tuple[int, int], str] = {}
+    for j, branch in enumerate(profile.branches or []):
+        for i, st in enumerate(branch.stages):
+            names[(j, i)] = f"{branch.name}/{st.name}"
+    if profile.turn is not None:
+        names[(-1, 0)] = profile.turn.name
+    return names
+
+
+def ops_table(schedule: Any, stage_names: Sequence[str] | Mapping[tuple[int, int], str]) -> Table:
+    """Every operation: index, op, branch (join schedules), stage (index and name), times."""
     transfers = any(op.stream != "compute" for op in schedule.ops)
+    branches = any(getattr(op, "branch", None) is not None for op in schedule.ops)
     table = Table(title=f"Operations ({len(schedule.ops)})", title_justify="left")
     table.add_column("#", justify="right", style="dim")
     table.add_column("op")
+    if branches:
+        table.add_column("branch", justify="right")
     table.add_column("stage", justify="right")
     table.add_column("name")
     table.add_column("start ms", justify="right")
@@ -157,12 +175,17 @@ def ops_table(schedule: Any, stage_names: Sequence[str]) -> Table:
     if transfers:
         table.add_column("stream")
     for index, op in enumerate(schedule.ops):
-        name = stage_names[op.stage] if 0 <= op.stage < len(stage_names) else "?"
+        if isinstance(stage_names, Mapping):
+            key = (-1 if op.branch is None else op.branch, op.stage)
+            name = stage_names.get(key, "?")
+        else:
+            name = stage_names[op.stage] if 0 <= op.stage < len(stage_names) else "?"
         if op.stream == "transfer":
             name = f"{op.tensor or f's[{op.stage}]'} ({name})"
         row = [
             Text(str(index)),
             Text(op.op, style=OP_STYLES.get(op.op, "")),
+            *((Text("-" if op.branch is None else str(op.branch)),) if branches else ()),
             Text(str(op.stage)),
             Text(name),
             Text(f"{op.start:.3f}"),
@@ -290,6 +313,11 @@ def info_tables(desc: Mapping[str, Any]) -> Group:
         ]
     for family, value in (desc.get("min_memory") or {}).items():
         rows.append((f"least memory ({family})", _size(value)))
+    for key, label in (("branches", "branches"), ("join_model", "join model")):
+        if desc.get(key) is not None:
+            rows.append((label, str(desc[key])))
+    if desc.get("c_min") is not None:
+        rows.append(("c_min (Theorem 2)", f"{desc['c_min']} slots of {_size(desc['slot_size'])}"))
     rows.append(("sha256", desc.get("sha256", "-")))
     header = _key_values("Profile", rows)
     if not stage_rows:

@@ -48,9 +48,17 @@ def run(
     ] = None,
     device: Annotated[Device, typer.Option(help="Where to train.")] = Device.auto,
     lr: Annotated[float, typer.Option(metavar="RATE", help="SGD learning rate.")] = 0.01,
-    slots: Annotated[int, typer.Option(metavar="N", help="Slots of the DP algorithms.")] = 500,
+    slots: Annotated[
+        int | None,
+        typer.Option(metavar="N", help="Slots of the DP algorithms.  [default: 500; pofo: 50]"),
+    ] = None,
     bandwidth: Annotated[
-        str | None, typer.Option(metavar="RATE", help="Bandwidth of the offloading algorithms.")
+        str | None,
+        typer.Option(
+            metavar="RATE",
+            help="Host<->device bandwidth of the offloading and combined algorithms (dynprog, "
+            "pofo, ...), e.g. 12GB/s.  [default: the profile's]",
+        ),
     ] = None,
     optimizer: Annotated[
         Optimizer, typer.Option(help="Static memory counted in the budget (the run uses SGD).")
@@ -72,7 +80,9 @@ def run(
     runtime.md) and the forward computations per stage, measured and planned. Exit 0 when done,
     1 when no plan fits, 2 on bad input.
 
-    Example: `memplan run resnet18 --algo rotor --mem 200MB --steps 2 -b 4 --input-shape 3,64,64`
+    Example: `memplan run resnet18 --algo rotor --mem 200MB --steps 2 -b 4 --input-shape 3,64,64`;
+    `memplan run gpt-tiny --algo pofo --mem 1.2MB --bandwidth 30MB/s --slots 500` (pofo, dynprog
+    and the other offloading algorithms need a bandwidth: --bandwidth or the profile's).
     """
     with guard():
         if mem is None:
@@ -107,7 +117,7 @@ def _train(
     profile: str | None,
     device: str,
     lr: float,
-    slots: int,
+    slots: int | None,
     rate: float | None,
     optimizer: str,
     repeats: int,
@@ -169,7 +179,7 @@ def _train(
     if not cuda:
         measured = counters.peak_live_bytes
     planned_counts = wrapped.planned_forward_counts()
-    predicted = planned_activation_peak(prof, sched) if sched.family == "chain" else None
+    predicted = planned_activation_peak(prof, sched)
     return {
         "model": label,
         "algorithm": sched.algorithm,
@@ -190,7 +200,20 @@ def _train(
         "forwards_planned": planned_counts,
         "forwards_measured": [counters.forward_count(k) for k in range(len(wrapped.names))],
         "offloaded_bytes": counters.offloaded_bytes,
+        "prefetched_bytes": counters.prefetched_bytes,
+        "offloaded_bytes_planned": _planned_offload_bytes(prof, sched),
     }
+
+
+def _planned_offload_bytes(prof: Any, sched: Any) -> int:
+    """Bytes the plan's offloads move, by the profile's tensor sizes (docs/combined.md)."""
+    sizes = {"x[0]": prof.input_size}
+    for k, stage in enumerate(prof.stages):
+        sizes[f"x[{k + 1}]"] = stage.output_size
+        sizes[f"s[{k}]"] = stage.saved_size
+    return sum(
+        sizes.get(op.tensor or f"s[{op.stage}]", 0) for op in sched.ops if op.op == "offload"
+    )
 
 
 def _size(nbytes: int | None) -> str:
@@ -215,6 +238,12 @@ def _render(doc: dict[str, Any]) -> None:
         _size(doc["planned_activation_peak"]),
         _size(doc["measured_activation_peak"]),
     )
+    if doc["offloaded_bytes_planned"] or doc["offloaded_bytes"]:
+        summary.add_row(
+            "offloaded to host memory",
+            _size(doc["offloaded_bytes_planned"]),
+            _size(doc["offloaded_bytes"]),
+        )
     planned, measured = doc["forwards_planned"], doc["forwards_measured"]
     summary.add_row("forward computations", str(sum(planned)), str(sum(measured)))
     summary.add_row(

@@ -49,6 +49,11 @@ def plot(
                 f"the schedule was made for {sched.profile.stages} stages, "
                 f"{prof.model} has {prof.length}"
             )
+        if sched.profile.sha256 and sched.profile.sha256 != prof.sha256():
+            echo_err(
+                f"memplan: warning: the schedule was made for a profile with sha256 "
+                f"{sched.profile.sha256[:12]}..., this one has {prof.sha256()[:12]}..."
+            )
         from memplan.views.plot import plot_schedule
 
         result = memplan.simulate(prof, sched, check_claims=False)

@@ -151,9 +151,9 @@ def solve(
             console = err_console()
             console.print(_render_summary(schedule, prof))
             if schedule.feasible and schedule.ops:
-                from memplan.cli.render import ops_table
+                from memplan.cli.render import ops_table, stage_names
 
-                console.print(ops_table(schedule, [s.name for s in prof.stages]))
+                console.print(ops_table(schedule, stage_names(prof)))
         else:
             write_output(schedule.to_json() if form == "json" else schedule.to_yaml(), output)
         if not schedule.feasible:
@@ -182,6 +182,8 @@ def infeasible_line(schedule: Any) -> str:
         line += f"; the least memory that fits is {size_text(schedule.min_memory)}"
     elif schedule.solver.message:
         line += f"; {' '.join(schedule.solver.message.split())}"
+    if schedule.family == "join" and schedule.min_memory is not None and schedule.solver.message:
+        line += f" ({' '.join(schedule.solver.message.split())})"
     else:
         line += "; the least memory that fits is not known for this algorithm"
     return line

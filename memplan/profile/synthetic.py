@@ -73,3 +73,81 @@ def random_chain(
         input_size=int(rng.integers(1, max_size + 1)),
         stages=stages,
     )
+
+
+def homogeneous_join(
+    lengths: list[int] | tuple[int, ...],
+    *,
+    size: int = 1,
+    uf: float = 1.0,
+    ub: float = 1.0,
+    ut: float = 1.0,
+    model: str | None = None,
+) -> Profile:
+    """A uniform join network (papers/003): branches of ``lengths`` unit stages and a turn.
+
+    Every branch input, activation, saved tensor and gradient has ``size`` bytes, every forward
+    step costs ``uf``, every backward ``ub`` and the turn ``ut`` (its forward time; its backward
+    time is 0): the setting of the paper, where ``--mem c*size --optimizer none`` is ``c`` slots.
+    """
+    from memplan.profile.model import Branch
+
+    branches = [
+        Branch(
+            name=f"branch{j}",
+            input_size=size,
+            stages=[
+                Stage(
+                    name=f"b{j}s{i}",
+                    forward_time=uf,
+                    backward_time=ub,
+                    output_size=size,
+                    saved_size=size,
+                )
+                for i in range(length)
+            ],
+        )
+        for j, length in enumerate(lengths)
+    ]
+    turn = Stage(name="turn", forward_time=ut, backward_time=0.0, output_size=size, saved_size=size)
+    name = model or "join-" + "-".join(str(length) for length in lengths)
+    return Profile(model=name, device=Device(kind="synthetic"), branches=branches, turn=turn)
+
+
+def random_join(
+    lengths: list[int] | tuple[int, ...],
+    *,
+    seed: int = 0,
+    max_size: int = 10,
+    max_time: float = 10.0,
+    overheads: bool = True,
+) -> Profile:
+    """A heterogeneous join network: random branches as :func:`random_chain` and a random turn."""
+    from memplan.profile.model import Branch
+
+    rng = np.random.default_rng(seed)
+    branches = []
+    for j, length in enumerate(lengths):
+        chain = random_chain(
+            length,
+            seed=int(rng.integers(0, 2**31)),
+            max_size=max_size,
+            max_time=max_time,
+            overheads=overheads,
+            integer_times=True,
+        )
+        branches.append(Branch(name=f"branch{j}", input_size=chain.input_size, stages=chain.stages))
+    out = int(rng.integers(1, max_size + 1))
+    turn = Stage(
+        name="turn",
+        forward_time=float(rng.integers(1, int(max_time) + 1)),
+        backward_time=float(rng.integers(1, int(max_time) + 1)),
+        output_size=1,
+        saved_size=out,
+    )
+    return Profile(
+        model=f"random-join-{'-'.join(map(str, lengths))}-seed{seed}",
+        device=Device(kind="synthetic"),
+        branches=branches,
+        turn=turn,
+    )

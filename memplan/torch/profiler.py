@@ -699,6 +699,19 @@ def profile_model(
         raise InputError(f"--repeats {repeats!r}: expected a positive integer")
     if dtype not in DTYPES:
         raise InputError(f"--dtype {dtype!r}: expected one of {', '.join(DTYPES)}")
+    if isinstance(model, str):  # a join network (papers/003): branches + turn, docs/profiling.md
+        from memplan.torch.join import profile_join, resolve_join
+
+        join = resolve_join(model, batch_size)
+        if join is not None:
+            if estimate is not None or gpu_spec is not None or input_shape is not None:
+                raise InputError(
+                    f"model {model!r} is a join network: --estimate, --gpu-spec and "
+                    "--input-shape do not apply (its factory gives the inputs)"
+                )
+            return profile_join(
+                join, device=device, dtype=dtype, repeats=repeats, progress=progress, name=name
+            )
     gpu, catalog_key = resolve_gpu(estimate, gpu_spec)
     if gpu is not None and device == "auto":
         device = "cpu"  # an estimate does not depend on the machine it runs on

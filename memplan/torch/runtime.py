@@ -16,22 +16,24 @@ module whose forward returns the loss and whose backward replays the schedule's 
   buffers afterwards (batch-norm running statistics are updated once per iteration, as in plain
   training).
 
-Offloading schedules (``family: offload``) run ``F_all``/``B`` in order; the stages whose
-``s[k]`` (or ``x[0]``, stage 0) the plan offloads run under ``saved_tensors_hooks`` that copy
-what autograd saves (parameters excepted) to host memory, pinned and non-blocking on CUDA, and
-back when the backward unpacks it (like ``torch.autograd.graph.save_on_cpu``). On CPU the copy is
-a no-op (the tensor is already in host memory). Prefetches happen when autograd unpacks, not at
-the plan's times.
+Transfers (``offload``/``prefetch`` of ``x[k]`` or ``s[k]``, offloading and combined schedules)
+run at the plan's points: the runtime follows the plan event by event, in the order of the combined
+simulator (docs/combined.md, rule T5). An offload copies the tensor's storages to host memory and
+frees them (``UntypedStorage.resize_(0)``: every tensor and autograd saved tensor on them stays
+valid, empty); a prefetch resizes them back and copies the data in. The same code runs on CPU
+(plain synchronous copies) and CUDA (pinned buffers, a side stream, events: :class:`_Mover`).
 
 Every iteration fills :class:`RuntimeCounters` (docs/runtime.md): forward computations per stage,
-and the bytes of the activations the plan holds (``x[0]``, standalone ``x[k]``, ``s[k]`` measured
-through ``saved_tensors_hooks``) over the iteration.
+and the bytes of device memory the activations the plan holds occupy (``x[0]``, standalone ``x[k]``,
+``s[k]`` found through ``saved_tensors_hooks``) over the iteration.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+import math
+import re
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -45,6 +47,9 @@ from memplan.torch.linearize import Chain, linearize
 __all__ = ["CheckpointedChain", "RuntimeCounters", "checkpointed", "fit"]
 
 _FORWARD_OPS = ("F_all", "F_ck", "F_n")
+_COMPUTE_OPS = (*_FORWARD_OPS, "B")
+RUNNABLE_FAMILIES = ("chain", "offload", "combined")
+"""Schedule families :func:`checkpointed` runs."""
 
 
 def _identity(value: Any) -> Any:
@@ -75,14 +80,18 @@ class RuntimeCounters:
         ``saved_bytes[k]``: bytes of ``s[k]`` at its last ``F_all`` (the storages autograd saved,
         each counted once, without the stage input, parameters and buffers, plus the output).
     live_bytes : int
-        Bytes of the activations held now: ``x[0]``, standalone ``x[k]`` and ``s[k]``.
+        Bytes of device memory the activations held occupy now: ``x[0]``, standalone ``x[k]``
+        and ``s[k]`` (the storages themselves: an offloaded tensor's are resized to 0 bytes).
     peak_live_bytes : int
-        Largest ``live_bytes`` during the iteration, counted at the end of each forward, before
-        ``F_n`` drops its input.
+        Largest ``live_bytes`` during the iteration.
     live_curve : list of int
-        ``live_bytes`` after each operation (at the same point as the peak).
+        ``live_bytes`` after each event of the plan (the start or end of an operation, in the
+        simulator's order): a computation's output counts from its start, what it frees from
+        its end, an offloaded tensor until its offload ends, a prefetched one from its start.
     offloaded_bytes : int
-        Bytes copied to host memory by the offloading hooks (0 on CPU: nothing moves).
+        Bytes copied to host memory by the plan's ``offload`` operations.
+    prefetched_bytes : int
+        Bytes copied back to device memory by its ``prefetch`` operations.
     """
 
     forwards: list[dict[str, int]] = field(default_factory=list)
@@ -92,6 +101,7 @@ class RuntimeCounters:
     peak_live_bytes: int = 0
     live_curve: list[int] = field(default_factory=list)
     offloaded_bytes: int = 0
+    prefetched_bytes: int = 0
 
     def forward_count(self, stage: int) -> int:
         """Forward computations of one stage, every kind together."""
@@ -112,44 +122,241 @@ def planned_forward_counts(schedule: Schedule, stages: int) -> list[int]:
     return counts
 
 
-@dataclass
-class _Saved:
-    """``s[k]``: the detached input of stage ``k`` (a leaf), its output and graph."""
+# Places of a stored tensor during an iteration (docs/combined.md, table "place").
+_GPU, _OUT, _LEAVING, _HOST, _IN = "gpu", "offloading", "leaving", "host", "prefetching"
+_RESIDENT = (_GPU, _OUT, _LEAVING)  # the data are in device memory
+_TENSOR = re.compile(r"^([xs])\[(\d+)\]$")
+_TIME_TOLERANCE = 1e-6  # as the simulators: closer instants are one instant
 
-    inp: Tensor
-    out: Tensor
-    nbytes: int
+
+def _as_bytes(storage: torch.UntypedStorage) -> Tensor:
+    """A flat ``uint8`` tensor over a whole storage (no copy)."""
+    flat = torch.empty(0, dtype=torch.uint8, device=storage.device)
+    return flat.set_(storage, 0, (storage.nbytes(),), (1,))
+
+
+@dataclass(eq=False)
+class _Stored:
+    """A stored tensor of the plan, ``x[k]`` or ``s[k]``, and where its data are.
+
+    ``storages`` are the device storages it owns (``s[k]``: what autograd saved, without the stage
+    input, parameters and buffers, plus the output; ``x[k]``: the tensor's storage). An offload
+    copies them to host buffers and resizes them to 0 bytes (the memory is freed, every tensor
+    and autograd saved tensor on them stays valid); a prefetch resizes them back and copies the
+    data in. ``ready`` (CUDA) is the event after which the data are in device memory.
+    """
+
+    name: str
+    tensor: Tensor  # x[k]: the activation; s[k]: the output x[k+1], carrying the graph
+    storages: list[torch.UntypedStorage]
+    sizes: list[int]
+    inp: Tensor | None = None  # s[k]: the detached input of the stage
+    place: str = _GPU
+    host: list[Tensor] = field(default_factory=list)
+    ready: Any = None
+
+
+def _stored(name: str, tensor: Tensor, owned: Sequence[torch.UntypedStorage], **kw: Any) -> _Stored:
+    storages = [s for s in owned if s.nbytes() > 0]
+    return _Stored(name, tensor, storages, [s.nbytes() for s in storages], **kw)
+
+
+class _Mover:
+    """Moves stored tensors between device and host memory, for CPU and CUDA alike.
+
+    One code path: each storage of the tensor is copied whole to a host buffer and resized to
+    0 bytes (freed); a prefetch resizes it back and copies the data in. On CUDA (only there) the
+    host buffers are pinned, the copies are non-blocking on a side stream, and events order the
+    streams (docs/runtime.md, "CUDA"):
+
+    * an offload waits (side stream) for the event recorded after the computation that produced
+      the tensor, and ``record_stream(side)`` keeps the caching allocator from reusing the device
+      block before the copy has read it, although the block is freed (``resize_(0)``) at the
+      plan's offload end, host-side;
+    * a prefetch allocates (``resize_``) and copies on the side stream and records an event; at
+      the plan's prefetch end the compute stream waits for that event, and ``record_stream``
+      marks the block as used by the compute stream (it was allocated on the side stream);
+    * at the end of the iteration the compute stream waits for the side stream.
+
+    On CPU every copy is synchronous and there are no streams or events.
+    """
+
+    def __init__(self, device: torch.device, streams: dict[Any, Any]) -> None:
+        self.device = device
+        self.cuda = device.type == "cuda"
+        # One side stream per device for the wrapped module's lifetime (``streams``, its cache).
+        if self.cuda and device not in streams:
+            streams[device] = torch.cuda.Stream(device)
+        self.side = streams.get(device)
+
+    @property
+    def compute(self) -> Any:
+        """The stream the computations run on (the current one: autograd runs the backward on
+        the stream of the forward)."""
+        return torch.cuda.current_stream(self.device)
+
+    def _on_side(self) -> Any:
+        return torch.cuda.stream(self.side) if self.cuda else nullcontext()
+
+    def produced(self) -> Any:
+        """CUDA: an event after the work issued so far on the compute stream. CPU: None."""
+        return self.compute.record_event() if self.cuda else None
+
+    def offload(self, stored: _Stored) -> int:
+        """Start copying ``stored`` to host memory; returns the bytes copied."""
+        if self.cuda and stored.ready is not None:
+            self.side.wait_event(stored.ready)
+        hosts = []
+        with self._on_side(), torch.no_grad():
+            for storage, nbytes in zip(stored.storages, stored.sizes, strict=True):
+                host = torch.empty(nbytes, dtype=torch.uint8, pin_memory=self.cuda)
+                view = _as_bytes(storage)
+                host.copy_(view, non_blocking=self.cuda)
+                if self.cuda:
+                    view.record_stream(self.side)
+                hosts.append(host)
+        stored.host = hosts
+        return sum(stored.sizes)
+
+    def release(self, stored: _Stored) -> None:
+        """End of an offload: free the device copy (the tensors on it stay valid, empty)."""
+        for storage in stored.storages:
+            storage.resize_(0)
+
+    def prefetch(self, stored: _Stored) -> int:
+        """Start copying ``stored`` back to device memory; returns the bytes copied."""
+        with self._on_side(), torch.no_grad():
+            for storage, nbytes, host in zip(
+                stored.storages, stored.sizes, stored.host, strict=True
+            ):
+                storage.resize_(nbytes)
+                _as_bytes(storage).copy_(host, non_blocking=self.cuda)
+            if self.cuda:
+                stored.ready = self.side.record_event()
+        # CUDA: the pinned host allocator keeps the buffers until the copies that read them end.
+        stored.host = []
+        return sum(stored.sizes)
+
+    def arrived(self, stored: _Stored) -> None:
+        """End of a prefetch: later computations see the data."""
+        if self.cuda:
+            compute = self.compute
+            compute.wait_event(stored.ready)
+            for storage in stored.storages:
+                _as_bytes(storage).record_stream(compute)
+
+    def restore(self, stored: _Stored) -> None:
+        """Bring a tensor back to device memory whatever its transfers (after an error)."""
+        if stored.host and any(s.nbytes() == 0 for s in stored.storages):
+            self.prefetch(stored)
+        if self.cuda:
+            torch.cuda.synchronize(self.device)
+        stored.place = _GPU
+
+    def finish(self) -> None:
+        """End of the iteration: later work on the compute stream follows every transfer."""
+        if self.cuda:
+            self.compute.wait_stream(self.side)
+
+
+def _timeline(ops: Sequence[Any]) -> list[tuple[bool, Any]]:
+    """The plan's operations as ``(is_end, op)`` events in time (docs/combined.md rule T5).
+
+    Computations in the schedule's order; at one instant (within 1e-6) ends come before starts
+    (transfer ends before computation ends), and starts go prefetch, computation, offload;
+    zero-duration operations start and end at once, in schedule order. This is the order of the
+    combined simulator, which the runtime follows event by event.
+    """
+    compute = [op for op in ops if op.op in _COMPUTE_OPS]
+    channel = sorted((op for op in ops if op.op not in _COMPUTE_OPS), key=lambda op: op.start)
+    times = sorted({t for op in ops for t in (op.start, op.end)})
+    instant: dict[float, float] = {}
+    last: float | None = None
+    for when in times:
+        if last is not None and math.isclose(
+            when, last, rel_tol=_TIME_TOLERANCE, abs_tol=_TIME_TOLERANCE
+        ):
+            instant[when] = last
+        else:
+            instant[when] = last = when
+    rank = {"prefetch": 0, "offload": 2}
+    keyed = []
+    for position, op in enumerate(compute + channel):
+        start, end = instant[op.start], instant[op.end]
+        order = rank.get(op.op, 1)
+        keyed.append(((start, 1, order, position, 0), False, op))
+        if end == start:
+            keyed.append(((start, 1, order, position, 1), True, op))
+        else:
+            keyed.append(((end, 0, int(op.op in _COMPUTE_OPS), position, 1), True, op))
+    keyed.sort(key=lambda item: item[0])
+    return [(is_end, op) for _, is_end, op in keyed]
+
+
+def _tensor_name(op: Any) -> str:
+    return op.tensor if op.tensor is not None else f"s[{op.stage}]"
 
 
 class _Iteration:
-    """The tensors one planned iteration holds (docs/model.md), and the counters."""
+    """The tensors one planned iteration holds (docs/model.md, docs/combined.md), and counters."""
 
     def __init__(self, owner: CheckpointedChain, x0: Tensor) -> None:
         self.owner = owner
         self.counters = owner.counters
         self.static = owner._static_pointers()
-        self.x: dict[int, Tensor] = {0: x0}
-        self.s: dict[int, _Saved] = {}
+        self.mover = _Mover(x0.device, owner._side_streams)
+        self.held: dict[str, _Stored] = {}
+        self.held["x[0]"] = _stored("x[0]", x0, [x0.untyped_storage()], ready=self.mover.produced())
         self.grad: Tensor | None = None
         self.rng: dict[int, tuple[Tensor, Tensor | None]] = {}
-        self.x0_key = _storage_key(x0)
+        self.running: tuple[str, int] | None = None
+        self.leaving: list[_Stored] = []
 
     # -- bookkeeping -----------------------------------------------------------------------
     def live(self) -> int:
+        """Bytes of device memory the stored tensors occupy now (shared storages once)."""
         total, seen = 0, set()
-        for tensor in self.x.values():
-            key = _storage_key(tensor)
-            if key is not None and key[0] not in seen:
-                seen.add(key[0])
-                total += key[1]
-        return total + sum(s.nbytes for s in self.s.values())
+        for stored in self.held.values():
+            for storage in stored.storages:
+                ptr, nbytes = storage.data_ptr(), storage.nbytes()
+                if ptr and nbytes and ptr not in seen:
+                    seen.add(ptr)
+                    total += nbytes
+        return total
+
+    def resident(self, name: str) -> _Stored | None:
+        stored = self.held.get(name)
+        return stored if stored is not None and stored.place in _RESIDENT else None
 
     def input_of(self, k: int) -> Tensor:
-        if k in self.x:
-            return self.x[k]
-        if k - 1 in self.s:
-            return self.s[k - 1].out.detach()
-        raise RuntimeError(f"stage {k}: its input x[{k}] is not in memory (the plan is invalid)")
+        x = self.resident(f"x[{k}]")
+        if x is not None:
+            return x.tensor
+        s = self.resident(f"s[{k - 1}]") if k > 0 else None
+        if s is not None:
+            return s.tensor.detach()
+        raise RuntimeError(
+            f"stage {k}: its input x[{k}] is not in device memory (the plan is invalid)"
+        )
+
+    def drop(self, name: str) -> None:
+        """Free a stored tensor wherever it is (a host copy is dropped)."""
+        stored = self.held.get(name)
+        if stored is None:
+            return
+        if stored.place in (_OUT, _IN):
+            raise RuntimeError(f"{name} is freed while it is {stored.place} (the plan is invalid)")
+        if stored in self.leaving:
+            self.leaving.remove(stored)
+        del self.held[name]
+
+    def abort(self) -> None:
+        """After an error: put the input back in device memory (it is the caller's tensor)."""
+        x0 = self.held.get("x[0]")
+        if x0 is not None and x0.place != _GPU:
+            self.mover.restore(x0)
+        self.held.clear()
+        self.leaving = []
 
     @contextmanager
     def _replay_state(self, k: int, device: torch.device) -> Iterator[None]:
@@ -174,61 +381,150 @@ class _Iteration:
             for buffer, value in buffers:
                 buffer.copy_(value)
 
-    # -- operations ------------------------------------------------------------------------
+    # -- events ----------------------------------------------------------------------------
+    def step(self, is_end: bool, op: Any) -> None:
+        """Run one event of the plan (the start or the end of an operation)."""
+        if op.op in _COMPUTE_OPS:
+            if is_end:
+                self.finish(op.op, op.stage)
+            elif op.op == "B":
+                self.backward(op.stage)
+            else:
+                self.forward(op.op, op.stage)
+        elif is_end:
+            self.transfer_end(op.op, _tensor_name(op))
+        else:
+            self.transfer_start(op.op, _tensor_name(op))
+        self.counters.record(self.live())
+
     def forward(self, name: str, k: int) -> None:
+        """Start of ``F_all``/``F_ck``/``F_n`` on stage ``k``: compute the output now."""
         module = self.owner.modules_[k]
         src = self.input_of(k)
+        target = f"s[{k}]" if name == "F_all" else f"x[{k + 1}]"
+        if target in self.held:
+            raise RuntimeError(f"{name} {k}: {target} is already held (the plan is invalid)")
         self.counters.forwards[k][name] = self.counters.forwards[k].get(name, 0) + 1
-        if name == "F_all":
-            inp = src.detach()
-            if k > 0 and inp.is_floating_point():
-                inp.requires_grad_(True)
-            saved: dict[int, int] = {}
-            excluded = set(self.static)
-            key = _storage_key(inp)
-            if key is not None:
-                excluded.add(key[0])
-
-            # One pair of hooks (only the innermost saved_tensors_hooks apply): count what
-            # autograd saves, then hand it to the offloading pair when the plan offloads it.
-            move, restore = self.owner._offload_hooks(k, self.static, self.x0_key)
-
-            def pack(tensor: Tensor) -> Any:
-                key = _storage_key(tensor)
-                if key is not None and key[0] not in excluded:
-                    saved.setdefault(*key)
-                return move(tensor)
-
-            hooks = torch.autograd.graph.saved_tensors_hooks(pack, restore)
-            with self._replay_state(k, src.device), torch.enable_grad(), hooks:
-                out = module(inp)
-            out_key = _storage_key(out)
-            nbytes = sum(saved.values())
-            if out_key is not None and out_key[0] not in saved:
-                nbytes += out_key[1]
-            self.counters.saved_bytes[k] = nbytes
-            self.s[k] = _Saved(inp, out, nbytes)
-            self.counters.record(self.live())
+        self.running = (name, k)
+        if name != "F_all":
+            with self._replay_state(k, src.device), torch.no_grad():
+                out = module(src)
+            self.held[target] = _stored(
+                target, out, [out.untyped_storage()], ready=self.mover.produced()
+            )
             return
-        with self._replay_state(k, src.device), torch.no_grad():
-            out = module(src)
-        self.x[k + 1] = out
-        self.counters.record(self.live())
-        if name == "F_n" and k > 0:
-            self.x.pop(k, None)
+        inp = src.detach()
+        if k > 0 and inp.is_floating_point():
+            inp.requires_grad_(True)
+        saved: dict[int, torch.UntypedStorage] = {}
+        excluded = set(self.static)
+        key = _storage_key(inp)
+        if key is not None:
+            excluded.add(key[0])
+
+        def pack(tensor: Tensor) -> Tensor:
+            key = _storage_key(tensor)
+            if key is not None and key[0] not in excluded:
+                saved.setdefault(key[0], tensor.untyped_storage())
+            return tensor
+
+        hooks = torch.autograd.graph.saved_tensors_hooks(pack, _identity)
+        with self._replay_state(k, src.device), torch.enable_grad(), hooks:
+            out = module(inp)
+        out_key = _storage_key(out)
+        nbytes = sum(storage.nbytes() for storage in saved.values())
+        if out_key is not None and out_key[0] not in saved:
+            nbytes += out_key[1]  # the output x[k+1] is part of s[k] (the profiler's saved_size)
+            if out_key[0] not in excluded:
+                saved[out_key[0]] = out.untyped_storage()
+        self.counters.saved_bytes[k] = nbytes
+        self.held[target] = _stored(
+            target, out, list(saved.values()), inp=inp, ready=self.mover.produced()
+        )
 
     def backward(self, k: int) -> None:
-        saved = self.s.pop(k, None)
-        if saved is None:
-            raise RuntimeError(f"B {k}: s[{k}] is not in memory (the plan is invalid)")
+        """Start of ``B k``: backpropagate through ``s[k]`` with ``g[k+1]``, giving ``g[k]``."""
+        saved = self.held.get(f"s[{k}]")
+        if saved is None or saved.place not in (_GPU, _OUT):
+            where = "not held" if saved is None else saved.place
+            raise RuntimeError(
+                f"B {k}: s[{k}] is not in device memory ({where}; the plan is invalid)"
+            )
+        self.input_of(k)  # the plan holds the input (docs/model.md)
+        inp = saved.inp
+        if inp is not None and inp.numel() and inp.untyped_storage().nbytes() == 0:
+            raise RuntimeError(
+                f"B {k}: the input s[{k}] was computed from is not in device memory "
+                f"(the plan holds another copy of x[{k}]; the runtime needs the one it read)"
+            )
         self.counters.backwards[k] += 1
-        if saved.out.requires_grad:
-            torch.autograd.backward(saved.out, self.grad)
-        self.grad = saved.inp.grad if saved.inp.requires_grad else None
-        del saved
-        self.x.pop(k, None)
-        self.x.pop(k + 1, None)
-        self.counters.record(self.live())
+        self.running = ("B", k)
+        if saved.tensor.requires_grad:
+            torch.autograd.backward(saved.tensor, self.grad)
+        self.grad = inp.grad if inp is not None and inp.requires_grad else None
+
+    def finish(self, name: str, k: int) -> None:
+        """End of a computation: free what it frees, and the tensors whose offload ended."""
+        self.running = None
+        for stored in self.leaving:
+            self.mover.release(stored)
+            stored.place = _HOST
+        self.leaving = []
+        if name == "F_n":
+            self.drop(f"x[{k}]")
+        elif name == "B":
+            self.drop(f"s[{k}]")
+            self.drop(f"x[{k}]")
+
+    def _reads(self, name: str) -> bool:
+        """Whether the running computation reads the stored tensor ``name``."""
+        if self.running is None:
+            return False
+        op, k = self.running
+        reads = {f"x[{k}]", f"s[{k - 1}]"} | ({f"s[{k}]"} if op == "B" else set())
+        return name in reads
+
+    def transfer_start(self, op: str, name: str) -> None:
+        stored = self.held.get(name)
+        where = "not held" if stored is None else stored.place
+        if op == "offload":
+            if stored is None or stored.place != _GPU:
+                raise RuntimeError(f"offload {name}: it is {where}, not on the device")
+            if not all(storage.resizable() for storage in stored.storages):
+                raise RuntimeError(
+                    f"offload {name}: its memory cannot be freed (a storage that is not "
+                    "resizable, e.g. an input made by torch.from_numpy: pass a copy)"
+                )
+            for other in self.held.values():
+                if other is not stored and other.place in _RESIDENT:
+                    shared = {s.data_ptr() for s in other.storages} & {
+                        s.data_ptr() for s in stored.storages
+                    }
+                    if shared:
+                        raise RuntimeError(
+                            f"offload {name}: it shares memory with {other.name} (a stage "
+                            "returning a view of its input cannot be offloaded alone)"
+                        )
+            self.counters.offloaded_bytes += self.mover.offload(stored)
+            stored.place = _OUT
+        else:
+            if stored is None or stored.place != _HOST:
+                raise RuntimeError(f"prefetch {name}: it is {where}, not in host memory")
+            self.counters.prefetched_bytes += self.mover.prefetch(stored)
+            stored.place = _IN
+
+    def transfer_end(self, op: str, name: str) -> None:
+        stored = self.held[name]
+        if op == "offload":
+            if self._reads(name):  # the running computation reads it: freed at its end
+                stored.place = _LEAVING
+                self.leaving.append(stored)
+            else:
+                self.mover.release(stored)
+                stored.place = _HOST
+        else:
+            self.mover.arrived(stored)
+            stored.place = _GPU
 
 
 class _PlannedChain(torch.autograd.Function):
@@ -237,32 +533,38 @@ class _PlannedChain(torch.autograd.Function):
     @staticmethod
     def forward(ctx: Any, owner: CheckpointedChain, x0: Tensor, anchor: Tensor) -> Tensor:
         it = _Iteration(owner, x0)
-        ops = owner._compute_ops
-        first_b = next((i for i, (name, _) in enumerate(ops) if name == "B"), len(ops))
-        for name, k in ops[:first_b]:
-            it.forward(name, k)
+        events, split = owner._events, owner._split
         last = len(owner.modules_) - 1
-        if last not in it.s:
-            raise InputError(
-                f"the plan does not run F_all on the loss stage ({last}) before its first B"
-            )
+        try:
+            for is_end, op in events[:split]:
+                it.step(is_end, op)
+            loss = it.resident(f"s[{last}]")
+            if loss is None:
+                raise InputError(
+                    f"the plan does not run F_all on the loss stage ({last}) before its first B"
+                )
+        except BaseException:
+            it.abort()
+            raise
         ctx.iteration = it
-        ctx.rest = ops[first_b:]
-        return it.s[last].out.detach()
+        ctx.split = split
+        return loss.tensor.detach().clone()
 
     @staticmethod
     def backward(ctx: Any, grad_loss: Tensor) -> tuple[None, None, None]:
         it: _Iteration = ctx.iteration
         it.grad = grad_loss
-        for name, k in ctx.rest:
-            if name == "B":
-                it.backward(k)
-            else:
-                it.forward(name, k)
-        it.x.clear()
-        it.s.clear()
-        it.grad = None
-        del ctx.iteration
+        try:
+            for is_end, op in it.owner._events[ctx.split :]:
+                it.step(is_end, op)
+            it.mover.finish()
+        except BaseException:
+            it.abort()
+            raise
+        finally:
+            it.held.clear()
+            it.grad = None
+            del ctx.iteration
         return None, None, None
 
 
@@ -288,19 +590,12 @@ class CheckpointedChain(nn.Module):
         self.names = [name for name, _ in stages]
         self.modules_ = nn.ModuleList([module for _, module in stages])
         self.schedule = schedule
-        compute = sorted(
-            (op for op in schedule.ops if op.stream == "compute"),
-            key=lambda op: op.start,
+        self._events = _timeline(schedule.ops)
+        self._side_streams: dict[Any, Any] = {}  # CUDA: the transfer stream of each device
+        self._split = next(
+            (i for i, (is_end, op) in enumerate(self._events) if op.op == "B" and not is_end),
+            len(self._events),
         )
-        self._compute_ops = [(op.op, op.stage) for op in compute]
-        self._offloaded: set[int] = set()
-        self._offload_x0 = False
-        for op in schedule.ops:
-            if op.op == "offload":
-                if op.tensor == "x[0]":
-                    self._offload_x0 = True
-                else:
-                    self._offloaded.add(op.stage)
         self.counters = RuntimeCounters()
 
     def planned_forward_counts(self) -> list[int]:
@@ -310,38 +605,6 @@ class CheckpointedChain(nn.Module):
     def _static_pointers(self) -> set[int]:
         keys = (_storage_key(t) for t in [*self.parameters(), *self.buffers()])
         return {key[0] for key in keys if key is not None}
-
-    def _offload_hooks(
-        self, k: int, static: set[int], x0_key: tuple[int, int] | None
-    ) -> tuple[Callable[[Tensor], Any], Callable[[Any], Tensor]]:
-        """The (pack, unpack) pair of stage ``k``: identity unless the plan offloads from it."""
-        if k not in self._offloaded and not (k == 0 and self._offload_x0):
-            return _identity, _identity
-        whole = k in self._offloaded
-        counters = self.counters
-
-        def pack(tensor: Tensor) -> Any:
-            key = _storage_key(tensor)
-            if key is None or key[0] in static:
-                return tensor
-            if not whole and (x0_key is None or key[0] != x0_key[0]):
-                return tensor  # only x[0] is offloaded from this stage
-            if tensor.device.type == "cpu":
-                return tensor  # already in host memory: nothing to move
-            host = torch.empty(
-                tensor.size(), dtype=tensor.dtype, layout=tensor.layout, pin_memory=True
-            )
-            host.copy_(tensor, non_blocking=True)
-            counters.offloaded_bytes += tensor.numel() * tensor.element_size()
-            return (tensor.device, host)
-
-        def unpack(packed: Any) -> Tensor:
-            if isinstance(packed, tuple):
-                device, host = packed
-                return host.to(device, non_blocking=True)
-            return packed
-
-        return pack, unpack
 
     def forward(self, x: Tensor) -> Tensor:
         """Run the forward phase of the plan; returns the loss (a scalar tensor)."""
@@ -398,24 +661,44 @@ def check_schedule(schedule: Schedule, names: Sequence[str], profile: Any | None
     Raises
     ------
     InputError
-        Infeasible schedule, a family the runtime cannot run, a different number of stages, or a
-        profile whose sha256, model name or stage names differ from the schedule's.
+        Infeasible schedule, a family the runtime cannot run, a different number of stages,
+        transfers naming no stored tensor, or a profile whose sha256, model name or stage names
+        differ from the schedule's, or on which the schedule does not replay (simulator).
     """
     if not schedule.feasible:
         raise InputError(
             f"the {schedule.algorithm} schedule is infeasible (feasible: false): nothing to run"
         )
-    if schedule.family not in ("chain", "offload"):
-        raise InputError(f"schedule family {schedule.family!r}: the runtime runs chain and offload")
+    if schedule.family not in RUNNABLE_FAMILIES:
+        raise InputError(
+            f"schedule family {schedule.family!r}: the runtime runs "
+            f"{', '.join(RUNNABLE_FAMILIES)} schedules"
+        )
     stages = schedule.profile.stages
     if stages is not None and stages != len(names):
         raise InputError(
             f"the schedule was made for {stages} stages ({schedule.profile.model}), "
             f"the model has {len(names)}"
         )
-    bad = [op for op in schedule.ops if op.stage >= len(names)]
-    if bad:
-        raise InputError(f"ops: stage {bad[0].stage} out of range for {len(names)} stages")
+    for index, op in enumerate(schedule.ops):
+        if op.stage >= len(names):
+            raise InputError(f"ops[{index}]: stage {op.stage} out of range for {len(names)} stages")
+        if op.op in _COMPUTE_OPS:
+            if op.stream != "compute" or op.tensor is not None:
+                raise InputError(f"ops[{index}]: {op.op} runs on stream compute, names no tensor")
+            continue
+        if schedule.family == "chain" or op.stream != "transfer":
+            raise InputError(
+                f"ops[{index}]: {op.op} in a {schedule.family} schedule, stream {op.stream}"
+            )
+        name = _tensor_name(op)
+        match = _TENSOR.match(name)
+        limit = len(names) if match and match.group(1) == "x" else len(names) - 1
+        if match is None or int(match.group(2)) > limit:
+            raise InputError(
+                f"ops[{index}].tensor: {name!r}, expected x[0..{len(names)}] or "
+                f"s[0..{len(names) - 1}]"
+            )
     if profile is None:
         return
     from memplan.profile.io import load_profile
@@ -435,6 +718,12 @@ def check_schedule(schedule: Schedule, names: Sequence[str], profile: Any | None
     profiled = [s.name for s in prof.stages]
     if profiled != list(names) and not all(n.startswith("stage") for n in names):
         raise InputError(f"stage names differ: the profile has {profiled}, the model {list(names)}")
+    # The plan must replay on its profile (a hand-edited file may not): its family's simulator.
+    import memplan
+
+    result = memplan.simulate(prof, schedule, memory=None, check_claims=False)
+    if not result.valid:
+        raise InputError(f"the schedule does not replay on its profile: {result.violation}")
 
 
 def checkpointed(
@@ -484,7 +773,7 @@ def fit(
     algo: str = "rotor",
     *,
     profile: Any | None = None,
-    slots: int = 500,
+    slots: int | None = None,
     optimizer: str = "sgd",
     bandwidth: float | str | None = None,
     repeats: int = 3,
@@ -500,7 +789,8 @@ def fit(
     example_input : Tensor, optional
         The chain input (built from ``batch_size``/``input_shape`` for a name when omitted).
     memory, algo, slots, optimizer, bandwidth
-        As in :func:`memplan.solve`.
+        As in :func:`memplan.solve` (slots: 500 by default, pofo 50; bandwidth: the
+        profile's by default, needed by the offloading algorithms and pofo).
     profile : optional
         A profile of this model to use instead of profiling it.
     repeats : int
@@ -547,26 +837,39 @@ def fit(
     return checkpointed(chain, sched, profile=prof), sched
 
 
-def planned_activation_peak(profile: Any, schedule: Schedule) -> int:
-    """The plan's peak of held activations: what :class:`RuntimeCounters` measures on CPU.
-
-    The simulator replays the schedule on a copy of the profile without temporary memory
-    (``forward_overhead = backward_overhead = 0``), without gradients (``grad_size = 0``) and
-    without static memory: its peak is then the largest total of ``x[0]``, the standalone
-    ``x[k]`` and the ``s[k]`` held at once, counted when an operation has produced its output and
-    before it frees anything (docs/runtime.md).
-    """
+def _activation_replay(profile: Any, schedule: Schedule) -> Any:
+    """The combined simulator's replay of ``schedule`` on the activations alone."""
     import memplan
+    from memplan.simulator.combined import simulate_combined
 
     prof = memplan.load_profile(profile)
     data = prof.model_dump(exclude_none=True)
     for stage in data["stages"]:
         stage.update(forward_overhead=0, backward_overhead=0, grad_size=0)
     bare = memplan.load_profile(data)
-    sched = schedule.model_copy(
-        update={"static_memory": 0, "peak_memory": None, "profile": schedule.profile}
+    result = simulate_combined(
+        bare, schedule.ops, static_memory=0, memory=None, bandwidth=schedule.budget.bandwidth or 1.0
     )
-    result = memplan.simulate(bare, sched, memory=None, check_claims=False)
     if not result.valid:
         raise InputError(f"the schedule does not replay on this profile: {result.violation}")
-    return result.peak_memory
+    return result
+
+
+def planned_activation_curve(profile: Any, schedule: Schedule) -> list[int]:
+    """The plan's held activation bytes after each event: what ``RuntimeCounters.live_curve``
+    measures on CPU, point for point.
+
+    The combined simulator (docs/combined.md; chain and offloading plans are special cases of its
+    model) replays the schedule on a copy of the profile without temporary memory
+    (``forward_overhead = backward_overhead = 0``), without gradients (``grad_size = 0``) and
+    without static memory. Its memory curve is then the total of ``x[0]``, the standalone
+    ``x[k]`` and the ``s[k]`` in device memory, at the start of the iteration and after each
+    event (the start or end of an operation), in the order the runtime follows them.
+    """
+    return [int(nbytes) for _, nbytes in _activation_replay(profile, schedule).memory_curve]
+
+
+def planned_activation_peak(profile: Any, schedule: Schedule) -> int:
+    """The plan's peak of held activations: the largest of :func:`planned_activation_curve`,
+    what ``RuntimeCounters.peak_live_bytes`` measures on CPU (docs/runtime.md)."""
+    return int(_activation_replay(profile, schedule).peak_memory)

@@ -83,7 +83,7 @@ def plot_schedule(
     from matplotlib.figure import Figure
     from matplotlib.patches import Patch
 
-    names = [s.name for s in profile.stages]
+    names = [s.name for s in profile.stages] if profile.stages is not None else []
     budget = schedule.budget.memory
     peak = max([b for _, b in memory_curve] + [budget or 0, 1])
     unit, scale = memory_unit(peak)
@@ -114,6 +114,12 @@ def plot_schedule(
     if title is None:
         makespan = f", makespan {schedule.makespan:.1f} ms" if schedule.makespan else ""
         mem = f" at {budget / scale:.3g} {unit}" if budget is not None else ""
+        rate = schedule.budget.bandwidth
+        mem += (
+            f", {rate / 1e9:.3g} GB/s"
+            if rate and any(o.stream == "transfer" for o in schedule.ops)
+            else ""
+        )
         title = f"{schedule.algorithm} plan of {schedule.profile.model}{mem}{makespan}"
     top.set_title(title, fontsize=10)
 
@@ -130,11 +136,13 @@ def plot_schedule(
             edgecolors="white",
             linewidth=0.3,
         )
-        if op.stream == "compute" and op.end - op.start > 0:
+        if op.end - op.start > 0:
+            # Compute bars carry the stage index, transfer bars the tensor they move.
+            label = str(op.stage) if op.stream == "compute" else op.tensor or f"s[{op.stage}]"
             bottom.text(
                 (op.start + op.end) / 2,
                 row,
-                str(op.stage),
+                label,
                 ha="center",
                 va="center",
                 fontsize=5,
@@ -153,7 +161,8 @@ def plot_schedule(
         bbox_to_anchor=(0.5, -0.45),
     )
     bottom.set_title(
-        f"operations (stage index on each bar; {len(names)} stages: {names[0]} .. {names[-1]})"
+        f"operations (stage index on compute bars, tensor on transfer bars; {len(names)} "
+        f"stages: {names[0]} .. {names[-1]})"
         if names
         else "operations",
         fontsize=8,

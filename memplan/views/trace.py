@@ -38,6 +38,8 @@ def _us(ms: float) -> float:
 def op_label(op: Any, names: Sequence[str]) -> str:
     """``F_all layer1.0``; transfers name their tensor: ``offload s[3] layer2.0``."""
     stage = names[op.stage] if 0 <= op.stage < len(names) else str(op.stage)
+    if getattr(op, "branch", None) is not None:  # join schedules: branch j, stage within it
+        stage = f"branch {op.branch} stage {op.stage}"
     if op.op in ("offload", "prefetch"):
         return f"{op.op} {op.tensor or f's[{op.stage}]'} {stage}"
     return f"{op.op} {stage}"

@@ -1,0 +1,470 @@
+"""Join networks with heterogeneous stages: the canonical-form DP of papers/003 on docs/model.md.
+
+The generalization the paper points to (footnote 1, Section 5): branches whose stages have their
+own times and sizes, memory in bytes. Every branch follows the chain model of docs/model.md
+(``F_all``/``F_ck``/``F_n``/``B``, saved tensors, memory persistency); the turn is the loss stage
+joining the branches (forward and backward in one ``turn`` operation). ``Opt_0`` (Revolve) is
+replaced by the heterogeneous chain DP (rotor, :mod:`memplan.algorithms.chain.rotor`), whose
+table ``opt[a][b][m]`` is exactly the cost of backpropagating a segment ``a..b`` of a branch from
+its checkpoint ``x[a]``.
+
+NOTE [ heterogeneous join recurrences ]
+``V(p, m)``: least time from the state where branch ``j`` starts at ``x[j][p_j]`` (available,
+counted by the caller), the loss gradient ``gT`` is held (counted here) and the turn has not run, to
+the state holding ``g[j][p_j]`` for every ``j`` (counted here), within ``m`` slots. With
+``G(p) = sum_j g[j][p_j]`` and ``G_j = G(p) - g[j][p_j]``:
+
+* all ``p_j = l_j``: the turn, if ``m >= gT + sT + max(foT, sum_j g[j][l_j] + boT)``;
+* ``F_all p_j`` on branch ``j``, the rest with ``m - s[j][p_j]``, then ``B p_j``::
+
+      ft + V(p + e_j, m - s) + bt    if m >= gT + s + fo and m >= s + G_j + g[j][p_j+1] + g[j][p_j] + bo
+
+* ``F_ck p_j, F_n ..`` up to a checkpoint ``x[j][q]`` (``p_j < q <= l_j``), the rest with
+  ``m - x[j][q]``, then the segment ``p_j..q-1`` of branch ``j`` by rotor with ``m - G_j``::
+
+      sum ft[p_j..q-1] + V(p[j <- q], m - x[q]) + opt_j[p_j][q-1][m - G_j]
+      if m >= gT + max(x[p_j+1] + fo[p_j], max_{p_j<r<q} x[r] + x[r+1] + fo[r])
+
+This is Theorem 3 with the segment of the canonical form solved by rotor and, in addition, the
+``F_all`` step of rotor lifted to the join (without it, store-all would not be a canonical plan in
+this model). It is exact over canonical plans in the slot discretization of docs/model.md; the
+paper proves canonical plans optimal in its pebble model only. The gap to an exhaustive search
+of the chain model is measured in tests/test_join_hetero.py and docs/benchmarks.md.
+
+Complexity: ``O(prod(l + 1) * sum(l) * S)`` for the join part (numpy over the slots), plus the
+rotor tables ``O(l_j^3 S)`` of each branch.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from memplan.algorithms.chain.problem import Chain
+from memplan.algorithms.chain.rotor import _min_memory_plan, _solve_table
+from memplan.profile.model import Profile
+
+JoinOp = tuple[str, int | None, int]
+INF = math.inf
+_TURN, _NONE = -2, -1
+
+
+@dataclass
+class JoinNet:
+    """Sizes (bytes or slots) and times of every branch and of the turn (docs/join.md, chain model)."""
+
+    chains: list[Chain]
+    s_turn: int
+    fo_turn: int
+    bo_turn: int
+    g_turn: int
+    t_turn: float
+
+    @classmethod
+    def from_profile(cls, profile: Profile) -> JoinNet:
+        assert profile.branches is not None and profile.turn is not None
+        chains = []
+        for branch in profile.branches:
+            st = branch.stages
+            chains.append(
+                Chain(
+                    x=np.array([branch.input_size] + [s.output_size for s in st], dtype=np.int64),
+                    s=np.array([s.saved_size for s in st], dtype=np.int64),
+                    g=np.array([0] + [s.gradient_size for s in st], dtype=np.int64),
+                    fo=np.array([s.forward_overhead for s in st], dtype=np.int64),
+                    bo=np.array([s.backward_overhead for s in st], dtype=np.int64),
+                    ft=np.array([s.forward_time for s in st], dtype=np.float64),
+                    bt=np.array([s.backward_time for s in st], dtype=np.float64),
+                    names=[s.name for s in st],
+                )
+            )
+        t = profile.turn
+        return cls(
+            chains,
+            t.saved_size,
+            t.forward_overhead,
+            t.backward_overhead,
+            t.gradient_size,
+            t.forward_time + t.backward_time,
+        )
+
+    @property
+    def lengths(self) -> tuple[int, ...]:
+        return tuple(c.length for c in self.chains)
+
+    @property
+    def lower_bound(self) -> float:
+        return sum(c.lower_bound for c in self.chains) + self.t_turn
+
+    def rounded(self, budget: int, slots: int) -> tuple[int, JoinNet]:
+        """The net with every size in slots of ``max(1, budget / slots)`` bytes, rounded up.
+
+        The discretization of docs/model.md (the one rotor uses): a plan that fits in slots fits
+        in bytes. Returns the budget in slots and the rounded net.
+        """
+        if budget <= slots:
+            num, den, capacity = 1, 1, budget
+        else:
+            num, den, capacity = budget, slots, slots
+
+        def up(values: np.ndarray) -> np.ndarray:
+            return np.array([-(-int(v) * den // num) for v in values], dtype=np.int64)
+
+        chains = [
+            Chain(up(c.x), up(c.s), up(c.g), up(c.fo), up(c.bo), c.ft, c.bt, c.names)
+            for c in self.chains
+        ]
+        turn = up(np.array([self.s_turn, self.fo_turn, self.bo_turn, self.g_turn]))
+        return capacity, JoinNet(chains, *(int(v) for v in turn), self.t_turn)
+
+    def turn_need(self) -> int:
+        grads = sum(int(c.g[c.length]) for c in self.chains)
+        return self.g_turn + self.s_turn + max(self.fo_turn, grads + self.bo_turn)
+
+    def forward_need(self, j: int, p: int, q: int) -> int:
+        """Peak (besides the caller's tensors and gT) of ``F_ck p, F_n p+1 .. q-1`` on branch j."""
+        c = self.chains[j]
+        need = int(c.x[p + 1] + c.fo[p])
+        for r in range(p + 1, q):
+            need = max(need, int(c.x[r] + c.x[r + 1] + c.fo[r]))
+        return need
+
+    # ------------------------------------------------------------------ plans
+    def store_all(self) -> list[JoinOp]:
+        plan: list[JoinOp] = []
+        for j, c in enumerate(self.chains):
+            plan += [("F_all", j, i) for i in range(c.length)]
+        plan.append(("turn", None, 0))
+        for j, c in reversed(list(enumerate(self.chains))):
+            plan += [("B", j, i) for i in reversed(range(c.length))]
+        return plan
+
+    def makespan(self, plan: list[JoinOp]) -> float:
+        total = 0.0
+        for op, j, i in plan:
+            if op == "turn":
+                total += self.t_turn
+            else:
+                c = self.chains[j]
+                total += float(c.bt[i] if op == "B" else c.ft[i])
+        return total
+
+    def peak(self, plan: list[JoinOp]) -> int:
+        """Peak activation bytes of a valid plan (the solver's own accounting, docs/join.md)."""
+        k = len(self.chains)
+        xs = [{0} for _ in range(k)]
+        ss: list[set[int]] = [set() for _ in range(k)]
+        held = sum(int(c.x[0]) for c in self.chains) + self.g_turn
+        peak = held
+        for op, j, i in plan:
+            if op == "turn":
+                grads = sum(int(c.g[c.length]) for c in self.chains)
+                peak = max(peak, held + self.s_turn + max(self.fo_turn, grads + self.bo_turn))
+                held += grads - self.g_turn
+                for b, c in enumerate(self.chains):
+                    if c.length in xs[b]:
+                        xs[b].discard(c.length)
+                        held -= int(c.x[c.length])
+                continue
+            c = self.chains[j]
+            if op == "F_all":
+                peak = max(peak, held + int(c.s[i] + c.fo[i]))
+                held += int(c.s[i])
+                ss[j].add(i)
+                continue
+            if op == "B":
+                peak = max(peak, held + int(c.g[i] + c.bo[i]))
+                held += int(c.g[i] - c.g[i + 1] - c.s[i])
+                ss[j].discard(i)
+            else:
+                peak = max(peak, held + int(c.x[i + 1] + c.fo[i]))
+                held += int(c.x[i + 1])
+                xs[j].add(i + 1)
+                if op == "F_ck":
+                    continue
+            if i in xs[j]:
+                xs[j].discard(i)
+                held -= int(c.x[i])
+        return peak
+
+
+def _segment(choice: np.ndarray, chain: Chain, j: int, a: int, b: int, m: int) -> list[JoinOp]:
+    """Rebuild rotor's plan of stages ``a..b`` of branch ``j`` from its choice table."""
+    plan: list[JoinOp] = []
+    stack: list[tuple[str, int, int, int]] = [("solve", a, b, m)]
+    while stack:
+        kind, a, b, budget = stack.pop()
+        if kind == "op":
+            plan.append(("B", j, a))
+        elif a == b:
+            plan += [("F_all", j, a), ("B", j, a)]
+        else:
+            c = int(choice[a, b, budget])
+            if c == -1:  # rotor's F_all
+                plan.append(("F_all", j, a))
+                stack.append(("op", a, a, 0))
+                stack.append(("solve", a + 1, b, budget - int(chain.s[a])))
+            elif c >= 1:
+                plan.append(("F_ck", j, a))
+                plan += [("F_n", j, k) for k in range(a + 1, c)]
+                stack.append(("solve", a, c - 1, budget))
+                stack.append(("solve", c, b, budget - int(chain.x[c])))
+            else:  # pragma: no cover - the caller checked feasibility
+                raise AssertionError(f"rotor: no choice for stages {a}..{b} at {budget} slots")
+    return plan
+
+
+def _states(shape: tuple[int, ...]) -> list[tuple[tuple[int, ...], tuple[int, ...]]]:
+    """Every ``(p, flags)``, sub-states first: ``p`` in decreasing lexicographic order."""
+    k = len(shape)
+    found = []
+    for p in reversed(list(itertools.product(*(range(n) for n in shape)))):
+        for flags in itertools.product((0, 1), repeat=k):
+            if any(p[j] == 0 and not flags[j] for j in range(k)):
+                continue  # a branch input is always a standalone tensor
+            found.append((p, flags))
+    return found
+
+
+class HeteroJoin:
+    """The DP of NOTE [ heterogeneous join recurrences ] on a (rounded) join net.
+
+    A state is ``(p, flags)``: ``flags[j]`` says whether the start ``x[j][p_j]`` is a standalone
+    checkpoint (counted in the state's budget, freed by ``B p_j``) or inside ``s[j][p_j - 1]``
+    (counted by the caller), so that memory freed by finished branches is available to the
+    segments run after them.
+    """
+
+    def __init__(self, net: JoinNet, capacity: int) -> None:
+        self.net = net
+        self.capacity = capacity
+        self.k = len(net.chains)
+        self.shape = tuple(length + 1 for length in net.lengths)
+        width = capacity + 1
+        self.tables = [_solve_table(c, capacity, c.x, c.s, c.g, c.fo, c.bo) for c in net.chains]
+        self.index: dict[tuple, int] = {}
+        states = _states(self.shape)
+        for n, state in enumerate(states):
+            self.index[state] = n
+        self.value = np.full((len(states), width), INF)
+        self.branch = np.full((len(states), width), _NONE, dtype=np.int16)
+        self.target = np.zeros((len(states), width), dtype=np.int16)  # q, or 0 for F_all
+        for p, flags in states:
+            self._fill(p, flags)
+
+    def _fill(self, p: tuple[int, ...], flags: tuple[int, ...]) -> None:
+        net, width = self.net, self.capacity + 1
+        gT = net.g_turn
+        idx = self.index[(p, flags)]
+        val, br, tg = self.value[idx], self.branch[idx], self.target[idx]
+        starts = [int(c.x[p[j]]) * flags[j] for j, c in enumerate(net.chains)]
+        held = sum(starts)
+        if all(p[j] == net.chains[j].length for j in range(self.k)):
+            need = held + net.turn_need()
+            if need < width:
+                val[need:] = net.t_turn
+                br[need:] = _TURN
+            return
+        grads = [int(c.g[p[j]]) for j, c in enumerate(net.chains)]
+        total_g = sum(grads)
+        for j, c in enumerate(net.chains):
+            a = p[j]
+            if a == c.length:
+                continue
+            others = total_g - grads[j]
+            mine = starts[j]
+            # (a) F_all a, the rest (branch j starting inside s[a]), B a
+            s = int(c.s[a])
+            need = max(
+                held + gT + s + int(c.fo[a]),
+                mine + s + others + int(c.g[a + 1] + c.g[a] + c.bo[a]),
+                mine + s,
+            )
+            if need < width:
+                sub = self.value[
+                    self.index[(p[:j] + (a + 1,) + p[j + 1 :], flags[:j] + (0,) + flags[j + 1 :])]
+                ]
+                shift = mine + s
+                cand = np.full(width, INF)
+                cand[need:] = sub[need - shift : width - shift] + float(c.ft[a] + c.bt[a])
+                better = cand < val
+                val[better], br[better], tg[better] = cand[better], j, 0
+            # (b) F_ck a, F_n .. up to the checkpoint x[q], q = a+1 .. l_j
+            opt = self.tables[j][0]
+            sub_flags = flags[:j] + (1,) + flags[j + 1 :]
+            forward = 0.0
+            fneed = 0
+            for q in range(a + 1, c.length + 1):
+                forward += float(c.ft[q - 1])
+                r = q - 1
+                step = int(c.x[a + 1] + c.fo[a]) if r == a else int(c.x[r] + c.x[r + 1] + c.fo[r])
+                fneed = max(fneed, step)
+                seg = mine + others  # held while rotor runs the segment a..q-1
+                need = max(held + gT + fneed, mine, seg)
+                if need >= width:
+                    continue
+                sub = self.value[self.index[(p[:j] + (q,) + p[j + 1 :], sub_flags)]]
+                cand = np.full(width, INF)
+                cand[need:] = (
+                    forward
+                    + sub[need - mine : width - mine]
+                    + opt[a, q - 1, need - seg : width - seg]
+                )
+                better = cand < val
+                val[better], br[better], tg[better] = cand[better], j, q
+
+    def opt(self, m: int) -> float:
+        """Least time of the whole join within ``m`` slots (the branch inputs included)."""
+        top = self.index[((0,) * self.k, (1,) * self.k)]
+        return float(self.value[top, m]) if 0 <= m <= self.capacity else INF
+
+    def sequence(self, m: int) -> list[JoinOp]:
+        """The plan of :meth:`opt` (forward segments, the turn, backward segments)."""
+        net = self.net
+        plan: list[JoinOp] = []
+        stack: list[tuple] = [("solve", (0,) * self.k, (1,) * self.k, m)]
+        while stack:
+            item = stack.pop()
+            if item[0] == "op":
+                plan.append(item[1])
+                continue
+            if item[0] == "segment":
+                _, j, a, b, budget = item
+                plan += _segment(self.tables[j][1], net.chains[j], j, a, b, budget)
+                continue
+            _, p, flags, budget = item
+            idx = self.index[(p, flags)]
+            j = int(self.branch[idx, budget])
+            if j == _TURN:
+                plan.append(("turn", None, 0))
+                continue
+            if j < 0:  # pragma: no cover - the caller checked feasibility
+                raise AssertionError(f"join DP: no choice at {p}, {budget} slots")
+            c = net.chains[j]
+            a, q = p[j], int(self.target[idx, budget])
+            mine = int(c.x[a]) * flags[j]
+            others = sum(int(cc.g[p[b]]) for b, cc in enumerate(net.chains)) - int(c.g[a])
+            if q == 0:
+                plan.append(("F_all", j, a))
+                stack.append(("op", ("B", j, a)))
+                sub = (p[:j] + (a + 1,) + p[j + 1 :], flags[:j] + (0,) + flags[j + 1 :])
+                stack.append(("solve", *sub, budget - mine - int(c.s[a])))
+            else:
+                plan.append(("F_ck", j, a))
+                plan += [("F_n", j, r) for r in range(a + 1, q)]
+                stack.append(("segment", j, a, q - 1, budget - mine - others))
+                sub = (p[:j] + (q,) + p[j + 1 :], flags[:j] + (1,) + flags[j + 1 :])
+                stack.append(("solve", *sub, budget - mine))
+        return plan
+
+
+_LEAST: dict[tuple, tuple[int, list[JoinOp]]] = {}
+
+
+def min_memory_plan(net: JoinNet) -> tuple[int, list[JoinOp]]:
+    """:func:`least_memory_plan`, remembered for the last few nets (info and solve share it)."""
+    key = tuple(
+        tuple(np.concatenate([c.x, c.s, c.g, c.fo, c.bo]).tolist())
+        + tuple(np.concatenate([c.ft, c.bt]).tolist())
+        for c in net.chains
+    ) + (net.s_turn, net.fo_turn, net.bo_turn, net.g_turn, net.t_turn)
+    if key not in _LEAST:
+        if len(_LEAST) >= 8:
+            _LEAST.pop(next(iter(_LEAST)))
+        _LEAST[key] = least_memory_plan(net)
+    return _LEAST[key]
+
+
+def least_memory_plan(net: JoinNet) -> tuple[int, list[JoinOp]]:
+    """Least activation bytes of a canonical plan (exact, no slots), and that plan.
+
+    The recurrences of :class:`HeteroJoin` with max/min instead of sum/min, the segments solved
+    by rotor's own least-memory plan.
+    """
+    k = len(net.chains)
+    shape = tuple(c.length + 1 for c in net.chains)
+    seg: dict[tuple[int, int, int], tuple[int, list[tuple[str, int]]]] = {}
+
+    def segment(j: int, a: int, b: int) -> tuple[int, list[tuple[str, int]]]:
+        key = (j, a, b)
+        if key not in seg:
+            c = net.chains[j]
+            sub = Chain(
+                c.x[a : b + 2],
+                c.s[a : b + 1],
+                c.g[a : b + 2],
+                c.fo[a : b + 1],
+                c.bo[a : b + 1],
+                c.ft[a : b + 1],
+                c.bt[a : b + 1],
+            )
+            total, plan = _min_memory_plan(sub)
+            seg[key] = (total - int(c.x[a]), [(op, st + a) for op, st in plan])
+        return seg[key]
+
+    need: dict[tuple, tuple[int, tuple]] = {}
+    gT = net.g_turn
+    for p, flags in _states(shape):
+        starts = [int(c.x[p[j]]) * flags[j] for j, c in enumerate(net.chains)]
+        held = sum(starts)
+        if all(p[j] == net.chains[j].length for j in range(k)):
+            need[(p, flags)] = (held + net.turn_need(), ("turn",))
+            continue
+        grads = [int(c.g[p[j]]) for j, c in enumerate(net.chains)]
+        best: tuple[int, tuple] | None = None
+        for j, c in enumerate(net.chains):
+            a = p[j]
+            if a == c.length:
+                continue
+            others = sum(grads) - grads[j]
+            mine = starts[j]
+            s = int(c.s[a])
+            nxt = (p[:j] + (a + 1,) + p[j + 1 :], flags[:j] + (0,) + flags[j + 1 :])
+            n_a = max(
+                held + gT + s + int(c.fo[a]),
+                mine + s + need[nxt][0],
+                mine + s + others + int(c.g[a + 1] + c.g[a] + c.bo[a]),
+            )
+            if best is None or n_a < best[0]:
+                best = (n_a, ("F_all", j))
+            for q in range(a + 1, c.length + 1):
+                nxt = (p[:j] + (q,) + p[j + 1 :], flags[:j] + (1,) + flags[j + 1 :])
+                n_b = max(
+                    held + gT + net.forward_need(j, a, q),
+                    mine + need[nxt][0],
+                    mine + others + segment(j, a, q - 1)[0],
+                )
+                if n_b < best[0]:
+                    best = (n_b, ("ck", j, q))
+        assert best is not None
+        need[(p, flags)] = best
+    plan: list[JoinOp] = []
+    stack: list[tuple] = [("solve", (0,) * k, (1,) * k)]
+    while stack:
+        item = stack.pop()
+        if item[0] == "ops":
+            plan += item[1]
+            continue
+        _, p, flags = item
+        how = need[(p, flags)][1]
+        if how[0] == "turn":
+            plan.append(("turn", None, 0))
+        elif how[0] == "F_all":
+            j = how[1]
+            a = p[j]
+            plan.append(("F_all", j, a))
+            stack.append(("ops", [("B", j, a)]))
+            stack.append(
+                ("solve", p[:j] + (a + 1,) + p[j + 1 :], flags[:j] + (0,) + flags[j + 1 :])
+            )
+        else:
+            _, j, q = how
+            a = p[j]
+            plan.append(("F_ck", j, a))
+            plan += [("F_n", j, r) for r in range(a + 1, q)]
+            stack.append(("ops", [(op, j, st) for op, st in segment(j, a, q - 1)[1]]))
+            stack.append(("solve", p[:j] + (q,) + p[j + 1 :], flags[:j] + (1,) + flags[j + 1 :]))
+    return need[((0,) * k, (1,) * k)][0], plan

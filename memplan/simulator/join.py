@@ -1,0 +1,269 @@
+"""Replay a join-network schedule (papers/003) operation by operation, per docs/join.md.
+
+Independent of the solvers (imports nothing from :mod:`memplan.algorithms`). Two memory models,
+named by the schedule's ``join_model``:
+
+``pebble``
+    The paper's model (Section 2) with sizes in bytes: values are replaced in place. ``F_ck``
+    keeps its input, ``F_n`` writes its output over its input, the ``turn`` replaces every branch
+    output ``x[j][l_j]`` by its gradient ``g[j][l_j]``, ``B`` replaces ``x[j][i]`` and ``g[j][i+1]``
+    by ``g[j][i]`` (``B`` reads only the stage input). ``g[j][0]`` (the paper's ``xbar_0``) has the
+    size of the branch input and stays to the end. With every size equal to ``s``, the bytes held
+    are ``s`` times the slots of the pebble game.
+``chain``
+    docs/model.md on every branch (``F_all``/``F_ck``/``F_n``/``B``, saved tensors ``s[j][i]``,
+    memory persistency per branch: ``F_n`` may free a stored ``x[j][i]`` only when the last
+    operation on branch ``j`` produced it, and the turn ends every such run); the ``turn`` is the forward and backward of the loss stage joining the
+    branches: it reads every branch output and writes every branch output's gradient.
+"""
+
+from __future__ import annotations
+
+import math
+
+from memplan.profile.model import Profile
+from memplan.schedule import Schedule
+from memplan.simulator.chain import SimulationResult
+
+TIME_TOLERANCE = 1e-6
+
+
+class _Branches:
+    """Sizes and times of every branch, as plain lists (``x``, ``s``, ``g`` per docs/join.md)."""
+
+    def __init__(self, profile: Profile, model: str) -> None:
+        assert profile.branches is not None and profile.turn is not None
+        self.lengths = [len(b.stages) for b in profile.branches]
+        self.x = [[b.input_size] + [st.output_size for st in b.stages] for b in profile.branches]
+        self.s = [[st.saved_size for st in b.stages] for b in profile.branches]
+        g0 = (lambda b: b.input_size) if model == "pebble" else (lambda b: 0)
+        self.g = [[g0(b)] + [st.gradient_size for st in b.stages] for b in profile.branches]
+        self.fo = [[st.forward_overhead for st in b.stages] for b in profile.branches]
+        self.bo = [[st.backward_overhead for st in b.stages] for b in profile.branches]
+        self.ft = [[st.forward_time for st in b.stages] for b in profile.branches]
+        self.bt = [[st.backward_time for st in b.stages] for b in profile.branches]
+        self.turn = profile.turn
+
+    def duration(self, name: str, branch: int | None, stage: int) -> float:
+        if name == "turn":
+            return self.turn.forward_time + self.turn.backward_time
+        return (self.bt if name == "B" else self.ft)[branch][stage]
+
+
+class _State:
+    """What is in memory during a replay; ``held`` is the running total of bytes."""
+
+    def __init__(self, net: _Branches, model: str) -> None:
+        self.net = net
+        self.model = model
+        self.k = len(net.lengths)
+        self.x_held = [[i == 0 for i in range(length + 1)] for length in net.lengths]
+        self.s_held = [[False] * length for length in net.lengths]
+        self.turned = False
+        # index i of the gradient g[j][i] each branch holds, once the turn has run
+        self.grad = list(net.lengths)
+        # per branch: the standalone x[j][i] the last operation on that branch produced, or -1
+        self.fresh = [-1] * self.k
+        self.held = sum(x[0] for x in net.x)
+        if model == "chain":
+            self.held += net.turn.gradient_size  # the loss gradient, held from the start
+
+    def available(self, j: int, i: int) -> bool:
+        if self.x_held[j][i]:
+            return True
+        return self.model == "chain" and i > 0 and self.s_held[j][i - 1]
+
+    def problem(self, name: str, j: int | None, i: int) -> str | None:
+        net = self.net
+        if name == "turn":
+            if self.turned:
+                return "the turn has already run"
+            for b in range(self.k):
+                if not self.available(b, net.lengths[b]):
+                    return f"x[{b}][{net.lengths[b]}] (output of branch {b}) is not in memory"
+            return None
+        assert j is not None
+        if name == "B":
+            if not self.turned:
+                return "backward before the turn"
+            if self.grad[j] != i + 1:
+                nxt = self.grad[j] - 1
+                if nxt < 0:
+                    return f"every backward of branch {j} has already run"
+                return f"backward out of order: the next backward of branch {j} is stage {nxt}"
+            if self.model == "chain" and not self.s_held[j][i]:
+                return f"s[{j}][{i}] is not in memory"
+            if not self.available(j, i):
+                return f"x[{j}][{i}] is not in memory"
+            return None
+        if not self.available(j, i):
+            if i == 0:
+                return f"x[{j}][0] is not in memory (a branch input cannot be recomputed)"
+            return f"x[{j}][{i}] is not in memory"
+        if name == "F_all":
+            if self.model == "pebble":
+                return "F_all is not an operation of the pebble model (F_ck, F_n, B, turn)"
+            if self.s_held[j][i]:
+                return f"s[{j}][{i}] is already in memory"
+            return None
+        if self.x_held[j][i + 1]:
+            return f"x[{j}][{i + 1}] is already in memory"
+        if self.model == "pebble" and name == "F_n" and not self.x_held[j][i]:
+            return f"x[{j}][{i}] is not in memory"
+        if self.model == "chain" and name == "F_n" and self.x_held[j][i] and self.fresh[j] != i:
+            return (
+                f"would free the stored checkpoint x[{j}][{i}] (memory persistency: F_n may only "
+                "consume the activation the previous operation produced; use F_ck)"
+            )
+        return None
+
+    def peak(self, name: str, j: int | None, i: int) -> int:
+        net, held = self.net, self.held
+        if name == "turn":
+            outs = [net.x[b][net.lengths[b]] for b in range(self.k)]
+            grads = [net.g[b][net.lengths[b]] for b in range(self.k)]
+            t = net.turn
+            if self.model == "pebble":
+                extra = max(0, sum(grads) - sum(outs))
+                return held + extra + max(t.forward_overhead, t.backward_overhead)
+            return held + t.saved_size + max(t.forward_overhead, sum(grads) + t.backward_overhead)
+        assert j is not None
+        if name == "B":
+            if self.model == "pebble":
+                freed = net.x[j][i] + net.g[j][i + 1]
+                return held + max(0, net.g[j][i] - freed) + net.bo[j][i]
+            return held + net.g[j][i] + net.bo[j][i]
+        if name == "F_all":
+            return held + net.s[j][i] + net.fo[j][i]
+        if name == "F_n" and self.model == "pebble":
+            return held + max(0, net.x[j][i + 1] - net.x[j][i]) + net.fo[j][i]
+        return held + net.x[j][i + 1] + net.fo[j][i]
+
+    def apply(self, name: str, j: int | None, i: int) -> None:
+        net = self.net
+        if name == "turn":
+            self.fresh = [-1] * self.k
+            for b in range(self.k):
+                top = net.lengths[b]
+                self.held += net.g[b][top]
+                if self.x_held[b][top]:
+                    self.x_held[b][top] = False
+                    self.held -= net.x[b][top]
+            if self.model == "chain":
+                self.held -= net.turn.gradient_size
+            self.turned = True
+            return
+        assert j is not None
+        self.fresh[j] = i + 1 if name in ("F_ck", "F_n") else -1
+        if name == "F_all":
+            self.s_held[j][i] = True
+            self.held += net.s[j][i]
+            return
+        if name == "B":
+            self.held += net.g[j][i] - net.g[j][i + 1]
+            self.grad[j] = i
+            if self.model == "chain":
+                self.s_held[j][i] = False
+                self.held -= net.s[j][i]
+        else:  # F_ck, F_n
+            self.x_held[j][i + 1] = True
+            self.held += net.x[j][i + 1]
+            if name == "F_ck":
+                return
+        if self.x_held[j][i]:  # F_n and B free the standalone input
+            self.x_held[j][i] = False
+            self.held -= net.x[j][i]
+
+    def unfinished(self) -> str | None:
+        if not self.turned:
+            return "incomplete: the turn never ran"
+        for b in range(self.k):
+            if self.grad[b] != 0:
+                return f"incomplete: B on stage {self.grad[b] - 1} of branch {b} never ran"
+        return None
+
+
+def _close(a: float, b: float) -> bool:
+    return math.isclose(a, b, rel_tol=TIME_TOLERANCE, abs_tol=TIME_TOLERANCE)
+
+
+def simulate_join(profile: Profile, schedule: Schedule, memory: int | None) -> SimulationResult:
+    """Replay a join schedule: makespan, peak memory (static included) and the first violation.
+
+    Parameters
+    ----------
+    profile : Profile
+        A join profile (``branches`` and ``turn``).
+    schedule : Schedule
+        ``family: join`` with ``join_model`` ``pebble`` or ``chain``; every operation names its
+        ``branch`` (except the ``turn``) and its ``stage`` within the branch.
+    memory : int, optional
+        Budget in bytes, static memory included.
+
+    Returns
+    -------
+    SimulationResult
+        As :func:`memplan.simulator.simulate_chain`: a model violation stops the replay; timing
+        and memory violations are reported and the replay goes on.
+    """
+    static = schedule.static_memory
+    result = SimulationResult(static_memory=static, budget=memory)
+    model = schedule.join_model
+    if profile.branches is None or profile.turn is None:
+        result.fail("the profile is not a join network (no branches and turn)")
+        return result
+    if model not in ("pebble", "chain"):
+        result.fail("join_model: expected 'pebble' or 'chain' (docs/join.md)")
+        return result
+    net = _Branches(profile, model)
+    state = _State(net, model)
+    result.peak_memory = static + state.held
+    makespan = previous_end = 0.0
+    k = len(net.lengths)
+    for index, op in enumerate(schedule.ops):
+        name, j, i = op.op, op.branch, op.stage
+        where = f"ops[{index}] {name}" + ("" if j is None else f" branch {j}") + f" stage {i}"
+        if op.stream != "compute" or name in ("offload", "prefetch"):
+            result.fail(f"{where}: transfers are not part of the join model", index)
+            break
+        if name == "turn":
+            if j is not None or i != 0:
+                result.fail(f"{where}: the turn has no branch and stage 0", index)
+                break
+        else:
+            if j is None or not 0 <= j < k:
+                result.fail(f"{where}: expected a branch from 0 to {k - 1}", index)
+                break
+            if not 0 <= i < net.lengths[j]:
+                result.fail(
+                    f"{where}: no such stage (branch {j} has {net.lengths[j]} stages)", index
+                )
+                break
+        problem = state.problem(name, j, i)
+        if problem is not None:
+            result.fail(f"{where}: {problem}", index)
+            break
+        duration = net.duration(name, j, i)
+        if op.start < previous_end and not _close(op.start, previous_end):
+            before = f"the end {previous_end} of ops[{index - 1}]" if index else "time 0"
+            result.fail(f"ops[{index}].start: {op.start} is before {before}", index)
+        elif not _close(op.end - op.start, duration):
+            result.fail(
+                f"ops[{index}].end: {op.end} != start {op.start} + duration {duration}", index
+            )
+        previous_end = op.end
+        makespan += duration
+        peak = static + state.peak(name, j, i)
+        if memory is not None and peak > memory:
+            result.fail(f"{where}: needs {peak} bytes, budget {memory}", index)
+        result.op_peaks.append(peak)
+        result.peak_memory = max(result.peak_memory, peak)
+        result.memory_curve.append((op.start, peak))
+        state.apply(name, j, i)
+        result.memory_curve.append((op.end, static + state.held))
+    else:
+        missing = state.unfinished()
+        if missing is not None:
+            result.fail(missing)
+    result.makespan = makespan
+    return result

@@ -1,0 +1,326 @@
+"""Profiling join networks (papers/003): several branches, each a chain, joined by a loss.
+
+The protocol (docs/profiling.md): a factory (a name of :data:`JOIN_MODELS` or a
+``package.module:factory`` spec) returns a :class:`JoinModel`, or any object with
+
+* ``branches``: a list of ``(name, module, example_input)``, each module cut into stages like a
+  chain model (:func:`memplan.torch.linearize.split_model`: ResNet, ``nn.Sequential``, or a
+  ``memplan_stages()`` method), without a loss;
+* ``turn``: a module called as ``turn(out_0, out_1, ...)`` on the branch outputs, returning the
+  scalar loss.
+
+Branches that share parameters (Siamese networks) count their weights once, on the first branch.
+A factory may take a ``batch_size`` keyword (used by ``--batch-size``).
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from memplan.errors import InputError
+from memplan.profile.model import Branch, Measured, Profile, Stage
+from memplan.torch.linearize import Chain, split_model
+from memplan.torch.models import BasicBlock, ResNet
+
+DEFAULT_JOIN_BATCH = 8
+
+
+@dataclass
+class JoinModel:
+    """A join network to profile: named branches with their inputs, and the turn (the loss)."""
+
+    branches: list[tuple[str, nn.Module, Tensor]]
+    turn: nn.Module
+    name: str | None = None
+
+
+# ----------------------------------------------------------------------------- bundled models
+
+
+def _resnet18_trunk(embedding: int) -> nn.Module:
+    """ResNet-18 whose classifier is an embedding layer (the usual Siamese/CLIP image trunk)."""
+    return ResNet(BasicBlock, [2, 2, 2, 2], num_classes=embedding)
+
+
+class TripletLoss(nn.Module):
+    """Triplet margin loss of (anchor, positive, negative) embeddings (Hoffer & Ailon 2015)."""
+
+    def __init__(self, margin: float = 1.0) -> None:
+        super().__init__()
+        self.loss = nn.TripletMarginLoss(margin=margin)
+
+    def forward(self, anchor: Tensor, positive: Tensor, negative: Tensor) -> Tensor:
+        return self.loss(anchor, positive, negative)
+
+
+class ContrastiveLoss(nn.Module):
+    """Symmetric InfoNCE of matching (image, text) pairs on cosine similarities (CLIP-style)."""
+
+    def __init__(self, temperature: float = 0.07) -> None:
+        super().__init__()
+        self.temperature = temperature
+
+    def forward(self, image: Tensor, text: Tensor) -> Tensor:
+        a = nn.functional.normalize(image, dim=1)
+        b = nn.functional.normalize(text, dim=1)
+        logits = a @ b.t() / self.temperature
+        target = torch.arange(len(a), device=a.device)
+        ce = nn.functional.cross_entropy
+        return (ce(logits, target) + ce(logits.t(), target)) / 2
+
+
+class TextEncoder(nn.Module):
+    """A small text branch: token embedding, Transformer encoder layers, mean pool, projection."""
+
+    def __init__(
+        self, vocab: int = 8192, width: int = 256, layers: int = 4, heads: int = 4, out: int = 256
+    ) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(vocab, width)
+        self.layers = nn.ModuleList(
+            nn.TransformerEncoderLayer(width, heads, 4 * width, dropout=0.0, batch_first=True)
+            for _ in range(layers)
+        )
+        self.head = nn.Sequential(_MeanPool(), nn.Linear(width, out))
+
+    def memplan_stages(self) -> list[tuple[str, nn.Module]]:
+        return [
+            ("embed", self.embed),
+            *((f"layer{i}", layer) for i, layer in enumerate(self.layers)),
+            ("head", self.head),
+        ]
+
+    def forward(self, tokens: Tensor) -> Tensor:
+        x = self.embed(tokens)
+        for layer in self.layers:
+            x = layer(x)
+        return self.head(x)
+
+
+class _MeanPool(nn.Module):
+    def forward(self, x: Tensor) -> Tensor:
+        return x.mean(dim=1)
+
+
+def _images(batch: int, seed: int, size: int = 224) -> Tensor:
+    return torch.randn((batch, 3, size, size), generator=torch.Generator().manual_seed(seed))
+
+
+def siamese_resnet18(batch_size: int | None = None) -> JoinModel:
+    """Three copies of one ResNet-18 trunk (shared weights, 128-d embeddings), triplet loss."""
+    batch = batch_size or DEFAULT_JOIN_BATCH
+    trunk = _resnet18_trunk(128)
+    return JoinModel(
+        branches=[
+            (role, trunk, _images(batch, k))
+            for k, role in enumerate(("anchor", "positive", "negative"))
+        ],
+        turn=TripletLoss(),
+        name="siamese-resnet18",
+    )
+
+
+def cross_modal(batch_size: int | None = None, seq_len: int = 64) -> JoinModel:
+    """A ResNet-18 image branch and a 4-layer Transformer text branch, contrastive loss."""
+    batch = batch_size or DEFAULT_JOIN_BATCH
+    tokens = torch.randint(0, 8192, (batch, seq_len), generator=torch.Generator().manual_seed(1))
+    return JoinModel(
+        branches=[
+            ("image", _resnet18_trunk(256), _images(batch, 0)),
+            ("text", TextEncoder(), tokens),
+        ],
+        turn=ContrastiveLoss(),
+        name="cross-modal-resnet18",
+    )
+
+
+def tiny_join(batch_size: int | None = None) -> JoinModel:
+    """Two small MLP branches and an MSE-like turn: for tests (profiles in a second)."""
+    batch = batch_size or 4
+    torch.manual_seed(0)
+    a = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 8))
+    b = nn.Sequential(nn.Linear(12, 24), nn.Tanh(), nn.Linear(24, 24), nn.Linear(24, 8))
+    gen = torch.Generator().manual_seed(2)
+    return JoinModel(
+        branches=[
+            ("left", a, torch.randn((batch, 16), generator=gen)),
+            ("right", b, torch.randn((batch, 12), generator=gen)),
+        ],
+        turn=ContrastiveLoss(),
+        name="tiny-join",
+    )
+
+
+JOIN_MODELS: dict[str, Callable[..., JoinModel]] = {
+    "siamese-resnet18": siamese_resnet18,
+    "cross-modal-resnet18": cross_modal,
+    "tiny-join": tiny_join,
+}
+"""Name -> factory of the bundled join networks (``memplan profile NAME``)."""
+
+
+# ----------------------------------------------------------------------------- profiling
+
+
+def resolve_join(spec: str, batch_size: int | None = None) -> Any | None:
+    """The join network a model spec names, or None when it is not a join network."""
+    from memplan.torch.models import _import_factory
+
+    if spec in JOIN_MODELS:
+        factory: Callable[..., Any] = JOIN_MODELS[spec]
+    elif ":" in spec:
+        factory = _import_factory(spec)
+    else:
+        return None
+    kwargs = {}
+    if batch_size is not None:
+        try:
+            accepts = "batch_size" in inspect.signature(factory).parameters
+        except (TypeError, ValueError):
+            accepts = False
+        if not accepts:
+            if spec in JOIN_MODELS:
+                raise InputError(f"model {spec!r}: its factory takes no batch size")
+            return None
+        kwargs["batch_size"] = batch_size
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        built = factory(**kwargs)
+    if hasattr(built, "branches") and hasattr(built, "turn"):
+        return built
+    if spec in JOIN_MODELS:  # pragma: no cover - the bundled factories return joins
+        raise InputError(f"model {spec!r}: not a join network")
+    return None
+
+
+class _Turn(nn.Module):
+    """The turn as one stage of one tensor: the flattened branch outputs, concatenated."""
+
+    def __init__(self, turn: nn.Module, shapes: list[torch.Size]) -> None:
+        super().__init__()
+        self.turn = turn
+        self.shapes = shapes
+
+    def forward(self, flat: Tensor) -> Tensor:
+        parts, start = [], 0
+        for shape in self.shapes:
+            n = int(torch.Size(shape).numel())
+            parts.append(flat[start : start + n].view(shape))
+            start += n
+        return self.turn(*parts)
+
+
+def _check(join: Any) -> list[tuple[str, nn.Module, Tensor]]:
+    branches = list(getattr(join, "branches", []))
+    if not branches or not isinstance(getattr(join, "turn", None), nn.Module):
+        raise InputError(
+            "join model: expected 'branches' (name, module, input) and a 'turn' module"
+        )
+    for item in branches:
+        ok = isinstance(item, tuple) and len(item) == 3
+        if not ok or not isinstance(item[1], nn.Module) or not isinstance(item[2], Tensor):
+            raise InputError("join model: each branch must be (name, nn.Module, example input)")
+    return branches
+
+
+def profile_join(
+    join: Any,
+    *,
+    device: str = "cpu",
+    dtype: str = "float32",
+    repeats: int = 5,
+    progress: Callable[[str, int, int], None] | None = None,
+    name: str | None = None,
+) -> Profile:
+    """Measure every branch stage and the turn of a join network: a ``branches`` + ``turn`` profile.
+
+    Each branch is cut into stages (:func:`memplan.torch.linearize.split_model`) and measured as a
+    chain by :func:`memplan.torch.profiler.profile_chain` (times, output, saved and temporary
+    sizes); the turn is measured as one stage reading the branch outputs (flattened and
+    concatenated: a view per branch, so no extra bytes are saved).
+    """
+    import memplan
+    from memplan.torch.profiler import (
+        DTYPES,
+        _resolve_device,
+        _storage_bytes,
+        describe_device,
+        measure_stage,
+        profile_chain,
+    )
+
+    if dtype not in DTYPES:
+        raise InputError(f"--dtype {dtype!r}: expected one of {', '.join(DTYPES)}")
+    branches = _check(join)
+    dev = _resolve_device(device)
+    torch_dtype = DTYPES[dtype]
+    total = sum(len(split_model(module)) for _, module, _ in branches) + 1
+    done = 0
+    counted: set[int] = set()
+    profiled: list[Branch] = []
+    outputs: list[Tensor] = []
+
+    def step(stage: str, *_: Any) -> None:
+        nonlocal done
+        done += 1
+        if progress is not None:
+            progress(stage, done, total)
+
+    for branch_name, module, x in branches:
+        module.to(device=dev, dtype=torch_dtype)
+        x = x.to(device=dev, dtype=torch_dtype) if x.is_floating_point() else x.to(device=dev)
+        chain = Chain(split_model(module))
+        stages = profile_chain(chain, x, repeats=repeats, progress=step)
+        fixed = []
+        for (_, stage_module), st in zip(chain.stages, stages, strict=True):
+            params = [p for p in stage_module.parameters() if id(p) not in counted]
+            counted.update(id(p) for p in stage_module.parameters())
+            weight = sum(p.numel() * p.element_size() for p in params)
+            fixed.append(st.model_copy(update={"weight_size": weight}))
+        with torch.no_grad():
+            module.train()
+            out = chain.forward(x)
+        outputs.append(out.detach())
+        profiled.append(Branch(name=branch_name, input_size=_storage_bytes(x), stages=fixed))
+    turn_module = join.turn.to(device=dev, dtype=torch_dtype)
+    flat = torch.cat([o.reshape(-1) for o in outputs])
+    m = measure_stage(
+        _Turn(turn_module, [o.shape for o in outputs]), flat, input_grad=True, repeats=repeats
+    )
+    turn = Stage(
+        name="turn",
+        forward_time=m.forward_time,
+        backward_time=m.backward_time,
+        output_size=m.output_size,
+        saved_size=m.saved_size,
+        forward_overhead=m.forward_overhead,
+        backward_overhead=m.backward_overhead,
+        weight_size=sum(p.numel() * p.element_size() for p in turn_module.parameters()),
+    )
+    step("turn")
+    first = branches[0][2]
+    return Profile(
+        model=name or getattr(join, "name", None) or type(join).__name__.lower(),
+        batch_size=int(first.shape[0]) if first.dim() > 0 else None,
+        dtype=dtype,
+        device=describe_device(dev),
+        measured=Measured(
+            tool=f"memplan {memplan.__version__}",
+            torch=torch.__version__,
+            date=datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+            repeats=repeats,
+            extra={
+                "threads": torch.get_num_threads(),
+                "inputs": {n: list(x.shape) for n, _, x in branches},
+            },
+        ),
+        branches=profiled,
+        turn=turn,
+    )
