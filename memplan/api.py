@@ -32,6 +32,8 @@ def static_memory(profile: Profile, optimizer: str = "sgd") -> int:
         raise InputError(
             f"--optimizer {optimizer!r}: expected one of {', '.join(OPTIMIZER_FACTORS)}"
         )
+    if profile.kind == "graph":  # the graph holds its own weights, gradients, optimizer state
+        return profile.weight_size
     return OPTIMIZER_FACTORS[optimizer] * profile.weight_size
 
 

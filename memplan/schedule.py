@@ -102,17 +102,36 @@ class Schedule(_Model):
         description="join schedules, pebble model: the budget in the paper's memory slots (c)",
     )
 
-    @model_serializer(mode="wrap")
-    def _drop_unset_join_fields(self, handler: Any) -> dict[str, Any]:
-        data = handler(self)
-        for key in ("join_model", "join_slots"):
-            if data.get(key) is None:
-                data.pop(key, None)
-        return data
-
     # -- graph family (papers/002): its fields go here --
+    order: list[str] | None = Field(
+        default=None, description="graph family: every node name once, in execution order"
+    )
+    addresses: dict[str, int] | None = Field(
+        default=None, description="graph family: tensor name -> byte offset in the arena"
+    )
+    arena: int | None = Field(
+        default=None, description="graph family: bytes of the arena, max(offset + size)"
+    )
+    peak_resident: int | None = Field(
+        default=None, description="graph family: peak of the bytes live at one step (no gaps)"
+    )
+    fragmentation: float | None = Field(
+        default=None, description="graph family: (arena - peak_resident) / arena"
+    )
+    memory_bound: int | None = Field(
+        default=None, description="graph family: the solver's proven lower bound on its objective"
+    )
 
     # -- pipeline family (papers/001): its fields go here --
+
+    @model_serializer(mode="wrap")
+    def _drop_unset_family_fields(self, handler: Any) -> dict[str, Any]:
+        """Leave the other families' unset fields out of the documents."""
+        data = handler(self)
+        for key in _FAMILY_FIELDS:
+            if data.get(key, 0) is None:
+                data.pop(key)
+        return data
 
     def to_dict(self) -> dict[str, Any]:
         return self.model_dump(mode="json")
@@ -128,6 +147,19 @@ class Schedule(_Model):
     def count(self, op: str) -> int:
         """How many operations of one kind (``"F_all"``, ``"B"``, ...) the plan runs."""
         return sum(1 for o in self.ops if o.op == op)
+
+
+_FAMILY_FIELDS = (
+    "join_model",
+    "join_slots",
+    "order",
+    "addresses",
+    "arena",
+    "peak_resident",
+    "fragmentation",
+    "memory_bound",
+)
+"""Family fields left out of the documents when unset (the join and graph families')."""
 
 
 def schedule_from_dict(data: Any, source: str = "<schedule>") -> Schedule:

@@ -12,7 +12,10 @@ from memplan.profile import bundled_profiles
 CHAIN_ALGORITHMS = ["store-all", "periodic", "revolve", "rotor"]
 JOIN_PROFILES = ("siamese-resnet18", "cross-modal-resnet18")
 """Join networks (branches + turn): tests/test_join_profiles.py checks them."""
-NAMES = sorted(name for name in bundled_profiles() if name not in JOIN_PROFILES)
+NAMES = sorted(
+    name for name in bundled_profiles() if name not in JOIN_PROFILES and "-graph-" not in name
+)
+"""The chain profiles (the graph profiles, ``MODEL-graph-bB``, have tests/test_graph_bundled.py)."""
 
 
 def test_the_issue_list_is_bundled():

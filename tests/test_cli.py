@@ -448,7 +448,8 @@ def test_profile_without_torch(monkeypatch):
 @pytest.mark.parametrize(
     ("args", "needle"),
     [
-        (["--graph"], "--graph"),
+        (["--graph", "--repeats", "3"], "--graph"),
+        (["--graph", "--device", "cuda"], "--graph"),
         (["--estimate", "nosuchgpu"], "--estimate"),
         (["--gpu-spec", "gpu.yaml"], "--gpu-spec"),
         (["--input-shape", "3,x,224"], "--input-shape"),

@@ -105,7 +105,12 @@ def profile(
         typer.Option(metavar="N", help="Timed repetitions per stage.  [default: the profiler's]"),
     ] = None,
     graph: Annotated[
-        bool, typer.Option("--graph", help="Also record the operator-level graph (graph family).")
+        bool,
+        typer.Option(
+            "--graph",
+            help="Capture the whole training step (forward, backward, SGD step) as an "
+            "operator-level graph for the graph family instead (fake tensors: sizes only).",
+        ),
     ] = False,
     estimate: Annotated[
         str | None,
@@ -140,8 +145,6 @@ def profile(
     memplan profile resnet18 | memplan solve --algo rotor --mem 2GB
     """
     with guard():
-        if graph:
-            raise InputError("--graph: not available yet in this version of memplan")
         for option, value in (("--batch-size", batch_size), ("--repeats", repeats)):
             if value is not None and value < 1:
                 raise InputError(f"{option} {value}: expected a positive integer")
@@ -149,6 +152,9 @@ def profile(
         shape = None if input_shape is None else parse_shape(input_shape)
         if not has_torch():
             raise InputError(f"memplan profile {TORCH_HINT}")
+        if graph:
+            _profile_graph(model, batch_size, shape, dtype.value, device, gpu, repeats, output)
+            return
         from memplan.profile import save_profile
         from memplan.torch.profiler import profile_model
 
@@ -171,6 +177,49 @@ def profile(
             f"memplan: profiled {result.model}: {result.length} stages on {where}, "
             f"lower bound {result.lower_bound:.3f} ms"
         )
+
+
+def _profile_graph(
+    model: str,
+    batch_size: int | None,
+    shape: tuple[int, ...] | None,
+    dtype: str,
+    device: Device,
+    gpu: object,
+    repeats: int | None,
+    output: Path | None,
+) -> None:
+    """``--graph``: capture the training step's operator graph (fake tensors, sizes only)."""
+    if gpu is not None or repeats is not None:
+        raise InputError(
+            "--graph: the graph is captured with fake tensors and not timed "
+            "(leave out --estimate, --gpu-spec and --repeats)"
+        )
+    if device == Device.cuda:
+        raise InputError(
+            "--graph: captured on the CPU with fake tensors (sizes do not depend "
+            "on the device); leave out --device cuda"
+        )
+    from memplan.profile import save_profile
+    from memplan.torch.graph_capture import profile_graph
+
+    console = err_console()
+    status = console.status(f"capturing the training graph of {model}", spinner="dots")
+    with status if console.is_terminal else _nothing():
+        result = profile_graph(model, batch_size=batch_size, input_shape=shape, dtype=dtype)
+    write_output(save_profile(result), output)
+    graph = result.graph
+    echo_err(
+        f"memplan: captured {result.model}: {len(graph.nodes)} nodes, "
+        f"{sum(1 for t in graph.tensors if t.size > 0)} tensors (graph only, sizes from fake "
+        "tensors, times 0)"
+    )
+
+
+def _nothing():
+    from contextlib import nullcontext
+
+    return nullcontext()
 
 
 def _run_with_progress(profile_model, model: str, kwargs: dict):

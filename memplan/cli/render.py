@@ -122,9 +122,27 @@ def schedule_summary(schedule: Any, stages: int) -> Table:
     rows.append(("solver", solver))
     if schedule.solver.message:
         rows.append(("note", schedule.solver.message))
-    if schedule.feasible:
+    if schedule.family == "graph":
+        rows += graph_rows(schedule)
+    elif schedule.feasible:
         rows.append(("operations", op_counts(schedule.ops, stages)))
     return _key_values("Schedule", rows)
+
+
+def graph_rows(schedule: Any) -> list[tuple[str, Any]]:
+    """Graph-family figures: order, arena, peak resident, fragmentation (docs/graph.md)."""
+    rows: list[tuple[str, Any]] = []
+    if schedule.order is not None:
+        rows.append(("order", f"{len(schedule.order)} nodes"))
+    if schedule.arena is not None:
+        rows.append(("arena", _size(schedule.arena)))
+    if schedule.peak_resident is not None:
+        rows.append(("peak resident", _size(schedule.peak_resident)))
+    if schedule.fragmentation is not None:
+        rows.append(("fragmentation", f"{schedule.fragmentation * 100:.2f}%"))
+    if schedule.memory_bound is not None:
+        rows.append(("solver bound", _size(schedule.memory_bound)))
+    return rows
 
 
 def stage_names(profile: Any) -> Sequence[str] | Mapping[tuple[int, int], str]:
@@ -244,7 +262,7 @@ def info_tables(desc: Mapping[str, Any]) -> Group:
     measured = desc.get("measured") or {}
     rows: list[tuple[str, Any]] = [
         ("model", desc["model"]),
-        ("stages", str(desc["stages"])),
+        ("nodes" if desc.get("kind") == "graph" else "stages", str(desc["stages"])),
         ("batch size", "-" if desc.get("batch_size") is None else str(desc["batch_size"])),
         (
             "input shape",
@@ -269,12 +287,30 @@ def info_tables(desc: Mapping[str, Any]) -> Group:
     if isinstance(measured.get("estimate"), Mapping) or any(estimates):
         rows += _estimate_rows(measured.get("estimate") or {}, estimates)
     rows += [
-        ("input size", _size(desc["input_size"])),
+        ("input size", _size(desc.get("input_size"))),
         ("weights", _size(desc["weight_size"])),
         ("static memory", f"{_size(desc['static_memory'])} (optimizer {desc['optimizer']})"),
         ("lower bound", _ms(desc["lower_bound"])),
-        ("store-all needs", _size(desc["store_all_memory"])),
+        ("store-all needs", _size(desc.get("store_all_memory"))),
     ]
+    graph = desc.get("graph")
+    if isinstance(graph, Mapping):
+        kinds = ", ".join(f"{v} {k}" for k, v in (graph.get("kinds") or {}).items())
+        rows += [
+            (
+                "graph",
+                f"{graph['nodes']} nodes ({kinds}), {graph['tensors']} tensors, "
+                f"{graph['control_edges']} control edges",
+            ),
+            ("persistent", _size(graph["persistent_bytes"])),
+            ("framework peak resident", _size(graph["framework_peak_resident"])),
+            (
+                "framework arena",
+                f"{_size(graph['framework_arena'])}, fragmentation "
+                f"{graph['framework_fragmentation'] * 100:.2f}%",
+            ),
+            ("peak resident >=", _size(graph["peak_resident_lower_bound"])),
+        ]
     for family, value in (desc.get("min_memory") or {}).items():
         rows.append((f"least memory ({family})", _size(value)))
     for key, label in (("branches", "branches"), ("join_model", "join model")):
@@ -284,6 +320,8 @@ def info_tables(desc: Mapping[str, Any]) -> Group:
         rows.append(("c_min (Theorem 2)", f"{desc['c_min']} slots of {_size(desc['slot_size'])}"))
     rows.append(("sha256", desc.get("sha256", "-")))
     header = _key_values("Profile", rows)
+    if not stage_rows:
+        return Group(header)
 
     longest = max((len(str(st.get("name", ""))) for st in stage_rows), default=4)
     stages = Table(

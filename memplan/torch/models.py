@@ -13,6 +13,7 @@ name               parameters      architecture
 ``resnet50``       25,557,032      ResNet, Bottleneck [3, 4, 6, 3]
 ``resnet101``      44,549,160      ResNet, Bottleneck [3, 4, 23, 3]
 ``resnet152``      60,192,808      ResNet, Bottleneck [3, 8, 36, 3]
+``alexnet``        61,100,840      AlexNet (torchvision's one-GPU variant)
 ``vgg11``          132,863,336     VGG configuration "A", no batch norm
 ``vgg16``          138,357,544     VGG configuration "D", no batch norm
 ``densenet121``    7,978,856       DenseNet, growth 32, blocks (6, 12, 24, 16)
@@ -49,6 +50,7 @@ from memplan.errors import InputError
 
 __all__ = [
     "DEFAULT_BATCH_SIZE",
+    "AlexNet",
     "DEFAULT_IMAGE_SHAPE",
     "GPT",
     "MODELS",
@@ -266,6 +268,50 @@ class VGG(nn.Module):
             elif isinstance(m, nn.Linear):
                 nn.init.normal_(m.weight, 0, 0.01)
                 nn.init.constant_(m.bias, 0)
+
+    def forward(self, x: Tensor) -> Tensor:
+        x = torch.flatten(self.avgpool(self.features(x)), 1)
+        return self.classifier(x)
+
+
+class AlexNet(nn.Module):
+    """AlexNet as torchvision.models.alexnet: ``features``, ``avgpool``, ``classifier``.
+
+    Parameters
+    ----------
+    num_classes : int
+        Outputs of the classifier.
+    dropout : float
+        Dropout probability of the two hidden classifier layers.
+    """
+
+    def __init__(self, num_classes: int = 1000, dropout: float = 0.5) -> None:
+        super().__init__()
+        self.features = nn.Sequential(
+            nn.Conv2d(3, 64, kernel_size=11, stride=4, padding=2),
+            nn.ReLU(inplace=True),
+            nn.MaxPool2d(kernel_size=3, stride=2),
+            nn.Conv2d(64, 192, kernel_size=5, padding=2),
+            nn.ReLU(inplace=True),
+            nn.MaxPool2d(kernel_size=3, stride=2),
+            nn.Conv2d(192, 384, kernel_size=3, padding=1),
+            nn.ReLU(inplace=True),
+            nn.Conv2d(384, 256, kernel_size=3, padding=1),
+            nn.ReLU(inplace=True),
+            nn.Conv2d(256, 256, kernel_size=3, padding=1),
+            nn.ReLU(inplace=True),
+            nn.MaxPool2d(kernel_size=3, stride=2),
+        )
+        self.avgpool = nn.AdaptiveAvgPool2d((6, 6))
+        self.classifier = nn.Sequential(
+            nn.Dropout(p=dropout),
+            nn.Linear(256 * 6 * 6, 4096),
+            nn.ReLU(inplace=True),
+            nn.Dropout(p=dropout),
+            nn.Linear(4096, 4096),
+            nn.ReLU(inplace=True),
+            nn.Linear(4096, num_classes),
+        )
 
     def forward(self, x: Tensor) -> Tensor:
         x = torch.flatten(self.avgpool(self.features(x)), 1)
@@ -898,6 +944,7 @@ MODELS: dict[str, Callable[[], nn.Module]] = {
     "resnet50": partial(ResNet, Bottleneck, [3, 4, 6, 3]),
     "resnet101": partial(ResNet, Bottleneck, [3, 4, 23, 3]),
     "resnet152": partial(ResNet, Bottleneck, [3, 8, 36, 3]),
+    "alexnet": AlexNet,
     "vgg11": partial(VGG, "A"),
     "vgg16": partial(VGG, "D"),
     "densenet121": partial(DenseNet, 32, (6, 12, 24, 16), 64),

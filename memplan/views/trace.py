@@ -98,6 +98,8 @@ def trace_events(
                 "args": args,
             }
         )
+    if schedule.order is not None:  # graph family: one event per node of the order
+        events += _graph_events(schedule, profile)
     budget = schedule.budget.memory
     for time_ms, nbytes in memory_curve or ():
         values: dict[str, Any] = {"bytes": int(nbytes)}
@@ -106,6 +108,32 @@ def trace_events(
         events.append(
             {"name": "memory", "ph": "C", "ts": _us(time_ms), "pid": _PID, "args": values}
         )
+    return events
+
+
+def _graph_events(schedule: Schedule, profile: Profile | None) -> list[dict[str, Any]]:
+    """Graph schedules: the nodes back to back on the compute track (1 ms per node when the
+    graph has no times, as the graph simulator's memory curve)."""
+    nodes = {n.name: n for n in profile.graph.nodes} if profile and profile.graph else {}
+    times = [nodes[name].time if name in nodes else 0.0 for name in schedule.order or []]
+    if not any(times):
+        times = [1.0] * len(times)
+    events, clock = [], 0.0
+    for index, (name, duration) in enumerate(zip(schedule.order or [], times, strict=True)):
+        node = nodes.get(name)
+        events.append(
+            {
+                "name": name,
+                "cat": node.kind if node else "node",
+                "ph": "X",
+                "ts": _us(clock),
+                "dur": _us(duration),
+                "pid": _PID,
+                "tid": STREAM_TIDS["compute"],
+                "args": {"index": index, "op": node.op if node else "?"},
+            }
+        )
+        clock += duration
     return events
 
 

@@ -1,11 +1,76 @@
 """The graph family's entries in the algorithm registry (cheap to import: solvers load lazily).
 
 Each entry's ``run(profile, request: SolveRequest) -> Schedule`` returns a finished schedule,
-which :func:`memplan.solve` replays with the family's simulator.
+which :func:`memplan.solve` replays with the family's simulator (memplan.simulator.graph).
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 from memplan.algorithms.base import AlgorithmInfo
 
-ALGORITHMS: list[AlgorithmInfo] = []
+DEFAULT_TIME_LIMIT = 60.0
+"""Seconds given to each CP-SAT solve when ``--time-limit`` is not set."""
+
+REFERENCE = "Steiner et al., OLLA (papers/002)"
+
+
+def _run(which: str):
+    def run(profile: Any, request: Any) -> Any:
+        from memplan.algorithms.graph import solvers
+
+        return solvers.run(which, profile, request)
+
+    return run
+
+
+ALGORITHMS: list[AlgorithmInfo] = [
+    AlgorithmInfo(
+        name="olla",
+        family="graph",
+        exact=True,
+        needs="graph profile; --time-limit",
+        summary="OLLA: reorder the nodes (eq. 14), then place the tensors (eq. 15), CP-SAT; "
+        "the joint ILP (eq. 9) on small graphs",
+        reference=f"{REFERENCE}, sections 3-4",
+        run=_run("olla"),
+    ),
+    AlgorithmInfo(
+        name="olla-order",
+        family="graph",
+        exact=True,
+        needs="graph profile; --time-limit",
+        summary="OLLA lifetimes only: the order of least peak resident memory (eq. 14); "
+        "first-fit placement",
+        reference=f"{REFERENCE}, sections 3.2, 4.1, 4.3, 4.4",
+        run=_run("olla-order"),
+    ),
+    AlgorithmInfo(
+        name="olla-address",
+        family="graph",
+        exact=True,
+        needs="graph profile; --time-limit",
+        summary="OLLA placement for the framework order: least arena (eq. 15), CP-SAT",
+        reference=f"{REFERENCE}, sections 3.3, 4.2, 4.4, 4.5",
+        run=_run("olla-address"),
+    ),
+    AlgorithmInfo(
+        name="framework",
+        family="graph",
+        exact=False,
+        needs="graph profile",
+        summary="baseline: PyTorch's order, caching-allocator-like first-fit placement",
+        reference=f"{REFERENCE}, section 5 (the PyTorch baseline)",
+        run=_run("framework"),
+    ),
+    AlgorithmInfo(
+        name="greedy-by-size",
+        family="graph",
+        exact=False,
+        needs="graph profile",
+        summary="baseline: PyTorch's order, TFLite/XLA greedy-by-size offline placement",
+        reference="TFLite's GreedyBySize memory planner; Pisarchyk & Lee 2020",
+        run=_run("greedy-by-size"),
+    ),
+]
