@@ -85,7 +85,11 @@ def schedule_summary(schedule: Any, stages: int) -> Table:
         status.append(" (no plan fits the budget)", style="red")
     rows: list[tuple[str, Any]] = [
         ("algorithm", f"{schedule.algorithm} ({schedule.family})"),
-        ("profile", f"{schedule.profile.model}, {stages} stages"),
+        (
+            "profile",
+            f"{schedule.profile.model}, {stages} "
+            f"{'nodes' if schedule.family == 'graph' else 'stages'}",
+        ),
         ("status", status),
     ]
     if schedule.feasible and schedule.makespan is not None:
