@@ -8,7 +8,7 @@ A profile holds one of three network shapes, and says which algorithm families c
 - a *join network* (``branches``, each a chain with its own input, and the ``turn`` stage that
   joins them, papers/003): the join family;
 - an operator-level *training graph* (``graph``, papers/002): the graph family. A graph may come
-  alongside ``stages`` (``memplan profile --graph`` captures both).
+  alongside ``stages`` (``memplan profile --graph`` writes a graph-only profile).
 
 The pydantic models below hold every check (strict types, non-negative sizes and times, no unknown
 keys except under ``extra``): algorithms trust a validated :class:`Profile`.
