@@ -95,9 +95,7 @@ class Buffers:
     ) -> Buffers:
         """Buffers from ``(id, lower, upper, size)`` tuples (ids are turned into strings)."""
         ids = tuple(str(row[0]) for row in rows)
-        values = np.array([[row[1], row[2], row[3]] for row in rows], dtype=np.int64).reshape(
-            -1, 3
-        )
+        values = np.array([[row[1], row[2], row[3]] for row in rows], dtype=np.int64).reshape(-1, 3)
         return cls(ids, values[:, 0], values[:, 1], values[:, 2], source=source)
 
     def with_offsets(self, offsets: np.ndarray) -> Buffers:
@@ -145,7 +143,9 @@ def _parse_int(text: str, where: str, what: str, minimum: int | None = None) -> 
     return number
 
 
-def parse_buffers_csv(text: str, source: str = "buffers.csv", need_offsets: bool = False) -> BufferTable:
+def parse_buffers_csv(
+    text: str, source: str = "buffers.csv", need_offsets: bool = False
+) -> BufferTable:
     """Read a MiniMalloc CSV (``id,lower,upper,size[,offset]``), checking every field.
 
     Raises :class:`memplan.InputError` with one line naming the file, the line and the column for
@@ -256,6 +256,6 @@ def format_buffers_csv(table: BufferTable | Buffers, offsets: np.ndarray) -> str
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
     writer.writerow([header[k] for k in keep] + [OFFSET])
-    for row, off in zip(rows, offsets.tolist()):
+    for row, off in zip(rows, offsets.tolist(), strict=True):
         writer.writerow([row[k] for k in keep] + [int(off)])
     return out.getvalue()

@@ -45,12 +45,12 @@ from dataclasses import dataclass
 import numpy as np
 
 _INF = np.int64(2**62)
-import os
-RELEASE = bool(int(os.environ.get('RELEASE', '0')))
-TWINS = bool(int(os.environ.get('TWINS', '1')))
 FOUND, NOT_FOUND, ABORTED, TIMEOUT = 1, 0, -1, -2
-PREORDERS = ("WAT", "TAW", "TWA")
-"""Static preorders tried round-robin: W lifetime width, A area, T largest section total."""
+PREORDERS = ("WAT", "TAW", "TWA", "T1", "T2", "T3")
+"""Static preorders tried round-robin (NOTE [ restarts ]): keys W lifetime width, A area, T largest
+section total (descending); a trailing digit breaks ties by a seeded random permutation."""
+GUIDES = ("TAW", "TWA", "WAT")
+"""Preorders of the pinned-core attempts (NOTE [ pinned cores ])."""
 
 
 @dataclass
@@ -90,8 +90,6 @@ class _Instance:
                 inc[fill[s]] = b
                 fill[s] += 1
         self.incidence = inc
-        self.section_of = np.repeat(np.arange(S, dtype=np.int64), per)
-        self.size_ext = np.concatenate([size, [0]]).astype(np.int64)
         totals = np.zeros(S, dtype=np.int64)
         for b in range(n):
             totals[self.first[b] : self.end[b]] += size[b]
@@ -104,7 +102,9 @@ class _Instance:
         groups: dict[tuple[int, int], list[int]] = {}
         for b in range(n):
             groups.setdefault((int(lower[b]), int(upper[b])), []).append(b)
-        self.twins = [[u for u in groups[(int(lower[b]), int(upper[b]))] if u != b] for b in range(n)]
+        self.twins = [
+            [u for u in groups[(int(lower[b]), int(upper[b]))] if u != b] for b in range(n)
+        ]
         self.overlaps = [
             np.flatnonzero((lower < upper[b]) & (lower[b] < upper) & (np.arange(n) != b))
             for b in range(n)
@@ -126,62 +126,121 @@ class _Instance:
             "Z": self.size,
         }
         # np.lexsort sorts by the last key first; negate for descending, index breaks ties.
-        order = np.lexsort((np.arange(self.n),) + tuple(-keys[c] for c in reversed(heuristic)))
+        tie = np.arange(self.n)
+        if heuristic[-1].isdigit():  # e.g. "T3": a seeded random order behind the keys
+            tie = np.random.default_rng(int(heuristic[-1])).permutation(self.n)
+            heuristic = heuristic[:-1]
+        order = np.lexsort((tie,) + tuple(-keys[c] for c in reversed(heuristic)))
         rank = np.empty(self.n, dtype=np.int64)
         rank[order] = np.arange(self.n)
         return rank
 
 
 class _Search:
-    """One depth-first search at a fixed capacity (see the NOTEs of this module)."""
+    """One depth-first search at a fixed capacity (see the NOTEs of this module).
+
+    ``pins`` (offset per buffer, -1 when free) fixes some buffers: a pinned buffer is placed at
+    its pin when the monotone floor reaches it, may float there (NOTE [ pinned cores ]), prunes
+    any branch that raises its minimum offset above the pin, and crosses section boundaries
+    without coupling the two sides (so decomposition ignores it).
+    """
 
     def __init__(
-        self, inst: _Instance, capacity: int, rank: np.ndarray, deadline: float | None
+        self,
+        inst: _Instance,
+        capacity: int,
+        rank: np.ndarray,
+        deadline: float | None,
+        failed: set[tuple[object, ...]],
+        pins: np.ndarray | None = None,
     ) -> None:
         self.inst = inst
         self.capacity = int(capacity)
         self.rank = rank
         self.deadline = deadline
+        self.failed = failed
         n = inst.n
-        # mu[b]: minimum offset of an unplaced buffer, +inf once placed (index n is a dummy).
-        self.mu = np.zeros(n + 1, dtype=np.int64)
-        self.mu[n] = _INF
+        self.pin = np.full(n, -1, dtype=np.int64) if pins is None else pins.astype(np.int64)
+        self.free = self.pin < 0
+        # mu[b]: minimum offset of an unplaced buffer (its pin when pinned), +inf once placed;
+        # index n is a dummy that stands for "no buffer" in the section incidences.
+        self.mu = np.concatenate([np.maximum(self.pin, 0), [_INF]])
+        # maxm[b]: the largest minimum offset b may reach (capacity - size, or its pin).
+        self.maxm = np.concatenate([np.where(self.free, capacity - inst.size, self.pin), [_INF]])
         self.offset = np.full(n, -1, dtype=np.int64)
         self.solution = np.full(n, -1, dtype=np.int64)
         self.total = inst.section_total.copy()
-        self.cuts = inst.cuts.copy()
+        cuts = np.zeros(inst.sections + 1, dtype=np.int64)
+        np.add.at(cuts, inst.first[self.free], 1)
+        np.add.at(cuts, inst.end[self.free] - 1, -1)
+        self.cuts = np.cumsum(cuts)[: max(inst.sections - 1, 0)]
         self.nodes = 0
-        self.tries = 0
         self.node_limit = 0
-        # Python lists are faster to index one at a time than numpy arrays.
+        # Python lists are faster than numpy arrays to index one item at a time.
         self.size_l = inst.size.tolist()
         self.first_l = inst.first.tolist()
         self.end_l = inst.end.tolist()
         self.rank_l = rank.tolist()
-        self.failed: set[tuple] = set()
-        self.twins = inst.twins
+        self.free_l = self.free.tolist()
+        self.twins = [[u for u in inst.twins[b] if self.free_l[u]] for b in range(n)]
+
+    def parts(self) -> list[tuple[np.ndarray, int, int]]:
+        """Static decomposition: buffers (by rank) and section range of each independent part."""
+        zero = np.flatnonzero(self.cuts == 0)
+        bounds = [0, *(zero + 1).tolist(), self.inst.sections]
+        everyone = np.argsort(self.rank, kind="stable")
+        return [
+            (sub, lo, hi)
+            for lo, hi in zip(bounds[:-1], bounds[1:], strict=False)
+            if (sub := self._within(everyone, lo, hi)).size
+        ]
+
+    def _within(self, buffers: np.ndarray, lo: int, hi: int) -> np.ndarray:
+        """The buffers of a part over sections [lo, hi): free ones starting there, pinned ones
+        overlapping it."""
+        first = self.inst.first[buffers]
+        inside = (first >= lo) & (first < hi)
+        pinned = ~self.free[buffers]
+        if pinned.any():
+            inside |= pinned & (first < hi) & (self.inst.end[buffers] > lo)
+        return buffers[inside]
 
     # -- the search ---------------------------------------------------------------------------
 
     def solve_part(self, buffers: np.ndarray, lo: int, hi: int) -> int:
-        """Search the part made of ``buffers`` (sorted by rank) over sections ``[lo, hi)``."""
-        return self._node(buffers, lo, hi, -1, -1)
+        """Search the part made of ``buffers`` (sorted by rank) over sections ``[lo, hi)``,
+        split first where no free buffer crosses a boundary."""
+        zero = np.flatnonzero(self.cuts[lo : max(hi - 1, lo)] == 0) + lo + 1
+        bounds = [lo, *zero.tolist(), hi]
+        for slo, shi in zip(bounds[:-1], bounds[1:], strict=False):
+            sub = self._within(buffers, slo, shi)
+            if sub.size:
+                status = self._node(sub, slo, shi, -1, -1)
+                if status != FOUND:
+                    return status
+        return FOUND
 
     def _node(self, part: np.ndarray, lo: int, hi: int, o: int, last_rank: int) -> int:
         self.nodes += 1
         if self.nodes > self.node_limit:
             return ABORTED
-        if self.deadline is not None and (self.nodes & 63) == 0:
-            if time.perf_counter() > self.deadline:
-                return TIMEOUT
-        mu = self.mu
-        m = mu[part]
+        if (
+            self.deadline is not None
+            and (self.nodes & 31) == 0
+            and time.perf_counter() > self.deadline
+        ):
+            return TIMEOUT
+        m = self.mu[part]
         open_ = m < _INF
         if not open_.any():
             self._record()
             return FOUND
         part = part[open_]
         m = m[open_]
+        # The search below depends on nothing else (NOTE [ failed states ]); o and last_rank
+        # matter only through the buffers at or below o.
+        if int(m.min()) > o:
+            o, last_rank = -1, -1
         key = (lo, hi, o, last_rank, part.tobytes(), m.tobytes())
         if key in self.failed:
             return NOT_FOUND
@@ -190,83 +249,76 @@ class _Search:
             self.failed.add(key)
         return status
 
-    def _branch(self, part: np.ndarray, m: np.ndarray, lo: int, hi: int, o: int, last_rank: int) -> int:
-        mu = self.mu
-        size = self.inst.size[part]
-        min_height = int((m + size).min())
-        rank = self.rank[part]
-        # Every section still needs its whole unplaced total above the new monotone floor.
-        peak = int(self.total[lo:hi].max())
-        ok = (
-            (m < min_height)
-            & (m + peak <= self.capacity)
-            & ((m > o) | ((m == o) & (rank > last_rank)))
-        )
-        cands = part[ok]
-        if cands.size == 0:
-            return NOT_FOUND
-        cands = cands[np.argsort(m[ok], kind="stable")].tolist()
+    def _branch(
+        self, part: np.ndarray, m: np.ndarray, lo: int, hi: int, o: int, last_rank: int
+    ) -> int:
         inst = self.inst
+        mu = self.mu
         capacity = self.capacity
         total = self.total
-        cuts = self.cuts
-        inc = inst.incidence
+        size = inst.size[part]
+        free = self.free[part]
+        min_height = int((m + size)[free].min()) if free.any() else int(_INF)
+        rank = self.rank[part]
+        # Every section still needs its whole unplaced total above the new monotone floor.
+        peak = int(total[lo:hi].max())
+        ok = (
+            (m < min_height)
+            & (m + peak <= capacity)
+            & (m <= self.maxm[part])
+            & ((m > o) | ((m == o) & (rank > last_rank)))
+        )
+        if not ok.any():
+            return NOT_FOUND
+        cands = part[ok]
+        cands = cands[np.argsort(m[ok], kind="stable")].tolist()
         p0, p1 = int(inst.start[lo]), int(inst.start[hi])
         seg = inst.start[lo:hi] - p0
-        inc_part = inc[p0:p1]
-        size_ext = inst.size_ext
-        sec_rel = inst.section_of[p0:p1] - lo
-        sec_key = sec_rel * (capacity + 3)
-        twins = self.twins
+        inc_part = inst.incidence[p0:p1]
+        overlaps = inst.overlaps
         offset = self.offset
-        rank_l = self.rank_l
+        size_l, rank_l, twins = self.size_l, self.rank_l, self.twins
         for b in cands:
             off = int(mu[b])
-            sz = self.size_l[b]
-            top = off + sz
-            if TWINS and twins[b] and any(
-                offset[u] >= 0 and offset[u] + self.size_l[u] == off and rank_l[u] > rank_l[b]
+            sz = size_l[b]
+            # NOTE [ stacked twins ]: b resting right on a twin of higher rank is the mirror of
+            # a placement where the two swap, which the search reaches with b first.
+            if twins[b] and any(
+                offset[u] >= 0 and offset[u] + size_l[u] == off and rank_l[u] > rank_l[b]
                 for u in twins[b]
             ):
                 continue
+            top = off + sz
             a, e = self.first_l[b], self.end_l[b]
-            # Place b.
-            self.offset[b] = off
+            offset[b] = off
             mu[b] = _INF
-            ov = inst.overlaps[b]
-            mov = mu[ov]
-            raised = ov[mov < top]
+            ov = overlaps[b]
+            raised = ov[mu[ov] < top]
             old = mu[raised]
             mu[raised] = top
             total[a:e] -= sz
             status = NOT_FOUND
-            self.tries += 1
-            if not (old.size and (top + inst.size[raised] > capacity).any()):
-                if RELEASE:
-                    r = mu[inc_part]
-                    live = r < _INF
-                    r = np.where(live, np.maximum(r, off), -1)
-                    w = np.where(live, size_ext[inc_part], 0)
-                    order = np.argsort(sec_key + (capacity + 1 - r))
-                    cs = np.cumsum(w[order])
-                    excl = np.concatenate(([0], cs))[seg]
-                    bound = r[order] + cs - excl[sec_rel]
-                    if np.maximum.reduceat(bound, seg).max() <= capacity:
-                        status = self._after(b, part, lo, hi, off, a, e)
-                else:
-                  floor = np.minimum.reduceat(mu[inc_part], seg)
-                  np.maximum(floor, off, out=floor)
-                  tot = total[lo:hi]
-                  if not ((floor + tot > capacity) & (tot > 0)).any():
+            if not (old.size and self._overflows(raised, top, lo, hi)):
+                floor = np.minimum.reduceat(mu[inc_part], seg)
+                np.maximum(floor, off, out=floor)
+                tot = total[lo:hi]
+                if not ((floor + tot > capacity) & (tot > 0)).any():
                     status = self._after(b, part, lo, hi, off, a, e)
-            # Undo.
             total[a:e] += sz
             mu[raised] = old
             mu[b] = off
-            self.offset[b] = -1
+            offset[b] = -1
             if status != NOT_FOUND:
                 return status
         return NOT_FOUND
+
+    def _overflows(self, raised: np.ndarray, top: int, lo: int, hi: int) -> bool:
+        """Whether a buffer of this part was raised beyond its largest minimum offset."""
+        over = raised[top > self.maxm[raised]]
+        if over.size == 0:
+            return False
+        # Buffers of other parts (after a split) are raised too, harmlessly: ignore them.
+        return bool(((self.inst.first[over] < hi) & (self.inst.end[over] > lo)).any())
 
     def _record(self) -> None:
         placed = self.offset >= 0
@@ -274,25 +326,23 @@ class _Search:
 
     def _after(self, b: int, part: np.ndarray, lo: int, hi: int, off: int, a: int, e: int) -> int:
         """Recurse after placing ``b``, splitting the rest where no unplaced buffer crosses."""
-        cuts = self.cuts
-        if e - a <= 1:
+        if e - a <= 1 or not self.free_l[b]:
             return self._node(part, lo, hi, off, self.rank_l[b])
-        window = cuts[a : e - 1]
+        window = self.cuts[a : e - 1]
         window -= 1
-        zero = np.flatnonzero(window == 0)
         try:
+            zero = np.flatnonzero(window == 0)
             if zero.size == 0:
                 return self._node(part, lo, hi, off, self.rank_l[b])
-            bounds = [lo, *(a + zero + 1).tolist(), hi]
-            bounds = sorted(set(x for x in bounds if lo <= x <= hi))
+            bounds = sorted({lo, hi, *(a + zero + 1).tolist()})
             rest = part[self.mu[part] < _INF]
             if rest.size == 0:
                 self._record()
                 return FOUND
-            first = self.inst.first[rest]
-            for k in range(len(bounds) - 1):
-                slo, shi = bounds[k], bounds[k + 1]
-                sub = rest[(first >= slo) & (first < shi)]
+            for slo, shi in zip(bounds[:-1], bounds[1:], strict=False):
+                if slo < lo or shi > hi:
+                    continue
+                sub = self._within(rest, slo, shi)
                 if sub.size == 0:
                     continue
                 status = self._node(sub, slo, shi, -1, -1)
@@ -303,17 +353,89 @@ class _Search:
             window += 1
 
 
-def _parts(inst: _Instance) -> list[tuple[np.ndarray, int, int]]:
-    """Static decomposition: the buffers and section range of each independent part."""
-    zero = np.flatnonzero(inst.cuts == 0)
-    bounds = [0, *(zero + 1).tolist(), inst.sections]
-    parts = []
-    for k in range(len(bounds) - 1):
-        lo, hi = bounds[k], bounds[k + 1]
-        sub = np.flatnonzero((inst.first >= lo) & (inst.first < hi))
-        if sub.size:
-            parts.append((sub, lo, hi))
-    return parts
+def _core(inst: _Instance, buffers: np.ndarray, lo: int, hi: int, slack: int) -> np.ndarray:
+    """The buffers of a part live in its tightest sections (total within ``slack`` of the max)."""
+    totals = inst.section_total[lo:hi]
+    tight = np.zeros(inst.sections + 1, dtype=np.int64)
+    tight[lo:hi] = totals >= totals.max() - slack
+    prefix = np.concatenate([[0], np.cumsum(tight)])
+    hits = prefix[inst.end[buffers]] - prefix[inst.first[buffers]]
+    return buffers[hits > 0]
+
+
+def _progressive(
+    inst: _Instance,
+    capacity: int,
+    buffers: np.ndarray,
+    lo: int,
+    hi: int,
+    rank: np.ndarray,
+    deadline: float | None,
+    stats: dict[str, int],
+) -> tuple[int, np.ndarray | None]:
+    """NOTE [ pinned cores ]: place the buffers of the tightest sections first, pin them, widen.
+
+    Each level solves the buffers live in sections within ``slack`` of the peak, with the
+    previous level's placement pinned, under a node budget; ``ABORTED`` when a level fails (the
+    pins need not extend, so this proves nothing).
+    """
+    pins = np.full(inst.n, -1, dtype=np.int64)
+    previous = 0
+    for slack in [capacity >> k for k in (12, 9, 7, 6, 5, 4, 3, 2, 1)] + [None]:
+        core = buffers if slack is None else _core(inst, buffers, lo, hi, slack)
+        if core.size == previous or (slack is not None and core.size > len(buffers) * 9 // 10):
+            continue
+        previous = core.size
+        sub = _Instance(inst.lower[core], inst.upper[core], inst.size[core])
+        run = _Search(sub, capacity, rank[core], deadline, set(), pins[core])
+        run.node_limit = 20 * core.size
+        order = np.argsort(rank[core], kind="stable")
+        status = run.solve_part(order, 0, sub.sections)
+        stats["nodes"] = stats.get("nodes", 0) + run.nodes
+        if status == TIMEOUT:
+            return TIMEOUT, None
+        if status != FOUND:
+            return ABORTED, None
+        pins[core] = run.solution
+    return FOUND, pins
+
+
+def _solve_part(
+    inst: _Instance,
+    capacity: int,
+    buffers: np.ndarray,
+    lo: int,
+    hi: int,
+    ranks: list[np.ndarray],
+    memos: list[set[tuple[object, ...]]],
+    deadline: float | None,
+    guide: bool,
+    stats: dict[str, int],
+) -> tuple[int, np.ndarray | None]:
+    """Solve one static part: NOTE [ pinned cores ] first, then NOTE [ restarts ]."""
+    n = len(buffers)
+    if guide and n >= 40:
+        for name in GUIDES:
+            rank = inst.preorder(name)
+            status, solution = _progressive(inst, capacity, buffers, lo, hi, rank, deadline, stats)
+            if status == FOUND:
+                return FOUND, solution
+            if status == TIMEOUT:
+                return TIMEOUT, None
+    limit = max(n, 16)
+    while True:
+        limit *= 2
+        for rank, memo in zip(ranks, memos, strict=True):
+            run = _Search(inst, capacity, rank, deadline, memo)
+            run.node_limit = limit
+            status = run.solve_part(buffers[np.argsort(rank[buffers], kind="stable")], lo, hi)
+            stats["nodes"] = stats.get("nodes", 0) + run.nodes
+            if status == FOUND:
+                return FOUND, run.solution
+            if status in (NOT_FOUND, TIMEOUT):
+                return status, None
+            if stats.get("budget") is not None and stats["nodes"] > stats["budget"]:
+                return ABORTED, None
 
 
 def search(
@@ -323,11 +445,15 @@ def search(
     capacity: int,
     time_limit: float | None = None,
     on_progress: Callable[[str], None] | None = None,
+    guide: bool = True,
+    node_budget: int | None = None,
+    preorders: tuple[str, ...] = PREORDERS,
 ) -> SearchResult:
     """Find offsets with every buffer inside ``[0, capacity)``, or prove there are none.
 
     Buffers of size 0 get offset 0. ``time_limit`` (seconds) bounds the whole search; when it is
-    hit the status is ``gave-up``. See the module's NOTEs for the algorithm.
+    hit the status is ``gave-up`` (so is running out of ``node_budget``, a cap on the nodes).
+    See the module's NOTEs for the algorithm.
     """
     started = time.perf_counter()
     deadline = None if time_limit is None else started + float(time_limit)
@@ -336,41 +462,34 @@ def search(
     size = np.asarray(size, dtype=np.int64)
     offsets = np.zeros(len(size), dtype=np.int64)
     keep = np.flatnonzero(size > 0)
+
+    def result(status: str, placed: np.ndarray | None, nodes: int) -> SearchResult:
+        return SearchResult(status, placed, nodes, time.perf_counter() - started)
+
     if keep.size and int(size[keep].max()) > capacity:
-        return SearchResult("infeasible", None, 0, time.perf_counter() - started)
+        return result("infeasible", None, 0)
     inst = _Instance(lower[keep], upper[keep], size[keep])
     if inst.n and int(inst.section_total.max()) > capacity:
-        return SearchResult("infeasible", None, 0, time.perf_counter() - started)
-    ranks = [inst.preorder(h) for h in PREORDERS]
-    memos: list[set[tuple]] = [set() for _ in PREORDERS]
-    global self_tries
-    self_tries = []
-    nodes = 0
+        return result("infeasible", None, 0)
+    ranks = [inst.preorder(h) for h in preorders]
+    memos: list[set[tuple[object, ...]]] = [set() for _ in preorders]
+    stats: dict[str, int] = {"budget": node_budget} if node_budget is not None else {}
     old_limit = sys.getrecursionlimit()
-    sys.setrecursionlimit(max(old_limit, 4 * inst.n + 1000))
+    sys.setrecursionlimit(max(old_limit, 6 * inst.n + 1000))
     try:
-        for part, lo, hi in _parts(inst):
-            limit = max(len(part), 16)
-            solved = False
-            while not solved:
-                limit *= 2
-                for rank, memo in zip(ranks, memos):
-                    order = part[np.argsort(rank[part], kind="stable")]
-                    run = _Search(inst, capacity, rank, deadline)
-                    run.failed = memo
-                    run.node_limit = limit
-                    status = run.solve_part(order, lo, hi)
-                    nodes += run.nodes; self_tries.append(run.tries)
-                    if status == FOUND:
-                        offsets[keep[part]] = run.solution[part]
-                        solved = True
-                        break
-                    if status == NOT_FOUND:
-                        return SearchResult("infeasible", None, nodes, time.perf_counter() - started)
-                    if status == TIMEOUT:
-                        return SearchResult("gave-up", None, nodes, time.perf_counter() - started)
-                if on_progress is not None and not solved:
-                    on_progress(f"node budget {limit} exhausted by every preorder; doubling")
+        parts = _Search(inst, capacity, ranks[0], deadline, set()).parts()
+        for k, (part, lo, hi) in enumerate(parts):
+            status, solution = _solve_part(
+                inst, capacity, part, lo, hi, ranks, memos, deadline, guide, stats
+            )
+            nodes = stats.get("nodes", 0)
+            if status == NOT_FOUND:
+                return result("infeasible", None, nodes)
+            if status in (TIMEOUT, ABORTED) or solution is None:
+                return result("gave-up", None, nodes)
+            offsets[keep[part]] = solution[part]
+            if on_progress is not None:
+                on_progress(f"placed part {k + 1} of {len(parts)} ({len(part)} buffers)")
     finally:
         sys.setrecursionlimit(old_limit)
-    return SearchResult("placed", offsets, nodes, time.perf_counter() - started)
+    return result("placed", offsets, stats.get("nodes", 0))
