@@ -181,6 +181,7 @@ def parse_buffers_csv(
     values: list[tuple[int, int, int, int]] = []
     rows: list[tuple[str, ...]] = []
     has_offset = OFFSET in header
+    lines: dict[str, int] = {}
     try:
         for row in reader:
             line = reader.line_num
@@ -194,6 +195,9 @@ def parse_buffers_csv(
             ident = row[col["id"]].strip()
             if not ident:
                 raise InputError(f"{where}: id: expected a non-empty id")
+            if ident in lines:
+                raise InputError(f"{where}: id {ident!r}: duplicate (also on line {lines[ident]})")
+            lines[ident] = line
             lower = _parse_int(row[col["lower"]], where, "lower")
             upper = _parse_int(row[col["upper"]], where, "upper")
             size = _parse_int(row[col["size"]], where, "size", minimum=0)
