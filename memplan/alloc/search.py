@@ -27,9 +27,28 @@ decomposition, §4.4). Each part is searched from a fresh monotone floor.
 
 NOTE [ restarts ]
 The static preorder (ties of the dynamic order by minimum offset) matters a lot; as MiniMalloc
-does, the search runs round-robin over three preorders (by width, area and section total, in
-three orders) with a node budget that doubles every round, so one unlucky order does not stall it.
-A complete run (no budget hit) that finds nothing proves the capacity infeasible.
+does, the search runs round-robin over six preorders (by width, area and section total, in three
+orders, and three seeded random tie-breaks) with a node budget that doubles every round, so one
+unlucky order does not stall it. A complete run (no budget hit) that finds nothing proves the
+capacity infeasible.
+
+NOTE [ failed states ]
+The subtree below a node depends only on the unplaced buffers of its part, their minimum offsets,
+the last offset and rank (which matter only when some minimum offset is at or below the last
+offset). A subtree searched to the end without success records that key; meeting it again (from
+another order of earlier placements, or in a later round of the same preorder) prunes at once.
+
+NOTE [ stacked twins ]
+Two buffers with the same lifetime, one right on top of the other, can swap places without
+touching anything else; only the order with the higher-ranked buffer below is searched.
+
+NOTE [ pinned cores ]
+Before the restarts, the buffers of the tightest sections (a small problem) are placed alone and
+pinned; the whole part is then searched around the pins. A pinned buffer takes its pinned offset
+when the floor reaches it, may float there (the canonical argument still holds for the free
+buffers: a buffer that cannot drop to its minimum offset is blocked by an earlier one), prunes a
+branch that raises its minimum offset above the pin, and does not count as crossing a section
+boundary, so the part splits around the core into independent pieces. See _progressive.
 
 Complexity: exponential in the worst case (the decision problem is strongly NP-complete); each
 node costs O(n + P) numpy work for n buffers and P (section, buffer) incidences.
@@ -153,12 +172,17 @@ class _Search:
         deadline: float | None,
         failed: set[tuple[object, ...]],
         pins: np.ndarray | None = None,
+        on_leaf: Callable[[np.ndarray], int] | None = None,
     ) -> None:
         self.inst = inst
         self.capacity = int(capacity)
         self.rank = rank
         self.deadline = deadline
         self.failed = failed
+        # With on_leaf, each full placement is offered to it (FOUND accepts, NOT_FOUND asks for
+        # the next one, ABORTED stops); the search then neither splits nor memoizes, as the
+        # verdict depends on the whole placement.
+        self.on_leaf = on_leaf
         n = inst.n
         self.pin = np.full(n, -1, dtype=np.int64) if pins is None else pins.astype(np.int64)
         self.free = self.pin < 0
@@ -211,6 +235,8 @@ class _Search:
         """Search the part made of ``buffers`` (sorted by rank) over sections ``[lo, hi)``,
         split first where no free buffer crosses a boundary."""
         zero = np.flatnonzero(self.cuts[lo : max(hi - 1, lo)] == 0) + lo + 1
+        if self.on_leaf is not None:
+            zero = zero[:0]
         bounds = [lo, *zero.tolist(), hi]
         for slo, shi in zip(bounds[:-1], bounds[1:], strict=False):
             sub = self._within(buffers, slo, shi)
@@ -233,6 +259,10 @@ class _Search:
         m = self.mu[part]
         open_ = m < _INF
         if not open_.any():
+            if self.on_leaf is not None:
+                verdict = self.on_leaf(self.offset.copy())
+                if verdict != FOUND:
+                    return verdict
             self._record()
             return FOUND
         part = part[open_]
@@ -245,7 +275,7 @@ class _Search:
         if key in self.failed:
             return NOT_FOUND
         status = self._branch(part, m, lo, hi, o, last_rank)
-        if status == NOT_FOUND:
+        if status == NOT_FOUND and self.on_leaf is None:
             self.failed.add(key)
         return status
 
@@ -326,7 +356,7 @@ class _Search:
 
     def _after(self, b: int, part: np.ndarray, lo: int, hi: int, off: int, a: int, e: int) -> int:
         """Recurse after placing ``b``, splitting the rest where no unplaced buffer crosses."""
-        if e - a <= 1 or not self.free_l[b]:
+        if e - a <= 1 or not self.free_l[b] or self.on_leaf is not None:
             return self._node(part, lo, hi, off, self.rank_l[b])
         window = self.cuts[a : e - 1]
         window -= 1
@@ -363,6 +393,10 @@ def _core(inst: _Instance, buffers: np.ndarray, lo: int, hi: int, slack: int) ->
     return buffers[hits > 0]
 
 
+class _Timeout(Exception):
+    """The deadline passed inside a nested pinned-core search."""
+
+
 def _progressive(
     inst: _Instance,
     capacity: int,
@@ -373,31 +407,74 @@ def _progressive(
     deadline: float | None,
     stats: dict[str, int],
 ) -> tuple[int, np.ndarray | None]:
-    """NOTE [ pinned cores ]: place the buffers of the tightest sections first, pin them, widen.
+    """NOTE [ pinned cores ]: place the buffers of the tightest sections first, pin them.
 
-    Each level solves the buffers live in sections within ``slack`` of the peak, with the
-    previous level's placement pinned, under a node budget; ``ABORTED`` when a level fails (the
-    pins need not extend, so this proves nothing).
+    A core is the set of buffers live in sections within some slack of the part's peak (slacks
+    growing from capacity/4096 until a core holds 90% of the part). Each core is placed alone (a
+    small problem); each of its first ``_LEAVES`` placements is pinned and extended to the whole
+    part, which then splits into independent pieces around the pins (NOTE [ decomposition ]).
+    Every search runs under a node budget of ``_BUDGET`` per buffer. ``ABORTED`` when no core
+    extends: pins need not extend to a full placement, so this proves nothing.
     """
-    pins = np.full(inst.n, -1, dtype=np.int64)
-    previous = 0
-    for slack in [capacity >> k for k in (12, 9, 7, 6, 5, 4, 3, 2, 1)] + [None]:
-        core = buffers if slack is None else _core(inst, buffers, lo, hi, slack)
-        if core.size == previous or (slack is not None and core.size > len(buffers) * 9 // 10):
-            continue
-        previous = core.size
-        sub = _Instance(inst.lower[core], inst.upper[core], inst.size[core])
-        run = _Search(sub, capacity, rank[core], deadline, set(), pins[core])
-        run.node_limit = 20 * core.size
-        order = np.argsort(rank[core], kind="stable")
-        status = run.solve_part(order, 0, sub.sections)
+    levels: list[np.ndarray] = []
+    for slack in [
+        capacity * k // 4096
+        for k in (1, 4, 8, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 1024, 2048)
+    ]:
+        core = _core(inst, buffers, lo, hi, slack)
+        if core.size > len(buffers) * 9 // 10:
+            break
+        if not levels or core.size > levels[-1].size:
+            levels.append(core)
+    levels.append(buffers)
+    found: list[np.ndarray] = []
+    order = np.argsort(rank[buffers], kind="stable")
+
+    def extend(core: np.ndarray, solution: np.ndarray) -> int:
+        """Pin ``core`` at ``solution`` and search the whole part (it splits around the pins)."""
+        pins = np.full(inst.n, -1, dtype=np.int64)
+        pins[core] = solution
+        run = _Search(inst, capacity, rank, deadline, set(), pins)
+        run.node_limit = _BUDGET * len(buffers)
+        status = run.solve_part(buffers[order], lo, hi)
         stats["nodes"] = stats.get("nodes", 0) + run.nodes
+        if status == FOUND:
+            found.append(run.solution)
+        return status
+
+    for core in levels[:-1]:
+        sub = _Instance(inst.lower[core], inst.upper[core], inst.size[core])
+        leaves = [0]
+
+        def on_leaf(
+            solution: np.ndarray, core: np.ndarray = core, leaves: list[int] = leaves
+        ) -> int:
+            leaves[0] += 1
+            status = extend(core, solution)
+            if status == TIMEOUT:
+                raise _Timeout
+            if status == FOUND:
+                return FOUND
+            return ABORTED if leaves[0] >= _LEAVES else NOT_FOUND
+
+        run = _Search(sub, capacity, rank[core], deadline, set(), None, on_leaf)
+        run.node_limit = _BUDGET * core.size
+        try:
+            status = run.solve_part(np.argsort(rank[core], kind="stable"), 0, sub.sections)
+        except _Timeout:
+            return TIMEOUT, None
+        stats["nodes"] = stats.get("nodes", 0) + run.nodes
+        if status == FOUND and found:
+            return FOUND, found[-1]
         if status == TIMEOUT:
             return TIMEOUT, None
-        if status != FOUND:
-            return ABORTED, None
-        pins[core] = run.solution
-    return FOUND, pins
+    return ABORTED, None
+
+
+_LEAVES = 8
+"""Placements of one core tried (pinned, extended to the whole part) before the next core."""
+_BUDGET = 20
+"""Node budget of each pinned-core search, per buffer."""
 
 
 def _solve_part(
