@@ -40,7 +40,7 @@ another order of earlier placements, or in a later round of the same preorder) p
 
 NOTE [ stacked twins ]
 Two buffers with the same lifetime, one right on top of the other, can swap places without
-touching anything else; only the order with the higher-ranked buffer below is searched.
+touching anything else; only the order with the buffer earlier in the preorder below is searched.
 
 NOTE [ pinned cores ]
 Before the restarts, the buffers of the tightest sections (a small problem) are placed alone and
@@ -68,7 +68,7 @@ FOUND, NOT_FOUND, ABORTED, TIMEOUT = 1, 0, -1, -2
 PREORDERS = ("WAT", "TAW", "TWA", "T1", "T2", "T3")
 """Static preorders tried round-robin (NOTE [ restarts ]): keys W lifetime width, A area, T largest
 section total (descending); a trailing digit breaks ties by a seeded random permutation."""
-GUIDES = ("TAW", "TWA", "WAT")
+GUIDES = ("TWA", "TAW", "WAT")
 """Preorders of the pinned-core attempts (NOTE [ pinned cores ])."""
 
 
@@ -491,17 +491,21 @@ def _solve_part(
 ) -> tuple[int, np.ndarray | None]:
     """Solve one static part: NOTE [ pinned cores ] first, then NOTE [ restarts ]."""
     n = len(buffers)
-    if guide and n >= 40:
-        for name in GUIDES:
-            rank = inst.preorder(name)
-            status, solution = _progressive(inst, capacity, buffers, lo, hi, rank, deadline, stats)
-            if status == FOUND:
-                return FOUND, solution
-            if status == TIMEOUT:
-                return TIMEOUT, None
     limit = max(n, 16)
+    guided = not (guide and n >= 40)
     while True:
         limit *= 2
+        if not guided and limit >= 16 * n:
+            # After a few cheap rounds, NOTE [ pinned cores ]; then the rounds go on.
+            guided = True
+            for name in GUIDES:
+                status, solution = _progressive(
+                    inst, capacity, buffers, lo, hi, inst.preorder(name), deadline, stats
+                )
+                if status == FOUND:
+                    return FOUND, solution
+                if status == TIMEOUT:
+                    return TIMEOUT, None
         for rank, memo in zip(ranks, memos, strict=True):
             run = _Search(inst, capacity, rank, deadline, memo)
             run.node_limit = limit
