@@ -10,6 +10,7 @@ from typing import Annotated
 import typer
 
 from memplan.cli import common
+from memplan.cli.alloc import alloc
 from memplan.cli.compare import compare
 from memplan.cli.info import algos, info
 from memplan.cli.profile import profile
@@ -63,6 +64,7 @@ app.command("info")(info)
 app.command("algos")(algos)
 app.command("plot")(plot)
 app.command("run")(run)
+app.command("alloc")(alloc)
 
 
 def main() -> None:

@@ -1,0 +1,187 @@
+"""The allocation search (memplan.alloc): exact against CP-SAT on small instances, every placement
+checked by the independent checker, and tight (zero-waste) instances placed at the peak."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from memplan.alloc import Buffers, check_placement, peak_live_load, place
+from memplan.alloc.greedy import best_greedy
+from memplan.alloc.search import search
+
+MINIMALLOC = Path(__file__).resolve().parent.parent.parent / "shared" / "benchmarks" / "minimalloc"
+
+
+def random_buffers(rng: np.random.Generator, n: int, horizon: int = 10, big: int = 9) -> Buffers:
+    lower = rng.integers(0, horizon, n)
+    upper = lower + rng.integers(1, horizon // 2 + 2, n)
+    size = rng.integers(0, big, n)
+    return Buffers.from_rows(
+        [(f"b{k}", int(lower[k]), int(upper[k]), int(size[k])) for k in range(n)]
+    )
+
+
+def cpsat_least_arena(b: Buffers, capacity: int | None = None) -> int | None:
+    """The least arena by a plain CP-SAT model (NoOverlap2D), or None when infeasible at
+    ``capacity``: an oracle that shares no code with memplan.alloc."""
+    from ortools.sat.python import cp_model
+
+    keep = [k for k in range(len(b)) if b.size[k] > 0]
+    if not keep:
+        return 0
+    horizon = int(b.size.sum()) if capacity is None else capacity
+    model = cp_model.CpModel()
+    height = model.new_int_var(0, horizon, "height")
+    xs, ys = [], []
+    for k in keep:
+        lo, up, sz = int(b.lower[k]), int(b.upper[k]), int(b.size[k])
+        if sz > horizon:
+            return None
+        start = model.new_int_var(0, horizon - sz, f"offset_{k}")
+        ys.append(model.new_interval_var(start, sz, start + sz, f"addr_{k}"))
+        xs.append(model.new_fixed_size_interval_var(lo, up - lo, f"life_{k}"))
+        model.add(start + sz <= height)
+    model.add_no_overlap_2d(xs, ys)
+    model.minimize(height)
+    solver = cp_model.CpSolver()
+    solver.parameters.max_time_in_seconds = 20.0
+    solver.parameters.num_workers = 1
+    status = solver.solve(model)
+    if status == cp_model.INFEASIBLE:
+        return None
+    assert status == cp_model.OPTIMAL
+    return int(solver.value(height))
+
+
+def assert_valid(b: Buffers, offsets: np.ndarray, capacity: int | None = None) -> int:
+    check = check_placement(b.lower, b.upper, b.size, offsets, capacity, b.ids)
+    assert check.valid, check.violation
+    return check.arena
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_least_arena_matches_cpsat(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    b = random_buffers(rng, int(rng.integers(3, 10)))
+    result = place(b, time_limit=30)
+    assert result.status == "optimal"
+    assert result.offsets is not None
+    assert assert_valid(b, result.offsets) == result.arena
+    assert result.arena == cpsat_least_arena(b)
+    assert result.arena >= peak_live_load(b.lower, b.upper, b.size)
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_feasibility_at_a_capacity_matches_cpsat(seed: int) -> None:
+    """Capacities between the peak live load and the greedy arena, where the search decides."""
+    rng = np.random.default_rng(1000 + seed)
+    b = random_buffers(rng, int(rng.integers(5, 12)), big=12)
+    peak = b.peak_live_load()
+    greedy = int((best_greedy(b.lower, b.upper, b.size) + b.size).max())
+    capacity = int(rng.integers(peak, greedy + 1))
+    result = search(b.lower, b.upper, b.size, capacity, time_limit=30)
+    expected = cpsat_least_arena(b, capacity)
+    if expected is None:
+        assert result.status == "infeasible"
+    else:
+        assert result.status == "placed"
+        assert result.offsets is not None
+        assert_valid(b, result.offsets, capacity)
+
+
+def perfect_tiling(rng: np.random.Generator, capacity: int, horizon: int, cuts: int) -> Buffers:
+    """Buffers that tile [0, horizon) x [0, capacity) exactly: feasible at the peak, no waste."""
+    rects = [(0, horizon, 0, capacity)]
+    for _ in range(cuts):
+        k = int(rng.integers(len(rects)))
+        t0, t1, a0, a1 = rects[k]
+        if rng.random() < 0.5 and t1 - t0 > 1:
+            t = int(rng.integers(t0 + 1, t1))
+            rects[k : k + 1] = [(t0, t, a0, a1), (t, t1, a0, a1)]
+        elif a1 - a0 > 1:
+            a = int(rng.integers(a0 + 1, a1))
+            rects[k : k + 1] = [(t0, t1, a0, a), (t0, t1, a, a1)]
+    order = rng.permutation(len(rects))
+    return Buffers.from_rows(
+        [
+            (f"r{j}", rects[k][0], rects[k][1], rects[k][3] - rects[k][2])
+            for j, k in enumerate(order)
+        ]
+    )
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_zero_waste_tilings_are_placed_at_the_peak(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    b = perfect_tiling(rng, capacity=64, horizon=30, cuts=40)
+    assert b.peak_live_load() == 64
+    result = place(b, capacity=64, time_limit=60)
+    assert result.status in ("placed", "optimal"), result.message
+    assert result.offsets is not None
+    assert assert_valid(b, result.offsets, 64) <= 64
+
+
+def test_capacity_below_the_peak_is_infeasible_and_names_it() -> None:
+    b = Buffers.from_rows([("a", 0, 2, 4), ("b", 1, 3, 4)])
+    result = place(b, capacity=7)
+    assert result.status == "infeasible" and result.offsets is None
+    assert "peak live load 8" in result.message
+
+
+def test_zero_sizes_and_empty_lists() -> None:
+    assert place(Buffers.from_rows([])).status == "optimal"
+    b = Buffers.from_rows([("z", 0, 5, 0), ("a", 0, 5, 3), ("b", 2, 3, 0)])
+    result = place(b, capacity=3)
+    assert result.offsets is not None and result.arena == 3
+    assert assert_valid(b, result.offsets, 3) == 3
+
+
+def test_time_limit_gives_up_without_a_placement() -> None:
+    rng = np.random.default_rng(3)
+    b = perfect_tiling(rng, capacity=1024, horizon=200, cuts=400)
+    result = place(b, capacity=1024, time_limit=0.0)
+    # Either greedy already fits (then it is placed) or the search gave up at once.
+    assert result.status in ("gave-up", "placed", "optimal")
+    if result.status == "gave-up":
+        assert result.offsets is None and "not proven" in result.message
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    rows=st.lists(
+        st.tuples(st.integers(0, 20), st.integers(1, 8), st.integers(0, 30)),
+        min_size=0,
+        max_size=14,
+    ),
+    slack=st.integers(0, 10),
+)
+def test_whatever_place_returns_validates(rows: list[tuple[int, int, int]], slack: int) -> None:
+    b = Buffers.from_rows([(k, lo, lo + w, sz) for k, (lo, w, sz) in enumerate(rows)])
+    free = place(b, time_limit=10)
+    assert free.offsets is not None
+    arena = assert_valid(b, free.offsets)
+    assert arena == free.arena >= b.peak_live_load()
+    capacity = b.peak_live_load() + slack
+    fixed = place(b, capacity=capacity, time_limit=10)
+    if fixed.offsets is not None:
+        assert assert_valid(b, fixed.offsets, capacity) <= capacity
+    else:
+        assert fixed.status in ("infeasible", "gave-up")
+        if fixed.status == "infeasible":
+            assert free.arena > capacity
+
+
+@pytest.mark.skipif(not MINIMALLOC.is_dir(), reason="the shared MiniMalloc benchmarks are absent")
+def test_minimalloc_instance_j_at_full_capacity() -> None:
+    """The quickest of the eleven challenging instances (the rest are in bench_alloc.py)."""
+    from memplan.alloc import read_buffers_csv
+
+    b = read_buffers_csv(MINIMALLOC / "J.1048576.csv").buffers
+    result = place(b, capacity=1048576, time_limit=120)
+    assert result.offsets is not None, result.message
+    assert assert_valid(b, result.offsets, 1048576) <= 1048576
