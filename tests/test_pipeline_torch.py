@@ -78,7 +78,9 @@ def test_actions_parse_with_torch_grammar(plans):
                     _ComputationType.FORWARD,
                     _ComputationType.FULL_BACKWARD,
                 )
-                seen.add((action.stage_index, action.computation_type.value, action.microbatch_index))
+                seen.add(
+                    (action.stage_index, action.computation_type.value, action.microbatch_index)
+                )
         L = len(sched.assignment)
         assert seen == {(k, c, m) for k in range(L) for c in ("F", "B") for m in range(4)}
 

@@ -125,9 +125,7 @@ def schedule_summary(schedule: Any, stages: int) -> Table:
         rows.append(("period", _ms(schedule.period)))
         rows.append(("throughput", f"{schedule.throughput:.1f} samples/s"))
         if schedule.gpu_memory:
-            rows.append(
-                ("GPU peaks", ", ".join(format_size(p) for p in schedule.gpu_memory))
-            )
+            rows.append(("GPU peaks", ", ".join(format_size(p) for p in schedule.gpu_memory)))
     elif schedule.feasible:
         rows.append(("operations", op_counts(schedule.ops, stages)))
     return _key_values("Schedule", rows)

@@ -26,7 +26,9 @@ from memplan.errors import InputError
 def unrolled_actions(schedule: Any, micro_batches: int) -> dict[int, list[tuple[float, str]]]:
     """rank -> [(time, action)] for mini-batches ``0 .. micro_batches-1``, in time order."""
     if schedule.family != "pipeline" or not schedule.feasible or schedule.pattern is None:
-        raise InputError("--format torch-csv: needs a feasible pipeline schedule (--algo pipeline-ilp, pipedream or gpipe)")
+        raise InputError(
+            "--format torch-csv: needs a feasible pipeline schedule (--algo pipeline-ilp, pipedream or gpipe)"
+        )
     if micro_batches < 1:
         raise InputError(f"--micro-batches {micro_batches}: expected an integer >= 1")
     r = schedule.batches_per_period or 1

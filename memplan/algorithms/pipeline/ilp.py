@@ -36,14 +36,15 @@ from __future__ import annotations
 import math
 import os
 import time
+from dataclasses import dataclass
 from typing import Any
 
 from memplan.algorithms.pipeline.model import PipelineInstance, static_factor
 from memplan.algorithms.pipeline.plan import PipelinePlan, evaluate, to_schedule
 
 DEFAULT_TIME_LIMIT = 60.0
-TIME_STEPS = 100_000
-"""Time unit: 1 us, or the sum of all durations / TIME_STEPS when larger (durations round up)."""
+TIME_STEPS = 1_000_000
+"""Time unit: 0.1 us, or the sum of all durations / TIME_STEPS when larger (durations round up)."""
 MEMORY_STEPS = 1_000_000
 """The budget is this many memory units."""
 
@@ -79,11 +80,16 @@ def build_model(inst: PipelineInstance, memory: int):
 
     L, P = inst.length, min(inst.gpus, inst.length)
     total = float((inst.forward + inst.backward).sum())
-    comm_ms = {
-        ("x", k): inst.transfer_time(inst.x_size[k]) for k in range(1, L)
-    } | {("g", k): inst.transfer_time(inst.g_size[k]) for k in range(1, L)}
+    comm_ms = {("x", k): inst.transfer_time(inst.x_size[k]) for k in range(1, L)} | {
+        ("g", k): inst.transfer_time(inst.g_size[k]) for k in range(1, L)
+    }
     total += sum(comm_ms.values())
-    u = max(1e-3, total / TIME_STEPS)
+    u = max(1e-4, total / TIME_STEPS)
+    every = [*inst.forward, *inst.backward, *comm_ms.values()]
+    for grid in (1.0, 0.5, 0.25, 0.1, 0.05, 0.01, 1e-3):  # an exact grid when there is one
+        if grid > u and all(abs(t / grid - round(t / grid)) < 1e-9 for t in every):
+            u = grid
+            break
     mu = max(1, memory // MEMORY_STEPS)
 
     def units(ms: float) -> int:
@@ -252,7 +258,9 @@ def build_model(inst: PipelineInstance, memory: int):
         if jx in dc and dc[jx] >= 0:
             cnt = reserved(cstart[jx], hc[jx], start[bidx[k]] + d[bidx[k]], h[bidx[k]], f"x{k}")
             buffers.append((k, mem(inst.x_size[k]), cnt, k))
-            cnt = reserved(cstart[jg], hc[jg], start[bidx[k - 1]] + d[bidx[k - 1]], h[bidx[k - 1]], f"gr{k}")
+            cnt = reserved(
+                cstart[jg], hc[jg], start[bidx[k - 1]] + d[bidx[k - 1]], h[bidx[k - 1]], f"gr{k}"
+            )
             buffers.append((k - 1, mem(inst.g_size[k]), cnt, k))
             cnt = reserved(start[jg], h[jg], cend[jg], hc[jg], f"gs{k}")
             buffers.append((k, mem(inst.g_size[k]), cnt, k))
@@ -297,33 +305,38 @@ def build_model(inst: PipelineInstance, memory: int):
     return m, v, u, d, dc
 
 
-def run_ilp(profile: Any, request: Any, inst: PipelineInstance):
-    """``pipeline-ilp``: warm start from PipeDream, CP-SAT within the time limit, best of both."""
+@dataclass
+class IlpOutcome:
+    """Both plans ``pipeline-ilp`` weighs: PipeDream's warm start and CP-SAT's own."""
+
+    pd_plan: PipelinePlan | None
+    pd_peaks: list[int] | None
+    ilp_plan: PipelinePlan | None
+    ilp_peaks: list[int] | None
+    status: str
+    """CP-SAT's final status, lower case (optimal, feasible, infeasible, unknown)."""
+    bound: float | None
+    """CP-SAT's proven bound on the period of its model (ms)."""
+
+
+def solve_ilp(
+    profile: Any, inst: PipelineInstance, memory: int, time_limit: float, sink=None
+) -> IlpOutcome:
+    """PipeDream's best plan, then CP-SAT in two phases within ``time_limit`` seconds.
+
+    Phase 1 fixes PipeDream's assignment (a ``WARM_SHARE`` of the time) and starts from its times;
+    phase 2 solves the whole model hinted with phase 1's complete solution.
+    """
     from ortools.sat.python import cp_model
 
     from memplan.algorithms.pipeline.pipedream import solve_pipedream
 
     started = time.perf_counter()
-    limit = request.time_limit if request.time_limit is not None else DEFAULT_TIME_LIMIT
-    memory = request.memory
-    floor = inst.min_static()
-    if memory < floor:
-        return to_schedule(
-            profile,
-            request,
-            "pipeline-ilp",
-            inst,
-            None,
-            started=started,
-            status="infeasible",
-            message=f"the heaviest stage alone needs {floor} bytes of weights per GPU",
-        ).model_copy(update={"min_memory": floor})
     pd_plan, pd_peaks, _ = solve_pipedream(profile, inst, memory, inst.optimizer)
     L = inst.length
-    progress = _Throttle(request.progress, u=1.0)
+    progress = _Throttle(sink, u=1.0)
     hint: list[int] | None = None
     if pd_plan is not None:
-        # Warm start, phase 1: PipeDream's assignment fixed, a share of the time limit.
         model, v, u, d, dc = build_model(inst, memory)
         _hint_plan(model, v, pd_plan, u, L, d, dc)
         order: dict[int, int] = {}
@@ -331,56 +344,84 @@ def run_ilp(profile: Any, request: Any, inst: PipelineInstance):
             order.setdefault(g, len(order))
         for k, g in enumerate(pd_plan.assignment):
             model.add(v.y[k] == order[g])
-        left = limit - (time.perf_counter() - started)
+        left = time_limit - (time.perf_counter() - started)
         progress.u = u
         solver, status = _solve(model, WARM_SHARE * left, progress, "warm start")
         if status in (cp_model.OPTIMAL, cp_model.FEASIBLE):
             hint = list(solver.response_proto.solution)
     model, v, u, d, dc = build_model(inst, memory)
     if hint is not None:
-        # Phase 2: the whole model, hinted with phase 1's complete solution (same variables).
+        # the same variables in the same order: phase 1's solution is a complete hint
         model.proto.solution_hint.vars.extend(range(len(hint)))
         model.proto.solution_hint.values.extend(hint)
     elif pd_plan is not None:
         _hint_plan(model, v, pd_plan, u, L, d, dc)
     progress.u = u
-    solver, status = _solve(model, limit - (time.perf_counter() - started), progress, "search")
-    bound = (
-        solver.best_objective_bound * u
-        if status in (cp_model.OPTIMAL, cp_model.FEASIBLE)
-        else None
-    )
-    ilp_plan = None
-    ilp_peaks = None
-    if status in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+    solver, status = _solve(model, time_limit - (time.perf_counter() - started), progress, "search")
+    found = status in (cp_model.OPTIMAL, cp_model.FEASIBLE)
+    ilp_plan = ilp_peaks = None
+    if found:
         ilp_plan = _read_plan(solver, v, inst, u, d, dc)
         check = evaluate(profile, inst, ilp_plan, inst.optimizer)
         if check.valid and check.peak_memory <= memory:
             ilp_peaks = check.gpu_peaks
         else:  # pragma: no cover - the model is conservative; keep PipeDream's plan then
             ilp_plan = None
-    name = solver.status_name(status).lower()
-    pd_text = "none" if pd_plan is None else f"{pd_plan.period:.4f} ms"
-    if ilp_plan is not None and (pd_plan is None or ilp_plan.period <= pd_plan.period + 1e-9):
-        plan, peaks = ilp_plan, ilp_peaks
-        text = f"CP-SAT {name}, bound {bound:.4f} ms; pipedream warm start: {pd_text}"
-        final = "optimal" if status == cp_model.OPTIMAL else "feasible"
-    elif pd_plan is not None:
-        plan, peaks = pd_plan, pd_peaks
-        own = "none" if ilp_plan is None else f"{ilp_plan.period:.4f} ms"
+    return IlpOutcome(
+        pd_plan,
+        pd_peaks,
+        ilp_plan,
+        ilp_peaks,
+        solver.status_name(status).lower(),
+        solver.best_objective_bound * u if found else None,
+    )
+
+
+def run_ilp(profile: Any, request: Any, inst: PipelineInstance):
+    """``pipeline-ilp``: the best of CP-SAT's plan and PipeDream's, with CP-SAT's bound."""
+    started = time.perf_counter()
+    limit = request.time_limit if request.time_limit is not None else DEFAULT_TIME_LIMIT
+    memory = request.memory
+    floor = inst.min_static()
+    common = dict(started=started)
+    if memory < floor:
+        from memplan.units import format_size
+
+        return to_schedule(
+            profile,
+            request,
+            "pipeline-ilp",
+            inst,
+            None,
+            status="infeasible",
+            message=f"the heaviest stage alone needs {format_size(floor)} of weights per GPU "
+            f"({inst.optimizer}, 2 weight versions)",
+            **common,
+        ).model_copy(update={"min_memory": floor})
+    out = solve_ilp(profile, inst, memory, limit, request.progress)
+    pd_text = "none" if out.pd_plan is None else f"{out.pd_plan.period:.4f} ms"
+    if out.ilp_plan is not None and (
+        out.pd_plan is None or out.ilp_plan.period <= out.pd_plan.period + 1e-9
+    ):
+        plan, peaks = out.ilp_plan, out.ilp_peaks
+        text = f"CP-SAT {out.status}, bound {out.bound:.4f} ms; pipedream warm start: {pd_text}"
+        final = "optimal" if out.status == "optimal" else "feasible"
+    elif out.pd_plan is not None:
+        plan, peaks = out.pd_plan, out.pd_peaks
+        own = "none" if out.ilp_plan is None else f"{out.ilp_plan.period:.4f} ms"
         text = (
-            f"CP-SAT {name} (its plan: {own}) did not beat the pipedream warm start "
+            f"CP-SAT {out.status} (its plan: {own}) did not beat the pipedream warm start "
             f"{pd_text}: returning pipedream's plan"
         )
         final = "feasible"
     else:
         why = (
             "CP-SAT proves that no pattern of its memory model fits"
-            if status == cp_model.INFEASIBLE
-            else f"CP-SAT found no plan within {limit:g} s ({name}) and pipedream has none"
+            if out.status == "infeasible"
+            else f"CP-SAT found no plan within {limit:g} s ({out.status}) and pipedream has none"
         )
         return to_schedule(
-            profile, request, "pipeline-ilp", inst, None, started=started, status="infeasible", message=why
+            profile, request, "pipeline-ilp", inst, None, status="infeasible", message=why, **common
         )
     return to_schedule(
         profile,
@@ -388,10 +429,10 @@ def run_ilp(profile: Any, request: Any, inst: PipelineInstance):
         "pipeline-ilp",
         inst,
         plan,
-        started=started,
         status=final,
         message=f"{len(set(plan.assignment))} of {inst.gpus} GPUs; {text}",
         gpu_memory=peaks,
+        **common,
     )
 
 

@@ -75,9 +75,9 @@ def timed_groups(
         order += [B[j][k] for j in range(r) for k in reversed(mine)]
         pat.orders.append(order)
     links: dict[tuple[int, int], list[int]] = {}
-    for (j, k), node in sorted(X.items()):
+    for (_j, k), node in sorted(X.items()):
         links.setdefault(_link(assignment, k), []).append(node)
-    for (j, k), node in sorted(G.items()):
+    for (_j, k), node in sorted(G.items()):
         links.setdefault(_link(assignment, k), []).append(node)
     pat.orders += list(links.values())
     found = solve_period(pat)
@@ -91,10 +91,10 @@ def timed_groups(
             ops.append(("F", k, tau[F[j][k]], tau[F[j][k]] + d[F[j][k]], s[F[j][k]]))
             ops.append(("B", k, tau[B[j][k]], tau[B[j][k]] + d[B[j][k]], s[B[j][k]]))
     transfers: list[CommOp] = []
-    for (j, k), node in X.items():
+    for (_j, k), node in X.items():
         a, b = assignment[k - 1], assignment[k]
         transfers.append(("x", k, a, b, tau[node], tau[node] + d[node], s[node]))
-    for (j, k), node in G.items():
+    for (_j, k), node in G.items():
         a, b = assignment[k], assignment[k - 1]
         transfers.append(("g", k, a, b, tau[node], tau[node] + d[node], s[node]))
     return PipelinePlan(assignment, period, ops, transfers, r=r, versions=versions)
