@@ -22,9 +22,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks._common import machine  # noqa: E402
-
 import memplan  # noqa: E402
+from benchmarks._common import machine  # noqa: E402
 from memplan.algorithms.pipeline.ilp import solve_ilp  # noqa: E402
 from memplan.algorithms.pipeline.model import PipelineInstance  # noqa: E402
 from memplan.algorithms.pipeline.pipedream import candidates  # noqa: E402
