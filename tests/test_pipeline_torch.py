@@ -2,7 +2,9 @@
 
 The real run spawns one process per rank (gloo, a free port, a timeout), executes an exported
 plan with ``_PipelineScheduleRuntime._load_csv`` on a tiny MLP cut into chain stages, and checks
-the gradients equal those of the same step without pipelining (the sum of the micro-batch losses).
+the gradients equal those of the same step without pipelining (the sum of the micro-batch losses):
+a non-contiguous ``pipeline-ilp`` plan on 2 ranks and a ``pipedream`` plan on 3 ranks (the GPipe
+CSV is checked through torch's parser only, to keep the file fast).
 """
 
 from __future__ import annotations
@@ -51,8 +53,8 @@ def _free_port() -> int:
 def _plans():
     # (1, 2, 1) on 2 GPUs: the ILP puts stages 0 and 2 together (non-contiguous).
     ilp = memplan.solve(chain([1, 2, 1]), "pipeline-ilp", "1GB", gpus=2, time_limit=10)
-    pd = memplan.solve(chain([1, 1, 1, 1]), "pipedream", "1GB", gpus=2)
-    gp = memplan.solve(chain([1, 1, 1]), "gpipe", "1GB", gpus=3)
+    pd = memplan.solve(chain([1, 1, 1, 1]), "pipedream", "1GB", gpus=3)
+    gp = memplan.solve(chain([1, 1, 1]), "gpipe", "1GB", gpus=2)
     return {"ilp": ilp, "pipedream": pd, "gpipe": gp}
 
 
@@ -110,7 +112,7 @@ def _reference(count: int, micro: int):
     }
 
 
-@pytest.mark.parametrize("which", ["ilp", "pipedream", "gpipe"])
+@pytest.mark.parametrize("which", ["ilp", "pipedream"])
 def test_real_run_matches_unpipelined_gradients(plans, which, tmp_path):
     sched = plans[which]
     micro = 4
