@@ -397,7 +397,7 @@ def run_ilp(profile: Any, request: Any, inst: PipelineInstance):
             message=f"the heaviest stage alone needs {format_size(floor)} of weights per GPU "
             f"({inst.optimizer}, 2 weight versions)",
             **common,
-        ).model_copy(update={"min_memory": floor})
+        )
     out = solve_ilp(profile, inst, memory, limit, request.progress)
     pd_text = "none" if out.pd_plan is None else f"{out.pd_plan.period:.4f} ms"
     if out.ilp_plan is not None and (
