@@ -59,6 +59,7 @@ class _Vars:
         self.cstart: dict[int, Any] = {}
         self.h: list[Any] = []
         self.hc: dict[int, Any] = {}
+        self.steps: dict[str, tuple[Any, Any]] = {}
 
 
 def _task(L: int, j: int) -> tuple[str, int]:
@@ -211,6 +212,7 @@ def build_model(inst: PipelineInstance, memory: int):
         m.add(succ_start >= pred_end).only_enforce_if(b1.Not())
         m.add(succ_start + T >= pred_end).only_enforce_if(b2.Not())
         m.add(succ_start + 2 * T >= pred_end)
+        v.steps[name] = (b1, b2)
         return b1 + b2
 
     maxh = 4 * n + 4
@@ -305,6 +307,79 @@ def build_model(inst: PipelineInstance, memory: int):
     return m, v, u, d, dc
 
 
+def _complete_hint(model, v: _Vars, inst: PipelineInstance, plan: PipelinePlan, u, d, dc) -> bool:
+    """Hint every decision variable from a contiguous 1F1B plan, re-timed on the integer grid.
+
+    The plan's orders and shifts are timed again with the ILP's rounded-up durations (so the times
+    are integers and the pattern fits them), normalized to ends in ``(0, T]``, and given the least
+    index shifts its times allow (Lemma 9), which never need more memory than the plan's own.
+    """
+    from memplan.algorithms.pipeline.plan import timed_groups
+
+    L = inst.length
+    shift = {(o[0], o[1]): o[4] for o in plan.ops}
+    timed = timed_groups(
+        inst,
+        plan.assignment,
+        [shift["F", k] for k in range(L)],
+        [shift["B", k] for k in range(L)],
+        grid=u,
+    )
+    if timed is None:  # pragma: no cover
+        return False
+    T = int(round(timed.period / u))
+    start = {(o[0], o[1]): int(round(o[2] / u)) for o in timed.ops}
+    comm = {(t[0], t[1]): int(round(t[4] / u)) for t in timed.transfers}
+
+    def normal(a: int, dur: int) -> int:
+        end = (a + dur) % T
+        return (end if end else T) - dur
+
+    tau = [normal(start[_task(L, j)], d[j]) for j in range(2 * L)]
+    ctau: dict[int, int] = {}
+    cend: dict[int, int] = {}
+    for j, dur in dc.items():
+        key = _boundary(L, j)
+        if key in comm:
+            ctau[j] = normal(comm[key], dur)
+            cend[j] = ctau[j] + dur
+        else:  # same GPU: a zero-length transfer right after its producer
+            ctau[j] = cend[j] = tau[j] + d[j]
+
+    def inc(pred_end: int, succ_start: int) -> int:
+        return 0 if succ_start >= pred_end else 1 if succ_start + T >= pred_end else 2
+
+    order: dict[int, int] = {}
+    for g in plan.assignment:
+        order.setdefault(g, len(order))
+    for k, g in enumerate(plan.assignment):
+        model.add_hint(v.y[k], order[g])
+    model.add_hint(v.T, T)
+    h = 0
+    model.add_hint(v.h[0], 0)
+    for j in range(2 * L):
+        model.add_hint(v.start[j], tau[j])
+    for j in range(2 * L - 1):
+        steps = []
+        if j in dc:
+            model.add_hint(v.cstart[j], ctau[j])
+            a = inc(tau[j] + d[j], ctau[j])
+            b = inc(cend[j], tau[j + 1])
+            model.add_hint(v.hc[j], h + a)
+            steps = [(f"a{j}", a), (f"b{j}", b)]
+            h += a + b
+        else:
+            a = inc(tau[j] + d[j], tau[j + 1])
+            steps = [(f"a{j}", a)]
+            h += a
+        for name, value in steps:
+            b1, b2 = v.steps[name]
+            model.add_hint(b1, int(value >= 1))
+            model.add_hint(b2, int(value >= 2))
+        model.add_hint(v.h[j + 1], h)
+    return True
+
+
 @dataclass
 class IlpOutcome:
     """Both plans ``pipeline-ilp`` weighs: PipeDream's warm start and CP-SAT's own."""
@@ -338,7 +413,8 @@ def solve_ilp(
     hint: list[int] | None = None
     if pd_plan is not None:
         model, v, u, d, dc = build_model(inst, memory)
-        _hint_plan(model, v, pd_plan, u, L, d, dc)
+        if not _complete_hint(model, v, inst, pd_plan, u, d, dc):  # pragma: no cover
+            _hint_plan(model, v, pd_plan, u, L, d, dc)
         order: dict[int, int] = {}
         for g in pd_plan.assignment:
             order.setdefault(g, len(order))
@@ -355,7 +431,7 @@ def solve_ilp(
         model.proto.solution_hint.vars.extend(range(len(hint)))
         model.proto.solution_hint.values.extend(hint)
     elif pd_plan is not None:
-        _hint_plan(model, v, pd_plan, u, L, d, dc)
+        _complete_hint(model, v, inst, pd_plan, u, d, dc)
     progress.u = u
     solver, status = _solve(model, time_limit - (time.perf_counter() - started), progress, "search")
     found = status in (cp_model.OPTIMAL, cp_model.FEASIBLE)

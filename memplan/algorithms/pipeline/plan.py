@@ -6,6 +6,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from memplan.algorithms.pipeline.model import PipelineInstance
 from memplan.algorithms.pipeline.timing import FixedPattern, solve_period
 
@@ -41,6 +43,7 @@ def timed_groups(
     r: int = 1,
     micro_shifts: list[int] | None = None,
     versions: int = 2,
+    grid: float | None = None,
 ) -> PipelinePlan | None:
     """Time a pattern for a contiguous assignment with per-stage shifts (fixed orders).
 
@@ -52,15 +55,26 @@ def timed_groups(
     L = inst.length
     micro = micro_shifts if micro_shifts is not None else [0]
     pat = FixedPattern(r=r)
-    F = [[pat.add(inst.forward[k], shifts_f[k] + micro[j]) for k in range(L)] for j in range(r)]
-    B = [[pat.add(inst.backward[k], shifts_b[k] + micro[j]) for k in range(L)] for j in range(r)]
+
+    def dur(ms: float) -> float:
+        """With ``grid``: rounded up to it (the ILP's integer durations), for hints only."""
+        return ms if grid is None else float(np.ceil(ms / grid - 1e-9) * grid)
+
+    F = [
+        [pat.add(dur(inst.forward[k]), shifts_f[k] + micro[j]) for k in range(L)] for j in range(r)
+    ]
+    B = [
+        [pat.add(dur(inst.backward[k]), shifts_b[k] + micro[j]) for k in range(L)] for j in range(r)
+    ]
     X: dict[tuple[int, int], int] = {}
     G: dict[tuple[int, int], int] = {}
     for j in range(r):
         for k in range(1, L):
             if assignment[k - 1] != assignment[k]:
-                X[j, k] = pat.add(inst.transfer_time(inst.x_size[k]), shifts_f[k - 1] + micro[j])
-                G[j, k] = pat.add(inst.transfer_time(inst.g_size[k]), shifts_b[k] + micro[j])
+                X[j, k] = pat.add(
+                    dur(inst.transfer_time(inst.x_size[k])), shifts_f[k - 1] + micro[j]
+                )
+                G[j, k] = pat.add(dur(inst.transfer_time(inst.g_size[k])), shifts_b[k] + micro[j])
     for j in range(r):
         for k in range(1, L):
             if (j, k) in X:
@@ -80,7 +94,7 @@ def timed_groups(
     for (_j, k), node in sorted(G.items()):
         links.setdefault(_link(assignment, k), []).append(node)
     pat.orders += list(links.values())
-    found = solve_period(pat)
+    found = solve_period(pat, grid=grid)
     if found is None:
         return None
     period, tau = found

@@ -72,8 +72,14 @@ def _longest(n: int, edges, period: float) -> np.ndarray | None:
     return None
 
 
-def solve_period(pattern: FixedPattern, rel: float = 1e-9) -> tuple[float, np.ndarray] | None:
-    """The least feasible period and the start times, or None when no period works."""
+def solve_period(
+    pattern: FixedPattern, rel: float = 1e-9, grid: float | None = None
+) -> tuple[float, np.ndarray] | None:
+    """The least feasible period and the start times, or None when no period works.
+
+    With ``grid`` (durations multiples of it), the period is rounded up to the grid, so the start
+    times are on the grid too (used to hint the ILP, whose times are integers).
+    """
     n = len(pattern.durations)
     edges = pattern.edges()
     loads = [sum(pattern.durations[i] for i in order) for order in pattern.orders]
@@ -93,6 +99,11 @@ def solve_period(pattern: FixedPattern, rel: float = 1e-9) -> tuple[float, np.nd
                 lo = mid
             else:
                 hi = mid
+    if grid is not None:
+        hi = float(np.ceil(hi / grid - 1e-9) * grid)
+        if _longest(n, edges, hi) is None:  # pragma: no cover - float noise at the boundary
+            hi += grid
     dist = _longest(n, edges, hi)
-    assert dist is not None
+    if dist is None:  # pragma: no cover
+        return None
     return hi, dist
