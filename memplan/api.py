@@ -116,6 +116,7 @@ def solve(
     gpus: int | None = None,
     time_limit: float | None = None,
     progress: Callable[[str], None] | None = None,
+    link_bandwidth: float | str | None = None,
 ) -> Schedule:
     """Run one algorithm and return its schedule, replayed and checked by the simulator.
 
@@ -139,6 +140,9 @@ def solve(
     progress : callable, optional
         Long solvers (CP-SAT) call it with one line of live progress at a time (the CLI prints
         them on stderr).
+    link_bandwidth : float or str, optional
+        Pipeline family: bandwidth of each GPU-to-GPU link (``"25GB/s"`` or bytes/s); None:
+        transfers between GPUs are free.
 
     Returns
     -------
@@ -163,6 +167,7 @@ def solve(
             gpus=gpus,
             time_limit=time_limit,
             progress=progress,
+            link_bandwidth=link_bandwidth,
         )
     explicit_slots = slots is not None
     slots = _check_slots(slots, info.family)
@@ -248,6 +253,7 @@ def _solve_schedule_family(
     gpus: int | None,
     time_limit: float | None,
     progress: Callable[[str], None] | None,
+    link_bandwidth: float | str | None = None,
 ) -> Schedule:
     """Join, graph and pipeline algorithms build their whole schedule; replay and check it."""
     from memplan.algorithms import SolveRequest
@@ -261,6 +267,7 @@ def _solve_schedule_family(
         gpus=gpus,
         time_limit=time_limit,
         progress=progress,
+        link_bandwidth=None if link_bandwidth is None else parse_rate(link_bandwidth),
     )
     started = time.perf_counter()
     schedule = info.run(prof, request)

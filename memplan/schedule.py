@@ -69,6 +69,57 @@ class SolverInfo(_Model):
     message: str | None = None
 
 
+_PIPELINE_FIELDS = (
+    "assignment",
+    "period",
+    "throughput",
+    "batches_per_period",
+    "weight_versions",
+    "link_bandwidth",
+    "gpu_memory",
+    "pattern",
+    "transfers",
+)
+"""Pipeline-family fields, left out of the documents of the other families."""
+
+
+class PatternOp(_Model):
+    """One compute operation of a pipeline pattern (papers/001, Definition 1).
+
+    In the ``i``-th copy of the pattern (times shifted by ``i * period``) it runs on mini-batch
+    ``batches_per_period * i - shift``.
+    """
+
+    op: Literal["F", "B"]
+    stage: int = Field(ge=0)
+    start: float = Field(allow_inf_nan=False)
+    end: float = Field(allow_inf_nan=False)
+    shift: int
+
+
+class GpuPattern(_Model):
+    """The operations one GPU runs in every period, in start order."""
+
+    gpu: int = Field(ge=0)
+    ops: list[PatternOp] = []
+
+
+class PatternTransfer(_Model):
+    """One communication of a pipeline pattern: ``x[k]`` forward or ``g[k]`` backward.
+
+    ``stage`` is the stage boundary ``k``: ``x[k]`` goes from stage ``k-1`` to stage ``k``,
+    ``g[k]`` from stage ``k`` back to stage ``k-1``. It occupies the link ``{src, dst}``.
+    """
+
+    tensor: Literal["x", "g"]
+    stage: int = Field(ge=1)
+    src: int = Field(ge=0)
+    dst: int = Field(ge=0)
+    start: float = Field(allow_inf_nan=False)
+    end: float = Field(allow_inf_nan=False)
+    shift: int
+
+
 class Schedule(_Model):
     """A training schedule and the figures the solver claims for it (checked by the simulator)."""
 
@@ -123,6 +174,23 @@ class Schedule(_Model):
     )
 
     # -- pipeline family (papers/001): its fields go here --
+    assignment: list[int] | None = Field(
+        default=None, description="pipeline: the GPU of each stage (forward and backward)"
+    )
+    period: float | None = Field(default=None, description="pipeline: period of the pattern, ms")
+    throughput: float | None = Field(default=None, description="pipeline: samples/s")
+    batches_per_period: int | None = Field(default=None, ge=1)
+    weight_versions: int | None = Field(
+        default=None, ge=1, description="pipeline: weight versions kept (2 for 2BW, 1 for GPipe)"
+    )
+    link_bandwidth: float | None = Field(
+        default=None, description="pipeline: bytes/s of each GPU-to-GPU link (None: free)"
+    )
+    gpu_memory: list[int] | None = Field(
+        default=None, description="pipeline: simulated peak of each GPU, bytes"
+    )
+    pattern: list[GpuPattern] | None = None
+    transfers: list[PatternTransfer] | None = None
 
     @model_serializer(mode="wrap")
     def _drop_unset_family_fields(self, handler: Any) -> dict[str, Any]:
@@ -158,8 +226,9 @@ _FAMILY_FIELDS = (
     "peak_resident",
     "fragmentation",
     "memory_bound",
+    *_PIPELINE_FIELDS,
 )
-"""Family fields left out of the documents when unset (the join and graph families')."""
+"""Family fields left out of the documents when unset (the join, graph and pipeline families')."""
 
 
 def schedule_from_dict(data: Any, source: str = "<schedule>") -> Schedule:

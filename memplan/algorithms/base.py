@@ -48,6 +48,8 @@ class SolveRequest:
     time_limit: float | None = None
     progress: Callable[[str], None] | None = None
     """Where long solvers report live progress (one line at a time); None: silent."""
+    link_bandwidth: float | None = None
+    """Pipeline family: bytes/s of each GPU-to-GPU link (None: transfers are free)."""
 
 
 @dataclass(frozen=True)

@@ -128,6 +128,12 @@ def schedule_summary(schedule: Any, stages: int) -> Table:
         rows.append(("note", schedule.solver.message))
     if schedule.family == "graph":
         rows += graph_rows(schedule)
+    elif schedule.feasible and schedule.assignment is not None:
+        rows.append(("assignment", " ".join(str(g) for g in schedule.assignment)))
+        rows.append(("period", _ms(schedule.period)))
+        rows.append(("throughput", f"{schedule.throughput:.1f} samples/s"))
+        if schedule.gpu_memory:
+            rows.append(("GPU peaks", ", ".join(format_size(p) for p in schedule.gpu_memory)))
     elif schedule.feasible:
         rows.append(("operations", op_counts(schedule.ops, stages)))
     return _key_values("Schedule", rows)
@@ -199,6 +205,47 @@ def ops_table(schedule: Any, stage_names: Sequence[str] | Mapping[tuple[int, int
         if transfers:
             row.append(Text(op.stream))
         table.add_row(*row)
+    return table
+
+
+def pattern_table(schedule: Any, stage_names: Sequence[str]) -> Table:
+    """A pipeline pattern: per GPU, its operations (start, end, shift) and the transfers."""
+    table = Table(
+        title=f"Pattern (period {schedule.period:.3f} ms, {schedule.throughput:.1f} samples/s)",
+        title_justify="left",
+    )
+    for name, justify in (
+        ("where", "left"),
+        ("op", "left"),
+        ("stage", "right"),
+        ("name", "left"),
+        ("start ms", "right"),
+        ("end ms", "right"),
+        ("shift", "right"),
+    ):
+        table.add_column(name, justify=justify)
+    for gp in schedule.pattern:
+        for op in gp.ops:
+            name = stage_names[op.stage] if 0 <= op.stage < len(stage_names) else "?"
+            table.add_row(
+                Text(f"GPU {gp.gpu}"),
+                Text(op.op, style="green" if op.op == "F" else "magenta"),
+                Text(str(op.stage)),
+                Text(name),
+                Text(f"{op.start:.3f}"),
+                Text(f"{op.end:.3f}"),
+                Text(str(op.shift)),
+            )
+    for tr in schedule.transfers or []:
+        table.add_row(
+            Text(f"link {tr.src}->{tr.dst}"),
+            Text(f"{tr.tensor}[{tr.stage}]", style="blue"),
+            Text(str(tr.stage)),
+            Text(""),
+            Text(f"{tr.start:.3f}"),
+            Text(f"{tr.end:.3f}"),
+            Text(str(tr.shift)),
+        )
     return table
 
 

@@ -34,6 +34,7 @@ class SolveFormat(str, enum.Enum):
     table = "table"
     json = "json"
     yaml = "yaml"
+    torch_csv = "torch-csv"
 
 
 class SimulateFormat(str, enum.Enum):
@@ -87,6 +88,24 @@ def solve(
     gpus: Annotated[
         int | None, typer.Option(metavar="N", help="Number of GPUs (pipeline family).")
     ] = None,
+    link_bandwidth: Annotated[
+        str | None,
+        typer.Option(
+            "--link-bandwidth",
+            metavar="RATE",
+            help="Bandwidth of each GPU-to-GPU link (pipeline family): 25GB/s.  "
+            "[default: transfers are free]",
+        ),
+    ] = None,
+    micro_batches: Annotated[
+        int | None,
+        typer.Option(
+            "--micro-batches",
+            metavar="M",
+            help="--format torch-csv: mini-batches (torch micro-batches) of the exported step.  "
+            "[default: 2 x the GPUs used]",
+        ),
+    ] = None,
     slots: Annotated[
         int | None,
         typer.Option(
@@ -122,7 +141,7 @@ def solve(
     from memplan.api import algorithms
 
     with guard():
-        form = resolve_format(fmt, output, ("table", "json", "yaml"))
+        form = resolve_format(fmt, output, ("table", "json", "yaml", "torch-csv"))
         if algo is None:
             names = ", ".join(a["name"] for a in algorithms())
             raise InputError(f"--algo: an algorithm is required, one of: {names}")
@@ -130,6 +149,8 @@ def solve(
             raise InputError("--mem: a memory budget is required, e.g. --mem 8GB")
         memory = option_size("--mem", mem)
         rate = option_rate("--bandwidth", bandwidth)
+        link_rate = option_rate("--link-bandwidth", link_bandwidth)
+        common.check_positive("--micro-batches", micro_batches)
         common.check_positive("--gpus", gpus)
         common.check_positive("--time-limit", time_limit)
         prof = memplan.load_profile(profile_source(profile))
@@ -144,6 +165,7 @@ def solve(
                 gpus=gpus,
                 time_limit=time_limit,
                 progress=_print_progress,
+                link_bandwidth=link_rate,
             )
         if trace is not None and schedule.feasible:
             write_trace_file(trace, schedule, prof)
@@ -154,6 +176,16 @@ def solve(
                 from memplan.cli.render import ops_table, stage_names
 
                 console.print(ops_table(schedule, stage_names(prof)))
+            if schedule.feasible and schedule.pattern:
+                from memplan.cli.render import pattern_table
+
+                console.print(pattern_table(schedule, [s.name for s in prof.all_stages()]))
+        elif form == "torch-csv":
+            if schedule.feasible:
+                from memplan.export.torch_csv import torch_csv
+
+                count = micro_batches or 2 * len(set(schedule.assignment or [0]))
+                write_output(torch_csv(schedule, count), output)
         else:
             write_output(schedule.to_json() if form == "json" else schedule.to_yaml(), output)
         if not schedule.feasible:

@@ -1,0 +1,55 @@
+"""GPipe: fill-drain pipelining of M mini-batches per round (Huang et al. 2019), the baseline.
+
+Each round, every GPU runs the forwards of the ``M`` mini-batches of the round, then their
+backwards, and updates its weights (one weight version: no stashing across rounds). The partition
+is PipeDream's contiguous dynamic program (:func:`pipedream.partition`); ``M`` (1 to ``2 P' + 2``)
+and the number of GPUs used are swept, each candidate timed with the fixed fill-drain orders
+(NOTE [ periodic timing with fixed orders ]) and replayed by the simulator; the fastest (least
+period per mini-batch) whose simulated per-GPU peak fits is kept. The pattern holds ``M`` copies
+of every operation (``batches_per_period = M``; copy ``j`` has shift ``-j``).
+"""
+
+from __future__ import annotations
+
+from memplan.algorithms.pipeline.model import PipelineInstance
+from memplan.algorithms.pipeline.pipedream import partition
+from memplan.algorithms.pipeline.plan import PipelinePlan, evaluate, timed_groups
+
+
+def fill_drain(inst: PipelineInstance, assignment: list[int], rounds: int) -> PipelinePlan | None:
+    """Time the fill-drain pattern of ``rounds`` mini-batches on a contiguous assignment."""
+    zero = [0] * inst.length
+    plan = timed_groups(
+        inst, assignment, zero, zero, r=rounds, micro_shifts=[-j for j in range(rounds)], versions=1
+    )
+    if plan is not None:
+        plan.details["micro_batches"] = rounds
+    return plan
+
+
+def solve_gpipe(profile, inst: PipelineInstance, memory: int, optimizer: str):
+    """``(plan or None, simulated GPU peaks, least simulated peak)`` as :func:`solve_pipedream`."""
+    best = None
+    least = None
+    for parts in range(1, min(inst.gpus, inst.length) + 1):
+        assignment = partition(inst, parts)
+        if assignment is None:
+            continue
+        for rounds in range(1, 2 * parts + 3):
+            plan = fill_drain(inst, assignment, rounds)
+            if plan is None:
+                continue
+            result = evaluate(profile, inst, plan, optimizer)
+            if not result.valid:  # pragma: no cover
+                continue
+            peak = result.peak_memory
+            least = peak if least is None else min(least, peak)
+            if peak <= memory:
+                key = (plan.time_per_batch, peak)
+                if best is None or key < best[0]:
+                    best = (key, plan, result.gpu_peaks)
+            else:
+                break  # more mini-batches per round only need more memory
+    if best is None:
+        return None, None, least
+    return best[1], best[2], least

@@ -1,0 +1,1 @@
+"""Plans exported to other tools' formats (no heavy imports here)."""

@@ -1,0 +1,264 @@
+"""Replay a periodic pipeline pattern over many mini-batches (independent check, papers/001).
+
+This module shares no code with :mod:`memplan.algorithms` and must not import it. Given a
+``pipeline`` schedule (``assignment``, ``period``, per-GPU ``pattern``, ``transfers``), it:
+
+1. checks the pattern's shape: every ``F k`` and ``B k`` present ``batches_per_period`` times on
+   ``assignment[k]``, their shifts covering every mini-batch once, durations equal to the profile's,
+   a transfer of ``x[k]`` and of ``g[k]`` exactly where stages ``k-1`` and ``k`` are on different
+   GPUs, lasting ``bytes / link_bandwidth``;
+2. unrolls the pattern (operation with shift ``s`` in copy ``i`` works on mini-batch ``r i - s`` at
+   times shifted by ``i * period``) over enough mini-batches to reach the steady state, checks every
+   dependency of every mini-batch (forward chain, loss, backward chain, through the transfers) and
+   that no GPU and no link runs two things at once;
+3. replays each GPU's memory event by event (allocations and frees of every tensor of the model in
+   docs/pipeline.md, NOTE [ pipeline memory model ] in memplan/algorithms/pipeline/model.py) and
+   takes the peak of each GPU, static memory included.
+
+``makespan`` is the period (the steady-state time per pattern); ``peak_memory`` the largest GPU
+peak; ``gpu_peaks`` each GPU's.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from memplan.profile.model import Profile
+from memplan.simulator.chain import SimulationResult
+
+TOLERANCE = 1e-6
+"""Absolute tolerance (ms) of the timing checks (relative to the period for large values)."""
+
+GRID = 1e-7
+"""ms: event times are snapped to this grid before ordering frees and allocations."""
+
+_FACTORS = {"none": 0, "sgd": 2, "momentum": 3, "adam": 4}
+
+
+@dataclass
+class PipelineSimulationResult(SimulationResult):
+    """A :class:`SimulationResult` with each GPU's peak (bytes) and the replayed mini-batches."""
+
+    gpu_peaks: list[int] = field(default_factory=list)
+    batches: int = 0
+
+
+def simulate_pipeline(
+    profile: Profile, schedule, memory: int | None = None
+) -> PipelineSimulationResult:
+    """Replay ``schedule`` (family ``pipeline``) on ``profile``; ``memory`` is the per-GPU budget."""
+    result = PipelineSimulationResult(budget=memory)
+    try:
+        _replay(profile, schedule, memory, result)
+    except _Invalid as exc:
+        result.fail(str(exc))
+    return result
+
+
+class _Invalid(Exception):
+    pass
+
+
+def _tol(period: float) -> float:
+    return TOLERANCE * max(1.0, period)
+
+
+def _replay(profile: Profile, sched, memory: int | None, result: PipelineSimulationResult) -> None:
+    stages = profile.stages
+    if stages is None:
+        raise _Invalid("the pipeline simulator needs a chain profile (stages)")
+    L = len(stages)
+    assign = sched.assignment
+    period = sched.period
+    r = sched.batches_per_period or 1
+    if assign is None or period is None or sched.pattern is None:
+        raise _Invalid("a pipeline schedule needs assignment, period and pattern")
+    if len(assign) != L:
+        raise _Invalid(f"assignment: {len(assign)} entries for {L} stages")
+    if not period > 0:
+        raise _Invalid(f"period: expected > 0, got {period}")
+    gpus = sched.budget.gpus
+    if gpus is not None and max(assign) >= gpus:
+        raise _Invalid(f"assignment uses GPU {max(assign)} but only {gpus} GPUs are given")
+    tol = _tol(period)
+    fwd = [st.forward_time for st in stages]
+    bwd = [st.backward_time for st in stages]
+
+    # -- 1. shape of the pattern: op (F/B, k) -> list of (start, end, shift)
+    comp: dict[tuple[str, int], list[tuple[float, float, int]]] = {}
+    for gp in sched.pattern:
+        for op in gp.ops:
+            where = f"pattern gpu {gp.gpu} {op.op} stage {op.stage}"
+            if op.stage >= L:
+                raise _Invalid(f"{where}: no such stage")
+            if assign[op.stage] != gp.gpu:
+                raise _Invalid(f"{where}: stage {op.stage} is assigned to GPU {assign[op.stage]}")
+            want = fwd[op.stage] if op.op == "F" else bwd[op.stage]
+            if abs((op.end - op.start) - want) > tol:
+                raise _Invalid(f"{where}: lasts {op.end - op.start} ms, the profile says {want}")
+            comp.setdefault((op.op, op.stage), []).append((op.start, op.end, op.shift))
+    for kind in ("F", "B"):
+        for k in range(L):
+            _check_cover(comp.get((kind, k), []), r, f"{kind} stage {k}")
+    bw = sched.link_bandwidth
+    comm: dict[tuple[str, int], list[tuple[float, float, int]]] = {}
+    comm_link: dict[tuple[str, int], tuple[int, int]] = {}
+    for tr in sched.transfers or []:
+        where = f"transfer {tr.tensor}[{tr.stage}]"
+        k = tr.stage
+        if k >= L:
+            raise _Invalid(f"{where}: no such stage boundary")
+        src, dst = (assign[k - 1], assign[k]) if tr.tensor == "x" else (assign[k], assign[k - 1])
+        if (tr.src, tr.dst) != (src, dst):
+            raise _Invalid(f"{where}: goes {tr.src}->{tr.dst}, the assignment says {src}->{dst}")
+        if src == dst:
+            raise _Invalid(f"{where}: stages {k - 1} and {k} are on the same GPU")
+        size = stages[k - 1].output_size if tr.tensor == "x" else stages[k - 1].gradient_size
+        want = 0.0 if bw is None else size / bw * 1e3
+        if abs((tr.end - tr.start) - want) > tol:
+            raise _Invalid(f"{where}: lasts {tr.end - tr.start} ms, {size} bytes need {want}")
+        comm.setdefault((tr.tensor, k), []).append((tr.start, tr.end, tr.shift))
+        comm_link[(tr.tensor, k)] = (min(src, dst), max(src, dst))
+    for k in range(1, L):
+        if assign[k - 1] != assign[k]:
+            for t in ("x", "g"):
+                _check_cover(comm.get((t, k), []), r, f"transfer {t}[{k}]")
+
+    # -- 2. unroll over N mini-batches
+    shifts = [s for v in (*comp.values(), *comm.values()) for (_, _, s) in v]
+    starts = [a for v in (*comp.values(), *comm.values()) for (a, _, _) in v]
+    ends = [b for v in (*comp.values(), *comm.values()) for (_, b, _) in v]
+    spread = (max(ends) - min(starts)) / period + (max(shifts) - min(shifts)) / r
+    copies = int(math.ceil(spread)) + 6
+    N = r * max(3, 2 * copies + 2)
+    result.batches = N
+    m = np.arange(N)
+
+    def times(table, key) -> tuple[np.ndarray, np.ndarray]:
+        """Start and end of ``key`` for mini-batches 0..N-1."""
+        start = np.empty(N)
+        end = np.empty(N)
+        for a, b, s in table[key]:
+            # batch m = r i - s  <=>  i = (m + s) / r
+            sel = (m + s) % r == 0
+            i = (m[sel] + s) // r
+            start[sel] = a + i * period
+            end[sel] = b + i * period
+        return start, end
+
+    F = [times(comp, ("F", k)) for k in range(L)]
+    B = [times(comp, ("B", k)) for k in range(L)]
+    X = {k: times(comm, ("x", k)) for k in range(1, L) if assign[k - 1] != assign[k]}
+    G = {k: times(comm, ("g", k)) for k in range(1, L) if assign[k - 1] != assign[k]}
+
+    def after(first: np.ndarray, then: np.ndarray, what: str) -> None:
+        bad = np.nonzero(then < first - tol)[0]
+        if len(bad):
+            b = int(bad[0])
+            raise _Invalid(f"mini-batch {b}: {what} starts at {then[b]:.6g} before {first[b]:.6g}")
+
+    for k in range(1, L):
+        if k in X:
+            after(F[k - 1][1], X[k][0], f"transfer x[{k}] (after F {k - 1})")
+            after(X[k][1], F[k][0], f"F {k} (after transfer x[{k}])")
+        else:
+            after(F[k - 1][1], F[k][0], f"F {k} (after F {k - 1})")
+    after(F[L - 1][1], B[L - 1][0], f"B {L - 1} (after F {L - 1})")
+    for k in range(L - 1, 0, -1):
+        if k in G:
+            after(B[k][1], G[k][0], f"transfer g[{k}] (after B {k})")
+            after(G[k][1], B[k - 1][0], f"B {k - 1} (after transfer g[{k}])")
+        else:
+            after(B[k][1], B[k - 1][0], f"B {k - 1} (after B {k})")
+
+    used = sorted(set(assign))
+    for g in used:
+        mine = [k for k in range(L) if assign[k] == g]
+        s = np.concatenate([F[k][0] for k in mine] + [B[k][0] for k in mine])
+        e = np.concatenate([F[k][1] for k in mine] + [B[k][1] for k in mine])
+        _exclusive(s, e, tol, f"GPU {g}")
+    links: dict[tuple[int, int], list[tuple[np.ndarray, np.ndarray]]] = {}
+    for key, link in comm_link.items():
+        t, k = key
+        links.setdefault(link, []).append(X[k] if t == "x" else G[k])
+    for link, spans in links.items():
+        s = np.concatenate([a for a, _ in spans])
+        e = np.concatenate([b for _, b in spans])
+        _exclusive(s, e, tol, f"link {link[0]}-{link[1]}")
+
+    # -- 3. memory per GPU
+    versions = sched.weight_versions or 2
+    factor = _FACTORS.get(sched.budget.optimizer or "sgd", 2)
+    per_weight = factor + versions - 1 if factor > 0 else 0
+    events: dict[int, list[tuple[np.ndarray, np.ndarray, int]]] = {g: [] for g in used}
+
+    def hold(g: int, start: np.ndarray, end: np.ndarray, nbytes: int) -> None:
+        if nbytes:
+            events[g].append((start, end, int(nbytes)))
+
+    x0 = profile.input_size or 0
+    for k in range(L):
+        g = assign[k]
+        st = stages[k]
+        hold(g, F[k][0], B[k][1], st.saved_size + (x0 if k == 0 else 0))
+        hold(g, F[k][0], F[k][1], st.forward_overhead)
+        hold(g, B[k][0], B[k][1], st.backward_overhead)
+        if k >= 1 and k in X:
+            hold(g, X[k][0], B[k][1], stages[k - 1].output_size)
+        if k + 1 < L:
+            grad = st.gradient_size
+            if k + 1 in G:
+                hold(assign[k + 1], B[k + 1][0], G[k + 1][1], grad)
+                hold(g, G[k + 1][0], B[k][1], grad)
+            else:
+                hold(g, B[k + 1][0], B[k][1], grad)
+    peaks = []
+    for g in used:
+        static = per_weight * sum(stages[k].weight_size for k in range(L) if assign[k] == g)
+        peaks.append(static + _peak(events[g]))
+    gpu_peaks = [0] * (max(used) + 1)
+    for g, p in zip(used, peaks, strict=True):
+        gpu_peaks[g] = int(p)
+    result.gpu_peaks = gpu_peaks
+    result.peak_memory = int(max(peaks))
+    result.static_memory = int(per_weight * profile.weight_size)
+    result.makespan = float(period)
+    busy = sum(fwd) + sum(bwd)
+    result.idle_time = float(len(used) * period * r - r * busy) / r
+    if memory is not None:
+        for g, p in zip(used, peaks, strict=True):
+            if p > memory:
+                raise _Invalid(f"GPU {g}: needs {int(p)} bytes, budget {memory} per GPU")
+
+
+def _check_cover(entries: list[tuple[float, float, int]], r: int, what: str) -> None:
+    if len(entries) != r:
+        raise _Invalid(f"{what}: appears {len(entries)} times in the pattern, expected {r}")
+    residues = sorted((-s) % r for _, _, s in entries)
+    if residues != list(range(r)):
+        raise _Invalid(f"{what}: its shifts do not cover every mini-batch once")
+
+
+def _exclusive(start: np.ndarray, end: np.ndarray, tol: float, what: str) -> None:
+    order = np.argsort(start, kind="stable")
+    s, e = start[order], end[order]
+    bad = np.nonzero(s[1:] < e[:-1] - tol)[0]
+    if len(bad):
+        i = int(bad[0])
+        raise _Invalid(f"{what}: two operations overlap at {s[i + 1]:.6g} ms")
+
+
+def _peak(items: list[tuple[np.ndarray, np.ndarray, int]]) -> int:
+    """Largest sum of live bytes; lifetimes ``[start, end)`` (a free at t precedes an alloc at t)."""
+    if not items:
+        return 0
+    t = np.concatenate([np.concatenate([s, e]) for s, e, _ in items])
+    t = np.round(t / GRID) * GRID  # an end and a start equal up to rounding are the same instant
+    d = np.concatenate(
+        [np.concatenate([np.full(len(s), n), np.full(len(e), -n)]) for s, e, n in items]
+    ).astype(np.int64)
+    order = np.lexsort((d, t))  # by time, then frees (negative) first
+    return int(max(0, np.cumsum(d[order]).max()))
