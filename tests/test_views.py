@@ -173,3 +173,23 @@ def test_import_memplan_loads_neither_torch_nor_matplotlib():
 def test_readme_figure_is_bundled(name):
     figure = Path(__file__).resolve().parent.parent / "docs" / name
     assert figure.read_bytes()[:8] == PNG_SIGNATURE
+
+
+def test_trace_of_a_pipeline_plan_has_one_track_per_gpu_and_link(tmp_path):
+    """Pipeline schedules: the pattern unrolled from mini-batch 0, GPU and link tracks named, each
+    GPU's operations those of its pattern (every stage's F and B appear on its GPU)."""
+    path = tmp_path / "pipe.trace.json"
+    args = ["solve", "resnet18@a100", "-a", "pipedream", "-m", "4GB", "--gpus", "4"]
+    solved = runner.invoke(app, [*args, "--link-bandwidth", "10GB/s", "--trace", str(path)])
+    assert solved.exit_code == 0, solved.stderr
+    sched = memplan.solve("resnet18@a100", "pipedream", "4GB", gpus=4, link_bandwidth="10GB/s")
+    events = check_trace_schema(json.loads(path.read_text()))
+    names = {e["tid"]: e["args"]["name"] for e in events if e["ph"] == "M" and e["tid"]}
+    gpus = sorted(set(sched.assignment))
+    assert [names[10 + g] for g in gpus] == [f"GPU {g}" for g in gpus]
+    assert any(name.startswith("link ") for name in names.values()) == bool(sched.transfers)
+    complete = [e for e in events if e["ph"] == "X"]
+    assert complete and all(e["args"].get("batch", 0) >= 0 for e in complete)
+    for stage, gpu in enumerate(sched.assignment):
+        on_gpu = {(e["args"]["op"], e["args"]["stage"]) for e in complete if e["tid"] == 10 + gpu}
+        assert {("F", stage), ("B", stage)} <= on_gpu

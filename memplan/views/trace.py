@@ -7,7 +7,9 @@ The document is ``{"traceEvents": [...], "displayTimeUnit": "ms"}`` with
   ``1`` compute, ``2`` transfer;
 * a counter track (``"ph": "C"``, name ``memory``, ``args: {"bytes": ...}``) from the simulator's
   ``memory_curve`` (static memory included), and the budget as a second series when known;
-* metadata events (``"ph": "M"``) naming the process and the threads.
+* metadata events (``"ph": "M"``) naming the process and the threads;
+* pipeline schedules: the first periods of the pattern (from mini-batch 0: the fill), one track per GPU (``GPU g``, tid ``10 + g``)
+  and one per link (``link a-b``), each operation named with its mini-batch (``F conv1 #3``).
 
 Specification: "Trace Event Format" (Google), the JSON Object Format.
 """
@@ -71,7 +73,9 @@ def trace_events(
     events: list[dict[str, Any]] = [
         {"name": "process_name", "ph": "M", "pid": _PID, "tid": 0, "args": {"name": title}}
     ]
-    streams = sorted({op.stream for op in schedule.ops} | {"compute"}, key=STREAM_TIDS.get)
+    streams = sorted({op.stream for op in schedule.ops}, key=STREAM_TIDS.get)
+    if not schedule.pattern:  # every family but the pipelines has a compute track
+        streams = sorted(set(streams) | {"compute"}, key=STREAM_TIDS.get)
     for stream in streams:
         events.append(
             {
@@ -100,6 +104,8 @@ def trace_events(
         )
     if schedule.order is not None:  # graph family: one event per node of the order
         events += _graph_events(schedule, profile)
+    if schedule.pattern:  # pipeline family: one track per GPU and per link
+        events += _pipeline_events(schedule, names)
     budget = schedule.budget.memory
     for time_ms, nbytes in memory_curve or ():
         values: dict[str, Any] = {"bytes": int(nbytes)}
@@ -134,6 +140,68 @@ def _graph_events(schedule: Schedule, profile: Profile | None) -> list[dict[str,
             }
         )
         clock += duration
+    return events
+
+
+PIPELINE_PERIODS = 4
+"""Copies of a pipeline pattern a trace shows after the fill (which lasts the largest shift)."""
+GPU_TID_BASE = 10
+"""Pipeline traces: GPU ``g`` is track ``GPU_TID_BASE + g``; links follow the GPUs."""
+
+
+def _pipeline_events(schedule: Schedule, names: Sequence[str]) -> list[dict[str, Any]]:
+    """Pipeline schedules: ``PIPELINE_PERIODS`` copies of the pattern, one track per GPU
+    (``F``/``B`` of stage ``k`` on mini-batch ``b``) and one per link (``x[k]``/``g[k]``)."""
+    period = schedule.period or 0.0
+    per_period = schedule.batches_per_period or 1
+    gpus = sorted(p.gpu for p in schedule.pattern or [])
+    links = sorted({tuple(sorted((t.src, t.dst))) for t in schedule.transfers or []})
+    link_tid = {link: GPU_TID_BASE + (max(gpus, default=0) + 1) + i for i, link in enumerate(links)}
+    events: list[dict[str, Any]] = []
+    for gpu in gpus:
+        name = {"name": f"GPU {gpu}"}
+        events.append(
+            {"name": "thread_name", "ph": "M", "pid": _PID, "tid": GPU_TID_BASE + gpu, "args": name}
+        )
+    for (a, b), tid in link_tid.items():
+        name = {"name": f"link {a}-{b}"}
+        events.append({"name": "thread_name", "ph": "M", "pid": _PID, "tid": tid, "args": name})
+    shifts = [op.shift for p in schedule.pattern or [] for op in p.ops]
+    for copy in range(max(shifts, default=0) + PIPELINE_PERIODS):
+        offset = copy * period
+        for pattern in schedule.pattern or []:
+            for op in pattern.ops:
+                batch = per_period * copy - op.shift
+                if batch < 0:  # the steady-state slot of a mini-batch before the first
+                    continue
+                stage = names[op.stage] if 0 <= op.stage < len(names) else str(op.stage)
+                events.append(
+                    {
+                        "name": f"{op.op} {stage} #{batch}",
+                        "cat": op.op,
+                        "ph": "X",
+                        "ts": _us(offset + op.start),
+                        "dur": _us(max(0.0, op.end - op.start)),
+                        "pid": _PID,
+                        "tid": GPU_TID_BASE + pattern.gpu,
+                        "args": {"op": op.op, "stage": op.stage, "batch": batch, "copy": copy},
+                    }
+                )
+        for t in schedule.transfers or []:
+            if per_period * copy - t.shift < 0:
+                continue
+            events.append(
+                {
+                    "name": f"{t.tensor}[{t.stage}] #{per_period * copy - t.shift}",
+                    "cat": "transfer",
+                    "ph": "X",
+                    "ts": _us(offset + t.start),
+                    "dur": _us(max(0.0, t.end - t.start)),
+                    "pid": _PID,
+                    "tid": link_tid[tuple(sorted((t.src, t.dst)))],
+                    "args": {"tensor": t.tensor, "stage": t.stage, "src": t.src, "dst": t.dst},
+                }
+            )
     return events
 
 
