@@ -505,6 +505,9 @@ def compare(
     slots: int | None = None,
     optimizer: str = "sgd",
     bandwidth: float | str | None = None,
+    gpus: int | None = None,
+    link_bandwidth: float | str | None = None,
+    time_limit: float | None = None,
     on_progress: Callable[[int, int], None] | None = None,
 ) -> list[CompareRow]:
     """Sweep algorithms over budgets; ``ratio`` is makespan / lower bound.
@@ -513,7 +516,8 @@ def compare(
     Proposition 3 at each budget and at ``bandwidth`` (default: the profile's), so the ratios are
     those of Figure 5 of papers/004. When the algorithms span several families, every ratio uses
     the one bound valid for all of them, the compute lower bound (every forward and backward
-    once, ``profile.lower_bound``), so that the columns compare.
+    once, ``profile.lower_bound``), so that the columns compare. ``gpus``, ``link_bandwidth`` and
+    ``time_limit`` go to the pipeline (and CP-SAT) algorithms, whose budgets are per GPU.
     """
     prof = load_profile(profile)
     names = list(algos)
@@ -524,7 +528,17 @@ def compare(
     total, done = len(names) * len(sizes), 0
     for memory in sizes:
         for name in names:
-            sched = solve(prof, name, memory, slots=slots, optimizer=optimizer, bandwidth=bandwidth)
+            sched = solve(
+                prof,
+                name,
+                memory,
+                slots=slots,
+                optimizer=optimizer,
+                bandwidth=bandwidth,
+                gpus=gpus,
+                link_bandwidth=link_bandwidth,
+                time_limit=time_limit,
+            )
             rows.append(
                 CompareRow(
                     memory=memory,

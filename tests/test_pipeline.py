@@ -381,3 +381,18 @@ def test_ilp_memory_model_is_conservative(seed):
         if out.status in ("optimal", "feasible"):
             assert out.ilp_plan is not None  # replayed by the simulator within the budget
             assert max(out.ilp_peaks) <= memory
+
+
+def test_compare_sweeps_pipeline_algorithms_per_gpu_budget():
+    """``compare --gpus``: every row a plan the simulator accepted at that per-GPU budget; the
+    same figures as ``solve`` at that budget; without --gpus, one clear line (exit 2)."""
+    args = ["compare", "resnet18@a100", "--algos", "pipedream,gpipe", "--mem", "3GB:6GB:2"]
+    result = runner.invoke(app, [*args, "--gpus", "4", "--format", "json"])
+    assert result.exit_code == 0, result.stderr
+    rows = json.loads(result.stdout)["rows"]
+    assert {r["algorithm"] for r in rows} == {"pipedream", "gpipe"} and len(rows) == 4
+    for row in rows:
+        sched = memplan.solve("resnet18@a100", row["algorithm"], row["memory"], gpus=4)
+        assert row["feasible"] == sched.feasible and row["makespan"] == sched.makespan
+    missing = runner.invoke(app, args)
+    assert missing.exit_code == 2 and "--gpus" in missing.stderr

@@ -9,6 +9,7 @@ from typing import Annotated, Any
 
 import typer
 
+from memplan.cli import common
 from memplan.cli.common import (
     echo_err,
     err_console,
@@ -57,6 +58,20 @@ def compare(
             metavar="N", help="Memory discretization of DP algorithms.  [default: 500; pofo 50]"
         ),
     ] = None,
+    gpus: Annotated[
+        int | None,
+        typer.Option(metavar="N", help="Number of GPUs (pipeline family; --mem is per GPU)."),
+    ] = None,
+    link_bandwidth: Annotated[
+        str | None,
+        typer.Option(
+            "--link-bandwidth", metavar="RATE", help="GPU-to-GPU link bandwidth (pipeline family)."
+        ),
+    ] = None,
+    time_limit: Annotated[
+        float | None,
+        typer.Option("--time-limit", metavar="SECONDS", help="Time limit of each CP-SAT solve."),
+    ] = None,
     optimizer: Annotated[Optimizer, typer.Option(help=OPTIMIZER_HELP)] = Optimizer.sgd,
     fmt: Annotated[
         CompareFormat | None,
@@ -91,6 +106,9 @@ def compare(
         auto_steps = _auto_steps(mem)
         budgets = [] if auto_steps is not None else budgets_from_range(mem)
         rate = option_rate("--bandwidth", bandwidth)
+        link_rate = option_rate("--link-bandwidth", link_bandwidth)
+        common.check_positive("--gpus", gpus)
+        common.check_positive("--time-limit", time_limit)
         if plot is not None:
             from memplan.cli.plot import check_plot_target
 
@@ -113,6 +131,9 @@ def compare(
             slots=slots,
             optimizer=optimizer.value,
             bandwidth=rate,
+            gpus=gpus,
+            link_bandwidth=link_rate,
+            time_limit=time_limit,
         )
         if form == "table":
             from memplan.cli.render import compare_table
