@@ -597,29 +597,15 @@ def describe(profile: Profile | Mapping[str, Any] | str, optimizer: str = "sgd")
     chain = Chain.from_profile(prof)
     offload = OffloadInstance.from_profile(prof, prof.bandwidth or 1.0)
     return {
-        "model": prof.model,
-        "stages": prof.length,
-        "batch_size": prof.batch_size,
-        "input_shape": prof.input_shape,
-        "dtype": prof.dtype,
-        "device": device,
-        "bandwidth": prof.bandwidth,
-        "measured": prof.measured.model_dump(exclude_none=True) if prof.measured else None,
+        **common,
         "input_size": prof.input_size,
-        "weight_size": prof.weight_size,
-        "optimizer": optimizer,
-        "static_memory": static,
-        "lower_bound": prof.lower_bound,
         "store_all_memory": static + chain.store_all_peak(),
         "min_memory": {
             "chain": static + chain_min_memory(chain),
             "offload": static + offload.min_memory(),
         },
         "offload_peak": static + offload.peak(),
-        "sha256": prof.sha256(),
         "stage_table": [s.model_dump(exclude_none=True) for s in prof.stages],
-        "kind": prof.kind,
-        "families": list(prof.families),
     }
 
 

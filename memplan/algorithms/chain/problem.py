@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
+from collections.abc import Sequence as Seq
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from memplan.algorithms.base import ChainPlan, Sequence
-from memplan.profile.model import Profile
+from memplan.profile.model import Profile, Stage
 
 
 @dataclass(frozen=True)
@@ -34,9 +35,15 @@ class Chain:
 
     @classmethod
     def from_profile(cls, profile: Profile) -> Chain:
-        st = profile.stages
+        return cls.from_stages(profile.input_size, profile.stages)
+
+    @classmethod
+    def from_stages(cls, input_size: int, stages: Seq[Stage]) -> Chain:
+        """The chain of ``stages`` (forward order) reading an input of ``input_size`` bytes: a
+        chain profile's, or one branch of a join network's."""
+        st = stages
         return cls(
-            x=np.array([profile.input_size] + [s.output_size for s in st], dtype=np.int64),
+            x=np.array([input_size] + [s.output_size for s in st], dtype=np.int64),
             s=np.array([s.saved_size for s in st], dtype=np.int64),
             g=np.array([0] + [s.gradient_size for s in st], dtype=np.int64),
             fo=np.array([s.forward_overhead for s in st], dtype=np.int64),

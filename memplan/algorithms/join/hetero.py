@@ -66,21 +66,7 @@ class JoinNet:
     @classmethod
     def from_profile(cls, profile: Profile) -> JoinNet:
         assert profile.branches is not None and profile.turn is not None
-        chains = []
-        for branch in profile.branches:
-            st = branch.stages
-            chains.append(
-                Chain(
-                    x=np.array([branch.input_size] + [s.output_size for s in st], dtype=np.int64),
-                    s=np.array([s.saved_size for s in st], dtype=np.int64),
-                    g=np.array([0] + [s.gradient_size for s in st], dtype=np.int64),
-                    fo=np.array([s.forward_overhead for s in st], dtype=np.int64),
-                    bo=np.array([s.backward_overhead for s in st], dtype=np.int64),
-                    ft=np.array([s.forward_time for s in st], dtype=np.float64),
-                    bt=np.array([s.backward_time for s in st], dtype=np.float64),
-                    names=[s.name for s in st],
-                )
-            )
+        chains = [Chain.from_stages(b.input_size, b.stages) for b in profile.branches]
         t = profile.turn
         return cls(
             chains,
