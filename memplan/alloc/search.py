@@ -540,7 +540,7 @@ def _solve_part(
     deadline: float | None,
     guide: bool,
     stats: dict[str, int],
-    names: tuple[str, ...] = PREORDERS,
+    names: list[str | None] | None = None,
 ) -> tuple[int, np.ndarray | None]:
     """Solve one static part: NOTE [ pinned cores ] first, then NOTE [ restarts ]."""
     n = len(buffers)
@@ -559,9 +559,9 @@ def _solve_part(
                     return FOUND, solution
                 if status == TIMEOUT:
                     return TIMEOUT, None
-        for rank, memo, name in zip(ranks, memos, names, strict=True):
+        for rank, memo, name in zip(ranks, memos, names or [None] * len(ranks), strict=True):
             run = _Search(inst, capacity, rank, deadline, memo)
-            run.heuristic = name if RESIDUAL else None
+            run.heuristic = name
             run.node_limit = limit
             status = run.solve_part(buffers[np.argsort(rank[buffers], kind="stable")], lo, hi)
             stats["nodes"] = stats.get("nodes", 0) + run.nodes
@@ -606,8 +606,11 @@ def search(
     inst = _Instance(lower[keep], upper[keep], size[keep])
     if inst.n and int(inst.section_total.max()) > capacity:
         return result("infeasible", None, 0)
-    ranks = [inst.preorder(h) for h in preorders]
-    memos: list[set[tuple[object, ...]]] = [set() for _ in preorders]
+    # Each preorder twice in the round robin: plain, then with NOTE [ residual preorders ].
+    runs = [(h, r) for h in preorders for r in ((None, h) if RESIDUAL else (None,))]
+    names = [r for _, r in runs]
+    ranks = [inst.preorder(h) for h, _ in runs]
+    memos: list[set[tuple[object, ...]]] = [set() for _ in names]
     stats: dict[str, int] = {"budget": node_budget} if node_budget is not None else {}
     old_limit = sys.getrecursionlimit()
     sys.setrecursionlimit(max(old_limit, 6 * inst.n + 1000))
@@ -615,7 +618,7 @@ def search(
         parts = _Search(inst, capacity, ranks[0], deadline, set()).parts()
         for k, (part, lo, hi) in enumerate(parts):
             status, solution = _solve_part(
-                inst, capacity, part, lo, hi, ranks, memos, deadline, guide, stats, preorders
+                inst, capacity, part, lo, hi, ranks, memos, deadline, guide, stats, names
             )
             nodes = stats.get("nodes", 0)
             if status == NOT_FOUND:
