@@ -185,3 +185,59 @@ def test_minimalloc_instance_j_at_full_capacity() -> None:
     result = place(b, capacity=1048576, time_limit=120)
     assert result.offsets is not None, result.message
     assert assert_valid(b, result.offsets, 1048576) <= 1048576
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_residual_preorders_keep_the_verdict(seed: int) -> None:
+    """NOTE [ residual preorders ]: re-ranking dynamic sub-parts changes the order of the search,
+    never its verdict (against the search without it and the CP-SAT oracle)."""
+    import memplan.alloc.search as s
+
+    rng = np.random.default_rng(5000 + seed)
+    b = random_buffers(rng, int(rng.integers(6, 13)), horizon=14, big=12)
+    peak = b.peak_live_load()
+    greedy = int((best_greedy(b.lower, b.upper, b.size) + b.size).max())
+    capacity = int(rng.integers(peak, greedy + 1))
+    on = search(b.lower, b.upper, b.size, capacity, time_limit=30, guide=False)
+    try:
+        s.RESIDUAL = False
+        off = search(b.lower, b.upper, b.size, capacity, time_limit=30, guide=False)
+    finally:
+        s.RESIDUAL = True
+    assert on.status == off.status
+    assert (on.status == "infeasible") == (cpsat_least_arena(b, capacity) is None)
+    if on.offsets is not None:
+        assert_valid(b, on.offsets, capacity)
+
+
+def test_rerank_keeps_the_rank_values_and_restores_them() -> None:
+    from memplan.alloc.search import _Instance, _Search
+
+    rng = np.random.default_rng(7)
+    b = random_buffers(rng, 12, horizon=12, big=9)
+    keep = b.size > 0
+    inst = _Instance(b.lower[keep], b.upper[keep], b.size[keep])
+    rank = inst.preorder("TAW")
+    run = _Search(inst, 10**6, rank, None, set())
+    run.heuristic = "TAW"
+    sub = np.argsort(run.rank)[::2]
+    before = run.rank.copy()
+    new_sub, old = run._rerank(sub, 0, inst.sections)
+    assert sorted(new_sub.tolist()) == sorted(sub.tolist())
+    assert sorted(run.rank[sub].tolist()) == sorted(before[sub].tolist())
+    assert np.all(np.diff(run.rank[new_sub]) > 0)  # the sub-part comes back in rank order
+    assert old is not None
+    run._restore(old)
+    assert np.array_equal(run.rank, before)
+    assert run.rank_l == before.tolist()
+
+
+@pytest.mark.skipif(not MINIMALLOC.is_dir(), reason="the shared MiniMalloc benchmarks are absent")
+def test_minimalloc_instance_i_at_full_capacity() -> None:
+    """Instance I (zero waste at the peak) is placed thanks to NOTE [ residual preorders ]."""
+    from memplan.alloc import read_buffers_csv
+
+    b = read_buffers_csv(MINIMALLOC / "I.1048576.csv").buffers
+    result = place(b, capacity=1048576, time_limit=300)
+    assert result.offsets is not None, result.message
+    assert assert_valid(b, result.offsets, 1048576) <= 1048576
