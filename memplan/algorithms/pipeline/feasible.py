@@ -58,6 +58,9 @@ def _pack(
     for old in avoid:
         m.add_bool_or([x[k][g].Not() for k, g in enumerate(old)])
     if limit is None:
+        for k in range(L):  # a feasible start: the contiguous split into P nearly equal runs
+            for g in range(P):
+                m.add_hint(x[k][g], int(g == k * P // L))
         m.minimize(M * L + sum(cut))
     else:
         m.add(limit >= M)
@@ -88,7 +91,7 @@ def least_memory_plan(
     Returns ``(plan or None, its simulated peaks or None, least simulated peak seen)``; with
     ``memory`` None, the plan of least simulated peak. Every plan is replayed by the simulator.
     """
-    per_round = seconds / ROUNDS
+    per_round = max(1.0, seconds / ROUNDS)
     tried: list[list[int]] = []
     best: tuple[tuple[float, int], PipelinePlan, list[int]] | None = None
     least: int | None = None
