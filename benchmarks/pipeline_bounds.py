@@ -8,7 +8,8 @@ For the bundled ResNet A100 profiles on 4 and 8 GPUs (SGD, 100 GB/s links), prin
   (exact by CP-SAT): every pattern holds one mini-batch's stashes of a GPU at once, at the start
   of that GPU's last backward, so no plan needs less (``contiguous``: the same over contiguous
   allocations, for comparison);
-* the lower bound ``max(single, packed)``, PipeDream's least simulated peak (every candidate), and
+* the lower bound ``max(single, packed)``, PipeDream's least simulated peak (every candidate,
+  with no memory cap and with caps on a grid: the capped partitions differ), and
   the least simulated peak of the feasibility-first plans (NOTE [ pipeline feasibility first ]).
 
 Only where the bound is below PipeDream's least can any plan fit where PipeDream has none.
@@ -62,6 +63,17 @@ def contiguous(items: list[int], parts: int) -> int:
     return int(min(best[s][n] for s in range(1, parts + 1)))
 
 
+def pipedream_least(prof, inst: PipelineInstance, bound: int) -> int:
+    """PipeDream's least simulated peak: its candidates with no cap and with caps (the
+    memory-capped partitions differ) on a grid from ``bound`` up."""
+    least = min(r.peak_memory for _, r in candidates(prof, inst, None, "sgd") if r.valid)
+    for cap in np.linspace(bound, least, 25):
+        for _, r in candidates(prof, inst, int(cap), "sgd"):
+            if r.valid:
+                least = min(least, r.peak_memory)
+    return int(least)
+
+
 def main() -> None:
     print(machine())
     rate = parse_rate("100GB/s")
@@ -81,7 +93,7 @@ def main() -> None:
             pack = packed(items, min(gpus, inst.length))
             cont = contiguous(items, min(gpus, inst.length))
             bound = max(single, pack)
-            pd = min(r.peak_memory for _, r in candidates(prof, inst, None, "sgd") if r.valid)
+            pd = pipedream_least(prof, inst, bound)
             _, _, first = least_memory_plan(prof, inst, None)
             gap = "yes" if first is not None and first < pd else "no"
             print(
