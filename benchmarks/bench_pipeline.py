@@ -41,6 +41,8 @@ def run(args) -> dict:
     for name in MODELS:
         prof = memplan.load_profile(name)
         for gpus in GPUS:
+            if args.configs and f"{name}/{gpus}" not in args.configs.split(","):
+                continue
             inst = PipelineInstance.from_profile(prof, gpus, rate, "sgd")
             cands = candidates(prof, inst, None, "sgd")
             pts = [(r.peak_memory, p.period) for p, r in cands if r.valid]
@@ -61,11 +63,16 @@ def run(args) -> dict:
                 row["ilp_seconds"] = time.perf_counter() - started
                 row["ilp_own"] = None if out.ilp_plan is None else out.ilp_plan.period
                 row["ilp_own_peak"] = None if out.ilp_peaks is None else max(out.ilp_peaks)
+                row["first"] = None if out.first_plan is None else out.first_plan.period
+                row["first_peak"] = None if out.first_peaks is None else max(out.first_peaks)
                 row["ilp_status"] = out.status
                 row["ilp_bound"] = out.bound
-                best = [p for p in (row["ilp_own"], row["pipedream"]) if p is not None]
+                best = [
+                    p for p in (row["ilp_own"], row["pipedream"], row["first"]) if p is not None
+                ]
                 row["ilp_returned"] = min(best) if best else None
                 row["ilp_assignment"] = None if out.ilp_plan is None else out.ilp_plan.assignment
+                row["pipedream_least"] = least
                 row["contiguous"] = (
                     None if out.ilp_plan is None else _contiguous(out.ilp_plan.assignment)
                 )
@@ -94,10 +101,11 @@ def markdown(doc: dict) -> str:
     for key in sorted({(r["model"], r["gpus"]) for r in doc["rows"]}):
         lines.append(f"\n#### {key[0]}, {key[1]} GPUs\n")
         lines.append(
-            "| memory per GPU (GB) | pipedream period (ms) | pipeline-ilp: CP-SAT plan (ms) "
+            "| memory per GPU (GB) | pipedream period (ms) | feasibility-first (ms) "
+            "| pipeline-ilp: CP-SAT plan (ms) "
             "| returned (ms) | CP-SAT status, bound (ms) | contiguous? | gpipe ms per mini-batch |"
         )
-        lines.append("|---|---|---|---|---|---|---|")
+        lines.append("|---|---|---|---|---|---|---|---|")
         for r in doc["rows"]:
             if (r["model"], r["gpus"]) != key:
                 continue
@@ -108,7 +116,8 @@ def markdown(doc: dict) -> str:
             bound = "-" if r["ilp_bound"] is None else f"{r['ilp_bound']:.3f}"
             cont = "-" if r["contiguous"] is None else ("yes" if r["contiguous"] else "no")
             lines.append(
-                f"| {r['memory'] / 1e9:.3f} | {f(r['pipedream'])} | {f(r['ilp_own'])} | "
+                f"| {r['memory'] / 1e9:.3f} | {f(r['pipedream'])} | {f(r.get('first'))} | "
+                f"{f(r['ilp_own'])} | "
                 f"{f(r['ilp_returned'])} | {r['ilp_status']}, {bound} | {cont} | "
                 f"{f(r['gpipe_per_batch'])} |"
             )
@@ -164,6 +173,7 @@ def main() -> None:
     parser.add_argument("--fractions", default="0.6,0.8,1.0,1.5,2.5,4.0")
     parser.add_argument("--out", type=Path, default=Path("benchmarks/pipeline_results.json"))
     parser.add_argument("--plots", type=Path, default=None)
+    parser.add_argument("--configs", default="", help="e.g. resnet50@a100/4,resnet34@a100/4")
     args = parser.parse_args()
     print(machine(), flush=True)
     doc = run(args)

@@ -392,6 +392,9 @@ class IlpOutcome:
     """CP-SAT's final status, lower case (optimal, feasible, infeasible, unknown)."""
     bound: float | None
     """CP-SAT's proven bound on the period of its model (ms)."""
+    first_plan: PipelinePlan | None = None
+    """Where PipeDream has none: the feasibility-first plan (NOTE [ pipeline feasibility first ])."""
+    first_peaks: list[int] | None = None
 
 
 def solve_ilp(
@@ -400,7 +403,9 @@ def solve_ilp(
     """PipeDream's best plan, then CP-SAT in two phases within ``time_limit`` seconds.
 
     Phase 1 fixes PipeDream's assignment (a ``WARM_SHARE`` of the time) and starts from its times;
-    phase 2 solves the whole model hinted with phase 1's complete solution.
+    phase 2 solves the whole model hinted with phase 1's complete solution. Where PipeDream has no
+    plan, the feasibility-first plan (one mini-batch in flight on a packed allocation, replayed by
+    the simulator) takes its place as the warm start.
     """
     from ortools.sat.python import cp_model
 
@@ -411,14 +416,22 @@ def solve_ilp(
     L = inst.length
     progress = _Throttle(sink, u=1.0)
     hint: list[int] | None = None
-    if pd_plan is not None:
+    first_plan = first_peaks = None
+    warm = pd_plan
+    if pd_plan is None:  # feasibility first (NOTE [ pipeline feasibility first ])
+        from memplan.algorithms.pipeline.feasible import least_memory_plan
+
+        seconds = min(FIRST_SECONDS, FIRST_SHARE * time_limit)
+        first_plan, first_peaks, _ = least_memory_plan(profile, inst, memory, seconds)
+        warm = first_plan
+    if warm is not None:
         model, v, u, d, dc = build_model(inst, memory)
-        if not _complete_hint(model, v, inst, pd_plan, u, d, dc):  # pragma: no cover
-            _hint_plan(model, v, pd_plan, u, L, d, dc)
+        if not _complete_hint(model, v, inst, warm, u, d, dc):  # pragma: no cover
+            _hint_plan(model, v, warm, u, L, d, dc)
         order: dict[int, int] = {}
-        for g in pd_plan.assignment:
+        for g in warm.assignment:
             order.setdefault(g, len(order))
-        for k, g in enumerate(pd_plan.assignment):
+        for k, g in enumerate(warm.assignment):
             model.add(v.y[k] == order[g])
         left = time_limit - (time.perf_counter() - started)
         progress.u = u
@@ -430,8 +443,8 @@ def solve_ilp(
         # the same variables in the same order: phase 1's solution is a complete hint
         model.proto.solution_hint.vars.extend(range(len(hint)))
         model.proto.solution_hint.values.extend(hint)
-    elif pd_plan is not None:
-        _complete_hint(model, v, inst, pd_plan, u, d, dc)
+    elif warm is not None:
+        _complete_hint(model, v, inst, warm, u, d, dc)
     progress.u = u
     solver, status = _solve(model, time_limit - (time.perf_counter() - started), progress, "search")
     found = status in (cp_model.OPTIMAL, cp_model.FEASIBLE)
@@ -450,6 +463,8 @@ def solve_ilp(
         ilp_peaks,
         solver.status_name(status).lower(),
         solver.best_objective_bound * u if found else None,
+        first_plan,
+        first_peaks,
     )
 
 
@@ -476,11 +491,15 @@ def run_ilp(profile: Any, request: Any, inst: PipelineInstance):
         )
     out = solve_ilp(profile, inst, memory, limit, request.progress)
     pd_text = "none" if out.pd_plan is None else f"{out.pd_plan.period:.4f} ms"
-    if out.ilp_plan is not None and (
-        out.pd_plan is None or out.ilp_plan.period <= out.pd_plan.period + 1e-9
+    if (
+        out.ilp_plan is not None
+        and (out.pd_plan is None or out.ilp_plan.period <= out.pd_plan.period + 1e-9)
+        and (out.first_plan is None or out.ilp_plan.period <= out.first_plan.period + 1e-9)
     ):
         plan, peaks = out.ilp_plan, out.ilp_peaks
         text = f"CP-SAT {out.status}, bound {out.bound:.4f} ms; pipedream warm start: {pd_text}"
+        if out.first_plan is not None:
+            text += f"; feasibility-first plan {out.first_plan.period:.4f} ms"
         final = "optimal" if out.status == "optimal" else "feasible"
     elif out.pd_plan is not None:
         plan, peaks = out.pd_plan, out.pd_peaks
@@ -488,6 +507,14 @@ def run_ilp(profile: Any, request: Any, inst: PipelineInstance):
         text = (
             f"CP-SAT {out.status} (its plan: {own}) did not beat the pipedream warm start "
             f"{pd_text}: returning pipedream's plan"
+        )
+        final = "feasible"
+    elif out.first_plan is not None:
+        plan, peaks = out.first_plan, out.first_peaks
+        own = "no plan" if out.ilp_plan is None else f"its plan {out.ilp_plan.period:.4f} ms"
+        text = (
+            f"CP-SAT {out.status} ({own}) did not beat the feasibility-first plan (one "
+            f"mini-batch in flight on a packed allocation); pipedream has none"
         )
         final = "feasible"
     else:
@@ -514,6 +541,9 @@ def run_ilp(profile: Any, request: Any, inst: PipelineInstance):
 
 WARM_SHARE = 0.3
 """Share of the time limit spent on PipeDream's assignment before the whole model."""
+FIRST_SHARE = 0.1
+"""Share of the time limit (at most ``FIRST_SECONDS``) for the feasibility-first plan."""
+FIRST_SECONDS = 6.0
 
 
 class _Throttle:

@@ -50,7 +50,8 @@ def timed_groups(
     Each GPU runs, per mini-batch instance, its forwards in order then (after every forward
     instance) its backwards in reverse order: for ``r = 1`` this is 1F1B (PipeDream), for
     ``r = M`` micro-batches the GPipe fill-drain. Instance ``j`` of every operation has shift
-    ``shift + micro_shifts[j]``. Links carry their ``x`` transfers, then their ``g`` transfers.
+    ``shift + micro_shifts[j]``. Links carry their ``x`` transfers, then their ``g`` transfers
+    (last stage first).
     """
     L = inst.length
     micro = micro_shifts if micro_shifts is not None else [0]
@@ -91,7 +92,8 @@ def timed_groups(
     links: dict[tuple[int, int], list[int]] = {}
     for (_j, k), node in sorted(X.items()):
         links.setdefault(_link(assignment, k), []).append(node)
-    for (_j, k), node in sorted(G.items()):
+    for (_j, k), node in sorted(G.items(), key=lambda item: (item[0][0], -item[0][1])):
+        # backwards run from the last stage down: a link's gradients go in that order
         links.setdefault(_link(assignment, k), []).append(node)
     pat.orders += list(links.values())
     found = solve_period(pat, grid=grid)
