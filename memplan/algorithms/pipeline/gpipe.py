@@ -12,7 +12,7 @@ of every operation (``batches_per_period = M``; copy ``j`` has shift ``-j``).
 from __future__ import annotations
 
 from memplan.algorithms.pipeline.model import PipelineInstance
-from memplan.algorithms.pipeline.pipedream import partition
+from memplan.algorithms.pipeline.pipedream import fastest_fitting, partition
 from memplan.algorithms.pipeline.plan import PipelinePlan, evaluate, timed_groups
 
 
@@ -29,8 +29,12 @@ def fill_drain(inst: PipelineInstance, assignment: list[int], rounds: int) -> Pi
 
 def solve_gpipe(profile, inst: PipelineInstance, memory: int, optimizer: str):
     """``(plan or None, simulated GPU peaks, least simulated peak)`` as :func:`solve_pipedream`."""
-    best = None
-    least = None
+    return fastest_fitting(_replayed_candidates(profile, inst, memory, optimizer), memory)
+
+
+def _replayed_candidates(profile, inst: PipelineInstance, memory: int, optimizer: str):
+    """Every partition and round size, replayed; per partition, the round sizes stop after the
+    first that does not fit (more mini-batches per round only need more memory)."""
     for parts in range(1, min(inst.gpus, inst.length) + 1):
         assignment = partition(inst, parts)
         if assignment is None:
@@ -42,14 +46,6 @@ def solve_gpipe(profile, inst: PipelineInstance, memory: int, optimizer: str):
             result = evaluate(profile, inst, plan, optimizer)
             if not result.valid:  # pragma: no cover
                 continue
-            peak = result.peak_memory
-            least = peak if least is None else min(least, peak)
-            if peak <= memory:
-                key = (plan.time_per_batch, peak)
-                if best is None or key < best[0]:
-                    best = (key, plan, result.gpu_peaks)
-            else:
-                break  # more mini-batches per round only need more memory
-    if best is None:
-        return None, None, least
-    return best[1], best[2], least
+            yield plan, result
+            if result.peak_memory > memory:
+                break

@@ -18,6 +18,9 @@ one ``k_s - 1`` periods older (shifts ``h_F(s)`` and ``h_B(s) = h_F(s) + k_s - 1
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from typing import Any
+
 import numpy as np
 
 from memplan.algorithms.pipeline.model import PipelineInstance
@@ -112,9 +115,19 @@ def solve_pipedream(profile, inst: PipelineInstance, memory: int, optimizer: str
 
     Returns ``(plan or None, simulated peaks or None, least simulated peak over all candidates)``.
     """
+    return fastest_fitting(candidates(profile, inst, memory, optimizer), memory)
+
+
+def fastest_fitting(pairs: Iterable[tuple[Any, Any]], memory: int):
+    """Among replayed ``(plan, simulation result)`` pairs, the fastest (least period per
+    mini-batch, then least peak) whose simulated per-GPU peak fits ``memory``.
+
+    Returns ``(plan or None, its simulated GPU peaks or None, least simulated peak of any pair)``;
+    invalid replays are skipped (the timing makes valid patterns).
+    """
     best = None
     least = None
-    for plan, result in candidates(profile, inst, memory, optimizer):
+    for plan, result in pairs:
         if not result.valid:  # pragma: no cover - the timing makes valid patterns
             continue
         peak = result.peak_memory
