@@ -87,14 +87,25 @@ def plan_peak(
     prefetches: list[tuple[str, int]],
 ) -> int | None:
     """The least memory (bytes) the plan needs: its computations with just-in-time prefetches."""
+    _, _, peaks = _plan_peaks(chain, sequence, offloads, prefetches)
+    return None if peaks is None else max(peaks, default=0)
+
+
+def _plan_peaks(
+    chain: Chain,
+    sequence: list[tuple[str, int]],
+    offloads: list[tuple[str, int]],
+    prefetches: list[tuple[str, int]],
+) -> tuple[dict[int, list[str]], dict[int, list[str]], list[int] | None]:
+    """The transfers grouped by the computation that triggers (offloads) or needs (prefetches)
+    them, and the peak of every computation with just-in-time prefetches (None: impossible)."""
     offloaded_after: dict[int, list[str]] = {}
     for t, i in offloads:
         offloaded_after.setdefault(i, []).append(t)
     fetched_before: dict[int, list[str]] = {}
     for t, i in prefetches:
         fetched_before.setdefault(i, []).append(t)
-    peaks = _peaks(chain, sequence, offloaded_after, fetched_before)
-    return None if peaks is None else max(peaks, default=0)
+    return offloaded_after, fetched_before, _peaks(chain, sequence, offloaded_after, fetched_before)
 
 
 def realize(
@@ -124,13 +135,7 @@ def realize(
     per_ms = bandwidth / 1000.0
     if (offloads or prefetches) and per_ms <= 0:
         return None
-    offloaded_after: dict[int, list[str]] = {}
-    for t, i in offloads:
-        offloaded_after.setdefault(i, []).append(t)
-    fetched_before: dict[int, list[str]] = {}
-    for t, i in prefetches:
-        fetched_before.setdefault(i, []).append(t)
-    peaks = _peaks(chain, sequence, offloaded_after, fetched_before)
+    offloaded_after, fetched_before, peaks = _plan_peaks(chain, sequence, offloads, prefetches)
     if peaks is None or max(peaks, default=0) > memory:
         return None
     n = len(sequence)
