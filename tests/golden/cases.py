@@ -47,12 +47,10 @@ REPRESENTATIVE = frozenset(
         "resnet18",
         "gpt-small",
         "resnet18@a100",
-        "inception_v3@a100",
         "vgg16@a100",
         "cross-modal-resnet18",
         "siamese-resnet18",
         "alexnet-graph-b1",
-        "resnet18-graph-b1",
     }
 )
 """Profiles of every kind and source (measured, estimated, join, graph) on which every other
