@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 # accepts any torch >= 2.1.
 TORCH ?= torch==2.13.0
 
-.PHONY: run test lint bench profiles clean
+.PHONY: run test golden lint bench profiles clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -25,6 +25,10 @@ test: $(STAMP)
 	$(BIN)/ruff check memplan tests benchmarks
 	$(BIN)/ruff format --check memplan tests benchmarks
 	$(BIN)/python -m pytest -q
+
+# Every golden schedule, the heavy ones too (tests/golden/cases.py: CP-SAT on the larger profiles).
+golden: $(STAMP)
+	MEMPLAN_GOLDEN=all $(BIN)/python -m pytest -q tests/test_golden.py
 
 lint: $(STAMP)
 	$(BIN)/ruff check memplan tests benchmarks

@@ -1,7 +1,10 @@
 """The library API behind the CLI: ``load_profile``, ``solve``, ``simulate``, ``compare``.
 
-Every plan that leaves :func:`solve` has been replayed by the simulator (separate code from the
-solvers); a disagreement between the two is a bug and raises :class:`InternalError`.
+Every plan that leaves :func:`solve` has been replayed by the simulator of its family (separate
+code from the solvers); a disagreement between the two is a bug and raises :class:`InternalError`.
+Nothing here knows a family: each declares its algorithms, simulator and options once
+(:mod:`memplan.algorithms`), and :func:`solve` loads, checks the family, builds the request,
+calls, replays and compares.
 """
 
 from __future__ import annotations
@@ -12,73 +15,64 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from memplan.algorithms import FAMILIES, REGISTRY, Family, SolveRequest, options_for
+from memplan.algorithms import algorithm as lookup_algorithm
+from memplan.algorithms.base import PROFILE_SHAPES
+from memplan.algorithms.options import resolve_bandwidth
+from memplan.algorithms.timeline import OPTIMIZER_FACTORS, static_memory, timed_ops
 from memplan.errors import InputError, InternalError
 from memplan.profile.io import load_profile
-from memplan.profile.model import CHAIN_FAMILIES, Profile
-from memplan.schedule import Budget, Op, ProfileRef, Schedule, SolverInfo, load_schedule
+from memplan.profile.model import Profile
+from memplan.schedule import Budget, ProfileRef, Schedule, load_schedule
 from memplan.units import parse_rate, parse_size
 
-OPTIMIZER_FACTORS = {"none": 0, "sgd": 2, "momentum": 3, "adam": 4}
-"""Static memory as a multiple of the weight bytes: weights + gradients + optimizer state."""
+__all__ = [
+    "OPTIMIZER_FACTORS",
+    "CompareRow",
+    "algorithm_details",
+    "algorithms",
+    "auto_budgets",
+    "budgets_from_range",
+    "check_family",
+    "compare",
+    "describe",
+    "load_profile",
+    "parse_rate",
+    "resolve_bandwidth",
+    "schedule_from_sequence",
+    "simulate",
+    "solve",
+    "static_memory",
+    "timed_ops",
+]
 
-DEFAULT_SLOTS = 500
-MAX_SLOTS = 100_000
 _TIME_TOLERANCE = 1e-6
-
-
-def static_memory(profile: Profile, optimizer: str = "sgd") -> int:
-    """Bytes present during the whole iteration: weights, their gradients, optimizer state."""
-    if optimizer not in OPTIMIZER_FACTORS:
-        raise InputError(
-            f"--optimizer {optimizer!r}: expected one of {', '.join(OPTIMIZER_FACTORS)}"
-        )
-    if profile.kind == "graph":  # the graph holds its own weights, gradients, optimizer state
-        return profile.weight_size
-    return OPTIMIZER_FACTORS[optimizer] * profile.weight_size
 
 
 def algorithms() -> list[dict[str, Any]]:
     """Every algorithm memplan knows: name, family, exact or heuristic, what it needs."""
-    from memplan.algorithms import REGISTRY
-
     return [info.to_dict() for info in REGISTRY.values()]
 
 
-def _algorithm(name: str):
-    from memplan.algorithms import REGISTRY
+def algorithm_details(name: str) -> dict[str, Any]:
+    """``memplan algos NAME``: the algorithm's entry and its family's declared options."""
+    from memplan.algorithms.options import declared
 
-    if name not in REGISTRY:
-        raise InputError(f"unknown algorithm {name!r}; choose one of: {', '.join(REGISTRY)}")
-    return REGISTRY[name]
-
-
-def _check_slots(slots: int | None, family: str = "chain") -> int:
-    """``--slots``, validated for the family (None: the family's default).
-
-    The combined family (pofo) defaults to 50 slots as in the experiments of papers/000 and
-    accepts 2 to 10000 (its DP has O(L^2 S) states per budget); the others 500 and 2 to 100000.
-    """
-    if family == "combined":
-        default, most = 50, 10_000
-    else:
-        default, most = DEFAULT_SLOTS, MAX_SLOTS
-    if slots is None:
-        return default
-    if isinstance(slots, bool) or not isinstance(slots, int) or not 2 <= slots <= most:
-        which = " for the combined family (pofo)" if family == "combined" else ""
-        raise InputError(f"--slots {slots!r}: expected an integer from 2 to {most}{which}")
-    return slots
-
-
-def timed_ops(profile: Profile, sequence: Iterable[tuple[str, int]]) -> list[Op]:
-    """Lay an operation sequence back to back on the compute stream."""
-    ops, clock = [], 0.0
-    for name, stage in sequence:
-        st = profile.stages[stage]
-        duration = st.backward_time if name == "B" else st.forward_time
-        ops.append(Op(op=name, stage=stage, start=clock, end=clock + duration))
-        clock += duration
-    return ops
+    info = lookup_algorithm(name)
+    family = FAMILIES[info.family]
+    options = [
+        {
+            "option": spec.flag,
+            "metavar": spec.metavar,
+            "default": spec.default_text,
+            "accepts": spec.accepts,
+            "help": spec.help,
+            "commands": list(spec.commands),
+            "keyword": spec.name,
+        }
+        for spec in declared(family.options, family.name)
+    ]
+    return {**info.to_dict(), "profile": PROFILE_SHAPES[family.profile_kind], "options": options}
 
 
 def schedule_from_sequence(
@@ -110,13 +104,9 @@ def solve(
     algo: str = "rotor",
     memory: int | str | None = None,
     *,
-    slots: int | None = None,
     optimizer: str = "sgd",
-    bandwidth: float | str | None = None,
-    gpus: int | None = None,
-    time_limit: float | None = None,
     progress: Callable[[str], None] | None = None,
-    link_bandwidth: float | str | None = None,
+    **options: Any,
 ) -> Schedule:
     """Run one algorithm and return its schedule, replayed and checked by the simulator.
 
@@ -124,25 +114,23 @@ def solve(
     ----------
     profile : Profile, dict, path, bundled name or YAML text
     algo : str
-        A name from :func:`algorithms` (``store-all``, ``periodic``, ``revolve``, ``rotor``).
+        A name from :func:`algorithms` (``store-all``, ``periodic``, ``revolve``, ``rotor``, ...).
     memory : int or str
-        The budget for the whole iteration (``"8GB"``, ``"8GiB"`` or bytes), static memory included.
-    slots : int, optional
-        Memory discretization of the DP algorithms: 2 to 100000, default 500 (rotor, dynprog);
-        2 to 10000, default 50 (pofo, as in papers/000).
+        The budget for the whole iteration (``"8GB"``, ``"8GiB"`` or bytes), static memory
+        included (per GPU for the pipeline family).
     optimizer : {"none", "sgd", "momentum", "adam"}
         Which static memory is counted (docs/model.md).
-    bandwidth : float or str, optional
-        Host<->device bandwidth of the offloading family (``"12GB/s"`` or bytes/s); defaults to
-        the profile's ``bandwidth``. The chain algorithms do not use it.
-    gpus, time_limit
-        For the pipeline and ILP families; the chain and offloading algorithms do not use them.
     progress : callable, optional
         Long solvers (CP-SAT) call it with one line of live progress at a time (the CLI prints
         them on stderr).
-    link_bandwidth : float or str, optional
-        Pipeline family: bandwidth of each GPU-to-GPU link (``"25GB/s"`` or bytes/s); None:
-        transfers between GPUs are free.
+    **options
+        The family's options, as each family declares them (``memplan algos NAME`` lists them;
+        None: the default): ``slots`` (the DP algorithms: 2 to 100000, default 500; pofo 2 to
+        10000, default 50), ``bandwidth`` (offloading and combined: ``"12GB/s"`` or bytes/s,
+        default the profile's), ``gpus``, ``link_bandwidth`` (pipeline: bytes/s of each
+        GPU-to-GPU link, default free transfers) and ``time_limit`` (CP-SAT solves, seconds).
+        Options of other families are checked and ignored; an option no family declares is a
+        TypeError.
 
     Returns
     -------
@@ -151,213 +139,42 @@ def solve(
         budget that would fit, when known.
     """
     prof = load_profile(profile)
-    info = _algorithm(algo)
-    check_family(prof, info.family, info.name)
+    info = lookup_algorithm(algo)
+    family = FAMILIES[info.family]
+    check_family(prof, family, info.name)
     if memory is None:
         raise InputError("--mem: a memory budget is required, e.g. --mem 8GB")
     budget = parse_size(memory)
-    if info.family in _schedule_families():
-        return _solve_schedule_family(
-            prof,
-            info,
-            budget,
-            optimizer=optimizer,
-            slots=slots,
-            bandwidth=bandwidth,
-            gpus=gpus,
-            time_limit=time_limit,
-            progress=progress,
-            link_bandwidth=link_bandwidth,
-        )
-    explicit_slots = slots is not None
-    slots = _check_slots(slots, info.family)
-    static = static_memory(prof, optimizer)
-    if info.family in ("offload", "combined"):
-        rate = resolve_bandwidth(prof, info.name, bandwidth)
-        # pofo's rotor candidate: at the same slots when given, else at rotor's default (500).
-        extra = (
-            {} if explicit_slots or info.family != "combined" else {"rotor_slots": DEFAULT_SLOTS}
-        )
-        return _solve_offload(prof, info, budget, static, slots, optimizer, rate, **extra)
-    ref = ProfileRef(model=prof.model, sha256=prof.sha256(), stages=prof.length)
-    started = time.perf_counter()
-    plan = info.run(prof, budget - static, slots=slots, time_limit=time_limit)
-    seconds = time.perf_counter() - started
-    common = dict(
-        family=info.family,
-        algorithm=info.name,
-        profile=ref,
-        budget=Budget(memory=budget, optimizer=optimizer),
-        lower_bound=prof.lower_bound,
-        static_memory=static,
-    )
-    if plan.sequence is None:
-        min_memory = None if plan.min_memory is None else plan.min_memory + static
-        return Schedule(
-            feasible=False,
-            min_memory=min_memory,
-            solver=SolverInfo(
-                seconds=seconds, status="infeasible", slots=plan.slots, message=plan.message
-            ),
-            **common,
-        )
-    ops = timed_ops(prof, plan.sequence)
-    makespan = ops[-1].end if ops else 0.0
-    schedule = Schedule(
-        feasible=True,
-        makespan=makespan,
-        overhead=makespan / prof.lower_bound if prof.lower_bound > 0 else 1.0,
-        min_memory=None if plan.min_memory is None else plan.min_memory + static,
-        solver=SolverInfo(
-            seconds=seconds, status=plan.status, slots=plan.slots, message=plan.message
-        ),
-        ops=ops,
-        **common,
-    )
-    return _checked(prof, schedule, budget, algo, plan.claimed_makespan)
-
-
-FAMILY_NAMES = {
-    "chain": "a chain profile (stages)",
-    "join": "a join profile (branches and turn)",
-    "graph": "a graph profile (graph)",
-}
-
-
-def check_family(prof: Profile, family: str, algo: str) -> None:
-    """A usage error when ``algo`` (of ``family``) cannot serve this profile's shape."""
-    if family in prof.families:
-        return
-    needs = FAMILY_NAMES["chain" if family in CHAIN_FAMILIES else family]
-    fits = ", ".join(prof.families)
-    raise InputError(
-        f"algorithm {algo} ({family} family) needs {needs}; {prof.model} is "
-        f"{FAMILY_NAMES[prof.kind]}: use an algorithm of the {fits} famil{'ies' if ',' in fits else 'y'} (see `memplan algos`)"
-    )
-
-
-def _schedule_families() -> tuple[str, ...]:
-    from memplan.algorithms import SCHEDULE_FAMILIES
-
-    return SCHEDULE_FAMILIES
-
-
-def _solve_schedule_family(
-    prof: Profile,
-    info: Any,
-    budget: int,
-    *,
-    optimizer: str,
-    slots: int | None,
-    bandwidth: float | str | None,
-    gpus: int | None,
-    time_limit: float | None,
-    progress: Callable[[str], None] | None,
-    link_bandwidth: float | str | None = None,
-) -> Schedule:
-    """Join, graph and pipeline algorithms build their whole schedule; replay and check it."""
-    from memplan.algorithms import SolveRequest
-
     request = SolveRequest(
         memory=budget,
+        options=options_for(info.name, options),
         static_memory=static_memory(prof, optimizer),
         optimizer=optimizer,
-        slots=slots,
-        bandwidth=None if bandwidth is None else parse_rate(bandwidth),
-        gpus=gpus,
-        time_limit=time_limit,
         progress=progress,
-        link_bandwidth=None if link_bandwidth is None else parse_rate(link_bandwidth),
     )
     started = time.perf_counter()
-    schedule = info.run(prof, request)
+    schedule = info.solve(prof, request)
     if schedule.solver.seconds == 0.0:
         solver = schedule.solver.model_copy(update={"seconds": time.perf_counter() - started})
         schedule = schedule.model_copy(update={"solver": solver})
     if not schedule.feasible:
         return schedule
-    return _checked(prof, schedule, budget, info.name, schedule.makespan)
+    return _checked(prof, schedule, budget, info.name)
 
 
-SIMULATORS = {
-    "join": "memplan.simulator.join:simulate_join",
-    "graph": "memplan.simulator.graph:simulate_graph",
-    "pipeline": "memplan.simulator.pipeline:simulate_pipeline",
-}
-"""family -> ``module:function(profile, schedule, memory) -> SimulationResult`` (lazy imports)."""
-
-
-def _family_simulator(family: str) -> Callable[..., Any]:
-    import importlib
-
-    module, _, function = SIMULATORS[family].partition(":")
-    return getattr(importlib.import_module(module), function)
-
-
-def resolve_bandwidth(profile: Profile, algo: str, bandwidth: float | str | None) -> float:
-    """The bandwidth (bytes/s) of an offloading run: the argument, else the profile's own."""
-    if bandwidth is not None:
-        return parse_rate(bandwidth)
-    if profile.bandwidth is not None:
-        return float(profile.bandwidth)
+def check_family(prof: Profile, family: Family, algo: str) -> None:
+    """A usage error when ``algo`` (of ``family``) cannot serve this profile's shape."""
+    if family.name in prof.families:
+        return
+    fits = ", ".join(prof.families)
     raise InputError(
-        f"algorithm {algo} needs a bandwidth: give --bandwidth 12GB/s or use a profile with a "
-        "measured/estimated bandwidth (e.g. resnet50@a100)"
+        f"algorithm {algo} ({family.name} family) needs {PROFILE_SHAPES[family.profile_kind]}; "
+        f"{prof.model} is {PROFILE_SHAPES[prof.kind]}: use an algorithm of the {fits} "
+        f"famil{'ies' if ',' in fits else 'y'} (see `memplan algos`)"
     )
 
 
-def _solve_offload(
-    prof: Profile,
-    info: Any,
-    budget: int,
-    static: int,
-    slots: int,
-    optimizer: str,
-    rate: float,
-    **options: Any,
-) -> Schedule:
-    """Run an offloading (papers/004) or combined (papers/000) algorithm; wrap its timed plan."""
-    started = time.perf_counter()
-    plan = info.run(prof, budget - static, slots=slots, bandwidth=rate, **options)
-    seconds = time.perf_counter() - started
-    common = dict(
-        family=info.family,
-        algorithm=info.name,
-        profile=ProfileRef(model=prof.model, sha256=prof.sha256(), stages=prof.length),
-        budget=Budget(memory=budget, bandwidth=rate, optimizer=optimizer),
-        lower_bound=plan.lower_bound,
-        static_memory=static,
-        min_memory=None if plan.min_memory is None else plan.min_memory + static,
-    )
-    if plan.ops is None:
-        return Schedule(
-            feasible=False,
-            solver=SolverInfo(
-                seconds=seconds, status="infeasible", slots=plan.slots, message=plan.message
-            ),
-            **common,
-        )
-    ops = [
-        Op(op=name, stage=stage, start=start, end=end, stream=stream, tensor=tensor)
-        for name, stage, start, end, stream, tensor in plan.ops
-    ]
-    makespan = max(op.end for op in ops)
-    schedule = Schedule(
-        feasible=True,
-        makespan=makespan,
-        overhead=makespan / plan.lower_bound if plan.lower_bound > 0 else 1.0,
-        solver=SolverInfo(
-            seconds=seconds, status=plan.status, slots=plan.slots, message=plan.message
-        ),
-        ops=ops,
-        **common,
-    )
-    return _checked(prof, schedule, budget, info.name, plan.claimed_makespan)
-
-
-def _checked(
-    prof: Profile, schedule: Schedule, budget: int, algo: str, claimed: float | None
-) -> Schedule:
+def _checked(prof: Profile, schedule: Schedule, budget: int, algo: str) -> Schedule:
     """Replay a solver's plan; a rejected plan or a different makespan is a bug in memplan."""
     check = simulate(prof, schedule, memory=budget, check_claims=False)
     if not check.valid:
@@ -365,9 +182,9 @@ def _checked(
             f"{algo} produced a plan the simulator rejects: {check.violation} "
             "(this is a bug in memplan; please report it)"
         )
-    if claimed is not None and not _close(claimed, check.makespan):
+    if schedule.makespan is not None and not _close(schedule.makespan, check.makespan):
         raise InternalError(
-            f"{algo}: solver value {claimed} != simulated makespan {check.makespan} "
+            f"{algo}: solver value {schedule.makespan} != simulated makespan {check.makespan} "
             "(this is a bug in memplan; please report it)"
         )
     return schedule.model_copy(update={"peak_memory": check.peak_memory})
@@ -384,24 +201,20 @@ def simulate(
     *,
     check_claims: bool = True,
 ):
-    """Replay a schedule independently of the solvers.
+    """Replay a schedule independently of the solvers, with its family's simulator.
 
     Returns a :class:`memplan.simulator.SimulationResult` with ``valid``, ``makespan``,
     ``peak_memory``, ``idle_time`` and ``violation`` (the first problem found, naming the
-    operation); chains go to :func:`memplan.simulator.simulate_chain`, offloading schedules to
-    :func:`memplan.simulator.simulate_offload` and combined ones (docs/combined.md) to
-    :func:`memplan.simulator.simulate_combined` (at the schedule's ``budget.bandwidth``). The budget is
-    ``memory`` when given, else the schedule's own. With ``check_claims``, the makespan and peak the
-    schedule states must match the replay.
+    operation). Offloading and combined schedules are replayed at their ``budget.bandwidth``. The
+    budget is ``memory`` when given, else the schedule's own. With ``check_claims``, the makespan
+    and peak the schedule states must match the replay.
     """
-    from memplan.simulator import simulate_chain, simulate_combined, simulate_offload
-
     prof = load_profile(profile)
     sched = load_schedule(schedule)
     if sched.family not in prof.families:
         raise InputError(
             f"schedule family {sched.family!r} does not fit {prof.model}, "
-            f"{FAMILY_NAMES[prof.kind]} (families: {', '.join(prof.families)})"
+            f"{PROFILE_SHAPES[prof.kind]} (families: {', '.join(prof.families)})"
         )
     if sched.profile.stages is not None and sched.profile.stages != prof.length:
         raise InputError(
@@ -409,27 +222,10 @@ def simulate(
             f"this one has {prof.length} ({prof.model})"
         )
     budget = parse_size(memory) if memory is not None else sched.budget.memory
-    if sched.family in SIMULATORS:
-        result = _family_simulator(sched.family)(prof, sched, budget)
-    elif sched.family == "chain":
-        result = simulate_chain(prof, sched.ops, static_memory=sched.static_memory, memory=budget)
-    elif sched.family in ("offload", "combined"):
-        if sched.budget.bandwidth is None or not sched.budget.bandwidth > 0:
-            raise InputError(
-                f"budget.bandwidth: {'an offloading' if sched.family == 'offload' else 'a combined'} "
-                "schedule must state its bandwidth "
-                "(bytes/s), e.g. 12000000000"
-            )
-        replay = simulate_offload if sched.family == "offload" else simulate_combined
-        result = replay(
-            prof,
-            sched.ops,
-            static_memory=sched.static_memory,
-            memory=budget,
-            bandwidth=sched.budget.bandwidth,
-        )
-    else:
+    family = FAMILIES.get(sched.family)
+    if family is None:
         raise InputError(f"schedule family {sched.family!r} cannot be simulated yet")
+    result = family.simulate(prof, sched, budget)
     if check_claims and result.valid and sched.feasible:
         if sched.makespan is not None and not _close(sched.makespan, result.makespan):
             result.fail(f"makespan: schedule says {sched.makespan}, replay gives {result.makespan}")
@@ -485,7 +281,7 @@ def auto_budgets(
     offloaded. This is the range of Figure 5 of papers/004 (``compare --mem auto:20``).
     """
     prof = load_profile(profile)
-    families = {_algorithm(name).family for name in algos}
+    families = {lookup_algorithm(name).family for name in algos}
     desc = describe(prof, optimizer)
     least = [desc["min_memory"][f] for f in families if f in desc["min_memory"]]
     start = min(least) if least else desc["store_all_memory"]
@@ -502,13 +298,9 @@ def compare(
     algos: Iterable[str],
     budgets: Iterable[int | str],
     *,
-    slots: int | None = None,
     optimizer: str = "sgd",
-    bandwidth: float | str | None = None,
-    gpus: int | None = None,
-    link_bandwidth: float | str | None = None,
-    time_limit: float | None = None,
     on_progress: Callable[[int, int], None] | None = None,
+    **options: Any,
 ) -> list[CompareRow]:
     """Sweep algorithms over budgets; ``ratio`` is makespan / lower bound.
 
@@ -516,29 +308,23 @@ def compare(
     Proposition 3 at each budget and at ``bandwidth`` (default: the profile's), so the ratios are
     those of Figure 5 of papers/004. When the algorithms span several families, every ratio uses
     the one bound valid for all of them, the compute lower bound (every forward and backward
-    once, ``profile.lower_bound``), so that the columns compare. ``gpus``, ``link_bandwidth`` and
-    ``time_limit`` go to the pipeline (and CP-SAT) algorithms, whose budgets are per GPU.
+    once, ``profile.lower_bound``), so that the columns compare. ``options`` are the families'
+    options as for :func:`solve`, given to every algorithm (each takes those its family declares;
+    the pipeline family's budgets are per GPU). They are checked for every algorithm before the
+    sweep starts.
     """
     prof = load_profile(profile)
     names = list(algos)
-    families = {_algorithm(name).family for name in names}
+    for name in names:
+        options_for(name, options)
+    families = {lookup_algorithm(name).family for name in names}
     common = prof.lower_bound if len(families) > 1 and prof.lower_bound > 0 else None
     sizes = [parse_size(b) for b in budgets]
     rows: list[CompareRow] = []
     total, done = len(names) * len(sizes), 0
     for memory in sizes:
         for name in names:
-            sched = solve(
-                prof,
-                name,
-                memory,
-                slots=slots,
-                optimizer=optimizer,
-                bandwidth=bandwidth,
-                gpus=gpus,
-                link_bandwidth=link_bandwidth,
-                time_limit=time_limit,
-            )
+            sched = solve(prof, name, memory, optimizer=optimizer, **options)
             rows.append(
                 CompareRow(
                     memory=memory,
@@ -567,11 +353,9 @@ def describe(profile: Profile | Mapping[str, Any] | str, optimizer: str = "sgd")
     budget with which any plan of a family exists: ``chain``, everything recomputed from the
     input; ``offload``, every activation offloaded (papers/004). ``offload_peak`` is M_peak, the
     budget above which nothing needs offloading (the store-all need). All include the static
-    memory of ``optimizer``.
+    memory of ``optimizer``. Each family that fits the profile adds its own figures
+    (``Family.describe``).
     """
-    from memplan.algorithms.chain import Chain, chain_min_memory
-    from memplan.algorithms.offload import OffloadInstance
-
     prof = load_profile(profile)
     static = static_memory(prof, optimizer)
     device = prof.device.model_dump(exclude_none=True) if prof.device else None
@@ -592,38 +376,21 @@ def describe(profile: Profile | Mapping[str, Any] | str, optimizer: str = "sgd")
         "lower_bound": prof.lower_bound,
         "sha256": prof.sha256(),
     }
-    if prof.stages is None:
-        return {**common, **_describe_family(prof, static)}
-    chain = Chain.from_profile(prof)
-    offload = OffloadInstance.from_profile(prof, prof.bandwidth or 1.0)
-    return {
-        **common,
-        "input_size": prof.input_size,
-        "store_all_memory": static + chain.store_all_peak(),
-        "min_memory": {
-            "chain": static + chain_min_memory(chain),
-            "offload": static + offload.min_memory(),
-        },
-        "offload_peak": static + offload.peak(),
-        "stage_table": [s.model_dump(exclude_none=True) for s in prof.stages],
-    }
-
-
-def _describe_family(prof: Profile, static: int) -> dict[str, Any]:
-    """``describe`` for join and graph profiles: each family's own figures (min_memory, ...)."""
-    found: dict[str, Any] = {"min_memory": {}}
-    if prof.branches is not None:
-        from memplan.algorithms.join import describe_join
-
-        found = _merge(found, describe_join(prof, static))
-    if prof.graph is not None:
-        from memplan.algorithms.graph import describe_graph
-
-        found = _merge(found, describe_graph(prof, static))
-    return found
+    found: dict[str, Any] = {}
+    for name in prof.families:
+        family = FAMILIES[name]
+        if family.describe is not None:
+            found = _merge(found, family.describe(prof, static))
+    return {**common, **found}
 
 
 def _merge(into: dict[str, Any], more: dict[str, Any]) -> dict[str, Any]:
-    merged = {**into, **more}
-    merged["min_memory"] = {**into.get("min_memory", {}), **more.get("min_memory", {})}
-    return merged
+    """``into`` with a family's figures: ``min_memory`` entries merged, the stage table last."""
+    table = {k: v for k, v in into.items() if k == "stage_table"}
+    merged = {k: v for k, v in into.items() if k != "stage_table"}
+    for key, value in more.items():
+        if key == "min_memory":
+            merged[key] = {**merged.get(key, {}), **value}
+        else:
+            merged[key] = value
+    return {**merged, **table} if "stage_table" not in more else merged

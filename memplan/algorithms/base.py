@@ -1,4 +1,12 @@
-"""What every algorithm hands back to :func:`memplan.solve`, and the registry of algorithms."""
+"""The protocol every family follows: :class:`Family`, :class:`AlgorithmInfo`, :class:`SolveRequest`.
+
+Each algorithm is ``solve(profile, request: SolveRequest) -> Schedule``; each family declares its
+algorithms, its simulator and its options once (``memplan/algorithms/<family>/entries.py``), and
+:func:`memplan.solve` only loads, checks the family, builds the request, calls, replays and compares
+(docs/algorithms.md, "How to add an algorithm"). :class:`ChainPlan` and :class:`OffloadPlan` are
+what the chain-model solvers compute before :mod:`memplan.algorithms.timeline` turns them into
+schedules.
+"""
 
 from __future__ import annotations
 
@@ -30,31 +38,33 @@ class ChainPlan:
 
 @dataclass(frozen=True)
 class SolveRequest:
-    """What :func:`memplan.solve` hands the algorithms of the join, graph and pipeline families.
+    """What :func:`memplan.solve` hands every algorithm: ``solve(profile, request) -> Schedule``.
 
-    Their ``run(profile, request)`` returns a finished :class:`memplan.schedule.Schedule` (feasible
-    or not); :func:`memplan.solve` then replays it with the family's simulator and checks the
-    makespan it states.
+    The algorithm returns a finished :class:`memplan.schedule.Schedule` (feasible or not);
+    :func:`memplan.solve` then replays it with the family's simulator, checks the makespan it
+    states and records the replay's peak memory.
     """
 
     memory: int
     """The whole budget in bytes, static memory included (per GPU for the pipeline family)."""
     static_memory: int
+    """Bytes present during the whole iteration (:func:`memplan.api.static_memory`)."""
     optimizer: str
-    slots: int | None = None
-    """As the user gave it (None: the family's default)."""
-    bandwidth: float | None = None
-    gpus: int | None = None
-    time_limit: float | None = None
+    options: Any
+    """The family's own options, one typed object (its ``Family.options`` dataclass), parsed and
+    defaulted from its declaration (:mod:`memplan.algorithms.options`)."""
     progress: Callable[[str], None] | None = None
     """Where long solvers report live progress (one line at a time); None: silent."""
-    link_bandwidth: float | None = None
-    """Pipeline family: bytes/s of each GPU-to-GPU link (None: transfers are free)."""
+
+    @property
+    def activation_memory(self) -> int:
+        """The budget left for activations: ``memory - static_memory`` (may be negative)."""
+        return self.memory - self.static_memory
 
 
 @dataclass(frozen=True)
 class AlgorithmInfo:
-    """One entry of ``memplan algos``."""
+    """One algorithm: what ``memplan algos`` lists, and its ``solve(profile, request)``."""
 
     name: str
     family: str
@@ -62,7 +72,8 @@ class AlgorithmInfo:
     needs: str
     summary: str
     reference: str
-    run: Callable[..., ChainPlan] = field(repr=False, compare=False)
+    solve: Callable[[Any, SolveRequest], Any] = field(repr=False, compare=False)
+    """``solve(profile, request: SolveRequest) -> Schedule``."""
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -73,6 +84,43 @@ class AlgorithmInfo:
             "summary": self.summary,
             "reference": self.reference,
         }
+
+
+PROFILE_SHAPES = {
+    "chain": "a chain profile (stages)",
+    "join": "a join profile (branches and turn)",
+    "graph": "a graph profile (graph)",
+}
+"""A profile's ``kind`` in words, for messages (``Profile.kind``)."""
+
+
+@dataclass(frozen=True)
+class Family:
+    """A family of algorithms, declared once in its package's ``entries`` module.
+
+    ``algorithms`` each have ``solve(profile, request) -> Schedule``; ``simulator`` names the
+    family's replay, ``module:function(profile, schedule, memory) -> SimulationResult`` (imported
+    when first used, so that the registry stays cheap to import); ``options`` is the frozen
+    dataclass of the family's options (:func:`memplan.algorithms.options.option` fields), the
+    ``options`` of every :class:`SolveRequest` of the family. ``describe`` adds the family's figures
+    to ``memplan info`` (``describe(profile, static_memory) -> dict``; its ``min_memory`` entries are
+    merged).
+    """
+
+    name: str
+    profile_kind: str
+    """The profile shape it serves: a key of :data:`PROFILE_SHAPES` (``Profile.families``)."""
+    algorithms: tuple[AlgorithmInfo, ...]
+    simulator: str
+    options: type
+    describe: Callable[[Any, int], dict[str, Any]] | None = field(default=None, compare=False)
+
+    def simulate(self, profile: Any, schedule: Any, memory: int | None) -> Any:
+        """Replay ``schedule`` with the family's simulator against ``memory`` (None: no budget)."""
+        import importlib
+
+        module, _, function = self.simulator.partition(":")
+        return getattr(importlib.import_module(module), function)(profile, schedule, memory)
 
 
 Transfer = tuple[str, int, float, float, str, "str | None"]

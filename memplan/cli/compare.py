@@ -9,16 +9,15 @@ from typing import Annotated, Any
 
 import typer
 
-from memplan.cli import common
 from memplan.cli.common import (
     echo_err,
     err_console,
     guard,
-    option_rate,
     profile_source,
     resolve_format,
     write_output,
 )
+from memplan.cli.options import family_options
 from memplan.cli.solve import OPTIMIZER_HELP, OUTPUT_HELP, PROFILE_HELP, Optimizer
 from memplan.errors import InputError
 
@@ -32,6 +31,7 @@ class CompareFormat(str, enum.Enum):
     json = "json"
 
 
+@family_options("compare")
 def compare(
     profile: Annotated[
         str | None, typer.Argument(metavar="PROFILE", help=PROFILE_HELP, show_default=False)
@@ -49,29 +49,7 @@ def compare(
             "the least memory of the algorithms to the store-all need (M_peak).  [required]",
         ),
     ] = None,
-    bandwidth: Annotated[
-        str | None, typer.Option(metavar="RATE", help="Host<->device bandwidth: 12.2GB/s.")
-    ] = None,
-    slots: Annotated[
-        int | None,
-        typer.Option(
-            metavar="N", help="Memory discretization of DP algorithms.  [default: 500; pofo 50]"
-        ),
-    ] = None,
-    gpus: Annotated[
-        int | None,
-        typer.Option(metavar="N", help="Number of GPUs (pipeline family; --mem is per GPU)."),
-    ] = None,
-    link_bandwidth: Annotated[
-        str | None,
-        typer.Option(
-            "--link-bandwidth", metavar="RATE", help="GPU-to-GPU link bandwidth (pipeline family)."
-        ),
-    ] = None,
-    time_limit: Annotated[
-        float | None,
-        typer.Option("--time-limit", metavar="SECONDS", help="Time limit of each CP-SAT solve."),
-    ] = None,
+    family_options: dict[str, Any] | None = None,
     optimizer: Annotated[Optimizer, typer.Option(help=OPTIMIZER_HELP)] = Optimizer.sgd,
     fmt: Annotated[
         CompareFormat | None,
@@ -92,7 +70,9 @@ def compare(
     Example: `memplan compare resnet50 --mem 1GB:8GB:15 --plot sweep.png`
     """
     import memplan
-    from memplan.api import DEFAULT_SLOTS, budgets_from_range
+    from memplan.algorithms import family_of, options_for, parsed_option
+    from memplan.algorithms.chain.entries import DEFAULT_SLOTS
+    from memplan.api import budgets_from_range
 
     with guard():
         form = resolve_format(fmt, output, ("table", "csv", "json"))
@@ -105,36 +85,25 @@ def compare(
             raise InputError(f"--algos {algos!r}: an algorithm is listed twice")
         auto_steps = _auto_steps(mem)
         budgets = [] if auto_steps is not None else budgets_from_range(mem)
-        rate = option_rate("--bandwidth", bandwidth)
-        link_rate = option_rate("--link-bandwidth", link_bandwidth)
-        common.check_positive("--gpus", gpus)
-        common.check_positive("--time-limit", time_limit)
+        options = family_options or {}
+        for name in names:  # bad options fail before the profile is read and the sweep starts
+            options_for(name, options)
+        rate = parsed_option("bandwidth", options.get("bandwidth"))
         if plot is not None:
             from memplan.cli.plot import check_plot_target
 
             check_plot_target(plot)  # before the sweep: fail fast without matplotlib
         prof = memplan.load_profile(profile_source(profile))
-        offloading = [n for n in names if _family(n) in ("offload", "combined")]
+        offloading = [n for n in names if _takes(family_of(n), "bandwidth")]
         if offloading:  # one clear line before the sweep when no bandwidth is known
-            from memplan.api import resolve_bandwidth
+            from memplan.algorithms.options import resolve_bandwidth
 
             rate = resolve_bandwidth(prof, offloading[0], rate)
         if auto_steps is not None:
             from memplan.api import auto_budgets
 
             budgets = auto_budgets(prof, names, auto_steps, optimizer.value)
-        rows = _sweep(
-            memplan.compare,
-            prof,
-            names,
-            budgets,
-            slots=slots,
-            optimizer=optimizer.value,
-            bandwidth=rate,
-            gpus=gpus,
-            link_bandwidth=link_rate,
-            time_limit=time_limit,
-        )
+        rows = _sweep(memplan.compare, prof, names, budgets, optimizer=optimizer.value, **options)
         if form == "table":
             from memplan.cli.render import compare_table
 
@@ -156,7 +125,7 @@ def compare(
                 "profile": {"model": prof.model, "sha256": prof.sha256(), "stages": prof.length},
                 "lower_bound": prof.lower_bound,
                 "optimizer": optimizer.value,
-                "slots": DEFAULT_SLOTS if slots is None else slots,
+                "slots": options.get("slots", DEFAULT_SLOTS),
                 "bandwidth": rate,
                 "algorithms": names,
                 "budgets": budgets,
@@ -191,6 +160,13 @@ def _family(name: str) -> str | None:
 
     info = REGISTRY.get(name)
     return None if info is None else info.family
+
+
+def _takes(family: Any, option: str) -> bool:
+    """Whether a family declares ``option`` (the offloading and combined ones: ``bandwidth``)."""
+    from memplan.algorithms.options import declared
+
+    return any(spec.name == option for spec in declared(family.options))
 
 
 def _offload_title(prof: Any, rate: float) -> str:

@@ -53,17 +53,37 @@ def info(
 
 
 def algos(
+    name: Annotated[
+        str | None,
+        typer.Argument(
+            metavar="[NAME]", help="One algorithm: its details and options.", show_default=False
+        ),
+    ] = None,
     fmt: Annotated[
         AlgosFormat | None,
         typer.Option("--format", "-f", help="table (stderr) or json.  [default: table]"),
     ] = None,
 ) -> None:
-    """List every algorithm: family, exact or heuristic, what it needs."""
+    """List every algorithm (one line each), or show one: what it needs, its options.
+
+    Example: `memplan algos rotor`
+    """
+    from memplan.api import algorithm_details
     from memplan.api import algorithms as list_algorithms
 
     with guard():
+        json_out = fmt is not None and fmt.value == "json"
+        if name is not None:
+            details = algorithm_details(name)
+            if json_out:
+                write_output(json.dumps(details, indent=2), None)
+            else:
+                from memplan.cli.render import algorithm_tables
+
+                err_console().print(algorithm_tables(details))
+            return
         entries = list_algorithms()
-        if fmt is not None and fmt.value == "json":
+        if json_out:
             write_output(json.dumps(entries, indent=2), None)
         else:
             from memplan.cli.render import algos_table

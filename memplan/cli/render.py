@@ -465,23 +465,70 @@ def _estimate_rows(
     return rows
 
 
+ALGOS_WIDTH = 80
+"""``memplan algos`` fits this many columns (summaries are cut with an ellipsis)."""
+
+
 def algos_table(entries: Sequence[Mapping[str, Any]]) -> Table:
-    table = Table(title="Algorithms", title_justify="left")
+    """One line per algorithm: name, family, exact or heuristic, the summary cut to fit 80 columns."""
+    name_width = max((len(str(e.get("name", ""))) for e in entries), default=4)
+    family_width = max((len(str(e.get("family", ""))) for e in entries), default=6)
+    kind_width = len("heuristic")
+    # a simple table with no edges: one space of padding each side of each of the four columns
+    summary_width = ALGOS_WIDTH - (name_width + family_width + kind_width) - 2 * 4
+    table = Table(
+        title="Algorithms (memplan algos NAME: details and options)",
+        title_justify="left",
+        box=None,
+        show_edge=False,
+    )
     table.add_column("name", style="bold", no_wrap=True)
     table.add_column("family", no_wrap=True)
     table.add_column("kind", no_wrap=True)
-    table.add_column("needs")
-    table.add_column("what (reference)", ratio=1)
+    table.add_column("summary", no_wrap=True, overflow="ellipsis", max_width=summary_width)
     for entry in entries:
-        what = Text(str(entry.get("summary", "")))
-        reference = entry.get("reference")
-        if reference and reference != "-":
-            what.append(f"\n{reference}", style="dim")
         table.add_row(
             Text(str(entry.get("name", ""))),
             Text(str(entry.get("family", ""))),
             Text("exact" if entry.get("exact") else "heuristic"),
-            Text(str(entry.get("needs", ""))),
-            what,
+            Text(_cut(str(entry.get("summary", "")), summary_width)),
         )
     return table
+
+
+def _cut(text: str, width: int) -> str:
+    return text if len(text) <= width else text[: max(0, width - 1)].rstrip() + "…"
+
+
+def algorithm_tables(details: Mapping[str, Any]) -> Group:
+    """``memplan algos NAME``: the algorithm's entry, then its family's options."""
+    about = Table(
+        title=f"{details['name']} ({details['family']} family)",
+        title_justify="left",
+        show_header=False,
+    )
+    about.add_column("field", style="bold", no_wrap=True)
+    about.add_column("value")
+    rows = [
+        ("kind", "exact" if details.get("exact") else "heuristic"),
+        ("summary", details.get("summary", "")),
+        ("needs", details.get("needs", "")),
+        ("profile", details.get("profile", "")),
+        ("reference", details.get("reference", "")),
+    ]
+    for field, value in rows:
+        about.add_row(field, Text(str(value)))
+    options = Table(title=f"Options of the {details['family']} family", title_justify="left")
+    options.add_column("option", no_wrap=True)
+    options.add_column("meaning, default, accepted values, commands")
+    for spec in details.get("options", []):
+        text = Text(str(spec["help"]))
+        text.append(
+            f"\ndefault: {spec['default']}; accepts: {spec['accepts']}; "
+            f"in: {', '.join(spec['commands'])}",
+            style="dim",
+        )
+        options.add_row(Text(f"{spec['option']} {spec['metavar']}"), text)
+    if not details.get("options"):
+        return Group(about, Text("The family declares no options.", style="dim"))
+    return Group(about, options)

@@ -9,7 +9,8 @@ from typing import Annotated, Any
 import typer
 
 from memplan.cli import common
-from memplan.cli.common import EXIT_INFEASIBLE, err_console, guard, option_rate
+from memplan.cli.common import EXIT_INFEASIBLE, err_console, guard
+from memplan.cli.options import family_options
 from memplan.cli.profile import TORCH_HINT, Device, has_torch, parse_shape
 from memplan.cli.solve import MEM_HELP, Optimizer, infeasible_line
 from memplan.errors import InputError
@@ -20,6 +21,7 @@ class RunFormat(str, enum.Enum):
     json = "json"
 
 
+@family_options("run")
 def run(
     model: Annotated[str, typer.Argument(help="A model name, e.g. resnet18, gpt-tiny.")],
     algo: Annotated[
@@ -48,18 +50,7 @@ def run(
     ] = None,
     device: Annotated[Device, typer.Option(help="Where to train.")] = Device.auto,
     lr: Annotated[float, typer.Option(metavar="RATE", help="SGD learning rate.")] = 0.01,
-    slots: Annotated[
-        int | None,
-        typer.Option(metavar="N", help="Slots of the DP algorithms.  [default: 500; pofo: 50]"),
-    ] = None,
-    bandwidth: Annotated[
-        str | None,
-        typer.Option(
-            metavar="RATE",
-            help="Host<->device bandwidth of the offloading and combined algorithms (dynprog, "
-            "pofo, ...), e.g. 12GB/s.  [default: the profile's]",
-        ),
-    ] = None,
+    family_options: dict[str, Any] | None = None,
     optimizer: Annotated[
         Optimizer, typer.Option(help="Static memory counted in the budget (the run uses SGD).")
     ] = Optimizer.sgd,
@@ -84,6 +75,8 @@ def run(
     `memplan run gpt-tiny --algo pofo --mem 1.2MB --bandwidth 30MB/s --slots 500` (pofo, dynprog
     and the other offloading algorithms need a bandwidth: --bandwidth or the profile's).
     """
+    from memplan.algorithms import options_for
+
     with guard():
         if mem is None:
             raise InputError("--mem: a memory budget is required, e.g. --mem 8GB")
@@ -91,13 +84,14 @@ def run(
             if value is not None and value < 1:
                 raise InputError(f"{option} {value}: expected a positive integer")
         memory = common.option_size("--mem", mem)
-        rate = option_rate("--bandwidth", bandwidth)
+        options = family_options or {}
+        options_for(algo, options)  # bad options fail before the model is built and profiled
         shape = None if input_shape is None else parse_shape(input_shape)
         if not has_torch():
             raise InputError(f"memplan run {TORCH_HINT}")
         doc = _train(
-            model, algo, memory, steps, batch_size, shape, profile, device.value, lr, slots,
-            rate, optimizer.value, repeats, trace,
+            model, algo, memory, steps, batch_size, shape, profile, device.value, lr, options,
+            optimizer.value, repeats, trace,
         )  # fmt: skip
         if doc is None:
             raise typer.Exit(EXIT_INFEASIBLE)
@@ -117,8 +111,7 @@ def _train(
     profile: str | None,
     device: str,
     lr: float,
-    slots: int | None,
-    rate: float | None,
+    options: dict[str, Any],
     optimizer: str,
     repeats: int,
     trace: Path | None,
@@ -140,7 +133,7 @@ def _train(
         prof = profile_model(module, example_input=x, device=str(dev), repeats=repeats, name=label)
     else:
         prof = memplan.load_profile(profile)
-    sched = memplan.solve(prof, algo, memory, slots=slots, optimizer=optimizer, bandwidth=rate)
+    sched = memplan.solve(prof, algo, memory, optimizer=optimizer, **options)
     if not sched.feasible:
         common.echo_err(infeasible_line(sched))
         return None

@@ -13,13 +13,13 @@ from memplan.cli.common import (
     EXIT_INFEASIBLE,
     err_console,
     guard,
-    option_rate,
     option_size,
     profile_source,
     resolve_format,
     size_text,
     write_output,
 )
+from memplan.cli.options import family_options
 from memplan.errors import InputError
 
 
@@ -68,6 +68,7 @@ def _spinner(text: str):
     return nullcontext()
 
 
+@family_options("solve")
 def solve(
     profile: Annotated[
         str | None, typer.Argument(metavar="PROFILE", help=PROFILE_HELP, show_default=False)
@@ -81,22 +82,7 @@ def solve(
     mem: Annotated[
         str | None, typer.Option("--mem", "-m", metavar="SIZE", help=MEM_HELP + " [required]")
     ] = None,
-    bandwidth: Annotated[
-        str | None,
-        typer.Option(metavar="RATE", help="Host<->device bandwidth (offload families): 12.2GB/s."),
-    ] = None,
-    gpus: Annotated[
-        int | None, typer.Option(metavar="N", help="Number of GPUs (pipeline family).")
-    ] = None,
-    link_bandwidth: Annotated[
-        str | None,
-        typer.Option(
-            "--link-bandwidth",
-            metavar="RATE",
-            help="Bandwidth of each GPU-to-GPU link (pipeline family): 25GB/s.  "
-            "[default: transfers are free]",
-        ),
-    ] = None,
+    family_options: dict[str, Any] | None = None,
     micro_batches: Annotated[
         int | None,
         typer.Option(
@@ -105,18 +91,6 @@ def solve(
             help="--format torch-csv: mini-batches (torch micro-batches) of the exported step.  "
             "[default: 2 x the GPUs used]",
         ),
-    ] = None,
-    slots: Annotated[
-        int | None,
-        typer.Option(
-            metavar="N",
-            help="Memory discretization of the DP algorithms (2..100000; pofo 2..10000).  "
-            "[default: 500; pofo 50]",
-        ),
-    ] = None,
-    time_limit: Annotated[
-        float | None,
-        typer.Option("--time-limit", metavar="SECONDS", help="Time limit of CP-SAT solvers."),
     ] = None,
     optimizer: Annotated[Optimizer, typer.Option(help=OPTIMIZER_HELP)] = Optimizer.sgd,
     fmt: Annotated[
@@ -138,6 +112,7 @@ def solve(
     Example: `memplan solve resnet50 --algo rotor --mem 8GB --format json`
     """
     import memplan
+    from memplan.algorithms import options_for
     from memplan.api import algorithms
 
     with guard():
@@ -148,24 +123,18 @@ def solve(
         if mem is None:
             raise InputError("--mem: a memory budget is required, e.g. --mem 8GB")
         memory = option_size("--mem", mem)
-        rate = option_rate("--bandwidth", bandwidth)
-        link_rate = option_rate("--link-bandwidth", link_bandwidth)
+        options = family_options or {}
+        options_for(algo, options)  # bad options fail before the profile is read
         common.check_positive("--micro-batches", micro_batches)
-        common.check_positive("--gpus", gpus)
-        common.check_positive("--time-limit", time_limit)
         prof = memplan.load_profile(profile_source(profile))
         with _spinner(f"solving with {algo}"):
             schedule = memplan.solve(
                 prof,
                 algo=algo,
                 memory=memory,
-                slots=slots,
                 optimizer=optimizer.value,
-                bandwidth=rate,
-                gpus=gpus,
-                time_limit=time_limit,
                 progress=_print_progress,
-                link_bandwidth=link_rate,
+                **options,
             )
         if trace is not None and schedule.feasible:
             write_trace_file(trace, schedule, prof)

@@ -1,17 +1,28 @@
-"""The graph family's entries in the algorithm registry (cheap to import: solvers load lazily).
+"""The graph family (papers/002, OLLA): its options, algorithms and simulator, declared once.
 
-Each entry's ``run(profile, request: SolveRequest) -> Schedule`` returns a finished schedule,
-which :func:`memplan.solve` replays with the family's simulator (memplan.simulator.graph).
+Cheap to import: the solvers load when first called. Each algorithm's
+``solve(profile, request: SolveRequest) -> Schedule`` returns a finished schedule, which
+:func:`memplan.solve` replays with the family's simulator (memplan.simulator.graph).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
-from memplan.algorithms.base import AlgorithmInfo
+from memplan.algorithms.base import AlgorithmInfo, Family
+from memplan.algorithms.options import time_limit_option
 
 DEFAULT_TIME_LIMIT = 60.0
 """Seconds given to each CP-SAT solve when ``--time-limit`` is not set."""
+
+
+@dataclass(frozen=True)
+class GraphOptions:
+    """Options of the graph family."""
+
+    time_limit: float = time_limit_option(DEFAULT_TIME_LIMIT)
+
 
 REFERENCE = "Steiner et al., OLLA (papers/002)"
 
@@ -25,6 +36,12 @@ def _run(which: str):
     return run
 
 
+def _describe(profile: Any, static_memory: int) -> dict[str, Any]:
+    from memplan.algorithms.graph import describe_graph
+
+    return describe_graph(profile, static_memory)
+
+
 ALGORITHMS: list[AlgorithmInfo] = [
     AlgorithmInfo(
         name="olla",
@@ -34,7 +51,7 @@ ALGORITHMS: list[AlgorithmInfo] = [
         summary="OLLA: reorder the nodes (eq. 14), then place the tensors (eq. 15), CP-SAT; "
         "the joint ILP (eq. 9) on small graphs",
         reference=f"{REFERENCE}, sections 3-4",
-        run=_run("olla"),
+        solve=_run("olla"),
     ),
     AlgorithmInfo(
         name="olla-order",
@@ -44,7 +61,7 @@ ALGORITHMS: list[AlgorithmInfo] = [
         summary="OLLA lifetimes only: the order of least peak resident memory (eq. 14); "
         "first-fit placement",
         reference=f"{REFERENCE}, sections 3.2, 4.1, 4.3, 4.4",
-        run=_run("olla-order"),
+        solve=_run("olla-order"),
     ),
     AlgorithmInfo(
         name="olla-address",
@@ -53,7 +70,7 @@ ALGORITHMS: list[AlgorithmInfo] = [
         needs="graph profile; --time-limit",
         summary="OLLA placement for the framework order: least arena (eq. 15), CP-SAT",
         reference=f"{REFERENCE}, sections 3.3, 4.2, 4.4, 4.5",
-        run=_run("olla-address"),
+        solve=_run("olla-address"),
     ),
     AlgorithmInfo(
         name="framework",
@@ -62,7 +79,7 @@ ALGORITHMS: list[AlgorithmInfo] = [
         needs="graph profile",
         summary="baseline: PyTorch's order, caching-allocator-like first-fit placement",
         reference=f"{REFERENCE}, section 5 (the PyTorch baseline)",
-        run=_run("framework"),
+        solve=_run("framework"),
     ),
     AlgorithmInfo(
         name="greedy-by-size",
@@ -71,6 +88,15 @@ ALGORITHMS: list[AlgorithmInfo] = [
         needs="graph profile",
         summary="baseline: PyTorch's order, TFLite/XLA greedy-by-size offline placement",
         reference="TFLite's GreedyBySize memory planner; Pisarchyk & Lee 2020",
-        run=_run("greedy-by-size"),
+        solve=_run("greedy-by-size"),
     ),
 ]
+
+FAMILY = Family(
+    name="graph",
+    profile_kind="graph",
+    simulator="memplan.simulator.graph:simulate_graph",
+    options=GraphOptions,
+    describe=_describe,
+    algorithms=tuple(ALGORITHMS),
+)

@@ -20,7 +20,6 @@ from typing import Any
 
 import numpy as np
 
-from memplan.algorithms.graph.entries import DEFAULT_TIME_LIMIT
 from memplan.algorithms.graph.placement import (
     arena_of,
     first_fit,
@@ -35,7 +34,7 @@ def run(which: str, profile: Any, request: Any) -> Schedule:
     """Run one graph algorithm (``which``) on a graph profile for a :class:`SolveRequest`."""
     began = time.perf_counter()
     problem = GraphProblem.from_profile(profile)
-    limit = DEFAULT_TIME_LIMIT if request.time_limit is None else float(request.time_limit)
+    limit = float(request.options.time_limit)
     progress = request.progress
     framework = problem.framework_order
     bound: int | None = None

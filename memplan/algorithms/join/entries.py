@@ -1,16 +1,30 @@
-"""The join family's entries in the algorithm registry (cheap to import: solvers load lazily).
+"""The join family (papers/003): its options, algorithms and simulator, declared once.
 
-Each entry's ``run(profile, request: SolveRequest) -> Schedule`` returns a finished schedule,
-which :func:`memplan.solve` replays with the family's simulator.
+Cheap to import: the solvers load when first called. Each algorithm's
+``solve(profile, request: SolveRequest) -> Schedule`` returns a finished schedule, which
+:func:`memplan.solve` replays with the family's simulator.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
-from memplan.algorithms.base import AlgorithmInfo
+from memplan.algorithms.base import AlgorithmInfo, Family
+from memplan.algorithms.options import slots_option
 
 REFERENCE = "Beaumont, Herrmann, Pallez & Shilova, Optimal memory-aware backpropagation of deep join networks"
+
+
+DEFAULT_SLOTS = 500
+MAX_SLOTS = 100_000
+
+
+@dataclass(frozen=True)
+class JoinOptions:
+    """Options of the join family (``slots``: the chain model of non-uniform profiles)."""
+
+    slots: int = slots_option(DEFAULT_SLOTS, MAX_SLOTS)
 
 
 def _run_join(profile: Any, request: Any) -> Any:
@@ -25,6 +39,12 @@ def _run_equiv_chain(profile: Any, request: Any) -> Any:
     return run_equiv_chain(profile, request)
 
 
+def _describe(profile: Any, static_memory: int) -> dict[str, Any]:
+    from memplan.algorithms.join import describe_join
+
+    return {"min_memory": {}, **describe_join(profile, static_memory)}
+
+
 ALGORITHMS: list[AlgorithmInfo] = [
     AlgorithmInfo(
         name="join",
@@ -34,7 +54,7 @@ ALGORITHMS: list[AlgorithmInfo] = [
         summary="optimal canonical schedule of k chains joined by the loss (Opt_join DP; "
         "exact in slots for uniform profiles, rotor segments otherwise)",
         reference=REFERENCE + ", Theorem 3",
-        run=_run_join,
+        solve=_run_join,
     ),
     AlgorithmInfo(
         name="equiv-chain",
@@ -44,6 +64,15 @@ ALGORITHMS: list[AlgorithmInfo] = [
         summary="baseline: steps at equal distance from the turn grouped into one chain, "
         "solved by Revolve (uniform) or rotor",
         reference=REFERENCE + ", Section 4 (EQUIV-CHAIN)",
-        run=_run_equiv_chain,
+        solve=_run_equiv_chain,
     ),
 ]
+
+FAMILY = Family(
+    name="join",
+    profile_kind="join",
+    simulator="memplan.simulator.join:simulate_join",
+    options=JoinOptions,
+    describe=_describe,
+    algorithms=tuple(ALGORITHMS),
+)

@@ -19,7 +19,6 @@ from memplan.errors import InputError
 from memplan.profile.model import Profile
 from memplan.schedule import Budget, Op, ProfileRef, Schedule, SolverInfo
 
-DEFAULT_SLOTS = 500
 TABLE_LIMIT = 2 * 10**9
 """Bytes the chain-model join table may take (states x slots x 12); beyond, --slots is refused."""
 
@@ -183,7 +182,7 @@ def _join_pebble(profile: Profile, request: SolveRequest, u: Uniform, started: f
 def _join_chain(profile: Profile, request: SolveRequest, started: float) -> Schedule:
     from memplan.algorithms.join.hetero import HeteroJoin, JoinNet, min_memory_plan
 
-    slots = DEFAULT_SLOTS if request.slots is None else request.slots
+    slots = request.options.slots
     net = JoinNet.from_profile(profile)
     budget = request.memory - request.static_memory
     least, least_plan = min_memory_plan(net)
@@ -310,7 +309,7 @@ def _equiv_chain_model(profile: Profile, request: SolveRequest, started: float) 
     from memplan.algorithms.join.equiv import equivalent_chain, expand
     from memplan.algorithms.join.hetero import JoinNet
 
-    slots = DEFAULT_SLOTS if request.slots is None else request.slots
+    slots = request.options.slots
     net = JoinNet.from_profile(profile)
     chain, starts, pinned = equivalent_chain(net)
     budget = request.memory - request.static_memory

@@ -1,14 +1,17 @@
-"""The pipeline family's entries in the algorithm registry (cheap to import: solvers load lazily).
+"""The pipeline family (papers/001): its options, algorithms and simulator, declared once.
 
-Each entry's ``run(profile, request: SolveRequest) -> Schedule`` returns a finished schedule,
-which :func:`memplan.solve` replays with the family's simulator.
+Cheap to import: the solvers load when first called. Each algorithm's
+``solve(profile, request: SolveRequest) -> Schedule`` returns a finished schedule, which
+:func:`memplan.solve` replays with the family's simulator. Budgets are per GPU.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
-from memplan.algorithms.base import AlgorithmInfo
+from memplan.algorithms.base import AlgorithmInfo, Family
+from memplan.algorithms.options import option, positive_integer, rate, time_limit_option
 
 REFERENCE = (
     "Beaumont, Eyraud-Dubois & Shilova 2021, Pipelined model parallelism: complexity results "
@@ -16,11 +19,44 @@ REFERENCE = (
 )
 
 
+DEFAULT_TIME_LIMIT = 60.0
+"""Seconds of ``pipeline-ilp``'s CP-SAT solves when ``--time-limit`` is not set."""
+
+
+@dataclass(frozen=True)
+class PipelineOptions:
+    """Options of the pipeline family."""
+
+    gpus: int | None = option(
+        flag="--gpus",
+        metavar="N",
+        cli_type=int,
+        help="Number of GPUs of the pipeline (--mem is then per GPU).",
+        accepts="an integer >= 1",
+        default=None,
+        default_text="required",
+        parse=positive_integer("--gpus"),
+        commands=("solve", "compare"),
+    )
+    link_bandwidth: float | None = option(
+        flag="--link-bandwidth",
+        metavar="RATE",
+        help="Bandwidth of each GPU-to-GPU link: 25GB/s.",
+        accepts="a rate: 25GB/s, bytes/s",
+        default=None,
+        default_text="transfers are free",
+        parse=rate("--link-bandwidth"),
+        commands=("solve", "compare"),
+    )
+    time_limit: float = time_limit_option(DEFAULT_TIME_LIMIT)
+
+
 def _instance(profile: Any, request: Any):
     from memplan.algorithms.pipeline.model import PipelineInstance
 
+    options = request.options
     return PipelineInstance.from_profile(
-        profile, request.gpus, request.link_bandwidth, request.optimizer
+        profile, options.gpus, options.link_bandwidth, request.optimizer
     )
 
 
@@ -99,7 +135,7 @@ ALGORITHMS: list[AlgorithmInfo] = [
         summary="period-minimizing ILP of §6 (any allocation, 1F1B pattern) with CP-SAT, "
         "warm-started from pipedream",
         reference=REFERENCE + ", §6",
-        run=_ilp,
+        solve=_ilp,
     ),
     AlgorithmInfo(
         name="pipedream",
@@ -108,7 +144,7 @@ ALGORITHMS: list[AlgorithmInfo] = [
         needs="profile, --gpus, --mem per GPU, --link-bandwidth",
         summary="contiguous DP partition + 1F1B, NOAM swept, judged by the simulated peak (§7)",
         reference="Narayanan et al. 2019, PipeDream; evaluated as in " + REFERENCE + ", §7",
-        run=_heuristic("pipedream"),
+        solve=_heuristic("pipedream"),
     ),
     AlgorithmInfo(
         name="gpipe",
@@ -117,6 +153,14 @@ ALGORITHMS: list[AlgorithmInfo] = [
         needs="profile, --gpus, --mem per GPU, --link-bandwidth",
         summary="fill-drain rounds of M mini-batches on the DP partition (baseline)",
         reference="Huang et al. 2019, GPipe",
-        run=_heuristic("gpipe"),
+        solve=_heuristic("gpipe"),
     ),
 ]
+
+FAMILY = Family(
+    name="pipeline",
+    profile_kind="chain",
+    simulator="memplan.simulator.pipeline:simulate_pipeline",
+    options=PipelineOptions,
+    algorithms=tuple(ALGORITHMS),
+)

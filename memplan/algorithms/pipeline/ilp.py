@@ -42,7 +42,6 @@ from typing import Any
 from memplan.algorithms.pipeline.model import PipelineInstance, static_factor
 from memplan.algorithms.pipeline.plan import PipelinePlan, evaluate, to_schedule
 
-DEFAULT_TIME_LIMIT = 60.0
 TIME_STEPS = 1_000_000
 """Time unit: 0.1 us, or the sum of all durations / TIME_STEPS when larger (durations round up)."""
 MEMORY_STEPS = 1_000_000
@@ -471,7 +470,7 @@ def solve_ilp(
 def run_ilp(profile: Any, request: Any, inst: PipelineInstance):
     """``pipeline-ilp``: the best of CP-SAT's plan and PipeDream's, with CP-SAT's bound."""
     started = time.perf_counter()
-    limit = request.time_limit if request.time_limit is not None else DEFAULT_TIME_LIMIT
+    limit = request.options.time_limit
     memory = request.memory
     floor = inst.min_static()
     common = dict(started=started)

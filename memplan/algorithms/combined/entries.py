@@ -1,0 +1,77 @@
+"""The combined family (papers/000, POFO): its options, algorithm and simulator, declared once.
+
+``pofo``'s ``solve(profile, request)`` resolves the bandwidth (the option, else the profile's), runs
+:func:`memplan.algorithms.combined.solve_pofo` for the activation budget and wraps its timed plan
+with :func:`memplan.algorithms.timeline.offload_schedule`.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from memplan.algorithms.base import AlgorithmInfo, Family, SolveRequest
+from memplan.algorithms.combined import DEFAULT_SLOTS, MAX_SLOTS
+from memplan.algorithms.options import bandwidth_option, slots_option
+
+ROTOR_SLOTS = 500
+"""Slots of pofo's rotor candidate when ``--slots`` is not given: rotor's own default, so that
+pofo is never slower than rotor run with its defaults; with ``--slots``, the same slots."""
+
+
+@dataclass(frozen=True)
+class CombinedOptions:
+    """Options of the combined family; ``slots`` None: 50, and rotor's 500 for its candidate."""
+
+    slots: int | None = slots_option(
+        None,
+        MAX_SLOTS,
+        what=" for the combined family (pofo)",
+        default_text=f"{DEFAULT_SLOTS} (its rotor candidate: {ROTOR_SLOTS})",
+    )
+    bandwidth: float | None = bandwidth_option()
+
+
+def solve_pofo(profile: Any, request: SolveRequest) -> Any:
+    """``pofo``: the fastest of its DPs, rotor's and dynprog's plans (docs/combined.md)."""
+    from memplan.algorithms import combined as family
+    from memplan.algorithms.chain.problem import Chain
+    from memplan.algorithms.offload import OffloadInstance
+    from memplan.algorithms.options import resolve_bandwidth
+    from memplan.algorithms.timeline import offload_schedule
+
+    rate = resolve_bandwidth(profile, "pofo", request.options.bandwidth)
+    slots = request.options.slots
+    started = time.perf_counter()
+    plan = family.solve_pofo(
+        Chain.from_profile(profile),
+        request.activation_memory,
+        bandwidth=rate,
+        slots=DEFAULT_SLOTS if slots is None else slots,
+        rotor_slots=ROTOR_SLOTS if slots is None else None,
+        offload_instance=OffloadInstance.from_profile(profile, rate),
+        profile=profile,
+    )
+    return offload_schedule(profile, request, "pofo", "combined", plan, rate, started)
+
+
+FAMILY = Family(
+    name="combined",
+    profile_kind="chain",
+    simulator="memplan.simulator.replay:replay_combined",
+    options=CombinedOptions,
+    algorithms=(
+        AlgorithmInfo(
+            name="pofo",
+            family="combined",
+            exact=False,
+            needs="profile, --bandwidth, --slots",
+            summary="recomputation + whole-tensor offloading DP (Theorem 1 structure), "
+            "best of it, rotor and dynprog",
+            reference="Beaumont, Eyraud-Dubois, Shilova, Optimal GPU-CPU offloading strategies "
+            "for DNN training (POFO), appendix B",
+            solve=solve_pofo,
+        ),
+    ),
+)

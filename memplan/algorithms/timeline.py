@@ -1,0 +1,159 @@
+"""What the chain-model families share: static memory, timing a sequence, wrapping a plan.
+
+The chain, offloading and combined solvers compute a :class:`~memplan.algorithms.base.ChainPlan`
+(an operation sequence) or an :class:`~memplan.algorithms.base.OffloadPlan` (timed operations on
+two streams) for the activation budget ``request.memory - request.static_memory``; their
+``solve(profile, request)`` turns it into a :class:`~memplan.schedule.Schedule` here: the
+operations timed, the static memory added back to ``min_memory``, the solver's own value checked
+against the makespan of the timed plan (the simulator then checks that makespan again).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Iterable
+
+from memplan.algorithms.base import ChainPlan, OffloadPlan, SolveRequest
+from memplan.errors import InputError, InternalError
+from memplan.profile.model import Profile
+from memplan.schedule import Budget, Op, ProfileRef, Schedule, SolverInfo
+
+OPTIMIZER_FACTORS = {"none": 0, "sgd": 2, "momentum": 3, "adam": 4}
+"""Static memory as a multiple of the weight bytes: weights + gradients + optimizer state."""
+
+TIME_TOLERANCE = 1e-6
+
+
+def static_memory(profile: Profile, optimizer: str = "sgd") -> int:
+    """Bytes present during the whole iteration: weights, their gradients, optimizer state.
+
+    A graph profile holds its own weights, gradients and optimizer state (docs/graph.md): its
+    static memory is its ``weight_size`` whatever the optimizer.
+    """
+    if optimizer not in OPTIMIZER_FACTORS:
+        raise InputError(
+            f"--optimizer {optimizer!r}: expected one of {', '.join(OPTIMIZER_FACTORS)}"
+        )
+    if profile.kind == "graph":
+        return profile.weight_size
+    return OPTIMIZER_FACTORS[optimizer] * profile.weight_size
+
+
+def timed_ops(profile: Profile, sequence: Iterable[tuple[str, int]]) -> list[Op]:
+    """Lay an operation sequence back to back on the compute stream."""
+    ops, clock = [], 0.0
+    for name, stage in sequence:
+        st = profile.stages[stage]
+        duration = st.backward_time if name == "B" else st.forward_time
+        ops.append(Op(op=name, stage=stage, start=clock, end=clock + duration))
+        clock += duration
+    return ops
+
+
+def profile_ref(profile: Profile) -> ProfileRef:
+    return ProfileRef(model=profile.model, sha256=profile.sha256(), stages=profile.length)
+
+
+def _with_static(least: int | None, request: SolveRequest) -> int | None:
+    """An activation-memory figure of a solver as a whole budget (static memory added)."""
+    return None if least is None else least + request.static_memory
+
+
+def check_claim(algorithm: str, claimed: float | None, makespan: float) -> None:
+    """A solver's own value must be the makespan of the plan it returns (else: a bug)."""
+    if claimed is None:
+        return
+    if not math.isclose(claimed, makespan, rel_tol=TIME_TOLERANCE, abs_tol=TIME_TOLERANCE):
+        raise InternalError(
+            f"{algorithm}: solver value {claimed} != makespan of its plan {makespan} "
+            "(this is a bug in memplan; please report it)"
+        )
+
+
+def chain_schedule(
+    profile: Profile,
+    request: SolveRequest,
+    algorithm: str,
+    plan: ChainPlan,
+    started: float,
+    family: str = "chain",
+) -> Schedule:
+    """The schedule of a chain solver's plan (``started``: ``time.perf_counter()`` before it)."""
+    seconds = time.perf_counter() - started
+    common = dict(
+        family=family,
+        algorithm=algorithm,
+        profile=profile_ref(profile),
+        budget=Budget(memory=request.memory, optimizer=request.optimizer),
+        lower_bound=profile.lower_bound,
+        static_memory=request.static_memory,
+        min_memory=_with_static(plan.min_memory, request),
+    )
+    if plan.sequence is None:
+        return Schedule(
+            feasible=False,
+            solver=SolverInfo(
+                seconds=seconds, status="infeasible", slots=plan.slots, message=plan.message
+            ),
+            **common,
+        )
+    ops = timed_ops(profile, plan.sequence)
+    makespan = ops[-1].end if ops else 0.0
+    check_claim(algorithm, plan.claimed_makespan, makespan)
+    return Schedule(
+        feasible=True,
+        makespan=makespan,
+        overhead=makespan / profile.lower_bound if profile.lower_bound > 0 else 1.0,
+        solver=SolverInfo(
+            seconds=seconds, status=plan.status, slots=plan.slots, message=plan.message
+        ),
+        ops=ops,
+        **common,
+    )
+
+
+def offload_schedule(
+    profile: Profile,
+    request: SolveRequest,
+    algorithm: str,
+    family: str,
+    plan: OffloadPlan,
+    bandwidth: float,
+    started: float,
+) -> Schedule:
+    """The schedule of an offloading or combined solver's timed plan at ``bandwidth`` bytes/s."""
+    seconds = time.perf_counter() - started
+    common = dict(
+        family=family,
+        algorithm=algorithm,
+        profile=profile_ref(profile),
+        budget=Budget(memory=request.memory, bandwidth=bandwidth, optimizer=request.optimizer),
+        lower_bound=plan.lower_bound,
+        static_memory=request.static_memory,
+        min_memory=_with_static(plan.min_memory, request),
+    )
+    if plan.ops is None:
+        return Schedule(
+            feasible=False,
+            solver=SolverInfo(
+                seconds=seconds, status="infeasible", slots=plan.slots, message=plan.message
+            ),
+            **common,
+        )
+    ops = [
+        Op(op=name, stage=stage, start=start, end=end, stream=stream, tensor=tensor)
+        for name, stage, start, end, stream, tensor in plan.ops
+    ]
+    makespan = max(op.end for op in ops)
+    check_claim(algorithm, plan.claimed_makespan, makespan)
+    return Schedule(
+        feasible=True,
+        makespan=makespan,
+        overhead=makespan / plan.lower_bound if plan.lower_bound > 0 else 1.0,
+        solver=SolverInfo(
+            seconds=seconds, status=plan.status, slots=plan.slots, message=plan.message
+        ),
+        ops=ops,
+        **common,
+    )
