@@ -24,7 +24,10 @@ COLUMNS = ("id", "lower", "upper", "size")
 """The columns every buffer CSV has, in the order memplan writes them."""
 OFFSET = "offset"
 MAX_VALUE = 2**60
-"""Largest time, size or offset accepted: every sum stays exact in int64."""
+"""Largest time, size or offset accepted in a CSV."""
+MAX_ARENA = 2**61
+"""Largest peak live load (and arena) placed: every sum of two offsets or sizes the solver forms
+stays below 2^62, exact in int64 (NOTE [ exact arithmetic ] in memplan/alloc/__init__.py)."""
 
 
 @dataclass(frozen=True)
@@ -108,14 +111,21 @@ class Buffers:
 
 
 def peak_live_load(lower: np.ndarray, upper: np.ndarray, size: np.ndarray) -> int:
-    """Max over time of the total size of the buffers live then (a sweep over the endpoints)."""
+    """Max over time of the total size of the buffers live then (a sweep over the endpoints).
+
+    Exact for any sizes: the running sum is done in Python integers when the sizes add up to
+    2^62 or more, where int64 could overflow.
+    """
     if len(size) == 0:
         return 0
     times = np.concatenate([lower, upper])
     deltas = np.concatenate([size, -size])
     # At equal times the ends (-size) come first: lifetimes are half-open.
     order = np.lexsort((deltas, times))
-    return int(max(0, np.cumsum(deltas[order]).max()))
+    if sum(np.asarray(size).tolist()) < 2**62:
+        return int(max(0, np.cumsum(deltas[order]).max()))
+    running = np.cumsum(np.asarray(deltas[order].tolist(), dtype=object))
+    return int(max(0, running.max()))
 
 
 # --------------------------------------------------------------------------- CSV
