@@ -19,6 +19,8 @@ from typing import Any
 import numpy as np
 
 _STATE: dict[str, Any] = {}
+_MIN_WAIT = 0.25
+"""Seconds of time left below which the kernel is not even started loading."""
 _GRACE = 1.0
 """Seconds a stopped kernel call may take to return before it is left behind (only a first
 compilation, which cannot be interrupted, takes that long)."""
@@ -33,27 +35,58 @@ def available() -> bool:
 
 def load(deadline: float | None) -> ModuleType | None:
     """The compiled kernel module, compiled (or loaded from numba's cache) and run once on a tiny
-    instance; None when numba is missing, or when that does not finish by ``deadline``
-    (compiling takes seconds once per installation; numba caches it on disk)."""
+    instance; None when numba is missing or the kernel failed to compile, or when that does not
+    finish by ``deadline``. Compiling takes seconds, once per installation (numba caches it on
+    disk); it runs in a background thread that a later call waits for again, so a run cut short
+    by its deadline does not start a second compilation."""
     if "kernel" in _STATE:
         return _STATE["kernel"]
-    if not available():
+    if "error" in _STATE or not available():
         return None
-    import memplan.alloc.kernel as kernel
-    from memplan.alloc.search import _Instance
+    worker = _STATE.get("warming")
+    if worker is None and deadline is not None and deadline < time.perf_counter() + _MIN_WAIT:
+        return None  # no time to load it: do not start
+    if worker is None:
+        worker = threading.Thread(target=_warm_up, name="memplan-alloc-compile", daemon=True)
+        _STATE["warming"] = worker
+        worker.start()
+    while worker.is_alive():
+        wait = 0.05 if deadline is None else min(deadline - time.perf_counter(), 0.05)
+        if wait <= 0:
+            return None
+        worker.join(wait)
+    return _STATE.get("kernel")
 
-    lower = np.array([0, 0, 1, 2], dtype=np.int64)
-    upper = np.array([2, 3, 3, 4], dtype=np.int64)
-    size = np.array([2, 1, 1, 2], dtype=np.int64)
-    inst = _Instance(lower, upper, size)
-    ctx = make_ctx(kernel, inst, 4, np.arange(4, dtype=np.int64), "WAT", True, 0, 1000)
-    status = call(
-        kernel.run_part, (ctx, np.arange(4, dtype=np.int64), 0, inst.sections), ctx, deadline
-    )
-    if status != kernel.FOUND:
-        return None
-    _STATE["kernel"] = kernel
-    return kernel
+
+def loaded() -> bool:
+    """Whether the kernel is loaded already (no waiting)."""
+    return "kernel" in _STATE
+
+
+def load_error() -> BaseException | None:
+    """Why the kernel failed to compile, if it did."""
+    return _STATE.get("error")
+
+
+def _warm_up() -> None:
+    try:
+        import memplan.alloc.kernel as kernel
+        from memplan.alloc.search import _Instance
+
+        lower = np.array([0, 0, 1, 2], dtype=np.int64)
+        upper = np.array([2, 3, 3, 4], dtype=np.int64)
+        size = np.array([2, 1, 1, 2], dtype=np.int64)
+        inst = _Instance(lower, upper, size)
+        rank = np.arange(4, dtype=np.int64)
+        ctx = make_ctx(kernel, inst, 4, rank, "WAT", True, 0, 1000)
+        status = kernel.run_part(ctx, rank, 0, inst.sections)
+        offsets = np.full(4, -1, dtype=np.int64)
+        kernel.first_fit(size, rank, inst.ov_start, inst.ov_buf, offsets, 2**61, ctx.stop)
+        if status != kernel.FOUND or offsets.min() < 0:
+            raise RuntimeError(f"the compiled kernel failed its warm-up (status {status})")
+        _STATE["kernel"] = kernel
+    except Exception as exc:  # numba missing a feature, a broken cache: use the numpy search
+        _STATE["error"] = exc
 
 
 def memo_table(slots: int) -> tuple[np.ndarray, np.ndarray]:
@@ -165,3 +198,14 @@ def call_stoppable(
     if isinstance(result, BaseException):
         raise result
     return int(result)
+
+
+if __name__ == "__main__":  # python -m memplan.alloc.compiled: compile (and cache) the kernel now
+    import sys
+
+    started = time.perf_counter()
+    if load(None) is None:
+        sys.exit(f"memplan: the compiled kernel is not available: {load_error() or 'no numba'}")
+    print(
+        f"memplan: the compiled allocation kernel is ready ({time.perf_counter() - started:.1f} s)"
+    )

@@ -15,7 +15,7 @@ from types import ModuleType
 import numpy as np
 
 from memplan.alloc.buffers import MAX_ARENA
-from memplan.alloc.lifetimes import MAX_PAIRS, count_overlaps, overlaps
+from memplan.alloc.lifetimes import overlaps_in_time
 
 
 class ArenaTooLarge(ValueError):
@@ -51,7 +51,8 @@ def first_fit(
         buf = graph[1]
     for k, b in enumerate(todo):
         if deadline is not None and (k & 63) == 0 and time.perf_counter() > deadline:
-            rest = np.array([u for u in todo[k:] if size_l[u] > 0], dtype=np.int64)
+            rest = order[k:]
+            rest = rest[size[rest] > 0]
             if rest.size:
                 tops = arena + np.cumsum(size[rest])
                 if int(tops[-1]) > MAX_ARENA:
@@ -126,14 +127,19 @@ def best_greedy(
     size: np.ndarray,
     deadline: float | None = None,
     kernel: ModuleType | None = None,
+    graph: tuple[np.ndarray, np.ndarray] | None | bool = True,
 ) -> np.ndarray:
     """The best of first fit by size (then lifetime) and by area (size x lifetime), descending;
     the second only when the first finished before ``deadline``. ``kernel`` (the compiled
-    module, :mod:`memplan.alloc.kernel`) runs the first fits compiled."""
+    module, :mod:`memplan.alloc.kernel`) runs the first fits compiled; ``graph`` is the CSR of
+    :func:`memplan.alloc.lifetimes.overlaps`, None for none, True (the default) to build it when
+    time allows."""
     keep = size > 0
-    graph = None
-    if count_overlaps(lower, upper) <= MAX_PAIRS:
-        graph = overlaps(lower, upper)
+    if deadline is not None and time.perf_counter() >= deadline:
+        return np.where(keep, np.cumsum(size) - size, 0)  # no time: everything stacked
+    if graph is True:
+        graph = overlaps_in_time(lower, upper, deadline)
+    assert graph is None or isinstance(graph, tuple)
     width = upper - lower
     index = np.arange(len(size))
     best: np.ndarray | None = None

@@ -115,17 +115,19 @@ def _record(c: Ctx) -> None:
 
 
 @njit(cache=True, nogil=True)
-def _section_fits(c: Ctx, s: int, floor: int) -> bool:
-    """Section inference: the unplaced bytes of section ``s`` above its floor fit."""
+def _section_fits(c: Ctx, s: int) -> bool:
+    """Section inference: some unplaced buffer of section ``s`` can start low enough for all its
+    unplaced bytes to fit above it (the least minimum offset is the section's floor). The floor
+    set by the last placement (its offset) is checked once per node, against the largest total.
+    """
     tot = c.total[s]
     if tot <= 0:
         return True
-    least = INF
-    for i in range(c.sec_start[s], c.sec_start[s + 1]):
-        m = c.mu[c.sec_buf[i]]
-        if m < least:
-            least = m
-    return max(least, floor) + tot <= c.capacity
+    threshold = c.capacity - tot
+    for i in range(c.sec_start[s], c.sec_start[s + 1]):  # noqa: SIM110 (see _memo_find)
+        if c.mu[c.sec_buf[i]] <= threshold:
+            return True
+    return False
 
 
 @njit(cache=True, nogil=True)
@@ -283,7 +285,7 @@ def _node(c: Ctx, part: np.ndarray, lo: int, hi: int, o: int, last_rank: int) ->
             stamp = c.count[_STAMP]
             for s in range(max(a, lo), min(e, hi)):
                 c.sec_stamp[s] = stamp
-                if not _section_fits(c, s, off):
+                if not _section_fits(c, s):
                     fail = True
                     break
             t = trail0
@@ -293,7 +295,8 @@ def _node(c: Ctx, part: np.ndarray, lo: int, hi: int, o: int, last_rank: int) ->
                 for s in range(max(c.first[u], lo), min(c.end[u], hi)):
                     if c.sec_stamp[s] != stamp:
                         c.sec_stamp[s] = stamp
-                        if not _section_fits(c, s, off):
+                        # u (minimum offset now top) is live in s: the floor is at most top.
+                        if top + c.total[s] > capacity and not _section_fits(c, s):
                             fail = True
                             break
         status = NOT_FOUND

@@ -85,7 +85,7 @@ from types import ModuleType
 
 import numpy as np
 
-from memplan.alloc.lifetimes import overlaps
+from memplan.alloc.lifetimes import SEARCH_PAIRS, count_overlaps, overlaps
 
 _INF = np.int64(2**62)
 ENGINES = ("auto", "compiled", "numpy")
@@ -118,6 +118,8 @@ class SearchResult:
     offsets: np.ndarray | None
     nodes: int
     seconds: float
+    note: str = ""
+    """Why the search gave up without searching, when it did (an instance too large)."""
 
 
 class _Instance:
@@ -125,7 +127,13 @@ class _Instance:
     O(n log n + P + Q) for P (section, buffer) incidences and Q pairs of buffers live at the same
     time (both are counted first: :func:`search_size`)."""
 
-    def __init__(self, lower: np.ndarray, upper: np.ndarray, size: np.ndarray) -> None:
+    def __init__(
+        self,
+        lower: np.ndarray,
+        upper: np.ndarray,
+        size: np.ndarray,
+        graph: tuple[np.ndarray, np.ndarray] | None = None,
+    ) -> None:
         self.n = n = len(size)
         self.lower, self.upper, self.size = lower, upper, size
         points = np.unique(np.concatenate([lower, upper]))
@@ -156,7 +164,7 @@ class _Instance:
         np.add.at(cuts, self.first, 1)
         np.add.at(cuts, self.end - 1, -1)
         self.cuts = np.cumsum(cuts)[: max(S - 1, 0)]
-        self.ov_start, self.ov_buf = overlaps(lower, upper)
+        self.ov_start, self.ov_buf = graph if graph is not None else overlaps(lower, upper)
         # CSR of the buffers with the same lifetime (NOTE [ stacked twins ]).
         order = np.lexsort((np.arange(n), upper, lower))
         same = np.ones(n, dtype=bool)
@@ -645,12 +653,13 @@ def _solve_part_compiled(
     memo: tuple[np.ndarray, np.ndarray],
     deadline: float | None,
     stats: dict[str, int],
+    tight: bool = True,
 ) -> tuple[int, np.ndarray | None]:
-    """Solve one static part with the compiled kernel (NOTE [ compiled restarts ]): at the part's
-    peak live load first, with a small node budget, when the capacity has slack; then at the
-    capacity."""
+    """Solve one static part with the compiled kernel (NOTE [ compiled restarts ]): with
+    ``tight``, at the part's peak live load first, with a small node budget, when the capacity
+    has slack; then at the capacity."""
     part_peak = int(inst.section_total[lo:hi].max()) if hi > lo else 0
-    if part_peak < capacity:
+    if tight and part_peak < capacity:
         tight = dict(stats, budget=stats.get("nodes", 0) + _TIGHT_BUDGET * len(buffers))
         if stats.get("budget") is not None:
             tight["budget"] = min(tight["budget"], stats["budget"])
@@ -727,14 +736,19 @@ def search(
     node_budget: int | None = None,
     preorders: tuple[str, ...] = PREORDERS,
     engine: str = "auto",
+    tight: bool = True,
+    graph: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> SearchResult:
     """Find offsets with every buffer inside ``[0, capacity)``, or prove there are none.
 
     Buffers of size 0 get offset 0. ``time_limit`` (seconds) bounds the whole search; when it is
     hit the status is ``gave-up`` (so is running out of ``node_budget``, a cap on the nodes).
     ``engine`` is ``compiled`` (:mod:`memplan.alloc.kernel`, needs numba), ``numpy`` (this
-    module) or ``auto`` (compiled when numba is installed and its kernel loads in time). See the
-    module's NOTEs for the algorithm.
+    module) or ``auto`` (compiled when numba is installed and its kernel loads in time); the
+    compiled engine first tries each part at its own peak live load (``tight``, NOTE [ compiled
+    restarts ]). ``graph``, when every size is positive, is the CSR of
+    :func:`memplan.alloc.lifetimes.overlaps` (built here if not given). See the module's NOTEs
+    for the algorithm.
     """
     started = time.perf_counter()
     deadline = None if time_limit is None else started + float(time_limit)
@@ -749,7 +763,21 @@ def search(
 
     if keep.size and int(size[keep].max()) > capacity:
         return result("infeasible", None, 0)
-    inst = _Instance(lower[keep], upper[keep], size[keep])
+    pairs = count_overlaps(lower[keep], upper[keep])
+    if pairs > SEARCH_PAIRS or _incidences(lower[keep], upper[keep]) > SEARCH_PAIRS:
+        return SearchResult(
+            "gave-up",
+            None,
+            0,
+            time.perf_counter() - started,
+            f"found: too large for the exact search ({pairs} pairs of buffers live at the same "
+            f"time)",
+        )
+    if len(keep) < len(size):
+        graph = None
+    inst = _Instance(lower[keep], upper[keep], size[keep], graph)
+    if deadline is not None and time.perf_counter() > deadline:
+        return result("gave-up", None, 0)
     if inst.n and int(inst.section_total.max()) > capacity:
         return result("infeasible", None, 0)
     # Each preorder twice in the round robin: plain, then with NOTE [ residual preorders ].
@@ -764,7 +792,7 @@ def search(
         parts = _Search(inst, capacity, ranks[0], deadline, set()).parts()
         for k, (part, lo, hi) in enumerate(parts):
             status, solution = _solve_part_compiled(
-                kernel, inst, capacity, part, lo, hi, memo, deadline, stats
+                kernel, inst, capacity, part, lo, hi, memo, deadline, stats, tight
             )
             nodes = stats.get("nodes", 0)
             if status == NOT_FOUND:
@@ -804,9 +832,13 @@ def _engine(engine: str, deadline: float | None) -> ModuleType | None:
         raise ValueError(f"engine {engine!r}: expected one of {', '.join(ENGINES)}")
     if engine == "numpy":
         return None
+    if engine == "auto" and deadline is not None:
+        now = time.perf_counter()
+        deadline = now + (deadline - now) / 2  # half the time at most, as place() does
     kernel = compiled.load(None if engine == "compiled" else deadline)
     if kernel is None and engine == "compiled":
-        raise RuntimeError("the compiled engine needs numba: pip install memplan[fast]")
+        why = compiled.load_error() or "numba is not installed (pip install memplan[fast])"
+        raise RuntimeError(f"the compiled allocation engine is not available: {why}")
     return kernel
 
 
@@ -815,3 +847,9 @@ def compiled_memo(n: int) -> tuple[np.ndarray, np.ndarray]:
     from memplan.alloc import compiled
 
     return compiled.memo_table(2**20 if n >= 64 else 2**12)
+
+
+def _incidences(lower: np.ndarray, upper: np.ndarray) -> int:
+    """How many (section, buffer) incidences the instance has (its size P)."""
+    points = np.unique(np.concatenate([lower, upper]))
+    return int((np.searchsorted(points, upper) - np.searchsorted(points, lower)).sum())
