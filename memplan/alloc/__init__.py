@@ -7,8 +7,11 @@ never share an address (``memplan alloc``; docs/alloc.md).
 >>> p.status, p.arena, p.offsets.tolist()
 ('optimal', 8, [0, 4, 0])
 
-The exact search (:mod:`memplan.alloc.search`) follows Moffitt's MiniMalloc (ASPLOS 2023); the
-checker (:mod:`memplan.alloc.validate`) is independent of it.
+The exact search (:mod:`memplan.alloc.search`) follows Moffitt's MiniMalloc (ASPLOS 2023), in two
+engines: compiled with numba when the ``fast`` extra is installed (:mod:`memplan.alloc.kernel`,
+run through :mod:`memplan.alloc.compiled`), numpy otherwise. The greedy (:mod:`memplan.alloc.greedy`)
+is an upper bound and a quick answer; the checker (:mod:`memplan.alloc.validate`) is independent
+of both.
 """
 
 from __future__ import annotations

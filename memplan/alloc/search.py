@@ -1,7 +1,8 @@
 """Exact offline memory allocation: a branch-and-bound over canonical placements.
 
 The search follows the ideas of Moffitt, *MiniMalloc: A Lightweight Memory Allocator for
-Hardware-Accelerated Machine Learning* (ASPLOS 2023), written anew in Python + numpy:
+Hardware-Accelerated Machine Learning* (ASPLOS 2023), written anew in Python + numpy here and for
+numba in memplan/alloc/kernel.py (:func:`search` picks the engine):
 
 NOTE [ canonical placements ]
 Push every buffer of a valid placement down as far as it goes ("gravity"): each buffer then rests
@@ -71,7 +72,9 @@ branch that raises its minimum offset above the pin, and does not count as cross
 boundary, so the part splits around the core into independent pieces. See _progressive.
 
 Complexity: exponential in the worst case (the decision problem is strongly NP-complete); each
-node costs O(n + P) numpy work for n buffers and P (section, buffer) incidences.
+node costs O(n + P) numpy work for n buffers and P (section, buffer) incidences here, and O(n)
+plus the sections touched by the placement in the compiled kernel (memplan/alloc/kernel.py, the
+same rules plus MiniMalloc's hatless pruning; NOTE [ compiled restarts ]).
 """
 
 from __future__ import annotations
@@ -85,6 +88,7 @@ from types import ModuleType
 
 import numpy as np
 
+from memplan.alloc.buffers import MAX_ARENA
 from memplan.alloc.lifetimes import SEARCH_PAIRS, count_overlaps, overlaps
 
 _INF = np.int64(2**62)
@@ -763,6 +767,11 @@ def search(
 
     if keep.size and int(size[keep].max()) > capacity:
         return result("infeasible", None, 0)
+    # Stacking every buffer always fits their total: a larger capacity changes nothing, and
+    # keeps the sums of NOTE [ exact arithmetic ] (memplan/alloc/__init__.py) below 2^62.
+    capacity = min(int(capacity), sum(size[keep].tolist()))
+    if capacity > MAX_ARENA:
+        raise ValueError(f"capacity {capacity}: above 2^61 bytes, too large to search exactly")
     pairs = count_overlaps(lower[keep], upper[keep])
     if pairs > SEARCH_PAIRS or _incidences(lower[keep], upper[keep]) > SEARCH_PAIRS:
         return SearchResult(
