@@ -5,8 +5,10 @@ preorder and a node limit: the loop of NOTE [ restarts ] stays in Python (a few 
 most), the nodes run here, 50-200 times faster than the numpy search of ``search.py``. The rules
 are those of ``search.py`` (its NOTEs: canonical placements, inference and dominance, dynamic
 decomposition, residual preorders, failed states, stacked twins) plus MiniMalloc's *hatless
-pruning* (Moffitt, ASPLOS 2023, §4.3): when the buffer just tried has no unplaced buffer live at
-the same time, nothing the later candidates do can help it, so they are not tried.
+pruning* (Moffitt, ASPLOS 2023): when the buffer just tried has no unplaced buffer live at the
+same time, it sits at its minimum offset in some form of every completion, whose canonical order
+then starts with a candidate at or before it; once it has failed, the later candidates are not
+tried.
 
 NOTE [ compiled failed-state memo ]
 The memo of failed states keys a node by (run, part range, floor, tie position, the unplaced
@@ -20,7 +22,7 @@ The search stops within 256 nodes when ``stop[0]`` is set (by the Python caller 
 or on Ctrl-C, from another thread: the kernel releases the GIL).
 
 Every function here is compiled on first use and cached on disk (numba's ``cache=True``); this
-module is imported only when numba is installed (:func:`memplan.alloc.search.compiled_engine`).
+module is imported only when numba is installed (:func:`memplan.alloc.compiled.load`).
 """
 
 from __future__ import annotations
