@@ -13,7 +13,8 @@ $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet "$(TORCH)"
-	$(BIN)/pip install --quiet -e ".[dev,plot,torch]"
+	$(BIN)/pip install --quiet -e ".[dev,plot,torch,fast]"
+	$(BIN)/python -m memplan.alloc.compiled || echo "memplan alloc: the compiled kernel is not available; the numpy search will be used"
 	touch $(STAMP)
 
 run: $(STAMP)

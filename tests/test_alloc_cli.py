@@ -104,11 +104,41 @@ def test_bad_csv_is_one_line_exit_2(text: str, needles: tuple[str, ...]) -> None
     [
         (("--capacity", "8G"), ("--capacity", "8GB", "8GiB")),
         (("--capacity", "lots"), ("--capacity",)),
+        (("--capacity", "1.5"), ("--capacity 1.5", "whole number of bytes")),
+        (("--capacity", "1.0001KiB"), ("--capacity", "whole number of bytes")),
         (("--time-limit", "0"), ("--time-limit",)),
+        (("--time-limit", "nan"), ("--time-limit nan", "finite")),
+        (("--time-limit", "inf"), ("--time-limit inf", "finite")),
     ],
 )
 def test_bad_options_exit_2(args: tuple[str, ...], needles: tuple[str, ...]) -> None:
     one_error(run("-", *args, input=GOOD), 2, *needles)
+
+
+def test_fractional_capacity_is_refused_not_truncated_issue_18() -> None:
+    """``--capacity 1.5`` used to become 1 byte silently; whole byte counts are exact."""
+    one_error(run("-", "--capacity", "1.5", input=GOOD), 2, "--capacity 1.5", "1.5 bytes")
+    result = run("-", "--capacity", "0.0078125KiB", input=GOOD)  # exactly 8 bytes
+    assert result.exit_code == 0, result.stderr
+    assert valid(result.stdout, 8) == 8
+    big = 2**60 - 1  # a float would round this to 2^60
+    result = run("-", "--capacity", str(big), input=GOOD)
+    assert result.exit_code == 0 and f"capacity {big}" in result.stderr
+
+
+def test_sizes_whose_sum_overflows_int64_never_exit_0_with_an_overlap_issue_17() -> None:
+    """Issue 17 item 5: 16 buffers of 2^60 bytes live at once used to exit 0 with nine of them at
+    the same offset. Their peak (2^64) is above what is placed exactly: exit 2, naming it; with
+    a capacity, the exact peak makes it infeasible (exit 1)."""
+    text = "id,lower,upper,size\n" + "".join(f"b{k},0,1,{2**60}\n" for k in range(16))
+    line = one_error(run("-", input=text), 2, "<stdin>", "peak live load", str(2**64))
+    assert "2^61" in line
+    one_error(run("-", "--capacity", str(2**60), input=text), 1, "infeasible", str(2**64))
+    # Two of them fit exactly (2^61 bytes): placed, and the offsets validate.
+    two = "id,lower,upper,size\n" + "".join(f"b{k},0,1,{2**60}\n" for k in range(2))
+    result = run("-", input=two)
+    assert result.exit_code == 0, result.stderr
+    assert valid(result.stdout) == 2**61
 
 
 def test_missing_file_exit_2(tmp_path: Path) -> None:

@@ -1,8 +1,11 @@
-"""The allocation search (memplan.alloc): exact against CP-SAT on small instances, every placement
-checked by the independent checker, and tight (zero-waste) instances placed at the peak."""
+"""The allocation search (memplan.alloc): the numpy engine exact against CP-SAT on small instances
+(the compiled one: test_alloc_compiled.py), every placement checked by the independent checker,
+tight (zero-waste) instances placed at the peak; exact arithmetic beyond int64 (issue 17 item 5)
+and time limits kept on large instances (issue 17 item 10)."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import numpy as np
@@ -68,7 +71,7 @@ def assert_valid(b: Buffers, offsets: np.ndarray, capacity: int | None = None) -
 def test_least_arena_matches_cpsat(seed: int) -> None:
     rng = np.random.default_rng(seed)
     b = random_buffers(rng, int(rng.integers(3, 10)))
-    result = place(b, time_limit=30)
+    result = place(b, time_limit=30, engine="numpy")
     assert result.status == "optimal"
     assert result.offsets is not None
     assert assert_valid(b, result.offsets) == result.arena
@@ -84,7 +87,7 @@ def test_feasibility_at_a_capacity_matches_cpsat(seed: int) -> None:
     peak = b.peak_live_load()
     greedy = int((best_greedy(b.lower, b.upper, b.size) + b.size).max())
     capacity = int(rng.integers(peak, greedy + 1))
-    result = search(b.lower, b.upper, b.size, capacity, time_limit=30)
+    result = search(b.lower, b.upper, b.size, capacity, time_limit=30, engine="numpy")
     expected = cpsat_least_arena(b, capacity)
     if expected is None:
         assert result.status == "infeasible"
@@ -120,7 +123,7 @@ def test_zero_waste_tilings_are_placed_at_the_peak(seed: int) -> None:
     rng = np.random.default_rng(seed)
     b = perfect_tiling(rng, capacity=64, horizon=30, cuts=40)
     assert b.peak_live_load() == 64
-    result = place(b, capacity=64, time_limit=60)
+    result = place(b, capacity=64, time_limit=60, engine="numpy")
     assert result.status in ("placed", "optimal"), result.message
     assert result.offsets is not None
     assert assert_valid(b, result.offsets, 64) <= 64
@@ -182,7 +185,7 @@ def test_minimalloc_instance_j_at_full_capacity() -> None:
     from memplan.alloc import read_buffers_csv
 
     b = read_buffers_csv(MINIMALLOC / "J.1048576.csv").buffers
-    result = place(b, capacity=1048576, time_limit=120)
+    result = place(b, capacity=1048576, time_limit=120, engine="numpy")
     assert result.offsets is not None, result.message
     assert assert_valid(b, result.offsets, 1048576) <= 1048576
 
@@ -198,10 +201,10 @@ def test_residual_preorders_keep_the_verdict(seed: int) -> None:
     peak = b.peak_live_load()
     greedy = int((best_greedy(b.lower, b.upper, b.size) + b.size).max())
     capacity = int(rng.integers(peak, greedy + 1))
-    on = search(b.lower, b.upper, b.size, capacity, time_limit=30, guide=False)
+    on = search(b.lower, b.upper, b.size, capacity, time_limit=30, guide=False, engine="numpy")
     try:
         s.RESIDUAL = False
-        off = search(b.lower, b.upper, b.size, capacity, time_limit=30, guide=False)
+        off = search(b.lower, b.upper, b.size, capacity, time_limit=30, guide=False, engine="numpy")
     finally:
         s.RESIDUAL = True
     assert on.status == off.status
@@ -238,6 +241,137 @@ def test_minimalloc_instance_i_at_full_capacity() -> None:
     from memplan.alloc import read_buffers_csv
 
     b = read_buffers_csv(MINIMALLOC / "I.1048576.csv").buffers
-    result = place(b, capacity=1048576, time_limit=300)
+    result = place(b, capacity=1048576, time_limit=300, engine="numpy")
     assert result.offsets is not None, result.message
     assert assert_valid(b, result.offsets, 1048576) <= 1048576
+
+
+# --------------------------------------------------------------------------- exact arithmetic
+
+
+def test_peak_live_load_is_exact_beyond_int64_issue_17() -> None:
+    n = 16
+    lower, upper = np.zeros(n, dtype=np.int64), np.ones(n, dtype=np.int64)
+    size = np.full(n, 2**60, dtype=np.int64)
+    assert peak_live_load(lower, upper, size) == 16 * 2**60  # int64 would wrap to 0
+    assert peak_live_load(np.arange(n), np.arange(n) + 1, size) == 2**60  # one at a time
+
+
+def test_a_peak_above_2_61_is_refused_and_below_the_capacity_infeasible_issue_17() -> None:
+    """Issue 17 item 5: 16 buffers of 2^60 bytes live at once exited 0 with overlapping offsets."""
+    from memplan.errors import InputError
+
+    b = Buffers.from_rows([(f"b{k}", 0, 1, 2**60) for k in range(16)], source="big.csv")
+    with pytest.raises(
+        InputError, match=r"big.csv: size: the peak live load is 18446744073709551616"
+    ):
+        place(b)
+    result = place(b, capacity=2**60)
+    assert result.status == "infeasible" and result.peak == 2**64
+    # One at a time, the same sizes fit at offset 0: nothing overflows.
+    seq = Buffers.from_rows([(f"b{k}", k, k + 1, 2**60) for k in range(16)])
+    result = place(seq)
+    assert result.status == "optimal" and result.arena == 2**60
+    assert assert_valid(seq, result.offsets) == 2**60
+
+
+def test_the_checker_is_exact_for_offsets_near_int64() -> None:
+    """Offsets and sizes whose sums pass 2^63 are compared as Python integers, not wrapped."""
+    lower, upper = [0, 0], [1, 1]
+    size = [2**62, 2**62]
+    clash = check_placement(lower, upper, size, [2**62, 2**62 + 2**61])
+    assert not clash.valid and clash.pair == (0, 1)
+    stacked = check_placement(lower, upper, size, [0, 2**62])
+    assert stacked.valid and stacked.arena == 2**63
+
+
+def test_fractional_or_negative_capacities_and_bad_time_limits_are_input_errors() -> None:
+    from memplan.errors import InputError
+
+    b = Buffers.from_rows([("a", 0, 2, 4)])
+    for bad in (1.5, -1, True):
+        with pytest.raises(InputError, match="capacity"):
+            place(b, capacity=bad)  # type: ignore[arg-type]
+    for bad_limit in (float("nan"), float("inf"), -1.0):
+        with pytest.raises(InputError, match="time limit"):
+            place(b, time_limit=bad_limit)
+
+
+# --------------------------------------------------------------------------- time limits
+
+
+def generated(n: int, seed: int = 0, width: int = 60) -> Buffers:
+    """n buffers over a timeline of n steps, lifetimes of 1..width steps, sizes up to 1 MiB."""
+    rng = np.random.default_rng(seed)
+    lower = rng.integers(0, n, n)
+    upper = lower + rng.integers(1, width, n)
+    size = rng.integers(1, 1 << 20, n)
+    return Buffers(tuple(f"t{k}" for k in range(n)), lower, upper, size)
+
+
+def test_first_fit_stacks_the_rest_at_its_deadline() -> None:
+    """The greedy is anytime: past its deadline every buffer left goes above the arena (issue 17
+    item 10: the O(n^2) first fit used to run outside the limit)."""
+    from memplan.alloc.greedy import first_fit
+
+    b = generated(3000)
+    order = np.argsort(-b.size, kind="stable")
+    offsets = first_fit(b.lower, b.upper, b.size, order, deadline=time.perf_counter() - 1.0)
+    assert assert_valid(b, offsets) == int(b.size.sum())  # nothing was placed: all stacked
+    full = first_fit(b.lower, b.upper, b.size, order)
+    assert assert_valid(b, full) < int(b.size.sum()) // 10
+
+
+def test_a_zero_time_limit_on_a_large_instance_returns_at_once(monkeypatch) -> None:
+    """100,000 buffers with no time at all: still a valid placement (least-arena mode) or a
+    clean give-up (with a capacity), never a search or greedy that runs on."""
+    import memplan.alloc.greedy as greedy_module
+
+    def no_first_fit(*args: object, **kwargs: object) -> None:
+        raise AssertionError("the first fit ran with no time left")
+
+    monkeypatch.setattr(greedy_module, "first_fit", no_first_fit)
+    b = generated(100_000)
+    started = time.perf_counter()
+    result = place(b, time_limit=0.0)
+    assert result.status == "placed" and result.offsets is not None
+    assert result.arena == int(b.size.sum()) and result.lower_bound == result.peak
+    capped = place(b, capacity=result.peak, time_limit=0.0)
+    assert capped.status == "gave-up" and capped.offsets is None
+    assert time.perf_counter() - started < 120  # generous: no timing is asserted
+
+
+def test_the_search_checks_its_deadline() -> None:
+    """A tiny limit on a hard capacity gives up (the numpy engine; the compiled one:
+    test_alloc_compiled.py)."""
+    rng = np.random.default_rng(3)
+    b = perfect_tiling(rng, capacity=1 << 20, horizon=300, cuts=700)
+    result = search(b.lower, b.upper, b.size, b.peak_live_load(), time_limit=0.01, engine="numpy")
+    assert result.status in ("gave-up", "placed")
+    if result.status == "gave-up":
+        assert result.offsets is None
+
+
+def test_least_arena_never_ends_worse_than_the_greedy_or_its_probes() -> None:
+    """NOTE [ least arena ]: whatever the budget, the arena returned is the best any probe found,
+    at most the greedy's and at least the peak."""
+    import memplan.alloc as alloc_module
+
+    b = generated(300, seed=5, width=30)
+    greedy = int((best_greedy(b.lower, b.upper, b.size) + b.size).max())
+    found: list[int] = []
+    original = alloc_module._arena
+
+    def record(offsets: np.ndarray, size: np.ndarray) -> int:
+        arena = original(offsets, size)
+        found.append(arena)
+        return arena
+
+    alloc_module._arena = record
+    try:
+        result = place(b, time_limit=1.0)
+    finally:
+        alloc_module._arena = original
+    assert result.offsets is not None
+    assert b.peak_live_load() <= result.arena <= greedy
+    assert result.arena == min(found)

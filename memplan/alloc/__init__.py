@@ -7,19 +7,25 @@ never share an address (``memplan alloc``; docs/alloc.md).
 >>> p.status, p.arena, p.offsets.tolist()
 ('optimal', 8, [0, 4, 0])
 
-The exact search (:mod:`memplan.alloc.search`) follows Moffitt's MiniMalloc (ASPLOS 2023); the
-checker (:mod:`memplan.alloc.validate`) is independent of it.
+The exact search (:mod:`memplan.alloc.search`) follows Moffitt's MiniMalloc (ASPLOS 2023), in two
+engines: compiled with numba when the ``fast`` extra is installed (:mod:`memplan.alloc.kernel`,
+run through :mod:`memplan.alloc.compiled`), numpy otherwise. The greedy (:mod:`memplan.alloc.greedy`)
+is an upper bound and a quick answer; the checker (:mod:`memplan.alloc.validate`) is independent
+of both.
 """
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from types import ModuleType
 
 import numpy as np
 
 from memplan.alloc.buffers import (
+    MAX_ARENA,
     Buffers,
     BufferTable,
     format_buffers_csv,
@@ -27,8 +33,9 @@ from memplan.alloc.buffers import (
     peak_live_load,
     read_buffers_csv,
 )
+from memplan.alloc.lifetimes import overlaps_in_time
 from memplan.alloc.validate import Check, check_placement
-from memplan.errors import InternalError
+from memplan.errors import InputError, InternalError
 
 __all__ = [
     "BufferTable",
@@ -75,29 +82,62 @@ def _arena(offsets: np.ndarray, size: np.ndarray) -> int:
     return int((offsets + size).max(initial=0))
 
 
+# NOTE [ exact arithmetic ]
+# Sizes, times and offsets are int64. A CSV value is at most 2^60 (buffers.MAX_VALUE); place()
+# computes the peak live load exactly (Python integers when the sizes add up to 2^62 or more)
+# and refuses, as bad input, a peak above MAX_ARENA = 2^61: the arena would not fit in int64
+# sums. Every capacity the search is given is then at most 2^61 (a larger one is lowered to
+# the greedy arena, which the greedy keeps below 2^61 too), so every sum the solver forms (an
+# offset plus a size, a minimum offset plus a section total) stays below 2^62: exact.
+
+_VALIDATE_RESERVE = 0.05
+"""Seconds kept at the end of the time limit for the final check, on top of twice what
+the peak live load took to compute (the sorts of the check cost about that)."""
+
+
 def place(
     buffers: Buffers,
     capacity: int | None = None,
     time_limit: float | None = None,
     on_progress: Callable[[str], None] | None = None,
+    engine: str = "auto",
 ) -> Placement:
     """Place ``buffers`` within ``capacity`` bytes, or, without one, in the least arena.
 
     With a capacity: a greedy first fit is tried first; when it does not fit, the exact search
     (:func:`memplan.alloc.search.search`) finds a placement or proves there is none. Without one:
-    the arena is minimized between the peak live load (a lower bound) and the greedy arena, by the
-    exact search at the lower bound and then by bisection. ``time_limit`` (seconds, None for no
-    limit) bounds the whole call; a search cut short reports ``gave-up`` (with a capacity) or the
-    best arena found (without one). Every placement returned has been checked by the independent
-    :func:`memplan.alloc.validate.check_placement`.
+    the arena is minimized between the peak live load (a lower bound) and the greedy arena by
+    rounds of bisection, each probe a search under a node budget that grows every round
+    (:func:`_least_arena`). ``time_limit`` (seconds, None for no limit) bounds the whole call,
+    the final check included; a search cut short reports ``gave-up`` (with a capacity) or the
+    best arena found (without one). ``engine`` picks the search (``auto``, ``compiled`` or
+    ``numpy``; see :func:`memplan.alloc.search.search`). Every placement returned has been
+    checked by the independent :func:`memplan.alloc.validate.check_placement`.
+
+    Raises :class:`memplan.InputError` for a capacity that is not a non-negative integer, a time
+    limit that is not a finite number >= 0, or a peak live load above 2^61 bytes (NOTE [ exact
+    arithmetic ]).
     """
-    from memplan.alloc.greedy import best_greedy
-    from memplan.alloc.search import search
+    from memplan.alloc.greedy import ArenaTooLarge, best_greedy
+    from memplan.alloc.search import ENGINES, search
 
     started = time.perf_counter()
-    deadline = None if time_limit is None else started + float(time_limit)
+    if time_limit is not None and (
+        isinstance(time_limit, bool) or not math.isfinite(time_limit) or time_limit < 0
+    ):
+        raise InputError(f"time limit {time_limit!r}: expected a finite number of seconds >= 0")
+    if capacity is not None and (
+        isinstance(capacity, bool) or not isinstance(capacity, (int, np.integer)) or capacity < 0
+    ):
+        raise InputError(f"capacity {capacity!r}: expected a whole number of bytes >= 0")
+    if engine not in ENGINES:
+        raise InputError(f"engine {engine!r}: expected one of {', '.join(ENGINES)}")
+    capacity = None if capacity is None else int(capacity)
     lower, upper, size = buffers.lower, buffers.upper, buffers.size
     peak = peak_live_load(lower, upper, size)
+    # The final check sorts like the sweep of the peak, about twice over: keep that much time.
+    reserve = _VALIDATE_RESERVE + 2 * (time.perf_counter() - started)
+    deadline = None if time_limit is None else started + max(float(time_limit) - reserve, 0.0)
     nodes = 0
 
     def left() -> float | None:
@@ -131,17 +171,51 @@ def place(
             peak,
             f"the capacity {capacity} is below the peak live load {peak}",
         )
-    greedy = best_greedy(lower, upper, size)
-    greedy_arena = _arena(greedy, size)
+    if peak > MAX_ARENA:
+        raise InputError(
+            f"{buffers.source}: size: the peak live load is {peak} bytes, more than 2^61: too "
+            f"large to place exactly"
+        )
+    # Buffers of size 0 take no address: offset 0, left out of the greedy and the search.
+    keep = np.flatnonzero(size > 0)
+    lower_k, upper_k, size_k = lower[keep], upper[keep], size[keep]
+
+    def spread(offsets_k: np.ndarray) -> np.ndarray:
+        offsets = np.zeros(len(size), dtype=np.int64)
+        offsets[keep] = offsets_k
+        return offsets
+
+    graph = overlaps_in_time(lower_k, upper_k, deadline)
+    # Without the overlap lists the compiled greedy cannot run (nor can the search).
+    kernel = _kernel(engine, deadline, len(keep)) if graph is not None else None
+    try:
+        greedy = best_greedy(lower_k, upper_k, size_k, deadline, kernel, graph)
+    except ArenaTooLarge:
+        raise InputError(
+            f"{buffers.source}: size: a placement would need an arena above 2^61 bytes: too "
+            f"large to place exactly"
+        ) from None
+    greedy_arena = _arena(greedy, size_k)
     if capacity is not None:
         if greedy_arena <= capacity:
             status = "optimal" if greedy_arena == peak else "placed"
-            return done(status, greedy, peak, "placed by greedy first fit")
-        result = search(lower, upper, size, capacity, left(), on_progress)
+            return done(status, spread(greedy), peak, "placed by greedy first fit")
+        result = search(
+            lower_k,
+            upper_k,
+            size_k,
+            capacity,
+            left(),
+            on_progress,
+            engine=_engine_name(engine, kernel, len(keep)),
+            graph=graph,
+        )
         nodes += result.nodes
         if result.status == "placed":
             assert result.offsets is not None
-            return done("placed", result.offsets, peak, f"placed by search ({result.nodes} nodes)")
+            return done(
+                "placed", spread(result.offsets), peak, f"placed by search ({result.nodes} nodes)"
+            )
         if result.status == "infeasible":
             return done(
                 "infeasible",
@@ -150,34 +224,132 @@ def place(
                 f"no placement fits the capacity {capacity} (proven by exhaustive search; "
                 f"peak live load {peak})",
             )
+        why = result.note or "found in the time limit"
         return done(
             "gave-up",
             None,
             peak,
-            f"no placement within the capacity {capacity} found in the time limit (not proven "
-            f"infeasible; peak live load {peak}, greedy first fit needs {greedy_arena})",
+            f"no placement within the capacity {capacity} {why} (not proven infeasible; peak "
+            f"live load {peak}, greedy first fit needs {greedy_arena})",
         )
-    # Minimize the arena: lo is a proven lower bound, best the best placement found.
-    best, lo, hi = greedy, peak, greedy_arena
-    probe = peak
-    while lo < hi:
-        result = search(lower, upper, size, probe, left(), on_progress)
-        nodes += result.nodes
-        if result.status == "placed":
-            assert result.offsets is not None
-            best, hi = result.offsets, _arena(result.offsets, size)
-        elif result.status == "infeasible":
-            lo = probe + 1
-        else:
-            break
-        if on_progress is not None:
-            on_progress(f"arena between {lo} and {hi}")
-        probe = (lo + hi) // 2
+    best, lo, hi, nodes = _least_arena(
+        (lower_k, upper_k, size_k, graph),
+        peak,
+        greedy,
+        left,
+        on_progress,
+        _engine_name(engine, kernel, len(keep)),
+    )
     if lo >= hi:
-        return done("optimal", best, hi, f"least arena {hi} (peak live load {peak})")
+        return done("optimal", spread(best), hi, f"least arena {hi} (peak live load {peak})")
     return done(
         "placed",
-        best,
+        spread(best),
         lo,
         f"arena {hi} found; least arena not proven (at least {lo}) within the time limit",
     )
+
+
+def _kernel(engine: str, deadline: float | None, n: int) -> ModuleType | None:
+    """The compiled kernel, or None for the numpy engine. ``auto`` waits for it (loading takes
+    about half a second; a first compilation, seconds) until half the time left, and skips it
+    for small instances whose greedy does not need it (the search loads it if it runs)."""
+    from memplan.alloc import compiled
+
+    if engine == "numpy" or (engine == "auto" and not compiled.available()):
+        return None
+    if engine == "compiled":
+        return compiled.load(None)
+    if n < _COMPILED_GREEDY and not compiled.loaded():
+        return None
+    now = time.perf_counter()
+    return compiled.load(None if deadline is None else now + (deadline - now) / 2)
+
+
+_COMPILED_GREEDY = 5000
+"""Buffers from which the greedy runs compiled (when numba is installed)."""
+
+
+def _engine_name(engine: str, kernel: ModuleType | None, n: int) -> str:
+    """The engine of the searches: ``compiled`` when the kernel is loaded, ``numpy`` when
+    ``auto`` already waited for it in vain."""
+    if kernel is not None:
+        return "compiled"
+    return "numpy" if engine == "auto" and n >= _COMPILED_GREEDY else engine
+
+
+def _least_arena(
+    problem: tuple[np.ndarray, np.ndarray, np.ndarray, tuple[np.ndarray, np.ndarray] | None],
+    peak: int,
+    greedy: np.ndarray,
+    left: Callable[[], float | None],
+    on_progress: Callable[[str], None] | None,
+    engine: str,
+) -> tuple[np.ndarray, int, int, int]:
+    """NOTE [ least arena ]: the best placement found, a proven lower bound, its arena, nodes.
+
+    Rounds of bisection between the proven lower bound ``lo`` (first the peak live load) and the
+    best arena ``hi`` (first the greedy's), in steps of the sizes' greatest common divisor (every
+    arena of a placement pushed down is a sum of sizes: a multiple of it). Each probe is a search
+    under a node budget; a probe that gives up sends the bisection up, as if the capacity were
+    too small, without proving anything. The budget grows fourfold every round, so the least
+    arena is found (and proven) when time allows, and every round ends with the best placement
+    any probe found.
+    """
+    from memplan.alloc.search import search
+
+    lower, upper, size, graph = problem
+    step = int(np.gcd.reduce(size)) if len(size) else 1
+    best, hi = greedy, _arena(greedy, size)
+    lo = peak
+    nodes = 0
+    budget = _PROBE_BUDGET * len(size)
+    probe = lo  # the first probe is at the peak live load, every later round bisects at once
+    while lo < hi:
+        floor = lo  # lowest capacity not yet tried in this round
+        while floor < hi:
+            remaining = left()
+            if remaining is not None and remaining <= 0:
+                return best, lo, hi, nodes
+            result = search(
+                lower,
+                upper,
+                size,
+                probe,
+                remaining,
+                on_progress,
+                node_budget=budget,
+                engine=engine,
+                tight=False,  # the peak is the first probe
+                graph=graph,
+            )
+            nodes += result.nodes
+            if result.note:  # too large to search: the greedy placement stands
+                return best, lo, hi, nodes
+            if result.status == "placed":
+                assert result.offsets is not None
+                best, hi = result.offsets, _arena(result.offsets, size)
+            elif result.status == "infeasible":
+                lo = floor = _round_up(probe + 1, step)
+            else:
+                floor = _round_up(probe + 1, step)
+            if on_progress is not None:
+                on_progress(f"arena between {lo} and {hi}")
+            probe = _bisect(floor, hi, step)
+        budget *= 4
+        probe = _bisect(lo, hi, step)
+    return best, lo, hi, nodes
+
+
+def _bisect(floor: int, hi: int, step: int) -> int:
+    """The next probe in [floor, hi): the midpoint rounded up to a multiple of ``step``."""
+    probe = _round_up(floor + (hi - floor) // 2, step)
+    return probe if probe < hi else floor
+
+
+def _round_up(value: int, step: int) -> int:
+    return -(-value // step) * step
+
+
+_PROBE_BUDGET = 10
+"""Nodes per buffer of each probe in the first round of NOTE [ least arena ] (x4 every round)."""

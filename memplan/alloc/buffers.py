@@ -24,7 +24,10 @@ COLUMNS = ("id", "lower", "upper", "size")
 """The columns every buffer CSV has, in the order memplan writes them."""
 OFFSET = "offset"
 MAX_VALUE = 2**60
-"""Largest time, size or offset accepted: every sum stays exact in int64."""
+"""Largest time, size or offset accepted in a CSV."""
+MAX_ARENA = 2**61
+"""Largest peak live load (and arena) placed: every sum of two offsets or sizes the solver forms
+stays below 2^62, exact in int64 (NOTE [ exact arithmetic ] in memplan/alloc/__init__.py)."""
 
 
 @dataclass(frozen=True)
@@ -108,14 +111,30 @@ class Buffers:
 
 
 def peak_live_load(lower: np.ndarray, upper: np.ndarray, size: np.ndarray) -> int:
-    """Max over time of the total size of the buffers live then (a sweep over the endpoints)."""
+    """Max over time of the total size of the buffers live then.
+
+    The load is highest just after some buffer starts: there it is the sizes of the buffers
+    started so far (ties included) minus those ended by then (lifetimes are half-open). Two
+    sorts and a merge, O(n log n); exact for any sizes (Python integers when the sizes add up
+    to 2^62 or more, where int64 could overflow).
+    """
     if len(size) == 0:
         return 0
-    times = np.concatenate([lower, upper])
-    deltas = np.concatenate([size, -size])
-    # At equal times the ends (-size) come first: lifetimes are half-open.
-    order = np.lexsort((deltas, times))
-    return int(max(0, np.cumsum(deltas[order]).max()))
+    lower, upper = np.asarray(lower), np.asarray(upper)
+    size = np.asarray(size)
+    by_lower = np.argsort(lower, kind="stable")
+    by_upper = np.argsort(upper, kind="stable")
+    starts, ends = lower[by_lower], upper[by_upper]
+    exact = sum(size.tolist()) >= 2**62
+    dtype = object if exact else np.int64
+    started = np.cumsum(np.asarray(size[by_lower].tolist() if exact else size[by_lower], dtype))
+    ended = np.concatenate(
+        [[0], np.cumsum(np.asarray(size[by_upper].tolist() if exact else size[by_upper], dtype))]
+    )
+    # At each start time: everything started at or before it, minus everything ended by then.
+    last_start = np.searchsorted(starts, starts, side="right") - 1
+    ended_by = np.searchsorted(ends, starts, side="right")
+    return int(max(0, (started[last_start] - ended[ended_by]).max()))
 
 
 # --------------------------------------------------------------------------- CSV

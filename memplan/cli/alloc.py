@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+from decimal import Decimal
 from pathlib import Path
 from typing import Annotated
 
@@ -68,8 +70,10 @@ def alloc(
     from memplan.alloc import check_placement, format_buffers_csv, place, read_buffers_csv
 
     with guard():
-        cap = option_size("--capacity", capacity)
+        cap = _capacity(capacity)
         check_positive("--time-limit", time_limit)
+        if time_limit is not None and not math.isfinite(time_limit):
+            raise InputError(f"--time-limit {time_limit}: expected a finite number of seconds")
         if buffers is None:
             if stdin_is_terminal():
                 raise InputError(f"missing BUFFERS.csv: give a file or '-', e.g. {EXAMPLE}")
@@ -106,3 +110,21 @@ def alloc(
             f"memplan: placed {len(bufs)} buffers: arena {result.arena} ({proof}; {target}; "
             f"peak live load {result.peak}) in {result.seconds:.2f} s"
         )
+
+
+def _capacity(text: str | None) -> int | None:
+    """``--capacity`` in whole bytes, exactly: ``1MiB``, ``1048576``, ``1.5KiB`` (1536); a
+    fractional byte count (``1.5``, ``0.1KB``) is refused, not rounded."""
+    from memplan.units import _PATTERN, _UNITS
+
+    size = option_size("--capacity", text)  # the format, the unit, the range
+    if text is None or size is None:
+        return None
+    match = _PATTERN.match(text)
+    assert match is not None  # option_size accepted it
+    exact = Decimal(match.group(1)) * _UNITS[match.group(2).upper()]
+    if exact != exact.to_integral_value():
+        raise InputError(
+            f"--capacity {text}: expected a whole number of bytes, got {exact.normalize()} bytes"
+        )
+    return int(exact)
