@@ -210,3 +210,16 @@ def test_linearize_on_sample_still_checks_the_chain():
     model = Skips(nn.Linear(4, 4), nn.Tanh())
     with pytest.raises(InputError, match="does not reproduce"):
         linearize_on_sample(model, torch.randn(8, 4))
+
+
+def test_linearize_on_sample_checks_a_squeezing_model_on_the_whole_batch():
+    class Squeeze(nn.Module):
+        def forward(self, x):
+            return x.squeeze()  # (1, 1) -> (): the sample's output has no batch dimension
+
+    torch.manual_seed(0)
+    model, x = nn.Sequential(nn.Linear(4, 1), Squeeze()), torch.randn(8, 4)
+    whole, sampled = linearize(model, x), linearize_on_sample(model, x)
+    assert type(whole.stages[-1][1]) is type(sampled.stages[-1][1])
+    with torch.no_grad():
+        assert torch.equal(whole.forward(x), sampled.forward(x))

@@ -176,7 +176,9 @@ def profile(
         where = result.device.kind if result.device else device.value
         if result.device is not None and result.device.kind == "estimated":
             info = (result.measured.estimate if result.measured else None) or {}
-            where = f"{info.get('sizes_on', 'cpu')}, times estimated for {result.device.name}"
+            sizes_on = info.get("sizes_on", "cpu")
+            sizes_on = "fake tensors" if sizes_on == "fake" else sizes_on
+            where = f"{sizes_on}, times estimated for {result.device.name}"
         echo_err(
             f"memplan: profiled {result.model}: {result.length} stages on {where}, "
             f"lower bound {result.lower_bound:.3f} ms"

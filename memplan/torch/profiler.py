@@ -52,7 +52,7 @@ from memplan.gpu import GpuSpec, gpu_catalog, gpu_from_dict, load_gpu, load_gpu_
 from memplan.profile.model import Device, Measured, Profile, Stage
 from memplan.torch.bandwidth import measure_bandwidth, offload_copy_bytes, profile_bandwidth
 from memplan.torch.estimate import OpCounter, estimate_info, estimate_stage, tf32_flags
-from memplan.torch.linearize import Chain, eval_mode, linearize, make_loss
+from memplan.torch.linearize import Chain, linearize, make_loss
 from memplan.torch.models import build_model
 from memplan.torch.models import example_input as default_example_input
 
@@ -467,7 +467,7 @@ def describe_device(device: torch.device) -> Device:
 # --------------------------------------------------------------------------------------------
 
 
-LINEARIZE_SAMPLES = 2
+LINEARIZE_SAMPLES = 1
 """Samples of the batch on which :func:`linearize_on_sample` checks the chain."""
 
 
@@ -477,16 +477,22 @@ def linearize_on_sample(model: nn.Module, x: Tensor, samples: int = LINEARIZE_SA
     The check (the chain reproduces the model's output, in eval mode) is about the model's
     structure, not its batch size: running it on the whole batch costs two forwards, more than
     half a training iteration, for nothing more. The loss stage is built for the whole batch, as
-    ``linearize(model, x)`` builds it (same targets).
+    ``linearize(model, x)`` builds it (same targets). A model whose output on the sample has no
+    batch dimension of that size (it squeezes it) is checked on the whole batch instead.
     """
     if x.dim() == 0 or x.shape[0] <= samples:
         return linearize(model, x)
-    checked = linearize(model, x[:samples])
-    stages = checked.stages[:-1]
-    with eval_mode(model, *(m for _, m in stages)), torch.no_grad():
-        out = Chain(stages).forward(x[:1])
-    whole = out.expand(int(x.shape[0]), *out.shape[1:])  # the whole batch's output, as a view
-    return Chain(stages=[*stages, ("loss", make_loss(whole, x))])
+    outputs: list[Tensor] = []  # the model's output on the sample, which the check computes
+    hook = model.register_forward_hook(lambda _module, _args, out: outputs.append(out))
+    try:
+        checked = linearize(model, x[:samples])
+    finally:
+        hook.remove()
+    out = outputs[-1] if outputs else None
+    if not isinstance(out, Tensor) or out.dim() == 0 or out.shape[0] != samples:
+        return linearize(model, x)
+    whole = out[:1].expand(int(x.shape[0]), *out.shape[1:])  # the whole batch's, as a view
+    return Chain(stages=[*checked.stages[:-1], ("loss", make_loss(whole, x))])
 
 
 @contextmanager
