@@ -1,7 +1,8 @@
 """Estimate GPU times from operator counts: a roofline per aten operator (``roofline/1``).
 
-A stage's forward and backward run once (on CPU, with real tensors) under :class:`OpCounter`, a
-``TorchDispatchMode`` that records, for every aten operator call that launches a kernel:
+A stage's forward and backward run once under :class:`OpCounter` (on fake tensors by default,
+:mod:`memplan.torch.fake`; on real CPU or CUDA tensors with ``--device``), a ``TorchDispatchMode``
+that records, for every aten operator call that launches a kernel:
 
 * FLOPs, from ``torch.utils.flop_counter.flop_registry`` (matrix products, convolutions, fused
   attention), plus the CPU flash-attention operators that the registry does not list; 0 otherwise;

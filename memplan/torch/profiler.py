@@ -20,10 +20,16 @@ stage the output of stage ``k-1`` and runs one warm-up iteration, one instrument
     the same from ``torch.cuda.max_memory_allocated``. Clamped at 0.
 ``weight_size``
     Bytes of the stage's parameters (a parameter shared by stages counts in the first one).
+``bandwidth`` (of the profile)
+    The host<->device copy rate (:mod:`memplan.torch.bandwidth`): pinned copies on CUDA, the
+    runtime's own offload copy on CPU.
 
-With ``estimate=GPU`` (or ``gpu_spec=FILE``) the sizes are measured the same way, but the times
-are estimated for that GPU from per-operator FLOP and byte counts (:mod:`memplan.torch.estimate`)
-and the timed iterations are skipped.
+The chain is checked against the model on one sample (:func:`linearize_on_sample`).
+
+With ``estimate=GPU`` (or ``gpu_spec=FILE``) the times are estimated for that GPU from
+per-operator FLOP and byte counts (:mod:`memplan.torch.estimate`) and the timed iterations are
+skipped; with ``device="auto"`` the stages run on fake tensors (:mod:`memplan.torch.fake`): the
+same sizes as on CPU without computing anything.
 
 docs/profiling.md describes the method and its approximations; docs/estimation.md the estimate.
 """
@@ -467,6 +473,25 @@ def describe_device(device: torch.device) -> Device:
 # --------------------------------------------------------------------------------------------
 
 
+@contextmanager
+def _one_thread() -> Iterator[None]:
+    """One intra-op thread for a small computation, then the caller's count again.
+
+    A one-sample forward gains little from more threads, and on a machine busy with other jobs
+    a multi-threaded one waits for preempted threads: 0.44 s on one thread against 2-6 s on two
+    for ResNet-50 (docs/benchmarks.md, "Profiling cost"). Nothing measured runs under it.
+    """
+    threads = torch.get_num_threads()
+    if threads == 1:
+        yield
+        return
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
+
+
 LINEARIZE_SAMPLES = 1
 """Samples of the batch on which :func:`linearize_on_sample` checks the chain."""
 
@@ -485,7 +510,8 @@ def linearize_on_sample(model: nn.Module, x: Tensor, samples: int = LINEARIZE_SA
     outputs: list[Tensor] = []  # the model's output on the sample, which the check computes
     hook = model.register_forward_hook(lambda _module, _args, out: outputs.append(out))
     try:
-        checked = linearize(model, x[:samples])
+        with _one_thread():
+            checked = linearize(model, x[:samples])
     finally:
         hook.remove()
     out = outputs[-1] if outputs else None
@@ -654,8 +680,9 @@ def profile_model(
 
     With ``estimate`` (a GPU of :func:`memplan.gpu.gpu_catalog`) or ``gpu_spec`` (a GPU spec
     file, a :class:`~memplan.gpu.GpuSpec` or its dict), the times are estimated for that GPU from
-    operator counts (docs/estimation.md) instead of measured: the sizes are measured exactly as
-    in a CPU profile, the timed repetitions are skipped, ``device.kind`` is ``estimated`` and
+    operator counts (docs/estimation.md) instead of measured: with ``device="auto"`` the model
+    runs on fake tensors (no computation; the sizes of a CPU profile, overheads at the tensor
+    level), the timed repetitions are skipped, ``device.kind`` is ``estimated`` and
     ``bandwidth`` the GPU's host link.
 
     Parameters
@@ -682,7 +709,8 @@ def profile_model(
         The profile's ``model`` field (default: the model name, or the module's class name).
     estimate : str, optional
         Estimate the times for a GPU of the catalog (``a100``, ``h100``...). ``device="auto"``
-        then measures the sizes on CPU; ``repeats`` is ignored.
+        then runs the model on fake tensors (real CPU tensors when they cannot run it:
+        ``measured.estimate.fake_failed`` says why); ``repeats`` is ignored.
     gpu_spec : str, Path, GpuSpec or dict, optional
         The same for a GPU described by a YAML/JSON file (or a spec). Give one of ``estimate``
         and ``gpu_spec``.
