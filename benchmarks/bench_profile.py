@@ -177,9 +177,9 @@ def check(args: argparse.Namespace) -> None:
 
     print(
         "| model | input | stages | sizes = CPU profile's | counts = real estimate's "
-        "| overheads = CPU profile's | fake s | real estimate s |"
+        "| overheads = CPU profile's | overheads <= CPU profile's | fake s | real estimate s |"
     )
-    print("|---|---|---:|---|---|---|---:|---:|")
+    print("|---|---|---:|---|---|---|---|---:|---:|")
     for name, (batch, shape) in CHECK.items():
         kwargs = {"batch_size": batch, "input_shape": shape}
         wall = time.perf_counter()
@@ -198,14 +198,20 @@ def check(args: argparse.Namespace) -> None:
 
         sizes = same(SIZES, fake, measured) and fake.input_size == measured.input_size
         counts = same(COUNTS, fake, real)
+        pairs = list(zip(fake.stages, measured.stages, strict=True))
         overheads = sum(
             (s.forward_overhead, s.backward_overhead) == (t.forward_overhead, t.backward_overhead)
-            for s, t in zip(fake.stages, measured.stages, strict=True)
+            for s, t in pairs
+        )
+        at_most = all(
+            s.forward_overhead <= t.forward_overhead and s.backward_overhead <= t.backward_overhead
+            for s, t in pairs
         )
         dims = f"{batch} x {'x'.join(map(str, shape))}"
         print(
             f"| {name} | {dims} | {fake.length} | {'yes' if sizes else 'NO'} "
             f"| {'yes' if counts else 'NO'} | {overheads}/{fake.length} stages "
+            f"| {'yes' if at_most else 'NO'} "
             f"| {fake_s:.1f} | {real_s:.1f} |",
             flush=True,
         )

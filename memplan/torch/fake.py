@@ -23,12 +23,12 @@ of ones), with:
 NOTE [ fake overheads ]
 The CPU probe of a real profile counts every allocation of PyTorch's CPU allocator, including
 those made inside a kernel: on CPU, oneDNN's blocked copies of the convolution weights (about the
-weight bytes of the stage, in the forward and in the backward). Those are specific to the CPU
-(its vector width picks the blocked layout) and say nothing about a GPU. The tracker counts the
-tensors the operators return, which is what every device allocates for the stage; a real run
-gives the same numbers when measured the same way (:class:`AllocationTracker` on real tensors,
-checked by the tests). The estimate's overheads are therefore machine-independent and at most
-the real CPU profile's, which adds the kernels' own buffers.
+weight bytes of the stage), buffers as large as an activation in convolution backward passes,
+the 0-d tensor a Python number becomes (``x * 2``). Those are specific to the CPU's kernels and
+say nothing about a GPU. The tracker counts the tensors the operators return, which is what every
+device allocates for the stage; a real run gives the same numbers when measured the same way
+(:class:`AllocationTracker` on real tensors, checked by the tests), on any machine. On the
+built-in models they are at most the CPU profile's (docs/benchmarks.md, "Profiling cost").
 """
 
 from __future__ import annotations
