@@ -98,6 +98,16 @@ def test_run_trains_an_offloading_plan_on_cpu_with_the_profile_bandwidth(piped):
     assert re.search(r"memplan: profiling gpt-tiny: 5/5 loss", result.stderr)
 
 
+def test_cpu_bandwidth_is_the_runtime_copy_of_the_largest_tensor():
+    from memplan.torch.bandwidth import offload_copy_bytes, profile_bandwidth
+
+    mib = 2**20
+    assert [offload_copy_bytes(n) for n in (0, 5 * mib, 10**12)] == [mib, 5 * mib, 64 * mib]
+    rate, how = profile_bandwidth(torch.device("cpu"), 2 * mib, repeats=2)
+    assert rate > 0
+    assert how.startswith("the runtime's CPU offload copy of 2 MiB") and "median of 2" in how
+
+
 # --------------------------------------------------------------------------- Progress
 
 
