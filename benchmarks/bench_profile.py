@@ -128,7 +128,8 @@ def ratio(args: argparse.Namespace) -> None:
 
 
 def _timed_command(command: list[str], stdout_path: Path | None = None) -> tuple[int, float, str]:
-    """(exit status, wall seconds, last stderr line) of a command in a fresh process."""
+    """(exit status, wall seconds, last ``memplan:`` line on stderr) of a command in a fresh
+    process (the last line when none starts so)."""
     with tempfile.TemporaryFile() as err:
         out = open(stdout_path, "wb") if stdout_path else subprocess.DEVNULL  # noqa: SIM115
         started = time.perf_counter()
@@ -140,7 +141,8 @@ def _timed_command(command: list[str], stdout_path: Path | None = None) -> tuple
         seconds = time.perf_counter() - started
         err.seek(0)
         lines = err.read().decode(errors="replace").strip().splitlines()
-    return code, seconds, lines[-1] if lines else ""
+    said = [line for line in lines if line.startswith("memplan:")] or lines
+    return code, seconds, said[-1] if said else ""
 
 
 def estimate(args: argparse.Namespace) -> None:
