@@ -35,7 +35,9 @@ def _check_profile(prof: Profile) -> None:
     again = load_profile(save_profile(prof))  # YAML round trip, validated
     assert again == prof
     assert prof.device is not None and prof.device.kind == "cpu" and prof.device.name
-    assert prof.bandwidth is None  # measured only on CUDA
+    # CPU: the runtime's own offload copy, timed (docs/profiling.md, "bandwidth")
+    assert prof.bandwidth is not None and prof.bandwidth > 0
+    assert "runtime's CPU offload copy" in prof.measured.extra["bandwidth"]
     assert prof.measured is not None and prof.measured.tool == f"memplan {memplan.__version__}"
     assert prof.measured.torch == torch.__version__ and prof.measured.repeats == 1
     assert prof.measured.date and prof.measured.date.endswith("Z")

@@ -23,6 +23,8 @@ from memplan.errors import InputError
 
 DEFAULT_ALGOS = "store-all,periodic,revolve,rotor"
 CSV_FIELDS = ("memory", "algorithm", "feasible", "makespan", "ratio", "peak_memory", "seconds")
+SWEEP_LINE_SECONDS = 10.0
+"""Off a terminal, a long sweep writes a progress line on stderr at most this often."""
 
 
 class CompareFormat(str, enum.Enum):
@@ -186,24 +188,13 @@ def _plot_title(prof: Any) -> str:
 
 
 def _sweep(compare_fn: Any, prof: Any, names: list[str], budgets: list[int], **kwargs: Any):
-    """Run the library's sweep with a progress bar on stderr (only on a terminal)."""
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+    """Run the library's sweep with a bar on a terminal, a line every 10 s otherwise."""
+    from memplan.cli.progress import Progress
 
-    console = err_console()
-    progress = Progress(
-        TextColumn("comparing"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        console=console,
-        transient=True,
-        disable=not console.is_terminal,
-    )
-    with progress:
-        task = progress.add_task("compare", total=len(names) * len(budgets))
+    with Progress("comparing", every=SWEEP_LINE_SECONDS) as progress:
 
         def on_progress(done: int, total: int) -> None:
-            progress.update(task, completed=done, total=total)
+            progress.update(done, total, "plans")
 
         return compare_fn(prof, names, budgets, on_progress=on_progress, **kwargs)
 

@@ -167,12 +167,18 @@ def profile(
             kwargs["repeats"] = repeats
         if gpu is not None:
             kwargs["estimate" if estimate is not None else "gpu_spec"] = gpu
-        result = _run_with_progress(profile_model, model, kwargs)
+        label = f"profiling {model}"
+        if gpu is not None:
+            label += f" (times estimated for {estimate or gpu_spec})"
+        start = "building the model and checking its chain of stages"
+        result = _run_with_progress(profile_model, model, kwargs, label, start)
         write_output(save_profile(result), output)
         where = result.device.kind if result.device else device.value
         if result.device is not None and result.device.kind == "estimated":
             info = (result.measured.estimate if result.measured else None) or {}
-            where = f"{info.get('sizes_on', 'cpu')}, times estimated for {result.device.name}"
+            sizes_on = info.get("sizes_on", "cpu")
+            sizes_on = "fake tensors" if sizes_on == "fake" else sizes_on
+            where = f"{sizes_on}, times estimated for {result.device.name}"
         echo_err(
             f"memplan: profiled {result.model}: {result.length} stages on {where}, "
             f"lower bound {result.lower_bound:.3f} ms"
@@ -222,24 +228,16 @@ def _nothing():
     return nullcontext()
 
 
-def _run_with_progress(profile_model, model: str, kwargs: dict):
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+def _run_with_progress(profile_model, model, kwargs: dict, label: str, start: str | None = None):
+    """``profile_model`` with a bar on a terminal, one line per stage on stderr otherwise
+    (``start``: a first line, before the model is built)."""
+    from memplan.cli.progress import Progress
 
-    console = err_console()
-    progress = Progress(
-        TextColumn(f"profiling {model}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TextColumn("{task.description}"),
-        TimeElapsedColumn(),
-        console=console,
-        transient=True,
-        disable=not console.is_terminal,
-    )
-    with progress:
-        task = progress.add_task("", total=None)
+    with Progress(label) as progress:
+        if start is not None:
+            progress.note(start)
 
         def on_progress(stage_name: str, done: int, total: int) -> None:
-            progress.update(task, completed=done, total=total, description=str(stage_name))
+            progress.update(done, total, stage_name)
 
         return profile_model(model, progress=on_progress, **kwargs)

@@ -130,7 +130,10 @@ def _train(
     x = x.to(dev)
     if profile is None:
         common.echo_err(f"memplan: profiling {label} on {dev.type} ...")
-        prof = profile_model(module, example_input=x, device=str(dev), repeats=repeats, name=label)
+        from memplan.cli.profile import _run_with_progress
+
+        kwargs = {"example_input": x, "device": str(dev), "repeats": repeats, "name": label}
+        prof = _run_with_progress(profile_model, module, kwargs, f"profiling {label}")
     else:
         prof = memplan.load_profile(profile)
     sched = memplan.solve(prof, algo, memory, optimizer=optimizer, **options)

@@ -1,7 +1,8 @@
 """Estimate GPU times from operator counts: a roofline per aten operator (``roofline/1``).
 
-A stage's forward and backward run once (on CPU, with real tensors) under :class:`OpCounter`, a
-``TorchDispatchMode`` that records, for every aten operator call that launches a kernel:
+A stage's forward and backward run once under :class:`OpCounter` (on fake tensors by default,
+:mod:`memplan.torch.fake`; on real CPU or CUDA tensors with ``--device``), a ``TorchDispatchMode``
+that records, for every aten operator call that launches a kernel:
 
 * FLOPs, from ``torch.utils.flop_counter.flop_registry`` (matrix products, convolutions, fused
   attention), plus the CPU flash-attention operators that the registry does not list; 0 otherwise;
@@ -9,8 +10,8 @@ A stage's forward and backward run once (on CPU, with real tensors) under :class
 * bytes written: the distinct output tensors;
 * its kind, ``matmul`` (FLOP-heavy, may use tensor cores) or ``memory`` (everything else).
 
-View and metadata operators (``view``, ``t``, ``expand``, ``detach``, ``empty``...) move no data and
-launch no kernel: they are not recorded. A tensor's bytes are those of the distinct elements it
+View and metadata operators (``view``, ``t``, ``expand``, ``detach``, ``empty``, ``prim.device``...)
+move no data and launch no kernel: they are not recorded. A tensor's bytes are those of the distinct elements it
 addresses (an expanded bias counts once), at most its storage.
 
 The time of an operator on a :class:`~memplan.gpu.GpuSpec` is
@@ -218,12 +219,16 @@ def _tensor_bytes(tensor: Tensor) -> int:
 
 
 def _tensor_key(tensor: Tensor) -> tuple[Any, ...]:
-    """Identity of the memory a tensor addresses, so that each is counted once per call."""
+    """Identity of the memory a tensor addresses, so that each is counted once per call.
+
+    The storage is told apart by its identity, not its data pointer: fake tensors
+    (:mod:`memplan.torch.fake`) have no data, and a real storage has one pointer anyway.
+    """
     try:
-        ptr = tensor.untyped_storage().data_ptr()
-    except (RuntimeError, NotImplementedError):
-        ptr = id(tensor)
-    return (ptr, tensor.storage_offset(), tuple(tensor.shape), tuple(tensor.stride()))
+        storage: Any = tensor.untyped_storage()._cdata
+    except (RuntimeError, NotImplementedError, AttributeError):
+        storage = id(tensor)
+    return (storage, tensor.storage_offset(), tuple(tensor.shape), tuple(tensor.stride()))
 
 
 def _distinct_bytes(tensors: Sequence[Tensor]) -> int:
@@ -299,8 +304,8 @@ class OpCounter(TorchDispatchMode):
         kwargs = kwargs or {}
         out = func(*args, **kwargs)
         packet = func.overloadpacket
-        if func.is_view or packet in _NO_KERNEL:
-            return out
+        if func.is_view or packet in _NO_KERNEL or func.namespace == "prim":
+            return out  # prim: metadata queries (``prim.device`` of a fake tensor)
         self.ops.setdefault(self._phase, []).append(self._record(func, packet, args, kwargs, out))
         return out
 

@@ -20,10 +20,16 @@ stage the output of stage ``k-1`` and runs one warm-up iteration, one instrument
     the same from ``torch.cuda.max_memory_allocated``. Clamped at 0.
 ``weight_size``
     Bytes of the stage's parameters (a parameter shared by stages counts in the first one).
+``bandwidth`` (of the profile)
+    The host<->device copy rate (:mod:`memplan.torch.bandwidth`): pinned copies on CUDA, the
+    runtime's own offload copy on CPU.
 
-With ``estimate=GPU`` (or ``gpu_spec=FILE``) the sizes are measured the same way, but the times
-are estimated for that GPU from per-operator FLOP and byte counts (:mod:`memplan.torch.estimate`)
-and the timed iterations are skipped.
+The chain is checked against the model on one sample (:func:`linearize_on_sample`).
+
+With ``estimate=GPU`` (or ``gpu_spec=FILE``) the times are estimated for that GPU from
+per-operator FLOP and byte counts (:mod:`memplan.torch.estimate`) and the timed iterations are
+skipped; with ``device="auto"`` the stages run on fake tensors (:mod:`memplan.torch.fake`): the
+same sizes as on CPU without computing anything.
 
 docs/profiling.md describes the method and its approximations; docs/estimation.md the estimate.
 """
@@ -50,14 +56,17 @@ import memplan
 from memplan.errors import InputError
 from memplan.gpu import GpuSpec, gpu_catalog, gpu_from_dict, load_gpu, load_gpu_file
 from memplan.profile.model import Device, Measured, Profile, Stage
+from memplan.torch.bandwidth import measure_bandwidth, offload_copy_bytes, profile_bandwidth
 from memplan.torch.estimate import OpCounter, estimate_info, estimate_stage, tf32_flags
-from memplan.torch.linearize import Chain, linearize
+from memplan.torch.linearize import Chain, linearize, make_loss
 from memplan.torch.models import build_model
 from memplan.torch.models import example_input as default_example_input
 
 __all__ = [
     "DTYPES",
     "StageMeasurement",
+    "linearize_on_sample",
+    "measure_bandwidth",
     "measure_stage",
     "profile_chain",
     "profile_model",
@@ -72,8 +81,6 @@ DTYPES: dict[str, torch.dtype] = {
 """The data types ``--dtype`` accepts."""
 
 ProgressCallback = Callable[[str, int, int], None]
-
-_BANDWIDTH_BYTES = 256 * 2**20
 
 
 # --------------------------------------------------------------------------------------------
@@ -461,42 +468,57 @@ def describe_device(device: torch.device) -> Device:
     return Device(kind="cpu", name=_cpu_name(), memory=_cpu_memory())
 
 
-def measure_bandwidth(
-    device: torch.device, nbytes: int = _BANDWIDTH_BYTES, repeats: int = 5
-) -> float:
-    """Host<->device bandwidth in bytes/s: pinned-memory copies, the slower direction's median.
-
-    Parameters
-    ----------
-    device : torch.device
-        A CUDA device.
-    nbytes : int
-        Size of the copied buffer (capped at a quarter of the free device memory).
-    repeats : int
-        Timed copies in each direction.
-    """
-    free, _ = torch.cuda.mem_get_info(device)
-    nbytes = max(2**20, min(nbytes, free // 4))
-    host = torch.empty(nbytes, dtype=torch.uint8, pin_memory=True)
-    dev = torch.empty(nbytes, dtype=torch.uint8, device=device)
-    rates = []
-    for src, dst in ((host, dev), (dev, host)):
-        dst.copy_(src, non_blocking=True)  # warm-up
-        torch.cuda.synchronize(device)
-        times = []
-        for _ in range(max(1, repeats)):
-            start = time.perf_counter()
-            dst.copy_(src, non_blocking=True)
-            torch.cuda.synchronize(device)
-            times.append(time.perf_counter() - start)
-        rates.append(nbytes / statistics.median(times))
-    del host, dev
-    return float(min(rates))
-
-
 # --------------------------------------------------------------------------------------------
 # Whole model
 # --------------------------------------------------------------------------------------------
+
+
+@contextmanager
+def _one_thread() -> Iterator[None]:
+    """One intra-op thread for a small computation, then the caller's count again.
+
+    A one-sample forward gains little from more threads, and on a machine busy with other jobs
+    a multi-threaded one waits for preempted threads: 0.44 s on one thread against 2-6 s on two
+    for ResNet-50 (docs/benchmarks.md, "Profiling cost"). Nothing measured runs under it.
+    """
+    threads = torch.get_num_threads()
+    if threads == 1:
+        yield
+        return
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
+
+
+LINEARIZE_SAMPLES = 1
+"""Samples of the batch on which :func:`linearize_on_sample` checks the chain."""
+
+
+def linearize_on_sample(model: nn.Module, x: Tensor, samples: int = LINEARIZE_SAMPLES) -> Chain:
+    """:func:`~memplan.torch.linearize.linearize`, checked on the first ``samples`` samples only.
+
+    The check (the chain reproduces the model's output, in eval mode) is about the model's
+    structure, not its batch size: running it on the whole batch costs two forwards, more than
+    half a training iteration, for nothing more. The loss stage is built for the whole batch, as
+    ``linearize(model, x)`` builds it (same targets). A model whose output on the sample has no
+    batch dimension of that size (it squeezes it) is checked on the whole batch instead.
+    """
+    if x.dim() == 0 or x.shape[0] <= samples:
+        return linearize(model, x)
+    outputs: list[Tensor] = []  # the model's output on the sample, which the check computes
+    hook = model.register_forward_hook(lambda _module, _args, out: outputs.append(out))
+    try:
+        with _one_thread():
+            checked = linearize(model, x[:samples])
+    finally:
+        hook.remove()
+    out = outputs[-1] if outputs else None
+    if not isinstance(out, Tensor) or out.dim() == 0 or out.shape[0] != samples:
+        return linearize(model, x)
+    whole = out[:1].expand(int(x.shape[0]), *out.shape[1:])  # the whole batch's, as a view
+    return Chain(stages=[*checked.stages[:-1], ("loss", make_loss(whole, x))])
 
 
 @contextmanager
@@ -529,12 +551,14 @@ def profile_chain(
     repeats: int = 5,
     progress: ProgressCallback | None = None,
     gpu: GpuSpec | None = None,
+    fake: bool = False,
 ) -> list[Stage]:
     """Measure every stage of a chain, feeding each the previous one's output.
 
     With ``gpu``, the times are estimated for that GPU (:mod:`memplan.torch.estimate`) instead
     of measured, the sizes are measured as usual, and each stage's ``extra.estimate`` holds its
-    operator counts.
+    operator counts. With ``fake`` too, the stages run on fake tensors (:mod:`memplan.torch.fake`):
+    no computation, the same sizes, overheads without the kernels' own buffers.
 
     Parameters
     ----------
@@ -548,6 +572,9 @@ def profile_chain(
         Called as ``progress(stage_name, done, total)`` after each stage.
     gpu : GpuSpec, optional
         Estimate the times for this GPU; ``repeats`` is then ignored.
+    fake : bool
+        With ``gpu``: run the stages on fake tensors (``FakeTensorMode``) instead of ``x``'s
+        device.
 
     Returns
     -------
@@ -558,15 +585,24 @@ def profile_chain(
     stages: list[Stage] = []
     counted: set[int] = set()
     tf32 = tf32_flags()
+    runner = None
+    if fake and gpu is not None:
+        from memplan.torch.fake import TensorLevelRun
+
+        runner = TensorLevelRun()
+        x = runner.fake(x)
     with _training_state(chain.modules), torch.enable_grad():
         for k, (name, module) in enumerate(chain.stages):
             params = [p for p in module.parameters() if id(p) not in counted]
             counted.update(id(p) for p in params)
             counter = None if gpu is None else OpCounter(tf32)
             try:
-                m = measure_stage(
-                    module, x, input_grad=k > 0, repeats=repeats, probe=probe, counter=counter
-                )
+                if runner is not None:
+                    m = runner.measure_stage(module, x, input_grad=k > 0, counter=counter)
+                else:
+                    m = measure_stage(
+                        module, x, input_grad=k > 0, repeats=repeats, probe=probe, counter=counter
+                    )
             except (RuntimeError, ValueError) as exc:
                 # The model itself refuses these sizes in training mode (e.g. batch norm on a
                 # single value per channel): a problem of the input, not of memplan.
@@ -644,8 +680,9 @@ def profile_model(
 
     With ``estimate`` (a GPU of :func:`memplan.gpu.gpu_catalog`) or ``gpu_spec`` (a GPU spec
     file, a :class:`~memplan.gpu.GpuSpec` or its dict), the times are estimated for that GPU from
-    operator counts (docs/estimation.md) instead of measured: the sizes are measured exactly as
-    in a CPU profile, the timed repetitions are skipped, ``device.kind`` is ``estimated`` and
+    operator counts (docs/estimation.md) instead of measured: with ``device="auto"`` the model
+    runs on fake tensors (no computation; the sizes of a CPU profile, overheads at the tensor
+    level), the timed repetitions are skipped, ``device.kind`` is ``estimated`` and
     ``bandwidth`` the GPU's host link.
 
     Parameters
@@ -672,7 +709,8 @@ def profile_model(
         The profile's ``model`` field (default: the model name, or the module's class name).
     estimate : str, optional
         Estimate the times for a GPU of the catalog (``a100``, ``h100``...). ``device="auto"``
-        then measures the sizes on CPU; ``repeats`` is ignored.
+        then runs the model on fake tensors (real CPU tensors when they cannot run it:
+        ``measured.estimate.fake_failed`` says why); ``repeats`` is ignored.
     gpu_spec : str, Path, GpuSpec or dict, optional
         The same for a GPU described by a YAML/JSON file (or a spec). Give one of ``estimate``
         and ``gpu_spec``.
@@ -713,8 +751,9 @@ def profile_model(
                 join, device=device, dtype=dtype, repeats=repeats, progress=progress, name=name
             )
     gpu, catalog_key = resolve_gpu(estimate, gpu_spec)
-    if gpu is not None and device == "auto":
-        device = "cpu"  # an estimate does not depend on the machine it runs on
+    fake = gpu is not None and device == "auto"  # an estimate on fake tensors: no computation
+    if fake:
+        device = "cpu"  # fake tensors stand for CPU tensors: CPU kernels' shapes and strides
     dev = _resolve_device(device)
     torch_dtype = DTYPES[dtype]
     if isinstance(model, str):
@@ -733,22 +772,39 @@ def profile_model(
     module.to(device=dev, dtype=torch_dtype)
     x = x.to(device=dev, dtype=torch_dtype) if x.is_floating_point() else x.to(device=dev)
 
-    chain = linearize(module, x)
+    chain = linearize_on_sample(module, x)
     for _, stage in chain.stages:
         stage.to(device=dev)
-    stages = profile_chain(chain, x, repeats=repeats, progress=progress, gpu=gpu)
+    fake_failed = None
+    if fake:
+        try:
+            stages = profile_chain(chain, x, progress=progress, gpu=gpu, fake=True)
+        except Exception as exc:  # noqa: BLE001 - fake tensors fail where real ones may not
+            fake = False
+            fake_failed = " ".join(f"{type(exc).__name__}: {exc}".split())[:300]
+    if not fake:
+        stages = profile_chain(chain, x, repeats=repeats, progress=progress, gpu=gpu)
 
     threads = torch.get_num_threads()
     probe_method = _CudaProbe.method if dev.type == "cuda" else _CpuProbe.method
+    extra: dict[str, Any] = {"threads": threads, "overheads": probe_method}
     if gpu is None:
         device_block = describe_device(dev)
-        bandwidth = measure_bandwidth(dev) if dev.type == "cuda" else None
+        largest = max([_storage_bytes(x), *(s.saved_size for s in stages)])
+        copied = None if dev.type == "cuda" else offload_copy_bytes(largest)
+        bandwidth, extra["bandwidth"] = profile_bandwidth(dev, copied)
         estimated = None
     else:
+        from memplan.torch.fake import OVERHEADS_METHOD
+
         device_block = Device(kind="estimated", name=gpu.name, memory=gpu.memory)
         bandwidth = gpu.host_bandwidth
         estimated = estimate_info(gpu, tf32_flags(), catalog_key)
-        estimated["sizes_on"] = dev.type
+        estimated["sizes_on"] = "fake" if fake else dev.type
+        if fake:
+            extra["overheads"] = OVERHEADS_METHOD
+        if fake_failed is not None:
+            estimated["fake_failed"] = fake_failed
     return Profile(
         model=name or label,
         batch_size=int(x.shape[0]) if x.dim() > 0 else None,
@@ -761,7 +817,7 @@ def profile_model(
             torch=torch.__version__,
             date=datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
             repeats=repeats if gpu is None else 0,
-            extra={"threads": threads, "overheads": probe_method},
+            extra=extra,
             estimate=estimated,
         ),
         input_size=_storage_bytes(x),
