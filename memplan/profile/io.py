@@ -18,6 +18,7 @@ from pydantic import ValidationError
 
 from memplan.errors import InputError
 from memplan.profile.model import PROFILE_FORMAT, Profile
+from memplan.profile.parse import max_input_bytes, parse_document
 
 BUNDLED_DIR = Path(__file__).resolve().parent.parent / "profiles"
 PROFILE_SUFFIXES = (".yaml", ".yml", ".json")
@@ -80,27 +81,55 @@ def resolve_bundled(name: str) -> Path:
 
 
 def _parse_text(text: str, source: str) -> Any:
+    limit = max_input_bytes()
+    if len(text) > limit:
+        raise InputError(f"{source}: {_too_large(limit)}")
+    return parse_document(text, source)
+
+
+def _too_large(limit: int) -> str:
+    return (
+        f"larger than {limit} bytes, the input limit (set MEMPLAN_MAX_INPUT, e.g. 1GiB, to read it)"
+    )
+
+
+def _read_limited(stream: Any, name: str) -> str:
+    """Read at most the input limit from a binary (or text) stream, as UTF-8 text."""
+    limit = max_input_bytes()
+    data = stream.read(limit + 1)
+    if len(data) > limit:
+        raise InputError(f"{name}: {_too_large(limit)}")
+    if isinstance(data, str):
+        return data.removeprefix("\ufeff")
     try:
-        return yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        raise InputError(f"{source}:{where}: malformed YAML/JSON: {problem}") from None
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise InputError(
+            f"{name}: cannot read: not UTF-8 text ({exc.reason} at byte {exc.start})"
+        ) from None
 
 
 def read_document(source: str | os.PathLike[str]) -> tuple[Any, str]:
-    """Read a YAML/JSON document from a path or ``-``; return (data, display name)."""
+    """Read a YAML/JSON document from a path or ``-``; return (data, display name).
+
+    Inputs larger than :func:`~memplan.profile.parse.max_input_bytes` (256 MiB unless
+    ``MEMPLAN_MAX_INPUT`` says otherwise) are refused before they are parsed; see NOTE
+    [ document parsing ] in :mod:`memplan.profile.parse` for the other limits.
+    """
     if str(source) == "-":
-        return _parse_text(sys.stdin.read(), "<stdin>"), "<stdin>"
+        stream = getattr(sys.stdin, "buffer", sys.stdin)
+        return parse_document(_read_limited(stream, "<stdin>"), "<stdin>"), "<stdin>"
     path = Path(source)
     try:
-        text = path.read_text(encoding="utf-8")
+        with path.open("rb") as handle:
+            text = _read_limited(handle, str(path))
     except FileNotFoundError:
         raise InputError(f"{path}: no such file") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputError(f"{path}: cannot read: {exc}") from None
-    return _parse_text(text, str(path)), str(path)
+    except IsADirectoryError:
+        raise InputError(f"{path}: is a directory, expected a YAML or JSON file") from None
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    return parse_document(text, str(path)), str(path)
 
 
 def profile_from_dict(data: Any, source: str = "<profile>") -> Profile:
