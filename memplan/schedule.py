@@ -242,7 +242,7 @@ def schedule_from_dict(data: Any, source: str = "<schedule>") -> Schedule:
             f"{source}: format: expected {SCHEDULE_FORMAT!r}, got {data.get('format')!r}"
         )
     try:
-        return Schedule.model_validate(data)
+        return Schedule.model_validate(data, strict=True)
     except ValidationError as exc:
         raise InputError(validation_message(source, exc)) from None
 

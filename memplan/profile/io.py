@@ -142,7 +142,7 @@ def profile_from_dict(data: Any, source: str = "<profile>") -> Profile:
     if fmt != PROFILE_FORMAT:
         raise InputError(f"{source}: format: expected {PROFILE_FORMAT!r}, got {fmt!r}")
     try:
-        return Profile.model_validate(data)
+        return Profile.model_validate(data, strict=True)
     except ValidationError as exc:
         raise InputError(validation_message(source, exc)) from None
 

@@ -16,11 +16,12 @@ keys except under ``extra``): algorithms trust a validated :class:`Profile`.
 
 from __future__ import annotations
 
+import datetime
 import hashlib
 import json
 from typing import Any, Literal
 
-from pydantic import Field, NonNegativeInt, model_validator
+from pydantic import Field, NonNegativeInt, field_validator, model_validator
 
 from memplan.profile.fields import MAX_BYTES, MAX_MS, Bytes, Milliseconds
 from memplan.profile.fields import Strict as _Strict
@@ -81,6 +82,17 @@ class Measured(_Strict):
         description="estimated profiles: the estimation model and its inputs "
         "(model, catalog, tf32, gpu); see docs/estimation.md",
     )
+
+    @field_validator("date", mode="before")
+    @classmethod
+    def _date_as_text(cls, value: Any) -> Any:
+        """An unquoted ``date: 2026-11-21T10:00:00Z`` is a YAML timestamp: keep it as ISO text."""
+        if isinstance(value, datetime.datetime):
+            text = value.isoformat()
+            return text.removesuffix("+00:00") + "Z" if text.endswith("+00:00") else text
+        if isinstance(value, datetime.date):
+            return value.isoformat()
+        return value
 
 
 class Branch(_Strict):

@@ -12,8 +12,9 @@ input and is the fast path of huge input:
   construct Python objects from it, which is where most of their time goes. Here the events of
   libyaml's C parser (``yaml.CSafeLoader``, or PyYAML's pure-Python parser where libyaml is
   missing) are turned into dicts, lists and scalars in one iterative loop. Plain scalars are
-  resolved exactly as ``yaml.safe_load`` resolves them (YAML 1.1: ``yes`` is True, ``1_000`` is
-  1000, ``2026-11-21`` a date); merge keys (``<<: *base``) work; tags other than the core ones
+  resolved as ``yaml.safe_load`` resolves them (YAML 1.1: ``yes`` is True, ``1_000`` is 1000,
+  ``2026-11-21`` a date), except that ``1e12`` and ``1.5e3`` are numbers as in YAML 1.2 and JSON
+  (YAML 1.1 reads an exponent without a dot and a sign as text); merge keys (``<<: *base``) work; tags other than the core ones
   (``!!binary``, ``!!set``, ``!!python/...``, local tags) are refused: memplan files hold
   JSON-like data. A 4 MB graph profile loads about 5x faster than with ``CSafeLoader``
   (docs/benchmarks.md, "Parsing large profiles").
@@ -29,6 +30,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from typing import Any
 
 import yaml
@@ -60,6 +62,9 @@ DEFAULT_MAX_INPUT = 256 * 2**20
 _TAG = "tag:yaml.org,2002:"
 _STR, _SEQ, _MAP, _MERGE = _TAG + "str", _TAG + "seq", _TAG + "map", _TAG + "merge"
 _VALUE = _TAG + "value"  # a plain ``=``: text, as yaml.safe_load reads it
+_FLOAT = _TAG + "float"
+_EXPONENT = re.compile(r"[-+]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)[eE][-+]?[0-9]+\Z")
+"""``1e12``, ``1.5E3``: numbers in YAML 1.2 and JSON, text in YAML 1.1 (PyYAML)."""
 _SCALAR_TAGS = frozenset(_TAG + t for t in ("str", "int", "float", "bool", "null", "timestamp"))
 """Scalar tags constructed (the rest, e.g. ``!!binary``, are refused)."""
 
@@ -185,7 +190,10 @@ def _build(loader: Any, source: str) -> Any:
                 if event.implicit[0]:
                     tag = resolved.get(value)
                     if tag is None:
-                        tag = resolved[value] = resolve(ScalarNode, value, (True, False))
+                        tag = resolve(ScalarNode, value, (True, False))
+                        if tag == _STR and _EXPONENT.match(value):
+                            tag = _FLOAT
+                        resolved[value] = tag
                 else:
                     tag = _STR
             if tag in (_STR, _VALUE):
