@@ -16,6 +16,10 @@ _UNITS = {**_DECIMAL, **_BINARY}
 _AMBIGUOUS = {"K", "M", "G", "T"}
 MAX_SIZE = 2**60
 """The largest size accepted (1 EiB): every sum of sizes stays exact in int64."""
+MIN_RATE = 1e-3
+"""The slowest bandwidth accepted, bytes/s: every transfer time stays a finite float (ms)."""
+MAX_RATE = 1e15
+"""The fastest bandwidth accepted, bytes/s (1 PB/s, some 300x an HBM3 stack)."""
 _PATTERN = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([A-Za-z]*)\s*$")
 
 
@@ -54,7 +58,11 @@ def parse_size(value: str | int | float) -> int:
 
 
 def parse_rate(value: str | int | float) -> float:
-    """Parse a bandwidth into bytes per second: ``12.2GB/s``, ``16GiB/s`` or a plain number."""
+    """Parse a bandwidth into bytes per second: ``12.2GB/s``, ``16GiB/s`` or a plain number.
+
+    Rates outside :data:`MIN_RATE` .. :data:`MAX_RATE` (0.001 B/s to 1 PB/s) are refused: a transfer
+    at 1e-300 bytes/s lasts forever, one at 1e300 bytes/s underflows the slot arithmetic.
+    """
     if isinstance(value, bool):
         raise InputError(f"rate {value!r}: expected bytes/s, e.g. 12.2GB/s")
     if isinstance(value, (int, float)):
@@ -68,6 +76,10 @@ def parse_rate(value: str | int | float) -> float:
         number = _parse(text, "rate", "12.2GB/s or 16GiB/s")
     if not math.isfinite(number) or number <= 0:
         raise InputError(f"rate {value!r}: expected a positive rate, e.g. 12.2GB/s")
+    if not MIN_RATE <= number <= MAX_RATE:
+        raise InputError(
+            f"rate {value!r}: expected 0.001 to 1e15 bytes/s (up to 1PB/s), e.g. 12.2GB/s"
+        )
     return number
 
 

@@ -26,6 +26,7 @@ from pydantic import Field, NonNegativeInt, field_validator, model_validator
 from memplan.profile.fields import MAX_BYTES, MAX_MS, Bytes, Milliseconds
 from memplan.profile.fields import Strict as _Strict
 from memplan.profile.graph import Graph
+from memplan.units import MAX_RATE, MIN_RATE
 
 __all__ = ["MAX_BYTES", "MAX_MS", "Branch", "Device", "Graph", "Measured", "Profile", "Stage"]
 
@@ -121,7 +122,9 @@ class Profile(_Strict):
     input_shape: list[NonNegativeInt] | None = None
     dtype: str | None = None
     device: Device | None = None
-    bandwidth: float | None = Field(default=None, gt=0, allow_inf_nan=False)
+    bandwidth: float | None = Field(
+        default=None, ge=MIN_RATE, le=MAX_RATE, allow_inf_nan=False, description="bytes/s"
+    )
     measured: Measured | None = None
     input_size: Bytes | None = Field(default=None, description="bytes of x_0 (chain profiles)")
     stages: list[Stage] | None = Field(default=None, min_length=1, max_length=10_000)
