@@ -391,13 +391,16 @@ def simulate(
     operation); chains go to :func:`memplan.simulator.simulate_chain`, offloading schedules to
     :func:`memplan.simulator.simulate_offload` and combined ones (docs/combined.md) to
     :func:`memplan.simulator.simulate_combined` (at the schedule's ``budget.bandwidth``). The budget is
-    ``memory`` when given, else the schedule's own. With ``check_claims``, the makespan and peak the
-    schedule states must match the replay.
+    ``memory`` when given, else the schedule's own. The static memory is recomputed from the profile
+    and ``budget.optimizer``, never taken from the schedule; with ``check_claims``, what the
+    schedule states (static memory, makespan, peak, a pipeline's GPU peaks and throughput) must
+    match the replay (NOTE [ schedule claims ] in :mod:`memplan.simulator.claims`).
     """
-    from memplan.simulator import simulate_chain, simulate_combined, simulate_offload
+    from memplan.simulator import claims, simulate_chain, simulate_combined, simulate_offload
 
     prof = load_profile(profile)
-    sched = load_schedule(schedule)
+    claimed = load_schedule(schedule)
+    sched = claims.with_replay_static_memory(prof, claimed)  # NOTE [ schedule claims ]
     if sched.family not in prof.families:
         raise InputError(
             f"schedule family {sched.family!r} does not fit {prof.model}, "
@@ -430,13 +433,8 @@ def simulate(
         )
     else:
         raise InputError(f"schedule family {sched.family!r} cannot be simulated yet")
-    if check_claims and result.valid and sched.feasible:
-        if sched.makespan is not None and not _close(sched.makespan, result.makespan):
-            result.fail(f"makespan: schedule says {sched.makespan}, replay gives {result.makespan}")
-        elif sched.peak_memory is not None and sched.peak_memory != result.peak_memory:
-            result.fail(
-                f"peak_memory: schedule says {sched.peak_memory}, replay gives {result.peak_memory}"
-            )
+    if check_claims:
+        claims.check(prof, claimed, result)
     return result
 
 

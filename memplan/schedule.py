@@ -32,6 +32,8 @@ Size = Annotated[int, Field(ge=0, le=MAX_SIZE)]
 Rate = Annotated[float, Field(ge=MIN_RATE, le=MAX_RATE, allow_inf_nan=False)]
 """Bytes/s, 0.001 to 1e15 (as ``--bandwidth``)."""
 Finite = Annotated[float, Field(allow_inf_nan=False)]
+MAX_SHIFT = 10**9
+"""The largest ``shift`` of a pipeline pattern operation (mini-batches; numpy int64 stays exact)."""
 
 
 class _Model(BaseModel):
@@ -110,7 +112,7 @@ class PatternOp(_Model):
     stage: int = Field(ge=0)
     start: float = Field(allow_inf_nan=False)
     end: float = Field(allow_inf_nan=False)
-    shift: int
+    shift: int = Field(ge=-MAX_SHIFT, le=MAX_SHIFT)
 
 
 class GpuPattern(_Model):
@@ -133,7 +135,7 @@ class PatternTransfer(_Model):
     dst: int = Field(ge=0)
     start: float = Field(allow_inf_nan=False)
     end: float = Field(allow_inf_nan=False)
-    shift: int
+    shift: int = Field(ge=-MAX_SHIFT, le=MAX_SHIFT)
 
 
 class Schedule(_Model):

@@ -236,8 +236,9 @@ def simulate_chain(
 
     Notes
     -----
-    ``makespan`` is the sum of the profile durations of the operations, whatever their
-    ``start``/``end``; the memory curve uses the ``start``/``end`` of :class:`Op` inputs.
+    ``makespan`` is the sum of the profile durations of the operations; timed operations must run
+    back to back from time 0 (a gap or an overlap is a violation). The memory curve uses the
+    ``start``/``end`` of :class:`Op` inputs.
     """
     state = _ChainState(profile)
     result = SimulationResult(static_memory=static_memory, budget=memory)
@@ -275,9 +276,16 @@ def simulate_chain(
         duration = state.duration(name, stage)
         if timed:
             start, end = item.start, item.end
-            if start < previous_end and not _close(start, previous_end):
+            if not _close(start, previous_end):
                 before = f"the end {previous_end} of ops[{index - 1}]" if index else "time 0"
-                result.fail(f"ops[{index}].start: {start} is before {before}", index)
+                if start < previous_end:
+                    result.fail(f"ops[{index}].start: {start} is before {before}", index)
+                else:  # the makespan is the sum of the durations: no idle time to hide
+                    result.fail(
+                        f"ops[{index}].start: {start} leaves a gap after {before} (chain "
+                        "operations run back to back)",
+                        index,
+                    )
             elif not lasts(start, end, duration):
                 result.fail(
                     f"ops[{index}].end: {end} != start {start} + duration {duration} "

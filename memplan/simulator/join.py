@@ -244,9 +244,16 @@ def simulate_join(profile: Profile, schedule: Schedule, memory: int | None) -> S
             result.fail(f"{where}: {problem}", index)
             break
         duration = net.duration(name, j, i)
-        if op.start < previous_end and not _close(op.start, previous_end):
+        if not _close(op.start, previous_end):
             before = f"the end {previous_end} of ops[{index - 1}]" if index else "time 0"
-            result.fail(f"ops[{index}].start: {op.start} is before {before}", index)
+            if op.start < previous_end:
+                result.fail(f"ops[{index}].start: {op.start} is before {before}", index)
+            else:  # the makespan is the sum of the durations: no idle time to hide
+                result.fail(
+                    f"ops[{index}].start: {op.start} leaves a gap after {before} (join "
+                    "operations run back to back)",
+                    index,
+                )
         elif not lasts(op.start, op.end, duration):
             result.fail(
                 f"ops[{index}].end: {op.end} != start {op.start} + duration {duration}", index
