@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from memplan.errors import InputError
+from memplan.files import note_input
 
 COLUMNS = ("id", "lower", "upper", "size")
 """The columns every buffer CSV has, in the order memplan writes them."""
@@ -237,6 +238,7 @@ def read_buffers_csv(path: str | os.PathLike[str], need_offsets: bool = False) -
         return parse_buffers_csv(sys.stdin.read(), "<stdin>", need_offsets)
     try:
         with open(path, encoding="utf-8", newline="") as handle:
+            note_input(path)
             text = handle.read()
     except FileNotFoundError:
         raise InputError(f"{name}: no such file") from None

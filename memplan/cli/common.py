@@ -6,9 +6,10 @@ format (``--format json|yaml|csv``) writes exactly one document to stdout or, wi
 atomically to the file. Exit codes: 0 done (a plan that fits, a valid schedule); 1 infeasible or
 an invalid / over-budget schedule; 2 bad usage or bad input (``memplan.InputError``, typer usage
 errors); 70 (EX_SOFTWARE, sysexits.h) a bug in memplan: ``InternalError`` or any unexpected
-exception; 141 the reader of stdout went away (``| head``). Errors are one line
-``memplan: error: ...`` on stderr; ``--debug`` (or ``MEMPLAN_DEBUG=1``) adds the traceback without
-changing the exit code.
+exception; 130 interrupted (one Ctrl-C stops any phase, CP-SAT searches included, and nothing is
+written: NOTE [ interrupts ] in memplan/interrupt.py); 141 the reader of stdout went away
+(``| head``). Errors are one line ``memplan: error: ...`` on stderr; ``--debug`` (or
+``MEMPLAN_DEBUG=1``) adds the traceback without changing the exit code.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ EXIT_OK = 0
 EXIT_INFEASIBLE = 1
 EXIT_USAGE = 2
 EXIT_INTERNAL = 70
+EXIT_INTERRUPTED = 130  # 128 + SIGINT: Ctrl-C stopped the command (nothing was written)
 EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE, as a shell reports a process killed by the signal
 
 PIPE_EXAMPLE = "memplan profile resnet18 | memplan solve --algo rotor --mem 2GB"
@@ -67,8 +69,11 @@ def guard() -> Iterator[None]:
     """Map exceptions to the exit codes of the SPEC (see NOTE [ CLI output and exit codes ])."""
     try:
         yield
-    except (typer.Exit, typer.Abort, KeyboardInterrupt):
+    except (typer.Exit, typer.Abort):
         raise
+    except KeyboardInterrupt:  # one Ctrl-C, whatever the phase (NOTE [ interrupts ])
+        echo_err("memplan: interrupted")
+        raise typer.Exit(EXIT_INTERRUPTED) from None
     except InputError as exc:
         _fail(exc, f"memplan: error: {_one_line(exc)}", EXIT_USAGE)
     except InternalError as exc:

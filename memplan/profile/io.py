@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import sys
-import tempfile
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -17,6 +16,7 @@ import yaml
 from pydantic import ValidationError
 
 from memplan.errors import InputError
+from memplan.files import note_input, write_atomic
 from memplan.profile.model import PROFILE_FORMAT, Profile
 from memplan.profile.parse import max_input_bytes, parse_document
 
@@ -122,6 +122,7 @@ def read_document(source: str | os.PathLike[str]) -> tuple[Any, str]:
     path = Path(source)
     try:
         with path.open("rb") as handle:
+            note_input(path)
             text = _read_limited(handle, str(path))
     except FileNotFoundError:
         raise InputError(f"{path}: no such file") from None
@@ -178,29 +179,6 @@ def load_profile(source: Profile | Mapping[str, Any] | str | os.PathLike[str]) -
 
 def dump_yaml(data: Any) -> str:
     return yaml.safe_dump(data, sort_keys=False, default_flow_style=None, width=100)
-
-
-def write_atomic(path: str | os.PathLike[str], text: str) -> None:
-    """Write ``text`` to ``path`` through a temporary file and a rename (never a truncated file)."""
-    target = Path(path)
-    directory = target.parent if str(target.parent) else Path(".")
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=directory)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes it 0600; give it a normal file's mode
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
 
 
 def save_profile(profile: Profile, path: str | os.PathLike[str] | None = None) -> str:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from memplan import interrupt
 from memplan.algorithms.pipeline.model import PipelineInstance, static_factor
 from memplan.algorithms.pipeline.plan import PipelinePlan, evaluate, timed_groups
 
@@ -68,7 +69,7 @@ def _pack(
     solver = cp_model.CpSolver()
     solver.parameters.max_time_in_seconds = max(0.1, seconds)
     solver.parameters.num_workers = 2
-    status = solver.solve(m)
+    status = interrupt.solve(solver, m)
     if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         return None
     return [next(g for g in range(P) if solver.value(x[k][g])) for k in range(L)]

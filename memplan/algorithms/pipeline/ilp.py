@@ -39,6 +39,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from memplan import interrupt
 from memplan.algorithms.pipeline.model import PipelineInstance, static_factor
 from memplan.algorithms.pipeline.plan import PipelinePlan, evaluate, to_schedule
 
@@ -583,7 +584,7 @@ def _solve(model, seconds: float, progress: _Throttle, phase: str):
     solver = cp_model.CpSolver()
     solver.parameters.max_time_in_seconds = max(0.1, seconds)
     solver.parameters.num_workers = max(1, min(8, os.cpu_count() or 1))
-    status = solver.solve(model, _Callback())
+    status = interrupt.solve(solver, model, _Callback())
     return solver, status
 
 
