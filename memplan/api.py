@@ -16,11 +16,13 @@ from memplan.errors import InputError, InternalError
 from memplan.profile.io import load_profile
 from memplan.profile.model import CHAIN_FAMILIES, Profile
 from memplan.schedule import Budget, Op, ProfileRef, Schedule, SolverInfo, load_schedule
-from memplan.units import parse_rate, parse_size
+from memplan.units import check_time_limit, parse_rate, parse_size
 
 OPTIMIZER_FACTORS = {"none": 0, "sgd": 2, "momentum": 3, "adam": 4}
 """Static memory as a multiple of the weight bytes: weights + gradients + optimizer state."""
 
+MAX_STEPS = 1000
+"""The most budgets of one ``compare`` sweep (``--mem START:STOP:STEPS``, ``auto:STEPS``)."""
 DEFAULT_SLOTS = 500
 MAX_SLOTS = 100_000
 _TIME_TOLERANCE = 1e-6
@@ -150,6 +152,7 @@ def solve(
         ``feasible`` is False when no plan of this algorithm fits; ``min_memory`` then says the least
         budget that would fit, when known.
     """
+    time_limit = check_time_limit(time_limit)
     prof = load_profile(profile)
     info = _algorithm(algo)
     check_family(prof, info.family, info.name)
@@ -464,8 +467,8 @@ def budgets_from_range(text: str) -> list[int]:
         steps = int(parts[2]) if len(parts) == 3 else 10
     except ValueError:
         raise InputError(f"--mem {text!r}: STEPS must be an integer, e.g. 2GB:8GB:10") from None
-    if steps < 1 or stop < start:
-        raise InputError(f"--mem {text!r}: expected START <= STOP and STEPS >= 1")
+    if not 1 <= steps <= MAX_STEPS or stop < start:
+        raise InputError(f"--mem {text!r}: expected START <= STOP and STEPS from 1 to {MAX_STEPS}")
     if steps == 1:
         return [start]
     return [round(start + (stop - start) * i / (steps - 1)) for i in range(steps)]
@@ -482,14 +485,14 @@ def auto_budgets(
     The store-all need is M_peak (plus static memory): above it nothing is recomputed or
     offloaded. This is the range of Figure 5 of papers/004 (``compare --mem auto:20``).
     """
+    if not 1 <= steps <= MAX_STEPS:
+        raise InputError(f"--mem auto:{steps}: STEPS must be from 1 to {MAX_STEPS}, e.g. auto:20")
     prof = load_profile(profile)
     families = {_algorithm(name).family for name in algos}
     desc = describe(prof, optimizer)
     least = [desc["min_memory"][f] for f in families if f in desc["min_memory"]]
     start = min(least) if least else desc["store_all_memory"]
     stop = max(start, desc["store_all_memory"])
-    if steps < 1:
-        raise InputError(f"--mem auto:{steps}: STEPS must be at least 1, e.g. auto:20")
     if steps == 1:
         return [start]
     return [round(start + (stop - start) * i / (steps - 1)) for i in range(steps)]

@@ -20,6 +20,8 @@ MIN_RATE = 1e-3
 """The slowest bandwidth accepted, bytes/s: every transfer time stays a finite float (ms)."""
 MAX_RATE = 1e15
 """The fastest bandwidth accepted, bytes/s (1 PB/s, some 300x an HBM3 stack)."""
+MAX_TIME_LIMIT = 7 * 24 * 3600.0
+"""The longest time limit accepted, seconds (a week): a limit is always finite."""
 _PATTERN = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([A-Za-z]*)\s*$")
 
 
@@ -93,3 +95,20 @@ def format_size(nbytes: float | int | None) -> str:
             return f"{value:.0f} {unit}" if unit == "B" else f"{value:.2f} {unit}"
         value /= 1000
     raise AssertionError("unreachable")
+
+
+def check_time_limit(value: float | None, what: str = "time_limit") -> float | None:
+    """A time limit in seconds: None (the algorithm's default), or finite, > 0 and at most a week.
+
+    ``nan`` and ``inf`` are refused: a limit the solver cannot reach is no limit.
+    """
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise InputError(f"{what} {value!r}: expected a number of seconds, e.g. 60")
+    if not (math.isfinite(value) and 0 < value <= MAX_TIME_LIMIT):
+        raise InputError(
+            f"{what} {value!r}: expected seconds > 0 and at most {MAX_TIME_LIMIT:.0f} (a week), "
+            "e.g. 60"
+        )
+    return float(value)

@@ -21,6 +21,7 @@ from memplan.cli.common import (
 )
 from memplan.cli.solve import OPTIMIZER_HELP, OUTPUT_HELP, PROFILE_HELP, Optimizer
 from memplan.errors import InputError
+from memplan.units import check_time_limit
 
 DEFAULT_ALGOS = "store-all,periodic,revolve,rotor"
 CSV_FIELDS = ("memory", "algorithm", "feasible", "makespan", "ratio", "peak_memory", "seconds")
@@ -108,7 +109,7 @@ def compare(
         rate = option_rate("--bandwidth", bandwidth)
         link_rate = option_rate("--link-bandwidth", link_bandwidth)
         common.check_positive("--gpus", gpus)
-        common.check_positive("--time-limit", time_limit)
+        check_time_limit(time_limit, "--time-limit")
         if plot is not None:
             from memplan.cli.plot import check_plot_target
 

@@ -21,6 +21,7 @@ from memplan.cli.common import (
     write_output,
 )
 from memplan.errors import InputError
+from memplan.units import check_time_limit
 
 
 class Optimizer(str, enum.Enum):
@@ -152,7 +153,7 @@ def solve(
         link_rate = option_rate("--link-bandwidth", link_bandwidth)
         common.check_positive("--micro-batches", micro_batches)
         common.check_positive("--gpus", gpus)
-        common.check_positive("--time-limit", time_limit)
+        check_time_limit(time_limit, "--time-limit")
         prof = memplan.load_profile(profile_source(profile))
         with _spinner(f"solving with {algo}"):
             schedule = memplan.solve(
