@@ -308,11 +308,12 @@ def _simulation_doc(sched: Any, prof: Any, budget: int | None, result: Any) -> d
         "budget": budget,
         "violation": None if (valid and fits) else violation,
         "violation_index": None if (valid and fits) else getattr(result, "violation_index", None),
-        "static_memory": sched.static_memory,
+        "static_memory": sched.static_memory if result is None else result.static_memory,
         "algorithm": sched.algorithm,
         "model": prof.model,
         "claimed_makespan": sched.makespan,
         "claimed_peak_memory": sched.peak_memory,
+        "claimed_static_memory": sched.static_memory,
     }
 
 
