@@ -31,19 +31,23 @@ def solve(solver: Any, model: Any, callback: Any = None) -> Any:
 
     Returns CP-SAT's status; raises ``KeyboardInterrupt`` when a SIGINT arrived during the search.
     """
-    solver.parameters.catch_sigint_signal = False
     with _stop_on_sigint(solver):
         return solver.solve(model, callback) if callback is not None else solver.solve(model)
 
 
 @contextlib.contextmanager
 def _stop_on_sigint(solver: Any):
-    """Call ``solver.stop_search()`` from a watcher thread when SIGINT arrives."""
+    """Call ``solver.stop_search()`` from a watcher thread when SIGINT arrives.
+
+    Outside the main thread, or when Python does not handle SIGINT, CP-SAT keeps its own handler
+    (Ctrl-C ends the search as a time limit would): there is no ``KeyboardInterrupt`` to relay.
+    """
     if threading.current_thread() is not threading.main_thread() or signal.getsignal(
         signal.SIGINT
     ) in (signal.SIG_IGN, signal.SIG_DFL, None):
-        yield  # no Python handler (or not the main thread): nothing to relay
+        yield
         return
+    solver.parameters.catch_sigint_signal = False
     read_end, write_end = os.pipe()
     os.set_blocking(write_end, False)
     try:
@@ -51,6 +55,7 @@ def _stop_on_sigint(solver: Any):
     except ValueError:  # pragma: no cover - not the main thread of the main interpreter
         os.close(read_end)
         os.close(write_end)
+        solver.parameters.catch_sigint_signal = True
         yield
         return
     done = threading.Event()
