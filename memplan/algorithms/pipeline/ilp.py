@@ -425,7 +425,8 @@ def solve_ilp(
     if pd_plan is None:  # feasibility first (NOTE [ pipeline feasibility first ])
         from memplan.algorithms.pipeline.feasible import least_memory_plan
 
-        seconds = min(FIRST_SECONDS, FIRST_SHARE * time_limit)
+        left = deadline - time.perf_counter()
+        seconds = min(FIRST_SECONDS, max(FIRST_SHARE * time_limit, FIRST_OF_LEFT * left))
         first_plan, first_peaks, _ = least_memory_plan(profile, inst, memory, seconds)
         warm = first_plan
     solver = status = None
@@ -570,14 +571,12 @@ PIPEDREAM_SHARE = 0.5
 
 # NOTE [ time limits ]
 # ``--time-limit`` bounds the whole of pipeline-ilp, not only CP-SAT: PipeDream's candidates stop
-# being timed at PIPEDREAM_SHARE of it (the best so far is the warm start), the
-# feasibility-first plan gets FIRST_SHARE, the whole model is not built when building phase 1's
-# took longer than the time left, and a CP-SAT phase whose model is ready after the deadline is not
-# solved (phase 1's solution, or the warm start, is returned). What may overrun is one candidate
-# or one model build, plus the final replay (docs/benchmarks.md, "Time limits").
-FIRST_SHARE = 0.1
-"""Share of the time limit (at most ``FIRST_SECONDS``) for the feasibility-first plan."""
-FIRST_SECONDS = 6.0
+# being timed at PIPEDREAM_SHARE of it (the best so far is the warm start); the feasibility-first
+# plan gets FIRST_SHARE of it, or FIRST_OF_LEFT of what is left when that is more; the whole model
+# is not built when building phase 1's took longer than the time left; and a CP-SAT phase whose
+# model is ready after the deadline is not solved (phase 1's solution, or the warm start, is
+# returned). What may overrun is one candidate or one model build, plus the final replay
+# (docs/benchmarks.md, "Time limits").
 
 
 class _Throttle:
