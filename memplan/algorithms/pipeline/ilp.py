@@ -577,6 +577,12 @@ PIPEDREAM_SHARE = 0.5
 # model is ready after the deadline is not solved (phase 1's solution, or the warm start, is
 # returned). What may overrun is one candidate or one model build, plus the final replay
 # (docs/benchmarks.md, "Time limits").
+FIRST_SHARE = 0.1
+"""Share of the time limit (at most ``FIRST_SECONDS``) for the feasibility-first plan..."""
+FIRST_OF_LEFT = 0.5
+"""... or this share of the time PipeDream left, when larger (its packing needs rounds of a few
+tenths of a second on ResNet-152 with 8 GPUs)."""
+FIRST_SECONDS = 6.0
 
 
 class _Throttle:
