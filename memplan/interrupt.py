@@ -47,17 +47,16 @@ def _stop_on_sigint(solver: Any):
     ) in (signal.SIG_IGN, signal.SIG_DFL, None):
         yield
         return
-    solver.parameters.catch_sigint_signal = False
     read_end, write_end = os.pipe()
-    os.set_blocking(write_end, False)
     try:
+        os.set_blocking(write_end, False)
         previous = signal.set_wakeup_fd(write_end, warn_on_full_buffer=False)
-    except ValueError:  # pragma: no cover - not the main thread of the main interpreter
+    except (OSError, ValueError):  # pragma: no cover - a platform without non-blocking pipes
         os.close(read_end)
         os.close(write_end)
-        solver.parameters.catch_sigint_signal = True
         yield
         return
+    solver.parameters.catch_sigint_signal = False
     done = threading.Event()
 
     def watch() -> None:
