@@ -77,6 +77,22 @@ def test_aliases_and_merge_keys_within_the_allowance_still_load():
         parse_document("a: &r [*r]\n", "x")
 
 
+def test_merge_keys_on_every_stage_of_a_long_chain_load():
+    """``<<: *defaults`` on 3000 stages adds 21 000 nodes: well within the allowance."""
+    stages = "".join(
+        f"- {{<<: *d, name: s{k}, output_size: 4, saved_size: 8}}\n" for k in range(3000)
+    )
+    text = (
+        "format: memplan-profile/1\nmodel: merged\ninput_size: 4\n"
+        "defaults: &d {forward_time: 1.0, backward_time: 2.0, weight_size: 16}\n"
+        f"stages:\n{stages}"
+    ).replace("defaults: &d", "extra: {defaults: &d", 1)
+    text = text.replace("weight_size: 16}\n", "weight_size: 16}}\n", 1)
+    prof = memplan.load_profile(text)
+    assert prof.length == 3000 and prof.stages[-1].backward_time == 2.0
+    assert prof.weight_size == 3000 * 16
+
+
 def test_input_larger_than_the_cap_is_refused_before_parsing(tmp_path):
     path = _write(tmp_path, "big.yaml", PROFILE_YAML + "extra: {pad: '" + "x" * 4000 + "'}\n")
     env = {"MEMPLAN_MAX_INPUT": "2KiB"}

@@ -18,10 +18,10 @@ input and is the fast path of huge input:
   (``!!binary``, ``!!set``, ``!!python/...``, local tags) are refused: memplan files hold
   JSON-like data. A 4 MB graph profile loads about 5x faster than with ``CSafeLoader``
   (docs/benchmarks.md, "Parsing large profiles").
-- **Limits** (exit 2, one line naming the file, line and column):
-  nesting deeper than :data:`MAX_DEPTH`; aliases that would expand the document by more than
-  :data:`ALIAS_ALLOWANCE` nodes or its own size (an alias bomb: 735 bytes of ten nested levels of
-  ten aliases are 10^10 nodes once expanded); an alias to a collection that contains it; more
+- **Limits** (exit 2, one line naming the file, line and column): nesting deeper than
+  :data:`MAX_DEPTH`; aliases that would expand the document by more than :data:`ALIAS_FACTOR`
+  times its own size or :data:`ALIAS_ALLOWANCE` nodes (an alias bomb: 735 bytes of ten nested
+  levels of ten aliases are 10^10 nodes once expanded); an alias to a collection that contains it; more
   than one document in a stream. The size cap (:func:`max_input_bytes`) is applied by the
   readers in :mod:`memplan.profile.io`.
 """
@@ -53,8 +53,11 @@ from memplan.errors import InputError
 MAX_DEPTH = 100
 """The deepest nesting of mappings and lists accepted (a profile needs about 6)."""
 
-ALIAS_ALLOWANCE = 100_000
-"""Nodes that YAML aliases may add to a document beyond its own size (see NOTE above)."""
+ALIAS_FACTOR = 10
+ALIAS_ALLOWANCE = 1_000_000
+"""YAML aliases (and merge keys) may add ALIAS_FACTOR times the nodes a document writes, or
+ALIAS_ALLOWANCE nodes when that is more (see NOTE above): ``<<: *defaults`` on every stage of a
+10 000-stage profile is fine, ten levels of ten aliases (10^10 nodes) are not."""
 
 DEFAULT_MAX_INPUT = 256 * 2**20
 """Largest input read, in bytes (256 MiB), unless ``MEMPLAN_MAX_INPUT`` says otherwise."""
@@ -278,10 +281,11 @@ def _build(loader: Any, source: str) -> Any:
         raise InputError(f"{source}: expected a single document, found another one")
     if root is _MERGE_KEY:
         raise InputError(f"{source}: '<<' is only a key")
-    if expanded - events > max(events, ALIAS_ALLOWANCE):
+    allowed = max(ALIAS_FACTOR * events, ALIAS_ALLOWANCE)
+    if expanded - events > allowed:
         raise InputError(
             f"{source}: YAML aliases expand {events} nodes to {expanded} "
-            f"(more than {max(events, ALIAS_ALLOWANCE)} extra nodes): write the values out"
+            f"(more than {allowed} extra nodes): write the values out"
         )
     return root
 
