@@ -214,6 +214,20 @@ def test_tags_beyond_plain_data_are_refused(tag):
         parse_document(f"a: {tag}\n", "x")
 
 
+@pytest.mark.parametrize(
+    ("text", "what"),
+    [
+        ("a: !!int abc", "'abc' as !!int"),
+        ("a: !!bool maybe", "'maybe' as !!bool"),
+        ("a: 2026-13-45", "'2026-13-45' as !!timestamp"),
+        ("a: !!timestamp x", "'x' as !!timestamp"),
+    ],
+)
+def test_scalars_that_do_not_read_as_their_tag_are_input_errors(text, what):
+    with pytest.raises(memplan.InputError, match=f"line 1, column 4: cannot read {what}"):
+        parse_document(text, "x")
+
+
 def test_a_large_profile_loads(tmp_path):
     """10 000 stages (the most a profile holds): parsed and validated (no timing asserted; the
     speed is in docs/benchmarks.md)."""

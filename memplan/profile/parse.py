@@ -205,7 +205,13 @@ def _build(loader: Any, source: str) -> Any:
                 item = _MERGE_KEY
             elif tag in _SCALAR_TAGS:
                 node = ScalarNode(tag, value, event.start_mark, event.end_mark, event.style)
-                item = constructors[tag](loader, node)
+                try:
+                    item = constructors[tag](loader, node)
+                except (ValueError, KeyError, TypeError, AttributeError, OverflowError):
+                    short = tag.replace(_TAG, "!!")  # `!!int abc`, `2026-13-45` (a bad date)
+                    raise InputError(
+                        f"{_where(source, event.start_mark)}: cannot read {value!r} as {short}"
+                    ) from None
             else:
                 raise InputError(f"{_where(source, event.start_mark)}: {_unsupported(tag)}")
             nodes = 1
