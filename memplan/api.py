@@ -46,6 +46,8 @@ __all__ = [
     "timed_ops",
 ]
 
+MAX_STEPS = 1000
+"""The most budgets of one ``compare`` sweep (``--mem START:STOP:STEPS``, ``auto:STEPS``)."""
 _TIME_TOLERANCE = 1e-6
 
 
@@ -206,11 +208,16 @@ def simulate(
     Returns a :class:`memplan.simulator.SimulationResult` with ``valid``, ``makespan``,
     ``peak_memory``, ``idle_time`` and ``violation`` (the first problem found, naming the
     operation). Offloading and combined schedules are replayed at their ``budget.bandwidth``. The
-    budget is ``memory`` when given, else the schedule's own. With ``check_claims``, the makespan
-    and peak the schedule states must match the replay.
+    budget is ``memory`` when given, else the schedule's own. The static memory is recomputed from
+    the profile and ``budget.optimizer``, never taken from the schedule; with ``check_claims``, what
+    the schedule states (static memory, makespan, peak, a pipeline's GPU peaks and throughput) must
+    match the replay (NOTE [ schedule claims ] in :mod:`memplan.simulator.claims`).
     """
+    from memplan.simulator import claims
+
     prof = load_profile(profile)
-    sched = load_schedule(schedule)
+    claimed = load_schedule(schedule)
+    sched = claims.with_replay_static_memory(prof, claimed)  # NOTE [ schedule claims ]
     if sched.family not in prof.families:
         raise InputError(
             f"schedule family {sched.family!r} does not fit {prof.model}, "
@@ -226,13 +233,8 @@ def simulate(
     if family is None:
         raise InputError(f"schedule family {sched.family!r} cannot be simulated yet")
     result = family.simulate(prof, sched, budget)
-    if check_claims and result.valid and sched.feasible:
-        if sched.makespan is not None and not _close(sched.makespan, result.makespan):
-            result.fail(f"makespan: schedule says {sched.makespan}, replay gives {result.makespan}")
-        elif sched.peak_memory is not None and sched.peak_memory != result.peak_memory:
-            result.fail(
-                f"peak_memory: schedule says {sched.peak_memory}, replay gives {result.peak_memory}"
-            )
+    if check_claims:
+        claims.check(prof, claimed, result)
     return result
 
 
@@ -262,8 +264,8 @@ def budgets_from_range(text: str) -> list[int]:
         steps = int(parts[2]) if len(parts) == 3 else 10
     except ValueError:
         raise InputError(f"--mem {text!r}: STEPS must be an integer, e.g. 2GB:8GB:10") from None
-    if steps < 1 or stop < start:
-        raise InputError(f"--mem {text!r}: expected START <= STOP and STEPS >= 1")
+    if not 1 <= steps <= MAX_STEPS or stop < start:
+        raise InputError(f"--mem {text!r}: expected START <= STOP and STEPS from 1 to {MAX_STEPS}")
     if steps == 1:
         return [start]
     return [round(start + (stop - start) * i / (steps - 1)) for i in range(steps)]
@@ -280,14 +282,14 @@ def auto_budgets(
     The store-all need is M_peak (plus static memory): above it nothing is recomputed or
     offloaded. This is the range of Figure 5 of papers/004 (``compare --mem auto:20``).
     """
+    if not 1 <= steps <= MAX_STEPS:
+        raise InputError(f"--mem auto:{steps}: STEPS must be from 1 to {MAX_STEPS}, e.g. auto:20")
     prof = load_profile(profile)
     families = {lookup_algorithm(name).family for name in algos}
     desc = describe(prof, optimizer)
     least = [desc["min_memory"][f] for f in families if f in desc["min_memory"]]
     start = min(least) if least else desc["store_all_memory"]
     stop = max(start, desc["store_all_memory"])
-    if steps < 1:
-        raise InputError(f"--mem auto:{steps}: STEPS must be at least 1, e.g. auto:20")
     if steps == 1:
         return [start]
     return [round(start + (stop - start) * i / (steps - 1)) for i in range(steps)]

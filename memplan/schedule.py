@@ -7,15 +7,33 @@ when known, ``min_memory``, the least budget with which the algorithm finds a pl
 from __future__ import annotations
 
 import json
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_serializer
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    NonNegativeInt,
+    ValidationError,
+    model_serializer,
+    model_validator,
+)
 
 from memplan.errors import InputError
+from memplan.units import MAX_RATE, MAX_SIZE, MIN_RATE
 
 SCHEDULE_FORMAT = "memplan-schedule/1"
 OpName = Literal["F_all", "F_ck", "F_n", "B", "offload", "prefetch", "turn"]
 Status = Literal["optimal", "feasible", "infeasible", "unknown"]
+OptimizerName = Literal["none", "sgd", "momentum", "adam"]
+"""What ``budget.optimizer`` may say (docs/model.md); a schedule without it is replayed as sgd."""
+Size = Annotated[int, Field(ge=0, le=MAX_SIZE)]
+"""Bytes, 0 to 2^60 (the CLI's largest size)."""
+Rate = Annotated[float, Field(ge=MIN_RATE, le=MAX_RATE, allow_inf_nan=False)]
+"""Bytes/s, 0.001 to 1e15 (as ``--bandwidth``)."""
+Finite = Annotated[float, Field(allow_inf_nan=False)]
+MAX_SHIFT = 10**9
+"""The largest ``shift`` of a pipeline pattern operation (mini-batches; numpy int64 stays exact)."""
 
 
 class _Model(BaseModel):
@@ -56,14 +74,14 @@ class ProfileRef(_Model):
 
 
 class Budget(_Model):
-    memory: int | None = Field(default=None, ge=0)
-    bandwidth: float | None = None
-    gpus: int | None = None
-    optimizer: str | None = None
+    memory: Size | None = None
+    bandwidth: Rate | None = None
+    gpus: int | None = Field(default=None, ge=1)
+    optimizer: OptimizerName | None = None
 
 
 class SolverInfo(_Model):
-    seconds: float = 0.0
+    seconds: Finite = 0.0
     status: Status = "unknown"
     slots: int | None = None
     message: str | None = None
@@ -94,7 +112,7 @@ class PatternOp(_Model):
     stage: int = Field(ge=0)
     start: float = Field(allow_inf_nan=False)
     end: float = Field(allow_inf_nan=False)
-    shift: int
+    shift: int = Field(ge=-MAX_SHIFT, le=MAX_SHIFT)
 
 
 class GpuPattern(_Model):
@@ -117,7 +135,7 @@ class PatternTransfer(_Model):
     dst: int = Field(ge=0)
     start: float = Field(allow_inf_nan=False)
     end: float = Field(allow_inf_nan=False)
-    shift: int
+    shift: int = Field(ge=-MAX_SHIFT, le=MAX_SHIFT)
 
 
 class Schedule(_Model):
@@ -129,13 +147,13 @@ class Schedule(_Model):
     profile: ProfileRef
     budget: Budget
     feasible: bool
-    makespan: float | None = None
-    lower_bound: float
-    overhead: float | None = Field(
+    makespan: Finite | None = None
+    lower_bound: Finite
+    overhead: Finite | None = Field(
         default=None, description="makespan / lower_bound (1.0 = no recomputation)"
     )
-    peak_memory: int | None = None
-    static_memory: int = 0
+    peak_memory: Size | None = None
+    static_memory: Size = 0
     min_memory: int | None = Field(
         default=None, description="least budget with which this algorithm finds a plan, if known"
     )
@@ -166,7 +184,7 @@ class Schedule(_Model):
     peak_resident: int | None = Field(
         default=None, description="graph family: peak of the bytes live at one step (no gaps)"
     )
-    fragmentation: float | None = Field(
+    fragmentation: Finite | None = Field(
         default=None, description="graph family: (arena - peak_resident) / arena"
     )
     memory_bound: int | None = Field(
@@ -174,23 +192,47 @@ class Schedule(_Model):
     )
 
     # -- pipeline family (papers/001): its fields go here --
-    assignment: list[int] | None = Field(
+    assignment: list[NonNegativeInt] | None = Field(
         default=None, description="pipeline: the GPU of each stage (forward and backward)"
     )
-    period: float | None = Field(default=None, description="pipeline: period of the pattern, ms")
-    throughput: float | None = Field(default=None, description="pipeline: samples/s")
+    period: Finite | None = Field(default=None, description="pipeline: period of the pattern, ms")
+    throughput: Finite | None = Field(default=None, description="pipeline: samples/s")
     batches_per_period: int | None = Field(default=None, ge=1)
     weight_versions: int | None = Field(
         default=None, ge=1, description="pipeline: weight versions kept (2 for 2BW, 1 for GPipe)"
     )
-    link_bandwidth: float | None = Field(
+    link_bandwidth: Rate | None = Field(
         default=None, description="pipeline: bytes/s of each GPU-to-GPU link (None: free)"
     )
-    gpu_memory: list[int] | None = Field(
+    gpu_memory: list[Size] | None = Field(
         default=None, description="pipeline: simulated peak of each GPU, bytes"
     )
     pattern: list[GpuPattern] | None = None
     transfers: list[PatternTransfer] | None = None
+
+    @model_validator(mode="after")
+    def _fields_of_its_family(self) -> Schedule:
+        """No field of another family: a chain schedule with a ``pattern`` says two things."""
+        for family, names in _FIELDS_OF.items():
+            if family == self.family:
+                continue
+            for name in names:
+                if getattr(self, name) is not None:
+                    raise ValueError(
+                        f"{name}: a field of {family} schedules, this one is {self.family}"
+                    )
+        transfers = self.family in ("offload", "combined")
+        for index, op in enumerate(self.ops):
+            if op.branch is not None and self.family != "join":
+                raise ValueError(
+                    f"ops[{index}].branch: a field of join schedules, this one is {self.family}"
+                )
+            if op.tensor is not None and not (transfers and op.stream == "transfer"):
+                raise ValueError(
+                    f"ops[{index}].tensor: only the transfers of offload and combined schedules "
+                    f"name a tensor (this is a {op.op} of a {self.family} schedule)"
+                )
+        return self
 
     @model_serializer(mode="wrap")
     def _drop_unset_family_fields(self, handler: Any) -> dict[str, Any]:
@@ -217,17 +259,14 @@ class Schedule(_Model):
         return sum(1 for o in self.ops if o.op == op)
 
 
-_FAMILY_FIELDS = (
-    "join_model",
-    "join_slots",
-    "order",
-    "addresses",
-    "arena",
-    "peak_resident",
-    "fragmentation",
-    "memory_bound",
-    *_PIPELINE_FIELDS,
-)
+_FIELDS_OF = {
+    "join": ("join_model", "join_slots"),
+    "graph": ("order", "addresses", "arena", "peak_resident", "fragmentation", "memory_bound"),
+    "pipeline": _PIPELINE_FIELDS,
+}
+"""The fields only one family's schedules have (the validator refuses them elsewhere)."""
+
+_FAMILY_FIELDS = tuple(name for names in _FIELDS_OF.values() for name in names)
 """Family fields left out of the documents when unset (the join, graph and pipeline families')."""
 
 
@@ -242,7 +281,7 @@ def schedule_from_dict(data: Any, source: str = "<schedule>") -> Schedule:
             f"{source}: format: expected {SCHEDULE_FORMAT!r}, got {data.get('format')!r}"
         )
     try:
-        return Schedule.model_validate(data)
+        return Schedule.model_validate(data, strict=True)
     except ValidationError as exc:
         raise InputError(validation_message(source, exc)) from None
 

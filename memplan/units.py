@@ -16,6 +16,12 @@ _UNITS = {**_DECIMAL, **_BINARY}
 _AMBIGUOUS = {"K", "M", "G", "T"}
 MAX_SIZE = 2**60
 """The largest size accepted (1 EiB): every sum of sizes stays exact in int64."""
+MIN_RATE = 1e-3
+"""The slowest bandwidth accepted, bytes/s: every transfer time stays a finite float (ms)."""
+MAX_RATE = 1e15
+"""The fastest bandwidth accepted, bytes/s (1 PB/s, some 300x an HBM3 stack)."""
+MAX_TIME_LIMIT = 7 * 24 * 3600.0
+"""The longest time limit accepted, seconds (a week): a limit is always finite."""
 _PATTERN = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([A-Za-z]*)\s*$")
 
 
@@ -54,7 +60,11 @@ def parse_size(value: str | int | float) -> int:
 
 
 def parse_rate(value: str | int | float) -> float:
-    """Parse a bandwidth into bytes per second: ``12.2GB/s``, ``16GiB/s`` or a plain number."""
+    """Parse a bandwidth into bytes per second: ``12.2GB/s``, ``16GiB/s`` or a plain number.
+
+    Rates outside :data:`MIN_RATE` .. :data:`MAX_RATE` (0.001 B/s to 1 PB/s) are refused: a transfer
+    at 1e-300 bytes/s lasts forever, one at 1e300 bytes/s underflows the slot arithmetic.
+    """
     if isinstance(value, bool):
         raise InputError(f"rate {value!r}: expected bytes/s, e.g. 12.2GB/s")
     if isinstance(value, (int, float)):
@@ -68,6 +78,10 @@ def parse_rate(value: str | int | float) -> float:
         number = _parse(text, "rate", "12.2GB/s or 16GiB/s")
     if not math.isfinite(number) or number <= 0:
         raise InputError(f"rate {value!r}: expected a positive rate, e.g. 12.2GB/s")
+    if not MIN_RATE <= number <= MAX_RATE:
+        raise InputError(
+            f"rate {value!r}: expected 0.001 to 1e15 bytes/s (up to 1PB/s), e.g. 12.2GB/s"
+        )
     return number
 
 
@@ -81,3 +95,20 @@ def format_size(nbytes: float | int | None) -> str:
             return f"{value:.0f} {unit}" if unit == "B" else f"{value:.2f} {unit}"
         value /= 1000
     raise AssertionError("unreachable")
+
+
+def check_time_limit(value: float | None, what: str = "time_limit") -> float | None:
+    """A time limit in seconds: None (the algorithm's default), or finite, > 0 and at most a week.
+
+    ``nan`` and ``inf`` are refused: a limit the solver cannot reach is no limit.
+    """
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise InputError(f"{what} {value!r}: expected a number of seconds, e.g. 60")
+    if not (math.isfinite(value) and 0 < value <= MAX_TIME_LIMIT):
+        raise InputError(
+            f"{what} {value!r}: expected seconds > 0 and at most {MAX_TIME_LIMIT:.0f} (a week), "
+            "e.g. 60"
+        )
+    return float(value)

@@ -191,7 +191,7 @@ def test_simulator_rejects_broken_patterns(resnet_plans):
         doc["transfers"] = doc["transfers"][1:]
 
     for edit, words in (
-        (shorter_period, ("overlap", "before")),
+        (shorter_period, ("overlap", "before", "more than the period")),
         (wrong_gpu, ("assigned",)),
         (early_forward, ("before",)),
         (no_transfer, ("appears 0 times",)),

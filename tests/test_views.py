@@ -119,8 +119,10 @@ def test_trace_and_plot_of_a_pofo_plan(tmp_path):
     result = runner.invoke(app, ["plot", str(plan), "-p", "resnet50@a100", "-o", str(png)])
     assert result.exit_code == 0, result.stderr
     assert png.read_bytes()[:8] == PNG_SIGNATURE
-    warned = runner.invoke(app, ["plot", str(plan), "-p", "resnet50@v100", "-o", str(png)])
-    assert warned.exit_code == 0 and "sha256" in warned.stderr
+    other = tmp_path / "other.png"  # another GPU's profile: other durations, nothing drawn
+    warned = runner.invoke(app, ["plot", str(plan), "-p", "resnet50@v100", "-o", str(other)])
+    assert warned.exit_code == 1 and "sha256" in warned.stderr, warned.stderr
+    assert "invalid: ops[0].end" in warned.stderr and not other.exists()
 
 
 def test_trace_document_without_profile():

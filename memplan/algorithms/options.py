@@ -212,6 +212,12 @@ def bandwidth_option() -> Any:
     )
 
 
+def _time_limit(value: Any) -> float:
+    from memplan.units import check_time_limit
+
+    return check_time_limit(value, "--time-limit")
+
+
 def time_limit_option(default: float) -> Any:
     """``--time-limit``: seconds of each CP-SAT solve."""
     return option(
@@ -219,10 +225,10 @@ def time_limit_option(default: float) -> Any:
         metavar="SECONDS",
         cli_type=float,
         help="Time limit of each CP-SAT solve.",
-        accepts="seconds > 0",
+        accepts="seconds > 0, at most a week",
         default=default,
         default_text=f"{default:g}",
-        parse=positive_number("--time-limit"),
+        parse=_time_limit,
         commands=("solve", "compare"),
     )
 

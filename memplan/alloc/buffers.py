@@ -12,6 +12,7 @@ from __future__ import annotations
 import csv
 import io
 import os
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -19,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from memplan.errors import InputError
+from memplan.files import note_input
 
 COLUMNS = ("id", "lower", "upper", "size")
 """The columns every buffer CSV has, in the order memplan writes them."""
@@ -149,12 +151,15 @@ class BufferTable:
     rows: tuple[tuple[str, ...], ...]
 
 
+_INTEGER = re.compile(r"[-+]?[0-9]+\Z")
+"""A decimal integer in ASCII digits (``int()`` would also take ``1_000`` and other scripts' digits)."""
+
+
 def _parse_int(text: str, where: str, what: str, minimum: int | None = None) -> int:
     value = text.strip()
-    try:
-        number = int(value, 10)
-    except ValueError:
-        raise InputError(f"{where}: {what}: expected an integer, got {text!r}") from None
+    if not _INTEGER.match(value):
+        raise InputError(f"{where}: {what}: expected an integer, got {text!r}")
+    number = int(value, 10)
     if abs(number) > MAX_VALUE:
         raise InputError(f"{where}: {what}: {number} is too large (more than 2^60)")
     if minimum is not None and number < minimum:
@@ -171,7 +176,7 @@ def parse_buffers_csv(
     a missing column, an unknown column, a non-integer field, a negative size or offset, an empty
     lifetime (``upper <= lower``) or a duplicate id.
     """
-    reader = csv.reader(io.StringIO(text))
+    reader = csv.reader(io.StringIO(text.removeprefix("\ufeff")))  # a UTF-8 BOM (Excel) is no data
     try:
         header_row = next(reader)
     except StopIteration:
@@ -252,6 +257,7 @@ def read_buffers_csv(path: str | os.PathLike[str], need_offsets: bool = False) -
         return parse_buffers_csv(sys.stdin.read(), "<stdin>", need_offsets)
     try:
         with open(path, encoding="utf-8", newline="") as handle:
+            note_input(path)
             text = handle.read()
     except FileNotFoundError:
         raise InputError(f"{name}: no such file") from None

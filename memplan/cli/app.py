@@ -42,6 +42,7 @@ def _version(value: bool) -> None:
 
 @app.callback()
 def _global(
+    ctx: typer.Context,
     debug: Annotated[
         bool,
         typer.Option("--debug", help="Show tracebacks (also MEMPLAN_DEBUG=1)."),
@@ -54,6 +55,10 @@ def _global(
     ] = False,
 ) -> None:
     common.state.debug = debug
+    from memplan import files
+
+    files.track_inputs()  # -o never replaces a file this command reads (NOTE [ safe writes ])
+    ctx.call_on_close(files.stop_tracking)
 
 
 app.command("profile")(profile)

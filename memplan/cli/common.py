@@ -6,23 +6,27 @@ format (``--format json|yaml|csv``) writes exactly one document to stdout or, wi
 atomically to the file. Exit codes: 0 done (a plan that fits, a valid schedule); 1 infeasible or
 an invalid / over-budget schedule; 2 bad usage or bad input (``memplan.InputError``, typer usage
 errors); 70 (EX_SOFTWARE, sysexits.h) a bug in memplan: ``InternalError`` or any unexpected
-exception; 141 the reader of stdout went away (``| head``). Errors are one line
-``memplan: error: ...`` on stderr; ``--debug`` (or ``MEMPLAN_DEBUG=1``) adds the traceback without
-changing the exit code.
+exception; 130 interrupted (one Ctrl-C stops any phase, CP-SAT searches included, and nothing is
+written: NOTE [ interrupts ] in memplan/interrupt.py); 141 the reader of stdout went away
+(``| head``). Errors are one line ``memplan: error: ...`` on stderr; ``--debug`` (or
+``MEMPLAN_DEBUG=1``) adds the traceback without changing the exit code.
 """
 
 from __future__ import annotations
 
 import enum
+import math
 import os
+import re
 import sys
 import traceback
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 import typer
 from rich.console import Console
+from rich.segment import Segment
 
 from memplan.errors import InputError, InternalError
 
@@ -30,6 +34,7 @@ EXIT_OK = 0
 EXIT_INFEASIBLE = 1
 EXIT_USAGE = 2
 EXIT_INTERNAL = 70
+EXIT_INTERRUPTED = 130  # 128 + SIGINT: Ctrl-C stopped the command (nothing was written)
 EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE, as a shell reports a process killed by the signal
 
 PIPE_EXAMPLE = "memplan profile resnet18 | memplan solve --algo rotor --mem 2GB"
@@ -48,14 +53,66 @@ def debug_enabled() -> bool:
     return state.debug or os.environ.get("MEMPLAN_DEBUG", "").strip() not in ("", "0")
 
 
+# NOTE [ control characters ]
+# Names come from files (a profile's model and stages, a CSV's ids, a schedule's algorithm) and may
+# hold escape sequences that set the terminal's title, clear the screen or add hyperlinks. Every
+# character a terminal would act on (C0 but tab and newline, DEL, C1, and the bidirectional
+# overrides that reorder text) is printed as a visible escape (``\x1b``, ``\u202e``) by the three
+# ways memplan prints: ``err_console()`` (tables, summaries, progress; markup and emoji codes are
+# off, so ``[link=...]`` in a name is text), ``echo_err()`` (one line: newlines escaped too) and
+# ``write_output()`` when stdout is a terminal (JSON and YAML escape by themselves; a CSV does not).
+# A document written to a pipe or a file is data and stays byte for byte.
+
+_CONTROLS = r"\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069"
+_CONTROL = re.compile(f"[{_CONTROLS}]")
+_CONTROL_OR_NEWLINE = re.compile(f"[\\n{_CONTROLS}]")
+
+
+def _visible(match: re.Match[str]) -> str:
+    char = match.group()
+    if char in "\n\r":
+        return "\\n" if char == "\n" else "\\r"
+    code = ord(char)
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
+def escape_control(text: str, *, newlines: bool = False) -> str:
+    """``text`` with the characters a terminal acts on shown as ``\\x1b``-style escapes.
+
+    Tab and newline stay, unless ``newlines`` (then newline is escaped too: one line stays one).
+    See NOTE [ control characters ].
+    """
+    pattern = _CONTROL_OR_NEWLINE if newlines else _CONTROL
+    return pattern.sub(_visible, text) if pattern.search(text) else text
+
+
+class _EscapingConsole(Console):
+    """A rich console that escapes control characters in the text it renders (not in its own
+    cursor and style codes): see NOTE [ control characters ]."""
+
+    def _render_buffer(self, buffer: Iterable[Segment]) -> str:
+        return super()._render_buffer(
+            Segment(escape_control(seg.text), seg.style, seg.control)
+            if seg.control is None and _CONTROL.search(seg.text)
+            else seg
+            for seg in buffer
+        )
+
+
 def err_console() -> Console:
-    """The console for human output: stderr, colour only on a terminal, honours NO_COLOR."""
-    return Console(stderr=True, highlight=False, soft_wrap=False)
+    """The console for human output: stderr, colour only on a terminal, honours NO_COLOR.
+
+    Control characters in what it prints are escaped; markup and emoji codes are off (names
+    such as ``layer[3]`` or ``[link=...]`` print as they are): NOTE [ control characters ].
+    """
+    return _EscapingConsole(
+        stderr=True, highlight=False, soft_wrap=False, markup=False, emoji=False
+    )
 
 
 def echo_err(message: str) -> None:
-    """One plain line on stderr (no markup: messages hold brackets like ``stages[3]``)."""
-    sys.stderr.write(message.rstrip("\n") + "\n")
+    """One plain line on stderr, control characters escaped (NOTE [ control characters ])."""
+    sys.stderr.write(escape_control(message.rstrip("\n"), newlines=True) + "\n")
     sys.stderr.flush()
 
 
@@ -67,8 +124,11 @@ def guard() -> Iterator[None]:
     """Map exceptions to the exit codes of the SPEC (see NOTE [ CLI output and exit codes ])."""
     try:
         yield
-    except (typer.Exit, typer.Abort, KeyboardInterrupt):
+    except (typer.Exit, typer.Abort):
         raise
+    except KeyboardInterrupt:  # one Ctrl-C, whatever the phase (NOTE [ interrupts ])
+        echo_err("memplan: interrupted")
+        raise typer.Exit(EXIT_INTERRUPTED) from None
     except InputError as exc:
         _fail(exc, f"memplan: error: {_one_line(exc)}", EXIT_USAGE)
     except InternalError as exc:
@@ -159,8 +219,9 @@ def option_rate(option: str, value: str | None) -> float | None:
 
 
 def check_positive(option: str, value: float | int | None) -> None:
-    if value is not None and value <= 0:
-        raise InputError(f"{option} {value}: expected a positive number")
+    """A usage error unless ``value`` is None or a finite number > 0 (``nan`` and ``inf`` too)."""
+    if value is not None and not (math.isfinite(value) and value > 0):
+        raise InputError(f"{option} {value}: expected a finite positive number")
 
 
 # --------------------------------------------------------------------------- formats and output
@@ -212,6 +273,8 @@ def write_output(text: str, output: Path | None) -> None:
     if not text.endswith("\n"):
         text += "\n"
     if output is None:
+        if _is_terminal(sys.stdout):  # a person reads it: NOTE [ control characters ]
+            text = escape_control(text)
         sys.stdout.write(text)
         sys.stdout.flush()
         return
@@ -220,6 +283,13 @@ def write_output(text: str, output: Path | None) -> None:
     except OSError as exc:
         raise InputError(f"{output}: cannot write: {exc.strerror or exc}") from None
     echo_err(f"memplan: wrote {output}")
+
+
+def _is_terminal(stream) -> bool:
+    try:
+        return bool(stream.isatty())
+    except (ValueError, AttributeError):
+        return False
 
 
 def size_text(nbytes: int | float | None) -> str:

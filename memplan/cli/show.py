@@ -29,8 +29,9 @@ def plot(
 ) -> None:
     """Draw a schedule: simulated memory over time against the budget, and its operations.
 
-    Needs the plot extra (matplotlib). Exit 0 when drawn, 1 when the schedule is infeasible,
-    2 on bad input.
+    Needs the plot extra (matplotlib). Exit 0 when drawn; 1, with nothing drawn, when the
+    schedule is infeasible or the simulator rejects it (as `memplan simulate` would); 2 on bad
+    input.
 
     Example: `memplan solve resnet50 -a rotor -m 1GB -o plan.json && memplan plot plan.json -p
     resnet50 -o plan.png`
@@ -56,6 +57,9 @@ def plot(
             )
         from memplan.views.plot import plot_schedule
 
-        result = memplan.simulate(prof, sched, check_claims=False)
+        result = memplan.simulate(prof, sched)
+        if not result.valid:  # draw only what the simulator accepts: no figure of a broken plan
+            echo_err(f"memplan: invalid: {result.violation} (nothing drawn; see memplan simulate)")
+            raise typer.Exit(EXIT_INFEASIBLE)
         plot_schedule(output, sched, prof, result.memory_curve)
         echo_err(f"memplan: wrote {output}")

@@ -179,13 +179,14 @@ def infeasible_line(schedule: Any) -> str:
         f"memplan: infeasible: no {schedule.algorithm} plan fits in "
         f"{size_text(schedule.budget.memory)}"
     )
+    message = " ".join((schedule.solver.message or "").split())
     if schedule.min_memory is not None:
         line += f"; the least memory that fits is {size_text(schedule.min_memory)}"
-    elif schedule.solver.message:
-        line += f"; {' '.join(schedule.solver.message.split())}"
-    if schedule.family == "join" and schedule.min_memory is not None and schedule.solver.message:
-        line += f" ({' '.join(schedule.solver.message.split())})"
+        if schedule.family == "join" and message:
+            line += f" ({message})"
     else:
+        if message:
+            line += f"; {message}"
         line += "; the least memory that fits is not known for this algorithm"
     return line
 
@@ -275,11 +276,12 @@ def _simulation_doc(sched: Any, prof: Any, budget: int | None, result: Any) -> d
         "budget": budget,
         "violation": None if (valid and fits) else violation,
         "violation_index": None if (valid and fits) else getattr(result, "violation_index", None),
-        "static_memory": sched.static_memory,
+        "static_memory": sched.static_memory if result is None else result.static_memory,
         "algorithm": sched.algorithm,
         "model": prof.model,
         "claimed_makespan": sched.makespan,
         "claimed_peak_memory": sched.peak_memory,
+        "claimed_static_memory": sched.static_memory,
     }
 
 

@@ -22,6 +22,10 @@ from typing import Any
 
 from memplan.errors import InputError
 
+MAX_MICRO_BATCHES = 10_000
+"""The most micro-batches of one exported step (each GPU's line has two actions per stage and
+micro-batch: 10^8 of them took 4.4 GB and more than a minute)."""
+
 
 def unrolled_actions(schedule: Any, micro_batches: int) -> dict[int, list[tuple[float, str]]]:
     """rank -> [(time, action)] for mini-batches ``0 .. micro_batches-1``, in time order."""
@@ -29,8 +33,10 @@ def unrolled_actions(schedule: Any, micro_batches: int) -> dict[int, list[tuple[
         raise InputError(
             "--format torch-csv: needs a feasible pipeline schedule (--algo pipeline-ilp, pipedream or gpipe)"
         )
-    if micro_batches < 1:
-        raise InputError(f"--micro-batches {micro_batches}: expected an integer >= 1")
+    if not 1 <= micro_batches <= MAX_MICRO_BATCHES:
+        raise InputError(
+            f"--micro-batches {micro_batches}: expected an integer from 1 to {MAX_MICRO_BATCHES}"
+        )
     r = schedule.batches_per_period or 1
     period = schedule.period
     ranks = max(schedule.assignment) + 1

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import sys
-import tempfile
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -17,7 +16,9 @@ import yaml
 from pydantic import ValidationError
 
 from memplan.errors import InputError
+from memplan.files import note_input, write_atomic
 from memplan.profile.model import PROFILE_FORMAT, Profile
+from memplan.profile.parse import max_input_bytes, parse_document
 
 BUNDLED_DIR = Path(__file__).resolve().parent.parent / "profiles"
 PROFILE_SUFFIXES = (".yaml", ".yml", ".json")
@@ -80,27 +81,56 @@ def resolve_bundled(name: str) -> Path:
 
 
 def _parse_text(text: str, source: str) -> Any:
+    limit = max_input_bytes()
+    if len(text) > limit:
+        raise InputError(f"{source}: {_too_large(limit)}")
+    return parse_document(text, source)
+
+
+def _too_large(limit: int) -> str:
+    return (
+        f"larger than {limit} bytes, the input limit (set MEMPLAN_MAX_INPUT, e.g. 1GiB, to read it)"
+    )
+
+
+def _read_limited(stream: Any, name: str) -> str:
+    """Read at most the input limit from a binary (or text) stream, as UTF-8 text."""
+    limit = max_input_bytes()
+    data = stream.read(limit + 1)
+    if len(data) > limit:
+        raise InputError(f"{name}: {_too_large(limit)}")
+    if isinstance(data, str):
+        return data.removeprefix("\ufeff")
     try:
-        return yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        raise InputError(f"{source}:{where}: malformed YAML/JSON: {problem}") from None
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise InputError(
+            f"{name}: cannot read: not UTF-8 text ({exc.reason} at byte {exc.start})"
+        ) from None
 
 
 def read_document(source: str | os.PathLike[str]) -> tuple[Any, str]:
-    """Read a YAML/JSON document from a path or ``-``; return (data, display name)."""
+    """Read a YAML/JSON document from a path or ``-``; return (data, display name).
+
+    Inputs larger than :func:`~memplan.profile.parse.max_input_bytes` (256 MiB unless
+    ``MEMPLAN_MAX_INPUT`` says otherwise) are refused before they are parsed; see NOTE
+    [ document parsing ] in :mod:`memplan.profile.parse` for the other limits.
+    """
     if str(source) == "-":
-        return _parse_text(sys.stdin.read(), "<stdin>"), "<stdin>"
+        stream = getattr(sys.stdin, "buffer", sys.stdin)
+        return parse_document(_read_limited(stream, "<stdin>"), "<stdin>"), "<stdin>"
     path = Path(source)
     try:
-        text = path.read_text(encoding="utf-8")
+        with path.open("rb") as handle:
+            note_input(path)
+            text = _read_limited(handle, str(path))
     except FileNotFoundError:
         raise InputError(f"{path}: no such file") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputError(f"{path}: cannot read: {exc}") from None
-    return _parse_text(text, str(path)), str(path)
+    except IsADirectoryError:
+        raise InputError(f"{path}: is a directory, expected a YAML or JSON file") from None
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    return parse_document(text, str(path)), str(path)
 
 
 def profile_from_dict(data: Any, source: str = "<profile>") -> Profile:
@@ -113,7 +143,7 @@ def profile_from_dict(data: Any, source: str = "<profile>") -> Profile:
     if fmt != PROFILE_FORMAT:
         raise InputError(f"{source}: format: expected {PROFILE_FORMAT!r}, got {fmt!r}")
     try:
-        return Profile.model_validate(data)
+        return Profile.model_validate(data, strict=True)
     except ValidationError as exc:
         raise InputError(validation_message(source, exc)) from None
 
@@ -149,29 +179,6 @@ def load_profile(source: Profile | Mapping[str, Any] | str | os.PathLike[str]) -
 
 def dump_yaml(data: Any) -> str:
     return yaml.safe_dump(data, sort_keys=False, default_flow_style=None, width=100)
-
-
-def write_atomic(path: str | os.PathLike[str], text: str) -> None:
-    """Write ``text`` to ``path`` through a temporary file and a rename (never a truncated file)."""
-    target = Path(path)
-    directory = target.parent if str(target.parent) else Path(".")
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=directory)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes it 0600; give it a normal file's mode
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
 
 
 def save_profile(profile: Profile, path: str | os.PathLike[str] | None = None) -> str:

@@ -16,15 +16,17 @@ keys except under ``extra``): algorithms trust a validated :class:`Profile`.
 
 from __future__ import annotations
 
+import datetime
 import hashlib
 import json
 from typing import Any, Literal
 
-from pydantic import Field, NonNegativeInt, model_validator
+from pydantic import Field, NonNegativeInt, field_validator, model_validator
 
 from memplan.profile.fields import MAX_BYTES, MAX_MS, Bytes, Milliseconds
 from memplan.profile.fields import Strict as _Strict
 from memplan.profile.graph import Graph
+from memplan.units import MAX_RATE, MIN_RATE
 
 __all__ = ["MAX_BYTES", "MAX_MS", "Branch", "Device", "Graph", "Measured", "Profile", "Stage"]
 
@@ -82,6 +84,17 @@ class Measured(_Strict):
         "(model, catalog, tf32, gpu); see docs/estimation.md",
     )
 
+    @field_validator("date", mode="before")
+    @classmethod
+    def _date_as_text(cls, value: Any) -> Any:
+        """An unquoted ``date: 2026-11-21T10:00:00Z`` is a YAML timestamp: keep it as ISO text."""
+        if isinstance(value, datetime.datetime):
+            text = value.isoformat()
+            return text.removesuffix("+00:00") + "Z" if text.endswith("+00:00") else text
+        if isinstance(value, datetime.date):
+            return value.isoformat()
+        return value
+
 
 class Branch(_Strict):
     """One branch of a join network: a chain from its own input to the turn (papers/003)."""
@@ -109,7 +122,9 @@ class Profile(_Strict):
     input_shape: list[NonNegativeInt] | None = None
     dtype: str | None = None
     device: Device | None = None
-    bandwidth: float | None = Field(default=None, gt=0, allow_inf_nan=False)
+    bandwidth: float | None = Field(
+        default=None, ge=MIN_RATE, le=MAX_RATE, allow_inf_nan=False, description="bytes/s"
+    )
     measured: Measured | None = None
     input_size: Bytes | None = Field(default=None, description="bytes of x_0 (chain profiles)")
     stages: list[Stage] | None = Field(default=None, min_length=1, max_length=10_000)

@@ -194,6 +194,16 @@ def _close(a: float, b: float) -> bool:
     return math.isclose(a, b, rel_tol=TIME_TOLERANCE, abs_tol=TIME_TOLERANCE)
 
 
+def lasts(start: float, end: float, duration: float) -> bool:
+    """Whether ``end - start`` is ``duration``, to TIME_TOLERANCE and to the rounding of the times.
+
+    A 0.6 ms operation that starts at 1.4e11 ms (a transfer at a few bytes/s came before it) has
+    ``end - start`` right only to float64's spacing there (3e-5 ms): that much is no violation.
+    """
+    slack = TIME_TOLERANCE * max(1.0, abs(duration)) + 4 * math.ulp(max(abs(start), abs(end)))
+    return abs((end - start) - duration) <= slack
+
+
 def simulate_chain(
     profile: Profile,
     ops: Sequence[Op | tuple[str, int]],
@@ -226,8 +236,9 @@ def simulate_chain(
 
     Notes
     -----
-    ``makespan`` is the sum of the profile durations of the operations, whatever their
-    ``start``/``end``; the memory curve uses the ``start``/``end`` of :class:`Op` inputs.
+    ``makespan`` is the sum of the profile durations of the operations; timed operations must run
+    back to back from time 0 (a gap or an overlap is a violation). The memory curve uses the
+    ``start``/``end`` of :class:`Op` inputs.
     """
     state = _ChainState(profile)
     result = SimulationResult(static_memory=static_memory, budget=memory)
@@ -265,10 +276,17 @@ def simulate_chain(
         duration = state.duration(name, stage)
         if timed:
             start, end = item.start, item.end
-            if start < previous_end and not _close(start, previous_end):
+            if not _close(start, previous_end):
                 before = f"the end {previous_end} of ops[{index - 1}]" if index else "time 0"
-                result.fail(f"ops[{index}].start: {start} is before {before}", index)
-            elif not _close(end - start, duration):
+                if start < previous_end:
+                    result.fail(f"ops[{index}].start: {start} is before {before}", index)
+                else:  # the makespan is the sum of the durations: no idle time to hide
+                    result.fail(
+                        f"ops[{index}].start: {start} leaves a gap after {before} (chain "
+                        "operations run back to back)",
+                        index,
+                    )
+            elif not lasts(start, end, duration):
                 result.fail(
                     f"ops[{index}].end: {end} != start {start} + duration {duration} "
                     f"of {name} stage {stage}",

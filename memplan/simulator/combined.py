@@ -20,7 +20,7 @@ from collections.abc import Sequence
 
 from memplan.profile.model import Profile
 from memplan.schedule import Op
-from memplan.simulator.chain import TIME_TOLERANCE, SimulationResult
+from memplan.simulator.chain import TIME_TOLERANCE, SimulationResult, lasts
 
 COMPUTE_OPS = ("F_all", "F_ck", "F_n", "B")
 TRANSFER_OPS = ("offload", "prefetch")
@@ -227,7 +227,7 @@ def simulate_combined(
         if op.start < 0 and not _close(op.start, 0.0):
             result.fail(f"{where}: starts before time 0", index)
             return result
-        if not _close(op.end - op.start, duration):
+        if not lasts(op.start, op.end, duration):
             result.fail(
                 f"ops[{index}].end: {op.end} != start {op.start} + duration {duration}", index
             )

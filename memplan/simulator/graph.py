@@ -157,6 +157,7 @@ def simulate_graph(profile: Profile, schedule: Any, memory: int | None = None) -
         times = np.ones(len(order))
     clock = np.concatenate([[0.0], np.cumsum(times)])
     result.peak_memory = arena
+    result.static_memory = graph.weight_size  # counted in the arena: reported, not added
     result.op_peaks = [int(v) for v in resident]
     curve: list[tuple[float, int]] = []
     for k in range(steps):

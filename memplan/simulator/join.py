@@ -23,7 +23,7 @@ import math
 
 from memplan.profile.model import Profile
 from memplan.schedule import Schedule
-from memplan.simulator.chain import SimulationResult
+from memplan.simulator.chain import SimulationResult, lasts
 
 TIME_TOLERANCE = 1e-6
 
@@ -244,10 +244,17 @@ def simulate_join(profile: Profile, schedule: Schedule, memory: int | None) -> S
             result.fail(f"{where}: {problem}", index)
             break
         duration = net.duration(name, j, i)
-        if op.start < previous_end and not _close(op.start, previous_end):
+        if not _close(op.start, previous_end):
             before = f"the end {previous_end} of ops[{index - 1}]" if index else "time 0"
-            result.fail(f"ops[{index}].start: {op.start} is before {before}", index)
-        elif not _close(op.end - op.start, duration):
+            if op.start < previous_end:
+                result.fail(f"ops[{index}].start: {op.start} is before {before}", index)
+            else:  # the makespan is the sum of the durations: no idle time to hide
+                result.fail(
+                    f"ops[{index}].start: {op.start} leaves a gap after {before} (join "
+                    "operations run back to back)",
+                    index,
+                )
+        elif not lasts(op.start, op.end, duration):
             result.fail(
                 f"ops[{index}].end: {op.end} != start {op.start} + duration {duration}", index
             )

@@ -32,7 +32,7 @@ from collections.abc import Sequence
 
 from memplan.profile.model import Profile
 from memplan.schedule import Op
-from memplan.simulator.chain import TIME_TOLERANCE, SimulationResult
+from memplan.simulator.chain import TIME_TOLERANCE, SimulationResult, lasts
 
 COMPUTE_OPS = ("F_all", "B")
 TRANSFER_OPS = ("offload", "prefetch")
@@ -167,7 +167,7 @@ def simulate_offload(
                     return result
                 tensor.prefetch = index
             transfers.append(index)
-        if not _close(op.end - op.start, duration):
+        if not lasts(op.start, op.end, duration):
             result.fail(
                 f"ops[{index}].end: {op.end} != start {op.start} + duration {duration} "
                 f"of {op.op} stage {op.stage}",

@@ -28,6 +28,7 @@ import numpy as np
 
 from memplan.profile.model import Profile
 from memplan.simulator.chain import SimulationResult
+from memplan.simulator.claims import OPTIMIZER_FACTORS, optimizer_of
 
 TOLERANCE = 1e-6
 """Absolute tolerance (ms) of the timing checks (relative to the period for large values)."""
@@ -35,7 +36,10 @@ TOLERANCE = 1e-6
 GRID = 1e-7
 """ms: event times are snapped to this grid before ordering frees and allocations."""
 
-_FACTORS = {"none": 0, "sgd": 2, "momentum": 3, "adam": 4}
+MAX_UNROLLED = 10_000_000
+"""The most operations the replay unrolls (mini-batches x operations of the pattern). A pattern
+whose shifts or times are spread over so many periods that it needs more is refused before
+anything is unrolled (a tampered ``shift: 100000000`` needed 15 GB)."""
 
 
 @dataclass
@@ -83,9 +87,15 @@ def _replay(profile: Profile, sched, memory: int | None, result: PipelineSimulat
     gpus = sched.budget.gpus
     if gpus is not None and max(assign) >= gpus:
         raise _Invalid(f"assignment uses GPU {max(assign)} but only {gpus} GPUs are given")
+    if gpus is None and max(assign) >= L:  # L stages use at most L GPUs: 0 .. L-1 name them
+        raise _Invalid(
+            f"assignment uses GPU {max(assign)}: without budget.gpus, GPUs are numbered from 0 "
+            f"to {L - 1} (one per stage at most)"
+        )
     tol = _tol(period)
     fwd = [st.forward_time for st in stages]
     bwd = [st.backward_time for st in stages]
+    _check_load(sched, fwd, bwd, period, r, tol)
 
     # -- 1. shape of the pattern: op (F/B, k) -> list of (start, end, shift)
     comp: dict[tuple[str, int], list[tuple[float, float, int]]] = {}
@@ -127,13 +137,8 @@ def _replay(profile: Profile, sched, memory: int | None, result: PipelineSimulat
             for t in ("x", "g"):
                 _check_cover(comm.get((t, k), []), r, f"transfer {t}[{k}]")
 
-    # -- 2. unroll over N mini-batches
-    shifts = [s for v in (*comp.values(), *comm.values()) for (_, _, s) in v]
-    starts = [a for v in (*comp.values(), *comm.values()) for (a, _, _) in v]
-    ends = [b for v in (*comp.values(), *comm.values()) for (_, b, _) in v]
-    spread = (max(ends) - min(starts)) / period + (max(shifts) - min(shifts)) / r
-    copies = int(math.ceil(spread)) + 6
-    N = r * max(3, 2 * copies + 2)
+    # -- 2. unroll over N mini-batches (bounded first: MAX_UNROLLED)
+    N = _mini_batches(sched, comp, comm, period, r)
     result.batches = N
     m = np.arange(N)
 
@@ -191,7 +196,7 @@ def _replay(profile: Profile, sched, memory: int | None, result: PipelineSimulat
 
     # -- 3. memory per GPU
     versions = sched.weight_versions or 2
-    factor = _FACTORS.get(sched.budget.optimizer or "sgd", 2)
+    factor = OPTIMIZER_FACTORS[optimizer_of(sched)]
     per_weight = factor + versions - 1 if factor > 0 else 0
     events: dict[int, list[tuple[np.ndarray, np.ndarray, int]]] = {g: [] for g in used}
 
@@ -232,6 +237,60 @@ def _replay(profile: Profile, sched, memory: int | None, result: PipelineSimulat
         for g, p in zip(used, peaks, strict=True):
             if p > memory:
                 raise _Invalid(f"GPU {g}: needs {int(p)} bytes, budget {memory} per GPU")
+
+
+def _check_load(sched, fwd: list[float], bwd: list[float], period: float, r: int, tol: float):
+    """Every GPU and link is busy at most ``period`` ms per period (else two copies overlap).
+
+    Checked before the unrolling, this also bounds the period from below by the work of the
+    pattern: a ``period: 1e-300`` fails here, naming the GPU, instead of unrolling 10^300 copies.
+    """
+    for index, gp in enumerate(sched.pattern):
+        busy = sum((fwd if op.op == "F" else bwd)[op.stage] for op in gp.ops if op.stage < len(fwd))
+        if busy > period + tol:
+            raise _Invalid(
+                f"pattern[{index}] (GPU {gp.gpu}): its operations take {busy:.6g} ms, more than "
+                f"the period {period:.6g} ms"
+            )
+    links: dict[tuple[int, int], float] = {}
+    for tr in sched.transfers or []:
+        link = (min(tr.src, tr.dst), max(tr.src, tr.dst))
+        links[link] = links.get(link, 0.0) + max(0.0, tr.end - tr.start)
+    for (a, b), busy in links.items():
+        if busy > period + tol:
+            raise _Invalid(
+                f"link {a}-{b}: its transfers take {busy:.6g} ms, more than the period "
+                f"{period:.6g} ms"
+            )
+
+
+def _mini_batches(sched, comp, comm, period: float, r: int) -> int:
+    """How many mini-batches the replay unrolls to reach the steady state (at most MAX_UNROLLED
+    operations, else the schedule is invalid, naming its farthest operation)."""
+    entries = [
+        (key, a, b, s) for table in (comp, comm) for key, v in table.items() for (a, b, s) in v
+    ]
+    low = min(entries, key=lambda e: e[3])
+    high = max(entries, key=lambda e: e[3])
+    first = min(entries, key=lambda e: e[1])
+    last = max(entries, key=lambda e: e[2])
+    spread = (last[2] - first[1]) / period + (high[3] - low[3]) / r
+    keys = len(comp) + len(comm)
+    if math.isfinite(spread) and spread < MAX_UNROLLED:
+        copies = int(math.ceil(spread)) + 6
+        N = r * max(3, 2 * copies + 2)
+        if N * keys <= MAX_UNROLLED:
+            return N
+    if (high[3] - low[3]) / r >= (last[2] - first[1]) / period:
+        far, what = high, f"shift {high[3]} (the least shift is {low[3]})"
+    else:
+        far, what = last, f"end {last[2]:.6g} ms (the first operation starts at {first[1]:.6g} ms)"
+    (kind, k) = far[0]
+    name = f"transfer {kind}[{k}]" if kind in ("x", "g") else f"{kind} stage {k}"
+    raise _Invalid(
+        f"{name}: {what} spreads the pattern over {spread:.3g} periods of {period:.6g} ms; "
+        f"replaying it would unroll more than {MAX_UNROLLED} operations"
+    )
 
 
 def _check_cover(entries: list[tuple[float, float, int]], r: int, what: str) -> None:

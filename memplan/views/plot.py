@@ -10,7 +10,6 @@ atomically (temporary file, ``os.replace``).
 from __future__ import annotations
 
 import os
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -171,21 +170,14 @@ def plot_schedule(
 
 
 def save_figure_atomic(figure: Any, path: Path) -> None:
-    """Save a matplotlib figure to ``path`` through a temporary file and ``os.replace``."""
-    directory = path.parent if str(path.parent) else Path(".")
+    """Save a matplotlib figure to ``path`` atomically (NOTE [ safe writes ] in memplan.files)."""
+    import io
+
+    from memplan.files import write_atomic
+
+    buffer = io.BytesIO()
+    figure.savefig(buffer, format=path.suffix.lower().lstrip("."), dpi=150)
     try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=directory)
+        write_atomic(path, buffer.getvalue())
     except OSError as exc:
         raise InputError(f"{path}: cannot write: {exc.strerror or exc}") from None
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            figure.savefig(handle, format=path.suffix.lower().lstrip("."), dpi=150)
-            handle.flush()
-            os.fsync(handle.fileno())
-        mask = os.umask(0)
-        os.umask(mask)
-        os.chmod(tmp, 0o666 & ~mask)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise

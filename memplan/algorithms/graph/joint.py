@@ -27,6 +27,7 @@ from typing import Any
 
 import numpy as np
 
+from memplan import interrupt
 from memplan.algorithms.graph.olla import _build_model, _contract, _read_order, _Scaled
 from memplan.algorithms.graph.placement import (
     _workers,
@@ -161,7 +162,7 @@ def solve_joint(
     solver = cp_model.CpSolver()
     solver.parameters.max_time_in_seconds = max(0.1, float(time_limit))
     solver.parameters.num_workers = _workers()
-    status = solver.solve(model, _Scaled(1, 0, progress, label, began))
+    status = interrupt.solve(solver, model, _Scaled(1, 0, progress, label, began))
     seconds = time.perf_counter() - began
     if status in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         found_order = _read_order(solver, var, problem, extra)

@@ -31,6 +31,7 @@ from typing import Any
 
 import numpy as np
 
+from memplan import interrupt
 from memplan.algorithms.graph.placement import _workers
 from memplan.algorithms.graph.problem import GraphProblem
 
@@ -217,7 +218,7 @@ def solve_order(
     solver.parameters.num_workers = _workers()
 
     callback = _Scaled(var.scale, var.constant, progress, label, began)
-    status = solver.solve(model, callback)
+    status = interrupt.solve(solver, model, callback)
     seconds = time.perf_counter() - began
     details = {"hint_peak": hint_peak, **stats}
     if status in (cp_model.OPTIMAL, cp_model.FEASIBLE):

@@ -28,6 +28,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from memplan import interrupt
+
 ROUND = 512
 """The caching allocator's rounding of every request (bytes), used by :func:`first_fit`."""
 
@@ -289,7 +291,7 @@ def solve_placement(
     solver.parameters.max_time_in_seconds = max(0.1, float(time_limit))
     solver.parameters.num_workers = _workers()
     callback = _Progress(label, progress, began)
-    status = solver.solve(model, callback)
+    status = interrupt.solve(solver, model, callback)
     seconds = time.perf_counter() - began
     if status in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         found = hint.copy()

@@ -16,8 +16,10 @@ uses it as its warm start where PipeDream has none, and returns it when CP-SAT f
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
+from memplan import interrupt
 from memplan.algorithms.pipeline.model import PipelineInstance, static_factor
 from memplan.algorithms.pipeline.plan import PipelinePlan, evaluate, timed_groups
 
@@ -68,7 +70,7 @@ def _pack(
     solver = cp_model.CpSolver()
     solver.parameters.max_time_in_seconds = max(0.1, seconds)
     solver.parameters.num_workers = 2
-    status = solver.solve(m)
+    status = interrupt.solve(solver, m)
     if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         return None
     return [next(g for g in range(P) if solver.value(x[k][g])) for k in range(L)]
@@ -91,14 +93,15 @@ def least_memory_plan(
     Returns ``(plan or None, its simulated peaks or None, least simulated peak seen)``; with
     ``memory`` None, the plan of least simulated peak. Every plan is replayed by the simulator.
     """
-    per_round = max(1.0, seconds / ROUNDS)
+    started = time.perf_counter()
+    per_round = max(0.1, seconds / ROUNDS)
     tried: list[list[int]] = []
     best: tuple[tuple[float, int], PipelinePlan, list[int]] | None = None
     least: int | None = None
     limit: int | None = None
     assignment = _pack(inst, None, tried, per_round)
     for _ in range(ROUNDS):
-        if assignment is None:
+        if assignment is None or (tried and time.perf_counter() - started > seconds):
             break
         tried.append(assignment)
         plan = one_in_flight(inst, assignment)

@@ -39,6 +39,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from memplan import interrupt
 from memplan.algorithms.pipeline.model import PipelineInstance, static_factor
 from memplan.algorithms.pipeline.plan import PipelinePlan, evaluate, to_schedule
 
@@ -411,7 +412,10 @@ def solve_ilp(
     from memplan.algorithms.pipeline.pipedream import solve_pipedream
 
     started = time.perf_counter()
-    pd_plan, pd_peaks, _ = solve_pipedream(profile, inst, memory, inst.optimizer)
+    deadline = started + time_limit  # every phase below stops by it (NOTE [ time limits ])
+    pd_plan, pd_peaks, _ = solve_pipedream(
+        profile, inst, memory, inst.optimizer, deadline=started + PIPEDREAM_SHARE * time_limit
+    )
     L = inst.length
     progress = _Throttle(sink, u=1.0)
     hint: list[int] | None = None
@@ -420,11 +424,18 @@ def solve_ilp(
     if pd_plan is None:  # feasibility first (NOTE [ pipeline feasibility first ])
         from memplan.algorithms.pipeline.feasible import least_memory_plan
 
-        seconds = min(FIRST_SECONDS, FIRST_SHARE * time_limit)
+        left = deadline - time.perf_counter()
+        seconds = min(FIRST_SECONDS, max(FIRST_SHARE * time_limit, FIRST_OF_LEFT * left))
         first_plan, first_peaks, _ = least_memory_plan(profile, inst, memory, seconds)
         warm = first_plan
-    if warm is not None:
+    solver = status = None
+    found_in = None  # the (solver, variables, time unit, durations) of the last solution
+    bound = inst.period_lower_bound()  # until the whole model's search proves a better one
+    build = 0.0  # seconds one model took to build: phase 2 is skipped when it cannot fit
+    if warm is not None and time.perf_counter() < deadline:
+        began = time.perf_counter()
         model, v, u, d, dc = build_model(inst, memory)
+        build = time.perf_counter() - began
         if not _complete_hint(model, v, inst, warm, u, d, dc):  # pragma: no cover
             _hint_plan(model, v, warm, u, L, d, dc)
         order: dict[int, int] = {}
@@ -432,23 +443,37 @@ def solve_ilp(
             order.setdefault(g, len(order))
         for k, g in enumerate(warm.assignment):
             model.add(v.y[k] == order[g])
-        left = time_limit - (time.perf_counter() - started)
+        left = deadline - time.perf_counter()
         progress.u = u
-        solver, status = _solve(model, WARM_SHARE * left, progress, "warm start")
-        if status in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-            hint = list(solver.response_proto.solution)
-    model, v, u, d, dc = build_model(inst, memory)
-    if hint is not None:
-        # the same variables in the same order: phase 1's solution is a complete hint
-        model.proto.solution_hint.vars.extend(range(len(hint)))
-        model.proto.solution_hint.values.extend(hint)
-    elif warm is not None:
-        _complete_hint(model, v, inst, warm, u, d, dc)
-    progress.u = u
-    solver, status = _solve(model, time_limit - (time.perf_counter() - started), progress, "search")
-    found = status in (cp_model.OPTIMAL, cp_model.FEASIBLE)
+        if left > 0:
+            solver, status = _solve(model, WARM_SHARE * left, progress, "warm start")
+            if status in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+                hint = list(solver.response_proto.solution)
+                found_in = (solver, v, u, d, dc)
+                status = cp_model.FEASIBLE  # optimal for phase 1's fixed assignment only
+    if time.perf_counter() + build < deadline:
+        model, v, u, d, dc = build_model(inst, memory)
+        if hint is not None:
+            # the same variables in the same order: phase 1's solution is a complete hint
+            model.proto.solution_hint.vars.extend(range(len(hint)))
+            model.proto.solution_hint.values.extend(hint)
+        elif warm is not None:
+            _complete_hint(model, v, inst, warm, u, d, dc)
+        progress.u = u
+        left = deadline - time.perf_counter()
+        if left > 0:
+            solver, status = _solve(model, left, progress, "search")
+            bound = solver.best_objective_bound * u  # phase 1's would not bound the whole model
+            if status in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+                found_in = (solver, v, u, d, dc)
+            elif found_in is not None:  # no solution in the time left: keep phase 1's
+                status = cp_model.FEASIBLE
+    if solver is None:  # no time left for CP-SAT at all
+        status = cp_model.UNKNOWN
+    found = found_in is not None
     ilp_plan = ilp_peaks = None
     if found:
+        solver, v, u, d, dc = found_in
         ilp_plan = _read_plan(solver, v, inst, u, d, dc)
         check = evaluate(profile, inst, ilp_plan, inst.optimizer)
         if check.valid and check.peak_memory <= memory:
@@ -460,8 +485,8 @@ def solve_ilp(
         pd_peaks,
         ilp_plan,
         ilp_peaks,
-        solver.status_name(status).lower(),
-        solver.best_objective_bound * u if found else None,
+        cp_model.CpSolver().status_name(status).lower(),
+        bound if found else None,
         first_plan,
         first_peaks,
     )
@@ -540,8 +565,22 @@ def run_ilp(profile: Any, request: Any, inst: PipelineInstance):
 
 WARM_SHARE = 0.3
 """Share of the time limit spent on PipeDream's assignment before the whole model."""
+PIPEDREAM_SHARE = 0.5
+"""Share of the time limit after which PipeDream's warm start stops timing candidates."""
+
+# NOTE [ time limits ]
+# ``--time-limit`` bounds the whole of pipeline-ilp, not only CP-SAT: PipeDream's candidates stop
+# being timed at PIPEDREAM_SHARE of it (the best so far is the warm start); the feasibility-first
+# plan gets FIRST_SHARE of it, or FIRST_OF_LEFT of what is left when that is more; the whole model
+# is not built when building phase 1's took longer than the time left; and a CP-SAT phase whose
+# model is ready after the deadline is not solved (phase 1's solution, or the warm start, is
+# returned). What may overrun is one candidate or one model build, plus the final replay
+# (docs/benchmarks.md, "Time limits").
 FIRST_SHARE = 0.1
-"""Share of the time limit (at most ``FIRST_SECONDS``) for the feasibility-first plan."""
+"""Share of the time limit (at most ``FIRST_SECONDS``) for the feasibility-first plan..."""
+FIRST_OF_LEFT = 0.5
+"""... or this share of the time PipeDream left, when larger (its packing needs rounds of a few
+tenths of a second on ResNet-152 with 8 GPUs)."""
 FIRST_SECONDS = 6.0
 
 
@@ -582,7 +621,7 @@ def _solve(model, seconds: float, progress: _Throttle, phase: str):
     solver = cp_model.CpSolver()
     solver.parameters.max_time_in_seconds = max(0.1, seconds)
     solver.parameters.num_workers = max(1, min(8, os.cpu_count() or 1))
-    status = solver.solve(model, _Callback())
+    status = interrupt.solve(solver, model, _Callback())
     return solver, status
 
 

@@ -18,6 +18,8 @@ one ``k_s - 1`` periods older (shifts ``h_F(s)`` and ``h_B(s) = h_F(s) + k_s - 1
 
 from __future__ import annotations
 
+import math
+import time
 from collections.abc import Iterable
 from typing import Any
 
@@ -92,13 +94,21 @@ def one_f_one_b(inst: PipelineInstance, assignment: list[int], noam: int) -> Pip
     return plan
 
 
-def candidates(profile, inst: PipelineInstance, memory: int | None, optimizer: str):
-    """Every (plan, simulated result) of the sweep, deduplicated (the blue dots of Fig. 11-16)."""
+def candidates(
+    profile, inst: PipelineInstance, memory: int | None, optimizer: str, deadline: float = math.inf
+):
+    """Every (plan, simulated result) of the sweep, deduplicated (the blue dots of Fig. 11-16).
+
+    Past ``deadline`` (a ``time.perf_counter()`` instant: pipeline-ilp's warm start) the sweep
+    stops with the candidates timed so far, at least one when there is one.
+    """
     seen: set[tuple[tuple[int, ...], int]] = set()
     out = []
     for parts in range(1, min(inst.gpus, inst.length) + 1):
         for noam in range(1, parts + 4):
             for cap in (None, memory):
+                if out and time.perf_counter() > deadline:
+                    return out
                 assignment = partition(inst, parts, cap, noam)
                 if assignment is None or (tuple(assignment), noam) in seen:
                     continue
@@ -110,12 +120,15 @@ def candidates(profile, inst: PipelineInstance, memory: int | None, optimizer: s
     return out
 
 
-def solve_pipedream(profile, inst: PipelineInstance, memory: int, optimizer: str):
-    """The fastest PipeDream candidate whose simulated per-GPU peak fits ``memory``.
+def solve_pipedream(
+    profile, inst: PipelineInstance, memory: int, optimizer: str, deadline: float = math.inf
+):
+    """The fastest PipeDream candidate whose simulated per-GPU peak fits ``memory`` (among those
+    timed by ``deadline``, see :func:`candidates`).
 
     Returns ``(plan or None, simulated peaks or None, least simulated peak over all candidates)``.
     """
-    return fastest_fitting(candidates(profile, inst, memory, optimizer), memory)
+    return fastest_fitting(candidates(profile, inst, memory, optimizer, deadline), memory)
 
 
 def fastest_fitting(pairs: Iterable[tuple[Any, Any]], memory: int):
