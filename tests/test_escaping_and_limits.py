@@ -143,7 +143,7 @@ def test_time_limits_are_finite(limit, command):
 
 def test_the_library_refuses_infinite_time_limits_too():
     for limit in (float("nan"), float("inf"), 0, True):
-        with pytest.raises(memplan.InputError, match="time_limit"):
+        with pytest.raises(memplan.InputError, match="time.limit"):
             memplan.solve("resnet18", "pipeline-ilp", "1GB", gpus=2, time_limit=limit)
 
 
