@@ -22,6 +22,9 @@ OPTIMIZER_FACTORS = {"none": 0, "sgd": 2, "momentum": 3, "adam": 4}
 """Static memory as a multiple of the weight bytes: weights + gradients + optimizer state."""
 
 DEFAULT_SLOTS = 500
+"""Slots of dynprog (and of the grids of the join family) when --slots is not given."""
+AUTO_SLOTS = "auto"
+"""``--slots auto``: each algorithm's own default (rotor: exact in bytes when affordable)."""
 MAX_SLOTS = 100_000
 _TIME_TOLERANCE = 1e-6
 
@@ -52,21 +55,25 @@ def _algorithm(name: str):
     return REGISTRY[name]
 
 
-def _check_slots(slots: int | None, family: str = "chain") -> int:
-    """``--slots``, validated for the family (None: the family's default).
+def _check_slots(slots: int | str | None, family: str = "chain") -> int | str:
+    """``--slots``, validated for the family (None or ``"auto"``: the family's default).
 
-    The combined family (pofo) defaults to 50 slots as in the experiments of papers/000 and
-    accepts 2 to 10000 (its DP has O(L^2 S) states per budget); the others 500 and 2 to 100000.
+    The chain family (rotor) defaults to ``"auto"``: exact in bytes when affordable, else the
+    finest grid its length allows (docs/algorithms.md). The combined family (pofo) defaults to 50
+    slots as in the experiments of papers/000 and accepts 2 to 10000 (its DP has O(L^2 S) states
+    per budget); the others 500 and 2 to 100000.
     """
     if family == "combined":
         default, most = 50, 10_000
     else:
         default, most = DEFAULT_SLOTS, MAX_SLOTS
-    if slots is None:
+    if family == "chain":
+        default = AUTO_SLOTS
+    if slots is None or slots == AUTO_SLOTS:
         return default
     if isinstance(slots, bool) or not isinstance(slots, int) or not 2 <= slots <= most:
         which = " for the combined family (pofo)" if family == "combined" else ""
-        raise InputError(f"--slots {slots!r}: expected an integer from 2 to {most}{which}")
+        raise InputError(f"--slots {slots!r}: expected an integer from 2 to {most}{which}, or auto")
     return slots
 
 
@@ -110,7 +117,7 @@ def solve(
     algo: str = "rotor",
     memory: int | str | None = None,
     *,
-    slots: int | None = None,
+    slots: int | str | None = None,
     optimizer: str = "sgd",
     bandwidth: float | str | None = None,
     gpus: int | None = None,
@@ -127,9 +134,10 @@ def solve(
         A name from :func:`algorithms` (``store-all``, ``periodic``, ``revolve``, ``rotor``).
     memory : int or str
         The budget for the whole iteration (``"8GB"``, ``"8GiB"`` or bytes), static memory included.
-    slots : int, optional
-        Memory discretization of the DP algorithms: 2 to 100000, default 500 (rotor, dynprog);
-        2 to 10000, default 50 (pofo, as in papers/000).
+    slots : int or "auto", optional
+        Memory discretization of the DP algorithms: 2 to 100000 (rotor, dynprog); 2 to 10000
+        (pofo). Default (None or ``"auto"``): rotor exact in bytes when affordable, else the finest
+        grid its chain length allows; dynprog 500; pofo 50, as in papers/000.
     optimizer : {"none", "sgd", "momentum", "adam"}
         Which static memory is counted (docs/model.md).
     bandwidth : float or str, optional
@@ -156,6 +164,8 @@ def solve(
     if memory is None:
         raise InputError("--mem: a memory budget is required, e.g. --mem 8GB")
     budget = parse_size(memory)
+    if slots == AUTO_SLOTS:
+        slots = None  # every family's own default
     if info.family in _schedule_families():
         return _solve_schedule_family(
             prof,
@@ -174,10 +184,8 @@ def solve(
     static = static_memory(prof, optimizer)
     if info.family in ("offload", "combined"):
         rate = resolve_bandwidth(prof, info.name, bandwidth)
-        # pofo's rotor candidate: at the same slots when given, else at rotor's default (500).
-        extra = (
-            {} if explicit_slots or info.family != "combined" else {"rotor_slots": DEFAULT_SLOTS}
-        )
+        # pofo's rotor candidate: at the same slots when given, else at rotor's default (auto).
+        extra = {} if explicit_slots or info.family != "combined" else {"rotor_slots": AUTO_SLOTS}
         return _solve_offload(prof, info, budget, static, slots, optimizer, rate, **extra)
     ref = ProfileRef(model=prof.model, sha256=prof.sha256(), stages=prof.length)
     started = time.perf_counter()
@@ -502,7 +510,7 @@ def compare(
     algos: Iterable[str],
     budgets: Iterable[int | str],
     *,
-    slots: int | None = None,
+    slots: int | str | None = None,
     optimizer: str = "sgd",
     bandwidth: float | str | None = None,
     gpus: int | None = None,

@@ -66,7 +66,7 @@ def _combined(solver_name: str):
         slots: int,
         time_limit: Any = None,
         bandwidth: float | None = None,
-        rotor_slots: int | None = None,
+        rotor_slots: int | str | None = None,
     ) -> OffloadPlan:
         from memplan.algorithms import combined as family
         from memplan.algorithms.offload import OffloadInstance

@@ -158,6 +158,16 @@ def option_rate(option: str, value: str | None) -> float | None:
         raise _reword(option, exc) from None
 
 
+def option_slots(value: str | None) -> int | str | None:
+    """``--slots N|auto``: an integer, ``"auto"``, or None when not given (range checked later)."""
+    if value is None or value.strip().lower() == "auto":
+        return None if value is None else "auto"
+    text = value.strip()
+    if not text.isdigit() or not text.isascii():
+        raise InputError(f"--slots {value!r}: expected an integer or auto")
+    return int(text)
+
+
 def check_positive(option: str, value: float | int | None) -> None:
     if value is not None and value <= 0:
         raise InputError(f"{option} {value}: expected a positive number")

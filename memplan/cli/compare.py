@@ -53,9 +53,11 @@ def compare(
         str | None, typer.Option(metavar="RATE", help="Host<->device bandwidth: 12.2GB/s.")
     ] = None,
     slots: Annotated[
-        int | None,
+        str | None,
         typer.Option(
-            metavar="N", help="Memory discretization of DP algorithms.  [default: 500; pofo 50]"
+            metavar="N|auto",
+            help="Memory discretization of DP algorithms.  [default: auto: rotor exact in bytes "
+            "when affordable; dynprog 500; pofo 50]",
         ),
     ] = None,
     gpus: Annotated[
@@ -92,7 +94,7 @@ def compare(
     Example: `memplan compare resnet50 --mem 1GB:8GB:15 --plot sweep.png`
     """
     import memplan
-    from memplan.api import DEFAULT_SLOTS, budgets_from_range
+    from memplan.api import budgets_from_range
 
     with guard():
         form = resolve_format(fmt, output, ("table", "csv", "json"))
@@ -109,6 +111,7 @@ def compare(
         link_rate = option_rate("--link-bandwidth", link_bandwidth)
         common.check_positive("--gpus", gpus)
         common.check_positive("--time-limit", time_limit)
+        slot_count = common.option_slots(slots)
         if plot is not None:
             from memplan.cli.plot import check_plot_target
 
@@ -128,7 +131,7 @@ def compare(
             prof,
             names,
             budgets,
-            slots=slots,
+            slots=slot_count,
             optimizer=optimizer.value,
             bandwidth=rate,
             gpus=gpus,
@@ -156,7 +159,7 @@ def compare(
                 "profile": {"model": prof.model, "sha256": prof.sha256(), "stages": prof.length},
                 "lower_bound": prof.lower_bound,
                 "optimizer": optimizer.value,
-                "slots": DEFAULT_SLOTS if slots is None else slots,
+                "slots": "auto" if slot_count is None else slot_count,
                 "bandwidth": rate,
                 "algorithms": names,
                 "budgets": budgets,

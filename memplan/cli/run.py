@@ -49,8 +49,12 @@ def run(
     device: Annotated[Device, typer.Option(help="Where to train.")] = Device.auto,
     lr: Annotated[float, typer.Option(metavar="RATE", help="SGD learning rate.")] = 0.01,
     slots: Annotated[
-        int | None,
-        typer.Option(metavar="N", help="Slots of the DP algorithms.  [default: 500; pofo: 50]"),
+        str | None,
+        typer.Option(
+            metavar="N|auto",
+            help="Slots of the DP algorithms.  [default: auto: rotor exact in bytes when "
+            "affordable; dynprog 500; pofo 50]",
+        ),
     ] = None,
     bandwidth: Annotated[
         str | None,
@@ -93,11 +97,12 @@ def run(
         memory = common.option_size("--mem", mem)
         rate = option_rate("--bandwidth", bandwidth)
         shape = None if input_shape is None else parse_shape(input_shape)
+        slot_count = common.option_slots(slots)
         if not has_torch():
             raise InputError(f"memplan run {TORCH_HINT}")
         doc = _train(
-            model, algo, memory, steps, batch_size, shape, profile, device.value, lr, slots,
-            rate, optimizer.value, repeats, trace,
+            model, algo, memory, steps, batch_size, shape, profile, device.value, lr,
+            slot_count, rate, optimizer.value, repeats, trace,
         )  # fmt: skip
         if doc is None:
             raise typer.Exit(EXIT_INFEASIBLE)
@@ -117,7 +122,7 @@ def _train(
     profile: str | None,
     device: str,
     lr: float,
-    slots: int | None,
+    slots: int | str | None,
     rate: float | None,
     optimizer: str,
     repeats: int,

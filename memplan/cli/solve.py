@@ -107,11 +107,11 @@ def solve(
         ),
     ] = None,
     slots: Annotated[
-        int | None,
+        str | None,
         typer.Option(
-            metavar="N",
+            metavar="N|auto",
             help="Memory discretization of the DP algorithms (2..100000; pofo 2..10000).  "
-            "[default: 500; pofo 50]",
+            "[default: auto: rotor exact in bytes when affordable; dynprog 500; pofo 50]",
         ),
     ] = None,
     time_limit: Annotated[
@@ -159,7 +159,7 @@ def solve(
                 prof,
                 algo=algo,
                 memory=memory,
-                slots=slots,
+                slots=common.option_slots(slots),
                 optimizer=optimizer.value,
                 bandwidth=rate,
                 gpus=gpus,
