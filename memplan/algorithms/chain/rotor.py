@@ -57,9 +57,9 @@ _NONE = -2
 AUTO = "auto"
 TABLE_LIMIT = 4 * 10**9
 """Bytes the grid tables may take (L (L+1) / 2 rows of S+1 values); beyond, --slots is refused."""
-EXACT_WORK = 3_000_000
-"""Candidate points the byte-level DP may process under ``--slots auto`` (about half a second
-here; every bundled profile needs at most 2.2 million), before the slot grid takes over."""
+EXACT_WORK = 5_000_000
+"""Candidate points the byte-level DP may process under ``--slots auto`` (about 0.8 s here; every
+bundled profile needs at most 2.2 million), before the slot grid takes over."""
 AUTO_SLOTS = 500
 """The coarsest grid of ``--slots auto`` (where the byte-level DP is too costly)."""
 MAX_AUTO_SLOTS = 20_000

@@ -78,6 +78,12 @@ def exact_frontiers(chain: Chain, budget: int, work_limit: float = np.inf) -> li
     row_time: list[np.ndarray] = [np.empty(0) for _ in range(L)]
     work = 0.0
     for b in range(L):
+        # The work of the columns up to b grows about as b^3 (faster: the frontiers grow too):
+        # give up early when the projection to the whole chain is past the limit, as soon as it
+        # is well past it, or past it at all once a third of the columns are done.
+        projected = work * (L / max(b, 1)) ** 3
+        if (b >= 8 and projected > 2 * work_limit) or (3 * b >= L and projected > work_limit):
+            raise WorkLimit(f"projected beyond {work_limit:.0f} candidate points")
         # Column store of b: frontiers (j, b), j = b, b-1, .., shifted by x[j], with fprefix[j]
         # added, keyed (L - j) * key + M + x[j].
         col_keys = np.empty(0, np.int64)
