@@ -4,8 +4,10 @@ Beaumont, Herrmann, Pallez, Shilova (2019), *Optimal checkpointing for heterogen
 train deep neural networks with limited memory*, the persistent dynamic program, in the memory model
 of docs/model.md (the operations F_all / F_ck / F_n / B of Table 1 of papers/000, without offloading).
 
-Complexity: O(L^3 S) time and O(L^2 S) memory for L stages and S slots, vectorized over the slots
-and the split point with numpy (one numpy expression per sub-chain).
+Two solvers of the same recurrences: in bytes (rotor_exact.py, NOTE [ rotor in bytes ]; O(L^3 P)
+for P steps per sub-chain) and on a slot grid (rotor_grid.py; O(L^3 S) time and O(L^2 S) memory for
+L stages and S slots, vectorized over the slots and the split point, restricted to the budgets the
+requested one reaches). This module picks one (``--slots``) and completes it.
 
 NOTE [ rotor recurrences ]
 ``opt[a][b][m]`` is the least time to run the backward of stages a..b (0-based, inclusive) when
@@ -28,12 +30,20 @@ A single stage runs ``F_all a, B a``. The backward of every stage needs its inpu
 included (pitfall 2: the loss keeps its input alive).
 
 NOTE [ rotor guarantees ]
-Sizes are rounded up to slots (docs/model.md), so the DP's plan fits in bytes but may be slower than
-the optimum in bytes by the rounding. Two exact plans complete it: store-all when it fits (its
-makespan is the lower bound, so it is optimal) and the least-memory plan (:func:`chain_min_memory`,
-exact in bytes) when the rounded DP finds nothing. The result is the fastest of the three, so rotor
-is feasible exactly when some plan exists, and, each of the three being non-increasing in the budget,
-so is rotor's makespan.
+``--slots auto`` (the default) runs the DP in bytes, the exact optimum of the model, unless it
+would take more than :data:`EXACT_WORK` candidate points. Then, and with ``--slots N``, sizes are
+rounded up to slots (docs/model.md), so the grid's plan fits in bytes but may be slower than the
+optimum in bytes by the rounding. Under ``auto`` the grid is the finest :func:`auto_slots` allows
+for the chain's length and is **tightened in bytes**: its table also covers :func:`_extra_slots`
+more slots than its own budget, and the plans at those larger budgets, fastest first, are replayed
+in bytes (:meth:`Chain.peak`); the first that fits wins, the grid's own plan always does. Two exact
+plans complete a grid: store-all when it fits (its makespan is the lower bound, so it is optimal)
+and a least-memory plan (NOTE [ least memory ], exact in bytes) when the grid finds nothing or
+something slower. So rotor is feasible exactly when some plan exists; in bytes, and on a grid of N
+slots, its makespan never grows with the budget (the three candidates each are non-increasing:
+a slot grows with the budget, rounded sizes only shrink). The tightening keeps the fastest of a
+few plans that fit, which need not be monotone: ``auto`` on long chains can be slightly faster at
+one budget than at a larger one.
 """
 
 from __future__ import annotations
@@ -70,9 +80,10 @@ AUTO_TABLE_BYTES = 10**9
 FLOAT32_CELLS = 16_000_000
 """Grid tables with more values than this are kept in float32 (half the memory and time; the
 makespan of the plan is recomputed exactly from its operations)."""
-LEAST_PLAN_STAGES = 300
-"""Up to this length, the least-memory fallback is the fastest least-memory plan (an O(L^3) DP);
-beyond, the recompute-all plan (least memory when the bounds of NOTE [ least memory ] meet)."""
+LEAST_PLAN_STAGES = 200
+"""Up to this length, the least-memory fallback is the fastest least-memory plan (an O(L^3) DP,
+0.05 s at 200 stages); beyond, the recompute-all plan (least memory when the bounds of
+NOTE [ least memory ] meet)."""
 
 
 def slot_sizes(chain: Chain, budget: int, slots: int) -> tuple[int, dict[str, np.ndarray]]:
@@ -248,13 +259,17 @@ def solve_rotor(chain: Chain, memory: int, *, slots: int | str | None = AUTO) ->
     else:
         capacity, _ = slot_sizes(chain, budget, slots)
         value, exact = np.inf, False
-    fallback = least_plan[1] if least_plan is not None else None
-    if fallback is None and (found is None or chain.length <= LEAST_PLAN_STAGES):
-        fallback = (
-            least_memory_plan(chain)[1]
-            if chain.length <= LEAST_PLAN_STAGES
-            else recompute_all_sequence(chain)
-        )
+    # A least-memory plan, in case the grid finds nothing or something slower: the fastest one
+    # (an O(L^3) DP) on shorter chains, else the recompute-all plan (least memory when the bounds
+    # meet; its makespan has a closed form, so it is built only if it wins).
+    if least_plan is not None:
+        fallback: Sequence | None = least_plan[1]
+    elif chain.length <= LEAST_PLAN_STAGES:
+        fallback = least_memory_plan(chain)[1]
+    else:
+        fprefix = np.concatenate(([0.0], np.cumsum(chain.ft)))
+        slowest = float(fprefix[:-1].sum()) + chain.lower_bound
+        fallback = recompute_all_sequence(chain) if slowest < value else None
     if fallback is not None and chain.makespan(fallback) < value:
         return ChainPlan(
             fallback,
