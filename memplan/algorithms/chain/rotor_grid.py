@@ -85,27 +85,26 @@ def reachable_ranges(
     first = np.full((length, length), width, dtype=np.int64)
     last = np.full((length, length), -1, dtype=np.int64)
     asking_before = np.zeros((length, width), dtype=bool)  # union over a' < a, per b
-    asking = np.zeros((length, width), dtype=bool)  # row a - 1, then row a
+    asking = np.zeros((length, width), dtype=bool)  # row a - 1, then row a (b >= a only)
     for a in range(length):
-        base = np.zeros((length, width), dtype=bool)
+        base = np.zeros((length - a, width), dtype=bool)  # b = a .. L-1
         if a == 0:
             base[length - 1, capacity if asked_from is None else asked_from : capacity + 1] = True
         else:
             xa, sa = int(x[a]), int(s[a - 1])
             if xa < width:
-                base[:, : width - xa] = asking_before[:, xa:]
+                base[:, : width - xa] = asking_before[a:, xa:]
             if sa < width:
-                base[:, : width - sa] |= asking[:, sa:]
-        window = (budgets[None, :] >= lo[a, :, None]) & (budgets[None, :] < hi[a, :, None])
-        window[:a] = False
+                base[:, : width - sa] |= asking[1:, sa:]
+        window = (budgets[None, :] >= lo[a, a:, None]) & (budgets[None, :] < hi[a, a:, None])
         direct = base & window
         inherited = np.zeros_like(direct)
         inherited[:-1] = np.logical_or.accumulate(direct[::-1], axis=0)[::-1][1:]
         asking = (base | inherited) & window
         any_asked = asking.any(axis=1)
-        first[a] = np.where(any_asked, asking.argmax(axis=1), width)
-        last[a] = np.where(any_asked, width - 1 - asking[:, ::-1].argmax(axis=1), -1)
-        asking_before |= asking
+        first[a, a:] = np.where(any_asked, asking.argmax(axis=1), width)
+        last[a, a:] = np.where(any_asked, width - 1 - asking[:, ::-1].argmax(axis=1), -1)
+        asking_before[a:] |= asking
     return first, last
 
 
