@@ -261,9 +261,17 @@ def solve_rotor(chain: Chain, memory: int, *, slots: int | str | None = AUTO) ->
         value, exact = np.inf, False
     # A least-memory plan, in case the grid finds nothing or something slower: the fastest one
     # (an O(L^3) DP) on shorter chains, else the recompute-all plan (least memory when the bounds
-    # meet; its makespan has a closed form, so it is built only if it wins).
-    if least_plan is not None:
-        fallback: Sequence | None = least_plan[1]
+    # meet; its makespan has a closed form, so it is built only if it wins). Every least-memory
+    # plan fits the grid, so cannot beat it, when the grid's budget exceeds the least memory in
+    # slots by more than the sizes one peak can add up (each rounds up by less than a slot).
+    x0 = int(chain.x[0])
+    unit = max(1.0, budget / slots)
+    fits_grid = capacity - (min_memory - x0) / unit >= 2 * chain.length + 4
+    fallback: Sequence | None = None
+    if found is not None and fits_grid:
+        pass
+    elif least_plan is not None:
+        fallback = least_plan[1]
     elif chain.length <= LEAST_PLAN_STAGES:
         fallback = least_memory_plan(chain)[1]
     else:

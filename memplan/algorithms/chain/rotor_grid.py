@@ -32,6 +32,10 @@ import numpy as np
 from memplan.algorithms.base import Sequence
 from memplan.algorithms.chain.problem import Chain
 
+_REACH_CELLS = 5_000_000
+"""Below about this many L^3 S, the table covers every budget of every sub-chain: propagating the
+reachable budgets would cost more than the cells it saves."""
+
 
 def sub_chain_bounds(
     length: int, x: np.ndarray, s: np.ndarray, g: np.ndarray, fo: np.ndarray, bo: np.ndarray
@@ -149,7 +153,10 @@ def grid_table(
     fprefix = np.concatenate(([0.0], np.cumsum(chain.ft))).astype(dtype)
     tprefix = np.concatenate(([0.0], np.cumsum(chain.ft + chain.bt)))
     lo, hi = sub_chain_bounds(L, x, s, g, fo, bo)
-    first_asked, last_asked = reachable_ranges(L, capacity, x, s, lo, hi, asked_from)
+    if L**3 * width < _REACH_CELLS:  # small table: every budget, cheaper than finding the few
+        first_asked, last_asked = lo, np.minimum(hi, width) - 1
+    else:
+        first_asked, last_asked = reachable_ranges(L, capacity, x, s, lo, hi, asked_from)
     first_list, last_list, hi_list = first_asked.tolist(), last_asked.tolist(), hi.tolist()
     x_list, s_list, g_list, fo_list = x.tolist(), s.tolist(), g.tolist(), fo.tolist()
     own_backward = (g[1:] + s + g[:-1] + bo).tolist()
