@@ -35,8 +35,8 @@ lint: $(STAMP)
 	$(BIN)/ruff check memplan tests benchmarks
 
 bench: $(STAMP)
-	$(BIN)/python benchmarks/bench_rotor.py --algos rotor,revolve,periodic
-	$(BIN)/python benchmarks/bench_rotor.py --bundled --algos rotor,revolve,periodic
+	$(BIN)/python benchmarks/bench_rotor.py --lengths 10,50,100,200
+	$(BIN)/python benchmarks/bench_rotor.py --bundled
 
 profiles: $(STAMP)
 	$(BIN)/python benchmarks/make_profiles.py

@@ -127,8 +127,8 @@ def solve(
         them on stderr).
     **options
         The family's options, as each family declares them (``memplan algos NAME`` lists them;
-        None: the default): ``slots`` (the DP algorithms: 2 to 100000, default 500; pofo 2 to
-        10000, default 50), ``bandwidth`` (offloading and combined: ``"12GB/s"`` or bytes/s,
+        None: the default): ``slots`` (the DP algorithms: 2 to 100000 or ``"auto"``, rotor's
+        default: exact in bytes when affordable; dynprog 500; pofo 2 to 10000, default 50), ``bandwidth`` (offloading and combined: ``"12GB/s"`` or bytes/s,
         default the profile's), ``gpus``, ``link_bandwidth`` (pipeline: bytes/s of each
         GPU-to-GPU link, default free transfers) and ``time_limit`` (CP-SAT solves, seconds).
         Options of other families are checked and ignored; an option no family declares is a

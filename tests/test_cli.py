@@ -130,6 +130,20 @@ def test_solve_rotor_recomputes(net, needs):
     assert doc["makespan"] >= doc["lower_bound"]
 
 
+def test_solve_rotor_slots_auto(net, needs):
+    """``--slots auto`` is the default: exact in bytes on a short chain (no slots reported)."""
+    budget = (needs["min_memory"]["chain"] + needs["store_all_memory"]) // 2
+    docs = []
+    for extra in ([], ["--slots", "auto"], ["--slots", "AUTO"]):
+        result = run("solve", net, "--algo", "rotor", "--mem", budget, "-f", "json", *extra)
+        assert result.exit_code == 0, result.stderr
+        docs.append(json.loads(result.stdout))
+    assert all(doc["solver"]["slots"] is None for doc in docs)
+    assert len({doc["makespan"] for doc in docs}) == 1
+    result = run("solve", net, "--algo", "rotor", "--mem", budget, "-f", "json", "--slots", "50")
+    assert json.loads(result.stdout)["solver"]["slots"] <= 50
+
+
 def test_stdin_dash_and_omitted_profile(net):
     text = net.read_text()
     for args in (["solve", "-"], ["solve"]):
@@ -207,6 +221,7 @@ def test_compare_formats(net, needs, tmp_path):
     doc = json.loads(target.read_text())
     assert doc["algorithms"] == ["store-all", "rotor"] and len(doc["budgets"]) == 4
     assert len(doc["rows"]) == 8
+    assert doc["slots"] == "auto"
 
 
 def test_compare_plot(net, needs, tmp_path):
@@ -318,6 +333,8 @@ def test_missing_file():
         (["--algo", "rotor"], ["--mem", "required"]),
         (["--mem", "1GB"], ["--algo", "required"]),
         (["--algo", "rotor", "--mem", "1GB", "--slots", "1"], ["--slots"]),
+        (["--algo", "rotor", "--mem", "1GB", "--slots", "many"], ["--slots", "auto"]),
+        (["--algo", "rotor", "--mem", "1GB", "--slots", "-5"], ["--slots", "auto"]),
         (["--algo", "rotor", "--mem", "1GB", "--bandwidth", "12G/s"], ["--bandwidth", "12GB"]),
         (["--algo", "rotor", "--mem", "1GB", "--time-limit", "0"], ["--time-limit"]),
         (["--algo", "rotor", "--mem", "1GB", "-o", "plan.txt"], ["--format"]),

@@ -73,7 +73,6 @@ def compare(
     """
     import memplan
     from memplan.algorithms import family_of, options_for, parsed_option
-    from memplan.algorithms.chain.entries import DEFAULT_SLOTS
     from memplan.api import budgets_from_range
 
     with guard():
@@ -127,7 +126,7 @@ def compare(
                 "profile": {"model": prof.model, "sha256": prof.sha256(), "stages": prof.length},
                 "lower_bound": prof.lower_bound,
                 "optimizer": optimizer.value,
-                "slots": options.get("slots", DEFAULT_SLOTS),
+                "slots": options.get("slots", "auto"),
                 "bandwidth": rate,
                 "algorithms": names,
                 "budgets": budgets,

@@ -23,7 +23,6 @@ from memplan.algorithms.timeline import chain_schedule
 from memplan.profile.model import Profile
 from memplan.schedule import Schedule
 
-DEFAULT_SLOTS = 500
 MAX_SLOTS = 100_000
 
 
@@ -31,7 +30,12 @@ MAX_SLOTS = 100_000
 class ChainOptions:
     """Options of the chain family."""
 
-    slots: int = slots_option(DEFAULT_SLOTS, MAX_SLOTS)
+    slots: int | str = slots_option(
+        "auto",
+        MAX_SLOTS,
+        words=("auto",),
+        default_text="auto: exact in bytes when affordable, else the finest grid tightened in bytes",
+    )
 
 
 def solve_store_all(profile: Profile, request: SolveRequest) -> Schedule:
@@ -56,7 +60,7 @@ def solve_revolve(profile: Profile, request: SolveRequest) -> Schedule:
 
 
 def solve_rotor(profile: Profile, request: SolveRequest) -> Schedule:
-    """``rotor``: the DP for heterogeneous chains in ``request.options.slots`` (:mod:`.rotor`)."""
+    """``rotor``: the DP for heterogeneous chains, in bytes or ``request.options.slots`` (:mod:`.rotor`)."""
     started = time.perf_counter()
     chain = Chain.from_profile(profile)
     plan = plan_rotor(chain, request.activation_memory, slots=request.options.slots)
@@ -113,7 +117,7 @@ FAMILY = Family(
             family="chain",
             exact=True,
             needs="profile, --slots",
-            summary="optimal DP for heterogeneous chains (memory discretized in --slots)",
+            summary="optimal DP for heterogeneous chains (exact in bytes, or on a --slots grid)",
             reference="Beaumont et al. 2019, Optimal checkpointing for heterogeneous chains",
             solve=solve_rotor,
         ),

@@ -33,6 +33,12 @@ class Chain:
     def length(self) -> int:
         return len(self.s)
 
+    @property
+    def total_bytes(self) -> int:
+        """Every size of the chain added up (a Python int, exact): no sum the algorithms form
+        exceeds it, so int64 arithmetic is exact when it is below 2**62."""
+        return sum(int(a.sum(dtype=object)) for a in (self.x, self.s, self.g, self.fo, self.bo))
+
     @classmethod
     def from_profile(cls, profile: Profile) -> Chain:
         return cls.from_stages(profile.input_size, profile.stages)
@@ -72,13 +78,17 @@ class Chain:
         """Peak activation bytes of :meth:`store_all_sequence` (x[0] and g[L] included).
 
         Forward of stage k holds x[0], s[0..k-1], g[L] plus s[k] and its overhead; the backward of
-        stage k holds x[0], s[0..k], g[k+1] plus g[k] and its overhead.
+        stage k holds x[0], s[0..k], g[k+1] plus g[k] and its overhead. Summed in Python ints, so
+        exact whatever the sizes (int64 would overflow on thousands of 2**50-byte stages).
         """
+        x, s, g, fo, bo = (a.tolist() for a in (self.x, self.s, self.g, self.fo, self.bo))
         L = self.length
-        held_before = int(self.x[0]) + np.concatenate(([0], np.cumsum(self.s)))  # before F_all k
-        fwd = held_before[:L] + self.g[L] + self.s + self.fo
-        bwd = held_before[1:] + self.g[1:] + self.g[:L] + self.bo
-        return int(max(fwd.max(), bwd.max()))
+        held = x[0]  # x[0] and s[0..k-1]: what is held before F_all k (without gradients)
+        peak = held + g[L]
+        for k in range(L):
+            peak = max(peak, held + g[L] + s[k] + fo[k], held + s[k] + g[k + 1] + g[k] + bo[k])
+            held += s[k]
+        return peak
 
     def peak(self, sequence: Sequence) -> int | None:
         """Peak activation bytes of a sequence (x[0] and g[L] included), or None if it is invalid.

@@ -4,8 +4,10 @@ Beaumont, Herrmann, Pallez, Shilova (2019), *Optimal checkpointing for heterogen
 train deep neural networks with limited memory*, the persistent dynamic program, in the memory model
 of docs/model.md (the operations F_all / F_ck / F_n / B of Table 1 of papers/000, without offloading).
 
-Complexity: O(L^3 S) time and O(L^2 S) memory for L stages and S slots, vectorized over the slots
-and the split point with numpy (one numpy expression per sub-chain).
+Two solvers of the same recurrences: in bytes (rotor_exact.py, NOTE [ rotor in bytes ]; O(L^3 P)
+for P steps per sub-chain) and on a slot grid (rotor_grid.py; O(L^3 S) time and O(L^2 S) memory for
+L stages and S slots, vectorized over the slots and the split point, restricted to the budgets the
+requested one reaches). This module picks one (``--slots``) and completes it.
 
 NOTE [ rotor recurrences ]
 ``opt[a][b][m]`` is the least time to run the backward of stages a..b (0-based, inclusive) when
@@ -28,12 +30,20 @@ A single stage runs ``F_all a, B a``. The backward of every stage needs its inpu
 included (pitfall 2: the loss keeps its input alive).
 
 NOTE [ rotor guarantees ]
-Sizes are rounded up to slots (docs/model.md), so the DP's plan fits in bytes but may be slower than
-the optimum in bytes by the rounding. Two exact plans complete it: store-all when it fits (its
-makespan is the lower bound, so it is optimal) and the least-memory plan (:func:`chain_min_memory`,
-exact in bytes) when the rounded DP finds nothing. The result is the fastest of the three, so rotor
-is feasible exactly when some plan exists, and, each of the three being non-increasing in the budget,
-so is rotor's makespan.
+``--slots auto`` (the default) runs the DP in bytes, the exact optimum of the model, unless it
+would take more than :data:`EXACT_WORK` candidate points. Then, and with ``--slots N``, sizes are
+rounded up to slots (docs/model.md), so the grid's plan fits in bytes but may be slower than the
+optimum in bytes by the rounding. Under ``auto`` the grid is the finest :func:`auto_slots` allows
+for the chain's length and is **tightened in bytes**: its table also covers :func:`_extra_slots`
+more slots than its own budget, and the plans at those larger budgets, fastest first, are replayed
+in bytes (:meth:`Chain.peak`); the first that fits wins, the grid's own plan always does. Two exact
+plans complete a grid: store-all when it fits (its makespan is the lower bound, so it is optimal)
+and a least-memory plan (NOTE [ least memory ], exact in bytes) when the grid finds nothing or
+something slower. So rotor is feasible exactly when some plan exists; in bytes, and on a grid of N
+slots, its makespan never grows with the budget (the three candidates each are non-increasing:
+a slot grows with the budget, rounded sizes only shrink). The tightening keeps the fastest of a
+few plans that fit, which need not be monotone: ``auto`` on long chains can be slightly faster at
+one budget than at a larger one.
 """
 
 from __future__ import annotations
@@ -41,13 +51,39 @@ from __future__ import annotations
 import numpy as np
 
 from memplan.algorithms.base import ChainPlan, Sequence
+from memplan.algorithms.chain.least_memory import (  # noqa: F401 - chain_min_memory re-exported
+    chain_min_memory,
+    least_memory_bounds,
+    least_memory_plan,
+    recompute_all_sequence,
+)
 from memplan.algorithms.chain.problem import Chain
+from memplan.algorithms.chain.rotor_exact import WorkLimit, exact_backtrack, exact_frontiers
+from memplan.algorithms.chain.rotor_grid import grid_backtrack, grid_table
 from memplan.errors import InputError
 
 _F_ALL = -1  # choice code: start with F_all; j >= 1: start with F_ck and checkpoint x[j]
 _NONE = -2
+AUTO = "auto"
 TABLE_LIMIT = 4 * 10**9
-"""Bytes the DP tables may take (L^2 (S+1) values of 8 + 2 bytes); beyond, --slots is refused."""
+"""Bytes the grid tables may take (L (L+1) / 2 rows of S+1 values); beyond, --slots is refused."""
+EXACT_WORK = 5_000_000
+"""Candidate points the byte-level DP may process under ``--slots auto`` (about 0.8 s here; every
+bundled profile needs at most 2.2 million), before the slot grid takes over."""
+AUTO_SLOTS = 500
+"""The coarsest grid of ``--slots auto`` (where the byte-level DP is too costly)."""
+MAX_AUTO_SLOTS = 20_000
+AUTO_CELLS = 250_000_000
+"""Grid cells (about L^3 S / 6) ``--slots auto`` spends beyond its coarsest grid: about 0.3 s."""
+AUTO_TABLE_BYTES = 10**9
+"""Memory of the values of the ``--slots auto`` grid (float32 when large)."""
+FLOAT32_CELLS = 16_000_000
+"""Grid tables with more values than this are kept in float32 (half the memory and time; the
+makespan of the plan is recomputed exactly from its operations)."""
+LEAST_PLAN_STAGES = 200
+"""Up to this length, the least-memory fallback is the fastest least-memory plan (an O(L^3) DP,
+0.05 s at 200 stages); beyond, the recompute-all plan (least memory when the bounds of
+NOTE [ least memory ] meet)."""
 
 
 def slot_sizes(chain: Chain, budget: int, slots: int) -> tuple[int, dict[str, np.ndarray]]:
@@ -151,121 +187,42 @@ def _solve_table(
     return opt, choice
 
 
-def _backtrack(chain: Chain, choice: np.ndarray, x: np.ndarray, s: np.ndarray, m: int) -> Sequence:
-    """Rebuild the operation sequence of ``opt[0][L-1][m]`` (iteratively: no recursion limit)."""
-    sequence: Sequence = []
-    stack: list[tuple[str, int, int, int]] = [("solve", 0, chain.length - 1, m)]
-    while stack:
-        kind, a, b, budget = stack.pop()
-        if kind == "op":
-            sequence.append(("B", a))
-            continue
-        if a == b:
-            sequence += [("F_all", a), ("B", a)]
-            continue
-        c = int(choice[a, b, budget])
-        if c == _F_ALL:
-            sequence.append(("F_all", a))
-            stack.append(("op", a, a, 0))
-            stack.append(("solve", a + 1, b, budget - int(s[a])))
-        elif c >= 1:
-            j = c
-            sequence.append(("F_ck", a))
-            sequence += [("F_n", k) for k in range(a + 1, j)]
-            stack.append(("solve", a, j - 1, budget))
-            stack.append(("solve", j, b, budget - int(x[j])))
-        else:  # pragma: no cover - the caller checked feasibility
-            raise AssertionError(f"rotor: no choice recorded for stages {a}..{b} at {budget} slots")
-    return sequence
-
-
-def chain_min_memory(chain: Chain) -> int:
-    """The least activation memory (bytes, x[0] included) with which any plan exists."""
-    return _min_memory_plan(chain)[0]
-
-
 def _min_memory_plan(chain: Chain) -> tuple[int, Sequence]:
-    """Exact least-memory plan in bytes (ties broken by time), by the same recurrences as rotor.
-
-    ``need[a][b]`` is the least memory (beyond x[a]) to run stages a..b with g[b+1] held.
-    """
-    L = chain.length
-    x, s, g, fo, bo = chain.x, chain.s, chain.g, chain.fo, chain.bo
-    pair = _pair_needs(x, fo)
-    own_backward = g[1:] + s + g[:-1] + bo
-    fprefix = np.concatenate(([0.0], np.cumsum(chain.ft)))
-    need = np.zeros((L, L), dtype=np.int64)
-    cost = np.zeros((L, L))
-    pick = np.full((L, L), _F_ALL, dtype=np.int64)
-    # Sub-chains of equal length d = b - a are independent: solve one diagonal at a time.
-    for d in range(L):
-        a = np.arange(L - d)
-        b = a + d
-        need_fa = np.maximum(g[b + 1] + s[a] + fo[a], own_backward[a])
-        if d == 0:
-            need[a, b], cost[a, b] = need_fa, chain.ft[a] + chain.bt[a]
-            continue
-        fa_need = np.maximum(need_fa, s[a] + need[a + 1, b])
-        fa_cost = chain.ft[a] + chain.bt[a] + cost[a + 1, b]
-        A, R = a[:, None], np.arange(d)[None, :]
-        J, Bm = A + 1 + R, b[:, None]
-        steps = pair[np.minimum(A + R, L - 1)]  # pair[a+r] for r >= 1
-        steps[:, 0] = x[a + 1] + fo[a]
-        fwd_need = g[b + 1][:, None] + np.maximum.accumulate(steps, axis=1)
-        needs = np.maximum(np.maximum(fwd_need, x[J] + need[J, Bm]), need[A, J - 1])
-        costs = fprefix[J] - fprefix[A] + cost[J, Bm] + cost[A, J - 1]
-        low = needs.min(axis=1)
-        r = np.where(needs == low[:, None], costs, np.inf).argmin(axis=1)
-        ck_cost = costs[a, r]
-        take = (low < fa_need) | ((low == fa_need) & (ck_cost < fa_cost))
-        need[a, b] = np.where(take, low, fa_need)
-        cost[a, b] = np.where(take, ck_cost, fa_cost)
-        pick[a, b] = np.where(take, a + 1 + r, _F_ALL)
-    # Rebuild the sequence.
-    sequence: Sequence = []
-    stack: list[tuple[str, int, int]] = [("solve", 0, L - 1)]
-    while stack:
-        kind, a, b = stack.pop()
-        if kind == "op":
-            sequence.append(("B", a))
-        elif a == b:
-            sequence += [("F_all", a), ("B", a)]
-        elif pick[a, b] == _F_ALL:
-            sequence.append(("F_all", a))
-            stack += [("op", a, a), ("solve", a + 1, b)]
-        else:
-            j = int(pick[a, b])
-            sequence.append(("F_ck", a))
-            sequence += [("F_n", k) for k in range(a + 1, j)]
-            stack += [("solve", a, j - 1), ("solve", j, b)]
-    return int(x[0] + need[0, L - 1]), sequence
+    """Exact least-memory plan in bytes (ties broken by time): :func:`least_memory_plan`."""
+    return least_memory_plan(chain)
 
 
-def solve_rotor(chain: Chain, memory: int, *, slots: int = 500) -> ChainPlan:
-    """Optimal (within ``slots``) checkpointing plan within ``memory`` activation bytes.
+def solve_rotor(chain: Chain, memory: int, *, slots: int | str | None = AUTO) -> ChainPlan:
+    """Optimal checkpointing plan within ``memory`` activation bytes.
 
     Parameters
     ----------
     chain : Chain
     memory : int
         Bytes for activations, the chain input x[0] included (the budget minus static memory).
-    slots : int
-        Number of slots the activation budget is divided into (docs/model.md).
+    slots : int or "auto"
+        ``"auto"`` (default, also None): exact in bytes when the byte-level DP
+        (NOTE [ rotor in bytes ]) stays within :data:`EXACT_WORK`, else the finest slot grid that
+        :func:`auto_slots` allows for the chain's length, tightened in bytes
+        (NOTE [ rotor guarantees ]). An integer: that many slots (docs/model.md), as is.
 
     Returns
     -------
     ChainPlan
-        Status ``optimal`` when the plan is optimal in bytes (exact discretization or store-all),
-        ``feasible`` when it is optimal among plans on the slot grid (or the least-memory fallback),
-        ``infeasible`` with ``min_memory`` (exact, bytes) when no plan exists.
+        Status ``optimal`` when the plan is optimal in bytes (the byte-level DP, an exact grid, or
+        store-all), ``feasible`` when it is optimal among plans on the slot grid (or the
+        least-memory fallback), ``infeasible`` with ``min_memory`` (exact, bytes) when no plan
+        exists. ``slots`` is the budget in slots of the grid used, None for the byte-level DP.
     """
-    min_memory, min_plan = _min_memory_plan(chain)
+    auto = slots is None or slots == AUTO
+    lower, upper = least_memory_bounds(chain)
+    least_plan = None if lower == upper else least_memory_plan(chain)
+    min_memory = lower if least_plan is None else least_plan[0]
     if memory < min_memory:
         return ChainPlan(
             sequence=None,
             status="infeasible",
             min_memory=min_memory,
-            slots=slots,
             message="no checkpointing plan fits: even recomputing everything needs more memory",
         )
     if chain.store_all_peak() <= memory:
@@ -275,31 +232,127 @@ def solve_rotor(chain: Chain, memory: int, *, slots: int = 500) -> ChainPlan:
             "optimal",
             chain.makespan(sequence),
             min_memory,
-            slots,
             message="store-all fits: no recomputation needed",
         )
     budget = memory - int(chain.x[0])
+    if auto:
+        try:
+            frontiers = exact_frontiers(chain, budget, work_limit=EXACT_WORK)
+        except WorkLimit:
+            frontiers = None
+        if frontiers is not None:
+            sequence = exact_backtrack(chain, frontiers, budget)
+            return ChainPlan(
+                sequence,
+                "optimal",
+                chain.makespan(sequence),
+                min_memory,
+                message="exact in bytes (no slots)",
+            )
+        slots = auto_slots(chain.length)
+    if isinstance(slots, bool) or not isinstance(slots, int) or slots < 1:
+        raise InputError(f"--slots {slots!r}: expected an integer or auto")
+    found = _on_grid(chain, memory, budget, slots, tighten=auto)
+    if found is not None:
+        sequence, capacity, exact = found
+        value = chain.makespan(sequence)
+    else:
+        capacity, _ = slot_sizes(chain, budget, slots)
+        value, exact = np.inf, False
+    # A least-memory plan, in case the grid finds nothing or something slower: the fastest one
+    # (an O(L^3) DP) on shorter chains, else the recompute-all plan (least memory when the bounds
+    # meet; its makespan has a closed form, so it is built only if it wins). Every least-memory
+    # plan fits the grid, so cannot beat it, when the grid's budget exceeds the least memory in
+    # slots by more than the sizes one peak can add up (each rounds up by less than a slot).
+    x0 = int(chain.x[0])
+    unit = max(1.0, budget / slots)
+    fits_grid = capacity - (min_memory - x0) / unit >= 2 * chain.length + 4
+    fallback: Sequence | None = None
+    if found is not None and fits_grid:
+        pass
+    elif least_plan is not None:
+        fallback = least_plan[1]
+    elif chain.length <= LEAST_PLAN_STAGES:
+        fallback = least_memory_plan(chain)[1]
+    else:
+        fprefix = np.concatenate(([0.0], np.cumsum(chain.ft)))
+        slowest = float(fprefix[:-1].sum()) + chain.lower_bound
+        fallback = recompute_all_sequence(chain) if slowest < value else None
+    if fallback is not None and chain.makespan(fallback) < value:
+        return ChainPlan(
+            fallback,
+            "feasible",
+            chain.makespan(fallback),
+            min_memory,
+            capacity,
+            message="the slot grid is too coarse near the least memory: returned the least-memory "
+            "plan (raise --slots for a faster one)",
+        )
+    return ChainPlan(sequence, "optimal" if exact else "feasible", value, min_memory, capacity)
+
+
+def auto_slots(length: int) -> int:
+    """The slots of ``--slots auto`` when the byte-level DP is too costly: the finest grid whose
+    table (about L^3 S / 6 cells) stays within :data:`AUTO_CELLS`, between :data:`AUTO_SLOTS` and
+    :data:`MAX_AUTO_SLOTS`, and whose values fit in :data:`AUTO_TABLE_BYTES`."""
+    by_time = int(AUTO_CELLS * 6 // max(1, length**3))
+    pairs = length * (length + 1) // 2
+    by_memory = int(AUTO_TABLE_BYTES // (4 * pairs)) - 1
+    return max(2, min(max(AUTO_SLOTS, by_time), MAX_AUTO_SLOTS, by_memory))
+
+
+def _on_grid(
+    chain: Chain, memory: int, budget: int, slots: int, tighten: bool
+) -> tuple[Sequence, int, bool] | None:
+    """The grid DP's plan, its budget in slots and whether the grid is exact (one byte per slot).
+
+    With ``tighten``, the table is also filled for :func:`_extra_slots` budgets above the grid's
+    own, and the plan returned is the fastest of those at the top budgets, tried from the fastest
+    down, that fits in bytes (NOTE [ rotor guarantees ]); the grid's own budget always does.
+    """
     capacity, r = slot_sizes(chain, budget, slots)
-    table_bytes = chain.length**2 * (capacity + 1) * (8 + 2)
+    exact = budget <= slots
+    extra = _extra_slots(capacity) if tighten and not exact else 0
+    width = capacity + extra + 1
+    pairs = chain.length * (chain.length + 1) // 2
+    dtype = np.float32 if pairs * width > FLOAT32_CELLS else np.float64
+    table_bytes = pairs * width * np.dtype(dtype).itemsize + 4 * chain.length * width
     if table_bytes > TABLE_LIMIT:
-        most = max(2, TABLE_LIMIT // (chain.length**2 * 10) - 1)
+        most = max(2, TABLE_LIMIT // (pairs * 4) - 2)
         raise InputError(
             f"--slots {slots}: the rotor table for {chain.length} stages would take "
             f"{table_bytes / 1e9:.1f} GB; use --slots {most} or fewer"
         )
-    opt, choice = _solve_table(chain, capacity, r["x"], r["s"], r["g"], r["fo"], r["bo"])
-    value = float(opt[0, chain.length - 1, capacity])
-    exact = budget <= slots
-    fallback = chain.makespan(min_plan)
-    if np.isfinite(value) and value <= fallback:
-        sequence = _backtrack(chain, choice, r["x"], r["s"], capacity)
-        return ChainPlan(sequence, "optimal" if exact else "feasible", value, min_memory, capacity)
-    return ChainPlan(
-        min_plan,
-        "feasible",
-        fallback,
-        min_memory,
-        capacity,
-        message="the slot grid is too coarse near the least memory: returned the least-memory "
-        "plan (raise --slots for a faster one)",
+    x, s, g, fo, bo = (r[k] for k in ("x", "s", "g", "fo", "bo"))
+    table = grid_table(
+        chain,
+        capacity + extra,
+        x,
+        s,
+        g,
+        fo,
+        bo,
+        dtype=dtype,
+        asked_from=capacity if extra else None,
     )
+    top = table.row(0, chain.length - 1)
+    if not np.isfinite(top[capacity + extra]):
+        return None
+    tried: set[float] = set()
+    for c in range(capacity + extra, capacity - 1, -1):
+        value = float(top[c])
+        if c > capacity and (value in tried or (c > 0 and float(top[c - 1]) == value)):
+            continue  # the least budget of each value is tried: its plan is the likeliest to fit
+        tried.add(value)
+        sequence = grid_backtrack(chain, table, x, s, g, fo, bo, c)
+        if c == capacity:
+            return sequence, capacity, exact
+        peak = chain.peak(sequence)
+        if peak is not None and peak <= memory:
+            return sequence, capacity, False
+    return None  # pragma: no cover - the grid's own budget returns above
+
+
+def _extra_slots(capacity: int) -> int:
+    """Slots above the grid's own budget tried when tightening: 2% (at least 2)."""
+    return max(2, capacity // 50)

@@ -52,7 +52,7 @@ def solve_pofo(
     *,
     bandwidth: float,
     slots: int = DEFAULT_SLOTS,
-    rotor_slots: int | None = None,
+    rotor_slots: int | str | None = None,
     offload_instance=None,
     profile=None,
 ) -> OffloadPlan:
@@ -67,10 +67,10 @@ def solve_pofo(
         Host<->device bytes/s; 0 forbids transfers.
     slots : int
         Slots of the DP (2 to 10000, default 50 as in papers/000 §5).
-    rotor_slots : int, optional
+    rotor_slots : int or "auto", optional
         Slots of the rotor candidate (default ``slots``; :func:`memplan.solve` gives rotor's own
-        default, 500, when ``--slots`` is not set, so that pofo is never slower than rotor run
-        with its defaults).
+        default, ``"auto"``, when ``--slots`` is not set, so that pofo is never slower than rotor
+        run with its defaults).
     offload_instance : OffloadInstance, optional
         The same chain for the offloading family, to try dynprog's schedule too.
     profile : Profile, optional
@@ -100,7 +100,7 @@ def solve_pofo(
         found = []
         if slowest < (rotor.claimed_makespan if rotor.sequence is not None else INF):
             # Rounded up at a coarser grid than rotor's, the DP's plan is not worth a third run.
-            finer_rotor = rotor_slots is not None and rotor_slots > slots
+            finer_rotor = rotor_slots == "auto" or (rotor_slots is not None and rotor_slots > slots)
             found = _fractional(
                 chain, memory, bandwidth, slots, profile, details, round_up=not finer_rotor
             )

@@ -15,14 +15,14 @@ from memplan.algorithms.base import AlgorithmInfo, Family, SolveRequest
 from memplan.algorithms.combined import DEFAULT_SLOTS, MAX_SLOTS
 from memplan.algorithms.options import bandwidth_option, slots_option
 
-ROTOR_SLOTS = 500
+ROTOR_SLOTS = "auto"
 """Slots of pofo's rotor candidate when ``--slots`` is not given: rotor's own default, so that
 pofo is never slower than rotor run with its defaults; with ``--slots``, the same slots."""
 
 
 @dataclass(frozen=True)
 class CombinedOptions:
-    """Options of the combined family; ``slots`` None: 50, and rotor's 500 for its candidate."""
+    """Options of the combined family; ``slots`` None: 50, and rotor's auto for its candidate."""
 
     slots: int | None = slots_option(
         None,

@@ -102,8 +102,17 @@ class OffloadInstance:
         return prefix[1:] + self.g[:-1] + self.g[1:] + self.bo
 
     def peak(self) -> int:
-        """``M_peak``: the memory of the schedule without offloading (the store-all peak)."""
-        return int(max(self.forward_needs().max(), self.backward_needs().max()))
+        """``M_peak``: the memory of the schedule without offloading (the store-all peak).
+
+        Summed in Python ints (exact: int64 prefix sums overflow on thousands of 2**50-byte
+        stages), as :meth:`forward_needs` and :meth:`backward_needs` would give it otherwise.
+        """
+        a, g, ef, bo = (v.tolist() for v in (self.a, self.g, self.ef, self.bo))
+        peak, prefix = 0, a[0]
+        for k in range(self.n):
+            prefix += a[k + 1]  # a[0] + .. + a[k+1]
+            peak = max(peak, prefix + ef[k], prefix + g[k] + g[k + 1] + bo[k])
+        return peak
 
     def min_memory(self) -> int:
         """The least memory in which any offloading schedule runs: everything offloaded.
