@@ -52,20 +52,28 @@ def _algorithm(name: str):
     return REGISTRY[name]
 
 
-def _check_slots(slots: int | None, family: str = "chain") -> int:
+def _check_slots(slots: int | str | None, family: str = "chain") -> int | str:
     """``--slots``, validated for the family (None: the family's default).
 
     The combined family (pofo) defaults to 50 slots as in the experiments of papers/000 and
-    accepts 2 to 10000 (its DP has O(L^2 S) states per budget); the others 500 and 2 to 100000.
+    accepts 2 to 10000 (its DP has O(L^2 S) states per budget); the offloading family (dynprog)
+    defaults to ``"auto"`` (docs/offload.md, NOTE [ offload slots auto ]) and accepts it or 2 to
+    100000; the chain family 500 and 2 to 100000.
     """
     if family == "combined":
         default, most = 50, 10_000
+    elif family == "offload":
+        default, most = "auto", MAX_SLOTS
     else:
         default, most = DEFAULT_SLOTS, MAX_SLOTS
     if slots is None:
         return default
+    if family == "offload" and slots == "auto":
+        return slots
     if isinstance(slots, bool) or not isinstance(slots, int) or not 2 <= slots <= most:
         which = " for the combined family (pofo)" if family == "combined" else ""
+        if family == "offload":
+            which = ", or auto"
         raise InputError(f"--slots {slots!r}: expected an integer from 2 to {most}{which}")
     return slots
 
@@ -110,7 +118,7 @@ def solve(
     algo: str = "rotor",
     memory: int | str | None = None,
     *,
-    slots: int | None = None,
+    slots: int | str | None = None,
     optimizer: str = "sgd",
     bandwidth: float | str | None = None,
     gpus: int | None = None,
@@ -127,9 +135,10 @@ def solve(
         A name from :func:`algorithms` (``store-all``, ``periodic``, ``revolve``, ``rotor``).
     memory : int or str
         The budget for the whole iteration (``"8GB"``, ``"8GiB"`` or bytes), static memory included.
-    slots : int, optional
-        Memory discretization of the DP algorithms: 2 to 100000, default 500 (rotor, dynprog);
-        2 to 10000, default 50 (pofo, as in papers/000).
+    slots : int or "auto", optional
+        Memory discretization of the DP algorithms: 2 to 100000, default 500 (rotor); 2 to
+        100000 or ``"auto"`` (the default: finer grids while they are cheap, docs/offload.md) for
+        dynprog; 2 to 10000, default 50 (pofo, as in papers/000).
     optimizer : {"none", "sgd", "momentum", "adam"}
         Which static memory is counted (docs/model.md).
     bandwidth : float or str, optional
@@ -311,7 +320,7 @@ def _solve_offload(
     info: Any,
     budget: int,
     static: int,
-    slots: int,
+    slots: int | str,
     optimizer: str,
     rate: float,
     **options: Any,
