@@ -55,6 +55,7 @@ def solve_pofo(
     rotor_slots: int | None = None,
     offload_instance=None,
     profile=None,
+    dynprog_slots: int | str = "auto",
 ) -> OffloadPlan:
     """Fastest combined schedule found within ``memory`` activation bytes.
 
@@ -73,6 +74,9 @@ def solve_pofo(
         with its defaults).
     offload_instance : OffloadInstance, optional
         The same chain for the offloading family, to try dynprog's schedule too.
+    dynprog_slots : int or "auto"
+        Slots of the dynprog candidate (default ``"auto"``, dynprog's own default: finer grids
+        while they are cheap, NOTE [ offload slots auto ]).
     profile : Profile, optional
         The chain's profile: the realized ``frac`` schedule is then replayed by
         :func:`memplan.simulator.simulate_combined` and dropped (``details["frac_rejected"]``) if the
@@ -116,7 +120,7 @@ def solve_pofo(
         from memplan.algorithms.offload import solve_dynprog
 
         least = min(least, offload_instance.min_memory())
-        plan = solve_dynprog(offload_instance, memory, slots=max(slots, 500))
+        plan = solve_dynprog(offload_instance, memory, slots=dynprog_slots)
         if plan.ops is not None:
             candidates.append((plan.claimed_makespan, "dynprog", list(plan.ops)))
     if not candidates:

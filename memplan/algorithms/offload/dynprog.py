@@ -23,7 +23,9 @@ used here (one expression for eq. 9 and 10, slack clamping).
 Complexity: sizes are counted in ``S`` slots (``--slots``), so each coordinate of the state takes
 ``O(S)`` values and a stage costs ``O(T log T)`` for ``T`` live states (vectorized in numpy; a
 hash table in the paper), ``T <= O(S^3)``; in practice ``T`` stays in the thousands after the
-dominance pruning below. Memory: ``O(n T)`` for backtracking.
+dominance pruning below (tens of thousands with one byte per slot on the bundled profiles).
+Memory: ``O(n T)`` for backtracking. The cost of a run is about proportional to its *work*, the
+live states summed over the stages, which ``slots="auto"`` budgets (NOTE [ offload slots auto ]).
 
 NOTE [ offload slot discretization ]
 ------------------------------------
@@ -38,14 +40,40 @@ budget of ``floor(M / sigma)`` slots:
 * the activations ``|x|`` are rounded *optimistically* through their partial sums
   (``ceil(sum_{j<=k} a_j / sigma) - ceil(sum_{j<k} a_j / sigma)``, which may round an individual
   activation down), so that eager sets (the first activations, the common optimum) are priced
-  right. If the set the DP returns does not fit in exact bytes, the repair loop adds one slot to an
-  activation rounded down (among those in a constraint that fails, the one closest to its true
-  size) and runs the DP again. Once every activation is rounded up, a set that fits in slots fits
-  in bytes, so the loop ends after at most ``n`` runs.
+  right. If the set the DP returns does not fit in exact bytes, the repair loop adds one slot to
+  every activation rounded down that appears in a constraint that fails (the paper adds one slot
+  to one of them, the closest to its true size, per run: up to ``n`` runs, 14 on a 60-stage chain
+  of the tests, 75 and more on 2000 stages) and runs the DP again. The loop is bounded: at most
+  ``MAX_REPAIR_RUNS`` (2) repair runs per grid, and a repair run only while the work of the solve
+  stays within ``WORK_BUDGET``. A set that still does not fit is completed in bytes by
+  :func:`fit_in_bytes` (offload the earliest kept activations where a stage overflows, GREEDY's
+  rule; it always fits when anything does). So a grid costs at most ``1 + MAX_REPAIR_RUNS`` runs
+  of the DP and one ``O(n)`` pass.
 
 With ``sigma = 1`` (a budget of at most ``S`` bytes) and ``u beta`` whole bytes for every
 operation, the DP is exact: its value is the optimum of Problem 2 (checked against an exhaustive
 search in ``tests/test_offload_dynprog.py``).
+
+NOTE [ offload slots auto ]
+--------------------------
+Rounding to 500 slots loses up to 20% of makespan on the bundled @a100 profiles against finer
+grids (docs/benchmarks.md, "dynprog and pofo: rounding"), while the DP with one byte per slot (no
+rounding of sizes at all: exact for Problem 2 up to the sub-byte transfer capacities) takes less
+than a second on them. ``slots="auto"`` (the default) runs the grids of :func:`auto_grids` from the
+coarsest: ``DEFAULT_SLOTS`` (500, always run to the end), 5000, 50000, then one byte per slot, each
+finer one only while the work of the whole solve (every run, repairs included) stays within
+``WORK_BUDGET`` live states summed over the stages (about 3 s on the 2-core Xeon of
+docs/benchmarks.md): a finer grid is not started when ``GROWTH`` times the work of the previous
+one exceeds what is left, and stops (its result unused) as soon as it exceeds it or holds more
+than ``MAX_LIVE_STATES`` states at one stage. The bundled profiles reach one byte per slot; chains
+of hundreds of stages keep 500 slots (random 2000-stage chains: about 5 million states of work).
+The work is counted, not timed, so the result is the same on every machine.
+
+Each grid gives a set that fits in bytes; their real (no-wait, Problem 1) schedules are compared
+and the fastest wins, the coarsest on ties. The result is therefore never slower than the 500-slot
+grid alone, nor than the byte-level DP whenever it ran. A finer grid does not always give a faster
+real schedule (the DP optimizes Problem 2, whose optimal set is only a heuristic for Problem 1),
+hence the comparison.
 
 Dominance pruning (not in the paper): the idle time still to come only grows with ``N``,
 ``Delta_F`` and ``Delta_B`` (a state with less memory held and less transfer backlog can mimic the
