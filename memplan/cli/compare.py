@@ -55,7 +55,8 @@ def compare(
     slots: Annotated[
         int | None,
         typer.Option(
-            metavar="N", help="Memory discretization of DP algorithms.  [default: 500; pofo 50]"
+            metavar="N",
+            help="Memory discretization of DP algorithms.  [default: 500; dynprog auto; pofo 50]",
         ),
     ] = None,
     gpus: Annotated[

@@ -50,7 +50,9 @@ def run(
     lr: Annotated[float, typer.Option(metavar="RATE", help="SGD learning rate.")] = 0.01,
     slots: Annotated[
         int | None,
-        typer.Option(metavar="N", help="Slots of the DP algorithms.  [default: 500; pofo: 50]"),
+        typer.Option(
+            metavar="N", help="Slots of the DP algorithms.  [default: 500; dynprog auto; pofo: 50]"
+        ),
     ] = None,
     bandwidth: Annotated[
         str | None,
