@@ -513,12 +513,12 @@ class _GridResult:
     slots: int
     sigma: float
     sets: list[np.ndarray]
-    values: list[int]
+    values: list[int | None]  # None: completed by fit_in_bytes
     runs: int
     work: int
     states: int
     aborted: bool = False
-    fitted: bool = False  # the last set was completed by fit_in_bytes
+    fitted: bool = False  # the best set was completed by fit_in_bytes
 
 
 def _solve_grid(
@@ -559,6 +559,7 @@ def _solve_grid(
         room = WORK_BUDGET - spent - result.work
         if result.runs > MAX_REPAIR_RUNS or found.work > room:
             found.sets[0] = fit_in_bytes(inst, best, memory)
+            found.values[0] = None  # the DP's value was that of the set before completion
             result.fitted = True
             break
         bump[_repair_indices(inst, sl, best, memory)] += 1
@@ -617,7 +618,7 @@ def solve_dynprog(
     if inst.peak() <= memory:
         return plan_from_set(inst, np.zeros(n, dtype=bool), memory, slots=reported)
     grids = auto_grids(memory) if auto else [int(slots)]
-    pool: list[tuple[np.ndarray, int, _GridResult]] = []
+    pool: list[tuple[np.ndarray, int | None, _GridResult]] = []
     runs = work = states = 0
     tried: list[str] = []
     last = 0  # the work of the previous grid
@@ -663,12 +664,9 @@ def solve_dynprog(
             makespan = no_wait_makespan(inst, mask, memory)
             if makespan is not None and (best_time == np.inf or makespan < best_time - 1e-9):
                 chosen, value, grid, best_time = mask, total, source, makespan
-    slot_ms = grid.sigma / inst.beta
-    details.update(
-        slot_bytes=grid.sigma,
-        relaxed_makespan=inst.compute_time + value * slot_ms,
-        candidates=len(pool),
-    )
-    if grid.fitted:
+    details.update(slot_bytes=grid.sigma, candidates=len(pool))
+    if value is None:
         details["fitted_in_bytes"] = True
+    else:
+        details["relaxed_makespan"] = inst.compute_time + value * grid.sigma / inst.beta
     return plan_from_set(inst, chosen, memory, slots=grid.slots, details=details)
