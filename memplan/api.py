@@ -55,25 +55,28 @@ def _algorithm(name: str):
 def _check_slots(slots: int | str | None, family: str = "chain") -> int | str:
     """``--slots``, validated for the family (None: the family's default).
 
-    The combined family (pofo) defaults to 50 slots as in the experiments of papers/000 and
-    accepts 2 to 10000 (its DP has O(L^2 S) states per budget); the offloading family (dynprog)
-    defaults to ``"auto"`` (docs/offload.md, NOTE [ offload slots auto ]) and accepts it or 2 to
-    100000; the chain family 500 and 2 to 100000.
+    The combined family (pofo) defaults to ``"auto"`` (50 slots as in the experiments of papers/000,
+    and the Theorem 1 DP's finest grid too on short chains, docs/algorithms.md) and accepts 2 to
+    10000 (its DP has O(L^2 S) states per budget); the offloading family (dynprog) defaults to
+    ``"auto"`` (docs/offload.md, NOTE [ offload slots auto ]) and accepts 2 to 100000; the chain
+    family defaults to 500 and accepts 2 to 100000.
     """
     if family == "combined":
-        default, most = 50, 10_000
+        default, most = "auto", 10_000
     elif family == "offload":
         default, most = "auto", MAX_SLOTS
     else:
         default, most = DEFAULT_SLOTS, MAX_SLOTS
     if slots is None:
         return default
-    if family == "offload" and slots == "auto":
+    if family in ("offload", "combined") and slots == "auto":
         return slots
     if isinstance(slots, bool) or not isinstance(slots, int) or not 2 <= slots <= most:
         which = " for the combined family (pofo)" if family == "combined" else ""
         if family == "offload":
             which = ", or auto"
+        elif family == "combined":
+            which += ", or auto"
         raise InputError(f"--slots {slots!r}: expected an integer from 2 to {most}{which}")
     return slots
 
@@ -138,7 +141,8 @@ def solve(
     slots : int or "auto", optional
         Memory discretization of the DP algorithms: 2 to 100000, default 500 (rotor); 2 to
         100000 or ``"auto"`` (the default: finer grids while they are cheap, docs/offload.md) for
-        dynprog; 2 to 10000, default 50 (pofo, as in papers/000).
+        dynprog; 2 to 10000 or ``"auto"`` (the default: 50 as in papers/000, and 64 too on chains
+        of at most 24 stages) for pofo.
     optimizer : {"none", "sgd", "momentum", "adam"}
         Which static memory is counted (docs/model.md).
     bandwidth : float or str, optional
@@ -178,16 +182,12 @@ def solve(
             progress=progress,
             link_bandwidth=link_bandwidth,
         )
-    explicit_slots = slots is not None
     slots = _check_slots(slots, info.family)
     static = static_memory(prof, optimizer)
     if info.family in ("offload", "combined"):
         rate = resolve_bandwidth(prof, info.name, bandwidth)
-        # pofo's rotor candidate: at the same slots when given, else at rotor's default (500).
-        extra = (
-            {} if explicit_slots or info.family != "combined" else {"rotor_slots": DEFAULT_SLOTS}
-        )
-        return _solve_offload(prof, info, budget, static, slots, optimizer, rate, **extra)
+        # pofo's rotor candidate: at the same slots when given, else (auto) at rotor's default.
+        return _solve_offload(prof, info, budget, static, slots, optimizer, rate)
     ref = ProfileRef(model=prof.model, sha256=prof.sha256(), stages=prof.length)
     started = time.perf_counter()
     plan = info.run(prof, budget - static, slots=slots, time_limit=time_limit)
