@@ -15,10 +15,11 @@ where the plan beats every finer grid); "> 0.5%" counts the budgets above 0.5%. 
 loss against the one-byte grid alone.
 
 ``pofo``: the same budgets as benchmarks/bench_combined.py (rotor's least memory to the store-all
-need, 20 budgets), 12 and 25 GB/s: pofo before (its dynprog candidate at 500 slots), pofo now
-(dynprog candidate at ``auto``) and pofo on finer grids (its Theorem 1 DP at 64 slots, its most, and
-the same candidates otherwise); the loss is against the best of the three. Rotor's own rounding
-(its candidate stays at 500 slots here) is issue 18 items 2-3.
+need, 20 budgets), 12 and 25 GB/s: pofo before (its DPs at 50 slots, its dynprog candidate at 500),
+pofo now (``--slots auto``: 50, and 64 for the Theorem 1 DP on chains of at most 24 stages or when
+50 gives no schedule; dynprog candidate at ``auto``), and pofo with its DPs at 57 and at 64 slots
+(the Theorem 1 DP's most; dynprog at ``auto``); the loss is against the best of the four. Rotor's
+candidate stays at 500 slots in all four: its own rounding is issue 18 items 2-3.
 
 ``scale``: random chains ``random_chain(L, seed=L, max_size=10**8)`` (sizes up to 100 MB, times
 0.1-10 ms), written to a YAML file and solved by the command a user types, ``memplan solve FILE
@@ -119,17 +120,19 @@ def dynprog_table(names: list[str], points: int) -> None:
 
 POFO_CONFIGS = {
     "before": {"slots": 50, "dynprog_slots": 500},
-    "now": {"slots": 50},
-    "finer": {"slots": 64},
+    "now": {},  # slots="auto"
+    "57": {"slots": 57},
+    "64": {"slots": 64},
 }
 
 
 def pofo_table(names: list[str], points: int) -> None:
     print(
-        "| profile | bandwidth | before: max loss | > 0.5% | now: max loss | > 0.5% | "
-        "finer (64 slots): max loss | > 0.5% | winners (now) | time now / finer (s, worst) |"
+        "| profile | stages | bandwidth | before (50): max loss | > 0.5% | now (auto): max loss | "
+        "> 0.5% | 57 slots | > 0.5% | 64 slots | > 0.5% | winners (now) | "
+        "time before / now (s, worst) |"
     )
-    print("|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for name in names:
         prof = memplan.load_profile(name)
         chain = Chain.from_profile(prof)
@@ -162,8 +165,8 @@ def pofo_table(names: list[str], points: int) -> None:
             cells = " | ".join(_cells(_loss(found[key], refs)) for key in POFO_CONFIGS)
             won = ", ".join(f"{k} {v}" for k, v in sorted(winners.items()))
             print(
-                f"| {name} | {format_size(rate)}/s | {cells} | {won} | "
-                f"{seconds['now']:.1f} / {seconds['finer']:.1f} |",
+                f"| {name} | {chain.length} | {format_size(rate)}/s | {cells} | {won} | "
+                f"{seconds['before']:.1f} / {seconds['now']:.1f} |",
                 flush=True,
             )
 

@@ -56,7 +56,7 @@ def compare(
         int | None,
         typer.Option(
             metavar="N",
-            help="Memory discretization of DP algorithms.  [default: 500; dynprog auto; pofo 50]",
+            help="Memory discretization of DP algorithms.  [default: 500; dynprog, pofo: auto]",
         ),
     ] = None,
     gpus: Annotated[

@@ -51,7 +51,7 @@ def run(
     slots: Annotated[
         int | None,
         typer.Option(
-            metavar="N", help="Slots of the DP algorithms.  [default: 500; dynprog auto; pofo: 50]"
+            metavar="N", help="Slots of the DP algorithms.  [default: 500; dynprog, pofo: auto]"
         ),
     ] = None,
     bandwidth: Annotated[

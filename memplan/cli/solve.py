@@ -111,7 +111,7 @@ def solve(
         typer.Option(
             metavar="N",
             help="Memory discretization of the DP algorithms (2..100000; pofo 2..10000).  "
-            "[default: 500; dynprog auto; pofo 50]",
+            "[default: 500; dynprog, pofo: auto]",
         ),
     ] = None,
     time_limit: Annotated[

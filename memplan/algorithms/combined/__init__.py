@@ -13,6 +13,17 @@
 
 Each is a schedule of the combined model, so the result is never slower than either technique alone;
 which one won is in ``details["source"]``.
+
+NOTE [ pofo slots auto ]
+------------------------
+The Theorem 1 DP rounds sizes to slots of 2% of the budget at 50 slots, and its tables grow as
+the cube of the slots (at most :data:`FINE_SLOTS`, 64). Against 64 slots, 50 lost up to 2.2% of
+makespan on resnet34@a100 and 13.4% on resnet101@a100 at rotor's least memory, where 50 slots gave
+it no schedule (benchmarks/bench_offload_slots.py, docs/benchmarks.md). ``slots="auto"`` (the
+default) runs it at 50 slots and, on chains of at most :data:`FINE_STAGES` stages (or when 50 gives
+no schedule), at 64 too, and keeps the faster realized schedule (the coarser on ties): never slower
+than 50 slots alone, for 1.5-2x the DP's time where both run. The window DP stays at 50 slots,
+rotor at its own default, dynprog at its own (``auto``, NOTE [ offload slots auto ]).
 """
 
 from __future__ import annotations
@@ -34,7 +45,8 @@ FINE_SLOTS = FRACTIONAL_MAX_SLOTS
 on its finest grid (NOTE [ pofo slots auto ])."""
 FINE_STAGES = 24
 """The longest chain on which ``slots="auto"`` runs the Theorem 1 DP at :data:`FINE_SLOTS` too:
-0.2-0.4 s more on the bundled profiles of up to 19 stages, 1.5-3.3 s more on resnet101 (36)."""
+0.2-0.4 s more on the bundled profiles of up to 19 stages, 1.5-3.3 s more on resnet101 (36).
+Longer chains run it there only when the 50-slot grid gives no schedule."""
 MAX_SLOTS = 10_000
 INF = float("inf")
 WINDOW_STAGES = 16
@@ -120,9 +132,16 @@ def solve_pofo(
         if slowest < (rotor.claimed_makespan if rotor.sequence is not None else INF):
             # Rounded up at a coarser grid than rotor's, the DP's plan is not worth a third run.
             finer_rotor = auto or (rotor_slots is not None and rotor_slots > grid)
-            grids = [grid] + ([FINE_SLOTS] if auto and chain.length <= FINE_STAGES else [])
+            short = chain.length <= FINE_STAGES
             found = _fractional_grids(
-                chain, memory, bandwidth, grids, profile, details, round_up=not finer_rotor
+                chain,
+                memory,
+                bandwidth,
+                [grid] + ([FINE_SLOTS] if auto and short else []),
+                profile,
+                details,
+                round_up=not finer_rotor,
+                fallback=FINE_SLOTS if auto and not short else None,
             )
             candidates += found
         # The window DP: on short chains (cheap there), or when the Theorem 1 DP gave nothing.
@@ -192,20 +211,26 @@ def _fractional_grids(
     details: dict,
     *,
     round_up: bool = True,
+    fallback: int | None = None,
 ) -> list[tuple[float, str, list[Transfer]]]:
     """:func:`_fractional` on each grid; the fastest realized schedule (the first on ties).
 
-    ``details`` gets the ``frac_*`` entries of the grid that won (of the first grid when none
-    gave a schedule) and ``frac_grids``, the grids tried.
+    ``fallback``: one more grid, tried only when none of ``grids`` gave a schedule. ``details``
+    gets the ``frac_*`` entries of the grid that won (of the first grid when none gave a
+    schedule) and ``frac_grids``, the grids tried.
     """
     best: list[tuple[float, str, list[Transfer]]] = []
     best_details: dict | None = None
+    grids = list(grids)
     for grid in grids:
         own: dict = {}
         found = _fractional(chain, memory, bandwidth, grid, profile, own, round_up=round_up)
         if best_details is None or (found and (not best or found[0][0] < best[0][0] - 1e-9)):
             best_details = own
             best = found or best
+        if not best and fallback is not None and grid == grids[-1]:
+            grids.append(fallback)
+            fallback = None
     details.update(best_details or {})
     if len(grids) > 1:
         details["frac_grids"] = ", ".join(str(g) for g in grids)
