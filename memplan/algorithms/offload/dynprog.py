@@ -106,7 +106,7 @@ GROWTH = 2
 """A finer grid of ``slots="auto"`` is not started when ``GROWTH`` times the work of the previous
 one exceeds what is left of :data:`WORK_BUDGET`: a grid 10 times finer took 1.5 to 7.5 times more
 work on the bundled profiles and random chains (it would most likely be stopped)."""
-MAX_LIVE_STATES = 1_000_000
+MAX_LIVE_STATES = 500_000
 """Live states at one stage beyond which a run on a finer grid of ``slots="auto"`` stops."""
 _EPS = 1e-9
 
