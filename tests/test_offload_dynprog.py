@@ -461,3 +461,17 @@ def test_every_algorithm_on_bundled_profiles(name):
             sched = memplan.solve(prof, algo, memory, optimizer="none", bandwidth="12GB/s")
             assert sched.feasible and sched.makespan >= sched.lower_bound - 1e-9
             assert memplan.simulate(prof, sched).valid
+
+
+def test_slots_option():
+    """``slots="auto"`` is dynprog's default and may be given; other strings are input errors."""
+    from memplan.errors import InputError
+
+    prof = random_chain(8, seed=1, max_size=1000)
+    memory = OffloadInstance.from_profile(prof, 1e6).peak() * 3 // 4
+    default = memplan.solve(prof, "dynprog", memory, optimizer="none", bandwidth=1e6)
+    auto = memplan.solve(prof, "dynprog", memory, slots="auto", optimizer="none", bandwidth=1e6)
+    assert default.makespan == auto.makespan and default.solver.slots == auto.solver.slots
+    for bad in ("fine", 1, 100_001):
+        with pytest.raises(InputError, match="from 2 to 100000, or auto"):
+            memplan.solve(prof, "dynprog", memory, slots=bad, optimizer="none", bandwidth=1e6)
