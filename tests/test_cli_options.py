@@ -71,7 +71,9 @@ def test_options_reach_the_solver_and_are_checked_by_the_family():
     rotor = options_for("rotor", {"slots": 300})
     assert rotor.slots == 300
     pofo = options_for("pofo", {})
-    assert pofo.slots is None  # 50, and 500 for its rotor candidate
+    assert pofo.slots == "auto"  # 50 (and 64 on short chains), its candidates at their defaults
+    assert options_for("dynprog", {"slots": "AUTO"}).slots == "auto"
+    assert options_for("dynprog", {}).slots == "auto"
     with pytest.raises(
         memplan.InputError, match="--slots 20000: expected an integer from 2 to 10000"
     ):
@@ -122,7 +124,7 @@ def test_algos_name_shows_the_family_options():
     result = run("algos", "pofo")
     assert result.exit_code == 0
     assert "--slots" in result.stderr and "--bandwidth" in result.stderr
-    assert "50 (its rotor candidate: auto)" in result.stderr
+    assert "auto: 50 slots, and 64 on" in result.stderr
     doc = json.loads(run("algos", "pipeline-ilp", "-f", "json").stdout)
     assert doc["name"] == "pipeline-ilp" and doc["family"] == "pipeline"
     assert [o["option"] for o in doc["options"]] == ["--gpus", "--link-bandwidth", "--time-limit"]

@@ -18,7 +18,8 @@ from hypothesis import strategies as st
 import memplan
 from memplan.algorithms.chain import Chain
 from memplan.algorithms.chain.rotor import _solve_table, slot_sizes, solve_rotor
-from memplan.algorithms.combined import PofoDP, solve_pofo
+from memplan.algorithms.combined import FINE_SLOTS, FINE_STAGES, PofoDP, solve_pofo
+from memplan.algorithms.offload import OffloadInstance
 from memplan.errors import InputError
 from memplan.profile.model import Profile
 from memplan.schedule import Op
@@ -144,7 +145,8 @@ def test_infeasible_and_slots():
     sched = memplan.solve(prof, "pofo", 1, optimizer="none", bandwidth=RATE)
     assert not sched.feasible and sched.min_memory == least
     assert memplan.solve(prof, "pofo", least, optimizer="none", bandwidth=RATE).feasible
-    assert memplan.solve(prof, "pofo", least, optimizer="none", bandwidth=RATE).solver.slots == 50
+    slots = memplan.solve(prof, "pofo", least, optimizer="none", bandwidth=RATE).solver.slots
+    assert slots in (50, FINE_SLOTS)  # auto: the grid of the Theorem 1 DP that won, else 50
     for bad in (1, 10_001, True):
         with pytest.raises(InputError, match="from 2 to 10000"):
             memplan.solve(prof, "pofo", least, optimizer="none", bandwidth=RATE, slots=bad)
@@ -169,12 +171,61 @@ def test_cli_exit_codes(tmp_path):
 
 
 def test_defaults_never_slower_than_rotor_and_dynprog():
-    """Without --slots: pofo's DP at 50 slots, its rotor candidate at rotor's default 500."""
+    """Without --slots (auto): pofo's DPs at 50 slots (and the Theorem 1 DP at 64 too on this
+    19-stage chain), its rotor candidate at rotor's default 500, its dynprog one at dynprog's."""
     prof = memplan.load_profile("resnet50@a100")
     for memory in ("2GB", "3GB", "5GB"):
         pofo = memplan.solve(prof, "pofo", memory, optimizer="none", bandwidth="12GB/s")
-        assert pofo.solver.slots == 50
+        assert pofo.solver.slots in (50, FINE_SLOTS)
         for algo in ("rotor", "dynprog"):
             other = memplan.solve(prof, algo, memory, optimizer="none", bandwidth="12GB/s")
             if other.feasible:
                 assert pofo.makespan <= other.makespan * (1 + 1e-9)
+
+
+def _pofo_pair(prof: Profile, memory: int, rate: float):
+    """pofo at its default (auto) and at the 50-slot grid alone, with the same rotor candidate."""
+    chain = Chain.from_profile(prof)
+    common = dict(
+        bandwidth=rate,
+        rotor_slots=500,
+        offload_instance=OffloadInstance.from_profile(prof, rate),
+        profile=prof,
+    )
+    return solve_pofo(chain, memory, **common), solve_pofo(chain, memory, slots=50, **common)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_auto_is_never_worse_than_50_slots(seed):
+    """Issue 18 item 4: ``--slots auto`` runs the Theorem 1 DP at 64 slots too on short chains and
+    keeps the faster schedule, so it is never slower than the 50-slot grid; its plans replay."""
+    prof = integer_chain(seed, 6 + seed, max_output=40, max_extra=40, max_input=30, model="auto")
+    rate = 4000.0
+    desc = memplan.api.describe(prof, "none")
+    low, high = desc["min_memory"]["chain"], desc["store_all_memory"]
+    for i in range(1, 5):
+        memory = low + (high - low) * i // 5
+        auto, grid = _pofo_pair(prof, memory, rate)
+        assert auto.claimed_makespan <= grid.claimed_makespan * (1 + 1e-9)
+        if auto.details.get("frac_grids"):
+            assert auto.details["frac_grids"] == f"50, {FINE_SLOTS}"
+        sched = memplan.solve(prof, "pofo", memory, optimizer="none", bandwidth=rate)
+        assert sched.feasible and sched.peak_memory <= memory
+        assert memplan.simulate(prof, sched).valid
+
+
+def test_auto_recovers_rounding_loss_on_resnet34():
+    """resnet34@a100 at 25 GB/s, 1.02 GB (the second budget of docs/benchmarks.md's sweep): the
+    50-slot grid's best plan is rotor's (30.77 ms); the Theorem 1 DP at 64 slots finds a combined
+    plan 2.1% faster, which auto returns and the simulator replays."""
+    prof = memplan.load_profile("resnet34@a100")
+    assert prof.length <= FINE_STAGES
+    desc = memplan.api.describe(prof, "none")
+    low, high = desc["min_memory"]["chain"], desc["store_all_memory"]
+    memory = round(low + (high - low) * 1 / 19)
+    auto, grid = _pofo_pair(prof, memory, 25e9)
+    assert auto.claimed_makespan < grid.claimed_makespan * (1 - 0.01)
+    assert auto.details["source"] == "frac" and auto.slots == FINE_SLOTS
+    sched = memplan.solve(prof, "pofo", memory, optimizer="none", bandwidth=25e9)
+    assert sched.makespan == pytest.approx(auto.claimed_makespan)
+    assert memplan.simulate(prof, sched).valid

@@ -13,6 +13,17 @@
 
 Each is a schedule of the combined model, so the result is never slower than either technique alone;
 which one won is in ``details["source"]``.
+
+NOTE [ pofo slots auto ]
+------------------------
+The Theorem 1 DP rounds sizes to slots of 2% of the budget at 50 slots, and its tables grow as
+the cube of the slots (at most :data:`FINE_SLOTS`, 64). Against 64 slots, 50 lost up to 2.2% of
+makespan on resnet34@a100 and 13.4% on resnet101@a100 at rotor's least memory, where 50 slots gave
+it no schedule (benchmarks/bench_offload_slots.py, docs/benchmarks.md). ``slots="auto"`` (the
+default) runs it at 50 slots and, on chains of at most :data:`FINE_STAGES` stages (or when 50 gives
+no schedule), at 64 too, and keeps the faster realized schedule (the coarser on ties): never slower
+than 50 slots alone, for 1.5-2x the DP's time where both run. The window DP stays at 50 slots,
+rotor at its own default, dynprog at its own (``auto``, NOTE [ offload slots auto ]).
 """
 
 from __future__ import annotations
@@ -22,12 +33,20 @@ import math
 from memplan.algorithms.base import OffloadPlan, Transfer
 from memplan.algorithms.chain.problem import Chain
 from memplan.algorithms.chain.rotor import chain_min_memory, solve_rotor
+from memplan.algorithms.combined.fractional import MAX_SLOTS as FRACTIONAL_MAX_SLOTS
 from memplan.algorithms.combined.fractional import FractionalDP
 from memplan.algorithms.combined.pofo import PofoDP
 from memplan.algorithms.combined.realize import plan_peak, realize
 
 DEFAULT_SLOTS = 50
 """Slots of the pofo DP (papers/000 §5: 50 values are enough in its experiments)."""
+FINE_SLOTS = FRACTIONAL_MAX_SLOTS
+"""With ``slots="auto"``, chains of at most :data:`FINE_STAGES` stages also run the Theorem 1 DP
+on its finest grid (NOTE [ pofo slots auto ])."""
+FINE_STAGES = 24
+"""The longest chain on which ``slots="auto"`` runs the Theorem 1 DP at :data:`FINE_SLOTS` too:
+0.2-0.4 s more on the bundled profiles of up to 19 stages, 1.5-3.3 s more on resnet101 (36).
+Longer chains run it there only when the 50-slot grid gives no schedule."""
 MAX_SLOTS = 10_000
 INF = float("inf")
 WINDOW_STAGES = 16
@@ -51,10 +70,11 @@ def solve_pofo(
     memory: int,
     *,
     bandwidth: float,
-    slots: int = DEFAULT_SLOTS,
+    slots: int | str = "auto",
     rotor_slots: int | str | None = None,
     offload_instance=None,
     profile=None,
+    dynprog_slots: int | str = "auto",
 ) -> OffloadPlan:
     """Fastest combined schedule found within ``memory`` activation bytes.
 
@@ -65,14 +85,18 @@ def solve_pofo(
         Bytes for activations, ``x[0]`` included (budget minus static memory).
     bandwidth : float
         Host<->device bytes/s; 0 forbids transfers.
-    slots : int
-        Slots of the DP (2 to 10000, default 50 as in papers/000 §5).
+    slots : int or "auto"
+        Slots of the DPs (2 to 10000). ``"auto"`` (the default): 50 as in papers/000 §5, and on
+        chains of at most :data:`FINE_STAGES` stages the Theorem 1 DP on its finest grid
+        (:data:`FINE_SLOTS`) too, the faster schedule kept (NOTE [ pofo slots auto ]).
     rotor_slots : int or "auto", optional
-        Slots of the rotor candidate (default ``slots``; :func:`memplan.solve` gives rotor's own
-        default, ``"auto"``, when ``--slots`` is not set, so that pofo is never slower than rotor
-        run with its defaults).
+        Slots of the rotor candidate (default: ``slots`` when it is a number, rotor's own default,
+        ``"auto"``, with ``"auto"``, so that pofo is never slower than rotor run with its defaults).
     offload_instance : OffloadInstance, optional
         The same chain for the offloading family, to try dynprog's schedule too.
+    dynprog_slots : int or "auto"
+        Slots of the dynprog candidate (default ``"auto"``, dynprog's own default: finer grids
+        while they are cheap, NOTE [ offload slots auto ]).
     profile : Profile, optional
         The chain's profile: the realized ``frac`` schedule is then replayed by
         :func:`memplan.simulator.simulate_combined` and dropped (``details["frac_rejected"]``) if the
@@ -89,7 +113,14 @@ def solve_pofo(
     candidates: list[tuple[float, str, list[Transfer]]] = []
     least = chain_min_memory(chain)
     details: dict = {}
-    rotor = solve_rotor(chain, memory, slots=slots if rotor_slots is None else rotor_slots)
+    auto = slots == "auto"
+    grid = DEFAULT_SLOTS if auto else int(slots)
+    if rotor_slots is not None:
+        rotor = solve_rotor(chain, memory, slots=rotor_slots)
+    elif auto:
+        rotor = solve_rotor(chain, memory)  # rotor's own default grid
+    else:
+        rotor = solve_rotor(chain, memory, slots=grid)
     if rotor.sequence is not None:
         candidates.append((rotor.claimed_makespan, "rotor", _timed(chain, rotor.sequence)))
     if memory - int(chain.x[0]) >= 0:
@@ -100,14 +131,26 @@ def solve_pofo(
         found = []
         if slowest < (rotor.claimed_makespan if rotor.sequence is not None else INF):
             # Rounded up at a coarser grid than rotor's, the DP's plan is not worth a third run.
-            finer_rotor = rotor_slots == "auto" or (rotor_slots is not None and rotor_slots > slots)
-            found = _fractional(
-                chain, memory, bandwidth, slots, profile, details, round_up=not finer_rotor
+            finer_rotor = (
+                auto
+                or rotor_slots == "auto"
+                or (isinstance(rotor_slots, int) and rotor_slots > grid)
+            )
+            short = chain.length <= FINE_STAGES
+            found = _fractional_grids(
+                chain,
+                memory,
+                bandwidth,
+                [grid] + ([FINE_SLOTS] if auto and short else []),
+                profile,
+                details,
+                round_up=not finer_rotor,
+                fallback=FINE_SLOTS if auto and not short else None,
             )
             candidates += found
         # The window DP: on short chains (cheap there), or when the Theorem 1 DP gave nothing.
         if chain.length <= WINDOW_STAGES or not found:
-            dp = PofoDP(chain, memory, bandwidth, slots)
+            dp = PofoDP(chain, memory, bandwidth, grid)
             value = dp.solve()
             details["dp"] = value
             if value < float("inf"):
@@ -116,7 +159,7 @@ def solve_pofo(
         from memplan.algorithms.offload import solve_dynprog
 
         least = min(least, offload_instance.min_memory())
-        plan = solve_dynprog(offload_instance, memory, slots=max(slots, 500))
+        plan = solve_dynprog(offload_instance, memory, slots=dynprog_slots)
         if plan.ops is not None:
             candidates.append((plan.claimed_makespan, "dynprog", list(plan.ops)))
     if not candidates:
@@ -126,7 +169,7 @@ def solve_pofo(
             lower_bound=lower,
             peak=peak,
             min_memory=least,
-            slots=slots,
+            slots=grid,
             message="no combined schedule fits: neither recomputing everything nor offloading "
             "every activation does",
         )
@@ -144,7 +187,7 @@ def solve_pofo(
         peak=peak,
         claimed_makespan=value,
         min_memory=least,
-        slots=slots,
+        slots=details["frac_slots"] if auto and source == "frac" else grid,
         message=_summary(source, details),
         details=details,
     )
@@ -161,6 +204,41 @@ def _summary(source: str, details: dict) -> str:
         f"{source}: Theorem 1 DP {ms('frac_value')}, its whole-tensor schedule {ms('frac')}; "
         f"window DP {ms('dp')}; rotor {ms('rotor')}; dynprog {ms('dynprog')}"
     )
+
+
+def _fractional_grids(
+    chain: Chain,
+    memory: int,
+    bandwidth: float,
+    grids: list[int],
+    profile,
+    details: dict,
+    *,
+    round_up: bool = True,
+    fallback: int | None = None,
+) -> list[tuple[float, str, list[Transfer]]]:
+    """:func:`_fractional` on each grid; the fastest realized schedule (the first on ties).
+
+    ``fallback``: one more grid, tried only when none of ``grids`` gave a schedule. ``details``
+    gets the ``frac_*`` entries of the grid that won (of the first grid when none gave a
+    schedule) and ``frac_grids``, the grids tried.
+    """
+    best: list[tuple[float, str, list[Transfer]]] = []
+    best_details: dict | None = None
+    grids = list(grids)
+    for grid in grids:
+        own: dict = {}
+        found = _fractional(chain, memory, bandwidth, grid, profile, own, round_up=round_up)
+        if best_details is None or (found and (not best or found[0][0] < best[0][0] - 1e-9)):
+            best_details = own
+            best = found or best
+        if not best and fallback is not None and grid == grids[-1]:
+            grids.append(fallback)
+            fallback = None
+    details.update(best_details or {})
+    if len(grids) > 1:
+        details["frac_grids"] = ", ".join(str(g) for g in grids)
+    return best
 
 
 def _fractional(

@@ -12,23 +12,21 @@ from dataclasses import dataclass
 from typing import Any
 
 from memplan.algorithms.base import AlgorithmInfo, Family, SolveRequest
-from memplan.algorithms.combined import DEFAULT_SLOTS, MAX_SLOTS
+from memplan.algorithms.combined import MAX_SLOTS
 from memplan.algorithms.options import bandwidth_option, slots_option
-
-ROTOR_SLOTS = "auto"
-"""Slots of pofo's rotor candidate when ``--slots`` is not given: rotor's own default, so that
-pofo is never slower than rotor run with its defaults; with ``--slots``, the same slots."""
 
 
 @dataclass(frozen=True)
 class CombinedOptions:
-    """Options of the combined family; ``slots`` None: 50, and rotor's auto for its candidate."""
+    """Options of the combined family (NOTE [ pofo slots auto ])."""
 
-    slots: int | None = slots_option(
-        None,
+    slots: int | str = slots_option(
+        "auto",
         MAX_SLOTS,
+        words=("auto",),
         what=" for the combined family (pofo)",
-        default_text=f"{DEFAULT_SLOTS} (its rotor candidate: {ROTOR_SLOTS})",
+        default_text="auto: 50 slots, and 64 on chains of at most 24 stages; its rotor and "
+        "dynprog candidates at their own defaults",
     )
     bandwidth: float | None = bandwidth_option()
 
@@ -48,8 +46,7 @@ def solve_pofo(profile: Any, request: SolveRequest) -> Any:
         Chain.from_profile(profile),
         request.activation_memory,
         bandwidth=rate,
-        slots=DEFAULT_SLOTS if slots is None else slots,
-        rotor_slots=ROTOR_SLOTS if slots is None else None,
+        slots=slots,
         offload_instance=OffloadInstance.from_profile(profile, rate),
         profile=profile,
     )

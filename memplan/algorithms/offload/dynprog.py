@@ -23,7 +23,9 @@ used here (one expression for eq. 9 and 10, slack clamping).
 Complexity: sizes are counted in ``S`` slots (``--slots``), so each coordinate of the state takes
 ``O(S)`` values and a stage costs ``O(T log T)`` for ``T`` live states (vectorized in numpy; a
 hash table in the paper), ``T <= O(S^3)``; in practice ``T`` stays in the thousands after the
-dominance pruning below. Memory: ``O(n T)`` for backtracking.
+dominance pruning below (tens of thousands with one byte per slot on the bundled profiles).
+Memory: ``O(n T)`` for backtracking. The cost of a run is about proportional to its *work*, the
+live states summed over the stages, which ``slots="auto"`` budgets (NOTE [ offload slots auto ]).
 
 NOTE [ offload slot discretization ]
 ------------------------------------
@@ -38,14 +40,43 @@ budget of ``floor(M / sigma)`` slots:
 * the activations ``|x|`` are rounded *optimistically* through their partial sums
   (``ceil(sum_{j<=k} a_j / sigma) - ceil(sum_{j<k} a_j / sigma)``, which may round an individual
   activation down), so that eager sets (the first activations, the common optimum) are priced
-  right. If the set the DP returns does not fit in exact bytes, the repair loop adds one slot to an
-  activation rounded down (among those in a constraint that fails, the one closest to its true
-  size) and runs the DP again. Once every activation is rounded up, a set that fits in slots fits
-  in bytes, so the loop ends after at most ``n`` runs.
+  right. If the set the DP returns does not fit in exact bytes, the repair loop adds one slot to
+  every activation rounded down that appears in a constraint that fails (the paper adds one slot
+  to one of them, the closest to its true size, per run: up to ``n`` runs, 14 on a 60-stage chain
+  of the tests, 75 and more on 2000 stages) and runs the DP again. The loop is bounded: at most
+  ``MAX_REPAIR_RUNS`` (2) repair runs per grid, and a repair run only while the work of the solve
+  stays within ``WORK_BUDGET``. A set that still does not fit is completed in bytes by
+  :func:`fit_in_bytes` (offload the earliest kept activations where a stage overflows, GREEDY's
+  rule; it always fits when anything does). So a grid costs at most ``1 + MAX_REPAIR_RUNS`` runs
+  of the DP and one ``O(n)`` pass.
 
 With ``sigma = 1`` (a budget of at most ``S`` bytes) and ``u beta`` whole bytes for every
 operation, the DP is exact: its value is the optimum of Problem 2 (checked against an exhaustive
 search in ``tests/test_offload_dynprog.py``).
+
+NOTE [ offload slots auto ]
+--------------------------
+Rounding to 500 slots loses up to 20% of makespan on the bundled @a100 profiles against finer
+grids (docs/benchmarks.md, "dynprog and pofo: rounding"), while the DP with one byte per slot (no
+rounding of sizes at all: exact for Problem 2 up to the sub-byte transfer capacities) takes less
+than a second on them. ``slots="auto"`` (the default) runs the grids of :func:`auto_grids` from the
+coarsest: ``DEFAULT_SLOTS`` (500, always run to the end), 5000, 50000, then one byte per slot, each
+finer one only while the work of the whole solve (every run, repairs included) stays within
+``WORK_BUDGET`` live states summed over the stages (about 3 s on the 2-core Xeon of
+docs/benchmarks.md): a finer grid is not started when ``GROWTH`` times the work of the previous
+one exceeds what is left, and stops (its result unused) as soon as it exceeds it or holds more
+than ``MAX_LIVE_STATES`` states at one stage. The bundled profiles reach one byte per slot; chains
+of hundreds of stages keep 500 slots (random 2000-stage chains: about 5 million states of work).
+The work is counted, not timed, so the result is the same on every machine.
+
+Each grid gives a set that fits in bytes; their real (no-wait, Problem 1) schedules are compared
+with that of GREEDY's set, and the fastest wins, the coarsest grid on ties and GREEDY last. The
+result is therefore never slower than the 500-slot grid alone, nor than the byte-level DP whenever
+it ran, nor than GREEDY. A finer grid does not always give a faster real schedule (the DP optimizes
+Problem 2, whose optimal set is only a heuristic for Problem 1), hence the comparison. GREEDY's set
+guards long chains, where 500 slots are far too coarse: on a random 2000-stage chain at half its
+peak, a slot is 200 MB (activations are 0.4 slot, and one slot of waiting is 17 ms against
+operations of 5 ms), and the 500-slot set runs 25% slower than GREEDY's, which is optimal there.
 
 Dominance pruning (not in the paper): the idle time still to come only grows with ``N``,
 ``Delta_F`` and ``Delta_B`` (a state with less memory held and less transfer backlog can mimic the
@@ -69,6 +100,17 @@ from memplan.algorithms.offload.model import OffloadInstance
 from memplan.algorithms.offload.nowait import no_wait_makespan
 
 DEFAULT_SLOTS = 500
+MAX_REPAIR_RUNS = 2
+"""Repair runs of the DP per grid at most (NOTE [ offload slot discretization ])."""
+WORK_BUDGET = 8_000_000
+"""Live states summed over the stages, over every DP run of one solve, beyond which no repair run
+and no finer grid is started (NOTE [ offload slots auto ]): about 3 to 6 s here."""
+GROWTH = 2
+"""A finer grid of ``slots="auto"`` is not started when ``GROWTH`` times the work of the previous
+one exceeds what is left of :data:`WORK_BUDGET`: a grid 10 times finer took 1.5 to 7.5 times more
+work on the bundled profiles and random chains (it would most likely be stopped)."""
+MAX_LIVE_STATES = 500_000
+"""Live states at one stage beyond which a run on a finer grid of ``slots="auto"`` stops."""
 _EPS = 1e-9
 
 
@@ -160,14 +202,33 @@ def _group_running_min(values: np.ndarray, group_start: np.ndarray) -> np.ndarra
     shifted[group_start] = span - 1
     group_id = np.cumsum(group_start) - 1
     groups = int(group_id[-1]) + 1
-    if groups * span >= 2**62:  # pragma: no cover - int64 would overflow: one group at a time
-        out = np.empty_like(values)
-        bounds = list(np.flatnonzero(group_start)) + [len(values)]
-        for begin, end in zip(bounds[:-1], bounds[1:], strict=True):
-            out[begin:end] = np.minimum.accumulate(shifted[begin:end])
-        return out
+    if groups * span >= 2**62:  # int64 would overflow: the same on the ranks of the values
+        unique, ranks = np.unique(values, return_inverse=True)
+        least = _group_running_min(ranks.reshape(-1).astype(np.int64), group_start)
+        return np.append(unique, unique[-1] + 1)[least]
     lift = (groups - group_id) * span
     return np.minimum.accumulate(shifted + lift) - lift
+
+
+def _lex_order(*keys: np.ndarray) -> np.ndarray:
+    """A stable argsort by ``keys``, the first one most significant (as ``np.lexsort(keys[::-1])``).
+
+    When the ranges of the keys multiply to less than 2**62, the keys are packed into one int64 and
+    sorted once (about 5 times faster than a lexsort of four keys on a few thousand states).
+    """
+    span = 1
+    lows = []
+    for key in keys:
+        low, high = int(key.min()), int(key.max())
+        lows.append((low, high - low + 1))
+        span *= high - low + 1
+    if span >= 2**62:
+        return np.lexsort(keys[::-1])
+    packed = np.zeros(len(keys[0]), dtype=np.int64)
+    for key, (low, width) in zip(keys, lows, strict=True):
+        packed *= width
+        packed += key - low
+    return np.argsort(packed, kind="stable")
 
 
 def prune(n_kept, delta_f, delta_b, idle) -> np.ndarray:
@@ -177,13 +238,15 @@ def prune(n_kept, delta_f, delta_b, idle) -> np.ndarray:
     an idle time no larger (first pass), or the same ``Delta_F`` and ``Delta_B``, an ``N`` no
     larger and an idle time no larger (second pass). Exact duplicates keep one copy.
     """
-    order = np.lexsort((idle, delta_b, delta_f, n_kept))
+    if len(idle) == 0:
+        return np.zeros(0, dtype=np.int64)
+    order = _lex_order(n_kept, delta_f, delta_b, idle)
     n_s, f_s, i_s = n_kept[order], delta_f[order], idle[order]
     start = np.ones(len(order), dtype=bool)
     start[1:] = (n_s[1:] != n_s[:-1]) | (f_s[1:] != f_s[:-1])
     order = order[i_s < _group_running_min(i_s, start)]
 
-    second = order[np.lexsort((idle[order], n_kept[order], delta_b[order], delta_f[order]))]
+    second = order[_lex_order(delta_f[order], delta_b[order], n_kept[order], idle[order])]
     f_s, b_s, i_s = delta_f[second], delta_b[second], idle[second]
     start = np.ones(len(second), dtype=bool)
     start[1:] = (f_s[1:] != f_s[:-1]) | (b_s[1:] != b_s[:-1])
@@ -202,9 +265,18 @@ class DPResult:
     sets: list[np.ndarray]
     values: list[int]
     states: int
+    work: int = 0
+    aborted: bool = False
 
 
-def run_dp(sl: Slots, *, candidates: int = 1, pruning: bool = True) -> DPResult:
+def run_dp(
+    sl: Slots,
+    *,
+    candidates: int = 1,
+    pruning: bool = True,
+    work_limit: int | None = None,
+    state_limit: int | None = None,
+) -> DPResult:
     """Algorithm 1 on a slot instance: the least total idle time and its offloaded set.
 
     Parameters
@@ -216,11 +288,16 @@ def run_dp(sl: Slots, *, candidates: int = 1, pruning: bool = True) -> DPResult:
     pruning : bool
         Drop dominated states (exact, see the module docstring); False keeps every distinct state,
         as the paper's hash tables do (for tests).
+    work_limit : int, optional
+        Stop (``aborted``) once the live states summed over the stages done exceed it: the cost of
+        a run is about proportional to that sum (``work``), whatever the machine.
+    state_limit : int, optional
+        Stop (``aborted``) once more states than this are live at one stage (memory).
 
     Returns
     -------
     DPResult
-        ``sets`` is empty when no state survives (no set fits in slots).
+        ``sets`` is empty when no state survives (no set fits in slots) or the run was aborted.
     """
     n, budget = sl.n, sl.budget
     a, g, ef, eb, cf, cb = sl.a, sl.g, sl.ef, sl.eb, sl.cf, sl.cb
@@ -228,7 +305,7 @@ def run_dp(sl: Slots, *, candidates: int = 1, pruning: bool = True) -> DPResult:
     zero = np.zeros(1, dtype=np.int64)
     n_kept, delta_f, delta_b, idle = zero, zero.copy(), zero.copy(), zero.copy()
     tables: list[tuple[np.ndarray, np.ndarray]] = []
-    most = 1
+    most, work = 1, 0
     for k in range(n):
         pf = np.maximum(delta_f, 0)
         pb = np.maximum(delta_b, 0)
@@ -244,7 +321,7 @@ def run_dp(sl: Slots, *, candidates: int = 1, pruning: bool = True) -> DPResult:
             if tables:
                 tables[-1] = (tables[-1][0][keep], tables[-1][1][keep])
         if len(idle) == 0:
-            return DPResult(sets=[], values=[], states=most)
+            return DPResult(sets=[], values=[], states=most, work=work)
         wait_f = np.maximum(need_f, 0)
         wait_b = np.maximum(need_b, 0)
         moved_f = wait_f + cf[k]
@@ -280,8 +357,13 @@ def run_dp(sl: Slots, *, candidates: int = 1, pruning: bool = True) -> DPResult:
         )
         tables.append((parent[keep_idx], choice[keep_idx]))
         most = max(most, len(idle))
+        work += len(idle)
+        if (work_limit is not None and work > work_limit) or (
+            state_limit is not None and len(idle) > state_limit
+        ):
+            return DPResult(sets=[], values=[], states=most, work=work, aborted=True)
     if len(idle) == 0:
-        return DPResult(sets=[], values=[], states=most)
+        return DPResult(sets=[], values=[], states=most, work=work)
     total = idle + _between_phases(sl, n_kept, delta_f, delta_b)
     # Best first; among equal idle times, keep more activations (fewer transfers).
     order = np.lexsort((-n_kept, total))
@@ -297,7 +379,7 @@ def run_dp(sl: Slots, *, candidates: int = 1, pruning: bool = True) -> DPResult:
         seen.add(mask.tobytes())
         sets.append(mask)
         values.append(int(total[index]))
-    return DPResult(sets=sets, values=values, states=most)
+    return DPResult(sets=sets, values=values, states=most, work=work)
 
 
 def _distinct(n_kept, delta_f, delta_b, idle) -> np.ndarray:
@@ -375,37 +457,134 @@ def relaxation_bound(
     return max(base, inst.compute_time + found.values[0] * sl.sigma / inst.beta)
 
 
-def _repair_index(inst: OffloadInstance, sl: Slots, mask: np.ndarray, memory: int) -> int | None:
-    """The activation whose slot count the repair loop raises (§5.3.2), or None.
+def _repair_indices(inst: OffloadInstance, sl: Slots, mask: np.ndarray, memory: int) -> np.ndarray:
+    """The activations whose slot counts one repair round raises (§5.3.2).
 
-    Among the activations rounded down (``a~[i] * sigma < a[i]``) that appear in a constraint the
-    set violates in exact bytes (kept below stage ``k``, or ``a[k]``, ``a[k+1]``), the one closest
-    to its true size; if none appears there, the closest of all.
+    Every activation rounded down (``a~[i] * sigma < a[i]``) that appears in a constraint the set
+    violates in exact bytes (kept below stage ``k``, or ``a[k]``, ``a[k+1]``); if none appears
+    there (cannot happen: a constraint that holds in slots and fails in bytes has one), every one
+    rounded down. The paper raises one activation per run; raising all of them at once bounds the
+    number of runs (NOTE [ offload slot discretization ]).
     """
-    deficit = inst.a - sl.a * sl.sigma
-    below = deficit > 0
-    if not below.any():
-        return None
-    n, a, g = inst.n, inst.a, inst.g
+    below = inst.a - sl.a * sl.sigma > 0
+    a, g = inst.a, inst.g
     kept = inst.kept_prefix(mask)
     forward = kept[:-1] + a[:-1] + a[1:] + inst.ef
     backward = kept[:-1] + a[:-1] + a[1:] + g[:-1] + g[1:] + inst.bo
-    involved = np.zeros(n + 1, dtype=bool)
-    for k in np.flatnonzero((forward > memory) | (backward > memory)):
-        involved[:k][~mask[:k]] = True
-        involved[k] = involved[k + 1] = True
+    violated = np.flatnonzero((forward > memory) | (backward > memory))
+    involved = np.zeros(inst.n + 1, dtype=bool)
+    if len(violated):
+        involved[: violated[-1]][~mask[: violated[-1]]] = True  # kept below a violated stage
+        involved[violated] = True
+        involved[violated + 1] = True
     pool = below & involved
-    if not pool.any():
-        pool = below
-    candidates = np.flatnonzero(pool)
-    return int(candidates[np.argmin(deficit[candidates])])
+    return np.flatnonzero(pool if pool.any() else below)
+
+
+def fit_in_bytes(inst: OffloadInstance, offloaded: np.ndarray, memory: int) -> np.ndarray:
+    """``offloaded`` with more activations offloaded until it fits ``memory`` in exact bytes.
+
+    One pass over the stages: where the bytes kept below stage ``k`` exceed what ``F_k`` and
+    ``B_k`` leave (:meth:`OffloadInstance.feasible`), the earliest kept activations are offloaded
+    until they fit (the rule of GREEDY, Theorem 2: the first bytes are the cheapest to move). Never
+    fails when ``memory >= inst.min_memory()`` (offloading every activation below ``k`` fits).
+    O(n).
+    """
+    a, g, n = inst.a, inst.g, inst.n
+    own = np.maximum(a[:-1] + a[1:] + inst.ef, a[:-1] + a[1:] + g[:-1] + g[1:] + inst.bo)
+    room = (memory - own).tolist()
+    sizes = a.tolist()
+    mask = np.array(offloaded, dtype=bool, copy=True)
+    kept, earliest = 0, 0
+    for k in range(n):
+        while kept > room[k]:
+            while earliest < k and (mask[earliest] or sizes[earliest] == 0):
+                earliest += 1
+            if earliest >= k:  # pragma: no cover - memory >= min_memory: everything below fits
+                raise AssertionError("dynprog: no set fits although memory >= min_memory")
+            mask[earliest] = True
+            kept -= sizes[earliest]
+        if not mask[k]:
+            kept += sizes[k]
+    return mask
+
+
+@dataclass
+class _GridResult:
+    """The sets one grid gave (best first, each fitting in bytes) and what it cost."""
+
+    slots: int
+    sigma: float
+    sets: list[np.ndarray]
+    values: list[int | None]  # None: completed by fit_in_bytes
+    runs: int
+    work: int
+    states: int
+    aborted: bool = False
+    fitted: bool = False  # the best set was completed by fit_in_bytes
+
+
+def _solve_grid(
+    inst: OffloadInstance,
+    memory: int,
+    slots: int,
+    candidates: int,
+    *,
+    spent: int,
+    work_limit: int | None,
+) -> _GridResult:
+    """Algorithm 1 on one grid with the bounded repair loop of NOTE [ offload slot discretization ].
+
+    At most ``1 + MAX_REPAIR_RUNS`` runs of the DP, a repair run only while ``spent`` plus the work
+    so far plus the last run's work stays within :data:`WORK_BUDGET`; a best set that still does not
+    fit in bytes is then completed by :func:`fit_in_bytes`. With ``work_limit``, the runs stop
+    (``aborted``) once their work exceeds it.
+    """
+    bump = np.zeros(inst.n + 1, dtype=np.int64)
+    result = _GridResult(slots=slots, sigma=1.0, sets=[], values=[], runs=0, work=0, states=0)
+    while True:
+        sl = discretize(inst, memory, slots, bump)
+        limit = None if work_limit is None else work_limit - result.work
+        states = None if limit is None else MAX_LIVE_STATES
+        found = run_dp(sl, candidates=candidates, work_limit=limit, state_limit=states)
+        result.runs += 1
+        result.work += found.work
+        result.states = max(result.states, found.states)
+        result.sigma = sl.sigma
+        if found.aborted:
+            result.aborted = True
+            return result
+        if not found.sets:
+            return result
+        best = found.sets[0]
+        if inst.feasible(best, memory):
+            break
+        room = WORK_BUDGET - spent - result.work
+        if result.runs > MAX_REPAIR_RUNS or found.work > room:
+            found.sets[0] = fit_in_bytes(inst, best, memory)
+            found.values[0] = None  # the DP's value was that of the set before completion
+            result.fitted = True
+            break
+        bump[_repair_indices(inst, sl, best, memory)] += 1
+    result.sets = [m for m in found.sets if inst.feasible(m, memory)]
+    result.values = [
+        v for m, v in zip(found.sets, found.values, strict=True) if inst.feasible(m, memory)
+    ]
+    return result
+
+
+def auto_grids(memory: int) -> list[int]:
+    """The grids of ``slots="auto"``, coarse to fine: :data:`DEFAULT_SLOTS`, 10 and 100 times
+    finer, then one byte per slot (``memory`` slots: sizes are not rounded at all)."""
+    grids = [g for g in (DEFAULT_SLOTS, 10 * DEFAULT_SLOTS, 100 * DEFAULT_SLOTS) if g < memory]
+    return grids + [max(int(memory), DEFAULT_SLOTS)]
 
 
 def solve_dynprog(
     inst: OffloadInstance,
     memory: int,
     *,
-    slots: int = DEFAULT_SLOTS,
+    slots: int | str = "auto",
     candidates: int = 1,
 ) -> OffloadPlan:
     """DYNPROG (§5.3): Algorithm 1 on slots, repaired to exact bytes, then the no-wait schedule.
@@ -416,8 +595,11 @@ def solve_dynprog(
         The chain and its bandwidth.
     memory : int
         Bytes available to activations (static memory excluded).
-    slots : int
-        ``S`` of §5.3.2 (NOTE [ offload slot discretization ]).
+    slots : int or "auto"
+        ``S`` of §5.3.2 (NOTE [ offload slot discretization ]). ``"auto"`` (the default): the
+        :data:`DEFAULT_SLOTS` grid, then finer grids up to one byte per slot while their work fits
+        in :data:`WORK_BUDGET` (NOTE [ offload slots auto ]); the set with the fastest real
+        (no-wait) schedule wins, GREEDY's set competing too.
     candidates : int
         1 (default): the paper's DYNPROG, the no-wait schedule of the DP's best set. ``K > 1``: the
         refinement ``dynprog-best``: backtrack the ``K`` best final states of the DP and keep the
@@ -428,52 +610,72 @@ def solve_dynprog(
     OffloadPlan
         Infeasible (with ``min_memory``) only when even full offloading does not fit. When the slot
         grid is too coarse for any state to survive, the plan falls back to GREEDY's set (which
-        fits whenever anything does) and says so in ``message``.
+        fits whenever anything does) and says so in ``message``. ``details`` says how many DP runs
+        (``dp_runs``, at most ``1 + MAX_REPAIR_RUNS`` per grid) and how much work it took.
     """
+    auto = slots == "auto"
+    reported = DEFAULT_SLOTS if auto else int(slots)
     if inst.min_memory() > memory:
-        return infeasible_plan(inst, memory, slots)
+        return infeasible_plan(inst, memory, reported)
     n = inst.n
     if inst.peak() <= memory:
-        return plan_from_set(inst, np.zeros(n, dtype=bool), memory, slots=slots)
-    bump = np.zeros(n + 1, dtype=np.int64)
-    runs, states = 0, 0
-    while True:
-        sl = discretize(inst, memory, slots, bump)
-        found = run_dp(sl, candidates=candidates)
-        runs += 1
-        states = max(states, found.states)
-        if not found.sets:
-            message = (
-                f"no offloading set fits on the {slots}-slot grid; using GREEDY's set "
-                "(a finer --slots may find a faster plan)"
-            )
-            return plan_from_set(
-                inst,
-                greedy_set(inst, memory),
-                memory,
-                slots=slots,
-                message=message,
-                details={"dp_runs": runs, "dp_states": states, "fallback": "greedy"},
-            )
-        if inst.feasible(found.sets[0], memory):
+        return plan_from_set(inst, np.zeros(n, dtype=bool), memory, slots=reported)
+    grids = auto_grids(memory) if auto else [int(slots)]
+    pool: list[tuple[np.ndarray, int | None, _GridResult | None]] = []
+    runs = work = states = 0
+    tried: list[str] = []
+    last = 0  # the work of the previous grid
+    for index, grid in enumerate(grids):
+        limit = None if index == 0 else WORK_BUDGET - work
+        if limit is not None and GROWTH * last > limit:
+            tried.append(f"{grid} (skipped)")
             break
-        index = _repair_index(inst, sl, found.sets[0], memory)
-        if index is None:  # pragma: no cover - every activation rounded up: the set fits
-            raise AssertionError("dynprog: a set that fits in rounded-up slots overflows in bytes")
-        bump[index] += 1
-    chosen, value = found.sets[0], found.values[0]
-    if candidates > 1:
-        best_time = np.inf
-        for mask, total in zip(found.sets, found.values, strict=True):
+        found = _solve_grid(inst, memory, grid, candidates, spent=work, work_limit=limit)
+        last = found.work
+        runs += found.runs
+        work += found.work
+        states = max(states, found.states)
+        tried.append(f"{grid}{' (stopped)' if found.aborted else ''}")
+        if found.aborted:
+            break
+        pool += [(m, v, found) for m, v in zip(found.sets, found.values, strict=True)]
+    details: dict = {"dp_runs": runs, "dp_work": work, "dp_states": states}
+    if auto:
+        details["grids"] = ", ".join(tried)
+    if not pool:
+        where = f"the grids tried ({details['grids']})" if auto else f"the {reported}-slot grid"
+        message = (
+            f"no offloading set fits on {where}; using GREEDY's set "
+            "(a finer --slots may find a faster plan)"
+        )
+        return plan_from_set(
+            inst,
+            greedy_set(inst, memory),
+            memory,
+            slots=reported,
+            message=message,
+            details=dict(details, fallback="greedy"),
+        )
+    if auto:  # GREEDY's set competes too (NOTE [ offload slots auto ])
+        pool.append((greedy_set(inst, memory), None, None))
+    chosen, value, grid = pool[0]
+    if len(pool) > 1:
+        best_time, seen = np.inf, set()
+        for mask, total, source in pool:
+            key = (mask & (inst.a[:n] > 0)).tobytes()
+            if key in seen:
+                continue
+            seen.add(key)
             makespan = no_wait_makespan(inst, mask, memory)
-            if makespan is not None and makespan < best_time:
-                chosen, value, best_time = mask, total, makespan
-    slot_ms = sl.sigma / inst.beta
-    details = {
-        "dp_runs": runs,
-        "dp_states": states,
-        "slot_bytes": sl.sigma,
-        "relaxed_makespan": inst.compute_time + value * slot_ms,
-        "candidates": len(found.sets),
-    }
-    return plan_from_set(inst, chosen, memory, slots=slots, details=details)
+            if makespan is not None and (best_time == np.inf or makespan < best_time - 1e-9):
+                chosen, value, grid, best_time = mask, total, source, makespan
+    details["candidates"] = len(pool)
+    if grid is None:
+        details["set_from"] = "greedy"
+        return plan_from_set(inst, chosen, memory, slots=reported, details=details)
+    details.update(slot_bytes=grid.sigma, set_from=f"{grid.slots} slots")
+    if value is None:
+        details["fitted_in_bytes"] = True
+    else:
+        details["relaxed_makespan"] = inst.compute_time + value * grid.sigma / inst.beta
+    return plan_from_set(inst, chosen, memory, slots=grid.slots, details=details)

@@ -13,7 +13,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from memplan.algorithms.base import AlgorithmInfo, Family, SolveRequest
-from memplan.algorithms.offload import DEFAULT_SLOTS
 from memplan.algorithms.options import bandwidth_option, slots_option
 
 MAX_SLOTS = 100_000
@@ -28,7 +27,12 @@ REFINED_CANDIDATES = 8
 class OffloadOptions:
     """Options of the offloading family."""
 
-    slots: int = slots_option(DEFAULT_SLOTS, MAX_SLOTS)
+    slots: int | str = slots_option(
+        "auto",
+        MAX_SLOTS,
+        words=("auto",),
+        default_text="auto: 500 slots, then finer grids while they are cheap",
+    )
     bandwidth: float | None = bandwidth_option()
 
 
