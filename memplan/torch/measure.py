@@ -27,7 +27,13 @@ from torch import Tensor, nn
 
 from memplan.errors import InputError
 
-__all__ = ["OPTIMIZERS", "StepMeasurement", "make_optimizer", "measure_step"]
+__all__ = [
+    "OPTIMIZERS",
+    "StepMeasurement",
+    "make_optimizer",
+    "measure_step",
+    "train_under_plan",
+]
 
 OPTIMIZERS = ("none", "sgd", "momentum", "adam")
 """The ``--optimizer`` names :func:`make_optimizer` builds (``none`` trains with plain SGD)."""
@@ -174,7 +180,6 @@ def _measure_cpu(run: Callable[[], Tensor], resident: dict[int, int]) -> tuple[i
     from memplan.torch.profiler import _CpuProbe
 
     activities = [torch.profiler.ProfilerActivity.CPU]
-    _CpuProbe.quiet()
     with torch.profiler.profile(activities=activities, profile_memory=True) as prof:
         loss = run()
     peak, after = replay_peak(_CpuProbe._events(prof), resident)
@@ -219,10 +224,10 @@ def measure_step(
         ``peak``: bytes, everything included (see the module docstring for the method).
     """
     optimizer.zero_grad(set_to_none=set_to_none)
-    run = _iteration(model, x, optimizer)
     device = x.device
     started = time.perf_counter()
     if device.type == "cuda":
+        run = _iteration(model, x, optimizer)
         torch.cuda.synchronize(device)
         before = torch.cuda.memory_allocated(device)
         torch.cuda.reset_peak_memory_stats(device)
@@ -232,8 +237,19 @@ def measure_step(
         after = torch.cuda.memory_allocated(device)
         method = _CUDA_METHOD
     else:
+        from memplan.torch.profiler import _CpuProbe
+
+        _CpuProbe.quiet()
+        # The allocator reports the free of a block only when it saw its allocation (under a
+        # profiler): the iteration reads a copy of the input made under one, so that a plan
+        # offloading x[0] is seen freeing it.
+        with torch.profiler.profile(
+            activities=[torch.profiler.ProfilerActivity.CPU], profile_memory=True
+        ):
+            batch = x.clone()
+        run = _iteration(model, batch, optimizer)
         modules = model if isinstance(model, nn.Module) else nn.Module()
-        resident = _resident(modules, x, optimizer)
+        resident = _resident(modules, batch, optimizer)
         before = sum(resident.values())
         peak, after, loss = _measure_cpu(run, resident)
         method = _CPU_METHOD
@@ -246,3 +262,92 @@ def measure_step(
         seconds=seconds,
         method=method,
     )
+
+
+def _planned_offload_bytes(prof: Any, sched: Any) -> int:
+    """Bytes the plan's offloads move, by the profile's tensor sizes (docs/combined.md)."""
+    sizes = {"x[0]": prof.input_size}
+    for k, stage in enumerate(prof.stages):
+        sizes[f"x[{k + 1}]"] = stage.output_size
+        sizes[f"s[{k}]"] = stage.saved_size
+    return sum(
+        sizes.get(op.tensor or f"s[{op.stage}]", 0) for op in sched.ops if op.op == "offload"
+    )
+
+
+def train_under_plan(
+    module: nn.Module,
+    x: Tensor,
+    profile: Any,
+    schedule: Any,
+    *,
+    steps: int = 2,
+    lr: float = 0.01,
+) -> dict[str, Any]:
+    """Train ``steps`` iterations of ``module`` under ``schedule`` and measure each one.
+
+    What ``memplan run`` does once it has a plan (and what the benchmark of docs/benchmarks.md
+    runs per point): the model, linearized on ``x``, is wrapped with
+    :func:`~memplan.torch.checkpointed`, trained with :func:`make_optimizer` of the schedule's
+    ``--optimizer`` and ``lr``, each iteration measured by :func:`measure_step`.
+
+    Returns
+    -------
+    dict
+        The document ``memplan run --format json`` prints: ``budget``, ``planned_peak_memory``,
+        ``measured_peak_memory`` (the largest over the steps: from the second one on, the
+        gradients and the optimizer state are allocated for the whole iteration),
+        ``measured_step_peaks``, ``measured_over_budget``, ``within_budget``, the activation
+        bytes held (the runtime's own count, :class:`~memplan.torch.RuntimeCounters`), forward
+        counts, transfers, losses, step times. With ``--optimizer none`` the budget leaves the
+        weights and gradients out: the measure is compared with ``budget_measured`` = the budget
+        plus the static memory of SGD.
+    """
+    import memplan
+    from memplan.api import static_memory
+    from memplan.torch.linearize import linearize
+    from memplan.torch.runtime import checkpointed, planned_activation_peak
+
+    optimizer_name = schedule.budget.optimizer
+    module.train()
+    wrapped = checkpointed(linearize(module, x), schedule, profile=profile)
+    optimizer = make_optimizer(optimizer_name, module.parameters(), lr=lr)
+    measured = [measure_step(wrapped, x, optimizer) for _ in range(steps)]
+    counters = wrapped.counters
+    prof = memplan.load_profile(profile)
+    budget = schedule.budget.memory
+    compared = budget
+    if optimizer_name == "none" and budget is not None:
+        compared = budget + static_memory(prof, "sgd")
+    peak = max(m.peak for m in measured)
+    n = len(wrapped.names)
+    return {
+        "model": prof.model,
+        "algorithm": schedule.algorithm,
+        "device": x.device.type,
+        "optimizer": optimizer_name,
+        "torch_optimizer": type(optimizer).__name__,
+        "steps": steps,
+        "budget": budget,
+        "budget_measured": compared,
+        "planned_peak_memory": schedule.peak_memory,
+        "static_memory": schedule.static_memory,
+        "measured_peak_memory": peak,
+        "measured_step_peaks": [m.peak for m in measured],
+        "measured_before_step": [m.before for m in measured],
+        "measured_over_budget": None if not compared else peak / compared,
+        "measured_over_planned": None if not schedule.peak_memory else peak / schedule.peak_memory,
+        "within_budget": compared is None or peak <= compared,
+        "measured_what": measured[-1].method,
+        "planned_activation_peak": planned_activation_peak(prof, schedule),
+        "measured_activation_peak": counters.peak_live_bytes,
+        "planned_makespan_ms": schedule.makespan,
+        "step_ms": [m.seconds * 1000.0 for m in measured],
+        "losses": [m.loss for m in measured],
+        "stages": wrapped.names,
+        "forwards_planned": wrapped.planned_forward_counts(),
+        "forwards_measured": [counters.forward_count(k) for k in range(n)],
+        "offloaded_bytes": counters.offloaded_bytes,
+        "prefetched_bytes": counters.prefetched_bytes,
+        "offloaded_bytes_planned": _planned_offload_bytes(prof, schedule),
+    }

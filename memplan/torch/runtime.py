@@ -37,6 +37,7 @@ from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy
 import torch
 from torch import Tensor, nn
 
@@ -214,6 +215,15 @@ class _Mover:
         the stream of the forward)."""
         return torch.cuda.current_stream(self.device)
 
+    def _host_buffer(self, nbytes: int) -> Tensor:
+        """A host buffer: pinned on CUDA. On CPU, memory numpy allocates: the copy is real, and
+        it lives outside torch's CPU allocator, which stands for the device's (the allocator
+        measure of :func:`memplan.torch.measure_step` does not count it, as the CUDA
+        allocator does not count pinned host memory)."""
+        if self.cuda:
+            return torch.empty(nbytes, dtype=torch.uint8, pin_memory=True)
+        return torch.from_numpy(numpy.empty(nbytes, dtype=numpy.uint8))
+
     def _on_side(self) -> Any:
         return torch.cuda.stream(self.side) if self.cuda else nullcontext()
 
@@ -228,7 +238,7 @@ class _Mover:
         hosts = []
         with self._on_side(), torch.no_grad():
             for storage, nbytes in zip(stored.storages, stored.sizes, strict=True):
-                host = torch.empty(nbytes, dtype=torch.uint8, pin_memory=self.cuda)
+                host = self._host_buffer(nbytes)
                 view = _as_bytes(storage)
                 host.copy_(view, non_blocking=self.cuda)
                 if self.cuda:
