@@ -169,11 +169,6 @@ class _Stored:
         self.storages = []
         self.sizes = []
 
-    def footprint(self) -> list[tuple[int, int]]:
-        """(pointer, bytes) of the device memory it occupies now, as the plan counts it."""
-        if self.handed:
-            return self.handed
-        return [(s.data_ptr(), s.nbytes()) for s in self.storages]
 
 
 def _stored(name: str, tensor: Tensor, owned: Sequence[torch.UntypedStorage], **kw: Any) -> _Stored:
@@ -386,10 +381,16 @@ class _Iteration:
 
     # -- bookkeeping -----------------------------------------------------------------------
     def live(self) -> int:
-        """Bytes of device memory the stored tensors occupy now (shared storages once)."""
+        """Bytes of device memory the stored tensors occupy now (shared storages once); an
+        ``s[k]`` handed over to its backward counts by the sizes it had, as the plan counts it
+        (autograd may have freed its storages, and the allocator reused their addresses)."""
         total, seen = 0, set()
         for stored in self.held.values():
-            for ptr, nbytes in stored.footprint():
+            if stored.handed:
+                total += sum(nbytes for _, nbytes in stored.handed)
+                continue
+            for storage in stored.storages:
+                ptr, nbytes = storage.data_ptr(), storage.nbytes()
                 if ptr and nbytes and ptr not in seen:
                     seen.add(ptr)
                     total += nbytes
