@@ -149,7 +149,7 @@ class _Stored:
     ``B k`` hands ``s[k]`` over to autograd (:meth:`hand_over`): the runtime drops its references to
     the storages, so that the backward frees each saved tensor as soon as its node has run, as
     in plain training and as the profiler measured ``backward_overhead`` (docs/runtime.md, "What
-    the runtime holds"). ``handed`` keeps their pointers and sizes for the counters, which follow
+    the wrapper does"). ``handed`` keeps their pointers and sizes for the counters, which follow
     the plan (``s[k]`` counts until the end of ``B k``).
     """
 
@@ -168,7 +168,6 @@ class _Stored:
         self.handed = [(s.data_ptr(), s.nbytes()) for s in self.storages]
         self.storages = []
         self.sizes = []
-
 
 
 def _stored(name: str, tensor: Tensor, owned: Sequence[torch.UntypedStorage], **kw: Any) -> _Stored:
