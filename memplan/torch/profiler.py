@@ -14,12 +14,20 @@ stage the output of stage ``k-1`` and runs one warm-up iteration, one instrument
     their storages, each counted once, without the storage of the stage input x_k and without
     parameters and buffers (static memory), plus the output storage when it is not among them.
 ``forward_overhead`` / ``backward_overhead``
-    Temporary memory. On CPU, from the allocator events of ``torch.profiler`` (``profile_memory``):
-    the peak of the bytes allocated during the forward beyond ``saved_size``; during the backward,
-    beyond the gradient of the input, not counting the weight gradients (static memory). On CUDA,
-    the same from ``torch.cuda.max_memory_allocated``. Clamped at 0.
+    Temporary memory. On CPU, from the allocator events of ``torch.profiler`` (``profile_memory``);
+    on CUDA, from ``torch.cuda.max_memory_allocated``. The forward is measured twice, inside the
+    runtime's recomputation context (:func:`memplan.torch.runtime.recomputing`): with autograd
+    (the peak beyond ``saved_size``, as ``F_all`` runs) and without (the peak beyond the output,
+    as ``F_ck``/``F_n`` run); the larger counts. The backward's peak beyond the gradient of the
+    input, measured with the weight gradients already allocated (the per-operator weight
+    gradient is a temporary added into them). Clamped at 0.
 ``weight_size``
-    Bytes of the stage's parameters (a parameter shared by stages counts in the first one).
+    What the stage keeps between iterations: its parameters (a parameter shared by stages counts
+    in the first one), its buffers, 4 bytes per parameter tensor (Adam's step count), and for
+    the loss stage the loss and its gradient (:func:`kept_bytes`, docs/runtime.md).
+
+On CUDA every size is rounded up to the caching allocator's 512-byte blocks
+(:func:`allocation_bytes`).
 
 With ``estimate=GPU`` (or ``gpu_spec=FILE``) the sizes are measured the same way, but the times
 are estimated for that GPU from per-operator FLOP and byte counts (:mod:`memplan.torch.estimate`)
@@ -316,7 +324,7 @@ def allocation_bytes(nbytes: int, device: torch.device) -> int:
 
     CUDA's caching allocator rounds every block up to a multiple of 512 bytes (what
     ``torch.cuda.max_memory_allocated`` counts); the CPU allocator's events give the bytes asked
-    for (docs/runtime.md, "Allocator rounding").
+    for (docs/runtime.md, the table of terms).
     """
     if nbytes <= 0 or device.type != "cuda":
         return max(0, nbytes)
