@@ -185,10 +185,11 @@ def _render(doc: dict[str, Any]) -> None:
     summary.add_column("plan", justify="right")
     summary.add_column("measured", justify="right")
     budget = doc["budget_measured"]
-    label = f"budget {_size(doc['budget'])}"
     if budget != doc["budget"]:  # --optimizer none: the budget leaves the weights out
-        label += f" (+ weights and gradients: {_size(budget)})"
-    summary.add_row(label, "", "")
+        summary.add_row("budget (activations)", _size(doc["budget"]), "")
+        summary.add_row("budget + weights and gradients", "", _size(budget))
+    else:
+        summary.add_row("budget", _size(budget), _size(budget))
     summary.add_row(
         "peak memory of the step",
         _size(doc["planned_peak_memory"]),
