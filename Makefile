@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 # accepts any torch >= 2.1.
 TORCH ?= torch==2.13.0
 
-.PHONY: run test golden lint bench profiles clean
+.PHONY: run test golden lint bench profiles gpu-check clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -40,6 +40,12 @@ bench: $(STAMP)
 
 profiles: $(STAMP)
 	$(BIN)/python benchmarks/make_profiles.py
+
+# On a machine with an NVIDIA GPU: the measured-peak benchmark on CUDA and --estimate against
+# the GPU's own profile (benchmarks/gpu_check.py; results in gpu-check/). Needs a CUDA build of
+# torch: make gpu-check TORCH=torch
+gpu-check: $(STAMP)
+	$(BIN)/python benchmarks/gpu_check.py --out gpu-check
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis build dist *.egg-info

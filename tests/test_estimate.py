@@ -314,7 +314,10 @@ def _check_estimated(prof: Profile, key: str) -> None:
 def test_resnet18_estimated(resnet18_a100):
     prof = resnet18_a100
     _check_estimated(prof, "a100")
-    assert prof.input_size == 2 * 3 * 64 * 64 * F32 and prof.weight_size == 11_689_512 * F32
+    assert prof.input_size == 2 * 3 * 64 * 64 * F32
+    # weight_size: the parameters and what else the stages keep between iterations (buffers, a
+    # step count per parameter tensor, the loss and its gradient), measured like a CPU profile's
+    assert prof.weight_size > 11_689_512 * F32
     stem, block = prof.stages[0].extra["estimate"], prof.stages[1].extra["estimate"]
     # the stem's input needs no gradient: its convolution's backward is the weight gradient only
     assert stem["backward_flops"] == stem["forward_flops"] > 0

@@ -2,7 +2,6 @@
 
 import enum
 import json
-import time
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -30,7 +29,14 @@ def run(
     mem: Annotated[
         str | None, typer.Option("--mem", "-m", metavar="SIZE", help=MEM_HELP + " [required]")
     ] = None,
-    steps: Annotated[int, typer.Option(metavar="N", help="SGD steps to train.")] = 1,
+    steps: Annotated[
+        int,
+        typer.Option(
+            metavar="N",
+            help="Training steps, each measured (from the 2nd on, the gradients and the "
+            "optimizer state are allocated for the whole step).",
+        ),
+    ] = 2,
     batch_size: Annotated[
         int | None,
         typer.Option("--batch-size", "-b", metavar="N", help="Batch size.  [default: the model's]"),
@@ -49,10 +55,14 @@ def run(
         ),
     ] = None,
     device: Annotated[Device, typer.Option(help="Where to train.")] = Device.auto,
-    lr: Annotated[float, typer.Option(metavar="RATE", help="SGD learning rate.")] = 0.01,
+    lr: Annotated[float, typer.Option(metavar="RATE", help="Learning rate.")] = 0.01,
     family_options: dict[str, Any] | None = None,
     optimizer: Annotated[
-        Optimizer, typer.Option(help="Static memory counted in the budget (the run uses SGD).")
+        Optimizer,
+        typer.Option(
+            help="The optimizer trained with and counted in the budget: SGD, SGD with momentum, "
+            "fused Adam (none: SGD, the budget for the activations alone)."
+        ),
     ] = Optimizer.sgd,
     repeats: Annotated[int, typer.Option(metavar="N", help="Profiler repetitions.")] = 2,
     fmt: Annotated[
@@ -64,12 +74,13 @@ def run(
         typer.Option("--trace", metavar="FILE.json", help="Also write the plan's trace."),
     ] = None,
 ) -> None:
-    """Profile a model, solve, and train N SGD steps under the plan.
+    """Profile a model, solve, and train N steps under the plan, measuring each step.
 
-    Prints the measured peak activation memory next to the plan's prediction (CUDA: from
-    torch.cuda.max_memory_allocated; CPU: the bytes of the activations the plan holds, docs/
-    runtime.md) and the forward computations per stage, measured and planned. Exit 0 when done,
-    1 when no plan fits, 2 on bad input.
+    Prints the budget, the plan's peak and the measured peak of the whole step (the allocator's:
+    weights, gradients, optimizer state, activations, temporaries, input and loss; CUDA:
+    torch.cuda.max_memory_allocated, CPU: the allocator's events, docs/runtime.md), their ratio,
+    and the forward computations per stage, measured and planned. Exit 0 when the measured peak
+    is within the budget, 1 when it exceeds it or when no plan fits, 2 on bad input.
 
     Example: `memplan run resnet18 --algo rotor --mem 200MB --steps 2 -b 4 --input-shape 3,64,64`;
     `memplan run gpt-tiny --algo pofo --mem 1.2MB --bandwidth 30MB/s --slots 500` (pofo, dynprog
@@ -99,6 +110,13 @@ def run(
             common.write_output(json.dumps(doc, indent=2), None)
         else:
             _render(doc)
+        if not doc["within_budget"]:
+            common.echo_err(
+                f"memplan: the measured peak {_size(doc['measured_peak_memory'])} exceeds the "
+                f"budget {_size(doc['budget_measured'])} "
+                f"({doc['measured_over_budget']:.3f} x the budget)"
+            )
+            raise typer.Exit(EXIT_INFEASIBLE)
 
 
 def _train(
@@ -116,13 +134,10 @@ def _train(
     repeats: int,
     trace: Path | None,
 ) -> dict[str, Any] | None:
-    import torch
-
     import memplan
-    from memplan.torch.linearize import linearize
+    from memplan.torch.measure import train_under_plan
     from memplan.torch.models import build_model
     from memplan.torch.profiler import _resolve_device, profile_model
-    from memplan.torch.runtime import checkpointed, planned_activation_peak
 
     dev = _resolve_device(device)
     module, x, label = build_model(name, batch_size=batch_size, input_shape=shape)
@@ -144,72 +159,11 @@ def _train(
         from memplan.cli.solve import write_trace_file
 
         write_trace_file(trace, sched, prof)
-    module.train()
-    chain = linearize(module, x)
     try:
-        wrapped = checkpointed(chain, sched, profile=prof)
+        return train_under_plan(module, x, prof, sched, steps=steps, lr=lr)
     except InputError as exc:
         where = f"--profile {profile}: " if profile is not None else ""
         raise InputError(f"{where}{exc}") from None
-    sgd = torch.optim.SGD(module.parameters(), lr=lr)
-    cuda = dev.type == "cuda"
-    losses, seconds, measured = [], [], 0
-    for _ in range(steps):
-        sgd.zero_grad(set_to_none=True)
-        if cuda:
-            torch.cuda.synchronize(dev)
-            base = torch.cuda.memory_allocated(dev)
-            torch.cuda.reset_peak_memory_stats(dev)
-        started = time.perf_counter()
-        loss = wrapped(x)
-        loss.backward()
-        if cuda:
-            torch.cuda.synchronize(dev)
-            # Activations and gradients above what was allocated before the step (the weights
-            # and, from the second step on, nothing else: the gradients were set to None).
-            measured = max(measured, torch.cuda.max_memory_allocated(dev) - base)
-        seconds.append((time.perf_counter() - started) * 1000.0)
-        sgd.step()
-        losses.append(float(loss.detach()))
-    counters = wrapped.counters
-    if not cuda:
-        measured = counters.peak_live_bytes
-    planned_counts = wrapped.planned_forward_counts()
-    predicted = planned_activation_peak(prof, sched)
-    return {
-        "model": label,
-        "algorithm": sched.algorithm,
-        "device": dev.type,
-        "steps": steps,
-        "budget": sched.budget.memory,
-        "planned_peak_memory": sched.peak_memory,
-        "static_memory": sched.static_memory,
-        "planned_activation_peak": predicted,
-        "measured_activation_peak": measured,
-        "measured_what": "cuda max_memory_allocated above the weights"
-        if cuda
-        else "bytes of the activations held (x, s[k]), docs/runtime.md",
-        "planned_makespan_ms": sched.makespan,
-        "step_ms": seconds,
-        "losses": losses,
-        "stages": wrapped.names,
-        "forwards_planned": planned_counts,
-        "forwards_measured": [counters.forward_count(k) for k in range(len(wrapped.names))],
-        "offloaded_bytes": counters.offloaded_bytes,
-        "prefetched_bytes": counters.prefetched_bytes,
-        "offloaded_bytes_planned": _planned_offload_bytes(prof, sched),
-    }
-
-
-def _planned_offload_bytes(prof: Any, sched: Any) -> int:
-    """Bytes the plan's offloads move, by the profile's tensor sizes (docs/combined.md)."""
-    sizes = {"x[0]": prof.input_size}
-    for k, stage in enumerate(prof.stages):
-        sizes[f"x[{k + 1}]"] = stage.output_size
-        sizes[f"s[{k}]"] = stage.saved_size
-    return sum(
-        sizes.get(op.tensor or f"s[{op.stage}]", 0) for op in sched.ops if op.op == "offload"
-    )
 
 
 def _size(nbytes: int | None) -> str:
@@ -226,11 +180,26 @@ def _render(doc: dict[str, Any]) -> None:
     summary.add_column("")
     summary.add_column("plan", justify="right")
     summary.add_column("measured", justify="right")
+    budget = doc["budget_measured"]
+    if budget != doc["budget"]:  # --optimizer none: the budget leaves the weights out
+        summary.add_row("budget (activations)", _size(doc["budget"]), "")
+        summary.add_row("budget + weights and gradients", "", _size(budget))
+    else:
+        summary.add_row("budget", _size(budget), _size(budget))
     summary.add_row(
-        f"peak memory (budget {_size(doc['budget'])})", _size(doc["planned_peak_memory"]), ""
+        "peak memory of the step",
+        _size(doc["planned_peak_memory"]),
+        _size(doc["measured_peak_memory"]),
+    )
+    ratio = doc["measured_over_budget"]
+    planned_ratio = None if not budget else doc["planned_peak_memory"] / budget
+    summary.add_row(
+        "peak / budget",
+        "-" if planned_ratio is None else f"{planned_ratio:.3f}",
+        "-" if ratio is None else f"{ratio:.3f}",
     )
     summary.add_row(
-        "peak activations",
+        "activations held",
         _size(doc["planned_activation_peak"]),
         _size(doc["measured_activation_peak"]),
     )
@@ -256,7 +225,11 @@ def _render(doc: dict[str, Any]) -> None:
             stages.add_row(str(k), stage, str(planned[k]), str(measured[k]))
     if stages.row_count:
         console.print(stages)
+    peaks = ", ".join(_size(value) for value in doc["measured_step_peaks"])
     losses = ", ".join(f"{value:.4f}" for value in doc["losses"])
-    common.echo_err(f"memplan: trained {doc['steps']} step(s), loss {losses}")
+    common.echo_err(
+        f"memplan: trained {doc['steps']} step(s) with {doc['torch_optimizer']}, "
+        f"peak per step {peaks} ({doc['measured_what']}), loss {losses}"
+    )
     if planned != measured:
         common.echo_err("memplan: warning: the forward counts differ from the plan's")

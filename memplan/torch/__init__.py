@@ -14,6 +14,7 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
     raise ImportError("memplan.torch needs PyTorch: pip install 'memplan[torch]'") from exc
 
 from memplan.torch.linearize import Chain, linearize, split_model
+from memplan.torch.measure import StepMeasurement, make_optimizer, measure_step, train_under_plan
 from memplan.torch.models import MODELS, build_model, example_input, model_names
 from memplan.torch.profiler import measure_stage, profile_chain, profile_model
 from memplan.torch.runtime import CheckpointedChain, RuntimeCounters, checkpointed, fit
@@ -23,14 +24,18 @@ __all__ = [
     "Chain",
     "CheckpointedChain",
     "RuntimeCounters",
+    "StepMeasurement",
     "build_model",
     "checkpointed",
     "example_input",
     "fit",
     "linearize",
+    "make_optimizer",
     "measure_stage",
+    "measure_step",
     "model_names",
     "profile_chain",
     "profile_model",
     "split_model",
+    "train_under_plan",
 ]

@@ -14,6 +14,10 @@ of ones), with:
   profile's);
 * :class:`~memplan.torch.estimate.OpCounter` around the forward and the backward: the same
   operators as the real run's warm-up iteration, hence the same estimated times;
+* ``forward_overhead`` as the profiler defines it: the larger of the forward with autograd and
+  without (as ``F_ck`` / ``F_n`` run), plus the copies of the stage's buffers that
+  :func:`memplan.torch.runtime.recomputing` holds; not the forked CPU RNG state a CPU run also
+  counts (on a GPU it is host memory);
 * ``forward_overhead`` / ``backward_overhead`` from :class:`AllocationTracker`: the storages the
   operators allocate and free, replayed as the CPU probe replays the allocator's events. It sees
   every tensor PyTorch's operators create, but not the buffers a kernel allocates for itself
@@ -151,6 +155,7 @@ class TensorLevelRun:
         state = {name: self.fake(p) for name, p in module.named_parameters()}
         state.update({name: self.fake(b) for name, b in module.named_buffers()})
         static = {storage_id(t)[0] for t in state.values()}
+        buffer_bytes = sum(storage_id(self.fake(b))[1] for b in module.buffers())
         params = [t for name, t in state.items() if isinstance(t, Tensor) and t.requires_grad]
         for p in params:
             p.grad = None
@@ -169,6 +174,16 @@ class TensorLevelRun:
                 saved.setdefault(*storage_id(tensor))
                 return tensor
 
+            # As F_ck / F_n run (memplan.torch.runtime.recomputing): without autograd.
+            plain_input = x.clone()
+            begin = tracker.mark()
+            with torch.no_grad():
+                plain = torch.func.functional_call(module, state, (plain_input,))
+            end = tracker.mark()
+            same = storage_id(plain)[0] == storage_id(plain_input)[0]  # a view of its input
+            plain_output = 0 if same else storage_id(plain)[1]
+            plain_overhead = _replay(tracker.events[begin:end], []) - plain_output
+            del plain, plain_input
             begin = tracker.mark()
             with phase("forward"), torch.autograd.graph.saved_tensors_hooks(pack, _identity):
                 out = torch.func.functional_call(module, state, (inp,))
@@ -204,7 +219,8 @@ class TensorLevelRun:
             output_size=output_size,
             grad_size=grad_size,
             saved_size=saved_size,
-            forward_overhead=max(0, forward_peak - saved_size),
+            # the runtime's copies of the buffers, held while a stage (re)computes
+            forward_overhead=max(0, forward_peak - saved_size, plain_overhead) + buffer_bytes,
             backward_overhead=backward_overhead,
             output=out.detach(),
         )

@@ -14,15 +14,23 @@ stage the output of stage ``k-1`` and runs one warm-up iteration, one instrument
     their storages, each counted once, without the storage of the stage input x_k and without
     parameters and buffers (static memory), plus the output storage when it is not among them.
 ``forward_overhead`` / ``backward_overhead``
-    Temporary memory. On CPU, from the allocator events of ``torch.profiler`` (``profile_memory``):
-    the peak of the bytes allocated during the forward beyond ``saved_size``; during the backward,
-    beyond the gradient of the input, not counting the weight gradients (static memory). On CUDA,
-    the same from ``torch.cuda.max_memory_allocated``. Clamped at 0.
+    Temporary memory. On CPU, from the allocator events of ``torch.profiler`` (``profile_memory``);
+    on CUDA, from ``torch.cuda.max_memory_allocated``. The forward is measured twice, inside the
+    runtime's recomputation context (:func:`memplan.torch.runtime.recomputing`): with autograd
+    (the peak beyond ``saved_size``, as ``F_all`` runs) and without (the peak beyond the output,
+    as ``F_ck``/``F_n`` run); the larger counts. The backward's peak beyond the gradient of the
+    input, measured with the weight gradients already allocated (the per-operator weight
+    gradient is a temporary added into them). Clamped at 0.
 ``weight_size``
-    Bytes of the stage's parameters (a parameter shared by stages counts in the first one).
+    What the stage keeps between iterations: its parameters (a parameter shared by stages counts
+    in the first one), its buffers, 4 bytes per parameter tensor (Adam's step count), and for
+    the loss stage the loss and its gradient (:func:`kept_bytes`, docs/runtime.md).
 ``bandwidth`` (of the profile)
     The host<->device copy rate (:mod:`memplan.torch.bandwidth`): pinned copies on CUDA, the
     runtime's own offload copy on CPU.
+
+On CUDA every size is rounded up to the caching allocator's 512-byte blocks
+(:func:`allocation_bytes`).
 
 The chain is checked against the model on one sample (:func:`linearize_on_sample`).
 
@@ -81,6 +89,8 @@ DTYPES: dict[str, torch.dtype] = {
 """The data types ``--dtype`` accepts."""
 
 ProgressCallback = Callable[[str, int, int], None]
+
+_CUDA_BLOCK = 512  # the CUDA caching allocator rounds every block up to this
 
 
 # --------------------------------------------------------------------------------------------
@@ -162,10 +172,14 @@ class _CpuProbe(_MemoryProbe):
 
     method = "torch.profiler memory events"
 
-    def peak(self, fn: Callable[[], object], ignore: Callable[[], dict[int, int]]) -> int:
-        # Kineto logs two lines per session on stderr, below every log level but the highest;
-        # the variable is read when the profiler first starts in the process.
+    @staticmethod
+    def quiet() -> None:
+        """Kineto logs two lines per session on stderr, below every log level but the highest;
+        the variable is read when the profiler first starts in the process."""
         os.environ.setdefault("KINETO_LOG_LEVEL", "6")
+
+    def peak(self, fn: Callable[[], object], ignore: Callable[[], dict[int, int]]) -> int:
+        self.quiet()
         activities = [torch.profiler.ProfilerActivity.CPU]
         with torch.profiler.profile(activities=activities, profile_memory=True) as prof:
             fn()
@@ -313,16 +327,69 @@ class _StageRunner:
         return forward, backward, out.detach()
 
 
+def allocation_bytes(nbytes: int, device: torch.device) -> int:
+    """Bytes the device's allocator counts for a block of ``nbytes``.
+
+    CUDA's caching allocator rounds every block up to a multiple of 512 bytes (what
+    ``torch.cuda.max_memory_allocated`` counts); the CPU allocator's events give the bytes asked
+    for (docs/runtime.md, the table of terms).
+    """
+    if nbytes <= 0 or device.type != "cuda":
+        return max(0, nbytes)
+    return -(-nbytes // _CUDA_BLOCK) * _CUDA_BLOCK
+
+
+def kept_bytes(module: nn.Module, params: list[Tensor], device: torch.device) -> int:
+    """``weight_size`` of a stage: the bytes it keeps in device memory from one iteration to
+    the next, per copy the optimizer makes (docs/runtime.md).
+
+    Its parameters (``params``: those no earlier stage counted), its buffers (batch-norm
+    statistics, the loss targets: no gradient or optimizer state, counted like the weights,
+    a little more than needed) and, per parameter tensor, a 4-byte scalar: the step count
+    ``torch.optim.Adam`` keeps in device memory beside each parameter's moments.
+    """
+    total = sum(allocation_bytes(p.numel() * p.element_size(), device) for p in params)
+    total += len(params) * allocation_bytes(4, device)
+    return total + sum(
+        allocation_bytes(b.numel() * b.element_size(), device) for b in module.buffers()
+    )
+
+
 def _instrumented(
     runner: _StageRunner, probe: _MemoryProbe, static: set[int]
 ) -> tuple[int, int, int, int, int]:
-    """One iteration under the memory probe and ``saved_tensors_hooks``.
+    """One iteration under the memory probe and ``saved_tensors_hooks``, as the runtime runs it.
+
+    The forward runs twice, both times inside :func:`memplan.torch.runtime.recomputing` (the
+    copies of the buffers and the RNG state a recomputation holds count): without autograd, as
+    ``F_ck``/``F_n`` run, and with it, as ``F_all`` runs; the forward overhead covers both. The
+    backward runs with the weight gradients already allocated (zeros), as in a training loop that
+    keeps them from one iteration to the next: the gradient each operator computes is a temporary
+    added into them.
 
     Returns
     -------
     tuple
-        ``(output_size, grad_size, saved_size, forward_overhead, backward_overhead)``.
+        ``(output_size, grad_size, saved_size, forward_overhead, backward_overhead)``, sizes as
+        the allocator counts them (:func:`allocation_bytes`).
     """
+    from memplan.torch.runtime import recomputing
+
+    device = runner.x.device
+    _, inp = runner.fresh_input()
+    plain: list[Tensor] = []
+
+    def forward_without_autograd() -> None:
+        with recomputing(runner.module, None, device), torch.no_grad():
+            plain.append(runner.forward(inp))
+
+    runner.sync()
+    plain_peak = probe.peak(forward_without_autograd, dict)
+    plain_out = _storage_key(plain.pop())
+    plain_output = 0 if plain_out is None or plain_out == _storage_key(inp) else plain_out[1]
+    plain_overhead = plain_peak - allocation_bytes(plain_output, device)
+    del inp
+
     leaf, inp = runner.fresh_input()
     saved: dict[int, int] = {}
 
@@ -335,7 +402,8 @@ def _instrumented(
     result: list[Tensor] = []
 
     def forward() -> None:
-        with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
+        hooks = torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor)
+        with recomputing(runner.module, None, device), hooks:
             result.append(runner.forward(inp))
 
     runner.sync()
@@ -346,26 +414,29 @@ def _instrumented(
         key = None if tensor is None else _storage_key(tensor)
         if key is not None:
             excluded.add(key[0])
-    kept = {ptr: nbytes for ptr, nbytes in saved.items() if ptr not in excluded}
+    kept = {
+        ptr: allocation_bytes(nbytes, device)
+        for ptr, nbytes in saved.items()
+        if ptr not in excluded
+    }
     out_key = _storage_key(out)
-    output_size = 0 if out_key is None else out_key[1]
+    output_size = 0 if out_key is None else allocation_bytes(out_key[1], device)
     saved_size = sum(kept.values()) + (output_size if out_key and out_key[0] not in kept else 0)
-    grad_size = out.numel() * out.element_size()
+    grad_size = allocation_bytes(out.numel() * out.element_size(), device)
 
     backward_overhead = 0
     grad = runner.output_gradient(out)
     if grad is not None:
-        params = [p for p in runner.module.parameters() if p.requires_grad]
-
-        def weight_grads() -> dict[int, int]:
-            keys = (_storage_key(p.grad) for p in params if p.grad is not None)
-            return dict(key for key in keys if key is not None)
-
+        with torch.no_grad():
+            for param in runner.module.parameters():
+                if param.requires_grad:
+                    param.grad = torch.zeros_like(param)
         runner.sync()
-        backward_peak = probe.peak(lambda: out.backward(grad), weight_grads)
+        backward_peak = probe.peak(lambda: out.backward(grad), dict)
         input_grad_size = _storage_bytes(None if leaf is None else leaf.grad)
-        backward_overhead = max(0, backward_peak - input_grad_size)
-    forward_overhead = max(0, forward_peak - saved_size)
+        backward_overhead = max(0, backward_peak - allocation_bytes(input_grad_size, device))
+        _clear_grads(runner.module)
+    forward_overhead = max(0, forward_peak - saved_size, plain_overhead)
     return output_size, grad_size, saved_size, forward_overhead, backward_overhead
 
 
@@ -625,7 +696,8 @@ def profile_chain(
                     saved_size=m.saved_size,
                     forward_overhead=m.forward_overhead,
                     backward_overhead=m.backward_overhead,
-                    weight_size=sum(p.numel() * p.element_size() for p in params),
+                    weight_size=kept_bytes(module, params, x.device)
+                    + (2 * m.output_size if k == len(chain) - 1 else 0),
                     grad_size=None if m.grad_size == m.output_size else m.grad_size,
                     extra=extra,
                 )
@@ -820,6 +892,6 @@ def profile_model(
             extra=extra,
             estimate=estimated,
         ),
-        input_size=_storage_bytes(x),
+        input_size=allocation_bytes(_storage_bytes(x), dev),
         stages=stages,
     )

@@ -37,6 +37,7 @@ from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy
 import torch
 from torch import Tensor, nn
 
@@ -144,6 +145,12 @@ class _Stored:
     copies them to host buffers and resizes them to 0 bytes (the memory is freed, every tensor
     and autograd saved tensor on them stays valid); a prefetch resizes them back and copies the
     data in. ``ready`` (CUDA) is the event after which the data are in device memory.
+
+    ``B k`` hands ``s[k]`` over to autograd (:meth:`hand_over`): the runtime drops its references to
+    the storages, so that the backward frees each saved tensor as soon as its node has run, as
+    in plain training and as the profiler measured ``backward_overhead`` (docs/runtime.md, "What
+    the wrapper does"). ``handed`` keeps their pointers and sizes for the counters, which follow
+    the plan (``s[k]`` counts until the end of ``B k``).
     """
 
     name: str
@@ -154,6 +161,13 @@ class _Stored:
     place: str = _GPU
     host: list[Tensor] = field(default_factory=list)
     ready: Any = None
+    handed: list[tuple[int, int]] = field(default_factory=list)
+
+    def hand_over(self) -> None:
+        """Drop the references to the storages (autograd frees them during the backward)."""
+        self.handed = [(s.data_ptr(), s.nbytes()) for s in self.storages]
+        self.storages = []
+        self.sizes = []
 
 
 def _stored(name: str, tensor: Tensor, owned: Sequence[torch.UntypedStorage], **kw: Any) -> _Stored:
@@ -195,6 +209,15 @@ class _Mover:
         the stream of the forward)."""
         return torch.cuda.current_stream(self.device)
 
+    def _host_buffer(self, nbytes: int) -> Tensor:
+        """A host buffer: pinned on CUDA. On CPU, memory numpy allocates: the copy is real, and
+        it lives outside torch's CPU allocator, which stands for the device's (the allocator
+        measure of :func:`memplan.torch.measure_step` does not count it, as the CUDA
+        allocator does not count pinned host memory)."""
+        if self.cuda:
+            return torch.empty(nbytes, dtype=torch.uint8, pin_memory=True)
+        return torch.from_numpy(numpy.empty(nbytes, dtype=numpy.uint8))
+
     def _on_side(self) -> Any:
         return torch.cuda.stream(self.side) if self.cuda else nullcontext()
 
@@ -209,7 +232,7 @@ class _Mover:
         hosts = []
         with self._on_side(), torch.no_grad():
             for storage, nbytes in zip(stored.storages, stored.sizes, strict=True):
-                host = torch.empty(nbytes, dtype=torch.uint8, pin_memory=self.cuda)
+                host = self._host_buffer(nbytes)
                 view = _as_bytes(storage)
                 host.copy_(view, non_blocking=self.cuda)
                 if self.cuda:
@@ -297,6 +320,49 @@ def _tensor_name(op: Any) -> str:
     return op.tensor if op.tensor is not None else f"s[{op.stage}]"
 
 
+RngSnapshot = tuple[bytes, "bytes | None"]
+"""The CPU generator's state and the CUDA device's (None on CPU), as host bytes."""
+
+
+def rng_snapshot(device: torch.device) -> RngSnapshot:
+    """The RNG state now, kept as host bytes (not as tensors: on CPU they would hold device
+    memory for the whole iteration; on CUDA both states are host memory anyway)."""
+    cpu = torch.get_rng_state().numpy().tobytes()
+    cuda = torch.cuda.get_rng_state(device).numpy().tobytes() if device.type == "cuda" else None
+    return cpu, cuda
+
+
+def _state_tensor(state: bytes) -> Tensor:
+    return torch.frombuffer(bytearray(state), dtype=torch.uint8)
+
+
+@contextmanager
+def recomputing(
+    module: nn.Module, snapshot: RngSnapshot | None, device: torch.device
+) -> Iterator[None]:
+    """Run a recomputation of a stage as the runtime does (docs/runtime.md).
+
+    Inside, the RNG draws what it drew at the stage's first forward (``snapshot``; None: the
+    current state), in ``torch.random.fork_rng`` (the global RNG is left as it was); afterwards
+    the stage's buffers get back the values they had before (batch-norm running statistics are
+    updated once per iteration, as in plain training). What it holds while the stage runs (the
+    copies of the buffers, the forked RNG state on CPU) is part of the stage's forward overhead:
+    the profiler measures every forward inside this context.
+    """
+    cuda = device.type == "cuda"
+    buffers = [(b, b.detach().clone()) for b in module.buffers()]
+    with torch.random.fork_rng(devices=[device] if cuda else []):
+        if snapshot is not None:
+            cpu_state, cuda_state = snapshot
+            torch.set_rng_state(_state_tensor(cpu_state))
+            if cuda_state is not None:
+                torch.cuda.set_rng_state(_state_tensor(cuda_state), device)
+        yield
+    with torch.no_grad():
+        for buffer, value in buffers:
+            buffer.copy_(value)
+
+
 class _Iteration:
     """The tensors one planned iteration holds (docs/model.md, docs/combined.md), and counters."""
 
@@ -308,15 +374,20 @@ class _Iteration:
         self.held: dict[str, _Stored] = {}
         self.held["x[0]"] = _stored("x[0]", x0, [x0.untyped_storage()], ready=self.mover.produced())
         self.grad: Tensor | None = None
-        self.rng: dict[int, tuple[Tensor, Tensor | None]] = {}
+        self.rng: dict[int, RngSnapshot] = {}
         self.running: tuple[str, int] | None = None
         self.leaving: list[_Stored] = []
 
     # -- bookkeeping -----------------------------------------------------------------------
     def live(self) -> int:
-        """Bytes of device memory the stored tensors occupy now (shared storages once)."""
+        """Bytes of device memory the stored tensors occupy now (shared storages once); an
+        ``s[k]`` handed over to its backward counts by the sizes it had, as the plan counts it
+        (autograd may have freed its storages, and the allocator reused their addresses)."""
         total, seen = 0, set()
         for stored in self.held.values():
+            if stored.handed:
+                total += sum(nbytes for _, nbytes in stored.handed)
+                continue
             for storage in stored.storages:
                 ptr, nbytes = storage.data_ptr(), storage.nbytes()
                 if ptr and nbytes and ptr not in seen:
@@ -360,26 +431,17 @@ class _Iteration:
 
     @contextmanager
     def _replay_state(self, k: int, device: torch.device) -> Iterator[None]:
-        """First forward of a stage: remember the RNG state. Later ones: restore it, and the
-        stage's buffers afterwards (batch-norm statistics are updated once)."""
-        cuda = device.type == "cuda"
-        if k not in self.rng:
-            self.rng[k] = (
-                torch.get_rng_state(),
-                torch.cuda.get_rng_state(device) if cuda else None,
-            )
+        """First forward of a stage the plan runs more than once: remember the RNG state. Later
+        ones: :func:`recomputing` (the same RNG draws, the buffers updated once)."""
+        if self.owner._forward_counts[k] <= 1:
             yield
             return
-        cpu_state, cuda_state = self.rng[k]
-        buffers = [(b, b.detach().clone()) for b in self.owner.modules_[k].buffers()]
-        with torch.random.fork_rng(devices=[device] if cuda else []):
-            torch.set_rng_state(cpu_state)
-            if cuda_state is not None:
-                torch.cuda.set_rng_state(cuda_state, device)
+        if k not in self.rng:
+            self.rng[k] = rng_snapshot(device)
             yield
-        with torch.no_grad():
-            for buffer, value in buffers:
-                buffer.copy_(value)
+            return
+        with recomputing(self.owner.modules_[k], self.rng[k], device):
+            yield
 
     # -- events ----------------------------------------------------------------------------
     def step(self, is_end: bool, op: Any) -> None:
@@ -441,6 +503,9 @@ class _Iteration:
         self.held[target] = _stored(
             target, out, list(saved.values()), inp=inp, ready=self.mover.produced()
         )
+        # Autograd keeps the pack hook (and what it refers to) as long as any tensor it packed
+        # is saved: emptied, it holds no storage until the end of B k (docs/runtime.md).
+        saved.clear()
 
     def backward(self, k: int) -> None:
         """Start of ``B k``: backpropagate through ``s[k]`` with ``g[k+1]``, giving ``g[k]``."""
@@ -459,6 +524,7 @@ class _Iteration:
             )
         self.counters.backwards[k] += 1
         self.running = ("B", k)
+        saved.hand_over()  # autograd frees what it saved as the backward goes
         if saved.tensor.requires_grad:
             torch.autograd.backward(saved.tensor, self.grad)
         self.grad = inp.grad if inp is not None and inp.requires_grad else None
@@ -597,6 +663,7 @@ class CheckpointedChain(nn.Module):
             len(self._events),
         )
         self.counters = RuntimeCounters()
+        self._forward_counts = planned_forward_counts(schedule, len(self.modules_))
 
     def planned_forward_counts(self) -> list[int]:
         """Forward operations per stage in the schedule."""
