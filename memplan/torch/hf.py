@@ -204,11 +204,14 @@ def parse_config(text: str | Mapping[str, Any] | None) -> dict[str, Any]:
 
 def _config_class_kwargs(config_class: type, overrides: Mapping[str, Any]) -> dict[str, Any]:
     """Validate override names against the config class (its fields, aliases and __init__)."""
-    defaults = config_class().to_dict()
+    default = config_class()
     aliases = dict(getattr(config_class, "attribute_map", {}) or {})
-    accepted = set(defaults) | set(aliases) | set(inspect.signature(config_class).parameters)
+    accepted = (
+        set(default.to_dict()) | set(aliases) | set(inspect.signature(config_class).parameters)
+    )
     for key in overrides:
-        if key not in accepted or key.startswith("_"):
+        known = key in accepted or isinstance(getattr(type(default), key, None), property)
+        if not known or key.startswith("_"):
             close = difflib.get_close_matches(key, sorted(accepted), n=3)
             hint = f"; did you mean {', '.join(close)}?" if close else ""
             raise InputError(f"--config {key}: {config_class.__name__} has no field {key!r}{hint}")

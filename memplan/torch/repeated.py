@@ -206,9 +206,12 @@ class _Call:
     args: tuple[Any, ...] = ()
     kwargs: dict[str, Any] = field(default_factory=dict)
     input_shape: tuple[int, ...] | None = None
+    input_id: int | None = None  # id() of the primary input (alive while the call runs)
     producers: list[tuple[_Call | None, _ViewSpec | None]] = field(default_factory=list)
     end: int = -1
     has_output: bool = False  # returns one tensor (registered, weakly, in _Tracer.produced)
+    # the calls whose output is this call's output too (the last child of an nn.Sequential...)
+    output_producers: list[tuple[_Call | None, _ViewSpec | None]] = field(default_factory=list)
     taints: dict[int, int] = field(default_factory=dict)  # leaf index -> kinds
 
     @property
@@ -331,6 +334,7 @@ class _Tracer:
         if keep and key is not None:
             primary = args[key] if isinstance(key, int) else kwargs[key]
             call.input_shape = tuple(primary.shape)
+            call.input_id = id(primary)
             call.producers = self.producers_of(primary)
             call.args = tuple(_PRIMARY if i == key else a for i, a in enumerate(args))
             call.kwargs = {k: (_PRIMARY if k == key else v) for k, v in kwargs.items()}
@@ -349,6 +353,7 @@ class _Tracer:
         out = primary_output(output)
         if out is not None and self._keeps(call.parents, call.is_block):
             call.has_output = True
+            call.output_producers = self.producers_of(out)
             self.register(call, out)
 
     @contextmanager
@@ -558,16 +563,22 @@ class RepeatedBlocks:
     output: Tensor | None = None
 
 
-def _inside_one_block(run: list[_Call]) -> bool:
-    """Whether every call of the run is inside one and the same block call (a run within a
-    block, e.g. an MLP ``nn.Sequential``: tried after the others)."""
+def _usable(run: list[_Call]) -> bool:
+    """A run inside one block call (an MLP ``nn.Sequential`` inside a transformer block) is a
+    chain only when it is all that block does: the block's input is the run's input and its
+    output the run's output (a wrapper around the blocks). Runs across blocks are kept."""
     shared = set.intersection(*({id(p) for p in c.parents if p.is_block} for c in run))
-    return bool(shared)
+    if not shared:
+        return True
+    first, last = run[0], run[-1]
+    inner = next(p for p in reversed(first.parents) if id(p) in shared)
+    feeds_out = any(p is last and v is None for p, v in inner.output_producers)
+    return feeds_out and first.input_id is not None and first.input_id == inner.input_id
 
 
 def _runs(calls: list[_Call]) -> list[list[_Call]]:
-    """The longest run of blocks ending at each block call: runs within one block last, then
-    longest first, then outermost, then earliest."""
+    """The usable runs of blocks (see :func:`_usable`): for each block call the longest run
+    ending there; longest first, then outermost, then earliest."""
     best: dict[int, tuple[int, _Call | None]] = {}
     for call in calls:
         if not call.is_block or not call.has_output or call.key is None:
@@ -585,10 +596,17 @@ def _runs(calls: list[_Call]) -> list[list[_Call]]:
         run = [by_id[end]]
         while best[id(run[-1])][1] is not None:
             run.append(best[id(run[-1])][1])
-        if len(run) >= 2:
+        if len(run) >= 2 and _usable(run[::-1]):
             runs.append(run[::-1])
-    runs.sort(key=lambda r: (_inside_one_block(r), -len(r), r[0].depth, r[0].start))
-    return runs[:_MAX_RUNS_TRIED]
+    # a run ending at a block and the same run ending earlier: only the longest is kept
+    runs.sort(key=lambda r: (-len(r), r[0].depth, r[0].start))
+    kept: list[list[_Call]] = []
+    seen: set[int] = set()
+    for run in runs:
+        if id(run[-1]) not in seen:
+            kept.append(run)
+            seen.update(id(c) for c in run)
+    return kept[:_MAX_RUNS_TRIED]
 
 
 def _relative_names(names: list[str]) -> list[str]:
