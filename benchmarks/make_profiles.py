@@ -11,7 +11,7 @@ they are trained today; the measured ones in float32 at small sizes.
 
 What each takes on two loaded CPU cores (real tensors; ``--estimate`` with fake tensors will make
 the estimated ones cheap): most profiles a few minutes; ``llama-1b@a100`` and ``llama-1b@h100``
-(1.24 B parameters, 4 x 2048 tokens, bfloat16) are the expensive ones, see docs/profiling.md.
+(1.24 B parameters, 2048 tokens, bfloat16) are the expensive ones, see docs/profiling.md.
 
 Usage::
 
@@ -67,14 +67,16 @@ PROFILES: dict[str, tuple[str, int, tuple[int, ...] | None, str | None]] = {
     "gpt-small@v100": ("gpt-small", 4, (1024,), "v100"),
     "gpt-small@h100": ("gpt-small", 4, (1024,), "h100"),
     # Hugging Face transformers at training sizes, estimated in bfloat16 (DTYPES).
-    "gpt2@a100": ("hf:gpt2", 8, (1024,), "a100"),
-    "gpt2@h100": ("hf:gpt2", 8, (1024,), "h100"),
-    "llama-1b@a100": ("hf:llama-1b", 4, (2048,), "a100"),
-    "llama-1b@h100": ("hf:llama-1b", 4, (2048,), "h100"),
-    "bert-base@a100": ("hf:bert", 32, (512,), "a100"),
-    "bert-base@h100": ("hf:bert", 32, (512,), "h100"),
-    "vit-b-16@a100": ("hf:vit-b-16", 64, IMAGE, "a100"),
-    "vit-b-16@h100": ("hf:vit-b-16", 64, IMAGE, "h100"),
+    # Batch sizes kept small while the sizes are measured with real tensors on the CPU (an hour
+    # or more each on two loaded cores); raise them once --estimate uses fake tensors.
+    "gpt2@a100": ("hf:gpt2", 4, (1024,), "a100"),
+    "gpt2@h100": ("hf:gpt2", 4, (1024,), "h100"),
+    "llama-1b@a100": ("hf:llama-1b", 1, (2048,), "a100"),
+    "llama-1b@h100": ("hf:llama-1b", 1, (2048,), "h100"),
+    "bert-base@a100": ("hf:bert", 8, (512,), "a100"),
+    "bert-base@h100": ("hf:bert", 8, (512,), "h100"),
+    "vit-b-16@a100": ("hf:vit-b-16", 16, IMAGE, "a100"),
+    "vit-b-16@h100": ("hf:vit-b-16", 16, IMAGE, "h100"),
     # Join networks (papers/003, docs/join.md), measured on this machine; their factories give
     # the inputs (images 3x224x224, 64 tokens). Run with --threads 1.
     "siamese-resnet18": ("siamese-resnet18", 8, None, None),
