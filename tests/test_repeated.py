@@ -231,6 +231,62 @@ def test_a_view_between_head_modules_is_redone():
     _train_under(model, x, prof, sched, loss)
 
 
+class ConvBlock(nn.Module):
+    def __init__(self, dim: int) -> None:
+        super().__init__()
+        self.dw = nn.Conv2d(dim, dim, 3, padding=1, groups=dim)
+        self.pw = nn.Conv2d(dim, dim, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + self.pw(F.gelu(self.dw(x)))
+
+
+class ConvStage(nn.Module):
+    def __init__(self, cin: int, cout: int, depth: int) -> None:
+        super().__init__()
+        self.downsample = (
+            nn.Identity()
+            if cin == cout
+            else nn.Sequential(nn.BatchNorm2d(cin), nn.Conv2d(cin, cout, 2, stride=2))
+        )
+        self.blocks = nn.Sequential(*(ConvBlock(cout) for _ in range(depth)))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.blocks(self.downsample(x))
+
+
+class ConvNeXtLike(nn.Module):
+    """timm's ConvNeXt layout: stem, stages (downsample + blocks), head."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stem = nn.Sequential(nn.Conv2d(3, 8, 4, stride=4), nn.BatchNorm2d(8))
+        self.stages = nn.Sequential(ConvStage(8, 8, 2), ConvStage(8, 16, 2))
+        self.head = nn.Sequential(nn.AdaptiveAvgPool2d(1), nn.Flatten(1), nn.Linear(16, 10))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.stages(self.stem(x)))
+
+
+def test_a_run_crosses_containers():
+    torch.manual_seed(4)
+    model, x = ConvNeXtLike(), torch.randn(4, 3, 32, 32)
+    found = find_repeated_blocks(model, x)
+    assert found.blocks == [
+        "stem.0", "stem.1", "stages.0.blocks.0", "stages.0.blocks.1", "stages.1.downsample.0",
+        "stages.1.downsample.1", "stages.1.blocks.0", "stages.1.blocks.1", "head.0", "head.1",
+        "head.2",
+    ]  # fmt: skip
+    assert found.head_by == "none" and len(found.stages) == 11  # no prefix, no head left
+    prof = profile_model(copy.deepcopy(model), example_input=x, repeats=1, name="convnext")
+    sched = memplan.solve(prof, "rotor", _recomputing_budget(prof))
+
+    def loss(m, x):
+        return linearize(copy.deepcopy(m), x).modules[-1](m(x))
+
+    _train_under(model, x, prof, sched, loss)  # batch-norm statistics updated once
+
+
 class ReadsAParameter(TinyLM):
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
         x = self.embed(ids)
