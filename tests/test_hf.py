@@ -7,6 +7,7 @@ from __future__ import annotations
 import copy
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -270,3 +271,20 @@ def test_memplan_and_its_cli_do_not_import_transformers():
         "assert 'transformers' not in sys.modules, 'transformers imported'\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+@pytest.mark.slow
+def test_the_issue_command_exits_0_on_cpu(tmp_path):
+    """Issue 15's command, as a user types it: GPT-2 small (124 M), 128 tokens (on the CPU
+    here; on CUDA where there is one)."""
+    memplan_cli = str(Path(sys.executable).with_name("memplan"))
+    command = (
+        f"set -o pipefail; {memplan_cli} profile hf:gpt2 --batch-size 1 --input-shape 128 | "
+        f"{memplan_cli} solve --algo rotor --mem 2GB"
+    )
+    result = subprocess.run(
+        ["bash", "-c", command], capture_output=True, text=True, cwd=tmp_path, check=False
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "memplan: profiled hf:gpt2: 15 stages on" in result.stderr
+    assert "rotor (chain)" in result.stderr and "optimal" in result.stderr

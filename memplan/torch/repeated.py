@@ -229,8 +229,8 @@ class _Taint(TorchFunctionMode):
             torch.zeros_like, torch.ones_like, torch.empty_like, torch.full_like,
             torch.rand_like, torch.randn_like, torch.randint_like,
             Tensor.new_zeros, Tensor.new_ones, Tensor.new_empty, Tensor.new_full,
-            Tensor.new_tensor, Tensor.size, Tensor.dim, Tensor.numel, Tensor.element_size,
-            Tensor.stride, Tensor.storage_offset,
+            Tensor.size, Tensor.dim, Tensor.numel, Tensor.element_size, Tensor.stride,
+            Tensor.storage_offset,
         }
     )  # fmt: skip
 
@@ -295,7 +295,8 @@ class _Tracer:
         return self.counter
 
     def _keeps(self, parents: tuple[_Call, ...], is_block: bool) -> bool:
-        """Calls inside a block that is not itself a block container's child are not needed."""
+        """Whether a call is recorded in full: the blocks, and the calls inside no block (the
+        inside of a block is not needed, except the blocks nested in it)."""
         return is_block or not any(p.is_block for p in parents)
 
     def register(self, call: _Call | None, tensor: Tensor) -> None:
