@@ -4,7 +4,9 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 # torch 2.13.0 is the CPU build (a local wheel here, a small download elsewhere); the torch extra
-# accepts any torch >= 2.1.
+# accepts any torch >= 2.1. The hf extra adds Hugging Face transformers (tests/test_hf.py).
+# timm and torchvision are not installed: torchvision's PyPI wheels are built for torch's CUDA
+# build and do not load beside the CPU build (timm needs torchvision); their tests skip.
 TORCH ?= torch==2.13.0
 
 .PHONY: run test golden lint bench profiles gpu-check clean
@@ -13,7 +15,7 @@ $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet "$(TORCH)"
-	$(BIN)/pip install --quiet -e ".[dev,plot,torch,fast]"
+	$(BIN)/pip install --quiet -e ".[dev,plot,torch,hf,fast]"
 	$(BIN)/python -m memplan.alloc.compiled || echo "memplan alloc: the compiled kernel is not available; the numpy search will be used"
 	touch $(STAMP)
 

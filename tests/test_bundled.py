@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import pytest
+from typer.testing import CliRunner
 
 import memplan
 from memplan.api import describe
+from memplan.cli.app import app
 from memplan.gpu import load_gpu
 from memplan.profile import bundled_profiles
 
@@ -18,6 +20,11 @@ NAMES = sorted(
 """The chain profiles (the graph profiles, ``MODEL-graph-bB``, have tests/test_graph_bundled.py)."""
 
 
+TRANSFORMERS = ("gpt2", "llama-1b", "bert-base", "vit-b-16")
+"""The Hugging Face models bundled (issue 15): measured on CPU at small sizes, estimated in
+bfloat16 for the A100 and the H100 at training sizes."""
+
+
 def test_the_issue_list_is_bundled():
     measured = {
         "resnet18",
@@ -27,13 +34,32 @@ def test_the_issue_list_is_bundled():
         "vgg16",
         "densenet121",
         "gpt-small",
+        *TRANSFORMERS,
     }
     estimated = {
         f"{m}@a100"
         for m in ("resnet18", "resnet34", "resnet50", "resnet101", "resnet152", "densenet121")
     } | {"vgg16@a100", "inception_v3@a100", "gpt-small@a100"}
     estimated |= {f"{m}@{g}" for m in ("resnet50", "gpt-small") for g in ("v100", "h100")}
+    estimated |= {f"{m}@{g}" for m in TRANSFORMERS for g in ("a100", "h100")}
     assert measured | estimated <= set(NAMES)
+
+
+@pytest.mark.parametrize(
+    "name", sorted(f"{m}{g}" for m in TRANSFORMERS for g in ("", "@a100", "@h100"))
+)
+def test_transformer_profiles_work_with_info_and_compare(name):
+    prof = memplan.load_profile(name)
+    assert prof.model.startswith("hf:")
+    assert prof.dtype == ("bfloat16" if "@" in name else "float32")
+    assert [s.name for s in prof.stages][-2:] == ["head", "loss"]
+    runner = CliRunner()
+    result = runner.invoke(app, ["info", name])
+    assert result.exit_code == 0, result.output
+    result = runner.invoke(
+        app, ["compare", name, "--algos", "store-all,periodic,rotor", "--mem", "auto:3"]
+    )
+    assert result.exit_code == 0, result.output
 
 
 @pytest.mark.parametrize("name", NAMES)

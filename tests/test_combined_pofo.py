@@ -60,7 +60,9 @@ def test_bandwidth_zero_is_rotor(seed, slots):
         assert plan.claimed_makespan == pytest.approx(rotor.claimed_makespan)
 
 
-@pytest.mark.parametrize("name", ["resnet50@a100", "densenet121@a100"])
+# densenet121@a100 is cut per dense layer (64 stages) since issue 15: pofo's DP in pure Python
+# takes about a minute per budget on it at 1 B/s, so the heterogeneous inception_v3@a100 stands in.
+@pytest.mark.parametrize("name", ["resnet50@a100", "inception_v3@a100"])
 def test_bandwidth_zero_is_rotor_on_bundled_profiles(name):
     prof = memplan.load_profile(name)
     chain = Chain.from_profile(prof)

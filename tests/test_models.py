@@ -47,7 +47,7 @@ CHAIN_LENGTHS = {
     "resnet152": ((3, 32, 32), 1 + 50 + 2),
     "vgg11": ((3, 32, 32), 8 + 2),
     "vgg16": ((3, 32, 32), 13 + 2),
-    "densenet121": ((3, 32, 32), 1 + 4 + 3 + 2),
+    "densenet121": ((3, 32, 32), 1 + (6 + 12 + 24 + 16) + 3 + 2),  # one stage per dense layer
     "mobilenet_v2": ((3, 32, 32), 19 + 2),
     "inception_v3": ((3, 75, 75), 5 + 11 + 2),  # 75x75: the smallest input Inception v3 takes
     "gpt-tiny": ((16,), 1 + 2 + 2),
@@ -181,8 +181,9 @@ def test_stage_names():
     ]  # fmt: skip
     model, x, _ = build_model("densenet121", batch_size=1, input_shape=(3, 32, 32))
     names = linearize(model, x).names
-    assert names[:3] == ["stem", "denseblock1", "transition1"]
-    assert names[-3:] == ["denseblock4", "head", "loss"]
+    assert names[:3] == ["stem", "denseblock1.denselayer1", "denseblock1.denselayer2"]
+    assert names[7:9] == ["transition1", "denseblock2.denselayer1"]
+    assert names[-3:] == ["denseblock4.denselayer16", "head", "loss"]
 
 
 def test_loss_stages():

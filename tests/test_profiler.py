@@ -209,14 +209,18 @@ def test_import_memplan_does_not_import_torch():
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
-BUNDLED = {  # name -> stages (loss included)
-    "resnet18": 11,
-    "resnet50": 19,
-    "resnet101": 36,
-    "resnet152": 53,
-    "vgg16": 15,
-    "densenet121": 10,
-    "gpt-small": 15,
+BUNDLED = {  # name -> (model, stages, loss included)
+    "resnet18": ("resnet18", 11),
+    "resnet50": ("resnet50", 19),
+    "resnet101": ("resnet101", 36),
+    "resnet152": ("resnet152", 53),
+    "vgg16": ("vgg16", 15),
+    "densenet121": ("densenet121", 1 + 58 + 3 + 2),  # one stage per dense layer
+    "gpt-small": ("gpt-small", 15),
+    "gpt2": ("hf:gpt2", 15),
+    "llama-1b": ("hf:llama-1b", 19),
+    "bert-base": ("hf:bert", 15),
+    "vit-b-16": ("hf:vit-b-16", 15),
 }
 
 
@@ -225,7 +229,8 @@ def test_bundled_profiles(name):
     if name not in bundled_profiles():
         pytest.skip(f"bundled profile {name} not generated (benchmarks/make_profiles.py)")
     prof = load_profile(name)
-    assert prof.model == name and len(prof.stages) == BUNDLED[name]
+    model, length = BUNDLED[name]
+    assert prof.model == model and len(prof.stages) == length
     assert prof.device is not None and prof.device.kind == "cpu"
     assert prof.stages[-1].name == "loss"
     assert all(s.saved_size >= s.output_size > 0 for s in prof.stages)

@@ -50,6 +50,29 @@ def parse_shape(text: str) -> tuple[int, ...]:
     return shape
 
 
+def parse_config_option(model: str, text: str | None) -> str | None:
+    """Check ``--config n_layer=24,n_embd=1024`` before torch is imported; the text, or None.
+
+    Raises
+    ------
+    InputError
+        A malformed list, or values for a model that is not ``hf:``.
+    """
+    if text is None:
+        return None
+    values: dict[str, object] = {}
+    for item in text.split(","):
+        if not item.strip():
+            continue
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise InputError(f"--config {text!r}: expected NAME=VALUE[,NAME=VALUE...]")
+        values[key.strip()] = value.strip()
+    if values and not model.startswith("hf:"):
+        raise InputError(f"--config: only hf: models take config values (not {model!r})")
+    return text if values else None
+
+
 def _check_gpu(
     estimate: str | None, gpu_spec: Path | None, repeats: int | None
 ) -> "str | GpuSpec | None":
@@ -80,8 +103,21 @@ def _check_gpu(
         raise InputError(f"--gpu-spec {exc}") from None
 
 
+CONFIG_HELP = (
+    "Config values of an hf: model, e.g. n_layer=24,n_embd=1024 (names of its transformers "
+    "config class)."
+)
+
+
 def profile(
-    model: Annotated[str, typer.Argument(help="A model name, e.g. resnet18 (torchvision).")],
+    model: Annotated[
+        str,
+        typer.Argument(
+            help="A model name: resnet18, gpt-small... (built in), hf:gpt2, hf:llama-1b, "
+            "hf:bert, hf:vit (Hugging Face, the hf extra), timm:NAME, a torchvision name, or "
+            "package.module:factory."
+        ),
+    ],
     batch_size: Annotated[
         int | None,
         typer.Option(
@@ -138,6 +174,9 @@ def profile(
             help="Write the YAML to FILE atomically instead of stdout.",
         ),
     ] = None,
+    config: Annotated[
+        str | None, typer.Option("--config", metavar="NAME=VALUE,...", help=CONFIG_HELP)
+    ] = None,
 ) -> None:
     """Profile a PyTorch model and write its profile (YAML) to stdout or -o FILE.
 
@@ -150,9 +189,12 @@ def profile(
                 raise InputError(f"{option} {value}: expected a positive integer")
         gpu = _check_gpu(estimate, gpu_spec, repeats)
         shape = None if input_shape is None else parse_shape(input_shape)
+        config_values = parse_config_option(model, config)
         if not has_torch():
             raise InputError(f"memplan profile {TORCH_HINT}")
         if graph:
+            if config_values:
+                raise InputError("--config: not with --graph")
             _profile_graph(model, batch_size, shape, dtype.value, device, gpu, repeats, output)
             return
         from memplan.profile import save_profile
@@ -171,6 +213,8 @@ def profile(
         if gpu is not None:
             label += f" (times estimated for {estimate or gpu_spec})"
         start = "building the model and checking its chain of stages"
+        if config_values:
+            kwargs["config"] = config_values
         result = _run_with_progress(profile_model, model, kwargs, label, start)
         write_output(save_profile(result), output)
         where = result.device.kind if result.device else device.value

@@ -175,6 +175,8 @@ def resolve_join(spec: str, batch_size: int | None = None) -> Any | None:
 
     if spec in JOIN_MODELS:
         factory: Callable[..., Any] = JOIN_MODELS[spec]
+    elif spec.startswith(("hf:", "timm:")):  # Hugging Face and timm models are chains
+        return None
     elif ":" in spec:
         factory = _import_factory(spec)
     else:

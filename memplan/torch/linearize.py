@@ -5,9 +5,10 @@ stage's output) and writing one tensor. :func:`split_model` knows how to cut
 
 * ResNets (torchvision layout): ``stem`` (conv1, bn1, relu, maxpool), one stage per residual
   block (``layer1.0`` ...), ``head`` (avgpool, flatten, fc);
-* DenseNets: ``stem``, one stage per dense block and per transition, ``head`` (norm5, relu,
-  pooling, classifier): the layers inside a dense block all read the block's concatenated
-  features, so a block is the finest linear cut;
+* DenseNets: ``stem``, one stage per dense layer and per transition, ``head`` (norm5, relu,
+  pooling, classifier): a dense layer reads the concatenation of the features before it and adds
+  its own, so the state passed between stages is the concatenation so far
+  (:class:`DenseLayerStage`: ``x -> cat([x, layer(x)], 1)``), which grows along the block;
 * Inception v3 (torchvision layout): one stage per stem convolution with the max pooling that
   follows it (``Conv2d_1a_3x3`` ... ``Conv2d_4a_3x3+maxpool2``), one per ``Mixed_*`` block,
   ``head`` (avgpool, dropout, flatten, fc); the auxiliary classifier, a train-mode side branch,
@@ -18,7 +19,10 @@ stage's output) and writing one tensor. :func:`split_model` knows how to cut
   ``head`` (pooling, flatten, classifier);
 * any module with a ``memplan_stages()`` method returning ``[(name, module), ...]`` (the built-in
   GPT: ``embedding``, ``block0`` ..., ``head``);
-* any ``nn.Sequential``: its children.
+* any ``nn.Sequential``: its children;
+* Hugging Face ``transformers`` models (:mod:`memplan.torch.hf`) and any other model made of a
+  run of repeated blocks (:mod:`memplan.torch.repeated`): ``embedding``/``stem``, one stage per
+  block, ``head``, found by tracing the forward once (this needs the example input).
 
 :func:`linearize` appends the loss stage and checks, with the model in eval mode, that running
 the chain gives the model's output.
@@ -48,6 +52,7 @@ from memplan.torch.models import inception_transform_input
 __all__ = [
     "Chain",
     "ClassificationLoss",
+    "DenseLayerStage",
     "MeanSquareLoss",
     "NextTokenLoss",
     "linearize",
@@ -105,7 +110,9 @@ class MeanSquareLoss(nn.Module):
         return x.square().mean() * 0.5
 
 
-def make_loss(output: Tensor, example_input: Tensor, seed: int = 0) -> nn.Module:
+def make_loss(
+    output: Tensor, example_input: Tensor, seed: int = 0, labels: Tensor | None = None
+) -> nn.Module:
     """Choose the loss stage for a model's output.
 
     Parameters
@@ -116,24 +123,44 @@ def make_loss(output: Tensor, example_input: Tensor, seed: int = 0) -> nn.Module
         The chain input.
     seed : int
         Seed of the random classification targets.
+    labels : Tensor, optional
+        The targets, as a Hugging Face model takes them: ``(batch, seq)`` token ids for language
+        models (shifted inside the loss: position ``t`` predicts ``labels[t + 1]``), ``(batch,)``
+        class indices for classifiers. Default: the input tokens, or random classes.
 
     Returns
     -------
     nn.Module
         :class:`NextTokenLoss` for ``(batch, seq, vocab)`` logits of ``(batch, seq)`` token ids,
-        :class:`ClassificationLoss` with fixed random targets for ``(batch, classes)`` logits,
-        :class:`MeanSquareLoss` otherwise.
+        :class:`ClassificationLoss` for ``(batch, classes)`` logits, :class:`MeanSquareLoss`
+        otherwise.
+
+    Raises
+    ------
+    InputError
+        ``labels`` of the wrong shape, or given for an output that has no labelled loss.
     """
     if (
         output.dim() == 3
         and not example_input.is_floating_point()
         and tuple(example_input.shape) == tuple(output.shape[:2])
     ):
-        return NextTokenLoss(example_input.to(output.device))
+        tokens = example_input if labels is None else labels
+        if tuple(tokens.shape) != tuple(output.shape[:2]):
+            raise InputError(f"labels: expected shape {tuple(output.shape[:2])}")
+        return NextTokenLoss(tokens.to(output.device))
     if output.dim() == 2 and output.shape[1] > 0:
-        generator = torch.Generator().manual_seed(seed)
-        targets = torch.randint(0, output.shape[1], (output.shape[0],), generator=generator)
-        return ClassificationLoss(targets.to(output.device))
+        if labels is None:
+            generator = torch.Generator().manual_seed(seed)
+            labels = torch.randint(0, output.shape[1], (output.shape[0],), generator=generator)
+        if tuple(labels.shape) != (output.shape[0],):
+            raise InputError(f"labels: expected shape ({output.shape[0]},)")
+        return ClassificationLoss(labels.to(output.device))
+    if labels is not None:
+        raise InputError(
+            f"labels: the model's output {tuple(output.shape)} is neither token logits nor "
+            "class logits; its loss stage takes no labels"
+        )
     return MeanSquareLoss()
 
 
@@ -183,6 +210,41 @@ def _resnet_stages(model: nn.Module) -> list[tuple[str, nn.Module]]:
     return stages
 
 
+class DenseLayerStage(nn.Module):
+    """One DenseNet layer on the concatenation of the features before it, as a chain stage:
+    ``x -> cat([x, new], 1)`` with ``new = conv2(relu2(norm2(conv1(relu1(norm1(x))))))``
+    (then dropout when the layer has a ``drop_rate``, as torchvision's ``_DenseLayer``).
+
+    The layer's own forward concatenates a list of tensors first; the stage reads the
+    concatenation already made, so no copy of it is made (torchvision's ``torch.cat([x], 1)``
+    would copy it).
+    """
+
+    def __init__(self, layer: nn.Module) -> None:
+        super().__init__()
+        self.layer = layer
+
+    def forward(self, x: Tensor) -> Tensor:
+        layer = self.layer
+        new = layer.conv1(layer.relu1(layer.norm1(x)))
+        new = layer.conv2(layer.relu2(layer.norm2(new)))
+        drop = float(getattr(layer, "drop_rate", 0.0) or 0.0)
+        if drop > 0:
+            new = F.dropout(new, p=drop, training=layer.training)
+        return torch.cat([x, new], 1)
+
+
+_DENSE_LAYER_PARTS = ("norm1", "relu1", "conv1", "norm2", "relu2", "conv2")
+
+
+def _dense_block_stages(name: str, block: nn.Module) -> list[tuple[str, nn.Module]]:
+    """One stage per dense layer, or the whole block when its layers are not DenseNet-BC's."""
+    layers = list(block.named_children())
+    if not layers or not all(_has(layer, *_DENSE_LAYER_PARTS) for _, layer in layers):
+        return [(name, block)]
+    return [(f"{name}.{layer_name}", DenseLayerStage(layer)) for layer_name, layer in layers]
+
+
 def _densenet_stages(model: nn.Module) -> list[tuple[str, nn.Module]]:
     children = list(model.features.named_children())
     kinds = [name.startswith(("denseblock", "transition")) for name, _ in children]
@@ -191,7 +253,11 @@ def _densenet_stages(model: nn.Module) -> list[tuple[str, nn.Module]]:
     stages: list[tuple[str, nn.Module]] = []
     if first > 0:
         stages.append(("stem", nn.Sequential(*(m for _, m in children[:first]))))
-    stages += children[first : last + 1]
+    for name, module in children[first : last + 1]:
+        if name.startswith("denseblock"):
+            stages += _dense_block_stages(name, module)
+        else:
+            stages.append((name, module))
     trailing = [m for _, m in children[last + 1 :]]
     head = nn.Sequential(
         *trailing,
@@ -279,14 +345,73 @@ def _has(model: nn.Module, *names: str) -> bool:
     return all(isinstance(getattr(model, name, None), nn.Module) for name in names)
 
 
-def split_model(model: nn.Module) -> list[tuple[str, nn.Module]]:
+@dataclass
+class _Split:
+    """What a cut gives: the stages, the chain's output when already checked against the
+    model's (the traced cuts), and the loss stage when the model's kind fixes it (HF models)."""
+
+    stages: list[tuple[str, nn.Module]]
+    output: Tensor | None = None
+    loss: nn.Module | None = None
+
+
+def _custom_stages(model: nn.Module, kind: str) -> list[tuple[str, nn.Module]]:
+    stages = list(model.memplan_stages())
+    if not all(
+        isinstance(s, tuple) and len(s) == 2 and isinstance(s[1], nn.Module) for s in stages
+    ):
+        raise InputError(f"{kind}.memplan_stages(): expected a list of (name, nn.Module)")
+    return [(str(name), module) for name, module in stages]
+
+
+def _split(model: nn.Module, example_input: Tensor | None, labels: Tensor | None = None) -> _Split:
+    kind = type(model).__name__
+    if callable(getattr(model, "memplan_stages", None)):
+        return _Split(_custom_stages(model, kind))
+    from memplan.torch.hf import hf_loss, hf_stages, is_hf_model
+
+    if is_hf_model(model):
+        if example_input is None:
+            raise InputError(f"cannot linearize {kind}: an example input is needed to trace it")
+        found = hf_stages(model, example_input)
+        return _Split(found.stages, found.output, hf_loss(model, example_input, labels))
+    if _has(model, "conv1", "bn1", "relu", "maxpool", "layer1", "layer2", "layer3", "layer4",
+            "avgpool", "fc"):  # fmt: skip
+        return _Split(_resnet_stages(model))
+    if _has(model, *(conv for conv, _ in _INCEPTION_STEM), *_INCEPTION_BLOCKS, "fc"):
+        return _Split(_inception_stages(model))
+    if _has(model, "features", "classifier") and isinstance(model.features, nn.Sequential):
+        names = [name for name, _ in model.features.named_children()]
+        if any(name.startswith("denseblock") for name in names):
+            return _Split(_densenet_stages(model))
+        return _Split(_features_stages(model))
+    if isinstance(model, nn.Sequential):
+        return _Split(_sequential_stages(model))
+    if example_input is None:
+        raise InputError(
+            f"cannot linearize {kind}: not a ResNet, DenseNet, Inception v3, VGG/MobileNetV2 "
+            "(features + classifier) or nn.Sequential, and no example input to find its "
+            "repeated blocks; give it a memplan_stages() method returning [(name, module), ...]"
+        )
+    from memplan.torch.repeated import find_repeated_blocks
+
+    found = find_repeated_blocks(model, example_input)
+    return _Split(found.stages, found.output)
+
+
+def split_model(
+    model: nn.Module, example_input: Tensor | None = None
+) -> list[tuple[str, nn.Module]]:
     """Cut a model into named stages, loss excluded (see the module docstring for the rules).
 
     Parameters
     ----------
     model : nn.Module
-        A ResNet, DenseNet, Inception v3, VGG/MobileNetV2-like, ``nn.Sequential`` or a module with
-        ``memplan_stages()``.
+        A ResNet, DenseNet, Inception v3, VGG/MobileNetV2-like, ``nn.Sequential``, a module with
+        ``memplan_stages()``, a Hugging Face model, or any model with a run of repeated blocks.
+    example_input : Tensor, optional
+        An input of the model: needed for the Hugging Face models and the generic repeated-block
+        cut, which trace the forward once.
 
     Returns
     -------
@@ -298,36 +423,9 @@ def split_model(model: nn.Module) -> list[tuple[str, nn.Module]]:
     InputError
         When the model has none of the known structures.
     """
-    kind = type(model).__name__
-    custom = getattr(model, "memplan_stages", None)
-    if callable(custom):
-        stages = list(custom())
-        if not all(
-            isinstance(s, tuple) and len(s) == 2 and isinstance(s[1], nn.Module) for s in stages
-        ):
-            raise InputError(f"{kind}.memplan_stages(): expected a list of (name, nn.Module)")
-        stages = [(str(name), module) for name, module in stages]
-    elif _has(model, "conv1", "bn1", "relu", "maxpool", "layer1", "layer2", "layer3", "layer4",
-              "avgpool", "fc"):  # fmt: skip
-        stages = _resnet_stages(model)
-    elif _has(model, *(conv for conv, _ in _INCEPTION_STEM), *_INCEPTION_BLOCKS, "fc"):
-        stages = _inception_stages(model)
-    elif _has(model, "features", "classifier") and isinstance(model.features, nn.Sequential):
-        names = [name for name, _ in model.features.named_children()]
-        if any(name.startswith("denseblock") for name in names):
-            stages = _densenet_stages(model)
-        else:
-            stages = _features_stages(model)
-    elif isinstance(model, nn.Sequential):
-        stages = _sequential_stages(model)
-    else:
-        raise InputError(
-            f"cannot linearize {kind}: not a ResNet, DenseNet, Inception v3, VGG/MobileNetV2 "
-            "(features + classifier) or nn.Sequential; give it a memplan_stages() method returning "
-            "[(name, module), ...]"
-        )
+    stages = _split(model, example_input).stages
     if not stages:
-        raise InputError(f"cannot linearize {kind}: it has no stages")
+        raise InputError(f"cannot linearize {type(model).__name__}: it has no stages")
     return stages
 
 
@@ -349,12 +447,19 @@ def _first_line(exc: BaseException) -> str:
     return text[0] if text else type(exc).__name__
 
 
-def linearize(model: nn.Module, example_input: Tensor, *, verify: bool = True) -> Chain:
+def linearize(
+    model: nn.Module,
+    example_input: Tensor,
+    *,
+    verify: bool = True,
+    labels: Tensor | None = None,
+) -> Chain:
     """Turn a model into a :class:`Chain` ending with its loss stage, and check it.
 
     The chain is run once in eval mode without gradients: every stage must return a single
     floating-point tensor, and (when ``verify``) the output before the loss must equal the
-    model's own output on ``example_input`` (``torch.testing.assert_close``).
+    model's own output on ``example_input`` (``torch.testing.assert_close``). The cuts found by
+    tracing (Hugging Face models, repeated blocks) are always checked, while they are found.
 
     Parameters
     ----------
@@ -364,6 +469,9 @@ def linearize(model: nn.Module, example_input: Tensor, *, verify: bool = True) -
         An input of the model (images, or token ids for transformers), on the model's device.
     verify : bool
         Compare the chain's output with ``model(example_input)``.
+    labels : Tensor, optional
+        Targets of the loss stage, as the model's own training loss takes them (Hugging Face's
+        ``labels``); see :func:`make_loss` and :mod:`memplan.torch.hf` for the defaults.
 
     Returns
     -------
@@ -377,7 +485,23 @@ def linearize(model: nn.Module, example_input: Tensor, *, verify: bool = True) -
         model fails on the input, or the chain does not reproduce the model's output.
     """
     kind = type(model).__name__
-    stages = split_model(model)
+    split = _split(model, example_input, labels)
+    stages = split.stages
+    if not stages:
+        raise InputError(f"cannot linearize {kind}: it has no stages")
+    if split.output is not None:
+        x = split.output
+    else:
+        x = _checked_output(model, stages, example_input, verify)
+    loss = split.loss if split.loss is not None else make_loss(x, example_input, labels=labels)
+    return Chain(stages=[*stages, ("loss", loss)])
+
+
+def _checked_output(
+    model: nn.Module, stages: list[tuple[str, nn.Module]], example_input: Tensor, verify: bool
+) -> Tensor:
+    """Run the chain in eval mode without gradients; compare with the model's output."""
+    kind = type(model).__name__
     with eval_mode(model, *(m for _, m in stages)), torch.no_grad():
         x = example_input
         for name, module in stages:
@@ -412,5 +536,4 @@ def linearize(model: nn.Module, example_input: Tensor, *, verify: bool = True) -
                     f"cannot linearize {kind}: the chain does not reproduce the model's output "
                     f"(max abs difference {diff:.3g})"
                 ) from None
-    loss = make_loss(x, example_input)
-    return Chain(stages=[*stages, ("loss", loss)])
+    return x

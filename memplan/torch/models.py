@@ -964,10 +964,10 @@ def model_names() -> list[str]:
 
 
 def _torchvision_factory(name: str) -> Callable[[], nn.Module] | None:
-    """A torchvision model of that name, when torchvision happens to be installed."""
+    """A torchvision model of that name, when torchvision is installed and loads."""
     try:
         tv_models = importlib.import_module("torchvision.models")
-    except ImportError:
+    except Exception:  # not installed, or a build that does not load beside this torch
         return None
     try:
         available = set(tv_models.list_models(module=tv_models))
@@ -976,6 +976,31 @@ def _torchvision_factory(name: str) -> Callable[[], nn.Module] | None:
     if name not in available:
         return None
     return partial(tv_models.get_model, name, weights=None)
+
+
+TIMM_HINT = "needs timm (pip install timm), which needs a torchvision built for the installed torch"
+
+
+def _timm_model(spec: str) -> nn.Module:
+    """``timm:NAME``: ``timm.create_model(NAME, pretrained=False)`` (nothing is downloaded)."""
+    name = spec.removeprefix("timm:")
+    try:
+        timm = importlib.import_module("timm")
+    except Exception as exc:  # ImportError, or torchvision failing to load its operators
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise InputError(f"model {spec!r} {TIMM_HINT} ({first})") from None
+    if not name:
+        raise InputError(f"model {spec!r}: expected timm:NAME, e.g. timm:vit_base_patch16_224")
+    try:
+        model = timm.create_model(name, pretrained=False)
+    except RuntimeError as exc:
+        first = (str(exc).strip().splitlines() or ["unknown model"])[0]
+        raise InputError(f"model {spec!r}: {first}") from None
+    cfg = getattr(model, "pretrained_cfg", None) or getattr(model, "default_cfg", None) or {}
+    size = cfg.get("input_size") if isinstance(cfg, dict) else None
+    if isinstance(size, (tuple, list)) and len(size) == 3:
+        model.memplan_image_shape = tuple(int(d) for d in size)
+    return model
 
 
 def _import_factory(spec: str) -> Callable[[], object]:
@@ -1030,6 +1055,10 @@ def example_input(
     own = getattr(model, "memplan_example_input", None)
     if callable(own):
         return own(batch_size, input_shape)
+    from memplan.torch.hf import hf_example_input, is_hf_model
+
+    if is_hf_model(model):
+        return hf_example_input(model, batch_size, input_shape)
     batch = DEFAULT_BATCH_SIZE if batch_size is None else batch_size
     default_shape = tuple(getattr(model, "memplan_image_shape", DEFAULT_IMAGE_SHAPE))
     shape = default_shape if input_shape is None else tuple(input_shape)
@@ -1043,13 +1072,16 @@ def build_model(
     batch_size: int | None = None,
     input_shape: tuple[int, ...] | None = None,
     seed: int = 0,
+    config: str | dict[str, Any] | None = None,
 ) -> tuple[nn.Module, Tensor, str]:
     """Build a model and an example input from a name or a ``package.module:factory`` spec.
 
     Parameters
     ----------
     spec : str
-        A name of :data:`MODELS` (``resnet50``, ``gpt-small``), a torchvision model name when
+        A name of :data:`MODELS` (``resnet50``, ``gpt-small``), ``hf:NAME`` (a Hugging Face
+        ``transformers`` model built from its config class, :mod:`memplan.torch.hf`),
+        ``timm:NAME`` (a timm model, when timm is installed), a torchvision model name when
         torchvision is installed, or ``package.module:factory`` where ``factory()`` returns an
         ``nn.Module`` or a tuple ``(module, example_input)``.
     batch_size : int, optional
@@ -1058,6 +1090,8 @@ def build_model(
         Shape of one sample: ``(3, 224, 224)`` for images, ``(seq,)`` for transformers.
     seed : int
         Seed of the weight initialisation (the global RNG state is left untouched).
+    config : str or dict, optional
+        Config values of an ``hf:`` model (``"n_layer=24,n_embd=1024"``).
 
     Returns
     -------
@@ -1069,17 +1103,27 @@ def build_model(
     InputError
         Unknown name, unimportable factory, or a factory returning something else.
     """
+    if spec.startswith("hf:"):
+        from memplan.torch.hf import build_hf_model
+
+        return build_hf_model(
+            spec, config, batch_size=batch_size, input_shape=input_shape, seed=seed
+        )
+    if config:
+        raise InputError(f"--config: only hf: models take config values (not {spec!r})")
     given: Tensor | None = None
     if spec in MODELS:
         factory: Callable[[], object] = MODELS[spec]
+    elif spec.startswith("timm:"):
+        factory = partial(_timm_model, spec)
     elif ":" in spec:
         factory = _import_factory(spec)
     else:
         tv_factory = _torchvision_factory(spec)
         if tv_factory is None:
             raise InputError(
-                f"unknown model {spec!r}; choose one of {', '.join(MODELS)} "
-                "or give package.module:factory"
+                f"unknown model {spec!r}; choose one of {', '.join(MODELS)}, hf:NAME "
+                "(e.g. hf:gpt2), timm:NAME, or give package.module:factory"
             )
         factory = tv_factory
     with torch.random.fork_rng(devices=[]):

@@ -734,6 +734,16 @@ def resolve_gpu(
     return load_gpu_file(gpu_spec), None
 
 
+def _module_label(model: nn.Module) -> str:
+    """A module's name in its profile: its class name, lower case (``hf:`` + the model type for
+    a Hugging Face model)."""
+    from memplan.torch.hf import is_hf_model
+
+    if is_hf_model(model):
+        return f"hf:{model.config.model_type}"
+    return type(model).__name__.lower()
+
+
 def profile_model(
     model: str | nn.Module,
     *,
@@ -747,6 +757,7 @@ def profile_model(
     name: str | None = None,
     estimate: str | None = None,
     gpu_spec: str | Path | GpuSpec | Mapping[str, Any] | None = None,
+    config: str | Mapping[str, Any] | None = None,
 ) -> Profile:
     """Profile a model for the chain algorithms: one stage per block, the loss last.
 
@@ -786,6 +797,9 @@ def profile_model(
     gpu_spec : str, Path, GpuSpec or dict, optional
         The same for a GPU described by a YAML/JSON file (or a spec). Give one of ``estimate``
         and ``gpu_spec``.
+    config : str or dict, optional
+        Config values of an ``hf:`` model, e.g. ``"n_layer=24,n_embd=1024"``
+        (:func:`memplan.torch.hf.build_hf_model`).
 
     Returns
     -------
@@ -814,9 +828,9 @@ def profile_model(
 
         join = resolve_join(model, batch_size)
         if join is not None:
-            if estimate is not None or gpu_spec is not None or input_shape is not None:
+            if estimate is not None or gpu_spec is not None or input_shape is not None or config:
                 raise InputError(
-                    f"model {model!r} is a join network: --estimate, --gpu-spec and "
+                    f"model {model!r} is a join network: --estimate, --gpu-spec, --config and "
                     "--input-shape do not apply (its factory gives the inputs)"
                 )
             return profile_join(
@@ -829,11 +843,15 @@ def profile_model(
     dev = _resolve_device(device)
     torch_dtype = DTYPES[dtype]
     if isinstance(model, str):
-        module, x, label = build_model(model, batch_size=batch_size, input_shape=input_shape)
+        module, x, label = build_model(
+            model, batch_size=batch_size, input_shape=input_shape, config=config
+        )
         if example_input is not None:
             x = example_input
+    elif config:
+        raise InputError("config: only for an hf: model given by name")
     elif isinstance(model, nn.Module):
-        module, label = model, type(model).__name__.lower()
+        module, label = model, _module_label(model)
         x = (
             example_input
             if example_input is not None

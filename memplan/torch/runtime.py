@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any
@@ -835,7 +835,7 @@ def checkpointed(
 
 def fit(
     model: str | nn.Module,
-    example_input: Tensor | None = None,
+    example_input: Tensor | Mapping[str, Any] | None = None,
     memory: int | str = "8GB",
     algo: str = "rotor",
     *,
@@ -846,15 +846,20 @@ def fit(
     repeats: int = 3,
     batch_size: int | None = None,
     input_shape: tuple[int, ...] | None = None,
+    labels: Tensor | None = None,
+    config: str | Mapping[str, Any] | None = None,
 ) -> tuple[CheckpointedChain, Schedule]:
     """Profile a model, solve for a budget and wrap it: ``profile -> solve -> checkpointed``.
 
     Parameters
     ----------
     model : str or nn.Module
-        A model name of :data:`memplan.torch.models.MODELS` or a module.
-    example_input : Tensor, optional
-        The chain input (built from ``batch_size``/``input_shape`` for a name when omitted).
+        A model name of :data:`memplan.torch.models.MODELS`, ``hf:NAME``, ``timm:NAME``, or a
+        module (a Hugging Face ``transformers`` model included).
+    example_input : Tensor or mapping, optional
+        The chain input (built from ``batch_size``/``input_shape`` for a name when omitted), or a
+        Hugging Face batch: ``{"input_ids" or "pixel_values": ..., "labels": ...,
+        "attention_mask": all ones}`` (:func:`memplan.torch.hf.hf_batch`).
     memory, algo, slots, optimizer, bandwidth
         As in :func:`memplan.solve` (slots: 500 by default, pofo 50; bandwidth: the
         profile's by default, needed by the offloading algorithms and pofo).
@@ -864,11 +869,17 @@ def fit(
         Timed repetitions per stage when profiling.
     batch_size, input_shape
         For a model given by name without ``example_input``.
+    labels : Tensor, optional
+        Targets of the loss stage as the model's own loss takes them (HF ``labels``); a batch's
+        ``labels`` otherwise. The wrapped chain's loss is then the model's training loss.
+    config : str or mapping, optional
+        Config values of an ``hf:`` model given by name.
 
     Returns
     -------
     (CheckpointedChain, Schedule)
-        The wrapped chain and the plan it follows.
+        The wrapped chain and the plan it follows: ``wrapped(x).backward()`` trains one
+        iteration with the gradients of plain training.
 
     Raises
     ------
@@ -879,14 +890,25 @@ def fit(
     from memplan.torch.models import build_model
     from memplan.torch.profiler import profile_model
 
-    if isinstance(model, str):
-        module, x, label = build_model(model, batch_size=batch_size, input_shape=input_shape)
-        if example_input is not None:
-            x = example_input
+    x: Tensor | None
+    if isinstance(example_input, Mapping):
+        from memplan.torch.hf import hf_batch
+
+        x, batch_labels = hf_batch(example_input)
+        labels = batch_labels if labels is None else labels
     else:
-        if example_input is None:
+        x = example_input
+    if isinstance(model, str):
+        module, built, label = build_model(
+            model, batch_size=batch_size, input_shape=input_shape, config=config
+        )
+        x = built if x is None else x
+    else:
+        if x is None:
             raise InputError("fit: example_input is required with a module")
-        module, x, label = model, example_input, type(model).__name__.lower()
+        if config:
+            raise InputError("fit: config applies to a model given by name (hf:NAME)")
+        module, label = model, None
     if profile is None:
         prof = profile_model(
             module, example_input=x, device=str(x.device), repeats=repeats, name=label
@@ -900,7 +922,7 @@ def fit(
         least = "" if sched.min_memory is None else "; the least memory that fits is "
         least += "" if sched.min_memory is None else f"{sched.min_memory} bytes"
         raise InputError(f"no {algo} plan fits in {memory}{least}")
-    chain = linearize(module, x)
+    chain = linearize(module, x, labels=labels)
     return checkpointed(chain, sched, profile=prof), sched
 
 
