@@ -11,7 +11,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_serializer
 
-from memplan.errors import InputError
+from memplan.errors import InputError, empty_input
 
 SCHEDULE_FORMAT = "memplan-schedule/1"
 OpName = Literal["F_all", "F_ck", "F_n", "B", "offload", "prefetch", "turn"]
@@ -235,6 +235,8 @@ def schedule_from_dict(data: Any, source: str = "<schedule>") -> Schedule:
     """Validate a parsed document as a schedule (InputError naming the field on failure)."""
     from memplan.profile.io import validation_message
 
+    if data is None:
+        raise empty_input(source, f"a schedule with 'format: {SCHEDULE_FORMAT}'")
     if not isinstance(data, dict):
         raise InputError(f"{source}: expected a mapping with 'format: {SCHEDULE_FORMAT}'")
     if data.get("format") != SCHEDULE_FORMAT:

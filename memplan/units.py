@@ -54,7 +54,10 @@ def parse_size(value: str | int | float) -> int:
 
 
 def parse_rate(value: str | int | float) -> float:
-    """Parse a bandwidth into bytes per second: ``12.2GB/s``, ``16GiB/s`` or a plain number."""
+    """Parse a bandwidth into bytes per second: ``12.2GB/s``, ``16GiB/s`` or a plain number.
+
+    A unit without ``/s`` (``12GB``) is a size, not a rate, and is refused.
+    """
     if isinstance(value, bool):
         raise InputError(f"rate {value!r}: expected bytes/s, e.g. 12.2GB/s")
     if isinstance(value, (int, float)):
@@ -65,10 +68,21 @@ def parse_rate(value: str | int | float) -> float:
             raise InputError(f"rate {value!r}: expected a positive rate, e.g. 12.2GB/s")
         if text.lower().endswith("/s"):
             text = text[:-2]
+        elif _size_unit(text):  # 12GB is a size, not a rate
+            raise InputError(
+                f"rate {value!r}: a rate needs /s: write {text.replace(' ', '')}/s "
+                "(bytes per second)"
+            )
         number = _parse(text, "rate", "12.2GB/s or 16GiB/s")
     if not math.isfinite(number) or number <= 0:
         raise InputError(f"rate {value!r}: expected a positive rate, e.g. 12.2GB/s")
     return number
+
+
+def _size_unit(text: str) -> bool:
+    """Whether ``text`` is a number with a size unit (``12GB``, ``16GiB``, ``8B``)."""
+    match = _PATTERN.match(text)
+    return bool(match and match.group(2) and match.group(2).upper() in _UNITS)
 
 
 def format_size(nbytes: float | int | None) -> str:

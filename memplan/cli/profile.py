@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from memplan.cli.common import echo_err, err_console, guard, write_output
-from memplan.errors import InputError
+from memplan.errors import InputError, did_you_mean
 
 if TYPE_CHECKING:
     from memplan.gpu import GpuSpec
@@ -70,8 +70,8 @@ def _check_gpu(
         key = estimate.strip().lower()
         if key not in gpu_catalog():
             raise InputError(
-                f"--estimate {estimate!r}: unknown GPU; the catalog has: "
-                f"{', '.join(gpu_catalog())} (or describe yours with --gpu-spec FILE)"
+                f"--estimate {estimate!r}: unknown GPU{did_you_mean(key, gpu_catalog())}; the "
+                f"catalog has: {', '.join(gpu_catalog())} (or describe yours with --gpu-spec FILE)"
             )
         return key
     try:

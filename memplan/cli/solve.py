@@ -179,13 +179,14 @@ def infeasible_line(schedule: Any) -> str:
         f"memplan: infeasible: no {schedule.algorithm} plan fits in "
         f"{size_text(schedule.budget.memory)}"
     )
+    message = " ".join((schedule.solver.message or "").split())
     if schedule.min_memory is not None:
         line += f"; the least memory that fits is {size_text(schedule.min_memory)}"
-    elif schedule.solver.message:
-        line += f"; {' '.join(schedule.solver.message.split())}"
-    if schedule.family == "join" and schedule.min_memory is not None and schedule.solver.message:
-        line += f" ({' '.join(schedule.solver.message.split())})"
+        if schedule.family == "join" and message:
+            line += f" ({message})"
     else:
+        if message:
+            line += f"; {message}"
         line += "; the least memory that fits is not known for this algorithm"
     return line
 

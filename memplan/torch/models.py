@@ -35,6 +35,8 @@ from __future__ import annotations
 
 import importlib
 import math
+import os
+import sys
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -978,12 +980,25 @@ def _torchvision_factory(name: str) -> Callable[[], nn.Module] | None:
     return partial(tv_models.get_model, name, weights=None)
 
 
+def _import_user_module(name: str) -> object:
+    """Import the module of a ``package.module:factory`` spec, the current directory first.
+
+    As ``python -m`` does: ``memplan profile mypkg.models:make_net`` run where ``mypkg/`` is finds
+    it without ``PYTHONPATH=.`` (the ``memplan`` script's own folder is what Python puts first).
+    """
+    cwd = os.getcwd()
+    if "" not in sys.path and cwd not in sys.path:
+        sys.path.insert(0, cwd)
+    importlib.invalidate_caches()  # a module written after start-up (tests, notebooks) is found
+    return importlib.import_module(name)
+
+
 def _import_factory(spec: str) -> Callable[[], object]:
     module_name, _, attr = spec.partition(":")
     if not module_name or not attr:
         raise InputError(f"model {spec!r}: expected package.module:factory")
     try:
-        module = importlib.import_module(module_name)
+        module = _import_user_module(module_name)
     except ImportError as exc:
         raise InputError(f"model {spec!r}: cannot import {module_name}: {exc}") from None
     factory = module
