@@ -8,7 +8,14 @@ from typing import Annotated
 
 import typer
 
-from memplan.cli.common import err_console, guard, profile_source, resolve_format, write_output
+from memplan.cli.common import (
+    err_console,
+    guard,
+    print_table,
+    profile_source,
+    resolve_format,
+    write_output,
+)
 from memplan.cli.solve import OPTIMIZER_HELP, OUTPUT_HELP, PROFILE_HELP, Optimizer
 
 
@@ -56,7 +63,7 @@ def info(
         else:
             from memplan.cli.render import info_tables
 
-            err_console().print(info_tables(desc))
+            print_table(info_tables(desc))
 
 
 def show(
@@ -121,7 +128,7 @@ def algos(
             else:
                 from memplan.cli.render import algorithm_tables
 
-                err_console().print(algorithm_tables(details))
+                print_table(algorithm_tables(details))
             return
         entries = list_algorithms()
         if json_out:
