@@ -250,9 +250,35 @@ def table_width(console: Console, renderable: object) -> int:
     from rich.measure import Measurement
 
     options = console.options.update_width(_UNBOUNDED)
+    _pin_unwrapped_columns(console, renderable)
     needed = Measurement.get(console, options, renderable)
     wanted = needed.minimum if console.is_terminal else needed.maximum
     return max(console.width, min(wanted, _UNBOUNDED))
+
+
+def _pin_unwrapped_columns(console: Console, renderable: object) -> None:
+    """Give every ``no_wrap`` column of the tables in ``renderable`` its widest cell as minimum.
+
+    rich measures a column's minimum as its longest word, wrapping or not, and narrows the
+    columns that wrap below their longest word when the sum is too wide; with the widest cell of
+    the others as their minimum, the measured minimum is what the table needs uncut.
+    """
+    from rich.console import Group
+    from rich.measure import Measurement
+    from rich.table import Table
+
+    if isinstance(renderable, Group):
+        for part in renderable.renderables:
+            _pin_unwrapped_columns(console, part)
+        return
+    if not isinstance(renderable, Table):
+        return
+    options = console.options.update_width(_UNBOUNDED)
+    for column in renderable.columns:
+        if column.no_wrap:
+            cells = [column.header, *column.cells]
+            widest = max((Measurement.get(console, options, c).maximum for c in cells), default=0)
+            column.min_width = max(column.min_width or 0, widest)
 
 
 def print_table(renderable: object, console: Console | None = None) -> None:
