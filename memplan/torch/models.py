@@ -48,7 +48,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.nn.utils import skip_init
 
-from memplan.errors import InputError
+from memplan.errors import InputError, did_you_mean
 
 __all__ = [
     "DEFAULT_BATCH_SIZE",
@@ -1093,8 +1093,8 @@ def build_model(
         tv_factory = _torchvision_factory(spec)
         if tv_factory is None:
             raise InputError(
-                f"unknown model {spec!r}; choose one of {', '.join(MODELS)} "
-                "or give package.module:factory"
+                f"unknown model {spec!r}{did_you_mean(spec, MODELS)}; choose one of "
+                f"{', '.join(MODELS)} or give package.module:factory"
             )
         factory = tv_factory
     with torch.random.fork_rng(devices=[]):
