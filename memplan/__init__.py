@@ -7,19 +7,44 @@
 True
 
 Importing memplan loads neither torch, matplotlib nor ortools.
+
+NOTE [ lazy package ]
+The names below are imported when first used (PEP 562), so that ``import memplan.cli.app`` (every
+``memplan`` command starts there) costs nothing it does not need: ``memplan --version`` loads
+neither numpy nor pydantic (tests/test_startup.py). The subpackage ``memplan.algorithms`` and the
+function :func:`memplan.algorithms` share a name: importing the subpackage sets the attribute on
+this module, which :class:`_Package` refuses, so ``memplan.algorithms()`` stays the function
+whatever was imported before (tests/test_api.py checks it).
 """
 
-# The subpackage memplan.algorithms is imported before the function of the same name is bound:
-# importing a submodule sets the attribute on its parent the first time only, so
-# ``memplan.algorithms()`` stays the function after any solve (tests/test_api.py checks it).
-import memplan.algorithms as _algorithms_package  # noqa: F401  (see above)
-from memplan.api import algorithms, compare, simulate, solve, static_memory
-from memplan.errors import InputError, InternalError, MemplanError
-from memplan.profile import Profile, Stage, load_profile, save_profile
-from memplan.schedule import Schedule, load_schedule
-from memplan.units import parse_rate, parse_size
+from __future__ import annotations
+
+import importlib
+import sys
+import types
+from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
+
+_EXPORTS = {
+    "InputError": "memplan.errors",
+    "InternalError": "memplan.errors",
+    "MemplanError": "memplan.errors",
+    "Profile": "memplan.profile",
+    "Stage": "memplan.profile",
+    "load_profile": "memplan.profile",
+    "save_profile": "memplan.profile",
+    "Schedule": "memplan.schedule",
+    "load_schedule": "memplan.schedule",
+    "parse_rate": "memplan.units",
+    "parse_size": "memplan.units",
+    "algorithms": "memplan.api",
+    "compare": "memplan.api",
+    "simulate": "memplan.api",
+    "solve": "memplan.api",
+    "static_memory": "memplan.api",
+}
+"""Public name -> the module that defines it (imported on first use)."""
 
 __all__ = [
     "InputError",
@@ -40,3 +65,35 @@ __all__ = [
     "solve",
     "static_memory",
 ]
+
+if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
+    from memplan.api import algorithms, compare, simulate, solve, static_memory
+    from memplan.errors import InputError, InternalError, MemplanError
+    from memplan.profile import Profile, Stage, load_profile, save_profile
+    from memplan.schedule import Schedule, load_schedule
+    from memplan.units import parse_rate, parse_size
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'memplan' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    object.__setattr__(sys.modules[__name__], name, value)  # the next access is a plain lookup
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))
+
+
+class _Package(types.ModuleType):
+    """This module: importing ``memplan.algorithms`` never hides the function of that name."""
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name == "algorithms" and isinstance(value, types.ModuleType):
+            return  # the subpackage stays reachable as sys.modules["memplan.algorithms"]
+        super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _Package

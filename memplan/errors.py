@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import difflib
+from collections.abc import Iterable
+
 
 class MemplanError(Exception):
     """Base class of every error memplan raises on purpose."""
@@ -20,3 +23,35 @@ class InternalError(MemplanError, RuntimeError):
 
     This is always a bug: please report it with the command line and the profile.
     """
+
+
+STDIN = "<stdin>"
+"""How messages name standard input."""
+
+
+def empty_input(source: str, expected: str) -> InputError:
+    """The error for an empty document: on stdin, most often the command before the pipe failed.
+
+    ``expected`` says what the document should have been (``a memplan-profile/1 document``).
+    """
+    if source == STDIN:
+        return InputError(
+            f"{STDIN}: empty: nothing came through the pipe, expected {expected}; the command "
+            "before the pipe may have failed (its error is above; `set -o pipefail` makes the "
+            "pipeline exit with it)"
+        )
+    return InputError(f"{source}: empty: expected {expected}")
+
+
+def did_you_mean(name: str, choices: Iterable[str], n: int = 3) -> str:
+    """``" (did you mean 'rotor'?)"`` for the closest of ``choices`` (difflib), or ``""``.
+
+    Case is ignored, so ``resnet50@A100`` suggests ``resnet50@a100``.
+    """
+    by_lower: dict[str, str] = {}
+    for choice in choices:
+        by_lower.setdefault(choice.lower(), choice)
+    close = difflib.get_close_matches(name.lower(), list(by_lower), n=n, cutoff=0.6)
+    if not close:
+        return ""
+    return " (did you mean " + " or ".join(f"'{by_lower[c]}'" for c in close) + "?)"

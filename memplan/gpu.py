@@ -24,7 +24,7 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from memplan.errors import InputError
+from memplan.errors import InputError, did_you_mean
 
 __all__ = [
     "CATALOG_FORMAT",
@@ -239,6 +239,6 @@ def load_gpu(name_or_path: str | os.PathLike[str]) -> GpuSpec:
     if path.exists() or os.sep in text or text.lower().endswith(_SPEC_SUFFIXES):
         return load_gpu_file(path)
     raise InputError(
-        f"--estimate {text!r}: unknown GPU; the catalog has: {_catalog_list()} "
-        "(or describe yours with --gpu-spec FILE)"
+        f"--estimate {text!r}: unknown GPU{did_you_mean(text.strip(), catalog)}; the catalog "
+        f"has: {_catalog_list()} (or describe yours with --gpu-spec FILE)"
     )

@@ -19,7 +19,7 @@ from pydantic import (
     model_validator,
 )
 
-from memplan.errors import InputError
+from memplan.errors import InputError, empty_input
 from memplan.units import MAX_RATE, MAX_SIZE, MIN_RATE
 
 SCHEDULE_FORMAT = "memplan-schedule/1"
@@ -274,6 +274,8 @@ def schedule_from_dict(data: Any, source: str = "<schedule>") -> Schedule:
     """Validate a parsed document as a schedule (InputError naming the field on failure)."""
     from memplan.profile.io import validation_message
 
+    if data is None:
+        raise empty_input(source, f"a schedule with 'format: {SCHEDULE_FORMAT}'")
     if not isinstance(data, dict):
         raise InputError(f"{source}: expected a mapping with 'format: {SCHEDULE_FORMAT}'")
     if data.get("format") != SCHEDULE_FORMAT:

@@ -64,6 +64,7 @@ def parse_rate(value: str | int | float) -> float:
 
     Rates outside :data:`MIN_RATE` .. :data:`MAX_RATE` (0.001 B/s to 1 PB/s) are refused: a transfer
     at 1e-300 bytes/s lasts forever, one at 1e300 bytes/s underflows the slot arithmetic.
+    A unit without ``/s`` (``12GB``) is a size, not a rate, and is refused.
     """
     if isinstance(value, bool):
         raise InputError(f"rate {value!r}: expected bytes/s, e.g. 12.2GB/s")
@@ -75,6 +76,11 @@ def parse_rate(value: str | int | float) -> float:
             raise InputError(f"rate {value!r}: expected a positive rate, e.g. 12.2GB/s")
         if text.lower().endswith("/s"):
             text = text[:-2]
+        elif _size_unit(text):  # 12GB is a size, not a rate
+            raise InputError(
+                f"rate {value!r}: a rate needs /s: write {text.replace(' ', '')}/s "
+                "(bytes per second)"
+            )
         number = _parse(text, "rate", "12.2GB/s or 16GiB/s")
     if not math.isfinite(number) or number <= 0:
         raise InputError(f"rate {value!r}: expected a positive rate, e.g. 12.2GB/s")
@@ -83,6 +89,12 @@ def parse_rate(value: str | int | float) -> float:
             f"rate {value!r}: expected 0.001 to 1e15 bytes/s (up to 1PB/s), e.g. 12.2GB/s"
         )
     return number
+
+
+def _size_unit(text: str) -> bool:
+    """Whether ``text`` is a number with a size unit (``12GB``, ``16GiB``, ``8B``)."""
+    match = _PATTERN.match(text)
+    return bool(match and match.group(2) and match.group(2).upper() in _UNITS)
 
 
 def format_size(nbytes: float | int | None) -> str:

@@ -211,7 +211,7 @@ def test_compare_formats(net, needs, tmp_path):
     assert result.exit_code == 0, result.stderr
     rows = list(csv.DictReader(io.StringIO(result.stdout)))
     assert len(rows) == 8
-    assert rows[0]["algorithm"] == "store-all" and rows[0]["feasible"] == "False"
+    assert rows[0]["algorithm"] == "store-all" and rows[0]["feasible"] == "false"
     assert rows[0]["ratio"] == ""
     assert float(rows[-1]["ratio"]) == pytest.approx(1.0)
 

@@ -23,7 +23,7 @@ from memplan.algorithms.join.entries import FAMILY as JOIN
 from memplan.algorithms.offload.entries import FAMILY as OFFLOAD
 from memplan.algorithms.options import Option, declared, parse_options
 from memplan.algorithms.pipeline.entries import FAMILY as PIPELINE
-from memplan.errors import InputError
+from memplan.errors import InputError, did_you_mean
 
 FAMILIES: dict[str, Family] = {
     family.name: family for family in (CHAIN, OFFLOAD, COMBINED, JOIN, GRAPH, PIPELINE)
@@ -39,7 +39,10 @@ REGISTRY: dict[str, AlgorithmInfo] = {
 def algorithm(name: str) -> AlgorithmInfo:
     """The algorithm called ``name``; an unknown name is an InputError listing the valid ones."""
     if name not in REGISTRY:
-        raise InputError(f"unknown algorithm {name!r}; choose one of: {', '.join(REGISTRY)}")
+        raise InputError(
+            f"unknown algorithm {name!r}{did_you_mean(name, REGISTRY)}; "
+            f"choose one of: {', '.join(REGISTRY)}"
+        )
     return REGISTRY[name]
 
 

@@ -74,6 +74,9 @@ class AlgorithmInfo:
     reference: str
     solve: Callable[[Any, SolveRequest], Any] = field(repr=False, compare=False)
     """``solve(profile, request: SolveRequest) -> Schedule``."""
+    short: str = ""
+    """The summary in at most :data:`SHORT_SUMMARY` characters, for ``memplan algos``' one line per
+    algorithm within 80 columns (empty: ``summary``, cut to fit)."""
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -82,8 +85,13 @@ class AlgorithmInfo:
             "exact": self.exact,
             "needs": self.needs,
             "summary": self.summary,
+            "short": self.short or self.summary,
             "reference": self.reference,
         }
+
+
+SHORT_SUMMARY = 41
+"""The longest :attr:`AlgorithmInfo.short`: what ``memplan algos`` has left of 80 columns."""
 
 
 PROFILE_SHAPES = {

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from memplan.errors import InputError
+from memplan.errors import InputError, empty_input
 from memplan.files import note_input
 
 COLUMNS = ("id", "lower", "upper", "size")
@@ -180,7 +180,7 @@ def parse_buffers_csv(
     try:
         header_row = next(reader)
     except StopIteration:
-        raise InputError(f"{source}: empty file: expected a header {','.join(COLUMNS)}") from None
+        raise empty_input(source, f"a CSV with a header {','.join(COLUMNS)}") from None
     except csv.Error as exc:
         raise InputError(f"{source}: line 1: not CSV ({exc})") from None
     header = tuple(name.strip().lower() for name in header_row)

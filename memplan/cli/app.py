@@ -1,25 +1,156 @@
 """The ``memplan`` command line: a thin typer layer over :mod:`memplan.api`.
 
 Each command module (``solve``, ``compare``, ``info``, ``profile``) parses options, calls the
-library and renders the result; see NOTE [ CLI output and exit codes ] in ``common.py``. Importing
-this module stays cheap: torch and matplotlib are imported only by the commands that need them.
+library and renders the result; see NOTE [ CLI output and exit codes ] in ``common.py``.
+
+NOTE [ lazy commands ]
+A command's module is imported only when that command runs (or when ``memplan --help`` lists
+them all): :data:`COMMANDS` names where each one lives, and :class:`LazyGroup` builds the click
+command on first use. So ``memplan --version`` imports typer and nothing of memplan's, and
+``memplan solve`` imports neither torch, matplotlib nor ``memplan compare``'s sweep machinery
+(tests/test_startup.py; the start-up figures are in docs/benchmarks.md).
 """
 
-from typing import Annotated
+from __future__ import annotations
+
+import difflib
+import importlib
+import re
+from collections.abc import Iterator, MutableMapping
+from typing import Annotated, Any
 
 import typer
+from typer.core import TyperCommand, TyperGroup
 
-from memplan.cli import common
-from memplan.cli.alloc import alloc
-from memplan.cli.compare import compare
-from memplan.cli.info import algos, info
-from memplan.cli.profile import profile
-from memplan.cli.run import run
-from memplan.cli.show import plot
-from memplan.cli.solve import simulate, solve
+COMMANDS: dict[str, str] = {
+    "profile": "memplan.cli.profile:profile",
+    "solve": "memplan.cli.solve:solve",
+    "simulate": "memplan.cli.solve:simulate",
+    "compare": "memplan.cli.compare:compare",
+    "info": "memplan.cli.info:info",
+    "show": "memplan.cli.info:show",
+    "algos": "memplan.cli.info:algos",
+    "plot": "memplan.cli.show:plot",
+    "run": "memplan.cli.run:run",
+    "alloc": "memplan.cli.alloc:alloc",
+}
+"""Every command, in the order ``memplan --help`` lists them: ``module:function``."""
+
+SIZE_OPTIONS = ("--mem", "-m", "--capacity", "--bandwidth", "--link-bandwidth")
+"""Options whose value is a size or a rate: ``--mem 8 GB`` is refused with ``write 8GB``."""
+_NUMBER = re.compile(r"[0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?")
+_UNIT = re.compile(r"(?i)(?:[kmgtp]i?)?b(?:/s)?|[kmgtp]|bytes?(?:/s)?")
+_NOT_ONE_OF = re.compile(r"^(?:Value error, )?(?P<value>'.*') is not one of (?P<choices>.*?)\.?$")
+
+
+def split_size_error(args: list[str]) -> str | None:
+    """The message for a size written with a space (``--mem 8 GB``), or None when there is none."""
+    for i, token in enumerate(args):
+        if token == "--":
+            return None
+        option, eq, value = token.partition("=")
+        if option not in SIZE_OPTIONS:
+            continue
+        if eq:
+            rest = args[i + 1 : i + 2]
+        else:
+            value, rest = (args[i + 1], args[i + 2 : i + 3]) if i + 1 < len(args) else ("", [])
+        if rest and _NUMBER.fullmatch(value) and _UNIT.fullmatch(rest[0]):
+            return (
+                f"{option} '{value} {rest[0]}': write {value}{rest[0]} "
+                "(no space between the number and its unit)"
+            )
+    return None
+
+
+class MemplanCommand(TyperCommand):
+    """A typer command with memplan's messages for two usage mistakes (issue 14).
+
+    ``--mem 8 GB`` (a size split in two words) is one line ``write 8GB`` instead of typer's
+    "unexpected extra argument (GB)"; a value outside an option's choices (``--optimizer adamw``)
+    loses pydantic's "Value error," prefix and gains the closest choice.
+    """
+
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
+        message = split_size_error(args)
+        if message is not None:
+            from memplan.cli import common
+
+            common.echo_err(f"memplan: error: {message}")
+            ctx.exit(common.EXIT_USAGE)
+        try:
+            return super().parse_args(ctx, args)
+        except typer.BadParameter as exc:
+            exc.message = _clean_choice_message(exc.message)
+            raise
+
+
+def _clean_choice_message(message: str) -> str:
+    """``'adamw' is not one of 'none', 'sgd', 'momentum', 'adam'; did you mean 'adam'?``."""
+    match = _NOT_ONE_OF.match(message)
+    if match is None:
+        return message.removeprefix("Value error, ")
+    value = match["value"].strip("'")
+    choices = re.findall(r"'([^']*)'", match["choices"])
+    text = f"{match['value']} is not one of {match['choices']}"
+    close = difflib.get_close_matches(value.lower(), choices, n=1, cutoff=0.6)
+    return text + (f"; did you mean '{close[0]}'?" if close else ".")
+
+
+class _LazyCommands(MutableMapping):
+    """The group's commands: each built from :data:`COMMANDS` when first looked up."""
+
+    def __init__(self, group: LazyGroup) -> None:
+        self._group = group
+        self._built: dict[str, Any] = {}
+
+    def __getitem__(self, name: str) -> Any:
+        if name not in self._built:
+            if name not in COMMANDS:
+                raise KeyError(name)
+            self._built[name] = _build(name, COMMANDS[name], self._group.rich_markup_mode)
+        return self._built[name]
+
+    def __setitem__(self, name: str, command: Any) -> None:
+        self._built[name] = command
+
+    def __delitem__(self, name: str) -> None:  # pragma: no cover - click never removes commands
+        del self._built[name]
+
+    def __iter__(self) -> Iterator[str]:
+        yield from COMMANDS
+        yield from (name for name in self._built if name not in COMMANDS)
+
+    def __len__(self) -> int:
+        return len(set(COMMANDS) | set(self._built))
+
+    def __contains__(self, name: object) -> bool:
+        return name in COMMANDS or name in self._built
+
+
+def _build(name: str, where: str, markup: Any) -> Any:
+    module, _, function = where.partition(":")
+    callback = getattr(importlib.import_module(module), function)
+    info = typer.models.CommandInfo(name=name, callback=callback, cls=MemplanCommand)
+    return typer.main.get_command_from_info(
+        info, pretty_exceptions_short=True, rich_markup_mode=markup
+    )
+
+
+class LazyGroup(TyperGroup):
+    """The ``memplan`` group: commands imported when used (NOTE [ lazy commands ])."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.commands = _LazyCommands(self)
+
+    def list_commands(self, ctx: Any) -> list[str]:
+        return list(self.commands)
+
 
 app = typer.Typer(
     name="memplan",
+    cls=LazyGroup,
     help=(
         "Plan GPU memory for DNN training: checkpointing schedules that provably fit a budget.\n\n"
         "Example: memplan profile resnet18 | memplan solve --algo rotor --mem 2GB"
@@ -54,22 +185,13 @@ def _global(
         ),
     ] = False,
 ) -> None:
+    from memplan.cli import common  # here, not at the top: `memplan --version` stays light
+
     common.state.debug = debug
     from memplan import files
 
     files.track_inputs()  # -o never replaces a file this command reads (NOTE [ safe writes ])
     ctx.call_on_close(files.stop_tracking)
-
-
-app.command("profile")(profile)
-app.command("solve")(solve)
-app.command("simulate")(simulate)
-app.command("compare")(compare)
-app.command("info")(info)
-app.command("algos")(algos)
-app.command("plot")(plot)
-app.command("run")(run)
-app.command("alloc")(alloc)
 
 
 def main() -> None:

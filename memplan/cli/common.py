@@ -299,3 +299,62 @@ def size_text(nbytes: int | float | None) -> str:
     if nbytes is None:
         return "-"
     return f"{format_size(nbytes)} ({int(nbytes)} bytes)"
+
+
+# --------------------------------------------------------------------------- tables
+
+# NOTE [ table width ]
+# A table never drops characters of a cell (issue 14: at 80 columns rich cut a weight of ``300K``
+# to ``300``). Number columns do not wrap; text columns wrap at spaces. When stderr is not a
+# terminal (a CI log, ``2> log``) a table that does not fit is printed at its full width, every
+# cell on one line; on a terminal it gets at least the width of its longest words, so text wraps
+# and nothing is cut (a terminal narrower than that wraps the lines itself).
+# tests/test_cli_width.py checks every table of info, solve, simulate, compare and algos at
+# COLUMNS=80, both ways.
+
+_UNBOUNDED = 100_000
+
+
+def table_width(console: Console, renderable: object) -> int:
+    """The width ``renderable`` is printed at on ``console`` (NOTE [ table width ])."""
+    from rich.measure import Measurement
+
+    options = console.options.update_width(_UNBOUNDED)
+    _pin_unwrapped_columns(console, renderable)
+    needed = Measurement.get(console, options, renderable)
+    wanted = needed.minimum if console.is_terminal else needed.maximum
+    return max(console.width, min(wanted, _UNBOUNDED))
+
+
+def _pin_unwrapped_columns(console: Console, renderable: object) -> None:
+    """Give every ``no_wrap`` column of the tables in ``renderable`` its widest cell as minimum.
+
+    rich measures a column's minimum as its longest word, wrapping or not, and narrows the
+    columns that wrap below their longest word when the sum is too wide; with the widest cell of
+    the others as their minimum, the measured minimum is what the table needs uncut.
+    """
+    from rich.console import Group
+    from rich.measure import Measurement
+    from rich.table import Table
+
+    if isinstance(renderable, Group):
+        for part in renderable.renderables:
+            _pin_unwrapped_columns(console, part)
+        return
+    if not isinstance(renderable, Table):
+        return
+    options = console.options.update_width(_UNBOUNDED)
+    for column in renderable.columns:
+        if column.no_wrap:
+            cells = [column.header, *column.cells]
+            widest = max((Measurement.get(console, options, c).maximum for c in cells), default=0)
+            column.min_width = max(column.min_width or 0, widest)
+
+
+def print_table(renderable: object, console: Console | None = None) -> None:
+    """Print a table (or a group of them) on stderr without cutting any cell."""
+    console = err_console() if console is None else console
+    width = table_width(console, renderable)
+    if width > console.width:
+        console.width = width
+    console.print(renderable)

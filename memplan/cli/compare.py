@@ -11,8 +11,8 @@ import typer
 
 from memplan.cli.common import (
     echo_err,
-    err_console,
     guard,
+    print_table,
     profile_source,
     resolve_format,
     write_output,
@@ -117,7 +117,7 @@ def compare(
                     f"{prof.model}: makespan / compute lower bound ({prof.lower_bound:.3f} ms, "
                     "the same for every family)"
                 )
-            err_console().print(compare_table(rows, names, budgets, title))
+            print_table(compare_table(rows, names, budgets, title))
         elif form == "csv":
             write_output(rows_to_csv(rows), output)
         else:
@@ -205,5 +205,14 @@ def rows_to_csv(rows: list[Any]) -> str:
     writer.writerow(CSV_FIELDS)
     for row in rows:
         data = row.to_dict()
-        writer.writerow(["" if data.get(k) is None else data.get(k) for k in CSV_FIELDS])
+        writer.writerow([_csv_cell(data.get(k)) for k in CSV_FIELDS])
     return buffer.getvalue()
+
+
+def _csv_cell(value: Any) -> Any:
+    """A CSV cell: empty for None, ``true``/``false`` for booleans (as JSON writes them)."""
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return value

@@ -1,19 +1,33 @@
-"""``memplan info`` (what a profile holds, the memory it needs) and ``memplan algos``."""
+"""``memplan info`` (what a profile holds, the memory it needs), ``memplan show`` (the profile
+itself, as a file ``solve`` reads) and ``memplan algos``."""
 
 import enum
 import json
+from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from memplan.cli.common import err_console, guard, profile_source, write_output
-from memplan.cli.solve import OPTIMIZER_HELP, PROFILE_HELP, Optimizer
+from memplan.cli.common import (
+    err_console,
+    guard,
+    print_table,
+    profile_source,
+    resolve_format,
+    write_output,
+)
+from memplan.cli.solve import OPTIMIZER_HELP, OUTPUT_HELP, PROFILE_HELP, Optimizer
 
 
 class InfoFormat(str, enum.Enum):
     table = "table"
     json = "json"
     yaml = "yaml"
+
+
+class ShowFormat(str, enum.Enum):
+    yaml = "yaml"
+    json = "json"
 
 
 class AlgosFormat(str, enum.Enum):
@@ -49,7 +63,41 @@ def info(
         else:
             from memplan.cli.render import info_tables
 
-            err_console().print(info_tables(desc))
+            print_table(info_tables(desc))
+
+
+def show(
+    profile: Annotated[
+        str | None, typer.Argument(metavar="PROFILE", help=PROFILE_HELP, show_default=False)
+    ] = None,
+    fmt: Annotated[
+        ShowFormat | None,
+        typer.Option("--format", "-f", help="yaml or json.  [default: yaml, or -o FILE's suffix]"),
+    ] = None,
+    output: Annotated[
+        Path | None, typer.Option("--output", "-o", metavar="FILE", help=OUTPUT_HELP)
+    ] = None,
+) -> None:
+    """Print a profile itself (a memplan-profile/1 document) as solve reads it: edit it, pipe it.
+
+    Bundled profiles become files this way. The document is the profile as memplan validated it
+    (the same sha256 as the original), YAML by default.
+
+    Example: `memplan show resnet50@a100 > net.yaml`; `memplan show resnet50 | memplan solve
+    --algo rotor --mem 1GB`
+    """
+    import memplan
+
+    with guard():
+        form = "yaml" if fmt is None and output is None else None
+        if form is None:
+            form = resolve_format(fmt, output, ("yaml", "json"))
+        prof = memplan.load_profile(profile_source(profile))
+        if form == "json":
+            text = json.dumps(prof.to_dict(), indent=2)
+        else:
+            text = memplan.save_profile(prof)
+        write_output(text, output)
 
 
 def algos(
@@ -80,7 +128,7 @@ def algos(
             else:
                 from memplan.cli.render import algorithm_tables
 
-                err_console().print(algorithm_tables(details))
+                print_table(algorithm_tables(details))
             return
         entries = list_algorithms()
         if json_out:

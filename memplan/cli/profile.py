@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from memplan.cli.common import echo_err, err_console, guard, write_output
-from memplan.errors import InputError
+from memplan.errors import InputError, did_you_mean
 
 if TYPE_CHECKING:
     from memplan.gpu import GpuSpec
@@ -16,6 +16,22 @@ if TYPE_CHECKING:
 TORCH_HINT = "needs the torch extra: pip install 'memplan[torch]'"
 GPU_NAMES = "v100, v100-32gb, a100, a100-80gb, h100, l4, rtx4090"
 """The catalog's GPUs, for --help (tests/test_gpu_catalog.py checks it against the catalog)."""
+MODEL_NAMES = (
+    "resnet18, resnet34, resnet50, resnet101, resnet152, alexnet, vgg11, vgg16, densenet121, "
+    "mobilenet_v2, inception_v3, gpt-small, gpt-tiny"
+)
+"""The built-in models, for --help without importing torch (tests/test_cli_docs.py checks them
+against :data:`memplan.torch.models.MODELS`)."""
+JOIN_NAMES = "siamese-resnet18, cross-modal-resnet18, tiny-join"
+"""The built-in join networks (:data:`memplan.torch.join.JOIN_MODELS`)."""
+DEFAULT_REPEATS = 5
+"""The profiler's timed repetitions per stage (``profile_model(repeats=...)``), for --help."""
+MODEL_HELP = (
+    f"A built-in model ({MODEL_NAMES}), a join network ({JOIN_NAMES}), hf:NAME (Hugging Face: "
+    "hf:gpt2, hf:llama-1b, hf:bert, hf:vit..., the hf extra), timm:NAME, package.module:factory "
+    "(a factory of yours, found from the current directory as with python -m), or a torchvision "
+    "model name when torchvision is installed."
+)
 
 
 class Device(str, enum.Enum):
@@ -93,8 +109,8 @@ def _check_gpu(
         key = estimate.strip().lower()
         if key not in gpu_catalog():
             raise InputError(
-                f"--estimate {estimate!r}: unknown GPU; the catalog has: "
-                f"{', '.join(gpu_catalog())} (or describe yours with --gpu-spec FILE)"
+                f"--estimate {estimate!r}: unknown GPU{did_you_mean(key, gpu_catalog())}; the "
+                f"catalog has: {', '.join(gpu_catalog())} (or describe yours with --gpu-spec FILE)"
             )
         return key
     try:
@@ -110,24 +126,22 @@ CONFIG_HELP = (
 
 
 def profile(
-    model: Annotated[
-        str,
-        typer.Argument(
-            help="A model name: resnet18, gpt-small... (built in), hf:gpt2, hf:llama-1b, "
-            "hf:bert, hf:vit (Hugging Face, the hf extra), timm:NAME, a torchvision name, or "
-            "package.module:factory."
-        ),
-    ],
+    model: Annotated[str, typer.Argument(metavar="MODEL", help=MODEL_HELP)],
     batch_size: Annotated[
         int | None,
         typer.Option(
-            "--batch-size", "-b", metavar="N", help="Batch size.  [default: the profiler's]"
+            "--batch-size",
+            "-b",
+            metavar="N",
+            help="Batch size.  [default: 32 for images, the model's own for transformers]",
         ),
     ] = None,
     input_shape: Annotated[
         str | None,
         typer.Option(
-            metavar="C,H,W", help="Shape of one sample, e.g. 3,224,224.  [default: the model's]"
+            metavar="C,H,W",
+            help="Shape of one sample, e.g. 3,224,224.  [default: the model's: 3,224,224 "
+            "(3,299,299 for inception_v3), the sequence length for transformers]",
         ),
     ] = None,
     device: Annotated[
@@ -138,7 +152,9 @@ def profile(
     ] = DType.float32,
     repeats: Annotated[
         int | None,
-        typer.Option(metavar="N", help="Timed repetitions per stage.  [default: the profiler's]"),
+        typer.Option(
+            metavar="N", help=f"Timed repetitions per stage.  [default: {DEFAULT_REPEATS}]"
+        ),
     ] = None,
     graph: Annotated[
         bool,

@@ -92,10 +92,14 @@ def schedule_summary(schedule: Any, stages: int) -> Table:
         ),
         ("status", status),
     ]
-    if schedule.feasible and schedule.makespan is not None:
+    graph = schedule.family == "graph"
+    if graph:  # the graph family plans memory only: no times to show (docs/graph.md)
+        rows.append(("optimizes", GRAPH_OBJECTIVE))
+    if schedule.feasible and schedule.makespan is not None and not graph:
         rows.append(("makespan", _ms(schedule.makespan)))
-    rows.append(("lower bound", _ms(schedule.lower_bound)))
-    if schedule.feasible and schedule.overhead is not None:
+    if not graph:
+        rows.append(("lower bound", _ms(schedule.lower_bound)))
+    if schedule.feasible and schedule.overhead is not None and not graph:
         rows.append(
             (
                 "overhead",
@@ -139,6 +143,9 @@ def schedule_summary(schedule: Any, stages: int) -> Table:
     return _key_values("Schedule", rows)
 
 
+GRAPH_OBJECTIVE = "memory: the arena of an operator order and tensor addresses (no times)"
+
+
 def graph_rows(schedule: Any) -> list[tuple[str, Any]]:
     """Graph-family figures: order, arena, peak resident, fragmentation (docs/graph.md)."""
     rows: list[tuple[str, Any]] = []
@@ -173,17 +180,17 @@ def ops_table(schedule: Any, stage_names: Sequence[str] | Mapping[tuple[int, int
     transfers = any(op.stream != "compute" for op in schedule.ops)
     branches = any(getattr(op, "branch", None) is not None for op in schedule.ops)
     table = Table(title=f"Operations ({len(schedule.ops)})", title_justify="left")
-    table.add_column("#", justify="right", style="dim")
-    table.add_column("op")
+    table.add_column("#", justify="right", style="dim", no_wrap=True)
+    table.add_column("op", no_wrap=True)
     if branches:
-        table.add_column("branch", justify="right")
-    table.add_column("stage", justify="right")
-    table.add_column("name")
-    table.add_column("start ms", justify="right")
-    table.add_column("end ms", justify="right")
-    table.add_column("duration ms", justify="right")
+        table.add_column("branch", justify="right", no_wrap=True)
+    table.add_column("stage", justify="right", no_wrap=True)
+    table.add_column("name", overflow="fold")  # the only column that wraps (NOTE [ table width ])
+    table.add_column("start ms", justify="right", no_wrap=True)
+    table.add_column("end ms", justify="right", no_wrap=True)
+    table.add_column("duration ms", justify="right", no_wrap=True)
     if transfers:
-        table.add_column("stream")
+        table.add_column("stream", no_wrap=True)
     for index, op in enumerate(schedule.ops):
         if isinstance(stage_names, Mapping):
             key = (-1 if op.branch is None else op.branch, op.stage)
@@ -222,8 +229,8 @@ def pattern_table(schedule: Any, stage_names: Sequence[str]) -> Table:
         ("start ms", "right"),
         ("end ms", "right"),
         ("shift", "right"),
-    ):
-        table.add_column(name, justify=justify)
+    ):  # only the stage name wraps (NOTE [ table width ] in memplan/cli/common.py)
+        table.add_column(name, justify=justify, no_wrap=name != "name", overflow="fold")
     for gp in schedule.pattern:
         for op in gp.ops:
             name = stage_names[op.stage] if 0 <= op.stage < len(stage_names) else "?"
@@ -285,7 +292,7 @@ def compare_table(
     table = Table()
     table.add_column("budget", justify="right", no_wrap=True)
     for name in algos:
-        table.add_column(name, justify="right")
+        table.add_column(name, justify="right", no_wrap=True)
     for memory in budgets:
         ratios = [cells[(memory, a)].ratio if (memory, a) in cells else None for a in algos]
         best = min((r for r in ratios if r is not None), default=None)
@@ -470,7 +477,9 @@ ALGOS_WIDTH = 80
 
 
 def algos_table(entries: Sequence[Mapping[str, Any]]) -> Table:
-    """One line per algorithm: name, family, exact or heuristic, the summary cut to fit 80 columns."""
+    """One line per algorithm: name, family, exact or heuristic and its short summary, within 80
+    columns (a summary longer than what is left is cut with an ellipsis; every bundled
+    algorithm's short summary fits: tests/test_cli_width.py)."""
     name_width = max((len(str(e.get("name", ""))) for e in entries), default=4)
     family_width = max((len(str(e.get("family", ""))) for e in entries), default=6)
     kind_width = len("heuristic")
@@ -491,7 +500,7 @@ def algos_table(entries: Sequence[Mapping[str, Any]]) -> Table:
             Text(str(entry.get("name", ""))),
             Text(str(entry.get("family", ""))),
             Text("exact" if entry.get("exact") else "heuristic"),
-            Text(_cut(str(entry.get("summary", "")), summary_width)),
+            Text(_cut(str(entry.get("short") or entry.get("summary", "")), summary_width)),
         )
     return table
 

@@ -177,9 +177,9 @@ def _render(doc: dict[str, Any]) -> None:
 
     console = err_console()
     summary = Table(title=f"{doc['algorithm']} plan of {doc['model']} on {doc['device']}")
-    summary.add_column("")
-    summary.add_column("plan", justify="right")
-    summary.add_column("measured", justify="right")
+    summary.add_column("", overflow="fold")
+    summary.add_column("plan", justify="right", no_wrap=True)
+    summary.add_column("measured", justify="right", no_wrap=True)
     budget = doc["budget_measured"]
     if budget != doc["budget"]:  # --optimizer none: the budget leaves the weights out
         summary.add_row("budget (activations)", _size(doc["budget"]), "")
@@ -216,15 +216,17 @@ def _render(doc: dict[str, Any]) -> None:
         f"{doc['planned_makespan_ms']:.2f}" if doc["planned_makespan_ms"] else "-",
         f"{doc['step_ms'][-1]:.2f}",
     )
-    console.print(summary)
+    common.print_table(summary, console)
     stages = Table(title="forward computations per stage (recomputed stages)")
     for column in ("stage", "name", "plan", "measured"):
-        stages.add_column(column, justify="right" if column != "name" else "left")
+        stages.add_column(
+            column, justify="right" if column != "name" else "left", no_wrap=column != "name"
+        )
     for k, stage in enumerate(doc["stages"]):
         if planned[k] != 1 or measured[k] != 1:
             stages.add_row(str(k), stage, str(planned[k]), str(measured[k]))
     if stages.row_count:
-        console.print(stages)
+        common.print_table(stages, console)
     peaks = ", ".join(_size(value) for value in doc["measured_step_peaks"])
     losses = ", ".join(f"{value:.4f}" for value in doc["losses"])
     common.echo_err(

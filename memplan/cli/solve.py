@@ -14,6 +14,7 @@ from memplan.cli.common import (
     err_console,
     guard,
     option_size,
+    print_table,
     profile_source,
     resolve_format,
     size_text,
@@ -139,24 +140,26 @@ def solve(
         if trace is not None and schedule.feasible:
             write_trace_file(trace, schedule, prof)
         if form == "table":
-            console = err_console()
-            console.print(_render_summary(schedule, prof))
+            print_table(_render_summary(schedule, prof))
             if schedule.feasible and schedule.ops:
                 from memplan.cli.render import ops_table, stage_names
 
-                console.print(ops_table(schedule, stage_names(prof)))
+                print_table(ops_table(schedule, stage_names(prof)))
             if schedule.feasible and schedule.pattern:
                 from memplan.cli.render import pattern_table
 
-                console.print(pattern_table(schedule, [s.name for s in prof.all_stages()]))
-        elif form == "torch-csv":
-            if schedule.feasible:
-                from memplan.export.torch_csv import torch_csv
-
-                count = micro_batches or 2 * len(set(schedule.assignment or [0]))
-                write_output(torch_csv(schedule, count), output)
+                print_table(pattern_table(schedule, [s.name for s in prof.all_stages()]))
         else:
-            write_output(schedule.to_json() if form == "json" else schedule.to_yaml(), output)
+            if form == "torch-csv":
+                if schedule.feasible:
+                    from memplan.export.torch_csv import torch_csv
+
+                    count = micro_batches or 2 * len(set(schedule.assignment or [0]))
+                    write_output(torch_csv(schedule, count), output)
+            else:
+                write_output(schedule.to_json() if form == "json" else schedule.to_yaml(), output)
+            if output is not None:  # the document went to a file: the summary to stderr
+                print_table(_render_summary(schedule, prof))
         if not schedule.feasible:
             common.echo_err(infeasible_line(schedule))
             raise typer.Exit(EXIT_INFEASIBLE)
@@ -251,7 +254,7 @@ def simulate(
         else:
             from memplan.cli.render import simulation_summary
 
-            err_console().print(simulation_summary(doc))
+            print_table(simulation_summary(doc))
         if not (doc["valid"] and doc["fits"]):
             common.echo_err(f"memplan: invalid: {doc['violation']}")
             raise typer.Exit(EXIT_INFEASIBLE)

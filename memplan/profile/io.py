@@ -15,7 +15,7 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from memplan.errors import InputError
+from memplan.errors import InputError, did_you_mean, empty_input
 from memplan.files import note_input, write_atomic
 from memplan.profile.model import PROFILE_FORMAT, Profile
 from memplan.profile.parse import max_input_bytes, parse_document
@@ -65,11 +65,18 @@ def bundled_profiles() -> dict[str, Path]:
 
 
 def resolve_bundled(name: str) -> Path:
-    """Find a bundled profile: an exact name wins, then a unique prefix."""
+    """Find a bundled profile: an exact name wins, then one that differs in case only
+    (``resnet50@A100``), then a unique prefix (case ignored).
+
+    An unknown name is an InputError suggesting the closest names (difflib), then listing all.
+    """
     profiles = bundled_profiles()
     if name in profiles:
         return profiles[name]
-    candidates = [n for n in profiles if n.startswith(name)]
+    folded = {n.lower(): n for n in profiles}
+    if name.lower() in folded:
+        return profiles[folded[name.lower()]]
+    candidates = [n for n in profiles if n.lower().startswith(name.lower())]
     if len(candidates) == 1:
         return profiles[candidates[0]]
     if candidates:
@@ -77,7 +84,9 @@ def resolve_bundled(name: str) -> Path:
             f"{name}: ambiguous profile name, candidates: {', '.join(sorted(candidates))}"
         )
     known = ", ".join(profiles) or "(none)"
-    raise InputError(f"{name}: no such file or bundled profile (bundled: {known})")
+    raise InputError(
+        f"{name}: no such file or bundled profile{did_you_mean(name, profiles)} (bundled: {known})"
+    )
 
 
 def _parse_text(text: str, source: str) -> Any:
@@ -135,6 +144,8 @@ def read_document(source: str | os.PathLike[str]) -> tuple[Any, str]:
 
 def profile_from_dict(data: Any, source: str = "<profile>") -> Profile:
     """Validate a parsed document as a profile (raises InputError with the field path)."""
+    if data is None:
+        raise empty_input(source, f"a profile with 'format: {PROFILE_FORMAT}'")
     if not isinstance(data, Mapping):
         raise InputError(f"{source}: expected a mapping with 'format: {PROFILE_FORMAT}'")
     fmt = data.get("format")

@@ -35,6 +35,8 @@ from __future__ import annotations
 
 import importlib
 import math
+import os
+import sys
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -46,7 +48,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.nn.utils import skip_init
 
-from memplan.errors import InputError
+from memplan.errors import InputError, did_you_mean
 
 __all__ = [
     "DEFAULT_BATCH_SIZE",
@@ -1003,12 +1005,25 @@ def _timm_model(spec: str) -> nn.Module:
     return model
 
 
+def _import_user_module(name: str) -> object:
+    """Import the module of a ``package.module:factory`` spec, the current directory first.
+
+    As ``python -m`` does: ``memplan profile mypkg.models:make_net`` run where ``mypkg/`` is finds
+    it without ``PYTHONPATH=.`` (the ``memplan`` script's own folder is what Python puts first).
+    """
+    cwd = os.getcwd()
+    if "" not in sys.path and cwd not in sys.path:
+        sys.path.insert(0, cwd)
+    importlib.invalidate_caches()  # a module written after start-up (tests, notebooks) is found
+    return importlib.import_module(name)
+
+
 def _import_factory(spec: str) -> Callable[[], object]:
     module_name, _, attr = spec.partition(":")
     if not module_name or not attr:
         raise InputError(f"model {spec!r}: expected package.module:factory")
     try:
-        module = importlib.import_module(module_name)
+        module = _import_user_module(module_name)
     except ImportError as exc:
         raise InputError(f"model {spec!r}: cannot import {module_name}: {exc}") from None
     factory = module
@@ -1122,8 +1137,9 @@ def build_model(
         tv_factory = _torchvision_factory(spec)
         if tv_factory is None:
             raise InputError(
-                f"unknown model {spec!r}; choose one of {', '.join(MODELS)}, hf:NAME "
-                "(e.g. hf:gpt2), timm:NAME, or give package.module:factory"
+                f"unknown model {spec!r}{did_you_mean(spec, MODELS)}; choose one of "
+                f"{', '.join(MODELS)}, hf:NAME (e.g. hf:gpt2), timm:NAME, or give "
+                "package.module:factory"
             )
         factory = tv_factory
     with torch.random.fork_rng(devices=[]):

@@ -66,6 +66,7 @@ FAMILY = Family(
             needs="profile, --bandwidth, --slots",
             summary="recomputation + whole-tensor offloading DP (Theorem 1 structure), "
             "best of it, rotor and dynprog",
+            short="DP: recomputation + offloading (Thm 1)",
             reference="Beaumont, Eyraud-Dubois, Shilova, Optimal GPU-CPU offloading strategies "
             "for DNN training (POFO), appendix B",
             solve=solve_pofo,

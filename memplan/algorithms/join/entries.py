@@ -53,6 +53,7 @@ ALGORITHMS: list[AlgorithmInfo] = [
         needs="join profile (branches + turn); --slots if not uniform",
         summary="optimal canonical schedule of k chains joined by the loss (Opt_join DP; "
         "exact in slots for uniform profiles, rotor segments otherwise)",
+        short="optimal canonical schedule (Opt_join)",
         reference=REFERENCE + ", Theorem 3",
         solve=_run_join,
     ),
@@ -63,6 +64,7 @@ ALGORITHMS: list[AlgorithmInfo] = [
         needs="join profile (branches + turn); --slots if not uniform",
         summary="baseline: steps at equal distance from the turn grouped into one chain, "
         "solved by Revolve (uniform) or rotor",
+        short="baseline: equal-distance steps, one chain",
         reference=REFERENCE + ", Section 4 (EQUIV-CHAIN)",
         solve=_run_equiv_chain,
     ),

@@ -134,6 +134,7 @@ ALGORITHMS: list[AlgorithmInfo] = [
         needs="profile, --gpus, --mem per GPU, --link-bandwidth, --time-limit",
         summary="period-minimizing ILP of §6 (any allocation, 1F1B pattern) with CP-SAT, "
         "warm-started from pipedream",
+        short="period-minimizing ILP (CP-SAT, §6)",
         reference=REFERENCE + ", §6",
         solve=_ilp,
     ),
@@ -143,6 +144,7 @@ ALGORITHMS: list[AlgorithmInfo] = [
         exact=False,
         needs="profile, --gpus, --mem per GPU, --link-bandwidth",
         summary="contiguous DP partition + 1F1B, NOAM swept, judged by the simulated peak (§7)",
+        short="contiguous DP partition + 1F1B (§7)",
         reference="Narayanan et al. 2019, PipeDream; evaluated as in " + REFERENCE + ", §7",
         solve=_heuristic("pipedream"),
     ),
@@ -152,6 +154,7 @@ ALGORITHMS: list[AlgorithmInfo] = [
         exact=False,
         needs="profile, --gpus, --mem per GPU, --link-bandwidth",
         summary="fill-drain rounds of M mini-batches on the DP partition (baseline)",
+        short="fill-drain rounds on the DP partition",
         reference="Huang et al. 2019, GPipe",
         solve=_heuristic("gpipe"),
     ),

@@ -428,6 +428,8 @@ def solve_ilp(
         seconds = min(FIRST_SECONDS, max(FIRST_SHARE * time_limit, FIRST_OF_LEFT * left))
         first_plan, first_peaks, _ = least_memory_plan(profile, inst, memory, seconds)
         warm = first_plan
+    if warm is not None:  # progress: the plan to beat first, then CP-SAT's improvements on it
+        progress.warm_start("pipedream" if warm is pd_plan else "feasibility-first", warm.period)
     solver = status = None
     found_in = None  # the (solver, variables, time unit, durations) of the last solution
     bound = inst.period_lower_bound()  # until the whole model's search proves a better one
@@ -585,13 +587,21 @@ FIRST_SECONDS = 6.0
 
 
 class _Throttle:
-    """Live progress on stderr: at most one line a second, improvements only."""
+    """Live progress on stderr: the warm start's period first, then CP-SAT's improvements on it
+    (at most one line a second; the last improvement of a phase is always shown)."""
 
     def __init__(self, sink, u: float) -> None:
         self.sink = sink
         self.u = u
         self.last = -1e9
         self.best: float | None = None
+        self.pending: str | None = None
+
+    def warm_start(self, source: str, period: float) -> None:
+        """The plan CP-SAT starts from (and must beat): one line, before any of CP-SAT's."""
+        self.best = period
+        if self.sink is not None:
+            self.sink(f"pipeline-ilp (warm start): {source} plan, period {period:.4f} ms")
 
     def __call__(self, phase: str, wall: float, objective: float, bound: float) -> None:
         if self.sink is None:
@@ -600,14 +610,22 @@ class _Throttle:
         if self.best is not None and value >= self.best:
             return
         self.best = value
-        now = time.perf_counter()
-        if now - self.last < 1.0:
-            return
-        self.last = now
-        self.sink(
+        line = (
             f"pipeline-ilp ({phase}): {wall:6.1f} s  period {value:.4f} ms  "
             f"bound {bound * self.u:.4f} ms"
         )
+        now = time.perf_counter()
+        if now - self.last < 1.0:
+            self.pending = line
+            return
+        self.last, self.pending = now, None
+        self.sink(line)
+
+    def flush(self) -> None:
+        """Show the last improvement the one-a-second limit held back."""
+        if self.sink is not None and self.pending is not None:
+            self.sink(self.pending)
+            self.last, self.pending = time.perf_counter(), None
 
 
 def _solve(model, seconds: float, progress: _Throttle, phase: str):
@@ -622,6 +640,7 @@ def _solve(model, seconds: float, progress: _Throttle, phase: str):
     solver.parameters.max_time_in_seconds = max(0.1, seconds)
     solver.parameters.num_workers = max(1, min(8, os.cpu_count() or 1))
     status = interrupt.solve(solver, model, _Callback())
+    progress.flush()
     return solver, status
 
 
