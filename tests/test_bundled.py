@@ -72,7 +72,10 @@ def test_bundled_profile_metadata_and_solves(name):
         assert prof.bandwidth == load_gpu(gpu).host_bandwidth
         assert all(s.extra["estimate"]["bound"] in ("compute", "memory") for s in prof.stages)
     else:
-        assert prof.device.kind == "cpu" and prof.bandwidth is None
+        assert prof.device.kind == "cpu"
+        # profiles made since issue 14 carry the CPU copy rate the runtime offloads at
+        if prof.bandwidth is not None:
+            assert prof.bandwidth > 0 and "bandwidth" in (prof.measured.extra or {})
     info = describe(prof, optimizer="none")
     low, high = info["min_memory"]["chain"], info["store_all_memory"]
     middle = (low + high) // 2
