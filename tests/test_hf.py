@@ -184,7 +184,11 @@ def test_profile_of_a_tiny_gpt2_has_the_chain_sizes():
     assert all(s.output_size == hidden for s in [embedding, *blocks])
     assert head.output_size == 2 * 16 * VOCAB * 4  # the logits
     # GPT-2 ties its output layer to the token embedding: counted once, in the embedding stage.
-    assert embedding.weight_size == (VOCAB + 64) * 64 * 4 and head.weight_size == 2 * 64 * 4
+    # weight_size also counts 4 bytes per parameter tensor (Adam's step count, docs/runtime.md):
+    # wte and wpe; ln_f's weight and bias.
+    step_counts = 2 * 4
+    assert embedding.weight_size == (VOCAB + 64) * 64 * 4 + step_counts
+    assert head.weight_size == 2 * 64 * 4 + step_counts
     assert loss.output_size == 4
 
 

@@ -364,28 +364,56 @@ def _custom_stages(model: nn.Module, kind: str) -> list[tuple[str, nn.Module]]:
     return [(str(name), module) for name, module in stages]
 
 
-def _split(model: nn.Module, example_input: Tensor | None, labels: Tensor | None = None) -> _Split:
-    kind = type(model).__name__
+def _kind(model: nn.Module) -> str:
+    """How :func:`_split` cuts ``model``: ``custom``, ``hf``, ``resnet``, ``inception``,
+    ``densenet``, ``features``, ``sequential`` or ``repeated``."""
     if callable(getattr(model, "memplan_stages", None)):
-        return _Split(_custom_stages(model, kind))
-    from memplan.torch.hf import hf_loss, hf_stages, is_hf_model
+        return "custom"
+    from memplan.torch.hf import is_hf_model
 
     if is_hf_model(model):
+        return "hf"
+    if _has(model, "conv1", "bn1", "relu", "maxpool", "layer1", "layer2", "layer3", "layer4",
+            "avgpool", "fc"):  # fmt: skip
+        return "resnet"
+    if _has(model, *(conv for conv, _ in _INCEPTION_STEM), *_INCEPTION_BLOCKS, "fc"):
+        return "inception"
+    if _has(model, "features", "classifier") and isinstance(model.features, nn.Sequential):
+        names = [name for name, _ in model.features.named_children()]
+        return "densenet" if any(name.startswith("denseblock") for name in names) else "features"
+    if isinstance(model, nn.Sequential):
+        return "sequential"
+    return "repeated"
+
+
+def traces_its_input(model: nn.Module) -> bool:
+    """Whether the chain of ``model`` is found by tracing it on an input (Hugging Face models, the
+    generic repeated-block cut): its stages then hold what the trace saw (attention masks, position
+    ids, shapes) and serve inputs of that shape only."""
+    return _kind(model) in ("hf", "repeated")
+
+
+def _split(model: nn.Module, example_input: Tensor | None, labels: Tensor | None = None) -> _Split:
+    kind = type(model).__name__
+    how = _kind(model)
+    if how == "custom":
+        return _Split(_custom_stages(model, kind))
+    if how == "hf":
+        from memplan.torch.hf import hf_loss, hf_stages
+
         if example_input is None:
             raise InputError(f"cannot linearize {kind}: an example input is needed to trace it")
         found = hf_stages(model, example_input)
         return _Split(found.stages, found.output, hf_loss(model, example_input, labels))
-    if _has(model, "conv1", "bn1", "relu", "maxpool", "layer1", "layer2", "layer3", "layer4",
-            "avgpool", "fc"):  # fmt: skip
+    if how == "resnet":
         return _Split(_resnet_stages(model))
-    if _has(model, *(conv for conv, _ in _INCEPTION_STEM), *_INCEPTION_BLOCKS, "fc"):
+    if how == "inception":
         return _Split(_inception_stages(model))
-    if _has(model, "features", "classifier") and isinstance(model.features, nn.Sequential):
-        names = [name for name, _ in model.features.named_children()]
-        if any(name.startswith("denseblock") for name in names):
-            return _Split(_densenet_stages(model))
+    if how == "densenet":
+        return _Split(_densenet_stages(model))
+    if how == "features":
         return _Split(_features_stages(model))
-    if isinstance(model, nn.Sequential):
+    if how == "sequential":
         return _Split(_sequential_stages(model))
     if example_input is None:
         raise InputError(

@@ -66,7 +66,7 @@ from memplan.gpu import GpuSpec, gpu_catalog, gpu_from_dict, load_gpu, load_gpu_
 from memplan.profile.model import Device, Measured, Profile, Stage
 from memplan.torch.bandwidth import measure_bandwidth, offload_copy_bytes, profile_bandwidth
 from memplan.torch.estimate import OpCounter, estimate_info, estimate_stage, tf32_flags
-from memplan.torch.linearize import Chain, linearize, make_loss
+from memplan.torch.linearize import Chain, linearize, make_loss, traces_its_input
 from memplan.torch.models import build_model
 from memplan.torch.models import example_input as default_example_input
 
@@ -572,12 +572,15 @@ def linearize_on_sample(model: nn.Module, x: Tensor, samples: int = LINEARIZE_SA
 
     The check (the chain reproduces the model's output, in eval mode) is about the model's
     structure, not its batch size: running it on the whole batch costs two forwards, more than
-    half a training iteration, for nothing more. The loss stage is built for the whole batch, as
+    half a training iteration, for nothing more. Chains found by tracing the model (Hugging Face
+    models, the generic repeated-block cut: :func:`~memplan.torch.linearize.traces_its_input`) are
+    built on the whole batch, their stages being tied to the traced shapes. The loss stage is
+    built for the whole batch, as
     ``linearize(model, x)`` builds it (same targets). A model whose output on the sample has no
     batch dimension of that size (it squeezes it) is checked on the whole batch instead.
     """
-    if x.dim() == 0 or x.shape[0] <= samples:
-        return linearize(model, x)
+    if x.dim() == 0 or x.shape[0] <= samples or traces_its_input(model):
+        return linearize(model, x)  # a traced chain serves inputs of the traced shape only
     outputs: list[Tensor] = []  # the model's output on the sample, which the check computes
     hook = model.register_forward_hook(lambda _module, _args, out: outputs.append(out))
     try:
