@@ -82,11 +82,11 @@ def run_model(
     import torch
 
     from memplan.torch import build_model, profile_model
+    from memplan.torch.device import resolve_device
     from memplan.torch.measure import train_under_plan
-    from memplan.torch.profiler import _resolve_device
 
     torch.set_num_threads(1) if device == "cpu" else None
-    dev = _resolve_device(device)
+    dev = resolve_device(device)
     config = MODELS[name]
     module, x, _ = build_model(name, **config)
     module.to(dev)

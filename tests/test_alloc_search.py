@@ -214,12 +214,13 @@ def test_residual_preorders_keep_the_verdict(seed: int) -> None:
 
 
 def test_rerank_keeps_the_rank_values_and_restores_them() -> None:
-    from memplan.alloc.search import _Instance, _Search
+    from memplan.alloc.instance import Instance
+    from memplan.alloc.search import _Search
 
     rng = np.random.default_rng(7)
     b = random_buffers(rng, 12, horizon=12, big=9)
     keep = b.size > 0
-    inst = _Instance(b.lower[keep], b.upper[keep], b.size[keep])
+    inst = Instance(b.lower[keep], b.upper[keep], b.size[keep])
     rank = inst.preorder("TAW")
     run = _Search(inst, 10**6, rank, None, set())
     run.heuristic = "TAW"

@@ -71,12 +71,12 @@ def load_error() -> BaseException | None:
 def _warm_up() -> None:
     try:
         import memplan.alloc.kernel as kernel
-        from memplan.alloc.search import _Instance
+        from memplan.alloc.instance import Instance
 
         lower = np.array([0, 0, 1, 2], dtype=np.int64)
         upper = np.array([2, 3, 3, 4], dtype=np.int64)
         size = np.array([2, 1, 1, 2], dtype=np.int64)
-        inst = _Instance(lower, upper, size)
+        inst = Instance(lower, upper, size)
         rank = np.arange(4, dtype=np.int64)
         ctx = make_ctx(kernel, inst, 4, rank, "WAT", True, 0, 1000)
         status = kernel.run_part(ctx, rank, 0, inst.sections)

@@ -79,7 +79,6 @@ same rules plus MiniMalloc's hatless pruning; NOTE [ compiled restarts ]).
 
 from __future__ import annotations
 
-import functools
 import sys
 import time
 from collections.abc import Callable
@@ -89,7 +88,8 @@ from types import ModuleType
 import numpy as np
 
 from memplan.alloc.buffers import MAX_ARENA
-from memplan.alloc.lifetimes import SEARCH_PAIRS, count_overlaps, overlaps
+from memplan.alloc.instance import Instance, count_incidences
+from memplan.alloc.lifetimes import SEARCH_PAIRS, count_overlaps
 
 _INF = np.int64(2**62)
 ENGINES = ("auto", "compiled", "numpy")
@@ -126,119 +126,6 @@ class SearchResult:
     """Why the search gave up without searching, when it did (an instance too large)."""
 
 
-class _Instance:
-    """The static data of one instance (buffers of positive size only), built with numpy in
-    O(n log n + P + Q) for P (section, buffer) incidences and Q pairs of buffers live at the same
-    time (both are counted first: :func:`search_size`)."""
-
-    def __init__(
-        self,
-        lower: np.ndarray,
-        upper: np.ndarray,
-        size: np.ndarray,
-        graph: tuple[np.ndarray, np.ndarray] | None = None,
-    ) -> None:
-        self.n = n = len(size)
-        self.lower, self.upper, self.size = lower, upper, size
-        points = np.unique(np.concatenate([lower, upper]))
-        self.first = np.searchsorted(points, lower).astype(np.int64)  # first section
-        self.end = np.searchsorted(points, upper).astype(np.int64)  # one past the last section
-        self.sections = S = max(len(points) - 1, 0)
-        # CSR of the (section, buffer) incidences: the buffers live in section s are
-        # sec_buf[sec_start[s]:sec_start[s + 1]], in order of first section, then index.
-        span = self.end - self.first
-        by_first = np.argsort(self.first, kind="stable")
-        rep = np.repeat(by_first, span[by_first])
-        base = np.repeat(np.cumsum(span[by_first]) - span[by_first], span[by_first])
-        secs = self.first[rep] + np.arange(len(rep), dtype=np.int64) - base
-        order = np.argsort(secs, kind="stable")
-        self.sec_buf = rep[order].astype(np.int64)
-        self.sec_start = np.searchsorted(secs[order], np.arange(S + 1)).astype(np.int64)
-        delta = np.zeros(S + 1, dtype=np.int64)
-        np.add.at(delta, self.first, size)
-        np.add.at(delta, self.end, -size)
-        self.section_total = np.cumsum(delta)[:S]
-        # The largest section total over each buffer's lifetime (the preorders' key T).
-        self.buffer_total = np.zeros(n, dtype=np.int64)
-        if n:
-            heads = np.cumsum(span[by_first]) - span[by_first]
-            self.buffer_total[by_first] = np.maximum.reduceat(self.section_total[secs], heads)
-        # Buffers crossing the boundary between sections s and s + 1.
-        cuts = np.zeros(S + 1, dtype=np.int64)
-        np.add.at(cuts, self.first, 1)
-        np.add.at(cuts, self.end - 1, -1)
-        self.cuts = np.cumsum(cuts)[: max(S - 1, 0)]
-        self.ov_start, self.ov_buf = graph if graph is not None else overlaps(lower, upper)
-        # CSR of the buffers with the same lifetime (NOTE [ stacked twins ]).
-        order = np.lexsort((np.arange(n), upper, lower))
-        same = np.ones(n, dtype=bool)
-        if n:
-            same[1:] = (lower[order][1:] != lower[order][:-1]) | (
-                upper[order][1:] != upper[order][:-1]
-            )
-        heads = np.flatnonzero(same)
-        group_size = np.diff(np.append(heads, n))
-        twin_lists: list[np.ndarray] = [np.zeros(0, dtype=np.int64)] * n
-        for g in np.flatnonzero(group_size > 1).tolist():
-            members = order[heads[g] : heads[g] + group_size[g]]
-            for k, m in enumerate(members.tolist()):
-                twin_lists[m] = np.delete(members, k)
-        lengths = np.array([len(t) for t in twin_lists], dtype=np.int64)
-        self.tw_start = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
-        self.tw_buf = (
-            np.concatenate(twin_lists).astype(np.int64) if n else np.zeros(0, dtype=np.int64)
-        )
-
-    @functools.cached_property
-    def start(self) -> np.ndarray:
-        """Offsets of each section in :attr:`incidence` (the numpy search's layout)."""
-        per = np.maximum(np.diff(self.sec_start), 1)
-        return np.concatenate([[0], np.cumsum(per)]).astype(np.int64)
-
-    @functools.cached_property
-    def incidence(self) -> np.ndarray:
-        """The incidences grouped by section; an empty section gets the dummy buffer n (always
-        "placed", minimum offset +inf) so that ``np.minimum.reduceat`` never sees an empty
-        segment."""
-        inc = np.full(int(self.start[-1]), self.n, dtype=np.int64)
-        counts = np.diff(self.sec_start)
-        slot = np.repeat(self.start[:-1], counts) + (
-            np.arange(len(self.sec_buf)) - np.repeat(self.sec_start[:-1], counts)
-        )
-        inc[slot] = self.sec_buf
-        return inc
-
-    @functools.cached_property
-    def overlaps(self) -> list[np.ndarray]:
-        """The buffers live at the same time as each buffer."""
-        return np.split(self.ov_buf, self.ov_start[1:-1]) if self.n else []
-
-    @functools.cached_property
-    def twins(self) -> list[list[int]]:
-        """The other buffers with the same lifetime as each buffer."""
-        bounds = self.tw_start.tolist()
-        return [self.tw_buf[a:b].tolist() for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
-
-    def preorder(self, heuristic: str) -> np.ndarray:
-        """Ranks of the buffers under a static preorder (MiniMalloc's W, A, T keys, descending)."""
-        width = self.upper - self.lower
-        keys = {
-            "W": width,
-            "A": width * self.size,
-            "T": self.buffer_total,
-            "Z": self.size,
-        }
-        # np.lexsort sorts by the last key first; negate for descending, index breaks ties.
-        tie = np.arange(self.n)
-        if heuristic[-1].isdigit():  # e.g. "T3": a seeded random order behind the keys
-            tie = np.random.default_rng(int(heuristic[-1])).permutation(self.n)
-            heuristic = heuristic[:-1]
-        order = np.lexsort((tie,) + tuple(-keys[c] for c in reversed(heuristic)))
-        rank = np.empty(self.n, dtype=np.int64)
-        rank[order] = np.arange(self.n)
-        return rank
-
-
 class _Search:
     """One depth-first search at a fixed capacity (see the NOTEs of this module).
 
@@ -250,7 +137,7 @@ class _Search:
 
     def __init__(
         self,
-        inst: _Instance,
+        inst: Instance,
         capacity: int,
         rank: np.ndarray,
         deadline: float | None,
@@ -509,7 +396,7 @@ class _Search:
             window += 1
 
 
-def _core(inst: _Instance, buffers: np.ndarray, lo: int, hi: int, slack: int) -> np.ndarray:
+def _core(inst: Instance, buffers: np.ndarray, lo: int, hi: int, slack: int) -> np.ndarray:
     """The buffers of a part live in its tightest sections (total within ``slack`` of the max)."""
     totals = inst.section_total[lo:hi]
     tight = np.zeros(inst.sections + 1, dtype=np.int64)
@@ -524,7 +411,7 @@ class _Timeout(Exception):
 
 
 def _progressive(
-    inst: _Instance,
+    inst: Instance,
     capacity: int,
     buffers: np.ndarray,
     lo: int,
@@ -569,7 +456,7 @@ def _progressive(
         return status
 
     for core in levels[:-1]:
-        sub = _Instance(inst.lower[core], inst.upper[core], inst.size[core])
+        sub = Instance(inst.lower[core], inst.upper[core], inst.size[core])
         leaves = [0]
 
         def on_leaf(
@@ -604,7 +491,7 @@ _BUDGET = 20
 
 
 def _solve_part(
-    inst: _Instance,
+    inst: Instance,
     capacity: int,
     buffers: np.ndarray,
     lo: int,
@@ -649,7 +536,7 @@ def _solve_part(
 
 def _solve_part_compiled(
     kernel: ModuleType,
-    inst: _Instance,
+    inst: Instance,
     capacity: int,
     buffers: np.ndarray,
     lo: int,
@@ -682,7 +569,7 @@ _TIGHT_BUDGET = 8
 
 def _rotate(
     kernel: ModuleType,
-    inst: _Instance,
+    inst: Instance,
     capacity: int,
     buffers: np.ndarray,
     lo: int,
@@ -773,7 +660,7 @@ def search(
     if capacity > MAX_ARENA:
         raise ValueError(f"capacity {capacity}: above 2^61 bytes, too large to search exactly")
     pairs = count_overlaps(lower[keep], upper[keep])
-    if pairs > SEARCH_PAIRS or _incidences(lower[keep], upper[keep]) > SEARCH_PAIRS:
+    if pairs > SEARCH_PAIRS or count_incidences(lower[keep], upper[keep]) > SEARCH_PAIRS:
         return SearchResult(
             "gave-up",
             None,
@@ -784,7 +671,7 @@ def search(
         )
     if len(keep) < len(size):
         graph = None
-    inst = _Instance(lower[keep], upper[keep], size[keep], graph)
+    inst = Instance(lower[keep], upper[keep], size[keep], graph)
     if deadline is not None and time.perf_counter() > deadline:
         return result("gave-up", None, 0)
     if inst.n and int(inst.section_total.max()) > capacity:
@@ -856,9 +743,3 @@ def compiled_memo(n: int) -> tuple[np.ndarray, np.ndarray]:
     from memplan.alloc import compiled
 
     return compiled.memo_table(2**20 if n >= 64 else 2**12)
-
-
-def _incidences(lower: np.ndarray, upper: np.ndarray) -> int:
-    """How many (section, buffer) incidences the instance has (its size P)."""
-    points = np.unique(np.concatenate([lower, upper]))
-    return int((np.searchsorted(points, upper) - np.searchsorted(points, lower)).sum())

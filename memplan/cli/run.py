@@ -135,11 +135,12 @@ def _train(
     trace: Path | None,
 ) -> dict[str, Any] | None:
     import memplan
+    from memplan.torch.device import resolve_device
     from memplan.torch.measure import train_under_plan
     from memplan.torch.models import build_model
-    from memplan.torch.profiler import _resolve_device, profile_model
+    from memplan.torch.profiler import profile_model
 
-    dev = _resolve_device(device)
+    dev = resolve_device(device)
     module, x, label = build_model(name, batch_size=batch_size, input_shape=shape)
     module.to(dev)
     x = x.to(dev)

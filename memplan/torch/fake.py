@@ -16,7 +16,7 @@ of ones), with:
   operators as the real run's warm-up iteration, hence the same estimated times;
 * ``forward_overhead`` as the profiler defines it: the larger of the forward with autograd and
   without (as ``F_ck`` / ``F_n`` run), plus the copies of the stage's buffers that
-  :func:`memplan.torch.runtime.recomputing` holds; not the forked CPU RNG state a CPU run also
+  :func:`memplan.torch.recompute.recomputing` holds; not the forked CPU RNG state a CPU run also
   counts (on a GPU it is host memory);
 * ``forward_overhead`` / ``backward_overhead`` from :class:`AllocationTracker`: the storages the
   operators allocate and free, replayed as the CPU probe replays the allocator's events. It sees
@@ -73,7 +73,7 @@ class AllocationTracker(TorchDispatchMode):
     in-place results are not); a storage is freed when no tensor holds it any more (a weak
     reference to it expires), noticed before the next operator runs and at :meth:`mark`.
     ``events[a:b]`` between two marks is the window of one phase, replayed like the CPU probe's
-    allocator events (:meth:`memplan.torch.profiler._CpuProbe._replay`).
+    allocator events (:meth:`memplan.torch.memory_probe.CpuProbe.replay`).
     """
 
     def __init__(self) -> None:
@@ -118,9 +118,9 @@ class AllocationTracker(TorchDispatchMode):
 
 
 def _replay(events: list[tuple[int, int]], ignore: list[int]) -> int:
-    from memplan.torch.profiler import _CpuProbe
+    from memplan.torch.memory_probe import CpuProbe
 
-    return _CpuProbe._replay(events, ignore)
+    return CpuProbe.replay(events, ignore)
 
 
 class TensorLevelRun:
@@ -174,7 +174,7 @@ class TensorLevelRun:
                 saved.setdefault(*storage_id(tensor))
                 return tensor
 
-            # As F_ck / F_n run (memplan.torch.runtime.recomputing): without autograd.
+            # As F_ck / F_n run (memplan.torch.recompute.recomputing): without autograd.
             plain_input = x.clone()
             begin = tracker.mark()
             with torch.no_grad():

@@ -249,19 +249,13 @@ def profile_join(
     concatenated: a view per branch, so no extra bytes are saved).
     """
     import memplan
-    from memplan.torch.profiler import (
-        DTYPES,
-        _resolve_device,
-        _storage_bytes,
-        describe_device,
-        measure_stage,
-        profile_chain,
-    )
+    from memplan.torch.device import describe_device, resolve_device
+    from memplan.torch.profiler import DTYPES, _storage_bytes, measure_stage, profile_chain
 
     if dtype not in DTYPES:
         raise InputError(f"--dtype {dtype!r}: expected one of {', '.join(DTYPES)}")
     branches = _check(join)
-    dev = _resolve_device(device)
+    dev = resolve_device(device)
     torch_dtype = DTYPES[dtype]
     total = sum(len(split_model(module)) for _, module, _ in branches) + 1
     done = 0

@@ -177,12 +177,12 @@ def _iteration(
 
 
 def _measure_cpu(run: Callable[[], Tensor], resident: dict[int, int]) -> tuple[int, int, Tensor]:
-    from memplan.torch.profiler import _CpuProbe
+    from memplan.torch.memory_probe import CpuProbe
 
     activities = [torch.profiler.ProfilerActivity.CPU]
     with torch.profiler.profile(activities=activities, profile_memory=True) as prof:
         loss = run()
-    peak, after = replay_peak(_CpuProbe._events(prof), resident)
+    peak, after = replay_peak(CpuProbe.events(prof), resident)
     return peak, after, loss
 
 
@@ -237,9 +237,9 @@ def measure_step(
         after = torch.cuda.memory_allocated(device)
         method = _CUDA_METHOD
     else:
-        from memplan.torch.profiler import _CpuProbe
+        from memplan.torch.memory_probe import CpuProbe
 
-        _CpuProbe.quiet()
+        CpuProbe.quiet()
         # The allocator reports the free of a block only when it saw its allocation (under a
         # profiler): the iteration reads a copy of the input made under one, so that a plan
         # offloading x[0] is seen freeing it.

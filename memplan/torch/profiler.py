@@ -16,7 +16,7 @@ stage the output of stage ``k-1`` and runs one warm-up iteration, one instrument
 ``forward_overhead`` / ``backward_overhead``
     Temporary memory. On CPU, from the allocator events of ``torch.profiler`` (``profile_memory``);
     on CUDA, from ``torch.cuda.max_memory_allocated``. The forward is measured twice, inside the
-    runtime's recomputation context (:func:`memplan.torch.runtime.recomputing`): with autograd
+    runtime's recomputation context (:func:`memplan.torch.recompute.recomputing`): with autograd
     (the peak beyond ``saved_size``, as ``F_all`` runs) and without (the peak beyond the output,
     as ``F_ck``/``F_n`` run); the larger counts. The backward's peak beyond the gradient of the
     input, measured with the weight gradients already allocated (the per-operator weight
@@ -30,7 +30,7 @@ stage the output of stage ``k-1`` and runs one warm-up iteration, one instrument
     runtime's own offload copy on CPU.
 
 On CUDA every size is rounded up to the caching allocator's 512-byte blocks
-(:func:`allocation_bytes`).
+(:func:`memplan.torch.memory_probe.allocation_bytes`).
 
 The chain is checked against the model on one sample (:func:`linearize_on_sample`).
 
@@ -44,11 +44,7 @@ docs/profiling.md describes the method and its approximations; docs/estimation.m
 
 from __future__ import annotations
 
-import json
-import os
-import platform
 import statistics
-import tempfile
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager, nullcontext
@@ -65,10 +61,13 @@ from memplan.errors import InputError
 from memplan.gpu import GpuSpec, gpu_catalog, gpu_from_dict, load_gpu, load_gpu_file
 from memplan.profile.model import Device, Measured, Profile, Stage
 from memplan.torch.bandwidth import measure_bandwidth, offload_copy_bytes, profile_bandwidth
+from memplan.torch.device import describe_device, resolve_device
 from memplan.torch.estimate import OpCounter, estimate_info, estimate_stage, tf32_flags
 from memplan.torch.linearize import Chain, linearize, make_loss, traces_its_input
+from memplan.torch.memory_probe import CpuProbe, CudaProbe, MemoryProbe, allocation_bytes
 from memplan.torch.models import build_model
 from memplan.torch.models import example_input as default_example_input
+from memplan.torch.recompute import recomputing
 
 __all__ = [
     "DTYPES",
@@ -89,8 +88,6 @@ DTYPES: dict[str, torch.dtype] = {
 """The data types ``--dtype`` accepts."""
 
 ProgressCallback = Callable[[str, int, int], None]
-
-_CUDA_BLOCK = 512  # the CUDA caching allocator rounds every block up to this
 
 
 # --------------------------------------------------------------------------------------------
@@ -128,118 +125,10 @@ def _median_ms(samples: Iterable[float]) -> float:
     return round(statistics.median(samples) * 1000.0, 6)
 
 
-def _resolve_device(device: str) -> torch.device:
-    if device == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    try:
-        dev = torch.device(device)
-    except RuntimeError:
-        raise InputError(f"--device {device!r}: expected auto, cpu or cuda") from None
-    if dev.type not in ("cpu", "cuda"):
-        raise InputError(f"--device {device!r}: expected auto, cpu or cuda")
-    if dev.type == "cuda" and not torch.cuda.is_available():
-        raise InputError(f"--device {device}: no CUDA device available (use --device cpu)")
-    return dev
-
-
 def _synchronizer(device: torch.device) -> Callable[[], None]:
     if device.type == "cuda":
         return lambda: torch.cuda.synchronize(device)
     return lambda: None
-
-
-# --------------------------------------------------------------------------------------------
-# Memory probes: peak bytes allocated while a function runs
-# --------------------------------------------------------------------------------------------
-
-
-class _MemoryProbe:
-    """Peak of the bytes allocated while ``fn`` runs, relative to the start.
-
-    ``ignore`` (called after ``fn``) maps the storage pointers to the sizes of the tensors that
-    ``fn`` allocated and that are not temporary (the weight gradients, static memory): they are
-    left out of the peak.
-    """
-
-    method = ""
-
-    def peak(self, fn: Callable[[], object], ignore: Callable[[], dict[int, int]]) -> int:
-        raise NotImplementedError
-
-
-class _CpuProbe(_MemoryProbe):
-    """``torch.profiler`` allocator events (``profile_memory=True``), replayed in order."""
-
-    method = "torch.profiler memory events"
-
-    @staticmethod
-    def quiet() -> None:
-        """Kineto logs two lines per session on stderr, below every log level but the highest;
-        the variable is read when the profiler first starts in the process."""
-        os.environ.setdefault("KINETO_LOG_LEVEL", "6")
-
-    def peak(self, fn: Callable[[], object], ignore: Callable[[], dict[int, int]]) -> int:
-        self.quiet()
-        activities = [torch.profiler.ProfilerActivity.CPU]
-        with torch.profiler.profile(activities=activities, profile_memory=True) as prof:
-            fn()
-        return self._replay(self._events(prof), ignore())
-
-    @staticmethod
-    def _events(prof: torch.profiler.profile) -> list[tuple[int, int]]:
-        """(address, +bytes or -bytes) of every CPU allocation and free, in time order."""
-        with tempfile.TemporaryDirectory(prefix="memplan-") as tmp:
-            path = Path(tmp) / "trace.json"
-            prof.export_chrome_trace(str(path))
-            trace = json.loads(path.read_text(encoding="utf-8"))
-        events = trace.get("traceEvents", []) if isinstance(trace, dict) else trace
-        memory = []
-        for event in events:
-            args = event.get("args") or {}
-            if event.get("name") != "[memory]" or args.get("Device Type", 0) != 0:
-                continue
-            order = (float(event.get("ts", 0.0)), int(args.get("Ev Idx", 0)))
-            memory.append((order, int(args.get("Addr", 0)), int(args.get("Bytes", 0))))
-        memory.sort(key=lambda item: item[0])
-        return [(addr, nbytes) for _, addr, nbytes in memory]
-
-    @staticmethod
-    def _replay(events: list[tuple[int, int]], ignore: Iterable[int]) -> int:
-        live: dict[int, int] = {}  # address -> index of the allocation still live
-        for i, (addr, nbytes) in enumerate(events):
-            if nbytes > 0:
-                live[addr] = i
-            else:
-                live.pop(addr, None)
-        skipped = {live[addr] for addr in ignore if addr in live}
-        total = peak = 0
-        for i, (_, nbytes) in enumerate(events):
-            if i not in skipped:
-                total += nbytes
-                peak = max(peak, total)
-        return peak
-
-
-class _CudaProbe(_MemoryProbe):
-    """``torch.cuda.max_memory_allocated`` around the call, minus the ignored storages.
-
-    All the ignored storages are subtracted from the peak, even those allocated after it: an
-    underestimate when the weight gradients are not all allocated by the time of the peak.
-    """
-
-    method = "torch.cuda.max_memory_allocated"
-
-    def __init__(self, device: torch.device) -> None:
-        self.device = device
-
-    def peak(self, fn: Callable[[], object], ignore: Callable[[], dict[int, int]]) -> int:
-        torch.cuda.synchronize(self.device)
-        base = torch.cuda.memory_allocated(self.device)
-        torch.cuda.reset_peak_memory_stats(self.device)
-        fn()
-        torch.cuda.synchronize(self.device)
-        peak = torch.cuda.max_memory_allocated(self.device) - base
-        return max(0, peak - sum(ignore().values()))
 
 
 # --------------------------------------------------------------------------------------------
@@ -327,18 +216,6 @@ class _StageRunner:
         return forward, backward, out.detach()
 
 
-def allocation_bytes(nbytes: int, device: torch.device) -> int:
-    """Bytes the device's allocator counts for a block of ``nbytes``.
-
-    CUDA's caching allocator rounds every block up to a multiple of 512 bytes (what
-    ``torch.cuda.max_memory_allocated`` counts); the CPU allocator's events give the bytes asked
-    for (docs/runtime.md, the table of terms).
-    """
-    if nbytes <= 0 or device.type != "cuda":
-        return max(0, nbytes)
-    return -(-nbytes // _CUDA_BLOCK) * _CUDA_BLOCK
-
-
 def kept_bytes(module: nn.Module, params: list[Tensor], device: torch.device) -> int:
     """``weight_size`` of a stage: the bytes it keeps in device memory from one iteration to
     the next, per copy the optimizer makes (docs/runtime.md).
@@ -356,11 +233,11 @@ def kept_bytes(module: nn.Module, params: list[Tensor], device: torch.device) ->
 
 
 def _instrumented(
-    runner: _StageRunner, probe: _MemoryProbe, static: set[int]
+    runner: _StageRunner, probe: MemoryProbe, static: set[int]
 ) -> tuple[int, int, int, int, int]:
     """One iteration under the memory probe and ``saved_tensors_hooks``, as the runtime runs it.
 
-    The forward runs twice, both times inside :func:`memplan.torch.runtime.recomputing` (the
+    The forward runs twice, both times inside :func:`memplan.torch.recompute.recomputing` (the
     copies of the buffers and the RNG state a recomputation holds count): without autograd, as
     ``F_ck``/``F_n`` run, and with it, as ``F_all`` runs; the forward overhead covers both. The
     backward runs with the weight gradients already allocated (zeros), as in a training loop that
@@ -371,10 +248,8 @@ def _instrumented(
     -------
     tuple
         ``(output_size, grad_size, saved_size, forward_overhead, backward_overhead)``, sizes as
-        the allocator counts them (:func:`allocation_bytes`).
+        the allocator counts them (:func:`memplan.torch.memory_probe.allocation_bytes`).
     """
-    from memplan.torch.runtime import recomputing
-
     device = runner.x.device
     _, inp = runner.fresh_input()
     plain: list[Tensor] = []
@@ -446,7 +321,7 @@ def measure_stage(
     *,
     input_grad: bool,
     repeats: int = 5,
-    probe: _MemoryProbe | None = None,
+    probe: MemoryProbe | None = None,
     static: set[int] | None = None,
     counter: OpCounter | None = None,
 ) -> StageMeasurement:
@@ -467,7 +342,7 @@ def measure_stage(
         Whether the backward computes the gradient of ``x`` (False for the chain input).
     repeats : int
         Timed iterations; the median is reported.
-    probe : _MemoryProbe, optional
+    probe : MemoryProbe, optional
         How to measure temporary memory: the CPU or the CUDA probe (by ``x.device``) by default.
     static : set of int, optional
         Storage pointers never counted as saved (parameters and buffers); the module's own
@@ -482,7 +357,7 @@ def measure_stage(
         With ``output`` the (detached) stage output, the next stage's input.
     """
     if probe is None:
-        probe = _CudaProbe(x.device) if x.device.type == "cuda" else _CpuProbe()
+        probe = CudaProbe(x.device) if x.device.type == "cuda" else CpuProbe()
     static = _static_pointers(module) if static is None else static
     runner = _StageRunner(module, x, input_grad)
     # warm-up: allocator caches, lazy initialisation, kernel selection (and the operator counts)
@@ -507,36 +382,6 @@ def measure_stage(
         backward_overhead=backward_overhead,
         output=output,
     )
-
-
-# --------------------------------------------------------------------------------------------
-# Device description
-# --------------------------------------------------------------------------------------------
-
-
-def _cpu_name() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text(encoding="utf-8").splitlines():
-            if line.lower().startswith("model name") and ":" in line:
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine() or "cpu"
-
-
-def _cpu_memory() -> int | None:
-    try:
-        return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
-    except (AttributeError, ValueError, OSError):
-        return None
-
-
-def describe_device(device: torch.device) -> Device:
-    """The ``device:`` block of a profile measured on ``device``."""
-    if device.type == "cuda":
-        props = torch.cuda.get_device_properties(device)
-        return Device(kind="cuda", name=props.name, memory=int(props.total_memory))
-    return Device(kind="cpu", name=_cpu_name(), memory=_cpu_memory())
 
 
 # --------------------------------------------------------------------------------------------
@@ -655,7 +500,7 @@ def profile_chain(
     list of Stage
         The profile's stages, in forward order.
     """
-    probe: _MemoryProbe = _CudaProbe(x.device) if x.device.type == "cuda" else _CpuProbe()
+    probe: MemoryProbe = CudaProbe(x.device) if x.device.type == "cuda" else CpuProbe()
     stages: list[Stage] = []
     counted: set[int] = set()
     tf32 = tf32_flags()
@@ -843,7 +688,7 @@ def profile_model(
     fake = gpu is not None and device == "auto"  # an estimate on fake tensors: no computation
     if fake:
         device = "cpu"  # fake tensors stand for CPU tensors: CPU kernels' shapes and strides
-    dev = _resolve_device(device)
+    dev = resolve_device(device)
     torch_dtype = DTYPES[dtype]
     if isinstance(model, str):
         module, x, label = build_model(
@@ -879,7 +724,7 @@ def profile_model(
         stages = profile_chain(chain, x, repeats=repeats, progress=progress, gpu=gpu)
 
     threads = torch.get_num_threads()
-    probe_method = _CudaProbe.method if dev.type == "cuda" else _CpuProbe.method
+    probe_method = CudaProbe.method if dev.type == "cuda" else CpuProbe.method
     extra: dict[str, Any] = {"threads": threads, "overheads": probe_method}
     if gpu is None:
         device_block = describe_device(dev)

@@ -21,7 +21,8 @@ run at the plan's points: the runtime follows the plan event by event, in the or
 simulator (docs/combined.md, rule T5). An offload copies the tensor's storages to host memory and
 frees them (``UntypedStorage.resize_(0)``: every tensor and autograd saved tensor on them stays
 valid, empty); a prefetch resizes them back and copies the data in. The same code runs on CPU
-(plain synchronous copies) and CUDA (pinned buffers, a side stream, events: :class:`_Mover`).
+(plain synchronous copies) and CUDA (pinned buffers, a side stream, events: the copy engine
+:class:`memplan.torch.transfers.Mover`).
 
 Every iteration fills :class:`RuntimeCounters` (docs/runtime.md): forward computations per stage,
 and the bytes of device memory the activations the plan holds occupy (``x[0]``, standalone ``x[k]``,
@@ -33,17 +34,28 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager, nullcontext
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy
 import torch
 from torch import Tensor, nn
 
 from memplan.errors import InputError
 from memplan.schedule import Schedule, load_schedule
 from memplan.torch.linearize import Chain, linearize
+from memplan.torch.recompute import RngSnapshot, recomputing, rng_snapshot
+from memplan.torch.transfers import (
+    GPU,
+    HOST,
+    LEAVING,
+    OFFLOADING,
+    PREFETCHING,
+    RESIDENT,
+    Mover,
+    Stored,
+    make_stored,
+)
 
 __all__ = ["CheckpointedChain", "RuntimeCounters", "checkpointed", "fit"]
 
@@ -123,163 +135,8 @@ def planned_forward_counts(schedule: Schedule, stages: int) -> list[int]:
     return counts
 
 
-# Places of a stored tensor during an iteration (docs/combined.md, table "place").
-_GPU, _OUT, _LEAVING, _HOST, _IN = "gpu", "offloading", "leaving", "host", "prefetching"
-_RESIDENT = (_GPU, _OUT, _LEAVING)  # the data are in device memory
 _TENSOR = re.compile(r"^([xs])\[(\d+)\]$")
 _TIME_TOLERANCE = 1e-6  # as the simulators: closer instants are one instant
-
-
-def _as_bytes(storage: torch.UntypedStorage) -> Tensor:
-    """A flat ``uint8`` tensor over a whole storage (no copy)."""
-    flat = torch.empty(0, dtype=torch.uint8, device=storage.device)
-    return flat.set_(storage, 0, (storage.nbytes(),), (1,))
-
-
-@dataclass(eq=False)
-class _Stored:
-    """A stored tensor of the plan, ``x[k]`` or ``s[k]``, and where its data are.
-
-    ``storages`` are the device storages it owns (``s[k]``: what autograd saved, without the stage
-    input, parameters and buffers, plus the output; ``x[k]``: the tensor's storage). An offload
-    copies them to host buffers and resizes them to 0 bytes (the memory is freed, every tensor
-    and autograd saved tensor on them stays valid); a prefetch resizes them back and copies the
-    data in. ``ready`` (CUDA) is the event after which the data are in device memory.
-
-    ``B k`` hands ``s[k]`` over to autograd (:meth:`hand_over`): the runtime drops its references to
-    the storages, so that the backward frees each saved tensor as soon as its node has run, as
-    in plain training and as the profiler measured ``backward_overhead`` (docs/runtime.md, "What
-    the wrapper does"). ``handed`` keeps their pointers and sizes for the counters, which follow
-    the plan (``s[k]`` counts until the end of ``B k``).
-    """
-
-    name: str
-    tensor: Tensor  # x[k]: the activation; s[k]: the output x[k+1], carrying the graph
-    storages: list[torch.UntypedStorage]
-    sizes: list[int]
-    inp: Tensor | None = None  # s[k]: the detached input of the stage
-    place: str = _GPU
-    host: list[Tensor] = field(default_factory=list)
-    ready: Any = None
-    handed: list[tuple[int, int]] = field(default_factory=list)
-
-    def hand_over(self) -> None:
-        """Drop the references to the storages (autograd frees them during the backward)."""
-        self.handed = [(s.data_ptr(), s.nbytes()) for s in self.storages]
-        self.storages = []
-        self.sizes = []
-
-
-def _stored(name: str, tensor: Tensor, owned: Sequence[torch.UntypedStorage], **kw: Any) -> _Stored:
-    storages = [s for s in owned if s.nbytes() > 0]
-    return _Stored(name, tensor, storages, [s.nbytes() for s in storages], **kw)
-
-
-class _Mover:
-    """Moves stored tensors between device and host memory, for CPU and CUDA alike.
-
-    One code path: each storage of the tensor is copied whole to a host buffer and resized to
-    0 bytes (freed); a prefetch resizes it back and copies the data in. On CUDA (only there) the
-    host buffers are pinned, the copies are non-blocking on a side stream, and events order the
-    streams (docs/runtime.md, "CUDA"):
-
-    * an offload waits (side stream) for the event recorded after the computation that produced
-      the tensor, and ``record_stream(side)`` keeps the caching allocator from reusing the device
-      block before the copy has read it, although the block is freed (``resize_(0)``) at the
-      plan's offload end, host-side;
-    * a prefetch allocates (``resize_``) and copies on the side stream and records an event; at
-      the plan's prefetch end the compute stream waits for that event, and ``record_stream``
-      marks the block as used by the compute stream (it was allocated on the side stream);
-    * at the end of the iteration the compute stream waits for the side stream.
-
-    On CPU every copy is synchronous and there are no streams or events.
-    """
-
-    def __init__(self, device: torch.device, streams: dict[Any, Any]) -> None:
-        self.device = device
-        self.cuda = device.type == "cuda"
-        # One side stream per device for the wrapped module's lifetime (``streams``, its cache).
-        if self.cuda and device not in streams:
-            streams[device] = torch.cuda.Stream(device)
-        self.side = streams.get(device)
-
-    @property
-    def compute(self) -> Any:
-        """The stream the computations run on (the current one: autograd runs the backward on
-        the stream of the forward)."""
-        return torch.cuda.current_stream(self.device)
-
-    def _host_buffer(self, nbytes: int) -> Tensor:
-        """A host buffer: pinned on CUDA. On CPU, memory numpy allocates: the copy is real, and
-        it lives outside torch's CPU allocator, which stands for the device's (the allocator
-        measure of :func:`memplan.torch.measure_step` does not count it, as the CUDA
-        allocator does not count pinned host memory)."""
-        if self.cuda:
-            return torch.empty(nbytes, dtype=torch.uint8, pin_memory=True)
-        return torch.from_numpy(numpy.empty(nbytes, dtype=numpy.uint8))
-
-    def _on_side(self) -> Any:
-        return torch.cuda.stream(self.side) if self.cuda else nullcontext()
-
-    def produced(self) -> Any:
-        """CUDA: an event after the work issued so far on the compute stream. CPU: None."""
-        return self.compute.record_event() if self.cuda else None
-
-    def offload(self, stored: _Stored) -> int:
-        """Start copying ``stored`` to host memory; returns the bytes copied."""
-        if self.cuda and stored.ready is not None:
-            self.side.wait_event(stored.ready)
-        hosts = []
-        with self._on_side(), torch.no_grad():
-            for storage, nbytes in zip(stored.storages, stored.sizes, strict=True):
-                host = self._host_buffer(nbytes)
-                view = _as_bytes(storage)
-                host.copy_(view, non_blocking=self.cuda)
-                if self.cuda:
-                    view.record_stream(self.side)
-                hosts.append(host)
-        stored.host = hosts
-        return sum(stored.sizes)
-
-    def release(self, stored: _Stored) -> None:
-        """End of an offload: free the device copy (the tensors on it stay valid, empty)."""
-        for storage in stored.storages:
-            storage.resize_(0)
-
-    def prefetch(self, stored: _Stored) -> int:
-        """Start copying ``stored`` back to device memory; returns the bytes copied."""
-        with self._on_side(), torch.no_grad():
-            for storage, nbytes, host in zip(
-                stored.storages, stored.sizes, stored.host, strict=True
-            ):
-                storage.resize_(nbytes)
-                _as_bytes(storage).copy_(host, non_blocking=self.cuda)
-            if self.cuda:
-                stored.ready = self.side.record_event()
-        # CUDA: the pinned host allocator keeps the buffers until the copies that read them end.
-        stored.host = []
-        return sum(stored.sizes)
-
-    def arrived(self, stored: _Stored) -> None:
-        """End of a prefetch: later computations see the data."""
-        if self.cuda:
-            compute = self.compute
-            compute.wait_event(stored.ready)
-            for storage in stored.storages:
-                _as_bytes(storage).record_stream(compute)
-
-    def restore(self, stored: _Stored) -> None:
-        """Bring a tensor back to device memory whatever its transfers (after an error)."""
-        if stored.host and any(s.nbytes() == 0 for s in stored.storages):
-            self.prefetch(stored)
-        if self.cuda:
-            torch.cuda.synchronize(self.device)
-        stored.place = _GPU
-
-    def finish(self) -> None:
-        """End of the iteration: later work on the compute stream follows every transfer."""
-        if self.cuda:
-            self.compute.wait_stream(self.side)
 
 
 def _timeline(ops: Sequence[Any]) -> list[tuple[bool, Any]]:
@@ -320,49 +177,6 @@ def _tensor_name(op: Any) -> str:
     return op.tensor if op.tensor is not None else f"s[{op.stage}]"
 
 
-RngSnapshot = tuple[bytes, "bytes | None"]
-"""The CPU generator's state and the CUDA device's (None on CPU), as host bytes."""
-
-
-def rng_snapshot(device: torch.device) -> RngSnapshot:
-    """The RNG state now, kept as host bytes (not as tensors: on CPU they would hold device
-    memory for the whole iteration; on CUDA both states are host memory anyway)."""
-    cpu = torch.get_rng_state().numpy().tobytes()
-    cuda = torch.cuda.get_rng_state(device).numpy().tobytes() if device.type == "cuda" else None
-    return cpu, cuda
-
-
-def _state_tensor(state: bytes) -> Tensor:
-    return torch.frombuffer(bytearray(state), dtype=torch.uint8)
-
-
-@contextmanager
-def recomputing(
-    module: nn.Module, snapshot: RngSnapshot | None, device: torch.device
-) -> Iterator[None]:
-    """Run a recomputation of a stage as the runtime does (docs/runtime.md).
-
-    Inside, the RNG draws what it drew at the stage's first forward (``snapshot``; None: the
-    current state), in ``torch.random.fork_rng`` (the global RNG is left as it was); afterwards
-    the stage's buffers get back the values they had before (batch-norm running statistics are
-    updated once per iteration, as in plain training). What it holds while the stage runs (the
-    copies of the buffers, the forked RNG state on CPU) is part of the stage's forward overhead:
-    the profiler measures every forward inside this context.
-    """
-    cuda = device.type == "cuda"
-    buffers = [(b, b.detach().clone()) for b in module.buffers()]
-    with torch.random.fork_rng(devices=[device] if cuda else []):
-        if snapshot is not None:
-            cpu_state, cuda_state = snapshot
-            torch.set_rng_state(_state_tensor(cpu_state))
-            if cuda_state is not None:
-                torch.cuda.set_rng_state(_state_tensor(cuda_state), device)
-        yield
-    with torch.no_grad():
-        for buffer, value in buffers:
-            buffer.copy_(value)
-
-
 class _Iteration:
     """The tensors one planned iteration holds (docs/model.md, docs/combined.md), and counters."""
 
@@ -370,13 +184,15 @@ class _Iteration:
         self.owner = owner
         self.counters = owner.counters
         self.static = owner._static_pointers()
-        self.mover = _Mover(x0.device, owner._side_streams)
-        self.held: dict[str, _Stored] = {}
-        self.held["x[0]"] = _stored("x[0]", x0, [x0.untyped_storage()], ready=self.mover.produced())
+        self.mover = Mover(x0.device, owner._side_streams)
+        self.held: dict[str, Stored] = {}
+        self.held["x[0]"] = make_stored(
+            "x[0]", x0, [x0.untyped_storage()], ready=self.mover.produced()
+        )
         self.grad: Tensor | None = None
         self.rng: dict[int, RngSnapshot] = {}
         self.running: tuple[str, int] | None = None
-        self.leaving: list[_Stored] = []
+        self.leaving: list[Stored] = []
 
     # -- bookkeeping -----------------------------------------------------------------------
     def live(self) -> int:
@@ -395,9 +211,9 @@ class _Iteration:
                     total += nbytes
         return total
 
-    def resident(self, name: str) -> _Stored | None:
+    def resident(self, name: str) -> Stored | None:
         stored = self.held.get(name)
-        return stored if stored is not None and stored.place in _RESIDENT else None
+        return stored if stored is not None and stored.place in RESIDENT else None
 
     def input_of(self, k: int) -> Tensor:
         x = self.resident(f"x[{k}]")
@@ -415,7 +231,7 @@ class _Iteration:
         stored = self.held.get(name)
         if stored is None:
             return
-        if stored.place in (_OUT, _IN):
+        if stored.place in (OFFLOADING, PREFETCHING):
             raise RuntimeError(f"{name} is freed while it is {stored.place} (the plan is invalid)")
         if stored in self.leaving:
             self.leaving.remove(stored)
@@ -424,7 +240,7 @@ class _Iteration:
     def abort(self) -> None:
         """After an error: put the input back in device memory (it is the caller's tensor)."""
         x0 = self.held.get("x[0]")
-        if x0 is not None and x0.place != _GPU:
+        if x0 is not None and x0.place != GPU:
             self.mover.restore(x0)
         self.held.clear()
         self.leaving = []
@@ -471,7 +287,7 @@ class _Iteration:
         if name != "F_all":
             with self._replay_state(k, src.device), torch.no_grad():
                 out = module(src)
-            self.held[target] = _stored(
+            self.held[target] = make_stored(
                 target, out, [out.untyped_storage()], ready=self.mover.produced()
             )
             return
@@ -500,7 +316,7 @@ class _Iteration:
             if out_key[0] not in excluded:
                 saved[out_key[0]] = out.untyped_storage()
         self.counters.saved_bytes[k] = nbytes
-        self.held[target] = _stored(
+        self.held[target] = make_stored(
             target, out, list(saved.values()), inp=inp, ready=self.mover.produced()
         )
         # Autograd keeps the pack hook (and what it refers to) as long as any tensor it packed
@@ -510,7 +326,7 @@ class _Iteration:
     def backward(self, k: int) -> None:
         """Start of ``B k``: backpropagate through ``s[k]`` with ``g[k+1]``, giving ``g[k]``."""
         saved = self.held.get(f"s[{k}]")
-        if saved is None or saved.place not in (_GPU, _OUT):
+        if saved is None or saved.place not in (GPU, OFFLOADING):
             where = "not held" if saved is None else saved.place
             raise RuntimeError(
                 f"B {k}: s[{k}] is not in device memory ({where}; the plan is invalid)"
@@ -534,7 +350,7 @@ class _Iteration:
         self.running = None
         for stored in self.leaving:
             self.mover.release(stored)
-            stored.place = _HOST
+            stored.place = HOST
         self.leaving = []
         if name == "F_n":
             self.drop(f"x[{k}]")
@@ -554,7 +370,7 @@ class _Iteration:
         stored = self.held.get(name)
         where = "not held" if stored is None else stored.place
         if op == "offload":
-            if stored is None or stored.place != _GPU:
+            if stored is None or stored.place != GPU:
                 raise RuntimeError(f"offload {name}: it is {where}, not on the device")
             if not all(storage.resizable() for storage in stored.storages):
                 raise RuntimeError(
@@ -562,7 +378,7 @@ class _Iteration:
                     "resizable, e.g. an input made by torch.from_numpy: pass a copy)"
                 )
             for other in self.held.values():
-                if other is not stored and other.place in _RESIDENT:
+                if other is not stored and other.place in RESIDENT:
                     shared = {s.data_ptr() for s in other.storages} & {
                         s.data_ptr() for s in stored.storages
                     }
@@ -572,25 +388,25 @@ class _Iteration:
                             "returning a view of its input cannot be offloaded alone)"
                         )
             self.counters.offloaded_bytes += self.mover.offload(stored)
-            stored.place = _OUT
+            stored.place = OFFLOADING
         else:
-            if stored is None or stored.place != _HOST:
+            if stored is None or stored.place != HOST:
                 raise RuntimeError(f"prefetch {name}: it is {where}, not in host memory")
             self.counters.prefetched_bytes += self.mover.prefetch(stored)
-            stored.place = _IN
+            stored.place = PREFETCHING
 
     def transfer_end(self, op: str, name: str) -> None:
         stored = self.held[name]
         if op == "offload":
             if self._reads(name):  # the running computation reads it: freed at its end
-                stored.place = _LEAVING
+                stored.place = LEAVING
                 self.leaving.append(stored)
             else:
                 self.mover.release(stored)
-                stored.place = _HOST
+                stored.place = HOST
         else:
             self.mover.arrived(stored)
-            stored.place = _GPU
+            stored.place = GPU
 
 
 class _PlannedChain(torch.autograd.Function):

@@ -1,0 +1,141 @@
+"""The static data of one exact-allocation instance, shared by both search engines.
+
+:class:`Instance` builds, once per instance and with numpy, what the branch-and-bound of
+:mod:`memplan.alloc.search` and its compiled kernel (:mod:`memplan.alloc.compiled`,
+:mod:`memplan.alloc.kernel`) read at every node: the sections (time intervals between consecutive
+lifetime endpoints) and the CSR of the (section, buffer) incidences, the section totals, the
+buffers crossing each section boundary (NOTE [ decomposition ] in memplan/alloc/search.py), the
+overlap graph, the stacked twins (NOTE [ stacked twins ]) and MiniMalloc's static preorders
+(W, A, T keys, NOTE [ restarts ]). :func:`count_incidences` counts the incidences before any of
+it is built, so that an instance too large for the exact search is turned down cheaply.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+
+from memplan.alloc.lifetimes import overlaps
+
+__all__ = ["Instance", "count_incidences"]
+
+
+class Instance:
+    """The static data of one instance (buffers of positive size only), built with numpy in
+    O(n log n + P + Q) for P (section, buffer) incidences and Q pairs of buffers live at the same
+    time (both are counted first: :func:`count_incidences`,
+    :func:`memplan.alloc.lifetimes.count_overlaps`)."""
+
+    def __init__(
+        self,
+        lower: np.ndarray,
+        upper: np.ndarray,
+        size: np.ndarray,
+        graph: tuple[np.ndarray, np.ndarray] | None = None,
+    ) -> None:
+        self.n = n = len(size)
+        self.lower, self.upper, self.size = lower, upper, size
+        points = np.unique(np.concatenate([lower, upper]))
+        self.first = np.searchsorted(points, lower).astype(np.int64)  # first section
+        self.end = np.searchsorted(points, upper).astype(np.int64)  # one past the last section
+        self.sections = S = max(len(points) - 1, 0)
+        # CSR of the (section, buffer) incidences: the buffers live in section s are
+        # sec_buf[sec_start[s]:sec_start[s + 1]], in order of first section, then index.
+        span = self.end - self.first
+        by_first = np.argsort(self.first, kind="stable")
+        rep = np.repeat(by_first, span[by_first])
+        base = np.repeat(np.cumsum(span[by_first]) - span[by_first], span[by_first])
+        secs = self.first[rep] + np.arange(len(rep), dtype=np.int64) - base
+        order = np.argsort(secs, kind="stable")
+        self.sec_buf = rep[order].astype(np.int64)
+        self.sec_start = np.searchsorted(secs[order], np.arange(S + 1)).astype(np.int64)
+        delta = np.zeros(S + 1, dtype=np.int64)
+        np.add.at(delta, self.first, size)
+        np.add.at(delta, self.end, -size)
+        self.section_total = np.cumsum(delta)[:S]
+        # The largest section total over each buffer's lifetime (the preorders' key T).
+        self.buffer_total = np.zeros(n, dtype=np.int64)
+        if n:
+            heads = np.cumsum(span[by_first]) - span[by_first]
+            self.buffer_total[by_first] = np.maximum.reduceat(self.section_total[secs], heads)
+        # Buffers crossing the boundary between sections s and s + 1.
+        cuts = np.zeros(S + 1, dtype=np.int64)
+        np.add.at(cuts, self.first, 1)
+        np.add.at(cuts, self.end - 1, -1)
+        self.cuts = np.cumsum(cuts)[: max(S - 1, 0)]
+        self.ov_start, self.ov_buf = graph if graph is not None else overlaps(lower, upper)
+        # CSR of the buffers with the same lifetime (NOTE [ stacked twins ]).
+        order = np.lexsort((np.arange(n), upper, lower))
+        same = np.ones(n, dtype=bool)
+        if n:
+            same[1:] = (lower[order][1:] != lower[order][:-1]) | (
+                upper[order][1:] != upper[order][:-1]
+            )
+        heads = np.flatnonzero(same)
+        group_size = np.diff(np.append(heads, n))
+        twin_lists: list[np.ndarray] = [np.zeros(0, dtype=np.int64)] * n
+        for g in np.flatnonzero(group_size > 1).tolist():
+            members = order[heads[g] : heads[g] + group_size[g]]
+            for k, m in enumerate(members.tolist()):
+                twin_lists[m] = np.delete(members, k)
+        lengths = np.array([len(t) for t in twin_lists], dtype=np.int64)
+        self.tw_start = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+        self.tw_buf = (
+            np.concatenate(twin_lists).astype(np.int64) if n else np.zeros(0, dtype=np.int64)
+        )
+
+    @functools.cached_property
+    def start(self) -> np.ndarray:
+        """Offsets of each section in :attr:`incidence` (the numpy search's layout)."""
+        per = np.maximum(np.diff(self.sec_start), 1)
+        return np.concatenate([[0], np.cumsum(per)]).astype(np.int64)
+
+    @functools.cached_property
+    def incidence(self) -> np.ndarray:
+        """The incidences grouped by section; an empty section gets the dummy buffer n (always
+        "placed", minimum offset +inf) so that ``np.minimum.reduceat`` never sees an empty
+        segment."""
+        inc = np.full(int(self.start[-1]), self.n, dtype=np.int64)
+        counts = np.diff(self.sec_start)
+        slot = np.repeat(self.start[:-1], counts) + (
+            np.arange(len(self.sec_buf)) - np.repeat(self.sec_start[:-1], counts)
+        )
+        inc[slot] = self.sec_buf
+        return inc
+
+    @functools.cached_property
+    def overlaps(self) -> list[np.ndarray]:
+        """The buffers live at the same time as each buffer."""
+        return np.split(self.ov_buf, self.ov_start[1:-1]) if self.n else []
+
+    @functools.cached_property
+    def twins(self) -> list[list[int]]:
+        """The other buffers with the same lifetime as each buffer."""
+        bounds = self.tw_start.tolist()
+        return [self.tw_buf[a:b].tolist() for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
+
+    def preorder(self, heuristic: str) -> np.ndarray:
+        """Ranks of the buffers under a static preorder (MiniMalloc's W, A, T keys, descending)."""
+        width = self.upper - self.lower
+        keys = {
+            "W": width,
+            "A": width * self.size,
+            "T": self.buffer_total,
+            "Z": self.size,
+        }
+        # np.lexsort sorts by the last key first; negate for descending, index breaks ties.
+        tie = np.arange(self.n)
+        if heuristic[-1].isdigit():  # e.g. "T3": a seeded random order behind the keys
+            tie = np.random.default_rng(int(heuristic[-1])).permutation(self.n)
+            heuristic = heuristic[:-1]
+        order = np.lexsort((tie,) + tuple(-keys[c] for c in reversed(heuristic)))
+        rank = np.empty(self.n, dtype=np.int64)
+        rank[order] = np.arange(self.n)
+        return rank
+
+
+def count_incidences(lower: np.ndarray, upper: np.ndarray) -> int:
+    """How many (section, buffer) incidences the instance has (its size P)."""
+    points = np.unique(np.concatenate([lower, upper]))
+    return int((np.searchsorted(points, upper) - np.searchsorted(points, lower)).sum())
