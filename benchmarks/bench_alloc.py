@@ -15,7 +15,8 @@ With ``--against``, MiniMalloc's command line (google/minimalloc, built separate
 not part of memplan) runs on the same file, ``minimalloc --capacity=1048576 --input=X.csv
 --output=OUT``, alternating with memplan's runs; its output is checked by the same checker. The
 table gives the median of ``--repeat`` runs of each and the ratios memplan / MiniMalloc (below 1:
-memplan is faster).
+memplan is faster), of wall time and of CPU time (user + system of the command's process, from
+``getrusage(RUSAGE_CHILDREN)``: on a shared machine the CPU time varies less with the load).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import resource
 import statistics
 import subprocess
 import sys
@@ -65,15 +67,24 @@ def run_place(path: Path, capacity: int, time_limit: float, engine: str) -> tupl
     return seconds, "valid" if check.valid else f"INVALID: {check.violation}", result.nodes
 
 
-def run_command(argv: list[str], path: Path, out: Path, capacity: int) -> tuple[float, str, str]:
-    """Wall seconds of a command line, the check of what it wrote, and its stderr."""
+def _children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def run_command(
+    argv: list[str], path: Path, out: Path, capacity: int
+) -> tuple[float, float, str, str]:
+    """Wall and CPU seconds of a command line, the check of what it wrote, and its stderr."""
     if out.exists():
         out.unlink()
+    cpu = _children_cpu()
     started = time.perf_counter()
     done = subprocess.run(argv, capture_output=True, text=True)
     seconds = time.perf_counter() - started
+    cpu = _children_cpu() - cpu
     verdict = checked(path, out, capacity) if done.returncode == 0 else f"exit {done.returncode}"
-    return seconds, verdict, done.stderr
+    return seconds, cpu, verdict, done.stderr
 
 
 def main() -> None:
@@ -103,11 +114,14 @@ def main() -> None:
     started = time.perf_counter()
     run_place(files[0], CAPACITY, args.time_limit, args.engine)
     print(f"kernel load (first call in this process): {time.perf_counter() - started:.2f} s")
-    head = "| instance | buffers | peak | place s | nodes | command s |"
-    rule = "|---|---:|---:|---:|---:|---:|"
+    head = "| instance | buffers | peak | place s | nodes | command s | command CPU s |"
+    rule = "|---|---:|---:|---:|---:|---:|---:|"
     if args.against is not None:
-        head += " MiniMalloc s | MiniMalloc solve s | place / MiniMalloc | command / MiniMalloc |"
-        rule += "---:|---:|---:|---:|"
+        head += (
+            " MiniMalloc s | MiniMalloc CPU s | MiniMalloc solve s | place / MiniMalloc |"
+            " command / MiniMalloc | command / MiniMalloc, CPU |"
+        )
+        rule += "---:|---:|---:|---:|---:|---:|"
     print(head)
     print(rule)
     worst = 0.0
@@ -118,6 +132,7 @@ def main() -> None:
             capacity = int(path.name.split(".")[1])
             buffers = read_buffers_csv(path).buffers
             ours, ours_cli, theirs, theirs_solve = [], [], [], []
+            ours_cpu, theirs_cpu = [], []
             verdicts: set[str] = set()
             nodes = 0
             for repeat in range(args.repeat):
@@ -130,7 +145,7 @@ def main() -> None:
                         )
                         ours.append(seconds)
                         verdicts.add(f"place {verdict}")
-                        seconds, verdict, _ = run_command(
+                        seconds, cpu, verdict, _ = run_command(
                             [
                                 *memplan_cli,
                                 "alloc",
@@ -147,9 +162,10 @@ def main() -> None:
                             capacity,
                         )
                         ours_cli.append(seconds)
+                        ours_cpu.append(cpu)
                         verdicts.add(f"command {verdict}")
                     elif args.against is not None:
-                        seconds, verdict, log = run_command(
+                        seconds, cpu, verdict, log = run_command(
                             [
                                 str(args.against),
                                 f"--capacity={capacity}",
@@ -162,13 +178,15 @@ def main() -> None:
                             capacity,
                         )
                         theirs.append(seconds)
+                        theirs_cpu.append(cpu)
                         verdicts.add(f"MiniMalloc {verdict}")
                         solve = re.search(r"Elapsed time ([0-9.]+)s", log)
                         if solve:
                             theirs_solve.append(float(solve.group(1)))
             row = (
                 f"| {path.name.split('.')[0]} | {len(buffers)} | {buffers.peak_live_load()} | "
-                f"{statistics.median(ours):.2f} | {nodes} | {statistics.median(ours_cli):.2f} |"
+                f"{statistics.median(ours):.2f} | {nodes} | {statistics.median(ours_cli):.2f} | "
+                f"{statistics.median(ours_cpu):.2f} |"
             )
             if args.against is not None:
                 mm = statistics.median(theirs)
@@ -176,7 +194,12 @@ def main() -> None:
                 ratio = statistics.median(ours) / mm
                 ratio_cli = statistics.median(ours_cli) / mm
                 worst = max(worst, ratio)
-                row += f" {mm:.2f} | {mm_solve:.2f} | {ratio:.2f} | {ratio_cli:.2f} |"
+                mm_cpu = statistics.median(theirs_cpu)
+                ratio_cpu = statistics.median(ours_cpu) / mm_cpu
+                row += (
+                    f" {mm:.2f} | {mm_cpu:.2f} | {mm_solve:.2f} | {ratio:.2f} | {ratio_cli:.2f} |"
+                    f" {ratio_cpu:.2f} |"
+                )
             bad = sorted(v for v in verdicts if not v.endswith("valid"))
             if bad:
                 row += " " + "; ".join(bad)
