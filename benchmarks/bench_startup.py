@@ -10,8 +10,8 @@ Each command runs ``--runs`` times after one warm-up run (which also writes the 
 installed package has it); the median and the least wall time are reported, with the median CPU
 time of the process (user + system, from ``resource.getrusage(RUSAGE_CHILDREN)``), which a
 shared machine's load changes less than the wall time. The load average is printed before and
-after. Then ``python -X importtime`` of each command lists the modules that take the longest to
-import (cumulative, top-level imports only).
+after. Then ``python -X importtime`` of each command lists the packages that take the longest to
+import (the self times of their modules, summed per top-level package).
 
 Byte code: where ``PYTHONDONTWRITEBYTECODE`` is set, every run would compile memplan's and its
 dependencies' sources again (seconds, for torch). The children run with it unset and with
@@ -82,7 +82,8 @@ IMPORT_LINE = re.compile(r"import time:\s+(\d+) \|\s+(\d+) \|( *)(\S+)")
 
 
 def top_imports(args: list[str], env: dict[str, str], top: int) -> tuple[float, list[tuple]]:
-    """Total import seconds and the ``top`` slowest top-level imports of ``memplan ARGS``."""
+    """Total import seconds of ``memplan ARGS`` and the ``top`` packages that take the longest:
+    the self times of all their modules, summed per top-level package (numpy, pydantic, ...)."""
     code = "import sys; from memplan.cli.app import main; sys.argv[0] = 'memplan'; main()"
     done = subprocess.run(
         [sys.executable, "-X", "importtime", "-c", code, *args],
@@ -90,13 +91,14 @@ def top_imports(args: list[str], env: dict[str, str], top: int) -> tuple[float, 
         capture_output=True,
         text=True,
     )
-    rows = []
+    per_package: dict[str, float] = {}
     for line in done.stderr.splitlines():
         found = IMPORT_LINE.match(line)
-        if found and len(found.group(3)) == 1:  # top level: one space of indent
-            rows.append((int(found.group(2)) / 1e6, found.group(4)))
-    rows.sort(reverse=True)
-    return sum(seconds for seconds, _ in rows), rows[:top]
+        if found:
+            package = found.group(4).split(".")[0]
+            per_package[package] = per_package.get(package, 0.0) + int(found.group(1)) / 1e6
+    rows = sorted(((seconds, name) for name, seconds in per_package.items()), reverse=True)
+    return sum(per_package.values()), rows[:top]
 
 
 def main() -> None:
@@ -123,7 +125,7 @@ def main() -> None:
         print(f"\nload average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
         for label, (argv, _) in COMMANDS.items():
             total, rows = top_imports(argv, env, args.top)
-            print(f"\n`python -X importtime`, {label}: {total:.3f} s of top-level imports")
+            print(f"\n`python -X importtime`, {label}: {total:.3f} s of imports; per package:")
             for seconds, name in rows:
                 print(f"  {seconds:7.3f} s  {name}")
 
