@@ -17,6 +17,7 @@ from memplan.torch.linearize import (  # noqa: E402
     MeanSquareLoss,
     NextTokenLoss,
     linearize,
+    outputs_match,
     split_model,
 )
 from memplan.torch.models import MODELS, Inception3, InceptionOutputs, build_model  # noqa: E402
@@ -309,3 +310,26 @@ def test_build_model_from_a_factory_spec(tmp_path, monkeypatch):
         build_model("memplan_test_factories:missing")
     with pytest.raises(InputError, match="cannot import"):
         build_model("memplan_no_such_module_xyz:factory")
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32, torch.float64])
+@pytest.mark.parametrize("scale", [0.0, 1e-8, 1e-6, 1e-5, 1e-3, 1e-2, 0.1])
+def test_outputs_match_judges_as_assert_close(dtype, scale):
+    """The chain check without torch.testing (issue 14 item 7) accepts and refuses what
+    assert_close does, NaN included, at and around each dtype's tolerances."""
+    generator = torch.Generator().manual_seed(0)
+    expected = torch.randn(64, generator=generator).to(dtype)
+    expected[3] = float("nan")
+    actual = (expected.double() * (1 + scale) + scale).to(dtype)
+    try:
+        torch.testing.assert_close(actual, expected, equal_nan=True)
+        close = True
+    except AssertionError:
+        close = False
+    assert outputs_match(actual, expected) == close
+
+
+def test_outputs_match_refuses_other_dtypes_and_shapes():
+    x = torch.ones(4)
+    assert not outputs_match(x.double(), x)
+    assert not outputs_match(x.reshape(2, 2), x)

@@ -831,7 +831,7 @@ def find_repeated_blocks(
     See NOTE [ Finding the run of blocks ] and NOTE [ Stage wrappers ]. The model runs once, in
     eval mode without gradients (its training flags are restored), then the stages of the best
     run (longest; runs inside a single block last) run once and must give the model's output
-    (``torch.testing.assert_close``); if they do not, or the run does not make a chain, the next
+    (:func:`memplan.torch.linearize.outputs_match`); if they do not, or the run does not make a chain, the next
     run is tried.
 
     Parameters
@@ -857,7 +857,7 @@ def find_repeated_blocks(
         block that also reads tensors computed from parameters, activations or the input's values;
         no way to cut what follows the last block; a chain that does not give the model's output.
     """
-    from memplan.torch.linearize import eval_mode
+    from memplan.torch.linearize import eval_mode, outputs_match
 
     kind = type(model).__name__
     call = call or _call_model
@@ -898,9 +898,7 @@ def find_repeated_blocks(
                     f"from the model's {tuple(result.shape)}"
                 )
                 continue
-            try:
-                torch.testing.assert_close(out, result, equal_nan=True)
-            except AssertionError:
+            if not outputs_match(out, result):
                 diff = (out.double() - result.double()).abs().max().item()
                 failure = failure or InputError(
                     f"cannot linearize {kind}: the chain does not reproduce the model's output "
