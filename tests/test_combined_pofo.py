@@ -231,3 +231,20 @@ def test_auto_recovers_rounding_loss_on_resnet34():
     sched = memplan.solve(prof, "pofo", memory, optimizer="none", bandwidth=25e9)
     assert sched.makespan == pytest.approx(auto.claimed_makespan)
     assert memplan.simulate(prof, sched).valid
+
+
+def test_a_plan_the_simulator_rejects_is_never_returned():
+    """At 1e-3 B/s (transfers of 10^7 ms beside computations of a few ms) the combined simulator
+    rejects pofo's dynprog and fractional candidates on this chain at 46 and 47 bytes: pofo says
+    infeasible (the least memory not known) instead of failing with an internal error."""
+    from memplan.algorithms.chain import chain_min_memory
+    from memplan.profile.synthetic import random_chain
+
+    prof = random_chain(3, seed=2)
+    chain = Chain.from_profile(prof)
+    for memory in range(chain_min_memory(chain), chain.store_all_peak() + 1):
+        sched = memplan.solve(prof, "pofo", memory, optimizer="none", bandwidth=1e-3)
+        if sched.feasible:
+            assert memplan.simulate(prof, sched).valid
+        elif memory >= 46:
+            assert sched.min_memory is None and "rejected" in sched.solver.message

@@ -545,26 +545,32 @@ def outputs_match(actual: Tensor, expected: Tensor) -> bool:
     return bool(torch.allclose(actual, expected, rtol=rtol, atol=atol, equal_nan=True))
 
 
+def run_stages(kind: str, stages: list[tuple[str, nn.Module]], x: Tensor) -> Tensor:
+    """Run ``stages`` one after the other on ``x`` (the caller sets eval mode and no_grad); each
+    must return one floating-point tensor, else an :class:`InputError` names the stage."""
+    for name, module in stages:
+        try:
+            x = module(x)
+        except (RuntimeError, ValueError, TypeError, IndexError) as exc:
+            raise InputError(
+                f"cannot linearize {kind}: stage {name!r} failed: {_first_line(exc)}"
+            ) from None
+        if not isinstance(x, Tensor) or not x.is_floating_point():
+            what = x.dtype if isinstance(x, Tensor) else type(x).__name__
+            raise InputError(
+                f"cannot linearize {kind}: stage {name!r} returns {what}; every stage must "
+                "return one floating-point tensor"
+            )
+    return x
+
+
 def _checked_output(
     model: nn.Module, stages: list[tuple[str, nn.Module]], example_input: Tensor, verify: bool
 ) -> Tensor:
     """Run the chain in eval mode without gradients; compare with the model's output."""
     kind = type(model).__name__
     with eval_mode(model, *(m for _, m in stages)), torch.no_grad():
-        x = example_input
-        for name, module in stages:
-            try:
-                x = module(x)
-            except (RuntimeError, ValueError, TypeError, IndexError) as exc:
-                raise InputError(
-                    f"cannot linearize {kind}: stage {name!r} failed: {_first_line(exc)}"
-                ) from None
-            if not isinstance(x, Tensor) or not x.is_floating_point():
-                what = x.dtype if isinstance(x, Tensor) else type(x).__name__
-                raise InputError(
-                    f"cannot linearize {kind}: stage {name!r} returns {what}; every stage must "
-                    "return one floating-point tensor"
-                )
+        x = run_stages(kind, stages, example_input)
         if verify:
             try:
                 expected = model(example_input)

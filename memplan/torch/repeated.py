@@ -800,23 +800,10 @@ def _cut(
 
 def _chain_output(kind: str, stages: list[tuple[str, nn.Module]], x: Tensor) -> Tensor:
     """Run the stages in eval mode without gradients; each must return a floating tensor."""
-    from memplan.torch.linearize import eval_mode
+    from memplan.torch.linearize import eval_mode, run_stages
 
     with eval_mode(*(m for _, m in stages)), torch.no_grad():
-        for name, module in stages:
-            try:
-                x = module(x)
-            except (RuntimeError, ValueError, TypeError, IndexError) as exc:
-                raise InputError(
-                    f"cannot linearize {kind}: stage {name!r} failed: {_first_line(exc)}"
-                ) from None
-            if not isinstance(x, Tensor) or not x.is_floating_point():
-                what = x.dtype if isinstance(x, Tensor) else type(x).__name__
-                raise InputError(
-                    f"cannot linearize {kind}: stage {name!r} returns {what}; every stage must "
-                    "return one floating-point tensor"
-                )
-    return x
+        return run_stages(kind, stages, x)
 
 
 def find_repeated_blocks(
