@@ -194,6 +194,15 @@ def _close(a: float, b: float) -> bool:
     return math.isclose(a, b, rel_tol=TIME_TOLERANCE, abs_tol=TIME_TOLERANCE)
 
 
+def same_instant(a: float, b: float) -> bool:
+    """Whether two times are one instant: within TIME_TOLERANCE ms and the rounding of the times.
+
+    Absolute, not relative to the times: at 1.8e7 ms (after transfers at a few bytes/s) a
+    relative tolerance of 1e-6 would merge events 18 ms apart, a whole computation's start and end.
+    """
+    return abs(a - b) <= TIME_TOLERANCE + 4 * math.ulp(max(abs(a), abs(b)))
+
+
 def lasts(start: float, end: float, duration: float) -> bool:
     """Whether ``end - start`` is ``duration``, to TIME_TOLERANCE and to the rounding of the times.
 

@@ -20,7 +20,7 @@ from collections.abc import Sequence
 
 from memplan.profile.model import Profile
 from memplan.schedule import Op
-from memplan.simulator.chain import TIME_TOLERANCE, SimulationResult, lasts
+from memplan.simulator.chain import TIME_TOLERANCE, SimulationResult, lasts, same_instant
 
 COMPUTE_OPS = ("F_all", "F_ck", "F_n", "B")
 TRANSFER_OPS = ("offload", "prefetch")
@@ -36,11 +36,11 @@ def _close(a: float, b: float) -> bool:
 
 
 def _instants(times: Sequence[float]) -> dict[float, float]:
-    """Map each time to the first time of its cluster (times within the tolerance: one instant)."""
+    """Map each time to the first time of its cluster (times at one instant: :func:`same_instant`)."""
     instant: dict[float, float] = {}
     last = None
     for when in sorted(set(times)):
-        if last is not None and _close(when, last):
+        if last is not None and same_instant(when, last):
             instant[when] = last
         else:
             instant[when] = when

@@ -32,7 +32,7 @@ from collections.abc import Sequence
 
 from memplan.profile.model import Profile
 from memplan.schedule import Op
-from memplan.simulator.chain import TIME_TOLERANCE, SimulationResult, lasts
+from memplan.simulator.chain import TIME_TOLERANCE, SimulationResult, lasts, same_instant
 
 COMPUTE_OPS = ("F_all", "B")
 TRANSFER_OPS = ("offload", "prefetch")
@@ -56,7 +56,7 @@ def _instants(times) -> dict[float, float]:
     instant: dict[float, float] = {}
     last = 0.0
     for when in sorted(set(times)):
-        if instant and _close(when, last):
+        if instant and same_instant(when, last):
             instant[when] = last
         else:
             instant[when] = last = when

@@ -173,36 +173,9 @@ def solve_pofo(
             message="no combined schedule fits: neither recomputing everything nor offloading "
             "every activation does",
         )
-    # Ties go to the simpler plan: rotor (no transfers), then dynprog, then the DP's. With the
-    # profile, the winner is replayed by the combined simulator first (``frac`` already was): a
-    # plan it rejects is dropped for the next one (``details[SOURCE_rejected]``). It happens only
-    # at extreme rates (1e-3 B/s: transfers of 10^7 ms beside computations of a few ms, where
-    # the rounding of the times decides the order of events).
+    # Ties go to the simpler plan: rotor (no transfers), then dynprog, then the DP's.
     rank = {"rotor": 0, "dynprog": 1, "dp": 2, "frac": 3}
-    ordered = sorted(candidates, key=lambda c: (round(c[0], 9), rank[c[1]]))
-    chosen = None
-    for candidate in ordered:
-        if profile is None or candidate[1] == "frac":
-            chosen = candidate
-            break
-        replay = _replay(profile, candidate[2], memory, bandwidth)
-        if replay.valid:
-            chosen = candidate
-            break
-        details[f"{candidate[1]}_rejected"] = replay.violation
-    if chosen is None:
-        return OffloadPlan(
-            ops=None,
-            status="infeasible",
-            lower_bound=lower,
-            peak=peak,
-            min_memory=None,  # the plans that would fit were rejected: not known
-            slots=grid,
-            message="no combined schedule found at this budget replays within it: "
-            + "; ".join(f"{k}: {v}" for k, v in details.items() if k.endswith("_rejected")),
-            details=details,
-        )
-    value, source, ops = chosen
+    value, source, ops = min(candidates, key=lambda c: (round(c[0], 9), rank[c[1]]))
     details["source"] = source
     for v, name, _ in candidates:
         details[name] = v
@@ -217,19 +190,6 @@ def solve_pofo(
         slots=details["frac_slots"] if auto and source == "frac" else grid,
         message=_summary(source, details),
         details=details,
-    )
-
-
-def _replay(profile, ops: list, memory: int, bandwidth: float):
-    """The combined simulator's replay of timed ``ops`` within ``memory`` activation bytes."""
-    from memplan.schedule import Op
-    from memplan.simulator import simulate_combined
-
-    return simulate_combined(
-        profile,
-        [Op(op=n, stage=k, start=a, end=b, stream=s, tensor=t) for n, k, a, b, s, t in ops],
-        memory=memory,
-        bandwidth=bandwidth,
     )
 
 
@@ -323,8 +283,16 @@ def _fractional(
             continue
         makespan = max(op[3] for op in ops)
         if profile is not None:
-            replay = _replay(profile, ops, memory, bandwidth)
-            if not replay.valid:  # safety net, see solve_pofo
+            from memplan.schedule import Op
+            from memplan.simulator import simulate_combined
+
+            replay = simulate_combined(
+                profile,
+                [Op(op=n, stage=k, start=a, end=b, stream=s, tensor=t) for n, k, a, b, s, t in ops],
+                memory=memory,
+                bandwidth=bandwidth,
+            )
+            if not replay.valid:  # pragma: no cover - safety net, see solve_pofo
                 details["frac_rejected"] = replay.violation
                 continue
             makespan = replay.makespan
