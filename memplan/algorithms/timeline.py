@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Iterable
+from typing import Any
 
 from memplan.algorithms.base import ChainPlan, OffloadPlan, SolveRequest
 from memplan.errors import InputError, InternalError
@@ -90,27 +91,8 @@ def chain_schedule(
         static_memory=request.static_memory,
         min_memory=_with_static(plan.min_memory, request),
     )
-    if plan.sequence is None:
-        return Schedule(
-            feasible=False,
-            solver=SolverInfo(
-                seconds=seconds, status="infeasible", slots=plan.slots, message=plan.message
-            ),
-            **common,
-        )
-    ops = timed_ops(profile, plan.sequence)
-    makespan = ops[-1].end if ops else 0.0
-    check_claim(algorithm, plan.claimed_makespan, makespan)
-    return Schedule(
-        feasible=True,
-        makespan=makespan,
-        overhead=makespan / profile.lower_bound if profile.lower_bound > 0 else 1.0,
-        solver=SolverInfo(
-            seconds=seconds, status=plan.status, slots=plan.slots, message=plan.message
-        ),
-        ops=ops,
-        **common,
-    )
+    ops = None if plan.sequence is None else timed_ops(profile, plan.sequence)
+    return _schedule(algorithm, plan, ops, seconds, common)
 
 
 def offload_schedule(
@@ -133,27 +115,35 @@ def offload_schedule(
         static_memory=request.static_memory,
         min_memory=_with_static(plan.min_memory, request),
     )
-    if plan.ops is None:
-        return Schedule(
-            feasible=False,
-            solver=SolverInfo(
-                seconds=seconds, status="infeasible", slots=plan.slots, message=plan.message
-            ),
-            **common,
-        )
-    ops = [
-        Op(op=name, stage=stage, start=start, end=end, stream=stream, tensor=tensor)
-        for name, stage, start, end, stream, tensor in plan.ops
-    ]
-    makespan = max(op.end for op in ops)
+    ops = None
+    if plan.ops is not None:
+        ops = [
+            Op(op=name, stage=stage, start=start, end=end, stream=stream, tensor=tensor)
+            for name, stage, start, end, stream, tensor in plan.ops
+        ]
+    return _schedule(algorithm, plan, ops, seconds, common)
+
+
+def _schedule(
+    algorithm: str,
+    plan: ChainPlan | OffloadPlan,
+    ops: list[Op] | None,
+    seconds: float,
+    common: dict[str, Any],
+) -> Schedule:
+    """The schedule of a plan's timed ``ops`` (None: no plan fits), its claim checked; ``common``
+    holds the fields both outcomes share (``lower_bound`` among them)."""
+    solver = dict(seconds=seconds, slots=plan.slots, message=plan.message)
+    if ops is None:
+        return Schedule(feasible=False, solver=SolverInfo(status="infeasible", **solver), **common)
+    makespan = max((op.end for op in ops), default=0.0)
     check_claim(algorithm, plan.claimed_makespan, makespan)
+    lower = common["lower_bound"]
     return Schedule(
         feasible=True,
         makespan=makespan,
-        overhead=makespan / plan.lower_bound if plan.lower_bound > 0 else 1.0,
-        solver=SolverInfo(
-            seconds=seconds, status=plan.status, slots=plan.slots, message=plan.message
-        ),
+        overhead=makespan / lower if lower > 0 else 1.0,
+        solver=SolverInfo(status=plan.status, **solver),
         ops=ops,
         **common,
     )

@@ -152,10 +152,11 @@ class TensorLevelRun:
         """
         from memplan.torch.profiler import StageMeasurement
 
+        buffers = {name: self.fake(b) for name, b in module.named_buffers()}
         state = {name: self.fake(p) for name, p in module.named_parameters()}
-        state.update({name: self.fake(b) for name, b in module.named_buffers()})
+        state.update(buffers)
         static = {storage_id(t)[0] for t in state.values()}
-        buffer_bytes = sum(storage_id(self.fake(b))[1] for b in module.buffers())
+        buffer_bytes = sum(storage_id(b)[1] for b in buffers.values())
         params = [t for name, t in state.items() if isinstance(t, Tensor) and t.requires_grad]
         for p in params:
             p.grad = None
