@@ -48,10 +48,14 @@ one budget than at a larger one.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from memplan.algorithms.base import ChainPlan, Sequence
+from memplan.algorithms.chain import rotor_native
 from memplan.algorithms.chain.least_memory import (  # noqa: F401 - chain_min_memory re-exported
+    INT64_SAFE,
     chain_min_memory,
     least_memory_bounds,
     least_memory_plan,
@@ -215,7 +219,12 @@ def solve_rotor(chain: Chain, memory: int, *, slots: int | str | None = AUTO) ->
         exists. ``slots`` is the budget in slots of the grid used, None for the byte-level DP.
     """
     auto = slots is None or slots == AUTO
-    lower, upper = least_memory_bounds(chain)
+    fused = None if auto else _compiled_at_once(chain, memory, slots)
+    if fused is not None:  # the bounds and the grid, in one call
+        lower, upper, store_all = fused.bounds
+    else:
+        lower, upper = least_memory_bounds(chain)
+        store_all = None
     least_plan = None if lower == upper else least_memory_plan(chain)
     min_memory = lower if least_plan is None else least_plan[0]
     if memory < min_memory:
@@ -225,7 +234,7 @@ def solve_rotor(chain: Chain, memory: int, *, slots: int | str | None = AUTO) ->
             min_memory=min_memory,
             message="no checkpointing plan fits: even recomputing everything needs more memory",
         )
-    if chain.store_all_peak() <= memory:
+    if (chain.store_all_peak() if store_all is None else store_all) <= memory:
         sequence = chain.store_all_sequence()
         return ChainPlan(
             sequence,
@@ -252,12 +261,18 @@ def solve_rotor(chain: Chain, memory: int, *, slots: int | str | None = AUTO) ->
         slots = auto_slots(chain.length)
     if isinstance(slots, bool) or not isinstance(slots, int) or slots < 1:
         raise InputError(f"--slots {slots!r}: expected an integer or auto")
-    found = _on_grid(chain, memory, budget, slots, tighten=auto)
+    if fused is not None:
+        assert fused.sequence is not None or fused.status == rotor_native.INFEASIBLE
+        found = (
+            None if fused.sequence is None else (fused.sequence, fused.capacity, budget <= slots)
+        )
+    else:
+        found = _on_grid(chain, memory, budget, slots, tighten=auto)
     if found is not None:
         sequence, capacity, exact = found
         value = chain.makespan(sequence)
     else:
-        capacity, _ = slot_sizes(chain, budget, slots)
+        capacity = budget if budget <= slots else slots  # as slot_sizes
         value, exact = np.inf, False
     # A least-memory plan, in case the grid finds nothing or something slower: the fastest one
     # (an O(L^3) DP) on shorter chains, else the recompute-all plan (least memory when the bounds
@@ -301,6 +316,45 @@ def auto_slots(length: int) -> int:
     return max(2, min(max(AUTO_SLOTS, by_time), MAX_AUTO_SLOTS, by_memory))
 
 
+def _grid_shape(
+    chain: Chain, budget: int, slots: int, tighten: bool
+) -> tuple[int, bool, int, type, str | None]:
+    """The grid of :func:`_on_grid`: its budget in slots, whether it is exact, the extra slots
+    of tightening, the table's dtype, and why the table is refused (None: it is not)."""
+    exact = budget <= slots
+    capacity = budget if exact else slots
+    extra = _extra_slots(capacity) if tighten and not exact else 0
+    width = capacity + extra + 1
+    pairs = chain.length * (chain.length + 1) // 2
+    dtype = np.float32 if pairs * width > FLOAT32_CELLS else np.float64
+    table_bytes = pairs * width * np.dtype(dtype).itemsize + 4 * chain.length * width
+    refused = None
+    if table_bytes > TABLE_LIMIT:
+        most = max(2, TABLE_LIMIT // (pairs * 4) - 2)
+        refused = (
+            f"--slots {slots}: the rotor table for {chain.length} stages would take "
+            f"{table_bytes / 1e9:.1f} GB; use --slots {most} or fewer"
+        )
+    return capacity, exact, extra, dtype, refused
+
+
+def _compiled_at_once(chain: Chain, memory: int, slots: object) -> rotor_native.CompiledGrid | None:
+    """With ``--slots N`` and the compiled kernel: the chain's least-memory bounds, its store-all
+    peak and the grid's plan, in one call (rotor_native.py; the grid only when the bounds do not
+    settle the answer), or None where :func:`solve_rotor` takes the usual path (no kernel, an
+    invalid or too large grid, or sizes too large for exact int64 sums)."""
+    if isinstance(slots, bool) or not isinstance(slots, int) or slots < 1:
+        return None
+    if not 0 <= memory < INT64_SAFE or not rotor_native.available():
+        return None
+    budget = memory - int(chain.x[0])
+    _, _, _, dtype, refused = _grid_shape(chain, max(budget, 0), slots, tighten=False)
+    if refused is not None:
+        return None
+    fused = rotor_native.solve_grid(chain, budget, slots, dtype=dtype, memory=memory)
+    return None if fused.status == rotor_native.UNBOUNDED else fused
+
+
 def _on_grid(
     chain: Chain, memory: int, budget: int, slots: int, tighten: bool
 ) -> tuple[Sequence, int, bool] | None:
@@ -309,42 +363,54 @@ def _on_grid(
     With ``tighten``, the table is also filled for :func:`_extra_slots` budgets above the grid's
     own, and the plan returned is the fastest of those at the top budgets, tried from the fastest
     down, that fits in bytes (NOTE [ rotor guarantees ]); the grid's own budget always does.
+
+    The compiled kernel (rotor_native.py) fills the table when it is available, else numpy
+    (rotor_grid.py): the same values where they are read, so the same plans.
     """
-    capacity, r = slot_sizes(chain, budget, slots)
-    exact = budget <= slots
-    extra = _extra_slots(capacity) if tighten and not exact else 0
-    width = capacity + extra + 1
-    pairs = chain.length * (chain.length + 1) // 2
-    dtype = np.float32 if pairs * width > FLOAT32_CELLS else np.float64
-    table_bytes = pairs * width * np.dtype(dtype).itemsize + 4 * chain.length * width
-    if table_bytes > TABLE_LIMIT:
-        most = max(2, TABLE_LIMIT // (pairs * 4) - 2)
-        raise InputError(
-            f"--slots {slots}: the rotor table for {chain.length} stages would take "
-            f"{table_bytes / 1e9:.1f} GB; use --slots {most} or fewer"
+    capacity, exact, extra, dtype, refused = _grid_shape(chain, budget, slots, tighten)
+    if refused is not None:
+        raise InputError(refused)
+    if rotor_native.available():
+        compiled = rotor_native.solve_grid(
+            chain, budget, slots, extra=extra, dtype=dtype, trace=extra == 0
         )
-    x, s, g, fo, bo = (r[k] for k in ("x", "s", "g", "fo", "bo"))
-    table = grid_table(
-        chain,
-        capacity + extra,
-        x,
-        s,
-        g,
-        fo,
-        bo,
-        dtype=dtype,
-        asked_from=capacity if extra else None,
-    )
-    top = table.row(0, chain.length - 1)
-    if not np.isfinite(top[capacity + extra]):
+        if extra == 0:  # the kernel traced the grid's own budget already
+            found = compiled.sequence
+            return None if found is None else (found, capacity, exact)
+        top = compiled.top_values()  # at capacity .. capacity + extra
+
+        def backtrack(c: int) -> Sequence:
+            found = compiled.backtrack(c)
+            assert found is not None  # its top value is finite
+            return found
+    else:
+        capacity, r = slot_sizes(chain, budget, slots)
+        x, s, g, fo, bo = (r[k] for k in ("x", "s", "g", "fo", "bo"))
+        table = grid_table(
+            chain,
+            capacity + extra,
+            x,
+            s,
+            g,
+            fo,
+            bo,
+            dtype=dtype,
+            asked_from=capacity if extra else None,
+        )
+        top = table.row(0, chain.length - 1)[capacity:].tolist()
+
+        def backtrack(c: int) -> Sequence:
+            return grid_backtrack(chain, table, x, s, g, fo, bo, c)
+
+    if not math.isfinite(top[extra]):
         return None
     tried: set[float] = set()
     for c in range(capacity + extra, capacity - 1, -1):
-        value = float(top[c])
-        if c > capacity and (value in tried or (c > 0 and float(top[c - 1]) == value)):
+        value = top[c - capacity]
+        if c > capacity and (value in tried or (c > 0 and top[c - 1 - capacity] == value)):
             continue  # the least budget of each value is tried: its plan is the likeliest to fit
         tried.add(value)
-        sequence = grid_backtrack(chain, table, x, s, g, fo, bo, c)
+        sequence = backtrack(c)
         if c == capacity:
             return sequence, capacity, exact
         peak = chain.peak(sequence)

@@ -1,0 +1,255 @@
+"""Running the compiled rotor grid DP (rotor_kernel.py) through :mod:`memplan.native`.
+
+:func:`solve_grid` is the compiled counterpart of rotor_grid.py's ``grid_table`` followed by
+``grid_backtrack``: the same values where they are read and the same plans
+(NOTE [ rotor kernel layout ], rotor_kernel.py), in one call without numpy's per-sub-chain
+overhead. It needs the ``fast`` extra (numba) once, to build the object code; later processes load
+it without importing numba. Without it, or with ``MEMPLAN_NATIVE=0``, :func:`available` is False
+and rotor.py runs the numpy path unchanged.
+
+``python -m memplan.algorithms.chain.rotor_native`` builds (and caches) the object code now.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import threading
+from typing import Any
+
+import numpy as np
+
+from memplan import native
+from memplan.algorithms.base import Sequence
+from memplan.algorithms.chain.problem import Chain
+from memplan.algorithms.chain.rotor_layout import (
+    H_CAPACITY,
+    H_EXTRA,
+    H_LOWER,
+    H_OPS,
+    H_ROUNDED,
+    H_STATUS,
+    H_STORE_ALL,
+    H_TRACE,
+    H_UPPER,
+    HEADER,
+    INFEASIBLE,
+    NO_OPTION,
+    OK,
+    OPERATIONS,
+    OVERFLOW,
+    SKIPPED,
+    UNBOUNDED,
+    Layout,
+)
+
+KERNEL = "memplan.algorithms.chain.rotor_cfuncs"
+SOURCES = ("memplan.algorithms.chain.rotor_kernel", "memplan.algorithms.chain.rotor_layout")
+_BUFFERS = native.Prototype(
+    ctypes.c_int64,
+    (
+        ctypes.c_void_p,  # int64 words
+        ctypes.c_int64,
+        ctypes.c_void_p,  # float64 words
+        ctypes.c_int64,
+        ctypes.c_void_p,  # uint64 bit sets
+        ctypes.c_int64,
+        ctypes.c_void_p,  # table cells
+        ctypes.c_int64,
+    ),
+)
+PROTOTYPES = {name: _BUFFERS for name in ("grid_f64", "grid_f32", "trace_f64", "trace_f32")}
+"""Entry name -> C signature of rotor_cfuncs.py's cfuncs (each: the four buffers and lengths)."""
+
+KEEP_BYTES = 32 * 2**20
+"""Buffers up to this size are kept for the thread's next call; larger ones are freed after it."""
+
+_STATE: dict[str, Any] = {}
+_LOCK = threading.Lock()
+_LOCAL = threading.local()
+
+
+def load() -> dict[str, Any] | None:
+    """The kernel's entry points (built on the first use after an install, then loaded from the
+    cache), or None when native kernels are unavailable here (:func:`load_error` says why)."""
+    entries = _STATE.get("entries")
+    if entries is not None or "error" in _STATE:
+        return entries
+    with _LOCK:
+        if "entries" not in _STATE and "error" not in _STATE:
+            try:
+                _STATE["entries"] = native.load(KERNEL, PROTOTYPES, sources=SOURCES)
+            except native.NativeUnavailable as exc:
+                _STATE["error"] = exc
+    return _STATE.get("entries")
+
+
+def available() -> bool:
+    """Whether the compiled grid DP runs here (loading it if needed)."""
+    return not native.disabled() and load() is not None
+
+
+def load_error() -> BaseException | None:
+    """Why the kernel is unavailable, if it is."""
+    return _STATE.get("error")
+
+
+class _Buffer:
+    """A numpy array and its address (reading ``.ctypes.data`` costs a microsecond)."""
+
+    __slots__ = ("array", "address")
+
+    def __init__(self, size: int, dtype: Any) -> None:
+        self.array = np.empty(size, dtype=dtype)
+        self.address = self.array.ctypes.data
+
+
+def _buffer(name: str, size: int, dtype: Any) -> _Buffer:
+    """This thread's buffer ``name`` of at least ``size`` items, kept between calls when small."""
+    kept: dict[str, _Buffer] = _LOCAL.__dict__.setdefault("buffers", {})
+    found = kept.get(name)
+    if found is not None and len(found.array) >= size:
+        return found
+    made = _Buffer(max(size, 2 * len(found.array)) if found is not None else size, dtype)
+    if made.array.nbytes <= KEEP_BYTES:
+        kept[name] = made
+    return made
+
+
+class CompiledGrid:
+    """A table the kernel filled: its budget in slots, its top values and more backtracks."""
+
+    def __init__(
+        self,
+        ints: _Buffer,
+        floats: _Buffer,
+        bits: _Buffer,
+        table: _Buffer,
+        layout: Layout,
+        trace_entry: Any,
+    ) -> None:
+        self._buffers = (ints, floats, bits, table)
+        self._layout = layout
+        self._trace = trace_entry
+        header = ints.array[:HEADER].tolist()
+        self.capacity: int = header[H_CAPACITY]
+        self.status: int = header[H_STATUS]
+        self.extra: int = header[H_EXTRA]
+        self.bounds: tuple[int, int, int] = (header[H_LOWER], header[H_UPPER], header[H_STORE_ALL])
+        """With ``memory``: the least-memory bounds and the store-all peak (bytes)."""
+        self.sequence: Sequence | None = (
+            _operations(ints.array, layout, header[H_OPS]) if self.status == OK else None
+        )
+
+    def top_values(self) -> list[float]:
+        """``opt(0, L-1)`` at the budgets ``capacity .. capacity + extra`` (slots)."""
+        table = self._buffers[3].array
+        return table[self._layout.t_top : self._layout.t_top + self.extra + 1].tolist()
+
+    def backtrack(self, budget: int) -> Sequence | None:
+        """The plan at ``budget`` (``capacity .. capacity + extra``); None if there is none."""
+        ints = self._buffers[0].array
+        ints[H_TRACE] = budget - self.capacity
+        status = _call(self._trace, *self._buffers)
+        if status == INFEASIBLE:
+            return None
+        _check(status)
+        return _operations(ints, self._layout, int(ints[H_OPS]))
+
+
+def _call(entry: Any, ints: _Buffer, floats: _Buffer, bits: _Buffer, table: _Buffer) -> int:
+    return entry(
+        ints.address,
+        len(ints.array),
+        floats.address,
+        len(floats.array),
+        bits.address,
+        len(bits.array),
+        table.address,
+        len(table.array),
+    )
+
+
+def _check(status: int) -> None:
+    if status == NO_OPTION:  # pragma: no cover - the table holds one of the options' values
+        raise AssertionError("rotor kernel: no option reaches a value of the table")
+    if status not in (OK, INFEASIBLE, SKIPPED, UNBOUNDED):  # pragma: no cover - buffers sized
+        raise AssertionError(f"rotor kernel: status {status}")
+
+
+def _operations(ints: np.ndarray, layout: Layout, count: int) -> Sequence:
+    codes = ints[layout.ops : layout.ops + 2 * count].tolist()
+    return list(zip(map(OPERATIONS.__getitem__, codes[::2]), codes[1::2], strict=True))
+
+
+def solve_grid(
+    chain: Chain,
+    budget: int,
+    slots: int,
+    *,
+    extra: int = 0,
+    dtype: Any = np.float64,
+    trace: bool = True,
+    reach: bool = True,
+    memory: int | None = None,
+) -> CompiledGrid:
+    """Round the sizes to ``slots`` slots of the activation ``budget`` (bytes, as
+    :func:`memplan.algorithms.chain.rotor.slot_sizes`), fill the table for the top budgets
+    ``capacity .. capacity + extra`` and, with ``trace``, backtrack at ``capacity``.
+
+    With ``memory`` (activation bytes, ``x[0]`` included; ``budget = memory - x[0]``), the
+    chain's least-memory bounds and store-all peak come first (:attr:`CompiledGrid.bounds`), and
+    the grid is skipped (status ``SKIPPED``) when the memory is below the lower bound or
+    store-all fits; status ``UNBOUNDED`` when the sizes are too large for exact int64 bounds
+    (nothing done). ``reach=False`` fills every budget of each sub-chain's window (the numpy
+    path's small mode; for the tests). Raises :class:`memplan.native.NativeUnavailable` when the kernel is
+    unavailable (check :func:`available` first).
+    """
+    entries = load()
+    if entries is None:
+        raise native.NativeUnavailable(str(load_error()))
+    f32 = np.dtype(dtype) == np.float32
+    L = chain.length
+    capacity = max(0, budget if budget <= slots else slots)
+    layout = Layout(L, capacity + extra + 1)
+    ints = _buffer("ints", layout.ints, np.int64)
+    floats = _buffer("floats", layout.floats, np.float64)
+    bits = _buffer("bits", layout.bits, np.uint64)
+    table = _buffer(
+        "table32" if f32 else "table64", layout.table, np.float32 if f32 else np.float64
+    )
+    words = ints.array
+    header = (L, budget, slots, extra, 0 if trace else -1, 1 if reach else 0, 0)
+    words[:8] = (*header, -1 if memory is None else memory)
+    raw = layout.raw
+    words[raw : raw + L + 1] = chain.x
+    words[raw + L + 1 : raw + 2 * L + 1] = chain.s
+    words[raw + 2 * L + 1 : raw + 3 * L + 2] = chain.g
+    words[raw + 3 * L + 2 : raw + 4 * L + 2] = chain.fo
+    words[raw + 4 * L + 2 : raw + 5 * L + 2] = chain.bo
+    times = floats.array
+    times[:L] = chain.ft
+    times[L : 2 * L] = chain.bt
+    grid_entry = entries["grid_f32" if f32 else "grid_f64"]
+    status = _call(grid_entry, ints, floats, bits, table)
+    if status == OVERFLOW:  # sizes too large to round in int64: round in Python ints
+        from memplan.algorithms.chain.rotor import slot_sizes
+
+        rounded = slot_sizes(chain, budget, slots)[1]
+        sizes = np.concatenate([rounded[k] for k in ("x", "s", "g", "fo", "bo")])
+        words[layout.rounded : layout.rounded + 5 * L + 2] = sizes
+        words[H_ROUNDED] = 1
+        status = _call(grid_entry, ints, floats, bits, table)
+    _check(status)
+    return CompiledGrid(
+        ints, floats, bits, table, layout, entries["trace_f32" if f32 else "trace_f64"]
+    )
+
+
+if __name__ == "__main__":  # python -m memplan.algorithms.chain.rotor_native: build it now
+    import sys
+    import time
+
+    started = time.perf_counter()
+    if load() is None:
+        sys.exit(f"memplan: the compiled rotor kernel is not available: {load_error()}")
+    print(f"memplan: the compiled rotor kernel is ready ({time.perf_counter() - started:.1f} s)")
