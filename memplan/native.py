@@ -311,13 +311,17 @@ def _link(
     functions: dict[str, Callable[..., Any]] = {}
     for name, prototype in entries.items():
         item = manifest["entries"][name]
+        # One engine per entry: each cfunc carries its own copy of the functions it calls.
+        # Created before the symbols are looked up: creating the first engine makes the
+        # process's own symbols (Python's C API) visible to LLVM; before it, Py_DecRef & co.
+        # would be bound to the trap, and so would every numba function compiled in this
+        # process later (numba resolves them through the same table).
+        engine = ll.create_mcjit_compiler(ll.parse_assembly(""), tm)
         for symbol in item["undefined"]:
             if not ll.address_of_symbol(symbol):
                 if not symbol.startswith(("NRT_", "numba_", "Py", "_Py")):
                     raise NativeUnavailable(f"{module}.{name} needs {symbol}, absent here")
                 ll.add_symbol(symbol, _trap(symbol, module))
-        # One engine per entry: each cfunc carries its own copy of the functions it calls.
-        engine = ll.create_mcjit_compiler(ll.parse_assembly(""), tm)
         engine.add_object_file(ll.ObjectFileRef.from_data(item["object"]))
         engine.finalize_object()
         address = engine.get_function_address(item["symbol"])
