@@ -76,6 +76,7 @@ class Layout:
 
     def __init__(self, length: int, width: int) -> None:
         L, W = length, width
+        self.length, self.width = L, W
         sizes = 5 * L + 2
         self.raw = HEADER
         self.rounded = self.raw + sizes

@@ -13,6 +13,7 @@ and rotor.py runs the numpy path unchanged.
 from __future__ import annotations
 
 import ctypes
+import math
 import threading
 from typing import Any
 
@@ -116,7 +117,10 @@ def _buffer(name: str, size: int, dtype: Any) -> _Buffer:
 
 
 class CompiledGrid:
-    """A table the kernel filled: its budget in slots, its top values and more backtracks."""
+    """A table the kernel filled: its budget in slots, its plan, its top values, more backtracks.
+
+    It lives in this thread's buffers: valid until the thread's next :func:`solve_grid`.
+    """
 
     def __init__(
         self,
@@ -130,30 +134,61 @@ class CompiledGrid:
         self._buffers = (ints, floats, bits, table)
         self._layout = layout
         self._trace = trace_entry
+        self._generation = _LOCAL.generation
         header = ints.array[:HEADER].tolist()
         self.capacity: int = header[H_CAPACITY]
+        """The budget in slots (as ``slot_sizes``)."""
         self.status: int = header[H_STATUS]
+        """``OK``, ``INFEASIBLE`` (no plan at the traced budget), or with ``memory`` ``SKIPPED``
+        / ``UNBOUNDED`` (rotor_layout.py)."""
         self.extra: int = header[H_EXTRA]
         self.bounds: tuple[int, int, int] = (header[H_LOWER], header[H_UPPER], header[H_STORE_ALL])
         """With ``memory``: the least-memory bounds and the store-all peak (bytes)."""
         self.sequence: Sequence | None = (
             _operations(ints.array, layout, header[H_OPS]) if self.status == OK else None
         )
+        """The plan at ``capacity`` when traced; None when there is none (or not traced)."""
+
+    def _live(self) -> tuple[np.ndarray, ...]:
+        if _LOCAL.generation != self._generation:  # pragma: no cover - a caller's bug
+            raise RuntimeError("rotor kernel: this table was overwritten by a later solve_grid")
+        return tuple(buffer.array for buffer in self._buffers)
 
     def top_values(self) -> list[float]:
         """``opt(0, L-1)`` at the budgets ``capacity .. capacity + extra`` (slots)."""
-        table = self._buffers[3].array
+        table = self._live()[3]
         return table[self._layout.t_top : self._layout.t_top + self.extra + 1].tolist()
 
     def backtrack(self, budget: int) -> Sequence | None:
         """The plan at ``budget`` (``capacity .. capacity + extra``); None if there is none."""
-        ints = self._buffers[0].array
+        ints = self._live()[0]
         ints[H_TRACE] = budget - self.capacity
         status = _call(self._trace, *self._buffers)
         if status == INFEASIBLE:
             return None
         _check(status)
         return _operations(ints, self._layout, int(ints[H_OPS]))
+
+    def asked(self, a: int, b: int) -> list[int]:
+        """The budgets the top problem asks of the sub-chain ``(a, b)`` (for the checks)."""
+        bits = self._live()[2]
+        layout, length = self._layout, self._layout.length
+        words = bits[(a * length + b) * layout.words : (a * length + b + 1) * layout.words]
+        return [
+            64 * w + i for w, word in enumerate(words.tolist()) for i in range(64) if word >> i & 1
+        ]
+
+    def value(self, a: int, b: int, budget: int) -> float:
+        """``opt(a, b)(budget)`` as the kernel reads it (NOTE [ rotor kernel layout ])."""
+        ints, _, _, table = self._live()
+        layout, length = self._layout, self._layout.length
+        pair, square = a * length + b, length * length
+        start, top, base = (int(ints[layout.pairs + k * square + pair]) for k in (4, 5, 6))
+        if budget >= top:
+            return float(table[layout.t_tp + pair])
+        if budget < start:
+            return math.inf
+        return float(table[layout.t_rows + base + budget - start])
 
 
 def _call(entry: Any, ints: _Buffer, floats: _Buffer, bits: _Buffer, table: _Buffer) -> int:
@@ -207,6 +242,7 @@ def solve_grid(
     entries = load()
     if entries is None:
         raise native.NativeUnavailable(str(load_error()))
+    _LOCAL.generation = getattr(_LOCAL, "generation", 0) + 1
     f32 = np.dtype(dtype) == np.float32
     L = chain.length
     capacity = max(0, budget if budget <= slots else slots)
