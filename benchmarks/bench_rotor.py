@@ -7,6 +7,7 @@ Usage::
     python benchmarks/bench_rotor.py --bundled          # default vs 500 slots vs 20000 slots
     python benchmarks/bench_rotor.py --rounding         # <= 20 stages against the exact optimum
     python benchmarks/bench_rotor.py --scale            # info and rotor at 250..2000 stages
+    python benchmarks/bench_rotor.py --native-cost      # building and loading the kernel
 
 Chains are ``random_chain(L, seed=L, max_size=1000)``, budgets a percentage of the store-all peak
 (activations, ``--optimizer none``). Times are seconds of :func:`memplan.algorithms.chain.
@@ -22,6 +23,13 @@ and are skipped beyond ``--dict-limit`` stages (default 100: at 200 stages that 
 entries, gigabytes of Python objects).
 
 ``--memory`` adds memplan's peak traced memory (tracemalloc, numpy included) in a separate run.
+
+memplan's grid runs compiled (rotor_native.py) when its kernel is available: it is loaded before
+the first timing, as the C ports are (the head says which path runs; ``MEMPLAN_NATIVE=0`` times
+the numpy path). ``--native-cost`` measures, in fresh processes with an empty object cache, the
+first use after an install (compiling the kernel with numba, once) and then the load of the
+cached object (``python -m memplan.algorithms.chain.rotor_native`` each time, median of
+``--repeats`` loads, and the whole process's wall time).
 """
 
 from __future__ import annotations
@@ -39,7 +47,7 @@ import numpy as np
 from _common import machine
 
 import memplan
-from memplan.algorithms.chain import Chain, chain_min_memory, solve_rotor
+from memplan.algorithms.chain import Chain, chain_min_memory, rotor_native, solve_rotor
 from memplan.algorithms.chain.rotor import slot_sizes
 from memplan.profile import bundled_profiles
 from memplan.profile.synthetic import random_chain
@@ -73,7 +81,16 @@ def grid_label(plan) -> str:
     return "bytes" if plan.slots is None else str(plan.slots)
 
 
+def kernel_line() -> str:
+    """Load memplan's compiled grid kernel now (not in the first timing) and say so."""
+    started = time.perf_counter()
+    if not rotor_native.available():
+        return f"memplan grid: numpy ({rotor_native.load_error() or 'MEMPLAN_NATIVE=0'})"
+    return f"memplan grid: compiled kernel (loaded in {time.perf_counter() - started:.3f} s)"
+
+
 def lengths_table(args: argparse.Namespace) -> None:
+    print(kernel_line())
     ports = {}
     if args.against:
         sys.path.insert(0, str(Path(__file__).parent))
@@ -243,6 +260,52 @@ def scale_table(args: argparse.Namespace) -> None:
         print(f"| `{label}` | " + " | ".join(cells) + " |", flush=True)
 
 
+NATIVE_SNIPPET = """
+import sys, time
+started = time.perf_counter()
+from memplan.algorithms.chain import rotor_native
+imported = time.perf_counter()
+assert rotor_native.available(), rotor_native.load_error()
+print(f"{imported - started:.3f} {time.perf_counter() - imported:.3f} {'numba' in sys.modules}")
+"""
+
+
+def native_cost(args: argparse.Namespace) -> None:
+    """First use after an install (the build) and later loads, each in a fresh process."""
+    import os
+    import tempfile
+
+    def fresh(cache: str) -> tuple[float, float, float, bool]:
+        env = {**os.environ, "MEMPLAN_CACHE_DIR": cache}
+        env.pop("MEMPLAN_NATIVE", None)
+        started = time.perf_counter()
+        done = subprocess.run(
+            [sys.executable, "-c", NATIVE_SNIPPET], capture_output=True, text=True, env=env
+        )
+        wall = time.perf_counter() - started
+        if done.returncode != 0:
+            raise SystemExit(f"the kernel did not load: {done.stderr.strip()}")
+        imported, loaded, numba = done.stdout.split()
+        return wall, float(imported), float(loaded), numba == "True"
+
+    with tempfile.TemporaryDirectory() as cache:
+        wall, imported, build, numba = fresh(cache)
+        print(
+            f"first use (empty cache): {build:.2f} s to build and load the kernel (numba "
+            f"imported: {numba}); process {wall:.2f} s, of which importing memplan {imported:.2f} s"
+        )
+        loads = [fresh(cache) for _ in range(args.repeats)]
+        load = statistics.median(row[2] for row in loads)
+        wall = statistics.median(row[0] for row in loads)
+        imported = statistics.median(row[1] for row in loads)
+        numba = any(row[3] for row in loads)
+        print(
+            f"cached: {load * 1000:.1f} ms to load the kernel (numba imported: {numba}); "
+            f"process {wall:.2f} s, of which importing memplan {imported:.2f} s "
+            f"(median of {args.repeats})"
+        )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--lengths", default="10,50,100,200,500")
@@ -258,6 +321,7 @@ def main() -> None:
     parser.add_argument("--scale", action="store_true")
     parser.add_argument("--scale-lengths", default="250,500,1000,2000")
     parser.add_argument("--timeout", type=int, default=120)
+    parser.add_argument("--native-cost", action="store_true")
     args = parser.parse_args()
     print(f"machine: {machine()}")
     if args.bundled:
@@ -266,6 +330,8 @@ def main() -> None:
         rounding_table(args)
     elif args.scale:
         scale_table(args)
+    elif args.native_cost:
+        native_cost(args)
     else:
         lengths_table(args)
 

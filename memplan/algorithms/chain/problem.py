@@ -63,7 +63,10 @@ class Chain:
         return float(self.bt[stage] if op == "B" else self.ft[stage])
 
     def makespan(self, sequence: Sequence) -> float:
-        return float(sum(self.duration(op, k) for op, k in sequence))
+        # The durations of duration() added in the same order (the same float), without a call
+        # per operation.
+        ft, bt = self.ft.tolist(), self.bt.tolist()
+        return float(sum([bt[k] if op == "B" else ft[k] for op, k in sequence]))
 
     @property
     def lower_bound(self) -> float:

@@ -510,7 +510,7 @@ def backtrack(L, x, s, g, fo, bo, hi, start, top, base, table, t, budget, ops, s
     tp = table[t_tp : t_tp + L * L]
     fprefix = table[t_fprefix : t_fprefix + L + 1]
     fa_times = table[t_fa : t_fa + L]
-    n_ops = ops.shape[0] // 2
+    n_ops = ops.shape[0]
     n_stack = stack.shape[0] // 4
     n = 0
     sp = 1
@@ -521,7 +521,7 @@ def backtrack(L, x, s, g, fo, bo, hi, start, top, base, table, t, budget, ops, s
         if kind == 0:
             if n + 1 > n_ops:
                 return SMALL_BUFFER
-            ops[2 * n], ops[2 * n + 1] = B, a
+            ops[n] = 4 * a + B
             n += 1
             continue
         ab = a * L + b
@@ -529,10 +529,10 @@ def backtrack(L, x, s, g, fo, bo, hi, start, top, base, table, t, budget, ops, s
             if n + 2 * (b - a + 1) > n_ops:
                 return SMALL_BUFFER
             for k in range(a, b + 1):
-                ops[2 * n], ops[2 * n + 1] = F_ALL, k
+                ops[n] = 4 * k + F_ALL
                 n += 1
             for k in range(b, a - 1, -1):
-                ops[2 * n], ops[2 * n + 1] = B, k
+                ops[n] = 4 * k + B
                 n += 1
             continue
         if sp + 2 > n_stack or n + (b - a) > n_ops:
@@ -543,7 +543,7 @@ def backtrack(L, x, s, g, fo, bo, hi, start, top, base, table, t, budget, ops, s
         if m >= need_fa and m >= sa:
             fa = _read(table, t_rows, start, top, base, tp, inf, ab + L, m - sa) + fa_times[a]
             if fa == target:
-                ops[2 * n], ops[2 * n + 1] = F_ALL, a
+                ops[n] = 4 * a + F_ALL
                 n += 1
                 stack[4 * sp], stack[4 * sp + 1], stack[4 * sp + 2] = 0, a, a
                 stack[4 * sp + 3] = 0
@@ -567,10 +567,10 @@ def backtrack(L, x, s, g, fo, bo, hi, start, top, base, table, t, budget, ops, s
                     break
         if split < 0:
             return NO_OPTION
-        ops[2 * n], ops[2 * n + 1] = F_CK, a
+        ops[n] = 4 * a + F_CK
         n += 1
         for k in range(a + 1, split):
-            ops[2 * n], ops[2 * n + 1] = F_N, k
+            ops[n] = 4 * k + F_N
             n += 1
         stack[4 * sp], stack[4 * sp + 1], stack[4 * sp + 2] = 1, a, split - 1
         stack[4 * sp + 3] = m
@@ -590,7 +590,7 @@ def _sections(L):
     pairs = rounded + sizes
     stack = pairs + PAIR_ARRAYS * L * L
     ops = stack + 4 * (4 * L + 8)
-    ops_end = ops + 2 * (L * L + L)
+    ops_end = ops + L * L + L
     return raw, rounded, pairs, stack, ops, ops_end
 
 

@@ -20,7 +20,7 @@ UNBOUNDED = -4
 """With ``H_MEMORY``: the sizes add up to ``INT64_SAFE`` or more: the bounds need Python ints."""
 
 F_ALL, F_CK, F_N, B = 0, 1, 2, 3
-"""Operation codes of the sequence the backtrack writes (pairs ``code, stage``)."""
+"""Operation codes: the backtrack writes operation ``code`` on ``stage`` as ``4 * stage + code``."""
 OPERATIONS = ("F_all", "F_ck", "F_n", "B")
 """Operation names by code."""
 
@@ -68,7 +68,7 @@ class Layout:
 
     int64: the header, the sizes in bytes (``x, s, g, fo, bo``), the same rounded to slots, the
     pair arrays, the backtrack's stack (``4 L + 8`` entries of 4 words) and its operations (at
-    most ``L^2 + L`` pairs). float64: ``ft``, ``bt`` and the prefix sums of ``ft + bt``. uint64
+    most ``L^2 + L``). float64: ``ft``, ``bt`` and the prefix sums of ``ft + bt``. uint64
     bits: the budgets asked of each pair (``ceil(W / 64)`` words each), of each ``b`` by the rows
     above, two scratch rows. The table (float64 or float32): infinity, ``tp`` (L x L), a scratch
     row, ``fprefix``, ``fa_times``, the top values, then the rows (at most every window).
@@ -83,7 +83,7 @@ class Layout:
         self.pairs = self.rounded + sizes
         self.stack = self.pairs + PAIR_ARRAYS * L * L
         self.ops = self.stack + 4 * (4 * L + 8)
-        self.ints = self.ops + 2 * (L * L + L)
+        self.ints = self.ops + L * L + L
         self.floats = 3 * L + 1
         self.words = (W + 63) // 64
         self.bits = (L * L + L + 2) * self.words

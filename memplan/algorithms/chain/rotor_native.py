@@ -13,6 +13,7 @@ and rotor.py runs the numpy path unchanged.
 from __future__ import annotations
 
 import ctypes
+import functools
 import math
 import threading
 from typing import Any
@@ -212,8 +213,14 @@ def _check(status: int) -> None:
 
 
 def _operations(ints: np.ndarray, layout: Layout, count: int) -> Sequence:
-    codes = ints[layout.ops : layout.ops + 2 * count].tolist()
-    return list(zip(map(OPERATIONS.__getitem__, codes[::2]), codes[1::2], strict=True))
+    names = _operation_names(layout.length)
+    return list(map(names.__getitem__, ints[layout.ops : layout.ops + count].tolist()))
+
+
+@functools.lru_cache(maxsize=32)
+def _operation_names(length: int) -> list[tuple[str, int]]:
+    """The operation ``4 * stage + code`` of the kernel as ``(name, stage)``."""
+    return [(name, stage) for stage in range(length) for name in OPERATIONS]
 
 
 def solve_grid(
