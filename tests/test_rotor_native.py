@@ -329,3 +329,60 @@ def test_numba_still_works_after_the_kernel_loaded_without_it():
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "ok"
+
+
+def test_the_stop_word_stops_the_kernel():
+    """Ctrl-C's path into the kernel (NOTE [ interrupts ]): with ``H_STOP`` set it returns
+    STOPPED before filling its table, and fills it again once cleared."""
+    chain = Chain.from_profile(random_chain(12, seed=2, max_size=1000))
+    budget = budgets_of(chain, [0.5])[0]
+    compiled = rotor_native.solve_grid(chain, budget, 300)
+    entry = rotor_native.load()["grid_f64"]
+    ints = compiled._buffers[0].array
+    ints[layout.H_STOP] = 1
+    assert rotor_native._call(entry, *compiled._buffers) == layout.STOPPED
+    ints[layout.H_STOP] = 0
+    assert rotor_native._call(entry, *compiled._buffers) == layout.OK
+
+
+INTERRUPT_SCRIPT = """
+import os, signal, threading, time
+from memplan.algorithms.chain import Chain, rotor_native
+from memplan.algorithms.chain.rotor_layout import H_STOP, STOPPED
+from memplan.profile.synthetic import random_chain
+
+seen = []
+running = threading.Event()
+
+def kernel(entry, ints, floats, bits, table):  # stands for a long kernel call
+    seen.append(threading.current_thread() is not threading.main_thread())
+    running.set()
+    while ints.array[H_STOP] == 0:
+        time.sleep(0.001)
+    seen.append("stopped")
+    return STOPPED
+
+def interrupt():
+    running.wait()
+    os.kill(os.getpid(), signal.SIGINT)
+
+rotor_native.load()
+rotor_native._call = kernel
+rotor_native.STOPPABLE_CELLS = 0  # every grid in a worker thread
+chain = Chain.from_profile(random_chain(6, seed=1, max_size=1000))
+threading.Thread(target=interrupt, daemon=True).start()
+try:
+    rotor_native.solve_grid(chain, chain.store_all_peak() // 2, 100)
+except KeyboardInterrupt:
+    print("interrupted", *seen)
+"""
+
+
+def test_ctrl_c_reaches_a_long_kernel_call():
+    """A grid in a worker thread (long ones): SIGINT in the main thread sets the stop word, the
+    kernel returns, the KeyboardInterrupt goes on (a stand-in kernel waits for the word)."""
+    done = subprocess.run(
+        [sys.executable, "-c", INTERRUPT_SCRIPT], capture_output=True, text=True, timeout=600
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "interrupted True stopped", done.stderr

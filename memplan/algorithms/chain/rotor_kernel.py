@@ -55,6 +55,7 @@ from memplan.algorithms.chain.rotor_layout import (
     H_ROUNDED,
     H_SLOTS,
     H_STATUS,
+    H_STOP,
     H_STORE_ALL,
     H_TRACE,
     HEADER,
@@ -66,6 +67,7 @@ from memplan.algorithms.chain.rotor_layout import (
     PAIR_ARRAYS,
     SKIPPED,
     SMALL_BUFFER,
+    STOPPED,
     UNBOUNDED,
     B,
 )
@@ -219,7 +221,7 @@ def _shifted_down(dst, src, k, words, add):
 
 
 @njit(nogil=True, error_model="numpy", cache=False)
-def asked_budgets(L, W, x, s, lo, hi, ask_from, ask_to, reach, bits, first, last):
+def asked_budgets(L, W, x, s, lo, hi, ask_from, ask_to, reach, bits, first, last, stop):
     """The budgets the top problem at ``ask_from..ask_to`` asks of every sub-chain, as bit sets
     over the ``W`` budgets (pair ``ab``: words ``ab * NW ..``, ``NW = ceil(W / 64)``), with the
     least and largest of them (``first > last``: none).
@@ -229,7 +231,7 @@ def asked_budgets(L, W, x, s, lo, hi, ask_from, ask_to, reach, bits, first, last
     asked by the rows above (``(a' < a, b')`` with ``x[a]`` more, ``(a - 1, b')`` with
     ``s[a - 1]`` more). With ``reach`` 0 every budget of the window is asked (the numpy path's
     small mode). ``bits`` holds the pairs' sets, then (per ``b``) the union over the rows above,
-    then two scratch rows.
+    then two scratch rows. Returns False when ``stop[0]`` was set (checked before each row).
     """
     words = (W + 63) // 64
     above = L * L * words
@@ -238,6 +240,8 @@ def asked_budgets(L, W, x, s, lo, hi, ask_from, ask_to, reach, bits, first, last
     for i in range(L * words):
         bits[above + i] = _ZERO
     for a in range(L):
+        if stop[0] != 0:
+            return False
         for w in range(words):
             inh[w] = _ZERO
         for b in range(L - 1, a - 1, -1):
@@ -273,6 +277,7 @@ def asked_budgets(L, W, x, s, lo, hi, ask_from, ask_to, reach, bits, first, last
                     t = 64 * w + _high_bit(v)
             first[ab] = f
             last[ab] = t
+    return True
 
 
 @njit(nogil=True, error_model="numpy", cache=False, inline="always")
@@ -419,10 +424,13 @@ def _row_vector(
 
 
 @njit(nogil=True, error_model="numpy", cache=False)
-def fill_table(L, W, x, s, g, fo, bo, ft, bt, tprefix, hi, first, last, start, top, base, table, t):
+def fill_table(
+    L, W, x, s, g, fo, bo, ft, bt, tprefix, hi, first, last, start, top, base, table, t, stop
+):
     """Lay out and fill the rows of every asked sub-chain (NOTE [ rotor kernel layout ]); returns
-    the cells the rows take, or -1 when ``table`` is too small. ``t`` holds the table's offsets
-    (``t_tp, t_found, t_fprefix, t_fa, t_rows``), ``bits`` the asked budgets.
+    the cells the rows take, -1 when ``table`` is too small, -2 when ``stop[0]`` was set (checked
+    before each row). ``t`` holds the table's offsets (``t_tp, t_found, t_fprefix, t_fa,
+    t_rows``).
 
     The operations are grid_table's: ``fprefix = cumsum(ft)`` in float64 then cast,
     ``tprefix = cumsum(ft + bt)`` in float64, ``fa_times = ft + bt`` cast, ``tp = tprefix[b + 1] -
@@ -469,6 +477,8 @@ def fill_table(L, W, x, s, g, fo, bo, ft, bt, tprefix, hi, first, last, start, t
             tp[ab] = tprefix[b + 1] - tprefix[a]
             if a == b or first[ab] > last[ab]:
                 continue
+            if stop[0] != 0:
+                return -2
             st = start[ab]
             row = table[rows + base[ab] : rows + base[ab] + top[ab] - st]
             _fill(row[last[ab] + 1 - st :], inf)
@@ -662,17 +672,22 @@ def grid(ints, floats, bits, table):
     start = ints[pairs + 4 * LL : pairs + 5 * LL]
     top = ints[pairs + 5 * LL : pairs + 6 * LL]
     base = ints[pairs + 6 * LL : pairs + 7 * LL]
+    stop = ints[H_STOP : H_STOP + 1]
     sub_chain_bounds(L, s, g, fo, bo, lo, hi)
-    asked_budgets(L, W, x, s, lo, hi, capacity, capacity + extra, ints[H_REACH], bits, first, last)
+    if not asked_budgets(
+        L, W, x, s, lo, hi, capacity, capacity + extra, ints[H_REACH], bits, first, last, stop
+    ):
+        ints[H_STATUS] = STOPPED
+        return STOPPED
     t = ints[H_OFFSETS : H_OFFSETS + 6]
     _table_offsets(t, L, W)
     ft, bt, tprefix = floats[0:L], floats[L : 2 * L], floats[2 * L : 3 * L + 1]
     cells = fill_table(
-        L, W, x, s, g, fo, bo, ft, bt, tprefix, hi, first, last, start, top, base, table, t
+        L, W, x, s, g, fo, bo, ft, bt, tprefix, hi, first, last, start, top, base, table, t, stop
     )
     if cells < 0:
-        ints[H_STATUS] = SMALL_BUFFER
-        return SMALL_BUFFER
+        ints[H_STATUS] = STOPPED if cells == -2 else SMALL_BUFFER
+        return ints[H_STATUS]
     ints[H_CELLS] = cells
     tp = table[t[0] : t[0] + LL]
     for k in range(extra + 1):

@@ -16,6 +16,8 @@ NO_OPTION = -3
 SKIPPED = 2
 """With ``H_MEMORY``: no grid was needed (the memory is below the least-memory lower bound, or
 store-all fits); the chain's bounds are in the header."""
+STOPPED = -5
+"""The stop word (``H_STOP``) was set during the call: nothing usable was computed."""
 UNBOUNDED = -4
 """With ``H_MEMORY``: the sizes add up to ``INT64_SAFE`` or more: the bounds need Python ints."""
 
@@ -56,6 +58,8 @@ H_STORE_ALL = 14
 """Out: the store-all peak."""
 INT64_SAFE = 2**62
 """The sizes adding up to less than this, every sum of them the bounds form is exact in int64."""
+H_STOP = 15
+"""Set (by another thread) to stop the call within one row of the table: Ctrl-C."""
 H_OFFSETS = 16
 """Scratch: the table's section offsets (six words)."""
 HEADER = 24

@@ -30,6 +30,7 @@ from memplan.algorithms.chain.rotor_layout import (
     H_OPS,
     H_ROUNDED,
     H_STATUS,
+    H_STOP,
     H_STORE_ALL,
     H_TRACE,
     H_UPPER,
@@ -40,6 +41,7 @@ from memplan.algorithms.chain.rotor_layout import (
     OPERATIONS,
     OVERFLOW,
     SKIPPED,
+    STOPPED,
     UNBOUNDED,
     Layout,
 )
@@ -62,8 +64,17 @@ _BUFFERS = native.Prototype(
 PROTOTYPES = {name: _BUFFERS for name in ("grid_f64", "grid_f32", "trace_f64", "trace_f32")}
 """Entry name -> C signature of rotor_cfuncs.py's cfuncs (each: the four buffers and lengths)."""
 
-KEEP_BYTES = 32 * 2**20
-"""Buffers up to this size are kept for the thread's next call; larger ones are freed after it."""
+STOPPABLE_CELLS = 20_000_000
+"""Grids of more than about this many cells (``L^3 W / 6``, some 10 ms of work) run in a worker
+thread that Ctrl-C stops (NOTE [ interrupts ], memplan/interrupt.py); smaller ones run in the
+calling thread (a thread costs some 100 us)."""
+
+_GRACE = 5.0
+"""Seconds an interrupted kernel may take to return (one row of its table: milliseconds)."""
+
+KEEP_BYTES = 8 * 2**20
+"""Buffers up to this size are kept for the thread's next call (sparing small solves the
+allocation); larger ones are freed after it (8 MB: 60 stages at 500 slots)."""
 
 _STATE: dict[str, Any] = {}
 _LOCK = threading.Lock()
@@ -103,6 +114,11 @@ class _Buffer:
     def __init__(self, size: int, dtype: Any) -> None:
         self.array = np.empty(size, dtype=dtype)
         self.address = self.array.ctypes.data
+
+
+@functools.lru_cache(maxsize=64)
+def _layout(length: int, width: int) -> Layout:
+    return Layout(length, width)
 
 
 def _buffer(name: str, size: int, dtype: Any) -> _Buffer:
@@ -205,9 +221,44 @@ def _call(entry: Any, ints: _Buffer, floats: _Buffer, bits: _Buffer, table: _Buf
     )
 
 
+def _call_stoppable(
+    entry: Any, ints: _Buffer, floats: _Buffer, bits: _Buffer, table: _Buffer
+) -> int:
+    """:func:`_call` in a worker thread while this one waits: a ``KeyboardInterrupt`` here sets
+    the kernel's stop word (``H_STOP``), the kernel returns within one row of its table, and the
+    interrupt goes on (NOTE [ interrupts ], memplan/interrupt.py).
+
+    An interrupt may also come while ``start()`` waits for the new thread, which then may or may
+    not run: this thread's buffers are dropped (a kernel starting late sees the stop word, but
+    must not write into the buffers of a later call) and the wait for it is bounded.
+    """
+    box: list[int] = []
+    done = threading.Event()
+
+    def run() -> None:
+        try:
+            box.append(_call(entry, ints, floats, bits, table))
+        finally:
+            done.set()
+
+    worker = threading.Thread(target=run, name="memplan-rotor-kernel", daemon=True)
+    try:
+        worker.start()
+        while not done.wait(0.05):
+            pass
+    except BaseException:
+        ints.array[H_STOP] = 1
+        _LOCAL.__dict__.pop("buffers", None)
+        done.wait(_GRACE)
+        raise
+    return box[0]
+
+
 def _check(status: int) -> None:
     if status == NO_OPTION:  # pragma: no cover - the table holds one of the options' values
         raise AssertionError("rotor kernel: no option reaches a value of the table")
+    if status == STOPPED:  # pragma: no cover - only with a KeyboardInterrupt on its way
+        raise KeyboardInterrupt
     if status not in (OK, INFEASIBLE, SKIPPED, UNBOUNDED):  # pragma: no cover - buffers sized
         raise AssertionError(f"rotor kernel: status {status}")
 
@@ -253,7 +304,7 @@ def solve_grid(
     f32 = np.dtype(dtype) == np.float32
     L = chain.length
     capacity = max(0, budget if budget <= slots else slots)
-    layout = Layout(L, capacity + extra + 1)
+    layout = _layout(L, capacity + extra + 1)
     ints = _buffer("ints", layout.ints, np.int64)
     floats = _buffer("floats", layout.floats, np.float64)
     bits = _buffer("bits", layout.bits, np.uint64)
@@ -263,17 +314,16 @@ def solve_grid(
     words = ints.array
     header = (L, budget, slots, extra, 0 if trace else -1, 1 if reach else 0, 0)
     words[:8] = (*header, -1 if memory is None else memory)
-    raw = layout.raw
-    words[raw : raw + L + 1] = chain.x
-    words[raw + L + 1 : raw + 2 * L + 1] = chain.s
-    words[raw + 2 * L + 1 : raw + 3 * L + 2] = chain.g
-    words[raw + 3 * L + 2 : raw + 4 * L + 2] = chain.fo
-    words[raw + 4 * L + 2 : raw + 5 * L + 2] = chain.bo
-    times = floats.array
-    times[:L] = chain.ft
-    times[L : 2 * L] = chain.bt
+    words[H_STOP] = 0
+    sizes = (chain.x, chain.s, chain.g, chain.fo, chain.bo)
+    np.concatenate(sizes, out=words[layout.raw : layout.rounded])
+    np.concatenate((chain.ft, chain.bt), out=floats.array[: 2 * L])
     grid_entry = entries["grid_f32" if f32 else "grid_f64"]
-    status = _call(grid_entry, ints, floats, bits, table)
+    big = L**3 * layout.width > 6 * STOPPABLE_CELLS
+    run = (
+        _call_stoppable if big and threading.current_thread() is threading.main_thread() else _call
+    )
+    status = run(grid_entry, ints, floats, bits, table)
     if status == OVERFLOW:  # sizes too large to round in int64: round in Python ints
         from memplan.algorithms.chain.rotor import slot_sizes
 
@@ -281,7 +331,7 @@ def solve_grid(
         sizes = np.concatenate([rounded[k] for k in ("x", "s", "g", "fo", "bo")])
         words[layout.rounded : layout.rounded + 5 * L + 2] = sizes
         words[H_ROUNDED] = 1
-        status = _call(grid_entry, ints, floats, bits, table)
+        status = run(grid_entry, ints, floats, bits, table)
     _check(status)
     return CompiledGrid(
         ints, floats, bits, table, layout, entries["trace_f32" if f32 else "trace_f64"]
