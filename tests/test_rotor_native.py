@@ -24,6 +24,7 @@ from hypothesis import strategies as st
 from memplan import native
 from memplan.algorithms.chain import Chain, chain_min_memory, rotor, rotor_native, solve_rotor
 from memplan.algorithms.chain import rotor_layout as layout
+from memplan.algorithms.chain.least_memory import least_memory_bounds
 from memplan.algorithms.chain.rotor import slot_sizes
 from memplan.algorithms.chain.rotor_grid import (
     grid_backtrack,
@@ -105,6 +106,22 @@ def test_small_chains_match_numpy(prof, fraction, slots, extra, single):
     chain = Chain.from_profile(prof)
     budget = max(0, budgets_of(chain, [fraction])[0])
     check_against_numpy(chain, budget, slots, extra, np.float32 if single else np.float64)
+
+
+@settings(max_examples=80, deadline=None)
+@given(prof=chains(max_size=60, max_extra=40), fraction=st.floats(-0.2, 1.2))
+def test_chain_bounds_match_python(prof, fraction):
+    """The kernel's least-memory bounds and store-all peak (``--slots N`` computes them in the
+    same call) are least_memory_bounds' and Chain.store_all_peak's, and the grid is skipped
+    exactly when the memory is below the lower bound or store-all fits."""
+    chain = Chain.from_profile(prof)
+    lower, upper = least_memory_bounds(chain)
+    store_all = chain.store_all_peak()
+    memory = max(0, lower + int((store_all - lower) * fraction))
+    fused = rotor_native.solve_grid(chain, memory - int(chain.x[0]), 50, memory=memory)
+    assert fused.bounds == (lower, upper, store_all)
+    skipped = memory < lower or store_all <= memory
+    assert (fused.status == layout.SKIPPED) == skipped
 
 
 @pytest.mark.parametrize("length", [2, 5, 10, 20, 31])

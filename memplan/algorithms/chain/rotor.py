@@ -7,7 +7,8 @@ of docs/model.md (the operations F_all / F_ck / F_n / B of Table 1 of papers/000
 Two solvers of the same recurrences: in bytes (rotor_exact.py, NOTE [ rotor in bytes ]; O(L^3 P)
 for P steps per sub-chain) and on a slot grid (rotor_grid.py; O(L^3 S) time and O(L^2 S) memory for
 L stages and S slots, vectorized over the slots and the split point, restricted to the budgets the
-requested one reaches). This module picks one (``--slots``) and completes it.
+requested one reaches; compiled by rotor_kernel.py with the ``fast`` extra, the same plans). This
+module picks one (``--slots``) and completes it.
 
 NOTE [ rotor recurrences ]
 ``opt[a][b][m]`` is the least time to run the backward of stages a..b (0-based, inclusive) when

@@ -21,6 +21,10 @@ The recurrences are those of NOTE [ rotor recurrences ] (rotor.py), on sizes rou
 
 O(L^3 S) time in the worst case, O(L^2 S) memory (8 bytes per value: 500 stages and 500 slots take
 0.5 GB).
+
+rotor_kernel.py compiles the same DP (with the ``fast`` extra; rotor.py uses it when it loads):
+any change to the operations here must be made there too, in the same order, as
+tests/test_rotor_native.py checks value for value.
 """
 
 from __future__ import annotations
