@@ -271,7 +271,7 @@ def solve_rotor(chain: Chain, memory: int, *, slots: int | str | None = AUTO) ->
         found = _on_grid(chain, memory, budget, slots, tighten=auto)
     if found is not None:
         sequence, capacity, exact = found
-        value = chain.makespan(sequence)
+        value = chain.makespan(sequence) if fused is None else fused.makespan  # the same sum
     else:
         capacity = budget if budget <= slots else slots  # as slot_sizes
         value, exact = np.inf, False

@@ -206,22 +206,18 @@ def _span(w, first, end):
     return _below(high) & ~_below(low)
 
 
-@njit(nogil=True, error_model="numpy", cache=False)
-def _shifted_down(dst, src, k, words, add):
-    """Bit ``m`` of ``dst`` = bit ``m + k`` of ``src`` (or-ed in with ``add``)."""
-    q = k >> 6
+@njit(nogil=True, error_model="numpy", cache=False, inline="always")
+def _shifted_word(bits, src, k, words, w):
+    """Word ``w`` of the bit set at ``bits[src:]`` shifted down by ``k`` budgets (bit ``m`` of
+    the result is bit ``m + k`` of the set)."""
+    i = w + (k >> 6)
+    if i >= words:
+        return _ZERO
     r = np.uint64(k & 63)
-    for w in range(words):
-        i = w + q
-        v = _ZERO
-        if i < words:
-            v = src[i] >> r
-            if r > _ZERO and i + 1 < words:
-                v |= src[i + 1] << (np.uint64(64) - r)
-        if add:
-            dst[w] |= v
-        else:
-            dst[w] = v
+    v = bits[src + i] >> r
+    if r != _ZERO and i + 1 < words:
+        v |= bits[src + i + 1] << (np.uint64(64) - r)
+    return v
 
 
 @njit(nogil=True, error_model="numpy", cache=False)
@@ -235,50 +231,60 @@ def asked_budgets(L, W, x, s, lo, hi, ask_from, ask_to, reach, bits, first, last
     asked by the rows above (``(a' < a, b')`` with ``x[a]`` more, ``(a - 1, b')`` with
     ``s[a - 1]`` more). With ``reach`` 0 every budget of the window is asked (the numpy path's
     small mode). ``bits`` holds the pairs' sets, then (per ``b``) the union over the rows above,
-    then two scratch rows. Returns False when ``stop[0]`` was set (checked before each row).
+    then a scratch row. Only the words of each window are computed (the others are zero).
+    Returns False when ``stop[0]`` was set (checked before each row).
     """
     words = (W + 63) // 64
     above = L * L * words
-    row = bits[above + L * words : above + L * words + words]
-    inh = bits[above + L * words + words : above + L * words + 2 * words]
-    for i in range(L * words):
-        bits[above + i] = _ZERO
+    inh = above + L * words  # the budgets asked of (a, b' > b), this row a
+    for i in range(above + L * words):
+        bits[i] = _ZERO
     for a in range(L):
         if stop[0] != 0:
             return False
         for w in range(words):
-            inh[w] = _ZERO
+            bits[inh + w] = _ZERO
         for b in range(L - 1, a - 1, -1):
             ab = a * L + b
-            mine = bits[ab * words : (ab + 1) * words]
-            before = bits[above + b * words : above + (b + 1) * words]
+            mine = ab * words
+            before = above + b * words
+            up = (ab - L) * words  # (a - 1, b)
             w_lo = min(max(lo[ab], 0), W)
             w_hi = min(max(hi[ab], w_lo), W)
-            if not reach:
-                for w in range(words):
-                    mine[w] = _span(w, w_lo, w_hi)
-            else:
-                if a == 0:
-                    for w in range(words):
-                        row[w] = _span(w, ask_from, ask_to + 1) if b == L - 1 else _ZERO
-                else:
-                    _shifted_down(row, before, x[a], words, False)
-                    up = bits[(ab - L) * words : (ab - L + 1) * words]  # (a - 1, b)
-                    _shifted_down(row, up, s[a - 1], words, True)
-                for w in range(words):
-                    window = _span(w, w_lo, w_hi)
-                    direct = row[w] & window
-                    mine[w] = direct | (inh[w] & window)
-                    inh[w] |= direct
             f = W
             t = -1
-            for w in range(words):
-                v = mine[w]
-                before[w] |= v
-                if v != _ZERO:
-                    if f == W:
-                        f = 64 * w + _low_bit(v)
-                    t = 64 * w + _high_bit(v)
+            if w_lo < w_hi:
+                w0 = w_lo // 64
+                w1 = (w_hi - 1) // 64
+                low_edge = ~_below(w_lo - 64 * w0)
+                high_edge = _below(w_hi - 64 * w1)
+                for w in range(w0, w1 + 1):
+                    window = _ALL
+                    if w == w0:
+                        window &= low_edge
+                    if w == w1:
+                        window &= high_edge
+                    if not reach:
+                        v = window
+                    else:
+                        if a == 0:
+                            asked = _ZERO
+                            if b == L - 1:
+                                asked = _span(w, ask_from, ask_to + 1)
+                        else:
+                            asked = _shifted_word(bits, before, x[a], words, w)
+                            asked |= _shifted_word(bits, up, s[a - 1], words, w)
+                        direct = asked & window
+                        v = direct | (bits[inh + w] & window)
+                        bits[inh + w] |= direct
+                    bits[mine + w] = v
+                    bits[before + w] |= v
+                    if v != _ZERO:
+                        if f == W:
+                            f = 64 * w + _low_bit(v)
+                        t = 64 * w
+                if t >= 0:
+                    t += _high_bit(bits[mine + t // 64])
             first[ab] = f
             last[ab] = t
     return True

@@ -15,7 +15,9 @@ from __future__ import annotations
 import ctypes
 import functools
 import math
+import os
 import threading
+import weakref
 from typing import Any
 
 import numpy as np
@@ -98,7 +100,9 @@ def load() -> dict[str, Any] | None:
 
 def available() -> bool:
     """Whether the compiled grid DP runs here (loading it if needed)."""
-    return not native.disabled() and load() is not None
+    if "MEMPLAN_NATIVE" in os.environ and native.disabled():
+        return False
+    return load() is not None
 
 
 def load_error() -> BaseException | None:
@@ -147,11 +151,13 @@ class CompiledGrid:
         table: _Buffer,
         layout: Layout,
         trace_entry: Any,
+        durations: list[float],
     ) -> None:
         self._buffers = (ints, floats, bits, table)
         self._layout = layout
         self._trace = trace_entry
         self._generation = _LOCAL.generation
+        self._durations = durations
         header = ints.array[:HEADER].tolist()
         self.capacity: int = header[H_CAPACITY]
         """The budget in slots (as ``slot_sizes``)."""
@@ -161,10 +167,22 @@ class CompiledGrid:
         self.extra: int = header[H_EXTRA]
         self.bounds: tuple[int, int, int] = (header[H_LOWER], header[H_UPPER], header[H_STORE_ALL])
         """With ``memory``: the least-memory bounds and the store-all peak (bytes)."""
-        self.sequence: Sequence | None = (
-            _operations(ints.array, layout, header[H_OPS]) if self.status == OK else None
-        )
+        self.sequence: Sequence | None = None
         """The plan at ``capacity`` when traced; None when there is none (or not traced)."""
+        self.makespan: float = math.inf
+        """``Chain.makespan`` of :attr:`sequence` (the same sum)."""
+        if self.status == OK and header[H_OPS] > 0:
+            self.sequence, self.makespan = self._plan(header[H_OPS])
+
+    def _plan(self, count: int) -> tuple[Sequence, float]:
+        """The ``count`` operations the backtrack wrote, and their total time added up in the
+        order of :meth:`Chain.makespan` (hence the same float)."""
+        layout = self._layout
+        codes = self._buffers[0].array[layout.ops : layout.ops + count].tolist()
+        names = _operation_names(layout.length)
+        return list(map(names.__getitem__, codes)), float(
+            sum(map(self._durations.__getitem__, codes))
+        )
 
     def _live(self) -> tuple[np.ndarray, ...]:
         if _LOCAL.generation != self._generation:  # pragma: no cover - a caller's bug
@@ -184,7 +202,7 @@ class CompiledGrid:
         if status == INFEASIBLE:
             return None
         _check(status)
-        return _operations(ints, self._layout, int(ints[H_OPS]))
+        return self._plan(int(ints[H_OPS]))[0]
 
     def asked(self, a: int, b: int) -> list[int]:
         """The budgets the top problem asks of the sub-chain ``(a, b)`` (for the checks)."""
@@ -263,9 +281,26 @@ def _check(status: int) -> None:
         raise AssertionError(f"rotor kernel: status {status}")
 
 
-def _operations(ints: np.ndarray, layout: Layout, count: int) -> Sequence:
-    names = _operation_names(layout.length)
-    return list(map(names.__getitem__, ints[layout.ops : layout.ops + count].tolist()))
+class _ChainData:
+    """A chain's sizes and times as the kernel reads them, and the duration of each operation
+    code (``4 * stage + code``): this thread's last chain is kept, and so is what it copied into
+    the buffers, so that solving the same chain again copies nothing."""
+
+    __slots__ = ("chain", "sizes", "times", "durations")
+
+    def __init__(self, chain: Chain) -> None:
+        self.chain = weakref.ref(chain)
+        self.sizes = np.concatenate((chain.x, chain.s, chain.g, chain.fo, chain.bo))
+        self.times = np.concatenate((chain.ft, chain.bt))
+        ft, bt = chain.ft.tolist(), chain.bt.tolist()
+        self.durations = [d for f, b in zip(ft, bt, strict=True) for d in (f, f, f, b)]
+
+
+def _chain_data(chain: Chain) -> _ChainData:
+    found: _ChainData | None = getattr(_LOCAL, "chain", None)
+    if found is None or found.chain() is not chain:
+        found = _LOCAL.chain = _ChainData(chain)
+    return found
 
 
 @functools.lru_cache(maxsize=32)
@@ -301,7 +336,7 @@ def solve_grid(
     if entries is None:
         raise native.NativeUnavailable(str(load_error()))
     _LOCAL.generation = getattr(_LOCAL, "generation", 0) + 1
-    f32 = np.dtype(dtype) == np.float32
+    f32 = dtype is np.float32 or (dtype is not np.float64 and np.dtype(dtype) == np.float32)
     L = chain.length
     capacity = max(0, budget if budget <= slots else slots)
     layout = _layout(L, capacity + extra + 1)
@@ -315,9 +350,12 @@ def solve_grid(
     header = (L, budget, slots, extra, 0 if trace else -1, 1 if reach else 0, 0)
     words[:8] = (*header, -1 if memory is None else memory)
     words[H_STOP] = 0
-    sizes = (chain.x, chain.s, chain.g, chain.fo, chain.bo)
-    np.concatenate(sizes, out=words[layout.raw : layout.rounded])
-    np.concatenate((chain.ft, chain.bt), out=floats.array[: 2 * L])
+    data = _chain_data(chain)
+    copied = _LOCAL.__dict__.get("copied")
+    if copied is None or copied[0] is not data or copied[1] is not ints or copied[2] is not floats:
+        words[layout.raw : layout.rounded] = data.sizes
+        floats.array[: 2 * L] = data.times
+        _LOCAL.copied = (data, ints, floats)
     grid_entry = entries["grid_f32" if f32 else "grid_f64"]
     big = L**3 * layout.width > 6 * STOPPABLE_CELLS
     run = (
@@ -334,7 +372,13 @@ def solve_grid(
         status = run(grid_entry, ints, floats, bits, table)
     _check(status)
     return CompiledGrid(
-        ints, floats, bits, table, layout, entries["trace_f32" if f32 else "trace_f64"]
+        ints,
+        floats,
+        bits,
+        table,
+        layout,
+        entries["trace_f32" if f32 else "trace_f64"],
+        data.durations,
     )
 
 
