@@ -179,10 +179,8 @@ class CompiledGrid:
         order of :meth:`Chain.makespan` (hence the same float)."""
         layout = self._layout
         codes = self._buffers[0].array[layout.ops : layout.ops + count].tolist()
-        names = _operation_names(layout.length)
-        return list(map(names.__getitem__, codes)), float(
-            sum(map(self._durations.__getitem__, codes))
-        )
+        sequence = list(map(_operation_names(layout.length).__getitem__, codes))
+        return sequence, float(sum(map(self._durations.__getitem__, codes)))
 
     def _live(self) -> tuple[np.ndarray, ...]:
         if _LOCAL.generation != self._generation:  # pragma: no cover - a caller's bug
@@ -329,8 +327,8 @@ def solve_grid(
     the grid is skipped (status ``SKIPPED``) when the memory is below the lower bound or
     store-all fits; status ``UNBOUNDED`` when the sizes are too large for exact int64 bounds
     (nothing done). ``reach=False`` fills every budget of each sub-chain's window (the numpy
-    path's small mode; for the tests). Raises :class:`memplan.native.NativeUnavailable` when the kernel is
-    unavailable (check :func:`available` first).
+    path's small mode; for the tests). Raises :class:`memplan.native.NativeUnavailable` when
+    the kernel is unavailable (check :func:`available` first).
     """
     entries = load()
     if entries is None:
@@ -355,7 +353,10 @@ def solve_grid(
     if copied is None or copied[0] is not data or copied[1] is not ints or copied[2] is not floats:
         words[layout.raw : layout.rounded] = data.sizes
         floats.array[: 2 * L] = data.times
-        _LOCAL.copied = (data, ints, floats)
+        kept = _LOCAL.buffers
+        # remembered only for kept buffers (a large one must be freed after the call)
+        reused = kept.get("ints") is ints and kept.get("floats") is floats
+        _LOCAL.copied = (data, ints, floats) if reused else None
     grid_entry = entries["grid_f32" if f32 else "grid_f64"]
     big = L**3 * layout.width > 6 * STOPPABLE_CELLS
     run = (
