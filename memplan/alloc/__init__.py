@@ -20,7 +20,7 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from types import ModuleType
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -36,6 +36,9 @@ from memplan.alloc.buffers import (
 from memplan.alloc.lifetimes import overlaps_in_time
 from memplan.alloc.validate import Check, check_placement
 from memplan.errors import InputError, InternalError
+
+if TYPE_CHECKING:
+    from memplan.alloc.compiled import Kernel
 
 __all__ = [
     "BufferTable",
@@ -250,7 +253,7 @@ def place(
     )
 
 
-def _kernel(engine: str, deadline: float | None, n: int) -> ModuleType | None:
+def _kernel(engine: str, deadline: float | None, n: int) -> Kernel | None:
     """The compiled kernel, or None for the numpy engine. ``auto`` waits for it (loading takes
     about half a second; a first compilation, seconds) until half the time left, and skips it
     for small instances whose greedy does not need it (the search loads it if it runs)."""
@@ -270,7 +273,7 @@ _COMPILED_GREEDY = 5000
 """Buffers from which the greedy runs compiled (when numba is installed)."""
 
 
-def _engine_name(engine: str, kernel: ModuleType | None, n: int) -> str:
+def _engine_name(engine: str, kernel: Kernel | None, n: int) -> str:
     """The engine of the searches: ``compiled`` when the kernel is loaded, ``numpy`` when
     ``auto`` already waited for it in vain."""
     if kernel is not None:
