@@ -684,16 +684,11 @@ def search(
         return result("gave-up", None, 0)
     if inst.n and int(inst.section_total.max()) > capacity:
         return result("infeasible", None, 0)
-    # Each preorder twice in the round robin: plain, then with NOTE [ residual preorders ].
-    runs = [(h, r) for h in preorders for r in ((None, h) if RESIDUAL else (None,))]
-    names = [r for _, r in runs]
-    ranks = [inst.preorder(h) for h, _ in runs]
-    memos: list[set[tuple[object, ...]]] = [set() for _ in names]
     stats: dict[str, int] = {"budget": node_budget} if node_budget is not None else {}
     kernel = _engine(engine, deadline)
     if kernel is not None:
         memo = compiled_memo(inst.n)
-        parts = _Search(inst, capacity, ranks[0], deadline, set()).parts()
+        parts = _Search(inst, capacity, inst.preorder(preorders[0]), deadline, set()).parts()
         for k, (part, lo, hi) in enumerate(parts):
             status, solution = _solve_part_compiled(
                 kernel, inst, capacity, part, lo, hi, memo, deadline, stats, tight
@@ -707,6 +702,11 @@ def search(
             if on_progress is not None:
                 on_progress(f"placed part {k + 1} of {len(parts)} ({len(part)} buffers)")
         return result("placed", offsets, stats.get("nodes", 0))
+    # Each preorder twice in the round robin: plain, then with NOTE [ residual preorders ].
+    runs = [(h, r) for h in preorders for r in ((None, h) if RESIDUAL else (None,))]
+    names = [r for _, r in runs]
+    ranks = [inst.preorder(h) for h, _ in runs]
+    memos: list[set[tuple[object, ...]]] = [set() for _ in names]
     old_limit = sys.getrecursionlimit()
     sys.setrecursionlimit(max(old_limit, 6 * inst.n + 1000))
     try:
