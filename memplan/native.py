@@ -305,6 +305,17 @@ def _trap(symbol: str, module: str) -> int:
     return ctypes.cast(callback, ctypes.c_void_p).value or 0
 
 
+def _python_api(symbol: str) -> int | None:
+    """The address of a function or variable of Python's C API, None if the interpreter has no
+    such symbol."""
+    if not symbol.startswith(("Py", "_Py")):
+        return None
+    try:
+        return ctypes.addressof(ctypes.c_char.in_dll(ctypes.pythonapi, symbol))
+    except ValueError:
+        return None
+
+
 def _link(
     ll: Any, tm: Any, module: str, entries: Mapping[str, Prototype], manifest: dict[str, Any]
 ) -> dict[str, Callable[..., Any]]:
@@ -315,7 +326,9 @@ def _link(
             if not ll.address_of_symbol(symbol):
                 if not symbol.startswith(("NRT_", "numba_", "Py", "_Py")):
                     raise NativeUnavailable(f"{module}.{name} needs {symbol}, absent here")
-                ll.add_symbol(symbol, _trap(symbol, module))
+                # The interpreter's own C API where it has it (LLVM does not search a shared
+                # libpython): a trap bound to that name would also catch numba's later uses of it.
+                ll.add_symbol(symbol, _python_api(symbol) or _trap(symbol, module))
         # One engine per entry: each cfunc carries its own copy of the functions it calls.
         engine = ll.create_mcjit_compiler(ll.parse_assembly(""), tm)
         engine.add_object_file(ll.ObjectFileRef.from_data(item["object"]))

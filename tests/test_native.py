@@ -163,3 +163,42 @@ def test_turned_off_by_the_environment(kernel_dir: Path, monkeypatch: pytest.Mon
 def test_missing_module_is_unavailable(kernel_dir: Path) -> None:
     with pytest.raises(native.NativeUnavailable, match="not found"):
         native.load("nk_no_such_module", {"entry": PROTOTYPE})
+
+
+NUMBA_AFTER = """
+import ctypes
+import numpy as np
+from memplan import native
+native.load({module!r}, {{"entry": native.Prototype(ctypes.c_int64,
+    (ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64))}})
+import numba
+
+@numba.njit
+def head_sum(a, k):
+    total = 0.0
+    for i in range(k):
+        total += a[i]
+    return total
+
+print(head_sum(np.arange(4.0), 3))
+"""
+
+
+def test_numba_still_works_in_a_process_that_loaded_a_native_kernel(kernel_dir: Path) -> None:
+    """A kernel's wrapper names Python's C API (Py_DecRef...) on its error paths: those resolve
+    to the interpreter's own functions, not to a trap that numba's own code would then reach."""
+    module = write_kernel(kernel_dir, "nk_then_numba", DOUBLE_SUM)
+    native.load(module, {"entry": PROTOTYPE})  # built here; loaded from the cache below
+    env = {
+        **os.environ,
+        "PYTHONPATH": f"{kernel_dir}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
+    }
+    done = subprocess.run(
+        [sys.executable, "-c", NUMBA_AFTER.format(module=module)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "3.0"
