@@ -42,6 +42,7 @@ from memplan.alloc.kernel_layout import (
     NODES,
     NOT_FOUND,
     OVERFLOW,
+    PEAK,
     SCRATCH_SHORT,
     STAMP,
     TIMEOUT,
@@ -64,6 +65,8 @@ def _push(c: Ctx, k: int) -> int:
     if base + k > c.ws.shape[0]:
         return -1
     c.count[TOP] = base + k
+    if base + k > c.count[PEAK]:
+        c.count[PEAK] = base + k
     return base
 
 

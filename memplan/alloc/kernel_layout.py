@@ -27,9 +27,10 @@ import numpy as np
 
 FOUND, NOT_FOUND, ABORTED, TIMEOUT, OVERFLOW = 1, 0, -1, -2, -3
 INF = 2**62
-# Counters in Ctx.count: nodes, node limit, trail top, section stamp, work-stack top.
-NODES, LIMIT, TRAIL, STAMP, TOP = 0, 1, 2, 3, 4
-COUNTERS = 5
+# Counters in Ctx.count: nodes, node limit, trail top, section stamp, work-stack top and the
+# highest it reached.
+NODES, LIMIT, TRAIL, STAMP, TOP, PEAK = 0, 1, 2, 3, 4, 5
+COUNTERS = 6
 STACK_CAP = 2**25
 """Entries of the work stack a search starts with at most (256 MiB of address space; only the
 part the search reaches is ever touched): beyond, it grows on :data:`OVERFLOW`."""
@@ -63,7 +64,7 @@ class Ctx(NamedTuple):
     sec_stamp: np.ndarray
     memo1: np.ndarray  # NOTE [ compiled failed-state memo ] (memplan/alloc/kernel.py)
     memo2: np.ndarray
-    count: np.ndarray  # nodes, node limit, trail top, stamp, work-stack top
+    count: np.ndarray  # nodes, node limit, trail top, stamp, work-stack top, its peak
     stop: np.ndarray  # set by the caller: stop within 256 nodes
     ws: np.ndarray  # NOTE [ kernel work stack ]: int64 entries
     fws: np.ndarray  # float64 scratch: len(letters) keys per buffer
