@@ -8,8 +8,9 @@ never share an address (``memplan alloc``; docs/alloc.md).
 ('optimal', 8, [0, 4, 0])
 
 The exact search (:mod:`memplan.alloc.search`) follows Moffitt's MiniMalloc (ASPLOS 2023), in two
-engines: compiled with numba when the ``fast`` extra is installed (:mod:`memplan.alloc.kernel`,
-run through :mod:`memplan.alloc.compiled`), numpy otherwise. The greedy (:mod:`memplan.alloc.greedy`)
+engines: compiled when the ``fast`` extra is installed (:mod:`memplan.alloc.kernel`, built once
+with numba into machine code loaded without it, run through :mod:`memplan.alloc.compiled`), numpy
+otherwise. The greedy (:mod:`memplan.alloc.greedy`)
 is an upper bound and a quick answer; the checker (:mod:`memplan.alloc.validate`) is independent
 of both.
 """
@@ -255,7 +256,7 @@ def place(
 
 def _kernel(engine: str, deadline: float | None, n: int) -> Kernel | None:
     """The compiled kernel, or None for the numpy engine. ``auto`` waits for it (loading takes
-    about half a second; a first compilation, seconds) until half the time left, and skips it
+    a few hundredths of a second; a first build, seconds) until half the time left, and skips it
     for small instances whose greedy does not need it (the search loads it if it runs)."""
     from memplan.alloc import compiled
 
@@ -270,7 +271,7 @@ def _kernel(engine: str, deadline: float | None, n: int) -> Kernel | None:
 
 
 _COMPILED_GREEDY = 5000
-"""Buffers from which the greedy runs compiled (when numba is installed)."""
+"""Buffers from which the greedy runs compiled (when the kernel is available)."""
 
 
 def _engine_name(engine: str, kernel: Kernel | None, n: int) -> str:

@@ -642,8 +642,9 @@ def search(
 
     Buffers of size 0 get offset 0. ``time_limit`` (seconds) bounds the whole search; when it is
     hit the status is ``gave-up`` (so is running out of ``node_budget``, a cap on the nodes).
-    ``engine`` is ``compiled`` (:mod:`memplan.alloc.kernel`, needs numba), ``numpy`` (this
-    module) or ``auto`` (compiled when numba is installed and its kernel loads in time); the
+    ``engine`` is ``compiled`` (:mod:`memplan.alloc.kernel`, the native kernel of
+    :mod:`memplan.alloc.compiled`), ``numpy`` (this module) or ``auto`` (compiled when the kernel
+    is available and loads, or is built, in time); the
     compiled engine first tries each part at its own peak live load (``tight``, NOTE [ compiled
     restarts ]). ``graph``, when every size is positive, is the CSR of
     :func:`memplan.alloc.lifetimes.overlaps` (built here if not given). See the module's NOTEs
