@@ -322,15 +322,17 @@ def _link(
     functions: dict[str, Callable[..., Any]] = {}
     for name, prototype in entries.items():
         item = manifest["entries"][name]
+        # One engine per entry: each cfunc carries its own copy of the functions it calls.
+        # Created before the symbols are looked up: creating the first engine makes the process's
+        # own symbols visible to LLVM. The symbols stay bound process-wide, numba's own code
+        # compiled later in the process included, so Python's C API must never get the trap:
+        # where LLVM does not see it (a shared libpython), the interpreter's own address is used.
+        engine = ll.create_mcjit_compiler(ll.parse_assembly(""), tm)
         for symbol in item["undefined"]:
             if not ll.address_of_symbol(symbol):
                 if not symbol.startswith(("NRT_", "numba_", "Py", "_Py")):
                     raise NativeUnavailable(f"{module}.{name} needs {symbol}, absent here")
-                # The interpreter's own C API where it has it (LLVM does not search a shared
-                # libpython): a trap bound to that name would also catch numba's later uses of it.
                 ll.add_symbol(symbol, _python_api(symbol) or _trap(symbol, module))
-        # One engine per entry: each cfunc carries its own copy of the functions it calls.
-        engine = ll.create_mcjit_compiler(ll.parse_assembly(""), tm)
         engine.add_object_file(ll.ObjectFileRef.from_data(item["object"]))
         engine.finalize_object()
         address = engine.get_function_address(item["symbol"])

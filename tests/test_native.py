@@ -122,6 +122,34 @@ def test_built_once_then_loaded_without_numba(kernel_dir: Path) -> None:
     assert done.stdout.split(" ", 1)[0] == str(sum(2 * i // 3 for i in range(7)))
 
 
+def test_numba_compiled_later_in_the_same_process_still_works(kernel_dir: Path) -> None:
+    """The symbols bound for a native kernel stay bound process-wide: numba's own code compiled
+    afterwards (its wrappers call Python's C API) must not reach a trap."""
+    module = write_kernel(kernel_dir, "nk_then_numba", DOUBLE_SUM)
+    native.load(module, {"entry": PROTOTYPE})  # stored
+    later = (
+        "\nimport numba\n"
+        "@numba.njit\n"
+        "def fails(x):\n"
+        "    raise ValueError('from numba')\n"
+        "try:\n"
+        "    fails(1)\n"
+        "except ValueError as exc:\n"
+        "    print('caught', exc)\n"
+        "print(numba.njit(lambda v: (v, str(v)))(3))\n"
+    )
+    env = {
+        **os.environ,
+        "PYTHONPATH": f"{kernel_dir}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
+    }
+    script = CALL.format(module=module, n=3) + later
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=300
+    )
+    assert done.returncode == 0, done.stderr
+    assert "caught from numba" in done.stdout and "(3, '3')" in done.stdout
+
+
 def test_source_edit_rebuilds_and_damage_is_repaired(kernel_dir: Path) -> None:
     module = write_kernel(kernel_dir, "nk_edit", DOUBLE_SUM)
     native.load(module, {"entry": PROTOTYPE})
@@ -163,42 +191,3 @@ def test_turned_off_by_the_environment(kernel_dir: Path, monkeypatch: pytest.Mon
 def test_missing_module_is_unavailable(kernel_dir: Path) -> None:
     with pytest.raises(native.NativeUnavailable, match="not found"):
         native.load("nk_no_such_module", {"entry": PROTOTYPE})
-
-
-NUMBA_AFTER = """
-import ctypes
-import numpy as np
-from memplan import native
-native.load({module!r}, {{"entry": native.Prototype(ctypes.c_int64,
-    (ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64))}})
-import numba
-
-@numba.njit
-def head_sum(a, k):
-    total = 0.0
-    for i in range(k):
-        total += a[i]
-    return total
-
-print(head_sum(np.arange(4.0), 3))
-"""
-
-
-def test_numba_still_works_in_a_process_that_loaded_a_native_kernel(kernel_dir: Path) -> None:
-    """A kernel's wrapper names Python's C API (Py_DecRef...) on its error paths: those resolve
-    to the interpreter's own functions, not to a trap that numba's own code would then reach."""
-    module = write_kernel(kernel_dir, "nk_then_numba", DOUBLE_SUM)
-    native.load(module, {"entry": PROTOTYPE})  # built here; loaded from the cache below
-    env = {
-        **os.environ,
-        "PYTHONPATH": f"{kernel_dir}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
-    }
-    done = subprocess.run(
-        [sys.executable, "-c", NUMBA_AFTER.format(module=module)],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=300,
-    )
-    assert done.returncode == 0, done.stderr
-    assert done.stdout.strip() == "3.0"
