@@ -14,11 +14,14 @@ The names below are imported when first used (PEP 562), so that ``import memplan
 neither numpy nor pydantic (tests/test_startup.py). The subpackage ``memplan.algorithms`` and the
 function :func:`memplan.algorithms` share a name: importing the subpackage sets the attribute on
 this module, which :class:`_Package` refuses, so ``memplan.algorithms()`` stays the function
-whatever was imported before (tests/test_api.py checks it).
+whatever was imported before; the function (:class:`_FunctionOverPackage`) hands the subpackage's
+attributes on, so ``import memplan.algorithms.chain.rotor as rotor`` and
+``memplan.algorithms.chain`` work too (tests/test_api.py checks both).
 """
 
 from __future__ import annotations
 
+import functools
 import importlib
 import sys
 import types
@@ -79,12 +82,35 @@ def __getattr__(name: str) -> Any:
     if module is None:
         raise AttributeError(f"module 'memplan' has no attribute {name!r}")
     value = getattr(importlib.import_module(module), name)
+    if name == "algorithms":
+        value = _FunctionOverPackage(value, "memplan.algorithms")
     object.__setattr__(sys.modules[__name__], name, value)  # the next access is a plain lookup
     return value
 
 
 def __dir__() -> list[str]:
     return sorted(set(globals()) | set(__all__))
+
+
+class _FunctionOverPackage:
+    """A function that also reaches the attributes of the package of the same name (NOTE [ lazy
+    package ]): ``memplan.algorithms()`` calls it, ``memplan.algorithms.chain`` is the
+    subpackage's."""
+
+    def __init__(self, function: Any, package: str) -> None:
+        functools.update_wrapper(self, function)
+        self._package = package
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.__wrapped__(*args, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return getattr(importlib.import_module(self._package), name)
+
+    def __repr__(self) -> str:
+        return repr(self.__wrapped__)
 
 
 class _Package(types.ModuleType):

@@ -305,6 +305,17 @@ def _trap(symbol: str, module: str) -> int:
     return ctypes.cast(callback, ctypes.c_void_p).value or 0
 
 
+def _python_api(symbol: str) -> int | None:
+    """The address of a function or variable of Python's C API, None if the interpreter has no
+    such symbol."""
+    if not symbol.startswith(("Py", "_Py")):
+        return None
+    try:
+        return ctypes.addressof(ctypes.c_char.in_dll(ctypes.pythonapi, symbol))
+    except ValueError:
+        return None
+
+
 def _link(
     ll: Any, tm: Any, module: str, entries: Mapping[str, Prototype], manifest: dict[str, Any]
 ) -> dict[str, Callable[..., Any]]:
@@ -312,16 +323,16 @@ def _link(
     for name, prototype in entries.items():
         item = manifest["entries"][name]
         # One engine per entry: each cfunc carries its own copy of the functions it calls.
-        # Created before the symbols are looked up: creating the first engine makes the
-        # process's own symbols (Python's C API) visible to LLVM; before it, Py_DecRef & co.
-        # would be bound to the trap, and so would every numba function compiled in this
-        # process later (numba resolves them through the same table).
+        # Created before the symbols are looked up: creating the first engine makes the process's
+        # own symbols visible to LLVM. The symbols stay bound process-wide, numba's own code
+        # compiled later in the process included, so Python's C API must never get the trap:
+        # where LLVM does not see it (a shared libpython), the interpreter's own address is used.
         engine = ll.create_mcjit_compiler(ll.parse_assembly(""), tm)
         for symbol in item["undefined"]:
             if not ll.address_of_symbol(symbol):
                 if not symbol.startswith(("NRT_", "numba_", "Py", "_Py")):
                     raise NativeUnavailable(f"{module}.{name} needs {symbol}, absent here")
-                ll.add_symbol(symbol, _trap(symbol, module))
+                ll.add_symbol(symbol, _python_api(symbol) or _trap(symbol, module))
         engine.add_object_file(ll.ObjectFileRef.from_data(item["object"]))
         engine.finalize_object()
         address = engine.get_function_address(item["symbol"])

@@ -28,6 +28,19 @@ def test_algorithms_stays_a_function_after_solving():
     assert names[:4] == ["store-all", "periodic", "revolve", "rotor"]
 
 
+def test_the_algorithms_subpackage_imports_beside_the_function():
+    code = (
+        "import memplan.algorithms.chain.rotor as rotor, memplan, sys\n"
+        "assert rotor is sys.modules['memplan.algorithms.chain.rotor']\n"
+        "assert memplan.algorithms.chain is sys.modules['memplan.algorithms.chain']\n"
+        "assert memplan.algorithms()[3]['name'] == 'rotor'\n"
+        "from memplan.algorithms.chain import rotor as again\n"
+        "assert again is rotor and memplan.algorithms.__name__ == 'algorithms'\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+
+
 def test_infeasible_is_a_status_not_an_exception():
     prof = random_chain(5, seed=2)
     sched = memplan.solve(prof, "rotor", 1, optimizer="none")

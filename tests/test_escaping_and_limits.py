@@ -87,7 +87,7 @@ def test_the_simulate_table_and_messages_are_escaped(tmp_path):
 
 def test_the_console_escapes_but_keeps_its_own_styles():
     buffer = io.StringIO()
-    console = common._EscapingConsole(
+    console = common.escaping_console_class()(
         file=buffer,
         force_terminal=True,
         color_system="standard",

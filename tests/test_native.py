@@ -122,6 +122,34 @@ def test_built_once_then_loaded_without_numba(kernel_dir: Path) -> None:
     assert done.stdout.split(" ", 1)[0] == str(sum(2 * i // 3 for i in range(7)))
 
 
+def test_numba_compiled_later_in_the_same_process_still_works(kernel_dir: Path) -> None:
+    """The symbols bound for a native kernel stay bound process-wide: numba's own code compiled
+    afterwards (its wrappers call Python's C API) must not reach a trap."""
+    module = write_kernel(kernel_dir, "nk_then_numba", DOUBLE_SUM)
+    native.load(module, {"entry": PROTOTYPE})  # stored
+    later = (
+        "\nimport numba\n"
+        "@numba.njit\n"
+        "def fails(x):\n"
+        "    raise ValueError('from numba')\n"
+        "try:\n"
+        "    fails(1)\n"
+        "except ValueError as exc:\n"
+        "    print('caught', exc)\n"
+        "print(numba.njit(lambda v: (v, str(v)))(3))\n"
+    )
+    env = {
+        **os.environ,
+        "PYTHONPATH": f"{kernel_dir}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
+    }
+    script = CALL.format(module=module, n=3) + later
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=300
+    )
+    assert done.returncode == 0, done.stderr
+    assert "caught from numba" in done.stdout and "(3, '3')" in done.stdout
+
+
 def test_source_edit_rebuilds_and_damage_is_repaired(kernel_dir: Path) -> None:
     module = write_kernel(kernel_dir, "nk_edit", DOUBLE_SUM)
     native.load(module, {"entry": PROTOTYPE})

@@ -8,8 +8,9 @@ never share an address (``memplan alloc``; docs/alloc.md).
 ('optimal', 8, [0, 4, 0])
 
 The exact search (:mod:`memplan.alloc.search`) follows Moffitt's MiniMalloc (ASPLOS 2023), in two
-engines: compiled with numba when the ``fast`` extra is installed (:mod:`memplan.alloc.kernel`,
-run through :mod:`memplan.alloc.compiled`), numpy otherwise. The greedy (:mod:`memplan.alloc.greedy`)
+engines: compiled when the ``fast`` extra is installed (:mod:`memplan.alloc.kernel`, built once
+with numba into machine code loaded without it, run through :mod:`memplan.alloc.compiled`), numpy
+otherwise. The greedy (:mod:`memplan.alloc.greedy`)
 is an upper bound and a quick answer; the checker (:mod:`memplan.alloc.validate`) is independent
 of both.
 """
@@ -20,7 +21,7 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from types import ModuleType
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -36,6 +37,9 @@ from memplan.alloc.buffers import (
 from memplan.alloc.lifetimes import overlaps_in_time
 from memplan.alloc.validate import Check, check_placement
 from memplan.errors import InputError, InternalError
+
+if TYPE_CHECKING:
+    from memplan.alloc.compiled import Kernel
 
 __all__ = [
     "BufferTable",
@@ -250,9 +254,9 @@ def place(
     )
 
 
-def _kernel(engine: str, deadline: float | None, n: int) -> ModuleType | None:
+def _kernel(engine: str, deadline: float | None, n: int) -> Kernel | None:
     """The compiled kernel, or None for the numpy engine. ``auto`` waits for it (loading takes
-    about half a second; a first compilation, seconds) until half the time left, and skips it
+    a few hundredths of a second; a first build, seconds) until half the time left, and skips it
     for small instances whose greedy does not need it (the search loads it if it runs)."""
     from memplan.alloc import compiled
 
@@ -267,10 +271,10 @@ def _kernel(engine: str, deadline: float | None, n: int) -> ModuleType | None:
 
 
 _COMPILED_GREEDY = 5000
-"""Buffers from which the greedy runs compiled (when numba is installed)."""
+"""Buffers from which the greedy runs compiled (when the kernel is available)."""
 
 
-def _engine_name(engine: str, kernel: ModuleType | None, n: int) -> str:
+def _engine_name(engine: str, kernel: Kernel | None, n: int) -> str:
     """The engine of the searches: ``compiled`` when the kernel is loaded, ``numpy`` when
     ``auto`` already waited for it in vain."""
     if kernel is not None:

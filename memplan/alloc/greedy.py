@@ -10,12 +10,15 @@ it always returns within its time limit.
 from __future__ import annotations
 
 import time
-from types import ModuleType
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from memplan.alloc.buffers import MAX_ARENA
 from memplan.alloc.lifetimes import overlaps_in_time
+
+if TYPE_CHECKING:
+    from memplan.alloc.compiled import Kernel
 
 
 class ArenaTooLarge(ValueError):
@@ -86,7 +89,7 @@ def first_fit(
 
 
 def _first_fit_compiled(
-    kernel: ModuleType,
+    kernel: Kernel,
     size: np.ndarray,
     order: np.ndarray,
     deadline: float | None,
@@ -126,7 +129,7 @@ def best_greedy(
     upper: np.ndarray,
     size: np.ndarray,
     deadline: float | None = None,
-    kernel: ModuleType | None = None,
+    kernel: Kernel | None = None,
     graph: tuple[np.ndarray, np.ndarray] | None | bool = True,
 ) -> np.ndarray:
     """The best of first fit by size (then lifetime) and by area (size x lifetime), descending;

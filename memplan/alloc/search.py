@@ -83,13 +83,16 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from types import ModuleType
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from memplan.alloc.buffers import MAX_ARENA
 from memplan.alloc.instance import Instance, count_incidences
 from memplan.alloc.lifetimes import SEARCH_PAIRS, count_overlaps
+
+if TYPE_CHECKING:
+    from memplan.alloc.compiled import Kernel
 
 _INF = np.int64(2**62)
 ENGINES = ("auto", "compiled", "numpy")
@@ -535,7 +538,7 @@ def _solve_part(
 
 
 def _solve_part_compiled(
-    kernel: ModuleType,
+    kernel: Kernel,
     inst: Instance,
     capacity: int,
     buffers: np.ndarray,
@@ -568,7 +571,7 @@ _TIGHT_BUDGET = 8
 
 
 def _rotate(
-    kernel: ModuleType,
+    kernel: Kernel,
     inst: Instance,
     capacity: int,
     buffers: np.ndarray,
@@ -585,6 +588,7 @@ def _rotate(
 
     runs = COMPILED_RUNS
     ranks = [inst.preorder(heuristic) for heuristic, _, _ in runs]
+    scratch = compiled.Scratch.for_part(len(buffers), inst.n)
     limit = max(len(buffers), 16)
     while True:
         limit *= 2
@@ -595,20 +599,24 @@ def _rotate(
                 run_limit = min(limit, budget - stats.get("nodes", 0))
                 if run_limit <= 0:
                     return ABORTED, None
-            ctx = compiled.make_ctx(
-                kernel,
-                inst,
-                capacity,
-                rank,
-                heuristic,
-                residual,
-                2 * index + salt,
-                run_limit,
-                memo,
-                twins,
-            )
             part = buffers[np.argsort(rank[buffers], kind="stable")]
-            status = compiled.call(kernel.run_part, (ctx, part, lo, hi), ctx, deadline)
+            while True:
+                ctx = compiled.make_ctx(
+                    inst,
+                    capacity,
+                    rank,
+                    heuristic,
+                    residual,
+                    2 * index + salt,
+                    run_limit,
+                    memo,
+                    twins,
+                    scratch,
+                )
+                status = compiled.call(kernel.run_part, (ctx, part, lo, hi), ctx, deadline)
+                if status != compiled.OVERFLOW:
+                    break
+                scratch.grow()  # NOTE [ kernel work stack ]: run again with room to go deeper
             stats["nodes"] = stats.get("nodes", 0) + min(int(ctx.count[0]), run_limit)
             if status == FOUND:
                 return FOUND, ctx.solution
@@ -634,8 +642,9 @@ def search(
 
     Buffers of size 0 get offset 0. ``time_limit`` (seconds) bounds the whole search; when it is
     hit the status is ``gave-up`` (so is running out of ``node_budget``, a cap on the nodes).
-    ``engine`` is ``compiled`` (:mod:`memplan.alloc.kernel`, needs numba), ``numpy`` (this
-    module) or ``auto`` (compiled when numba is installed and its kernel loads in time); the
+    ``engine`` is ``compiled`` (:mod:`memplan.alloc.kernel`, the native kernel of
+    :mod:`memplan.alloc.compiled`), ``numpy`` (this module) or ``auto`` (compiled when the kernel
+    is available and loads, or is built, in time); the
     compiled engine first tries each part at its own peak live load (``tight``, NOTE [ compiled
     restarts ]). ``graph``, when every size is positive, is the CSR of
     :func:`memplan.alloc.lifetimes.overlaps` (built here if not given). See the module's NOTEs
@@ -676,16 +685,11 @@ def search(
         return result("gave-up", None, 0)
     if inst.n and int(inst.section_total.max()) > capacity:
         return result("infeasible", None, 0)
-    # Each preorder twice in the round robin: plain, then with NOTE [ residual preorders ].
-    runs = [(h, r) for h in preorders for r in ((None, h) if RESIDUAL else (None,))]
-    names = [r for _, r in runs]
-    ranks = [inst.preorder(h) for h, _ in runs]
-    memos: list[set[tuple[object, ...]]] = [set() for _ in names]
     stats: dict[str, int] = {"budget": node_budget} if node_budget is not None else {}
     kernel = _engine(engine, deadline)
     if kernel is not None:
         memo = compiled_memo(inst.n)
-        parts = _Search(inst, capacity, ranks[0], deadline, set()).parts()
+        parts = _Search(inst, capacity, inst.preorder(preorders[0]), deadline, set()).parts()
         for k, (part, lo, hi) in enumerate(parts):
             status, solution = _solve_part_compiled(
                 kernel, inst, capacity, part, lo, hi, memo, deadline, stats, tight
@@ -699,6 +703,11 @@ def search(
             if on_progress is not None:
                 on_progress(f"placed part {k + 1} of {len(parts)} ({len(part)} buffers)")
         return result("placed", offsets, stats.get("nodes", 0))
+    # Each preorder twice in the round robin: plain, then with NOTE [ residual preorders ].
+    runs = [(h, r) for h in preorders for r in ((None, h) if RESIDUAL else (None,))]
+    names = [r for _, r in runs]
+    ranks = [inst.preorder(h) for h, _ in runs]
+    memos: list[set[tuple[object, ...]]] = [set() for _ in names]
     old_limit = sys.getrecursionlimit()
     sys.setrecursionlimit(max(old_limit, 6 * inst.n + 1000))
     try:
@@ -720,8 +729,8 @@ def search(
     return result("placed", offsets, stats.get("nodes", 0))
 
 
-def _engine(engine: str, deadline: float | None) -> ModuleType | None:
-    """The compiled kernel module for ``engine``, or None for the numpy search."""
+def _engine(engine: str, deadline: float | None) -> Kernel | None:
+    """The compiled kernel for ``engine``, or None for the numpy search."""
     from memplan.alloc import compiled
 
     if engine not in ENGINES:
@@ -733,7 +742,7 @@ def _engine(engine: str, deadline: float | None) -> ModuleType | None:
         deadline = now + (deadline - now) / 2  # half the time at most, as place() does
     kernel = compiled.load(None if engine == "compiled" else deadline)
     if kernel is None and engine == "compiled":
-        why = compiled.load_error() or "numba is not installed (pip install memplan[fast])"
+        why = compiled.load_error() or "it did not load"
         raise RuntimeError(f"the compiled allocation engine is not available: {why}")
     return kernel
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import math
+import os
+import sys
 from decimal import Decimal
 from pathlib import Path
 from typing import Annotated
@@ -67,6 +69,7 @@ def alloc(
 
     Example: `memplan alloc buffers.csv --capacity 1MiB -o placed.csv`
     """
+    _one_blas_thread()
     from memplan.alloc import check_placement, format_buffers_csv, place, read_buffers_csv
 
     with guard():
@@ -110,6 +113,14 @@ def alloc(
             f"memplan: placed {len(bufs)} buffers: arena {result.arena} ({proof}; {target}; "
             f"peak live load {result.peak}) in {result.seconds:.2f} s"
         )
+
+
+def _one_blas_thread() -> None:
+    """numpy's OpenBLAS starts a thread per core when numpy is imported (0.05-0.1 s of CPU on 2
+    cores) and placing buffers never calls BLAS: one thread, unless the user chose otherwise or
+    numpy is imported already."""
+    if "numpy" not in sys.modules:
+        os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 
 def _capacity(text: str | None) -> int | None:

@@ -15,6 +15,7 @@ written: NOTE [ interrupts ] in memplan/interrupt.py); 141 the reader of stdout 
 from __future__ import annotations
 
 import enum
+import functools
 import math
 import os
 import re
@@ -23,12 +24,14 @@ import traceback
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
-from rich.console import Console
-from rich.segment import Segment
 
 from memplan.errors import InputError, InternalError
+
+if TYPE_CHECKING:  # rich is imported when a console is made: `memplan alloc` prints none
+    from rich.console import Console
 
 EXIT_OK = 0
 EXIT_INFEASIBLE = 1
@@ -86,17 +89,24 @@ def escape_control(text: str, *, newlines: bool = False) -> str:
     return pattern.sub(_visible, text) if pattern.search(text) else text
 
 
-class _EscapingConsole(Console):
-    """A rich console that escapes control characters in the text it renders (not in its own
-    cursor and style codes): see NOTE [ control characters ]."""
+@functools.cache
+def escaping_console_class() -> type[Console]:
+    """A rich console class that escapes control characters in the text it renders (not in its
+    own cursor and style codes): see NOTE [ control characters ]. Made on first use, so that a
+    command that prints no rich output does not import rich."""
+    from rich.console import Console
+    from rich.segment import Segment
 
-    def _render_buffer(self, buffer: Iterable[Segment]) -> str:
-        return super()._render_buffer(
-            Segment(escape_control(seg.text), seg.style, seg.control)
-            if seg.control is None and _CONTROL.search(seg.text)
-            else seg
-            for seg in buffer
-        )
+    class _EscapingConsole(Console):
+        def _render_buffer(self, buffer: Iterable[Segment]) -> str:
+            return super()._render_buffer(
+                Segment(escape_control(seg.text), seg.style, seg.control)
+                if seg.control is None and _CONTROL.search(seg.text)
+                else seg
+                for seg in buffer
+            )
+
+    return _EscapingConsole
 
 
 def err_console() -> Console:
@@ -105,7 +115,7 @@ def err_console() -> Console:
     Control characters in what it prints are escaped; markup and emoji codes are off (names
     such as ``layer[3]`` or ``[link=...]`` print as they are): NOTE [ control characters ].
     """
-    return _EscapingConsole(
+    return escaping_console_class()(
         stderr=True, highlight=False, soft_wrap=False, markup=False, emoji=False
     )
 
@@ -268,7 +278,7 @@ def resolve_format(fmt: enum.Enum | None, output: Path | None, allowed: tuple[st
 
 def write_output(text: str, output: Path | None) -> None:
     """One document to stdout, or atomically to ``output`` (then one 'wrote' line on stderr)."""
-    from memplan.profile.io import write_atomic
+    from memplan.files import write_atomic  # not memplan.profile: no yaml, no pydantic
 
     if not text.endswith("\n"):
         text += "\n"

@@ -10,7 +10,8 @@ tensors (docs/profiling.md):
   use the same reading and replay;
 * :class:`CudaProbe` reads ``torch.cuda.max_memory_allocated`` around the call;
 * :func:`allocation_bytes` is the size the allocator counts for a block (CUDA rounds every block
-  up to :data:`CUDA_BLOCK` bytes).
+  up to :data:`CUDA_BLOCK` bytes);
+* :func:`storage_key` names the storage a tensor holds (shared by views), for counting it once.
 """
 
 from __future__ import annotations
@@ -23,7 +24,14 @@ from pathlib import Path
 
 import torch
 
-__all__ = ["CUDA_BLOCK", "CpuProbe", "CudaProbe", "MemoryProbe", "allocation_bytes"]
+__all__ = [
+    "CUDA_BLOCK",
+    "CpuProbe",
+    "CudaProbe",
+    "MemoryProbe",
+    "allocation_bytes",
+    "storage_key",
+]
 
 CUDA_BLOCK = 512  # the CUDA caching allocator rounds every block up to this
 
@@ -129,3 +137,14 @@ def allocation_bytes(nbytes: int, device: torch.device) -> int:
     if nbytes <= 0 or device.type != "cuda":
         return max(0, nbytes)
     return -(-nbytes // CUDA_BLOCK) * CUDA_BLOCK
+
+
+def storage_key(tensor: torch.Tensor) -> tuple[int, int] | None:
+    """(data pointer, bytes) of a tensor's storage; None for tensors without real storage (fake
+    and meta tensors, tensor subclasses without one)."""
+    try:
+        storage = tensor.untyped_storage()
+        ptr = storage.data_ptr()
+    except (RuntimeError, NotImplementedError, AttributeError):
+        return None
+    return (ptr, storage.nbytes()) if ptr else None

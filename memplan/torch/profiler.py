@@ -64,7 +64,13 @@ from memplan.torch.bandwidth import measure_bandwidth, offload_copy_bytes, profi
 from memplan.torch.device import describe_device, resolve_device
 from memplan.torch.estimate import OpCounter, estimate_info, estimate_stage, tf32_flags
 from memplan.torch.linearize import Chain, linearize, make_loss, traces_its_input
-from memplan.torch.memory_probe import CpuProbe, CudaProbe, MemoryProbe, allocation_bytes
+from memplan.torch.memory_probe import (
+    CpuProbe,
+    CudaProbe,
+    MemoryProbe,
+    allocation_bytes,
+    storage_key,
+)
 from memplan.torch.models import build_model
 from memplan.torch.models import example_input as default_example_input
 from memplan.torch.recompute import recomputing
@@ -95,24 +101,14 @@ ProgressCallback = Callable[[str, int, int], None]
 # --------------------------------------------------------------------------------------------
 
 
-def _storage_key(tensor: Tensor) -> tuple[int, int] | None:
-    """(data pointer, bytes) of a tensor's storage; None for tensors without real storage."""
-    try:
-        storage = tensor.untyped_storage()
-        ptr = storage.data_ptr()
-    except (RuntimeError, NotImplementedError, AttributeError):
-        return None
-    return (ptr, storage.nbytes()) if ptr else None
-
-
 def _storage_bytes(tensor: Tensor | None) -> int:
-    key = None if tensor is None else _storage_key(tensor)
+    key = None if tensor is None else storage_key(tensor)
     return 0 if key is None else key[1]
 
 
 def _static_pointers(module: nn.Module) -> set[int]:
     """Storage pointers of a module's parameters and buffers (static memory, never 'saved')."""
-    keys = (_storage_key(t) for t in [*module.parameters(), *module.buffers()])
+    keys = (storage_key(t) for t in [*module.parameters(), *module.buffers()])
     return {key[0] for key in keys if key is not None}
 
 
@@ -260,8 +256,8 @@ def _instrumented(
 
     runner.sync()
     plain_peak = probe.peak(forward_without_autograd, dict)
-    plain_out = _storage_key(plain.pop())
-    plain_output = 0 if plain_out is None or plain_out == _storage_key(inp) else plain_out[1]
+    plain_out = storage_key(plain.pop())
+    plain_output = 0 if plain_out is None or plain_out == storage_key(inp) else plain_out[1]
     plain_overhead = plain_peak - allocation_bytes(plain_output, device)
     del inp
 
@@ -269,7 +265,7 @@ def _instrumented(
     saved: dict[int, int] = {}
 
     def pack(tensor: Tensor) -> Tensor:
-        key = _storage_key(tensor)
+        key = storage_key(tensor)
         if key is not None:
             saved.setdefault(*key)
         return tensor
@@ -286,7 +282,7 @@ def _instrumented(
     out = result.pop()
     excluded = set(static)
     for tensor in (inp, leaf):  # the stage input x_k is not part of x-bar_k
-        key = None if tensor is None else _storage_key(tensor)
+        key = None if tensor is None else storage_key(tensor)
         if key is not None:
             excluded.add(key[0])
     kept = {
@@ -294,7 +290,7 @@ def _instrumented(
         for ptr, nbytes in saved.items()
         if ptr not in excluded
     }
-    out_key = _storage_key(out)
+    out_key = storage_key(out)
     output_size = 0 if out_key is None else allocation_bytes(out_key[1], device)
     saved_size = sum(kept.values()) + (output_size if out_key and out_key[0] not in kept else 0)
     grad_size = allocation_bytes(out.numel() * out.element_size(), device)

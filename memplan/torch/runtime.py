@@ -44,6 +44,7 @@ from torch import Tensor, nn
 from memplan.errors import InputError
 from memplan.schedule import Schedule, load_schedule
 from memplan.torch.linearize import Chain, linearize
+from memplan.torch.memory_probe import storage_key
 from memplan.torch.recompute import RngSnapshot, recomputing, rng_snapshot
 from memplan.torch.transfers import (
     GPU,
@@ -67,15 +68,6 @@ RUNNABLE_FAMILIES = ("chain", "offload", "combined")
 
 def _identity(value: Any) -> Any:
     return value
-
-
-def _storage_key(tensor: Tensor) -> tuple[int, int] | None:
-    try:
-        storage = tensor.untyped_storage()
-        ptr = storage.data_ptr()
-    except (RuntimeError, NotImplementedError, AttributeError):
-        return None
-    return (ptr, storage.nbytes()) if ptr else None
 
 
 @dataclass
@@ -296,12 +288,12 @@ class _Iteration:
             inp.requires_grad_(True)
         saved: dict[int, torch.UntypedStorage] = {}
         excluded = set(self.static)
-        key = _storage_key(inp)
+        key = storage_key(inp)
         if key is not None:
             excluded.add(key[0])
 
         def pack(tensor: Tensor) -> Tensor:
-            key = _storage_key(tensor)
+            key = storage_key(tensor)
             if key is not None and key[0] not in excluded:
                 saved.setdefault(key[0], tensor.untyped_storage())
             return tensor
@@ -309,7 +301,7 @@ class _Iteration:
         hooks = torch.autograd.graph.saved_tensors_hooks(pack, _identity)
         with self._replay_state(k, src.device), torch.enable_grad(), hooks:
             out = module(inp)
-        out_key = _storage_key(out)
+        out_key = storage_key(out)
         nbytes = sum(storage.nbytes() for storage in saved.values())
         if out_key is not None and out_key[0] not in saved:
             nbytes += out_key[1]  # the output x[k+1] is part of s[k] (the profiler's saved_size)
@@ -486,7 +478,7 @@ class CheckpointedChain(nn.Module):
         return planned_forward_counts(self.schedule, len(self.modules_))
 
     def _static_pointers(self) -> set[int]:
-        keys = (_storage_key(t) for t in [*self.parameters(), *self.buffers()])
+        keys = (storage_key(t) for t in [*self.parameters(), *self.buffers()])
         return {key[0] for key in keys if key is not None}
 
     def forward(self, x: Tensor) -> Tensor:
@@ -497,7 +489,7 @@ class CheckpointedChain(nn.Module):
         self.counters = RuntimeCounters(
             forwards=[{} for _ in range(n)], backwards=[0] * n, saved_bytes=[0] * n
         )
-        key = _storage_key(x)
+        key = storage_key(x)
         self.counters.record(0 if key is None else key[1])
         # The anchor makes the loss require grad whatever x is, so that backward() reaches the
         # plan (the parameters are not inputs of the Function: their gradients are accumulated
