@@ -16,8 +16,7 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet "$(TORCH)"
 	$(BIN)/pip install --quiet -e ".[dev,plot,torch,hf,fast]"
-	$(BIN)/python -m memplan.alloc.compiled || echo "memplan alloc: the compiled kernel is not available; the numpy search will be used"
-	$(BIN)/python -m memplan.algorithms.chain.rotor_native || echo "memplan rotor: the compiled grid kernel is not available; the numpy grid will be used"
+	$(BIN)/python -m memplan.native || echo "memplan: native kernels unavailable (see above): their numpy code will be used"
 	touch $(STAMP)
 
 run: $(STAMP)

@@ -22,7 +22,8 @@ the error and release paths of a ``cfunc`` wrapper (:data:`_RUNTIME_ON_ERROR_PAT
 bound, when numba is absent, to a trap that stops the process with a message: reaching one means a
 kernel raised, which a kernel written to these rules does not.
 
-``MEMPLAN_NATIVE=0`` turns the native kernels off (:func:`load` raises
+``python -m memplan.native`` builds every kernel of :data:`KERNELS` now (``make`` runs it), so
+that no command pays a build. ``MEMPLAN_NATIVE=0`` turns the native kernels off (:func:`load` raises
 :class:`NativeUnavailable`); the callers then use their numpy code. The cache directory is
 ``$MEMPLAN_CACHE_DIR``, else ``$XDG_CACHE_HOME/memplan``, else ``~/.cache/memplan``.
 """
@@ -76,6 +77,13 @@ class Prototype:
     restype: Any
     argtypes: tuple[Any, ...]
 
+
+KERNELS = {
+    "alloc's search": "memplan.alloc.compiled",
+    "rotor's grid DP": "memplan.algorithms.chain.rotor_native",
+}
+"""Every native kernel of memplan: what it is, and the module whose ``load()`` builds it (``None``
+when unavailable, with ``load_error()`` saying why)."""
 
 _LOCK = threading.Lock()
 _LOADED: dict[str, dict[str, Callable[..., Any]]] = {}
@@ -341,3 +349,23 @@ def _link(
         _KEEP.append(engine)
         functions[name] = ctypes.CFUNCTYPE(prototype.restype, *prototype.argtypes)(address)
     return functions
+
+
+def prebuild() -> int:
+    """Build (or load) every kernel of :data:`KERNELS`, one line each; 1 if any is unavailable."""
+    import time
+
+    failed = 0
+    for what, name in KERNELS.items():
+        started = time.perf_counter()
+        kernel = importlib.import_module(name)
+        if kernel.load() is None:
+            print(f"memplan: {what} has no native kernel here: {kernel.load_error()}")
+            failed = 1
+        else:
+            print(f"memplan: {what}: native kernel ready ({time.perf_counter() - started:.1f} s)")
+    return failed
+
+
+if __name__ == "__main__":  # python -m memplan.native
+    sys.exit(prebuild())

@@ -138,7 +138,7 @@ def available() -> bool:
     return not native.disabled() and importlib.util.find_spec("llvmlite") is not None
 
 
-def load(deadline: float | None) -> Kernel | None:
+def load(deadline: float | None = None) -> Kernel | None:
     """The native kernel, loaded (built first, the first time) and run once on a tiny instance;
     None when it is not available (:func:`load_error` says why), or when that does not finish by
     ``deadline``. Building takes seconds, once per installation (:mod:`memplan.native` keeps it

@@ -7,7 +7,7 @@ overhead. It needs the ``fast`` extra (numba) once, to build the object code; la
 it without importing numba. Without it, or with ``MEMPLAN_NATIVE=0``, :func:`available` is False
 and rotor.py runs the numpy path unchanged.
 
-``python -m memplan.algorithms.chain.rotor_native`` builds (and caches) the object code now.
+``python -m memplan.native`` builds (and caches) the object code now.
 """
 
 from __future__ import annotations
@@ -381,13 +381,3 @@ def solve_grid(
         entries["trace_f32" if f32 else "trace_f64"],
         data.durations,
     )
-
-
-if __name__ == "__main__":  # python -m memplan.algorithms.chain.rotor_native: build it now
-    import sys
-    import time
-
-    started = time.perf_counter()
-    if load() is None:
-        sys.exit(f"memplan: the compiled rotor kernel is not available: {load_error()}")
-    print(f"memplan: the compiled rotor kernel is ready ({time.perf_counter() - started:.1f} s)")
