@@ -27,6 +27,7 @@ run: $(STAMP)
 test: $(STAMP)
 	$(BIN)/ruff check memplan tests benchmarks
 	$(BIN)/ruff format --check memplan tests benchmarks
+	$(BIN)/python -m memplan.native > /dev/null || true  # rebuilt here if a kernel's source changed
 	$(BIN)/python -m pytest -q
 
 # Every golden schedule, the heavy ones too (tests/golden/cases.py: CP-SAT on the larger profiles).

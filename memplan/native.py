@@ -226,6 +226,10 @@ def _build(
     in every process)."""
     if importlib.util.find_spec("numba") is None:
         raise NativeUnavailable("numba is not installed (pip install memplan[fast])")
+    sys.stderr.write(
+        f"memplan: compiling the native kernel {module} for this machine, once (10-20 s; "
+        "`python -m memplan.native` does it ahead of time)\n"
+    )
     kernels = importlib.import_module(module)
     manifest: dict[str, Any] = {"format": FORMAT, "module": module, "entries": {}}
     for name in entries:
