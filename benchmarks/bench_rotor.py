@@ -309,7 +309,7 @@ def native_cost(args: argparse.Namespace) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--lengths", default="10,50,100,200,500")
-    parser.add_argument("--budgets", default="40,60,80", help="% of the store-all peak")
+    parser.add_argument("--budgets", default="40,60,80", help="%% of the store-all peak")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--against", metavar="DIR", help="C ports built by rotor_ports.py")
     parser.add_argument("--dict-limit", type=int, default=100)
