@@ -25,7 +25,8 @@ kernel raised, which a kernel written to these rules does not.
 ``python -m memplan.native`` builds every kernel of :data:`KERNELS` now (``make`` runs it), so
 that no command pays a build. ``MEMPLAN_NATIVE=0`` turns the native kernels off (:func:`load` raises
 :class:`NativeUnavailable`); the callers then use their numpy code. The cache directory is
-``$MEMPLAN_CACHE_DIR``, else ``$XDG_CACHE_HOME/memplan``, else ``~/.cache/memplan``.
+``$MEMPLAN_CACHE_DIR``, else ``$XDG_CACHE_HOME/memplan``, else ``~/.cache/memplan`` (else, if
+that cannot be written, ``memplan-cache-UID`` in the temporary directory).
 """
 
 from __future__ import annotations
@@ -97,12 +98,24 @@ def disabled() -> bool:
 
 
 def cache_root() -> Path:
-    """Where compiled objects are kept (see the module docstring)."""
+    """Where compiled objects are kept (see the module docstring); when the user's cache
+    directory cannot be created or written (a read-only home on a CI machine), a directory of
+    this user's under the system's temporary directory, so that one build still serves every
+    later process."""
     explicit = os.environ.get("MEMPLAN_CACHE_DIR")
     if explicit:
         return Path(explicit)
     xdg = os.environ.get("XDG_CACHE_HOME")
-    return (Path(xdg) if xdg else Path.home() / ".cache") / "memplan"
+    try:
+        home = Path(xdg) if xdg else Path.home() / ".cache"
+        root = home / "memplan"
+        root.mkdir(parents=True, exist_ok=True)
+        if os.access(root, os.W_OK):
+            return root
+    except (OSError, RuntimeError):  # RuntimeError: Path.home() without a home
+        pass
+    uid = os.getuid() if hasattr(os, "getuid") else 0
+    return Path(tempfile.gettempdir()) / f"memplan-cache-{uid}"
 
 
 def load(

@@ -188,6 +188,21 @@ def test_turned_off_by_the_environment(kernel_dir: Path, monkeypatch: pytest.Mon
     assert not (kernel_dir / "cache").exists()
 
 
+def test_an_unwritable_cache_home_falls_back_to_the_temporary_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    blocker = tmp_path / "not-a-directory"
+    blocker.write_text("a file where the cache home should be")
+    monkeypatch.delenv("MEMPLAN_CACHE_DIR", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(blocker))
+    monkeypatch.setattr("tempfile.tempdir", str(tmp_path / "tmp"))
+    (tmp_path / "tmp").mkdir()
+    root = native.cache_root()
+    assert root.parent == tmp_path / "tmp" and root.name.startswith("memplan-cache-")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert native.cache_root() == tmp_path / "xdg" / "memplan"
+
+
 def test_missing_module_is_unavailable(kernel_dir: Path) -> None:
     with pytest.raises(native.NativeUnavailable, match="not found"):
         native.load("nk_no_such_module", {"entry": PROTOTYPE})
