@@ -1,12 +1,16 @@
-"""Human sizes and rates: ``8GB`` (10^9), ``8GiB`` (2^30), ``512MiB``, ``12.2GB/s``.
+"""Values typed by people: sizes and rates, ``8GB`` (10^9), ``8GiB`` (2^30), ``512MiB``,
+``12.2GB/s``; time limits; and ``NAME=VALUE`` lists (``--config n_layer=24,n_embd=1024``).
 
-A bare ``8G`` is ambiguous (decimal or binary?) and is rejected with a suggestion.
+A bare ``8G`` is ambiguous (decimal or binary?) and is rejected with a suggestion. Nothing here
+imports more than the standard library: the command line checks its options before torch or numpy.
 """
 
 from __future__ import annotations
 
 import math
 import re
+from collections.abc import Mapping
+from typing import Any
 
 from memplan.errors import InputError
 
@@ -124,3 +128,41 @@ def check_time_limit(value: float | None, what: str = "time_limit") -> float | N
             "e.g. 60"
         )
     return float(value)
+
+
+def _value(text: str) -> Any:
+    lowered = text.strip().lower()
+    if lowered in ("true", "false"):
+        return lowered == "true"
+    if lowered in ("none", "null"):
+        return None
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text.strip()
+
+
+def parse_config(text: str | Mapping[str, Any] | None) -> dict[str, Any]:
+    """``"n_layer=24,n_embd=1024"`` -> ``{"n_layer": 24, "n_embd": 1024}`` (ints, floats,
+    true/false, none, else strings); a mapping is returned as a dict.
+
+    Raises
+    ------
+    InputError
+        An item without ``=`` or with an empty name.
+    """
+    if text is None:
+        return {}
+    if isinstance(text, Mapping):
+        return dict(text)
+    values: dict[str, Any] = {}
+    for item in text.split(","):
+        if not item.strip():
+            continue
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise InputError(f"--config {text!r}: expected NAME=VALUE[,NAME=VALUE...]")
+        values[key.strip()] = _value(value)
+    return values

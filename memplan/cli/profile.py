@@ -9,6 +9,7 @@ import typer
 
 from memplan.cli.common import echo_err, err_console, guard, write_output
 from memplan.errors import InputError, did_you_mean
+from memplan.units import parse_config
 
 if TYPE_CHECKING:
     from memplan.gpu import GpuSpec
@@ -76,14 +77,7 @@ def parse_config_option(model: str, text: str | None) -> str | None:
     """
     if text is None:
         return None
-    values: dict[str, object] = {}
-    for item in text.split(","):
-        if not item.strip():
-            continue
-        key, sep, value = item.partition("=")
-        if not sep or not key.strip():
-            raise InputError(f"--config {text!r}: expected NAME=VALUE[,NAME=VALUE...]")
-        values[key.strip()] = value.strip()
+    values = parse_config(text)
     if values and not model.startswith("hf:"):
         raise InputError(f"--config: only hf: models take config values (not {model!r})")
     return text if values else None

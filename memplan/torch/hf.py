@@ -48,6 +48,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from memplan.errors import InputError
+from memplan.units import parse_config
 
 __all__ = [
     "HF_PRESETS",
@@ -157,49 +158,6 @@ def _task(model: nn.Module) -> str | None:
         if name.endswith(suffixes):
             return task
     return None
-
-
-# ------------------------------------------------------------------------------------------------
-# --config n_layer=24,n_embd=1024
-# ------------------------------------------------------------------------------------------------
-
-
-def _value(text: str) -> Any:
-    lowered = text.strip().lower()
-    if lowered in ("true", "false"):
-        return lowered == "true"
-    if lowered in ("none", "null"):
-        return None
-    for kind in (int, float):
-        try:
-            return kind(text)
-        except ValueError:
-            pass
-    return text.strip()
-
-
-def parse_config(text: str | Mapping[str, Any] | None) -> dict[str, Any]:
-    """``"n_layer=24,n_embd=1024"`` -> ``{"n_layer": 24, "n_embd": 1024}`` (ints, floats,
-    true/false, none, else strings); a mapping is returned as a dict.
-
-    Raises
-    ------
-    InputError
-        An item without ``=`` or with an empty name.
-    """
-    if text is None:
-        return {}
-    if isinstance(text, Mapping):
-        return dict(text)
-    values: dict[str, Any] = {}
-    for item in text.split(","):
-        if not item.strip():
-            continue
-        key, sep, value = item.partition("=")
-        if not sep or not key.strip():
-            raise InputError(f"--config {text!r}: expected NAME=VALUE[,NAME=VALUE...]")
-        values[key.strip()] = _value(value)
-    return values
 
 
 def _config_class_kwargs(config_class: type, overrides: Mapping[str, Any]) -> dict[str, Any]:
