@@ -203,6 +203,33 @@ def same_instant(a: float, b: float) -> bool:
     return abs(a - b) <= TIME_TOLERANCE + 4 * math.ulp(max(abs(a), abs(b)))
 
 
+def back_to_back_problem(
+    index: int,
+    start: float,
+    end: float,
+    previous_end: float,
+    duration: float,
+    family: str,
+    operation: str = "",
+) -> str | None:
+    """Why the timed ``ops[index]`` does not run right after the previous one for exactly its
+    ``duration`` (a chain's or a join's operations run back to back), or None; ``operation``
+    names the operation in the message on its duration."""
+    if not _close(start, previous_end):
+        before = f"the end {previous_end} of ops[{index - 1}]" if index else "time 0"
+        if start < previous_end:
+            return f"ops[{index}].start: {start} is before {before}"
+        # the makespan is the sum of the durations: no idle time to hide
+        return (
+            f"ops[{index}].start: {start} leaves a gap after {before} ({family} "
+            "operations run back to back)"
+        )
+    if not lasts(start, end, duration):
+        named = f" of {operation}" if operation else ""
+        return f"ops[{index}].end: {end} != start {start} + duration {duration}{named}"
+    return None
+
+
 def lasts(start: float, end: float, duration: float) -> bool:
     """Whether ``end - start`` is ``duration``, to TIME_TOLERANCE and to the rounding of the times.
 
@@ -285,22 +312,11 @@ def simulate_chain(
         duration = state.duration(name, stage)
         if timed:
             start, end = item.start, item.end
-            if not _close(start, previous_end):
-                before = f"the end {previous_end} of ops[{index - 1}]" if index else "time 0"
-                if start < previous_end:
-                    result.fail(f"ops[{index}].start: {start} is before {before}", index)
-                else:  # the makespan is the sum of the durations: no idle time to hide
-                    result.fail(
-                        f"ops[{index}].start: {start} leaves a gap after {before} (chain "
-                        "operations run back to back)",
-                        index,
-                    )
-            elif not lasts(start, end, duration):
-                result.fail(
-                    f"ops[{index}].end: {end} != start {start} + duration {duration} "
-                    f"of {name} stage {stage}",
-                    index,
-                )
+            problem = back_to_back_problem(
+                index, start, end, previous_end, duration, "chain", f"{name} stage {stage}"
+            )
+            if problem is not None:
+                result.fail(problem, index)
             previous_end = end
         else:
             start, end = makespan, makespan + duration

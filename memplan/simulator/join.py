@@ -19,13 +19,9 @@ named by the schedule's ``join_model``:
 
 from __future__ import annotations
 
-import math
-
 from memplan.profile.model import Profile
 from memplan.schedule import Schedule
-from memplan.simulator.chain import SimulationResult, lasts
-
-TIME_TOLERANCE = 1e-6
+from memplan.simulator.chain import SimulationResult, back_to_back_problem
 
 
 class _Branches:
@@ -183,10 +179,6 @@ class _State:
         return None
 
 
-def _close(a: float, b: float) -> bool:
-    return math.isclose(a, b, rel_tol=TIME_TOLERANCE, abs_tol=TIME_TOLERANCE)
-
-
 def simulate_join(profile: Profile, schedule: Schedule, memory: int | None) -> SimulationResult:
     """Replay a join schedule: makespan, peak memory (static included) and the first violation.
 
@@ -244,20 +236,9 @@ def simulate_join(profile: Profile, schedule: Schedule, memory: int | None) -> S
             result.fail(f"{where}: {problem}", index)
             break
         duration = net.duration(name, j, i)
-        if not _close(op.start, previous_end):
-            before = f"the end {previous_end} of ops[{index - 1}]" if index else "time 0"
-            if op.start < previous_end:
-                result.fail(f"ops[{index}].start: {op.start} is before {before}", index)
-            else:  # the makespan is the sum of the durations: no idle time to hide
-                result.fail(
-                    f"ops[{index}].start: {op.start} leaves a gap after {before} (join "
-                    "operations run back to back)",
-                    index,
-                )
-        elif not lasts(op.start, op.end, duration):
-            result.fail(
-                f"ops[{index}].end: {op.end} != start {op.start} + duration {duration}", index
-            )
+        problem = back_to_back_problem(index, op.start, op.end, previous_end, duration, "join")
+        if problem is not None:
+            result.fail(problem, index)
         previous_end = op.end
         makespan += duration
         peak = static + state.peak(name, j, i)
