@@ -164,14 +164,23 @@ def test_once_built_the_kernel_runs_without_numba(kernel: compiled.Kernel) -> No
 
 
 _CUT_SHORT = """
+import threading
 import time
 import numpy as np
+from memplan import native
 from memplan.alloc import compiled, place
 from tests.test_alloc_search import random_buffers
+gate = threading.Event()
+def fake_slow_build(*args, **kwargs):  # a build that cannot finish before place() returns
+    gate.wait()
+    raise native.NativeUnavailable("fake build: never finished")
+native._build = fake_slow_build
 b = random_buffers(np.random.default_rng(3), 12, horizon=14, big=12)
 started = time.perf_counter()
-result = place(b, time_limit=1.0)  # the build (seconds) does not finish: the numpy search runs
-print(result.status, compiled.loaded(), time.perf_counter() - started < 30)
+result = place(b, time_limit=1.0)  # the build does not finish: the numpy search runs
+loaded = compiled.loaded()
+gate.set()
+print(result.status, loaded, time.perf_counter() - started < 30)
 """
 
 
