@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 # torch 2.13.0 is the CPU build (a local wheel here, a small download elsewhere); the torch extra
-# accepts any torch >= 2.1. The hf extra adds Hugging Face transformers (tests/test_hf.py).
+# accepts any torch >= 2.1. The hf extra adds Hugging Face transformers (tests/torch/test_hf.py).
 # timm and torchvision are not installed: torchvision's PyPI wheels are built for torch's CUDA
 # build and do not load beside the CPU build (timm needs torchvision); their tests skip.
 TORCH ?= torch==2.13.0
@@ -32,7 +32,7 @@ test: $(STAMP)
 
 # Every golden schedule, the heavy ones too (tests/golden/cases.py: CP-SAT on the larger profiles).
 golden: $(STAMP)
-	MEMPLAN_GOLDEN=all $(BIN)/python -m pytest -q tests/test_golden.py
+	MEMPLAN_GOLDEN=all $(BIN)/python -m pytest -q tests/golden/test_golden.py
 
 lint: $(STAMP)
 	$(BIN)/ruff check memplan tests benchmarks

@@ -11,7 +11,7 @@ Importing memplan loads neither torch, matplotlib nor ortools.
 NOTE [ lazy package ]
 The names below are imported when first used (PEP 562), so that ``import memplan.cli.app`` (every
 ``memplan`` command starts there) costs nothing it does not need: ``memplan --version`` loads
-neither numpy nor pydantic (tests/test_startup.py). The subpackage ``memplan.algorithms`` and the
+neither numpy nor pydantic (tests/cli/test_app.py::test_version_imports_neither_numpy_nor_pydantic). The subpackage ``memplan.algorithms`` and the
 function :func:`memplan.algorithms` share a name: importing the subpackage sets the attribute on
 this module, which :class:`_Package` refuses, so ``memplan.algorithms()`` stays the function
 whatever was imported before; the function (:class:`_FunctionOverPackage`) hands the subpackage's

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
@@ -13,6 +12,7 @@ from typer.testing import CliRunner
 import memplan
 from memplan.cli.app import app
 from memplan.views.trace import STREAM_TIDS, trace_document
+from tests.paths import ROOT
 
 runner = CliRunner()
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
@@ -173,7 +173,7 @@ def test_import_memplan_loads_neither_torch_nor_matplotlib():
 
 @pytest.mark.parametrize("name", ["plan_rotor_resnet50.png", "plan_pofo_resnet50.png"])
 def test_readme_figure_is_bundled(name):
-    figure = Path(__file__).resolve().parent.parent / "docs" / name
+    figure = ROOT / "docs" / name
     assert figure.read_bytes()[:8] == PNG_SIGNATURE
 
 

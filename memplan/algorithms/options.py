@@ -6,7 +6,7 @@ else (the command-line flag, its metavar, what the command line converts the tex
 that checks a value and names the flag when it is wrong, the default, the help, which commands show
 it). :func:`parse_options` builds a family's options object from what a caller gave;
 :mod:`memplan.cli.options` turns the declarations into the commands' options, and docs/cli.md's
-tables are generated from them (tests/test_cli_options.py).
+tables are generated from them (tests/cli/test_options.py).
 
 Several families may declare an option of the same name (``slots``, ``bandwidth``,
 ``time_limit``): each with its own default and range, the same flag, metavar and type. A value

@@ -8,7 +8,7 @@ A command's module is imported only when that command runs (or when ``memplan --
 them all): :data:`COMMANDS` names where each one lives, and :class:`LazyGroup` builds the click
 command on first use. So ``memplan --version`` imports typer and nothing of memplan's, and
 ``memplan solve`` imports neither torch, matplotlib nor ``memplan compare``'s sweep machinery
-(tests/test_startup.py; the start-up figures are in docs/benchmarks.md).
+(tests/cli/test_app.py::test_version_imports_neither_numpy_nor_pydantic; the start-up figures are in docs/benchmarks.md).
 """
 
 from __future__ import annotations

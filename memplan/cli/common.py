@@ -319,7 +319,7 @@ def size_text(nbytes: int | float | None) -> str:
 # terminal (a CI log, ``2> log``) a table that does not fit is printed at its full width, every
 # cell on one line; on a terminal it gets at least the width of its longest words, so text wraps
 # and nothing is cut (a terminal narrower than that wraps the lines itself).
-# tests/test_cli_width.py checks every table of info, solve, simulate, compare and algos at
+# tests/cli/test_width.py checks every table of info, solve, simulate, compare and algos at
 # COLUMNS=80, both ways.
 
 _UNBOUNDED = 100_000

@@ -4,7 +4,7 @@ Each family declares its options once (:mod:`memplan.algorithms.options`); here 
 of the same name are merged into one command-line option per flag, and :func:`family_options`
 adds them to a command's signature in place of its ``family_options`` parameter, which receives
 the values given (``{"slots": 300}``; options left out are absent). The tables of docs/cli.md are
-:func:`markdown_table`'s output, kept equal by tests/test_cli_options.py
+:func:`markdown_table`'s output, kept equal by tests/cli/test_options.py
 (``python -m memplan.cli.options docs/cli.md`` rewrites them).
 """
 

@@ -16,12 +16,12 @@ if TYPE_CHECKING:
 
 TORCH_HINT = "needs the torch extra: pip install 'memplan[torch]'"
 GPU_NAMES = "v100, v100-32gb, a100, a100-80gb, h100, l4, rtx4090"
-"""The catalog's GPUs, for --help (tests/test_gpu_catalog.py checks it against the catalog)."""
+"""The catalog's GPUs, for --help (tests/test_gpu.py checks it against the catalog)."""
 MODEL_NAMES = (
     "resnet18, resnet34, resnet50, resnet101, resnet152, alexnet, vgg11, vgg16, densenet121, "
     "mobilenet_v2, inception_v3, gpt-small, gpt-tiny"
 )
-"""The built-in models, for --help without importing torch (tests/test_cli_docs.py checks them
+"""The built-in models, for --help without importing torch (tests/cli/test_docs.py checks them
 against :data:`memplan.torch.models.MODELS`)."""
 JOIN_NAMES = "siamese-resnet18, cross-modal-resnet18, tiny-join"
 """The built-in join networks (:data:`memplan.torch.join.JOIN_MODELS`)."""

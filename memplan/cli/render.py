@@ -479,7 +479,7 @@ ALGOS_WIDTH = 80
 def algos_table(entries: Sequence[Mapping[str, Any]]) -> Table:
     """One line per algorithm: name, family, exact or heuristic and its short summary, within 80
     columns (a summary longer than what is left is cut with an ellipsis; every bundled
-    algorithm's short summary fits: tests/test_cli_width.py)."""
+    algorithm's short summary fits: tests/cli/test_width.py)."""
     name_width = max((len(str(e.get("name", ""))) for e in entries), default=4)
     family_width = max((len(str(e.get("family", ""))) for e in entries), default=6)
     kind_width = len("heuristic")

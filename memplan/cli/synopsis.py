@@ -2,7 +2,7 @@
 
 :func:`synopsis` writes one entry per command of :data:`memplan.cli.app.COMMANDS`: its arguments
 and every option with its metavar or choices (``[--format table|json|yaml|torch-csv]``), required
-ones without brackets. tests/test_cli_docs.py keeps the block between ``<!-- synopsis -->`` and
+ones without brackets. tests/cli/test_docs.py keeps the block between ``<!-- synopsis -->`` and
 ``<!-- /synopsis -->`` of docs/cli.md equal to it; ``python -m memplan.cli.synopsis docs/cli.md``
 rewrites the block.
 """

@@ -9,7 +9,7 @@ reserves the tensor's memory when it starts, one transfer at a time, ``bytes / b
 
 Without transfers the replay is that of :func:`memplan.simulator.simulate_chain`; with every
 forward ``F_all`` it is that of :func:`memplan.simulator.simulate_offload` (checked by
-tests/test_combined_simulator.py).
+tests/simulator/test_combined.py).
 """
 
 from __future__ import annotations

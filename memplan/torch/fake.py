@@ -10,7 +10,7 @@ of ones), with:
 
 * the same definitions of ``output_size``, ``grad_size`` and ``saved_size`` (docs/profiling.md),
   storages told apart by their identity instead of their data pointer (fake storages have none):
-  the same numbers, byte for byte (``tests/test_estimate_fake.py`` compares them with a real CPU
+  the same numbers, byte for byte (``tests/torch/test_estimate_fake.py`` compares them with a real CPU
   profile's);
 * :class:`~memplan.torch.estimate.OpCounter` around the forward and the backward: the same
   operators as the real run's warm-up iteration, hence the same estimated times;

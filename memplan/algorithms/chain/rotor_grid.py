@@ -24,7 +24,7 @@ O(L^3 S) time in the worst case, O(L^2 S) memory (8 bytes per value: 500 stages 
 
 rotor_kernel.py compiles the same DP (with the ``fast`` extra; rotor.py uses it when it loads):
 any change to the operations here must be made there too, in the same order, as
-tests/test_rotor_native.py checks value for value.
+tests/algorithms/chain/test_rotor_native.py checks value for value.
 """
 
 from __future__ import annotations

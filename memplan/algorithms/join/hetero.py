@@ -29,7 +29,7 @@ This is Theorem 3 with the segment of the canonical form solved by rotor and, in
 ``F_all`` step of rotor lifted to the join (without it, store-all would not be a canonical plan in
 this model). It is exact over canonical plans in the slot discretization of docs/model.md; the
 paper proves canonical plans optimal in its pebble model only. The gap to an exhaustive search
-of the chain model is measured in tests/test_join_hetero.py and docs/benchmarks.md.
+of the chain model is measured in tests/algorithms/join/test_hetero.py and docs/benchmarks.md.
 
 Complexity: ``O(prod(l + 1) * sum(l) * S)`` for the join part (numpy over the slots), plus the
 rotor tables ``O(l_j^3 S)`` of each branch.

@@ -26,7 +26,7 @@ only), that is Revolve with ``c' - 2`` checkpoints::
     R(i, c') = u_f * T(i, c' - 2) + i * u_b,    R(1, c') = u_b for c' >= 2,
 
 with ``T`` the extra forward steps of :func:`memplan.algorithms.chain.revolve.extra_forwards`.
-This reading is checked against an exhaustive search of the pebble game (tests/test_join_pebble.py):
+This reading is checked against an exhaustive search of the pebble game (tests/algorithms/join/test_pebble.py):
 the recursion then needs no explicit ``c_min`` guard, and ``c_min`` of Theorem 2 is exactly the
 least ``c`` for which it is finite.
 """

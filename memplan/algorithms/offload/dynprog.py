@@ -52,7 +52,7 @@ budget of ``floor(M / sigma)`` slots:
 
 With ``sigma = 1`` (a budget of at most ``S`` bytes) and ``u beta`` whole bytes for every
 operation, the DP is exact: its value is the optimum of Problem 2 (checked against an exhaustive
-search in ``tests/test_offload_dynprog.py``).
+search in ``tests/algorithms/offload/test_dynprog.py``).
 
 NOTE [ offload slots auto ]
 --------------------------

@@ -7,7 +7,6 @@ from __future__ import annotations
 import os
 import signal
 import time
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -18,9 +17,8 @@ import memplan.alloc.search as search_module  # noqa: E402
 from memplan.alloc import Buffers, check_placement, place, read_buffers_csv  # noqa: E402
 from memplan.alloc.greedy import best_greedy  # noqa: E402
 from memplan.alloc.search import COMPILED_RUNS, search  # noqa: E402
-from tests.test_alloc_search import cpsat_least_arena, perfect_tiling, random_buffers  # noqa: E402
-
-MINIMALLOC = Path(__file__).resolve().parent.parent.parent / "shared" / "benchmarks" / "minimalloc"
+from tests.alloc.test_search import cpsat_least_arena, perfect_tiling, random_buffers  # noqa: E402
+from tests.paths import MINIMALLOC, ROOT
 
 
 def capacity_between(b: Buffers, rng: np.random.Generator) -> int:
@@ -125,7 +123,7 @@ _INTERRUPTED = """
 import sys, time
 import numpy as np
 from memplan.alloc.search import search
-from tests.test_alloc_compiled import hard_instance
+from tests.alloc.test_compiled import hard_instance
 b = hard_instance()
 search(b.lower[:8], b.upper[:8], b.size[:8], 1 << 30, engine="compiled")  # load the kernel
 print("searching", flush=True)
@@ -148,7 +146,7 @@ def test_ctrl_c_stops_the_kernel_and_is_not_swallowed() -> None:
     import subprocess
     import sys
 
-    root = Path(__file__).resolve().parent.parent
+    root = ROOT
     child = subprocess.Popen(
         [sys.executable, "-c", _INTERRUPTED],
         cwd=root,

@@ -25,9 +25,9 @@ from memplan.api import describe
 from memplan.cli import common
 from memplan.cli.app import app
 from memplan.profile.synthetic import homogeneous_chain, random_chain
+from tests.paths import ROOT
 
 runner = CliRunner()
-ROOT = Path(__file__).resolve().parent.parent
 
 
 def run(*args: str, input: str | None = None):

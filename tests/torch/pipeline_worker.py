@@ -1,6 +1,6 @@
 """One rank of a torch.distributed.pipelining run of a memplan torch-csv plan (CPU, gloo).
 
-Run by tests/test_pipeline_torch.py as ``python tests/pipeline_worker.py RANK WORLD PORT CSV
+Run by tests/torch/test_pipeline.py as ``python tests/torch/pipeline_worker.py RANK WORLD PORT CSV
 LAYERS MICRO OUT``; this is also the recipe of docs/pipeline.md: every chain stage ``k`` becomes
 a ``PipelineStage(stage_index=k)`` on the rank the CSV puts it on, and
 ``_PipelineScheduleRuntime._load_csv`` runs the plan.

@@ -6,7 +6,6 @@ and time limits kept on large instances (issue 17 item 10)."""
 from __future__ import annotations
 
 import time
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -16,8 +15,7 @@ from hypothesis import strategies as st
 from memplan.alloc import Buffers, check_placement, peak_live_load, place
 from memplan.alloc.greedy import best_greedy
 from memplan.alloc.search import search
-
-MINIMALLOC = Path(__file__).resolve().parent.parent.parent / "shared" / "benchmarks" / "minimalloc"
+from tests.paths import MINIMALLOC
 
 
 def random_buffers(rng: np.random.Generator, n: int, horizon: int = 10, big: int = 9) -> Buffers:

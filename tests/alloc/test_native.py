@@ -23,10 +23,9 @@ from memplan.alloc.instance import Instance  # noqa: E402
 from memplan.alloc.kernel_layout import NODES, OVERFLOW, PEAK, stack_size  # noqa: E402
 from memplan.alloc.lifetimes import overlaps  # noqa: E402
 from memplan.alloc.search import COMPILED_RUNS  # noqa: E402
-from tests.test_alloc_compiled import capacity_between, verdict_matches_cpsat  # noqa: E402
-from tests.test_alloc_search import random_buffers  # noqa: E402
-
-ROOT = Path(__file__).resolve().parent.parent
+from tests.alloc.test_compiled import capacity_between, verdict_matches_cpsat  # noqa: E402
+from tests.alloc.test_search import random_buffers  # noqa: E402
+from tests.paths import ROOT
 
 
 @pytest.fixture(scope="module")
@@ -140,7 +139,7 @@ sys.modules["numba"] = None  # importing numba now fails
 import numpy as np
 from memplan.alloc import read_buffers_csv, place
 from memplan.alloc.search import search
-from tests.test_alloc_search import random_buffers
+from tests.alloc.test_search import random_buffers
 b = random_buffers(np.random.default_rng(5), 40, horizon=30, big=40)
 greedy = place(b, time_limit=60, engine="compiled")
 result = search(b.lower, b.upper, b.size, greedy.peak + 6, time_limit=60, engine="compiled")
@@ -169,7 +168,7 @@ import time
 import numpy as np
 from memplan import native
 from memplan.alloc import compiled, place
-from tests.test_alloc_search import random_buffers
+from tests.alloc.test_search import random_buffers
 gate = threading.Event()
 def fake_slow_build(*args, **kwargs):  # a build that cannot finish before place() returns
     gate.wait()
@@ -205,7 +204,7 @@ _TURNED_OFF = """
 import numpy as np
 from memplan.alloc import compiled, place
 from memplan.alloc.search import search
-from tests.test_alloc_search import random_buffers
+from tests.alloc.test_search import random_buffers
 b = random_buffers(np.random.default_rng(4), 12, horizon=14, big=12)
 print(place(b, time_limit=30).status, compiled.available(), compiled.load(None))
 try:

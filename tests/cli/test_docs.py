@@ -8,7 +8,6 @@ against the modules that define them.
 from __future__ import annotations
 
 import inspect
-from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
@@ -16,8 +15,8 @@ from typer.testing import CliRunner
 from memplan.cli.app import COMMANDS, app
 from memplan.cli.profile import DEFAULT_REPEATS, JOIN_NAMES, MODEL_NAMES
 from memplan.cli.synopsis import documented_synopsis, synopsis
+from tests.paths import ROOT
 
-ROOT = Path(__file__).resolve().parent.parent
 runner = CliRunner()
 
 

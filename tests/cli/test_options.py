@@ -5,7 +5,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
-from pathlib import Path
 
 import pytest
 import typer
@@ -16,8 +15,8 @@ from memplan.algorithms import FAMILIES, REGISTRY, all_options, options_for
 from memplan.algorithms.options import declared
 from memplan.cli.app import app
 from memplan.cli.options import cli_options, documented_tables, markdown_table
+from tests.paths import ROOT
 
-ROOT = Path(__file__).resolve().parent.parent
 runner = CliRunner()
 
 

@@ -13,11 +13,11 @@ from memplan.profile import bundled_profiles
 
 CHAIN_ALGORITHMS = ["store-all", "periodic", "revolve", "rotor"]
 JOIN_PROFILES = ("siamese-resnet18", "cross-modal-resnet18")
-"""Join networks (branches + turn): tests/test_join_profiles.py checks them."""
+"""Join networks (branches + turn): tests/torch/test_join.py checks them."""
 NAMES = sorted(
     name for name in bundled_profiles() if name not in JOIN_PROFILES and "-graph-" not in name
 )
-"""The chain profiles (the graph profiles, ``MODEL-graph-bB``, have tests/test_graph_bundled.py)."""
+"""The chain profiles (the graph profiles, ``MODEL-graph-bB``, have tests/algorithms/graph/test_bundled.py)."""
 
 
 TRANSFORMERS = ("gpt2", "llama-1b", "bert-base", "vit-b-16")

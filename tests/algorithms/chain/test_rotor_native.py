@@ -4,7 +4,7 @@ The kernel must give the plans of rotor_grid.py: the same values, bit for bit, w
 problem reads them (NOTE [ rotor kernel layout ]), the same sequences, the same budgets asked of
 every sub-chain, and through :func:`solve_rotor` the same ChainPlan, whether the kernel runs in
 this process, is turned off (``MEMPLAN_NATIVE=0``, in-process and in a fresh process) or cannot
-round or bound in int64 (sizes near 2**60). The golden fixtures (tests/test_golden.py) run through
+round or bound in int64 (sizes near 2**60). The golden fixtures (tests/golden/test_golden.py) run through
 the kernel wherever it is available.
 """
 
@@ -33,6 +33,7 @@ from memplan.algorithms.chain.rotor_grid import (
     sub_chain_bounds,
 )
 from memplan.profile.synthetic import random_chain
+from tests.paths import ROOT
 from tests.strategies import chains
 
 pytestmark = pytest.mark.skipif(
@@ -209,7 +210,7 @@ def test_tightened_grid_is_the_same_with_the_kernel_turned_off(monkeypatch):
 OFF_SCRIPT = """
 import json, sys
 from memplan.algorithms.chain import rotor_native
-from tests.test_rotor_native import digests
+from tests.algorithms.chain.test_rotor_native import digests
 print(json.dumps({"available": rotor_native.available(),
                   "kernel_imported": "memplan.algorithms.chain.rotor_cfuncs" in sys.modules,
                   "numba_imported": "numba" in sys.modules,
@@ -219,7 +220,7 @@ print(json.dumps({"available": rotor_native.available(),
 
 def run_fresh(env_extra: dict[str, str]) -> dict:
     env = {**os.environ, **env_extra}
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    root = str(ROOT)
     env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
     done = subprocess.run(
         [sys.executable, "-c", OFF_SCRIPT],
