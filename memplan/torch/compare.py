@@ -5,9 +5,10 @@
 ``plain``
     The model's own training step: ``model(**batch).loss`` for a Hugging Face model (labels
     given), the chain's loss on ``model(x)`` otherwise (:func:`memplan.torch.linearize`).
-``hf-checkpointing``
-    ``model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant":
-    False})``, for the Hugging Face models that support it.
+``hf checkpointing``
+    ``model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant":
+    False})`` (``gradient_checkpointing_enable`` before transformers 5.x), for the Hugging Face
+    models that support it: every layer recomputed in the backward.
 ``checkpoint_sequential(k)``
     ``torch.utils.checkpoint.checkpoint_sequential`` in ``k`` segments over memplan's chain of
     stages (the loss after it), for several ``k``.
@@ -251,15 +252,24 @@ def default_segments(stages: int) -> list[int]:
 
 @contextmanager
 def _hf_checkpointing(model: nn.Module) -> Iterator[None]:
-    model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    """Hugging Face's checkpointing of every layer: ``activation_checkpointing_enable`` (the
+    name since transformers 5.x), else ``gradient_checkpointing_enable``; non-reentrant."""
+    kwargs = {"use_reentrant": False}
+    if hasattr(model, "activation_checkpointing_enable"):
+        model.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
+    else:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
     try:
         yield
     finally:
-        model.gradient_checkpointing_disable()
+        if hasattr(model, "activation_checkpointing_disable"):
+            model.activation_checkpointing_disable()
+        else:
+            model.gradient_checkpointing_disable()
 
 
 def _hf_way(setup: _Setup) -> _Way:
-    outcome = Outcome("hf gradient_checkpointing_enable()", "hf-checkpointing")
+    outcome = Outcome("hf checkpointing", "hf-checkpointing", "every layer")
     if not setup.hf:
         outcome.skipped = "not a Hugging Face model"
         return _Way(outcome)
