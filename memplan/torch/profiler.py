@@ -610,6 +610,12 @@ def _last_users(chain: Chain) -> dict[int, int]:
     return last
 
 
+def _gradient_bytes(module: nn.Module, creates: set[int], device: torch.device) -> int:
+    """Bytes of the gradients of the parameters in ``creates`` (each as large as its parameter)."""
+    params = {id(p): p for p in module.parameters() if id(p) in creates}
+    return sum(allocation_bytes(p.numel() * p.element_size(), device) for p in params.values())
+
+
 def _noise(summaries: list[tuple[str, Summary, float]], timed: bool) -> Noise | None:
     if not timed or not summaries:
         return None
@@ -671,6 +677,8 @@ def _profile_stages(
                     creates if weight_grads else None,
                 )  # fmt: skip
                 output = m.output
+                if weight_grads and m.weight_grad_size is None:  # fake tensors: by definition
+                    m.weight_grad_size = _gradient_bytes(module, creates, x.device)
                 extra = None
                 if counter is not None and gpu is not None:
                     est = estimate_stage(counter, gpu)
