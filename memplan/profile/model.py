@@ -71,6 +71,17 @@ class Stage(_Strict):
         description="temporary bytes of that backward beyond the input gradient and the "
         "weight_grad_size bytes it creates; unknown when omitted",
     )
+    forward_overhead_all: Bytes | None = Field(
+        default=None,
+        description="temporary bytes of the forward with autograd (F_all) beyond saved_size "
+        "(forward_overhead is the larger of it and the F_ck/F_n one); unknown when omitted",
+    )
+    input_saved: bool | None = Field(
+        default=None, description="whether the backward keeps the stage's input x_k"
+    )
+    output_saved: bool | None = Field(
+        default=None, description="whether the backward keeps the stage's output x_{k+1}"
+    )
     extra: dict[str, Any] | None = None
 
     @property
@@ -83,6 +94,13 @@ class Stage(_Strict):
             raise ValueError(
                 f"saved_size ({self.saved_size}) must include the output "
                 f"(output_size {self.output_size})"
+            )
+        if self.forward_overhead_all is not None and self.forward_overhead_all > (
+            self.forward_overhead
+        ):
+            raise ValueError(
+                f"forward_overhead_all ({self.forward_overhead_all}) exceeds forward_overhead "
+                f"({self.forward_overhead}), the larger of the two kinds of forward"
             )
         return self
 

@@ -150,6 +150,10 @@ class StageMeasurement:
         (``creates_grads`` of :func:`measure_stage`; None when not measured).
     backward_overhead_fresh : int or None
         The backward's temporary bytes in that case, beyond the input gradient and them.
+    forward_overhead_all : int or None
+        The temporary bytes of the forward with autograd alone (``F_all``), beyond what it saves.
+    input_saved, output_saved : bool or None
+        Whether autograd saved the storage of the stage's input (output) for the backward.
     iteration_times : list of float
         Seconds of each timed iteration (forward + backward).
     """
@@ -164,6 +168,9 @@ class StageMeasurement:
     output: Tensor
     weight_grad_size: int | None = None
     backward_overhead_fresh: int | None = None
+    forward_overhead_all: int | None = None
+    input_saved: bool | None = None
+    output_saved: bool | None = None
     iteration_times: list[float] = field(default_factory=list)
 
 
@@ -241,9 +248,21 @@ def kept_bytes(module: nn.Module, params: list[Tensor], device: torch.device) ->
     )
 
 
-def _instrumented(
-    runner: _StageRunner, probe: MemoryProbe, static: set[int]
-) -> tuple[int, int, int, int, int]:
+@dataclass
+class _Sizes:
+    """What the instrumented iteration finds (bytes as the allocator counts them)."""
+
+    output_size: int
+    grad_size: int
+    saved_size: int
+    forward_overhead: int
+    forward_overhead_all: int
+    backward_overhead: int
+    input_saved: bool
+    output_saved: bool
+
+
+def _instrumented(runner: _StageRunner, probe: MemoryProbe, static: set[int]) -> _Sizes:
     """One iteration under the memory probe and ``saved_tensors_hooks``, as the runtime runs it.
 
     The forward runs twice, both times inside :func:`memplan.torch.recompute.recomputing` (the
@@ -255,9 +274,10 @@ def _instrumented(
 
     Returns
     -------
-    tuple
-        ``(output_size, grad_size, saved_size, forward_overhead, backward_overhead)``, sizes as
-        the allocator counts them (:func:`memplan.torch.memory_probe.allocation_bytes`).
+    _Sizes
+        Sizes as the allocator counts them (:func:`memplan.torch.memory_probe.allocation_bytes`);
+        ``forward_overhead_all`` is the forward with autograd's alone; ``input_saved`` and
+        ``output_saved`` say whether autograd saved the storage of the stage's input or output.
     """
     device = runner.x.device
     _, inp = runner.fresh_input()
@@ -304,6 +324,9 @@ def _instrumented(
         if ptr not in excluded
     }
     out_key = storage_key(out)
+    inp_key = storage_key(inp)
+    input_saved = inp_key is not None and inp_key[0] in saved
+    output_saved = out_key is not None and out_key[0] in saved
     output_size = 0 if out_key is None else allocation_bytes(out_key[1], device)
     saved_size = sum(kept.values()) + (output_size if out_key and out_key[0] not in kept else 0)
     grad_size = allocation_bytes(out.numel() * out.element_size(), device)
@@ -317,8 +340,17 @@ def _instrumented(
         input_grad_size = _storage_bytes(None if leaf is None else leaf.grad)
         backward_overhead = max(0, backward_peak - allocation_bytes(input_grad_size, device))
         _clear_grads(runner.module)
-    forward_overhead = max(0, forward_peak - saved_size, plain_overhead)
-    return output_size, grad_size, saved_size, forward_overhead, backward_overhead
+    forward_all = max(0, forward_peak - saved_size)
+    return _Sizes(
+        output_size=output_size,
+        grad_size=grad_size,
+        saved_size=saved_size,
+        forward_overhead=max(forward_all, plain_overhead),
+        forward_overhead_all=forward_all,
+        backward_overhead=backward_overhead,
+        input_saved=input_saved,
+        output_saved=output_saved,
+    )
 
 
 def _same(tensor: Tensor) -> Tensor:
@@ -445,18 +477,20 @@ def measure_stage(
             forward_times.append(forward)
             backward_times.append(backward)
     _clear_grads(module)
-    output_size, grad_size, saved_size, forward_overhead, backward_overhead = sizes
     return StageMeasurement(
         forward_time=_median_ms(forward_times),
         backward_time=_median_ms(backward_times),
-        output_size=output_size,
-        grad_size=grad_size,
-        saved_size=saved_size,
-        forward_overhead=forward_overhead,
-        backward_overhead=backward_overhead,
+        output_size=sizes.output_size,
+        grad_size=sizes.grad_size,
+        saved_size=sizes.saved_size,
+        forward_overhead=sizes.forward_overhead,
+        backward_overhead=sizes.backward_overhead,
         output=output,
         weight_grad_size=weight_grads,
         backward_overhead_fresh=fresh,
+        forward_overhead_all=sizes.forward_overhead_all,
+        input_saved=sizes.input_saved,
+        output_saved=sizes.output_saved,
         iteration_times=[f + b for f, b in zip(forward_times, backward_times, strict=True)],
     )
 
@@ -702,6 +736,9 @@ def _profile_stages(
                     grad_size=None if m.grad_size == m.output_size else m.grad_size,
                     weight_grad_size=m.weight_grad_size,
                     backward_overhead_fresh=m.backward_overhead_fresh,
+                    forward_overhead_all=m.forward_overhead_all if weight_grads else None,
+                    input_saved=m.input_saved if weight_grads else None,
+                    output_saved=m.output_saved if weight_grads else None,
                     extra=extra,
                 )
             )

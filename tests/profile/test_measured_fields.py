@@ -23,6 +23,10 @@ BASE = {
             "weight_size": 100,
             "weight_grad_size": 96,
             "backward_overhead_fresh": 4,
+            "forward_overhead": 6,
+            "forward_overhead_all": 2,
+            "input_saved": True,
+            "output_saved": False,
         },
         {
             "name": "loss",
@@ -68,6 +72,7 @@ def test_the_new_fields_round_trip():
     assert prof.measured.noise.flagged == ["a"]
     assert [s.weight_grad_size for s in prof.stages] == [96, 0]
     assert prof.stages[0].backward_overhead_fresh == 4
+    assert prof.stages[0].forward_overhead_all == 2 and prof.stages[0].input_saved is True
     assert load_profile(save_profile(prof)) == prof
 
 
@@ -76,7 +81,9 @@ def test_profiles_without_them_still_load():
     del data["measured"]["conditions"], data["measured"]["noise"]
     for stage in data["stages"]:
         stage.pop("weight_grad_size")
-        stage.pop("backward_overhead_fresh", None)
+        for key in ("backward_overhead_fresh", "forward_overhead_all", "input_saved"):
+            stage.pop(key, None)
+        stage.pop("output_saved", None)
     prof = load_profile(data)
     assert prof.measured.conditions is None and prof.stages[0].weight_grad_size is None
     assert load_profile("resnet50").measured.conditions is None  # a bundled profile
@@ -91,6 +98,8 @@ def test_profiles_without_them_still_load():
         ("measured.conditions.cores", 2, "measured.conditions.cores"),
         ("measured.noise.spread", -0.5, "measured.noise.spread"),
         ("measured.noise.outliers", 1.5, "measured.noise.outliers"),
+        ("stages.0.input_saved", "yes", "stages[0].input_saved"),
+        ("stages.0.forward_overhead_all", 7, "forward_overhead_all"),
     ],
 )
 def test_bad_values_name_their_field(path, value, field):

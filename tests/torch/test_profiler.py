@@ -124,6 +124,10 @@ def test_saved_size_of_a_linear_stage_is_hand_computed():
         assert m.forward_overhead == rng_state + (2 * 4 * 16 - 4 * 4) * F32
         assert m.backward_overhead >= 0
         assert tuple(m.output.shape) == (4, 4) and not m.output.requires_grad
+        # F_all alone saves what it computes: no temporaries beyond the saved tensors
+        assert m.forward_overhead_all == rng_state
+        # the first Linear keeps its input for the weight's gradient; nothing keeps the output
+        assert m.input_saved is True and m.output_saved is False
     assert stage[0].weight.grad is None  # the profiler leaves no gradients behind
 
 
@@ -140,6 +144,9 @@ def test_saved_sizes_of_a_sequential_chain():
     assert (linear2.output_size, linear2.saved_size) == (4 * 4 * F32, 4 * 4 * F32)
     # an in-place ReLU keeps its result, the output
     assert (relu1.output_size, relu1.saved_size) == (4 * 16 * F32, 4 * 16 * F32)
+    assert relu1.output_saved is True and linear0.output_saved is False
+    # the classification loss keeps the log-softmax of the logits, not the logits
+    assert loss.input_saved is False and linear2.input_saved is True
     # parameters, plus a 4-byte step count per parameter tensor (weight and bias)
     assert linear0.weight_size == (8 * 16 + 16) * F32 + 2 * 4 and relu1.weight_size == 0
     assert linear2.weight_size == (16 * 4 + 4) * F32 + 2 * 4
