@@ -745,7 +745,7 @@ def _profile_stages(
             x = output
             if progress is not None:
                 progress(name, k + 1, len(chain))
-    timed = gpu is None and runner is None
+    timed = gpu is None and runner is None and repeats >= 2  # one repeat has no spread
     return _Profiled(stages, _noise(list(summaries.values()), timed))
 
 
