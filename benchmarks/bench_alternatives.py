@@ -39,8 +39,7 @@ MODELS: dict[str, dict[str, Any]] = {
     },
     "llama": {
         "model": "hf:llama",
-        "config": "hidden_size=256,intermediate_size=768,num_hidden_layers=6,"
-        "num_attention_heads=4",
+        "config": "hidden_size=256,intermediate_size=768,num_hidden_layers=6,num_attention_heads=4",
         "batch_size": 4,
         "input_shape": (256,),
         "about": "Llama (6 layers, 256 wide, MLP 768, 4 heads, 32,000 tokens)",
@@ -89,7 +88,7 @@ def run(args: argparse.Namespace) -> None:
         spec = MODELS[key]
         start = time.perf_counter()
 
-        def note(line: str, start: float = start) -> None:
+        def note(line: str, start: float = start, key: str = key) -> None:
             print(f"  [{time.perf_counter() - start:7.1f} s] {key}: {line}", flush=True)
 
         result = compare_training(

@@ -54,7 +54,9 @@ def chunked_loss(
     targets = F.pad(labels, (0, 1), value=-100)[:, 1:]  # position t predicts token t+1
     count = (targets != -100).sum()
     total = hidden.new_zeros((), dtype=torch.float32)
-    for part_h, part_t in zip(hidden.chunk(chunks, dim=1), targets.chunk(chunks, dim=1)):
+    for part_h, part_t in zip(
+        hidden.chunk(chunks, dim=1), targets.chunk(chunks, dim=1), strict=True
+    ):
         total = total + checkpoint(_chunk_loss, part_h, head.weight, part_t, use_reentrant=False)
     return total / count
 
@@ -118,7 +120,7 @@ def measure(key: str, chunk_counts: list[int]) -> dict[str, Any]:
         else:
             error = max(
                 float((g - r).abs().max()) / (float(r.abs().max()) or 1.0)
-                for g, r in zip(grads, reference)
+                for g, r in zip(grads, reference, strict=True)
             )
         found["ways"].append({"name": name, "peak": peak, "loss": value, "grad_error": error})
         print(f"  {key}: {name}: {peak / 1e6:.1f} MB, loss {value:.6f}, grads {error:.1e}")
