@@ -125,7 +125,11 @@ def table(doc: dict[str, Any]) -> str:
         f"{doc['rounds']}) | gradients | memplan's plan MB |",
         "|---|---:|---:|---:|---|---:|",
     ]
+    infeasible = []  # rotor at another way's peak, below its least memory: one line for all
     for row in doc["rows"]:
+        if row["skipped"] and row["skipped"].startswith("no rotor plan fits"):
+            infeasible.append(row)
+            continue
         if row["skipped"]:
             lines.append(f"| {row['name']} | - | - | - | {row['skipped']} | - |")
             continue
@@ -136,6 +140,15 @@ def table(doc: dict[str, Any]) -> str:
         lines.append(
             f"| {row['name']} | {_mb(row['peak'])} | {row['peak_ratio']:.3f} | {ratio} "
             f"| {grads} | {_mb(row['planned_peak'])} |"
+        )
+    if infeasible:
+        least = infeasible[0]["skipped"].rsplit("least memory ", 1)[-1].split()[0]
+        at = ", ".join(
+            row["setting"].removeprefix("at ").removesuffix("'s peak") for row in infeasible
+        )
+        lines.append(
+            f"| memplan rotor at the peak of: {at} | - | - | - | no plan: below rotor's least "
+            f"memory ({int(least) / 1e6:.1f} MB planned) | - |"
         )
     lines.append("")
     lines.append(f"(wall {doc['wall_s']:.0f} s; {doc.get('load_end', '')} at the end)")
