@@ -95,13 +95,6 @@ class Stage(_Strict):
                 f"saved_size ({self.saved_size}) must include the output "
                 f"(output_size {self.output_size})"
             )
-        if self.forward_overhead_all is not None and self.forward_overhead_all > (
-            self.forward_overhead
-        ):
-            raise ValueError(
-                f"forward_overhead_all ({self.forward_overhead_all}) exceeds forward_overhead "
-                f"({self.forward_overhead}), the larger of the two kinds of forward"
-            )
         return self
 
 
@@ -224,14 +217,6 @@ class Profile(_Strict):
             raise ValueError("expected 'stages' (a chain), 'branches' and 'turn', or 'graph'")
         if self.stages is not None and self.input_size is None:
             raise ValueError("input_size: missing required field (bytes of the chain input x_0)")
-        stages = self.all_stages()
-        grads = sum(s.weight_grad_size or 0 for s in stages)
-        weights = sum(s.weight_size for s in stages)
-        if grads > weights:
-            raise ValueError(
-                f"the stages' weight_grad_size ({grads}) exceed their weight_size ({weights}): "
-                "a parameter's gradient is as large as the parameter"
-            )
         return self
 
     @property

@@ -255,6 +255,7 @@ def _hf_checkpointing(model: nn.Module) -> Iterator[None]:
     """Hugging Face's checkpointing of every layer: ``activation_checkpointing_enable`` (the
     name since transformers 5.x), else ``gradient_checkpointing_enable``; non-reentrant."""
     kwargs = {"use_reentrant": False}
+    hooked = bool(getattr(model, "_require_grads_hooks", None))
     if hasattr(model, "activation_checkpointing_enable"):
         model.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
     else:
@@ -266,6 +267,10 @@ def _hf_checkpointing(model: nn.Module) -> Iterator[None]:
             model.activation_checkpointing_disable()
         else:
             model.gradient_checkpointing_disable()
+        # enabling also hooks the input embeddings (their output requires grad), and disabling
+        # leaves the hook: another hook at every step would make a compiled model recompile
+        if not hooked and hasattr(model, "disable_input_require_grads"):
+            model.disable_input_require_grads()
 
 
 def _hf_way(setup: _Setup) -> _Way:
