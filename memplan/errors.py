@@ -18,11 +18,20 @@ class InputError(MemplanError, ValueError):
     """
 
 
+BUG_NOTE = "this is a bug in memplan; please report it"
+"""The one phrase that says an error is memplan's own: :class:`InternalError` adds it to its
+message, the command line to any unexpected exception's line (never twice)."""
+
+
 class InternalError(MemplanError, RuntimeError):
     """A broken invariant inside memplan (e.g. a solver and the simulator disagree).
 
-    This is always a bug: please report it with the command line and the profile.
+    This is always a bug. Raise it with what broke (``pofo produced a plan the simulator rejects:
+    ...``); ``str()`` adds :data:`BUG_NOTE` in parentheses, so the message says it once.
     """
+
+    def __str__(self) -> str:
+        return f"{super().__str__()} ({BUG_NOTE})"
 
 
 STDIN = "<stdin>"

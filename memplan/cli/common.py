@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING
 
 import typer
 
-from memplan.errors import InputError, InternalError
+from memplan.errors import BUG_NOTE, InputError, InternalError
 
 if TYPE_CHECKING:  # rich is imported when a console is made: `memplan alloc` prints none
     from rich.console import Console
@@ -141,15 +141,15 @@ def guard() -> Iterator[None]:
         raise typer.Exit(EXIT_INTERRUPTED) from None
     except InputError as exc:
         _fail(exc, f"memplan: error: {_one_line(exc)}", EXIT_USAGE)
-    except InternalError as exc:
+    except InternalError as exc:  # its message says BUG_NOTE
         _fail(exc, f"memplan: internal error: {_one_line(exc)}", EXIT_INTERNAL)
     except BrokenPipeError:
         # `memplan ... | head`: the reader went away; nothing useful left to say.
         _silence_stdout()
         raise typer.Exit(EXIT_BROKEN_PIPE) from None
     except Exception as exc:
-        name = type(exc).__name__
-        _fail(exc, f"memplan: internal error: {name}: {_one_line(exc)}", EXIT_INTERNAL)
+        line = f"memplan: internal error: {type(exc).__name__}: {_one_line(exc)} ({BUG_NOTE})"
+        _fail(exc, line, EXIT_INTERNAL)
 
 
 def _one_line(exc: BaseException) -> str:
@@ -161,7 +161,7 @@ def _fail(exc: BaseException, line: str, code: int) -> None:
     if debug_enabled():
         traceback.print_exception(type(exc), exc, exc.__traceback__, file=sys.stderr)
     elif code == EXIT_INTERNAL:
-        line += " (this is a bug in memplan; run with --debug for the traceback and report it)"
+        line += "; --debug shows the traceback"
     echo_err(line)
     raise typer.Exit(code) from None
 
