@@ -124,8 +124,8 @@ def check_time_limit(value: float | None, what: str = "time_limit") -> float | N
         raise InputError(f"{what} {value!r}: expected a number of seconds, e.g. 60")
     if not (math.isfinite(value) and 0 < value <= MAX_TIME_LIMIT):
         raise InputError(
-            f"{what} {value!r}: expected seconds > 0 and at most {MAX_TIME_LIMIT:.0f} (a week), "
-            "e.g. 60"
+            f"{what} {value!r}: expected a finite number of seconds above 0 and at most "
+            f"{MAX_TIME_LIMIT:.0f} (a week), e.g. 60"
         )
     return float(value)
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 import os
 import sys
 from decimal import Decimal
@@ -13,7 +12,6 @@ import typer
 
 from memplan.cli.common import (
     EXIT_INFEASIBLE,
-    check_positive,
     echo_err,
     guard,
     option_size,
@@ -71,12 +69,11 @@ def alloc(
     """
     _one_blas_thread()
     from memplan.alloc import check_placement, format_buffers_csv, place, read_buffers_csv
+    from memplan.units import check_time_limit
 
     with guard():
         cap = _capacity(capacity)
-        check_positive("--time-limit", time_limit)
-        if time_limit is not None and not math.isfinite(time_limit):
-            raise InputError(f"--time-limit {time_limit}: expected a finite number of seconds")
+        check_time_limit(time_limit, "--time-limit")  # finite, above 0, at most a week
         if buffers is None:
             if stdin_is_terminal():
                 raise InputError(f"missing BUFFERS.csv: give a file or '-', e.g. {EXAMPLE}")
