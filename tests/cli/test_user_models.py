@@ -188,7 +188,9 @@ def test_a_module_of_the_current_directory_does_not_stand_in_for_torchs(tmp_path
     """A ``sympy.py`` beside the factory: torch imports sympy while profiling, after the factory
     was imported; the real one must come (a real process, launched as the ``memplan`` script is:
     the current directory is not on its path)."""
-    (tmp_path / "sympy.py").write_text('raise ImportError("the sympy.py of the cwd was imported")\n')
+    (tmp_path / "sympy.py").write_text(
+        'raise ImportError("the sympy.py of the cwd was imported")\n'
+    )
     (tmp_path / "tinyfactory.py").write_text(textwrap.dedent(FACTORIES))
     launcher = "import sys; del sys.path[0]; from memplan.cli.app import main; main()"
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
