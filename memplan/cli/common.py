@@ -5,10 +5,11 @@ Human output (tables, progress, the summary) goes to stderr through ``err_consol
 format (``--format json|yaml|csv``) writes exactly one document to stdout or, with ``-o FILE``,
 atomically to the file. Exit codes: 0 done (a plan that fits, a valid schedule); 1 infeasible or
 an invalid / over-budget schedule; 2 bad usage or bad input (``memplan.InputError``, typer usage
-errors); 70 (EX_SOFTWARE, sysexits.h) a bug in memplan: ``InternalError`` or any unexpected
-exception; 130 interrupted (one Ctrl-C stops any phase, CP-SAT searches included, and nothing is
-written: NOTE [ interrupts ] in memplan/interrupt.py); 141 the reader of stdout went away
-(``| head``). Errors are one line ``memplan: error: ...`` on stderr; ``--debug`` (or
+errors); 66 (EX_NOINPUT, sysexits.h) nothing came through the pipe on stdin
+(``memplan.errors.EmptyPipe``: the command before the pipe wrote nothing, most often because it
+failed); 70 (EX_SOFTWARE) a bug in memplan: ``InternalError`` or any unexpected exception; 130
+interrupted (one Ctrl-C stops any phase, CP-SAT searches included, and nothing is written:
+NOTE [ interrupts ] in memplan/interrupt.py); 141 the reader of stdout went away (``| head``). Errors are one line ``memplan: error: ...`` on stderr; ``--debug`` (or
 ``MEMPLAN_DEBUG=1``) adds the traceback without changing the exit code.
 """
 
@@ -28,7 +29,7 @@ from typing import TYPE_CHECKING
 
 import typer
 
-from memplan.errors import BUG_NOTE, InputError, InternalError
+from memplan.errors import BUG_NOTE, EmptyPipe, InputError, InternalError
 
 if TYPE_CHECKING:  # rich is imported when a console is made: `memplan alloc` prints none
     from rich.console import Console
@@ -36,6 +37,7 @@ if TYPE_CHECKING:  # rich is imported when a console is made: `memplan alloc` pr
 EXIT_OK = 0
 EXIT_INFEASIBLE = 1
 EXIT_USAGE = 2
+EXIT_NO_INPUT = 66  # EX_NOINPUT (sysexits.h): nothing came through the pipe on stdin
 EXIT_INTERNAL = 70
 EXIT_INTERRUPTED = 130  # 128 + SIGINT: Ctrl-C stopped the command (nothing was written)
 EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE, as a shell reports a process killed by the signal
@@ -139,6 +141,8 @@ def guard() -> Iterator[None]:
     except KeyboardInterrupt:  # one Ctrl-C, whatever the phase (NOTE [ interrupts ])
         echo_err("memplan: interrupted")
         raise typer.Exit(EXIT_INTERRUPTED) from None
+    except EmptyPipe as exc:  # the command before the pipe failed: not bad input
+        _fail(exc, f"memplan: error: {_one_line(exc)}", EXIT_NO_INPUT)
     except InputError as exc:
         _fail(exc, f"memplan: error: {_one_line(exc)}", EXIT_USAGE)
     except InternalError as exc:  # its message says BUG_NOTE

@@ -91,7 +91,7 @@ def test_capacity_below_the_peak_exits_1_naming_the_peak() -> None:
         ("id,lower,upper,size\na,0,2,1\nb,0,1,1\na,1,3,1\n", ("line 4", "duplicate", "line 2")),
         ("id,lower,upper,size,alignment\na,0,2,1,8\n", ("unknown column", "alignment")),
         ("id,lower,upper,size\na,0,2\n", ("line 2", "expected 4 fields")),
-        ("", ("empty", "the command before the pipe may have failed")),
+        ("", ("empty", "expected a CSV")),
         ("id,lower,upper,size\n,0,2,1\n", ("line 2", "id")),
     ],
 )

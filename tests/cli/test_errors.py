@@ -6,6 +6,9 @@ Through typer's CliRunner, and real bash pipelines in subprocesses for the pipe'
 
 from __future__ import annotations
 
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -88,3 +91,75 @@ def test_only_errors_py_words_the_bug_note():
         if "this is a bug in memplan" in path.read_text(encoding="utf-8")
     ]
     assert wording == ["errors.py"]
+
+
+# --------------------------------------------------------------------------- empty pipes
+
+BASH = shutil.which("bash")
+
+
+def _bash(script: str, cwd: Path, pipefail: bool) -> tuple[str, str]:
+    """Run ``script`` in bash with ``memplan`` this Python's; (stdout, stderr)."""
+    prelude = f'memplan() {{ "{sys.executable}" -m memplan "$@"; }}\n'
+    if pipefail:
+        prelude += "set -o pipefail\n"
+    result = subprocess.run(
+        [BASH, "-c", prelude + script],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    return result.stdout, result.stderr
+
+
+STATUS = '; echo "status=$? pipestatus=${PIPESTATUS[*]}"'
+
+
+@pytest.mark.skipif(BASH is None, reason="needs bash")
+@pytest.mark.parametrize("pipefail", [False, True])
+@pytest.mark.parametrize(
+    ("pipeline", "pipestatus", "status"),
+    [
+        ("memplan show resnet18 | memplan solve --algo rotor --mem 2GB", "0 0", "0"),
+        ("timeout 0.5 sleep 10 | memplan solve --algo rotor --mem 2GB", "124 66", "66"),
+        ("memplan show nosuch | memplan info", "2 66", "66"),
+        ("false | memplan alloc --capacity 1MiB", "1 66", "66"),
+    ],
+)
+def test_what_a_shell_reports_for_a_pipe(tmp_path, pipeline, pipestatus, status, pipefail):
+    """The table of docs/cli.md, "Empty pipes": memplan after a failed command exits 66 and
+    does not call the input bad, with or without pipefail."""
+    out, err = _bash(pipeline + STATUS, tmp_path, pipefail)
+    assert out.strip().splitlines()[-1] == f"status={status} pipestatus={pipestatus}", err
+    if status == "66":
+        last = err.strip().splitlines()[-1]
+        assert last.startswith("memplan: error: <stdin>: nothing came through the pipe"), last
+        assert "empty" not in last and "bug" not in last
+
+
+@pytest.mark.skipif(BASH is None, reason="needs bash")
+def test_pipefail_matters_when_the_last_command_accepts_nothing(tmp_path):
+    """The last row of that table: a filter that exits 0 on an empty input (``cat`` for jq)."""
+    pipeline = "memplan solve nosuch --algo rotor --mem 2GB -f json | cat" + STATUS
+    assert _bash(pipeline, tmp_path, False)[0].strip() == "status=0 pipestatus=2 0"
+    assert _bash(pipeline, tmp_path, True)[0].strip() == "status=2 pipestatus=2 0"
+
+
+@pytest.mark.skipif(BASH is None, reason="needs bash")
+@pytest.mark.parametrize("redirect", ["< /dev/null", "< empty.yaml", "- < empty.yaml"])
+def test_an_empty_stdin_that_is_no_pipe_is_bad_input(tmp_path, redirect):
+    (tmp_path / "empty.yaml").write_text("")
+    out, err = _bash(f"memplan info {redirect}" + STATUS, tmp_path, True)
+    assert out.strip() == "status=2 pipestatus=2", err
+    last = err.strip().splitlines()[-1]
+    assert last == (
+        "memplan: error: <stdin>: empty: expected a profile with 'format: memplan-profile/1'"
+    )
+
+
+def test_an_empty_input_through_the_cli_runner_is_not_a_pipe():
+    result = run("info", "-", input="")
+    assert result.exit_code == 2
+    assert "<stdin>: empty" in result.stderr and "pipe" not in result.stderr
