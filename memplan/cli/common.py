@@ -25,7 +25,7 @@ import traceback
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import typer
 
@@ -297,6 +297,46 @@ def write_output(text: str, output: Path | None) -> None:
     except OSError as exc:
         raise InputError(f"{output}: cannot write: {exc.strerror or exc}") from None
     echo_err(f"memplan: wrote {output}")
+
+
+# NOTE [ report precision ]
+# A report (``compare`` CSV and JSON, ``simulate --format json``, ``info --format json|yaml``) prints
+# what was measured, not the noise of float sums: a makespan sums measured times (5285.043142000001
+# is 5285.043142 ms plus the last bit of a double). Every float of a report is rounded to
+# REPORT_DECIMALS decimals: times in ms to 1 ns (the profiler's resolution: it writes times in ms
+# with 6 decimals), solver seconds to 1 us, ratios to 1e-6; sizes are integers. A CSV cell is
+# written with fixed decimals (``0.000049``, never ``4.9e-05``), trailing zeros dropped. Schedules
+# (``solve -f json|yaml``) are not reports: they keep every bit, which the simulator replays.
+
+REPORT_DECIMALS = 6
+"""Decimals of the floats of a report (NOTE [ report precision ])."""
+
+
+def rounded(value: Any) -> Any:
+    """``value`` with every finite float rounded to :data:`REPORT_DECIMALS` decimals, through
+    dicts, lists and tuples (ints, booleans, strings, None and non-finite floats as they are)."""
+    if isinstance(value, float):
+        return round(value, REPORT_DECIMALS) if math.isfinite(value) else value
+    if isinstance(value, dict):
+        return {key: rounded(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [rounded(item) for item in value]
+    return value
+
+
+def report_json(doc: Any) -> str:
+    """A report as JSON, its floats :func:`rounded` (NOTE [ report precision ])."""
+    import json
+
+    return json.dumps(rounded(doc), indent=2)
+
+
+def csv_number(value: float) -> str:
+    """A float for a CSV cell: fixed decimals, no exponent, trailing zeros dropped (``1.0``)."""
+    if not math.isfinite(value):
+        return str(value)
+    text = f"{value:.{REPORT_DECIMALS}f}".rstrip("0")
+    return text + "0" if text.endswith(".") else text
 
 
 def _is_terminal(stream) -> bool:
