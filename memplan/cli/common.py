@@ -7,9 +7,10 @@ atomically to the file. Exit codes: 0 done (a plan that fits, a valid schedule);
 an invalid / over-budget schedule; 2 bad usage or bad input (``memplan.InputError``, typer usage
 errors); 66 (EX_NOINPUT, sysexits.h) nothing came through the pipe on stdin
 (``memplan.errors.EmptyPipe``: the command before the pipe wrote nothing, most often because it
-failed); 70 (EX_SOFTWARE) a bug in memplan: ``InternalError`` or any unexpected exception; 130
-interrupted (one Ctrl-C stops any phase, CP-SAT searches included, and nothing is written:
-NOTE [ interrupts ] in memplan/interrupt.py); 141 the reader of stdout went away (``| head``). Errors are one line ``memplan: error: ...`` on stderr; ``--debug`` (or
+failed); 70 (EX_SOFTWARE) a bug in memplan: ``InternalError`` or any unexpected exception; 130,
+143, 129 stopped by SIGINT (Ctrl-C), SIGTERM or SIGHUP in any phase, CP-SAT searches included, with
+nothing written (NOTE [ interrupts ] in memplan/interrupt.py; :func:`guard` renames a command's
+files into place at its end, or removes them); 141 the reader of stdout went away (``| head``). Errors are one line ``memplan: error: ...`` on stderr; ``--debug`` (or
 ``MEMPLAN_DEBUG=1``) adds the traceback without changing the exit code.
 """
 
@@ -39,7 +40,6 @@ EXIT_INFEASIBLE = 1
 EXIT_USAGE = 2
 EXIT_NO_INPUT = 66  # EX_NOINPUT (sysexits.h): nothing came through the pipe on stdin
 EXIT_INTERNAL = 70
-EXIT_INTERRUPTED = 130  # 128 + SIGINT: Ctrl-C stopped the command (nothing was written)
 EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE, as a shell reports a process killed by the signal
 
 PIPE_EXAMPLE = "memplan profile resnet18 | memplan solve --algo rotor --mem 2GB"
@@ -133,27 +133,75 @@ def echo_err(message: str) -> None:
 
 @contextmanager
 def guard() -> Iterator[None]:
-    """Map exceptions to the exit codes of the SPEC (see NOTE [ CLI output and exit codes ])."""
+    """Run a command: map exceptions to the exit codes of the SPEC (NOTE [ CLI output and exit
+    codes ]) and write its files all together at the end, or none of them.
+
+    The files the command writes (``-o``, ``--trace``, ``--plot``) are held (NOTE [ safe writes ]
+    in memplan/files.py) and renamed into place when it ends with 0 or 1; with any other exit
+    (bad input, a bug, an interrupt) they are removed, and the targets stay as they were.
+    """
+    from memplan import files, interrupt
+
+    interrupt.begin()
+    files.hold_writes()
     try:
         yield
-    except (typer.Exit, typer.Abort):
+    except (typer.Exit, typer.Abort) as exc:
+        _settle(isinstance(exc, typer.Exit) and exc.exit_code in (EXIT_OK, EXIT_INFEASIBLE))
         raise
-    except KeyboardInterrupt:  # one Ctrl-C, whatever the phase (NOTE [ interrupts ])
-        echo_err("memplan: interrupted")
-        raise typer.Exit(EXIT_INTERRUPTED) from None
+    except KeyboardInterrupt as exc:  # one signal, whatever the phase (NOTE [ interrupts ])
+        _settle(False)
+        echo_err(stopped_line(exc))
+        raise typer.Exit(interrupt.exit_status(exc)) from None
     except EmptyPipe as exc:  # the command before the pipe failed: not bad input
+        _settle(False)
         _fail(exc, f"memplan: error: {_one_line(exc)}", EXIT_NO_INPUT)
     except InputError as exc:
+        _settle(False)
         _fail(exc, f"memplan: error: {_one_line(exc)}", EXIT_USAGE)
     except InternalError as exc:  # its message says BUG_NOTE
+        _settle(False)
         _fail(exc, f"memplan: internal error: {_one_line(exc)}", EXIT_INTERNAL)
     except BrokenPipeError:
         # `memplan ... | head`: the reader went away; nothing useful left to say.
         _silence_stdout()
+        _settle(False, quiet=True)
         raise typer.Exit(EXIT_BROKEN_PIPE) from None
     except Exception as exc:
+        _settle(False)
         line = f"memplan: internal error: {type(exc).__name__}: {_one_line(exc)} ({BUG_NOTE})"
         _fail(exc, line, EXIT_INTERNAL)
+    else:
+        _settle(True)
+
+
+def stopped_line(exc: KeyboardInterrupt) -> str:
+    """``memplan: interrupted`` (Ctrl-C), ``memplan: stopped by SIGTERM`` (or SIGHUP)."""
+    if getattr(exc, "signum", None) is None:  # Python's own KeyboardInterrupt: SIGINT
+        return "memplan: interrupted"
+    return f"memplan: stopped by {exc}"  # interrupt.Terminated: str() is the signal's name
+
+
+def _settle(keep: bool, quiet: bool = False) -> None:
+    """Rename the command's held files into place (``keep``) or remove them; see :func:`guard`.
+
+    Once renamed, the command is done: a signal from then on ends nothing (NOTE [ interrupts ]).
+    """
+    from memplan import files, interrupt
+
+    if not keep:
+        names = files.discard_writes()
+        if names and not quiet:
+            echo_err(f"memplan: not written, left as they were: {', '.join(names)}")
+        return
+    try:
+        with interrupt.deferred():
+            files.commit_writes()
+            interrupt.finish()
+    except OSError as exc:
+        name = exc.filename or "output"
+        echo_err(f"memplan: error: {name}: cannot write: {exc.strerror or exc}")
+        raise typer.Exit(EXIT_USAGE) from None
 
 
 def _one_line(exc: BaseException) -> str:
