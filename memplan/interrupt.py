@@ -14,8 +14,10 @@ job) stays ignored.
 Two short sections hold the signals (:func:`deferred`): creating a temporary file (so that its
 name is known before an interrupt can be raised, and it is always removed) and the final renames
 of a command's outputs. Once a command has renamed its outputs into place it is done
-(:func:`finish`): a signal arriving in the milliseconds before the process exits is ignored, so
-that exit 0 always means the outputs are written and 128 + n always means none is.
+(:func:`finish`), and once ``main`` returns the signals are ignored (:func:`ignore`; Python's
+shutdown would otherwise put their default action back): a signal arriving in the milliseconds
+before the process exits ends nothing, so that exit 0 always means the outputs are written and
+128 + n always means none is.
 
 CP-SAT needs more. Left alone, it installs its own SIGINT handler for the duration of
 ``solve()`` and treats Ctrl-C as a time limit: ``solve()`` returns its incumbent as FEASIBLE,
@@ -89,6 +91,17 @@ def begin() -> None:
 def finish() -> None:
     """The command has written its outputs: the CLI's handler ignores signals from now on."""
     _state.finished = True
+
+
+def ignore() -> None:
+    """The process is about to exit with its outcome decided: ignore the stop signals outright
+    (Python puts their default action back while it shuts down, and a SIGTERM then would kill
+    a process whose outputs are written; the command line's entry point calls it last)."""
+    _state.finished = True
+    if threading.current_thread() is threading.main_thread():
+        for signum in STOP_SIGNALS:
+            if signal.getsignal(signum) is _raise:
+                signal.signal(signum, signal.SIG_IGN)
 
 
 @contextlib.contextmanager

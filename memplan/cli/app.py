@@ -208,16 +208,18 @@ def main() -> None:
     try:
         app(prog_name="memplan")
     except SystemExit as exc:
-        interrupt.finish()  # the command's outcome is decided: later signals change nothing
+        interrupt.ignore()  # the command's outcome is decided: later signals change nothing
         stopped = _stopped_by(exc)
         if stopped is None:
             raise
         _report_stopped(stopped)
         raise SystemExit(interrupt.exit_status(stopped)) from None
     except KeyboardInterrupt as exc:  # while typer reported an error: nothing was written
-        interrupt.finish()
+        interrupt.ignore()
         _report_stopped(exc)
         raise SystemExit(interrupt.exit_status(exc)) from None
+    finally:
+        interrupt.ignore()
 
 
 def _stopped_by(exc: SystemExit) -> KeyboardInterrupt | None:
