@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import sys
-from decimal import Decimal
 from pathlib import Path
 from typing import Annotated
 
@@ -123,14 +122,12 @@ def _one_blas_thread() -> None:
 def _capacity(text: str | None) -> int | None:
     """``--capacity`` in whole bytes, exactly: ``1MiB``, ``1048576``, ``1.5KiB`` (1536); a
     fractional byte count (``1.5``, ``0.1KB``) is refused, not rounded."""
-    from memplan.units import _PATTERN, _UNITS
+    from memplan.units import exact_bytes
 
     size = option_size("--capacity", text)  # the format, the unit, the range
     if text is None or size is None:
         return None
-    match = _PATTERN.match(text)
-    assert match is not None  # option_size accepted it
-    exact = Decimal(match.group(1)) * _UNITS[match.group(2).upper()]
+    exact = exact_bytes(text)
     if exact != exact.to_integral_value():
         raise InputError(
             f"--capacity {text}: expected a whole number of bytes, got {exact.normalize()} bytes"
