@@ -17,25 +17,12 @@ from typer.testing import CliRunner
 import memplan
 from memplan.cli.app import app
 from memplan.errors import BUG_NOTE, InternalError
-from memplan.profile.synthetic import random_chain
 
 runner = CliRunner()
 
 
 def run(*args: str, input: str | None = None):
     return runner.invoke(app, [str(a) for a in args], input=input)
-
-
-@pytest.fixture(autouse=True)
-def _no_debug_env(monkeypatch):
-    monkeypatch.delenv("MEMPLAN_DEBUG", raising=False)
-
-
-@pytest.fixture
-def net(tmp_path) -> Path:
-    path = tmp_path / "net.yaml"
-    memplan.save_profile(random_chain(6, seed=3, max_size=1000), path)
-    return path
 
 
 # --------------------------------------------------------------------------- memplan's bugs

@@ -65,11 +65,6 @@ def run(*args: str):
     return CliRunner().invoke(app, [str(a) for a in args])
 
 
-@pytest.fixture(autouse=True)
-def _no_debug_env(monkeypatch):
-    monkeypatch.delenv("MEMPLAN_DEBUG", raising=False)
-
-
 @pytest.fixture
 def factories(tmp_path, monkeypatch) -> str:
     """A module of factories in the current directory (found from there, as with python -m)."""
