@@ -171,6 +171,9 @@ def guard() -> Iterator[None]:
         _settle(False)
         line = f"memplan: internal error: {type(exc).__name__}: {_one_line(exc)} ({BUG_NOTE})"
         _fail(exc, line, EXIT_INTERNAL)
+    except BaseException:  # SystemExit from a library, GeneratorExit: no half-written command
+        _settle(False, quiet=True)
+        raise
     else:
         _settle(True)
 
