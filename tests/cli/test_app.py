@@ -14,7 +14,6 @@ import os
 import subprocess
 import sys
 import types
-from pathlib import Path
 
 import pytest
 import yaml
@@ -49,18 +48,6 @@ def assert_one_error_line(result, code: int = 2, *needles: str) -> str:
         assert len(lines) == 1, lines
         assert result.stdout == ""
     return last
-
-
-@pytest.fixture(autouse=True)
-def _no_debug_env(monkeypatch):
-    monkeypatch.delenv("MEMPLAN_DEBUG", raising=False)
-
-
-@pytest.fixture
-def net(tmp_path) -> Path:
-    path = tmp_path / "net.yaml"
-    memplan.save_profile(random_chain(6, seed=3, max_size=1000), path)
-    return path
 
 
 @pytest.fixture
