@@ -99,6 +99,7 @@ class AllocSearch:
         rank_twa: NDArray[np.int64],
         rank_taw: NDArray[np.int64],
         rank_wat: NDArray[np.int64],
+        memo_slots: int = 0,
     ) -> None: ...
     def solve_part(
         self,

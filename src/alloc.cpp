@@ -480,9 +480,11 @@ uint64_t* zeroed(int64_t slots) {
 
 }  // namespace
 
-Search::Search(Instance instance)
+Search::Search(Instance instance, int64_t memo_slots)
     : inst_(std::move(instance)), memo1_(nullptr, std::free), memo2_(nullptr, std::free) {
-  memo_slots_ = inst_.n >= 64 ? int64_t(1) << 20 : int64_t(1) << 12;
+  memo_slots_ = memo_slots > 0 ? memo_slots : inst_.n >= 64 ? int64_t(1) << 20 : int64_t(1) << 12;
+  if (memo_slots_ < 4 || (memo_slots_ & (memo_slots_ - 1)) != 0)
+    throw std::invalid_argument("AllocSearch: memo_slots must be a power of two >= 4");
   memo1_.reset(zeroed(memo_slots_));
   memo2_.reset(zeroed(memo_slots_));
 }

@@ -32,7 +32,8 @@ struct PartResult {
 // One search of an instance: its failed-state memo lives across the parts and capacities.
 class Search {
  public:
-  explicit Search(Instance instance);
+  // ``memo_slots``: entries of the failed-state table (a power of two >= 4), 0 for the default.
+  Search(Instance instance, int64_t memo_slots);
   // Search ``part`` (buffer indices) over sections [lo, hi) at ``capacity``: the round robin of
   // NOTE [ compiled restarts ], first at the part's own peak live load with ``tight``.
   // ``node_budget`` < 0: none; ``nodes``: the nodes counted so far against it.

@@ -244,7 +244,7 @@ NB_MODULE(_core, m) {
              const I64& size, const I64& sec_start, const I64& sec_buf, const I64& ov_start,
              const I64& ov_buf, const I64& tw_start, const I64& tw_buf, const I64& section_total,
              const I64& cuts, const F64& width, const I64& rank_twa, const I64& rank_taw,
-             const I64& rank_wat) {
+             const I64& rank_wat, int64_t memo_slots) {
             const std::size_t n = size.shape(0);
             expect(first.shape(0) == n && end.shape(0) == n && ov_start.shape(0) == n + 1 &&
                        tw_start.shape(0) == n + 1 && width.shape(0) == n &&
@@ -278,11 +278,11 @@ NB_MODULE(_core, m) {
             inst.ranks[0] = to_vector(rank_twa);
             inst.ranks[1] = to_vector(rank_taw);
             inst.ranks[2] = to_vector(rank_wat);
-            new (self) alloc::Search(std::move(inst));
+            new (self) alloc::Search(std::move(inst), memo_slots);
           },
           "sections"_a, "first"_a, "end"_a, "size"_a, "sec_start"_a, "sec_buf"_a, "ov_start"_a,
           "ov_buf"_a, "tw_start"_a, "tw_buf"_a, "section_total"_a, "cuts"_a, "width"_a,
-          "rank_twa"_a, "rank_taw"_a, "rank_wat"_a)
+          "rank_twa"_a, "rank_taw"_a, "rank_wat"_a, "memo_slots"_a = 0)
       .def(
           "solve_part",
           [](alloc::Search& search, const I64& part, int64_t lo, int64_t hi, int64_t capacity,

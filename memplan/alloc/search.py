@@ -107,9 +107,10 @@ class SearchResult:
     """Why the search gave up without searching, when it did (an instance too large)."""
 
 
-def compiled_search(inst: Instance) -> _core.AllocSearch:
+def compiled_search(inst: Instance, memo_slots: int = 0) -> _core.AllocSearch:
     """The core's search of ``inst``: its static data and preorders, and a fresh failed-state
-    memo (NOTE [ compiled failed-state memo ], src/alloc.cpp)."""
+    memo of ``memo_slots`` entries (0: the core's default; NOTE [ compiled failed-state memo ],
+    src/alloc.cpp)."""
     return _core.AllocSearch(
         inst.sections,
         inst.first,
@@ -125,6 +126,7 @@ def compiled_search(inst: Instance) -> _core.AllocSearch:
         np.ascontiguousarray(inst.cuts, dtype=np.int64),
         (inst.upper - inst.lower).astype(np.float64),
         *(inst.preorder(name) for name in PREORDERS),
+        memo_slots,
     )
 
 

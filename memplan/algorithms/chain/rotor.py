@@ -154,7 +154,9 @@ def _chain_arrays(
 ) -> tuple[np.ndarray, ...]:
     """The arrays the core reads: sizes ``x, s, g, fo, bo`` (int64; the chain's unless given) and
     times ``ft, bt`` (float64), contiguous."""
-    x, s, g, fo, bo = sizes if sizes is not None else (chain.x, chain.s, chain.g, chain.fo, chain.bo)
+    x, s, g, fo, bo = (
+        sizes if sizes is not None else (chain.x, chain.s, chain.g, chain.fo, chain.bo)
+    )
     ints = tuple(np.ascontiguousarray(a, dtype=np.int64) for a in (x, s, g, fo, bo))
     times = tuple(np.ascontiguousarray(a, dtype=np.float64) for a in (chain.ft, chain.bt))
     return ints + times
@@ -195,7 +197,10 @@ class DenseTable:
                 elif pick >= 1:
                     sequence.append(("F_ck", lo))
                     sequence += [("F_n", k) for k in range(lo + 1, pick)]
-                    stack += [("solve", lo, pick - 1, budget), ("solve", pick, hi, budget - x[pick])]
+                    stack += [
+                        ("solve", lo, pick - 1, budget),
+                        ("solve", pick, hi, budget - x[pick]),
+                    ]
                 else:
                     raise ValueError(f"rotor: no plan for stages {lo}..{hi} at {budget} slots")
         return sequence

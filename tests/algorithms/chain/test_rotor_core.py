@@ -122,7 +122,11 @@ def test_random_grids_match_the_reference(length, seed):
     both precisions and with tightening's extra budgets."""
     chain = Chain.from_profile(random_chain(length, seed=seed, max_size=1000))
     for budget in budgets_of(chain, [0.05, 0.3, 0.6, 0.9]):
-        for slots, extra, dtype in ((500, 0, np.float64), (500, 10, np.float32), (97, 2, np.float64)):
+        for slots, extra, dtype in (
+            (500, 0, np.float64),
+            (500, 10, np.float32),
+            (97, 2, np.float64),
+        ):
             check_grid(chain, budget, slots, extra, dtype)
 
 
