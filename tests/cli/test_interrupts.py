@@ -1,4 +1,4 @@
-"""One Ctrl-C stops every phase (issue 17 item 8): exit 130, nothing written.
+"""One Ctrl-C stops every phase: exit 130, nothing written.
 
 NOTE [ interrupts ] in memplan/interrupt.py. Each test runs ``python -m memplan`` in a subprocess
 with a time limit far beyond the test's patience and sends one SIGINT once the work is under way
@@ -21,6 +21,7 @@ import numpy as np
 import pytest
 
 import memplan
+from memplan.profile.synthetic import random_chain
 from tests.oracles.graph import random_dag
 
 pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
@@ -121,6 +122,18 @@ def test_alloc_stops_at_once(tmp_path):
     )
     out = tmp_path / "placed.csv"
     code, stderr = _interrupted(["alloc", str(csv), "--time-limit", "600"], out, None, wait=4.0)
+    _check_stopped(code, stderr, out)
+
+
+def test_rotor_stops_at_once(tmp_path):
+    """A rotor grid of 300 stages at 3000 slots: seconds of work in the compiled core, which
+    polls for the signal (NOTE [ stopping a kernel ] in src/stop.hpp)."""
+    chain = random_chain(300, seed=2, max_size=10**6)
+    prof = tmp_path / "chain.yaml"
+    memplan.profile.save_profile(chain, prof)
+    out = tmp_path / "plan.json"
+    args = ["solve", str(prof), "--algo", "rotor", "--mem", "103003910", "--optimizer", "none"]
+    code, stderr = _interrupted([*args, "--slots", "3000"], out, None, wait=2.5)
     _check_stopped(code, stderr, out)
 
 
