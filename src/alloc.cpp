@@ -30,7 +30,12 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <cstring>
 #include <stdexcept>
+
+#if defined(__linux__)
+#include <sys/mman.h>
+#endif
 
 namespace memplan::alloc {
 
@@ -472,8 +477,20 @@ struct WorkStack {
   }
 };
 
+// A zeroed table for the failed-state memo. Its slots are hit at random, so on Linux it asks for
+// transparent huge pages (as numpy does for large arrays): a 16 MiB table then costs 8 page faults
+// instead of thousands, each of which would zero a 4 KiB page.
 uint64_t* zeroed(int64_t slots) {
-  void* p = std::calloc(static_cast<std::size_t>(slots), sizeof(uint64_t));
+  const std::size_t bytes = static_cast<std::size_t>(slots) * sizeof(uint64_t);
+  void* p = nullptr;
+#if defined(__linux__) && defined(MADV_HUGEPAGE)
+  if (bytes >= (std::size_t(4) << 20) && posix_memalign(&p, std::size_t(2) << 20, bytes) == 0) {
+    madvise(p, bytes, MADV_HUGEPAGE);
+    std::memset(p, 0, bytes);
+    return static_cast<uint64_t*>(p);
+  }
+#endif
+  p = std::calloc(bytes / sizeof(uint64_t), sizeof(uint64_t));
   if (p == nullptr) throw std::bad_alloc();
   return static_cast<uint64_t*>(p);
 }
@@ -491,10 +508,26 @@ Search::Search(Instance instance, int64_t memo_slots)
 
 namespace {
 
+// The state of the runs at one capacity, allocated once and reset for each run.
+struct RunState {
+  std::vector<int64_t> maxm, trail_buf, trail_old, sec_stamp, empty_twins;
+  std::vector<double> fws;
+  int64_t stamp = 0;  // section stamps only need to differ: they go on rising across runs
+  RunState(const Instance& inst, int64_t capacity)
+      : maxm(inst.n),
+        trail_buf(inst.ov_buf.size() + 1),
+        trail_old(inst.ov_buf.size() + 1),
+        sec_stamp(inst.sections, 0),
+        empty_twins(inst.n + 1, 0),
+        fws(3 * inst.n, 0.0) {
+    for (int64_t b = 0; b < inst.n; ++b) maxm[b] = capacity - inst.size[b];
+  }
+};
+
 int one_run(const Instance& inst, const std::vector<int64_t>& part, int64_t lo, int64_t hi,
             int64_t capacity, int index, int64_t run_id, int64_t limit, WorkStack& stack,
-            uint64_t* memo1, uint64_t* memo2, int64_t memo_slots, Stop& stop, int64_t& counted,
-            std::vector<int64_t>& solution) {
+            RunState& state, uint64_t* memo1, uint64_t* memo2, int64_t memo_slots, Stop& stop,
+            int64_t& counted, std::vector<int64_t>& solution) {
   const RunSpec& spec = RUNS[index];
   const std::vector<int64_t>& rank = inst.ranks[spec.rank];
   std::vector<int64_t> ordered(part);
@@ -505,23 +538,28 @@ int one_run(const Instance& inst, const std::vector<int64_t>& part, int64_t lo, 
     Run r{inst, stop, capacity, spec.residual, run_id, spec.letters, 3, nullptr, nullptr,
           {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, memo1, memo2, memo_slots, {0, 0, 0, 0, 0, 0},
           stack.data.get(), stack.size, {}};
-    std::vector<int64_t> empty_twins(inst.n + 1, 0);
-    r.tw_start = spec.twins ? inst.tw_start.data() : empty_twins.data();
+    r.tw_start = spec.twins ? inst.tw_start.data() : state.empty_twins.data();
     r.tw_buf = spec.twins ? inst.tw_buf.data() : no_twins;
-    r.maxm.resize(inst.n);
-    for (int64_t b = 0; b < inst.n; ++b) r.maxm[b] = capacity - inst.size[b];
+    r.maxm.swap(state.maxm);
+    r.trail_buf.swap(state.trail_buf);
+    r.trail_old.swap(state.trail_old);
+    r.sec_stamp.swap(state.sec_stamp);
+    r.fws.swap(state.fws);
     r.mu.assign(inst.n, 0);
     r.offset.assign(inst.n, -1);
     r.solution.assign(inst.n, -1);
     r.total = inst.section_total;
     r.cuts = inst.cuts;
     r.rank = rank;
-    r.trail_buf.assign(inst.ov_buf.size() + 1, 0);
-    r.trail_old.assign(inst.ov_buf.size() + 1, 0);
-    r.sec_stamp.assign(inst.sections, 0);
-    r.fws.assign(3 * inst.n, 0.0);
     r.count[LIMIT] = limit;
+    r.count[STAMP] = state.stamp;
     int status = r.run_part(ordered.data(), int64_t(ordered.size()), lo, hi);
+    state.stamp = r.count[STAMP];
+    r.maxm.swap(state.maxm);
+    r.trail_buf.swap(state.trail_buf);
+    r.trail_old.swap(state.trail_old);
+    r.sec_stamp.swap(state.sec_stamp);
+    r.fws.swap(state.fws);
     if (status == OVERFLOW) {  // NOTE [ kernel work stack ]: again, with room to go deeper
       stack.grow();
       continue;
@@ -538,6 +576,7 @@ int Search::rotate(const std::vector<int64_t>& buffers, int64_t lo, int64_t hi, 
                    int64_t salt, int64_t budget, int64_t& nodes, std::vector<int64_t>& solution,
                    Stop& stop) {
   WorkStack stack(std::min(stack_size(int64_t(buffers.size())), STACK_CAP));
+  RunState state(inst_, capacity);
   int64_t limit = std::max<int64_t>(int64_t(buffers.size()), 16);
   while (true) {
     limit *= 2;
@@ -549,7 +588,7 @@ int Search::rotate(const std::vector<int64_t>& buffers, int64_t lo, int64_t hi, 
       }
       int64_t counted = 0;
       int status = one_run(inst_, buffers, lo, hi, capacity, index, 2 * index + salt, run_limit,
-                           stack, memo1_.get(), memo2_.get(), memo_slots_, stop, counted,
+                           stack, state, memo1_.get(), memo2_.get(), memo_slots_, stop, counted,
                            solution);
       nodes += counted;
       if (status == FOUND || status == NOT_FOUND || status == TIMEOUT) return status;
@@ -586,8 +625,9 @@ PartResult Search::run_once(const std::vector<int64_t>& part, int64_t lo, int64_
   PartResult result;
   WorkStack stack(stack_entries > 0 ? stack_entries
                                     : std::min(stack_size(int64_t(part.size())), STACK_CAP));
+  RunState state(inst_, capacity);
   result.status = one_run(inst_, part, lo, hi, capacity, run, 2 * run + salt, node_limit, stack,
-                          memo1_.get(), memo2_.get(), memo_slots_, stop, result.nodes,
+                          state, memo1_.get(), memo2_.get(), memo_slots_, stop, result.nodes,
                           result.solution);
   return result;
 }
