@@ -29,6 +29,7 @@ import argparse
 import json
 import os
 import re
+import resource
 import statistics
 import subprocess
 import sys
@@ -51,12 +52,13 @@ import json, sys, time
 from memplan.alloc import place, read_buffers_csv
 path, capacity, repeat = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 place(read_buffers_csv(path).buffers, capacity=capacity, time_limit=300)  # warm
-times = []
+times, cpus = [], []
 for _ in range(repeat):
-    started = time.perf_counter()
+    started, cpu = time.perf_counter(), time.process_time()
     result = place(read_buffers_csv(path).buffers, capacity=capacity, time_limit=300)
     times.append(time.perf_counter() - started)
-print(json.dumps({"times": times, "status": result.status, "nodes": result.nodes}))
+    cpus.append(time.process_time() - cpu)
+print(json.dumps({"times": times, "cpus": cpus, "status": result.status, "nodes": result.nodes}))
 """
 
 OMNI_SNIPPET = """
@@ -90,15 +92,23 @@ def checked(path: Path, out: Path, capacity: int | None) -> str:
     return "valid" if check.valid else f"INVALID: {check.violation}"
 
 
-def run_command(argv: list[str], path: Path, out: Path) -> tuple[float, str, str]:
-    """Wall seconds of a command line, the check of what it wrote, and its stderr."""
+def _children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def run_command(argv: list[str], path: Path, out: Path) -> tuple[float, float, str, str]:
+    """Wall and CPU seconds of a command line (CPU: user + system of its process, which varies
+    less than wall time on a loaded machine), the check of what it wrote, and its stderr."""
     if out.exists():
         out.unlink()
+    cpu = _children_cpu()
     started = time.perf_counter()
     done = subprocess.run(argv, capture_output=True, text=True, cwd=out.parent)
     seconds = time.perf_counter() - started
+    cpu = _children_cpu() - cpu
     verdict = checked(path, out, CAPACITY) if done.returncode == 0 else f"exit {done.returncode}"
-    return seconds, verdict, done.stderr
+    return seconds, cpu, verdict, done.stderr
 
 
 def memplan_place(python: str, path: Path, repeat: int) -> dict:
@@ -152,15 +162,15 @@ def main() -> None:
     tools = {"this": sys.executable}
     if args.baseline:
         tools["baseline"] = args.baseline
-    head = "| instance | buffers |"
+    head = "| instance | buffers | nodes |"
     for name in tools:
-        head += f" {name} command s | {name} place s |"
+        head += f" {name} command s (CPU) | {name} place s (CPU) |"
     if args.minimalloc:
-        head += " MiniMalloc command s | MiniMalloc solve s |"
+        head += " MiniMalloc command s (CPU) | MiniMalloc solve s |"
     if args.baseline:
-        head += " command this / baseline | place this / baseline |"
+        head += " command this / baseline, CPU | place this / baseline, CPU |"
     if args.minimalloc:
-        head += " command this / MiniMalloc |"
+        head += " command this / MiniMalloc, CPU |"
     print(head)
     print("|---|" + "---:|" * (head.count("|") - 2))
     omni_rows = []
@@ -169,8 +179,10 @@ def main() -> None:
         for path in files:
             n = len(read_buffers_csv(path).buffers)
             command: dict[str, list[float]] = {name: [] for name in tools}
-            placed: dict[str, list[float]] = {name: [] for name in tools}
+            command_cpu: dict[str, list[float]] = {name: [] for name in tools}
+            placed: dict[str, dict] = {}
             mm_wall: list[float] = []
+            mm_cpu: list[float] = []
             mm_solve: list[float] = []
             bad: set[str] = set()
             order = [*tools, *(["minimalloc"] if args.minimalloc else [])]
@@ -183,33 +195,44 @@ def main() -> None:
                             f"--input={path}",
                             f"--output={out}",
                         ]
-                        seconds, verdict, log = run_command(argv, path, out)
+                        seconds, cpu, verdict, log = run_command(argv, path, out)
                         mm_wall.append(seconds)
+                        mm_cpu.append(cpu)
                         solve = re.search(r"Elapsed time ([0-9.]+)s", log)
                         if solve:
                             mm_solve.append(float(solve.group(1)))
                     else:
                         argv = [tools[who], "-m", "memplan", "alloc", str(path)]
                         argv += ["--capacity", str(CAPACITY), "-o", str(out)]
-                        seconds, verdict, _ = run_command(argv, path, out)
+                        seconds, cpu, verdict, _ = run_command(argv, path, out)
                         command[who].append(seconds)
+                        command_cpu[who].append(cpu)
                     if verdict != "valid":
                         bad.add(f"{who}: {verdict}")
-            for who in tools:  # in-process: one process per tool, alternating
-                placed[who] = memplan_place(tools[who], path, args.repeat)["times"]
-            row = f"| {path.name.split('.')[0]} | {n} |"
+            for who in tools:  # in-process: one process per tool
+                placed[who] = memplan_place(tools[who], path, args.repeat)
+            row = f"| {path.name.split('.')[0]} | {n} | {placed['this']['nodes']} |"
             for who in tools:
-                row += f" {median(command[who])} | {median(placed[who])} |"
+                row += f" {median(command[who])} ({median(command_cpu[who])}) |"
+                row += f" {median(placed[who]['times'])} ({median(placed[who]['cpus'])}) |"
             if args.minimalloc:
-                row += f" {median(mm_wall)} | {median(mm_solve)} |"
+                row += f" {median(mm_wall)} ({median(mm_cpu)}) | {median(mm_solve)} |"
+
+            def ratio(a: list[float], b: list[float]) -> float:
+                return statistics.median(a) / statistics.median(b)
+
             if args.baseline:
-                ratio = statistics.median(command["this"]) / statistics.median(command["baseline"])
-                ratio_place = statistics.median(placed["this"]) / statistics.median(
-                    placed["baseline"]
+                row += (
+                    f" {ratio(command['this'], command['baseline']):.2f}, "
+                    f"{ratio(command_cpu['this'], command_cpu['baseline']):.2f} |"
+                    f" {ratio(placed['this']['times'], placed['baseline']['times']):.2f}, "
+                    f"{ratio(placed['this']['cpus'], placed['baseline']['cpus']):.2f} |"
                 )
-                row += f" {ratio:.2f} | {ratio_place:.2f} |"
             if args.minimalloc:
-                row += f" {statistics.median(command['this']) / statistics.median(mm_wall):.2f} |"
+                row += (
+                    f" {ratio(command['this'], mm_wall):.2f}, "
+                    f"{ratio(command_cpu['this'], mm_cpu):.2f} |"
+                )
             if bad:
                 row += " " + "; ".join(sorted(bad))
             print(row, flush=True)
@@ -219,7 +242,9 @@ def main() -> None:
                     try:
                         seconds, arena, valid = omni_run(args.omnimalloc, path, name)
                         fits = "fits" if arena <= CAPACITY else "over"
-                        cells.append(f"{seconds:.3f} s, {arena} ({fits}{'' if valid else ', INVALID'})")
+                        cells.append(
+                            f"{seconds:.3f} s, {arena} ({fits}{'' if valid else ', INVALID'})"
+                        )
                     except subprocess.CalledProcessError as exc:
                         cells.append(f"failed ({exc.returncode})")
                 omni_rows.append(f"| {path.name.split('.')[0]} | " + " | ".join(cells) + " |")
