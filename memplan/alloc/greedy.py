@@ -15,7 +15,7 @@ import numpy as np
 
 from memplan.alloc.buffers import MAX_ARENA
 from memplan.alloc.lifetimes import overlaps_in_time
-from memplan.core import _core
+from memplan.core import kernels
 
 __all__ = ["ArenaTooLarge", "best_greedy", "first_fit"]
 
@@ -41,7 +41,7 @@ def first_fit(
     """
     left = -1.0 if deadline is None else max(deadline - time.perf_counter(), 0.0)
     starts, buf = graph if graph is not None else (None, None)
-    done, offsets = _core.alloc_first_fit(
+    done, offsets = kernels.alloc_first_fit(
         np.ascontiguousarray(lower, dtype=np.int64),
         np.ascontiguousarray(upper, dtype=np.int64),
         np.ascontiguousarray(size, dtype=np.int64),

@@ -79,15 +79,15 @@ import numpy as np
 from memplan.alloc.buffers import MAX_ARENA
 from memplan.alloc.instance import Instance, count_incidences
 from memplan.alloc.lifetimes import SEARCH_PAIRS, count_overlaps
-from memplan.core import _core
+from memplan.core import kernels
 
 __all__ = ["PREORDERS", "SearchResult", "search"]
 
 FOUND, NOT_FOUND, ABORTED, TIMEOUT = (
-    _core.ALLOC_FOUND,
-    _core.ALLOC_NOT_FOUND,
-    _core.ALLOC_ABORTED,
-    _core.ALLOC_TIMEOUT,
+    kernels.ALLOC_FOUND,
+    kernels.ALLOC_NOT_FOUND,
+    kernels.ALLOC_ABORTED,
+    kernels.ALLOC_TIMEOUT,
 )
 PREORDERS = ("TWA", "TAW", "WAT")
 """MiniMalloc's static preorders of the round robin (NOTE [ compiled restarts ]): keys W lifetime
@@ -107,11 +107,11 @@ class SearchResult:
     """Why the search gave up without searching, when it did (an instance too large)."""
 
 
-def compiled_search(inst: Instance, memo_slots: int = 0) -> _core.AllocSearch:
+def compiled_search(inst: Instance, memo_slots: int = 0) -> kernels.AllocSearch:
     """The core's search of ``inst``: its static data and preorders, and a fresh failed-state
     memo of ``memo_slots`` entries (0: the core's default; NOTE [ compiled failed-state memo ],
     src/alloc.cpp)."""
-    return _core.AllocSearch(
+    return kernels.AllocSearch(
         inst.sections,
         inst.first,
         inst.end,

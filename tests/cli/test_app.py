@@ -77,7 +77,7 @@ def test_version_and_help():
     assert result.exit_code == 0
     first, core = result.stdout.strip().splitlines()
     assert first == f"memplan {memplan.__version__}"
-    info = memplan.core._core.build_info()
+    info = memplan.core.kernels.build_info()
     assert (
         core
         == f"core {info['version']} ({info['compiler']}, {info['build_type']}, nanobind {info['nanobind']})"

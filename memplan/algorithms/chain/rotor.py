@@ -77,7 +77,7 @@ from memplan.algorithms.chain.least_memory import (
     recompute_all_sequence,
 )
 from memplan.algorithms.chain.problem import Chain
-from memplan.core import _core
+from memplan.core import kernels
 from memplan.errors import InputError
 
 __all__ = [
@@ -93,9 +93,9 @@ __all__ = [
     "slot_sizes",
 ]
 
-F_ALL = int(_core.CHOICE_F_ALL)
+F_ALL = int(kernels.CHOICE_F_ALL)
 """Choice code of :class:`DenseTable`: start with ``F_all``; j >= 1: ``F_ck`` up to ``x[j]``."""
-NONE = int(_core.CHOICE_NONE)
+NONE = int(kernels.CHOICE_NONE)
 """Choice code of :class:`DenseTable`: no plan at that budget."""
 AUTO = "auto"
 TABLE_LIMIT = 4 * 10**9
@@ -224,7 +224,7 @@ def dense_table(
     """
     if capacity < 0:
         raise ValueError(f"rotor: capacity {capacity} < 0")
-    opt, choice = _core.rotor_dense(*_chain_arrays(chain, (x, s, g, fo, bo)), capacity)
+    opt, choice = kernels.rotor_dense(*_chain_arrays(chain, (x, s, g, fo, bo)), capacity)
     return DenseTable(opt, choice, np.asarray(x, dtype=np.int64), np.asarray(s, dtype=np.int64))
 
 
@@ -277,7 +277,7 @@ def plan_rotor(chain: Chain, memory: int, *, slots: int | str | None = AUTO) -> 
         )
     budget = memory - int(chain.x[0])
     if auto:
-        status, codes, _ = _core.rotor_exact(*_chain_arrays(chain), budget, float(EXACT_WORK))
+        status, codes, _ = kernels.rotor_exact(*_chain_arrays(chain), budget, float(EXACT_WORK))
         if status == 0 and len(codes):
             sequence = _sequence(codes, chain.length)
             return ChainPlan(
@@ -366,7 +366,7 @@ def _grid_shape(
     return capacity, exact, extra, dtype, refused
 
 
-def _grid_with_bounds(chain: Chain, memory: int, slots: object) -> _core.RotorGrid | None:
+def _grid_with_bounds(chain: Chain, memory: int, slots: object) -> kernels.RotorGrid | None:
     """With ``--slots N``: the chain's least-memory bounds, its store-all peak and the grid's plan,
     in one call of the core (the grid only when the bounds do not settle the answer), or None where
     :func:`plan_rotor` takes the usual path (an invalid or too large grid, or sizes too large for
@@ -379,10 +379,10 @@ def _grid_with_bounds(chain: Chain, memory: int, slots: object) -> _core.RotorGr
     _, _, _, dtype, refused = _grid_shape(chain, max(budget, 0), slots, tighten=False)
     if refused is not None:
         return None
-    fused = _core.rotor_grid(
+    fused = kernels.rotor_grid(
         *_chain_arrays(chain), budget, slots, single=dtype is np.float32, memory=memory
     )
-    return None if fused.status == _core.ROTOR_UNBOUNDED else fused
+    return None if fused.status == kernels.ROTOR_UNBOUNDED else fused
 
 
 def _on_grid(
@@ -397,7 +397,7 @@ def _on_grid(
     capacity, exact, extra, dtype, refused = _grid_shape(chain, budget, slots, tighten)
     if refused is not None:
         raise InputError(refused)
-    grid = _core.rotor_grid(
+    grid = kernels.rotor_grid(
         *_chain_arrays(chain),
         budget,
         slots,

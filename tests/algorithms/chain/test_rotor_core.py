@@ -26,7 +26,7 @@ from hypothesis import strategies as st
 from memplan.algorithms.chain import Chain, chain_min_memory, plan_rotor, rotor
 from memplan.algorithms.chain.least_memory import least_memory_bounds
 from memplan.algorithms.chain.rotor import slot_sizes
-from memplan.core import _core
+from memplan.core import kernels
 from memplan.profile.synthetic import random_chain
 from tests.oracles.rotor import (
     WorkLimit,
@@ -66,10 +66,10 @@ def reference_grid(chain: Chain, budget: int, slots: int, extra: int, dtype: typ
 def check_grid(chain: Chain, budget: int, slots: int, extra: int, dtype: type) -> None:
     L = chain.length
     table, sizes, capacity = reference_grid(chain, budget, slots, extra, dtype)
-    grid = _core.rotor_grid(
+    grid = kernels.rotor_grid(
         *arrays(chain), budget, slots, extra=extra, single=dtype is np.float32, trace=False
     )
-    assert grid.capacity == capacity and grid.status == _core.ROTOR_OK
+    assert grid.capacity == capacity and grid.status == kernels.ROTOR_OK
     where = f"{L} stages, budget {budget}, {slots} slots, extra {extra}, {dtype.__name__}"
     x, s = sizes[0], sizes[1]
     lo, hi = sub_chain_bounds(L, *sizes)
@@ -138,7 +138,7 @@ def test_whole_windows_match_the_reference(seed):
     L = chain.length
     for budget in budgets_of(chain, [0.2, 0.7]):
         table, sizes, capacity = reference_grid(chain, budget, 150, 0, np.float64)
-        grid = _core.rotor_grid(*arrays(chain), budget, 150, reach=False)
+        grid = kernels.rotor_grid(*arrays(chain), budget, 150, reach=False)
         for a in range(L):
             for b in range(a, L):
                 row = table.row(a, b)
@@ -186,7 +186,7 @@ def test_dense_plans_are_the_references(seed):
 def test_the_dp_in_bytes_is_the_reference(prof, fraction):
     chain = Chain.from_profile(prof)
     budget = max(0, budgets_of(chain, [fraction])[0])
-    status, codes, makespan = _core.rotor_exact(*arrays(chain), budget, math.inf)
+    status, codes, makespan = kernels.rotor_exact(*arrays(chain), budget, math.inf)
     assert status == 0
     frontiers = exact_frontiers(chain, budget)
     top = frontiers[0][chain.length - 1]
@@ -209,7 +209,7 @@ def test_the_work_limit_falls_where_the_references_does(limit, length):
             expected = 0
         except WorkLimit:
             expected = 1
-        assert _core.rotor_exact(*arrays(chain), budget, float(limit))[0] == expected
+        assert kernels.rotor_exact(*arrays(chain), budget, float(limit))[0] == expected
 
 
 @settings(max_examples=80, deadline=None)
@@ -222,9 +222,9 @@ def test_chain_bounds_are_pythons(prof, fraction):
     lower, upper = least_memory_bounds(chain)
     store_all = chain.store_all_peak()
     memory = max(0, lower + int((store_all - lower) * fraction))
-    fused = _core.rotor_grid(*arrays(chain), memory - int(chain.x[0]), 50, memory=memory)
+    fused = kernels.rotor_grid(*arrays(chain), memory - int(chain.x[0]), 50, memory=memory)
     assert fused.bounds == (lower, upper, store_all)
-    assert (fused.status == _core.ROTOR_SKIPPED) == (memory < lower or store_all <= memory)
+    assert (fused.status == kernels.ROTOR_SKIPPED) == (memory < lower or store_all <= memory)
 
 
 def huge_chain(size: int, length: int = 4) -> Chain:
@@ -252,7 +252,7 @@ def test_sizes_near_int64_are_rounded_exactly(size, slots):
         capacity, r = slot_sizes(chain, budget, slots)
         sizes = [r[k] for k in ("x", "s", "g", "fo", "bo")]
         table = grid_table(chain, capacity, *sizes)
-        grid = _core.rotor_grid(*arrays(chain), budget, slots)
+        grid = kernels.rotor_grid(*arrays(chain), budget, slots)
         assert same(grid.top_values()[0], float(table.row(0, chain.length - 1)[capacity]))
         plan = plan_rotor(chain, memory, slots=slots)
         assert plan.sequence is not None and chain.peak(plan.sequence) <= memory
@@ -264,15 +264,15 @@ def test_wrong_arrays_are_refused():
     chain = Chain.from_profile(random_chain(4, seed=0, max_size=100))
     x, s, g, fo, bo, ft, bt = arrays(chain)
     with pytest.raises(ValueError, match="L \\+ 1 entries"):
-        _core.rotor_grid(x[:-1], s, g, fo, bo, ft, bt, 100, 10)
+        kernels.rotor_grid(x[:-1], s, g, fo, bo, ft, bt, 100, 10)
     with pytest.raises(TypeError):
-        _core.rotor_dense(x.reshape(1, -1), s, g, fo, bo, ft, bt, 10)
+        kernels.rotor_dense(x.reshape(1, -1), s, g, fo, bo, ft, bt, 10)
 
 
 INTERRUPT_SCRIPT = """
 import math, os, signal, threading, time
 from memplan.algorithms.chain import Chain, rotor
-from memplan.core import _core
+from memplan.core import kernels
 from memplan.profile.synthetic import random_chain
 
 chain = Chain.from_profile(random_chain(200, seed=1, max_size=1000))
@@ -287,7 +287,7 @@ def interrupt():
 threading.Thread(target=interrupt, daemon=True).start()
 started = time.perf_counter()
 try:
-    _core.rotor_exact(*rotor._chain_arrays(chain), budget, math.inf)
+    kernels.rotor_exact(*rotor._chain_arrays(chain), budget, math.inf)
     print("finished", time.perf_counter() - started)
 except KeyboardInterrupt:
     print("interrupted", round(time.perf_counter() - sent[0], 3))
