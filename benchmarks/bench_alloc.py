@@ -45,7 +45,7 @@ from memplan.alloc import check_placement, parse_buffers_csv, read_buffers_csv
 HERE = Path(__file__).resolve().parent
 DEFAULT_DIR = HERE.parent.parent / "shared" / "benchmarks" / "minimalloc"
 CAPACITY = 1048576
-OMNI = ("minimalloc", "omni", "supermalloc", "telamalloc", "greedy_by_size")
+OMNI = ("omni", "greedy_by_size", "supermalloc")
 
 PLACE_SNIPPET = """
 import json, sys, time
@@ -146,6 +146,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--dir", type=Path, default=DEFAULT_DIR)
     parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument(
+        "--minimalloc-repeat", type=int, help="runs of MiniMalloc (default: --repeat)"
+    )
     parser.add_argument("--baseline", help="another memplan's Python (e.g. main's venv)")
     parser.add_argument("--minimalloc", type=Path, help="MiniMalloc's executable (built apart)")
     parser.add_argument("--omnimalloc", help="a Python with omnimalloc installed")
@@ -186,8 +189,11 @@ def main() -> None:
             mm_solve: list[float] = []
             bad: set[str] = set()
             order = [*tools, *(["minimalloc"] if args.minimalloc else [])]
+            mm_rounds = args.repeat if args.minimalloc_repeat is None else args.minimalloc_repeat
             for round_ in range(args.repeat):
                 for who in order if round_ % 2 == 0 else order[::-1]:
+                    if who == "minimalloc" and round_ >= mm_rounds:
+                        continue
                     if who == "minimalloc":
                         argv = [
                             str(args.minimalloc),

@@ -21,8 +21,9 @@ DIR`` (their code is never part of this tree: see rotor_ports.py), run in this p
 ColossalAI's return their whole table as Python dictionaries and are skipped beyond
 ``--dict-limit`` stages (default 100: at 200 stages that is 20 million entries).
 
-``--bundled``: ``--slots auto`` (the default) on every bundled chain profile at five budgets from
-its least memory to its store-all peak; the table gives the slowest budget of each.
+``--bundled``: ``--slots auto`` (the default) on every bundled chain profile at ``--points``
+budgets (default 5) from its least memory to just below its store-all peak; the table gives the
+slowest budget of each (by CPU time) and whether both memplans' makespans agree at every budget.
 """
 
 from __future__ import annotations
@@ -218,8 +219,8 @@ def bundled_table(args: argparse.Namespace, workers: dict[str, Worker]) -> None:
         least, store_all = chain_min_memory(chain), chain.store_all_peak()
         slowest: dict[str, dict] = {}
         same = True
-        for i in range(5):
-            memory = least + (store_all - 1 - least) * i // 4
+        for i in range(args.points):
+            memory = least + (store_all - 1 - least) * i // max(args.points - 1, 1)
             task = {"length": chain.length, "profile": name, "memory": memory, "slots": "auto"}
             found = rounds(workers, task, args.repeats)
             for n in names:
@@ -245,6 +246,7 @@ def main() -> None:
     parser.add_argument("--against", metavar="DIR", help="C ports built by rotor_ports.py")
     parser.add_argument("--dict-limit", type=int, default=100)
     parser.add_argument("--bundled", action="store_true")
+    parser.add_argument("--points", type=int, default=5, help="--bundled: budgets per profile")
     args = parser.parse_args()
     print(f"machine: {machine()}")
     print(f"load average before: {' '.join(f'{x:.1f}' for x in os.getloadavg())}")
