@@ -166,8 +166,10 @@ app = typer.Typer(
 def _version(value: bool) -> None:
     if value:
         from memplan import __version__
+        from memplan.core import build_line
 
         typer.echo(f"memplan {__version__}")
+        typer.echo(build_line())
         raise typer.Exit()
 
 

@@ -23,6 +23,7 @@ import numpy as np
 import pytest
 
 import memplan
+from memplan.profile.synthetic import random_chain
 from tests.oracles.graph import random_dag
 
 pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
@@ -136,6 +137,18 @@ def test_alloc_stops_at_once(tmp_path, signum):
     args = ["alloc", str(csv), "--time-limit", "600"]
     code, stderr = _interrupted(args, out, None, wait=4.0, signum=signum)
     _check_stopped(code, stderr, out, signum)
+
+
+def test_rotor_stops_at_once(tmp_path):
+    """A rotor grid of 300 stages at 3000 slots: seconds of work in the compiled core, which
+    polls for the signal (NOTE [ stopping a kernel ] in src/stop.hpp)."""
+    chain = random_chain(300, seed=2, max_size=10**6)
+    prof = tmp_path / "chain.yaml"
+    memplan.profile.save_profile(chain, prof)
+    out = tmp_path / "plan.json"
+    args = ["solve", str(prof), "--algo", "rotor", "--mem", "103003910", "--optimizer", "none"]
+    code, stderr = _interrupted([*args, "--slots", "3000"], out, None, wait=2.5)
+    _check_stopped(code, stderr, out)
 
 
 def test_every_cp_sat_solve_goes_through_the_interrupt_relay():
