@@ -180,14 +180,10 @@ def _checked(prof: Profile, schedule: Schedule, budget: int, algo: str) -> Sched
     """Replay a solver's plan; a rejected plan or a different makespan is a bug in memplan."""
     check = simulate(prof, schedule, memory=budget, check_claims=False)
     if not check.valid:
-        raise InternalError(
-            f"{algo} produced a plan the simulator rejects: {check.violation} "
-            "(this is a bug in memplan; please report it)"
-        )
+        raise InternalError(f"{algo} produced a plan the simulator rejects: {check.violation}")
     if schedule.makespan is not None and not _close(schedule.makespan, check.makespan):
         raise InternalError(
-            f"{algo}: solver value {schedule.makespan} != simulated makespan {check.makespan} "
-            "(this is a bug in memplan; please report it)"
+            f"{algo}: solver value {schedule.makespan} != simulated makespan {check.makespan}"
         )
     return schedule.model_copy(update={"peak_memory": check.peak_memory})
 

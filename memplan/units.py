@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Mapping
+from decimal import Decimal
 from typing import Any
 
 from memplan.errors import InputError
@@ -61,6 +62,17 @@ def parse_size(value: str | int | float) -> int:
     if number > MAX_SIZE:
         raise InputError(f"size {value!r}: too large (more than 1 EiB), e.g. 8GB")
     return int(number)
+
+
+def exact_bytes(text: str) -> Decimal:
+    """The exact number of bytes a size written as ``text`` stands for, fractions kept:
+    ``1.5KiB`` -> 1536, ``0.1KB`` -> 100, ``1.5`` -> 1.5 (for options that need whole bytes:
+    ``alloc --capacity``). ``text`` is checked as :func:`parse_size` checks it.
+    """
+    parse_size(text)  # the format, the unit, the range
+    match = _PATTERN.match(text)
+    assert match is not None  # parse_size accepted it
+    return Decimal(match.group(1)) * _UNITS[match.group(2).upper()]
 
 
 def parse_rate(value: str | int | float) -> float:
@@ -124,8 +136,8 @@ def check_time_limit(value: float | None, what: str = "time_limit") -> float | N
         raise InputError(f"{what} {value!r}: expected a number of seconds, e.g. 60")
     if not (math.isfinite(value) and 0 < value <= MAX_TIME_LIMIT):
         raise InputError(
-            f"{what} {value!r}: expected seconds > 0 and at most {MAX_TIME_LIMIT:.0f} (a week), "
-            "e.g. 60"
+            f"{what} {value!r}: expected a finite number of seconds above 0 and at most "
+            f"{MAX_TIME_LIMIT:.0f} (a week), e.g. 60"
         )
     return float(value)
 

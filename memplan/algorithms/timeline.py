@@ -67,8 +67,7 @@ def check_claim(algorithm: str, claimed: float | None, makespan: float) -> None:
         return
     if not math.isclose(claimed, makespan, rel_tol=TIME_TOLERANCE, abs_tol=TIME_TOLERANCE):
         raise InternalError(
-            f"{algorithm}: solver value {claimed} != makespan of its plan {makespan} "
-            "(this is a bug in memplan; please report it)"
+            f"{algorithm}: solver value {claimed} != makespan of its plan {makespan}"
         )
 
 

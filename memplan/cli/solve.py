@@ -1,7 +1,6 @@
 """``memplan solve`` and ``memplan simulate``: plan a chain within a budget, replay a plan."""
 
 import enum
-import json
 from contextlib import nullcontext
 from pathlib import Path
 from typing import Annotated, Any
@@ -250,7 +249,7 @@ def simulate(
                 f"{sched.profile.sha256[:12]}..., this one has {prof.sha256()[:12]}..."
             )
         if form == "json":
-            write_output(json.dumps(doc, indent=2), None)
+            write_output(common.report_json(doc), None)  # NOTE [ report precision ]
         else:
             from memplan.cli.render import simulation_summary
 

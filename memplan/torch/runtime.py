@@ -43,6 +43,7 @@ from torch import Tensor, nn
 
 from memplan.errors import InputError
 from memplan.schedule import Schedule, load_schedule
+from memplan.torch.blame import FIRST_FORWARD, model_errors
 from memplan.torch.linearize import Chain, linearize
 from memplan.torch.memory_probe import storage_key
 from memplan.torch.recompute import RngSnapshot, recomputing, rng_snapshot
@@ -733,7 +734,8 @@ def fit(
         least = "" if sched.min_memory is None else "; the least memory that fits is "
         least += "" if sched.min_memory is None else f"{sched.min_memory} bytes"
         raise InputError(f"no {algo} plan fits in {memory}{least}")
-    chain = linearize(module, x, labels=labels)
+    with model_errors(label or type(module).__name__, FIRST_FORWARD):  # NOTE [ whose error ]
+        chain = linearize(module, x, labels=labels)
     return checkpointed(chain, sched, profile=prof), sched
 
 

@@ -15,8 +15,7 @@ from memplan.algorithms.base import AlgorithmInfo, Family, SolveRequest
 from memplan.algorithms.chain.periodic import solve_periodic as plan_periodic
 from memplan.algorithms.chain.problem import Chain
 from memplan.algorithms.chain.revolve import solve_revolve as plan_revolve
-from memplan.algorithms.chain.rotor import chain_min_memory
-from memplan.algorithms.chain.rotor import solve_rotor as plan_rotor
+from memplan.algorithms.chain.rotor import chain_min_memory, plan_rotor
 from memplan.algorithms.chain.store_all import solve_store_all as plan_store_all
 from memplan.algorithms.options import slots_option
 from memplan.algorithms.timeline import chain_schedule

@@ -32,7 +32,7 @@ import math
 
 from memplan.algorithms.base import OffloadPlan, Transfer
 from memplan.algorithms.chain.problem import Chain
-from memplan.algorithms.chain.rotor import chain_min_memory, solve_rotor
+from memplan.algorithms.chain.rotor import chain_min_memory, plan_rotor
 from memplan.algorithms.combined.fractional import MAX_SLOTS as FRACTIONAL_MAX_SLOTS
 from memplan.algorithms.combined.fractional import FractionalDP
 from memplan.algorithms.combined.pofo import PofoDP
@@ -116,11 +116,11 @@ def solve_pofo(
     auto = slots == "auto"
     grid = DEFAULT_SLOTS if auto else int(slots)
     if rotor_slots is not None:
-        rotor = solve_rotor(chain, memory, slots=rotor_slots)
+        rotor = plan_rotor(chain, memory, slots=rotor_slots)
     elif auto:
-        rotor = solve_rotor(chain, memory)  # rotor's own default grid
+        rotor = plan_rotor(chain, memory)  # rotor's own default grid
     else:
-        rotor = solve_rotor(chain, memory, slots=grid)
+        rotor = plan_rotor(chain, memory, slots=grid)
     if rotor.sequence is not None:
         candidates.append((rotor.claimed_makespan, "rotor", _timed(chain, rotor.sequence)))
     if memory - int(chain.x[0]) >= 0:

@@ -43,8 +43,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from memplan.algorithms.chain import rotor
 from memplan.algorithms.chain.problem import Chain
-from memplan.algorithms.chain.rotor import _min_memory_plan, _solve_table
 from memplan.profile.model import Profile
 
 JoinOp = tuple[str, int | None, int]
@@ -177,32 +177,6 @@ class JoinNet:
         return peak
 
 
-def _segment(choice: np.ndarray, chain: Chain, j: int, a: int, b: int, m: int) -> list[JoinOp]:
-    """Rebuild rotor's plan of stages ``a..b`` of branch ``j`` from its choice table."""
-    plan: list[JoinOp] = []
-    stack: list[tuple[str, int, int, int]] = [("solve", a, b, m)]
-    while stack:
-        kind, a, b, budget = stack.pop()
-        if kind == "op":
-            plan.append(("B", j, a))
-        elif a == b:
-            plan += [("F_all", j, a), ("B", j, a)]
-        else:
-            c = int(choice[a, b, budget])
-            if c == -1:  # rotor's F_all
-                plan.append(("F_all", j, a))
-                stack.append(("op", a, a, 0))
-                stack.append(("solve", a + 1, b, budget - int(chain.s[a])))
-            elif c >= 1:
-                plan.append(("F_ck", j, a))
-                plan += [("F_n", j, k) for k in range(a + 1, c)]
-                stack.append(("solve", a, c - 1, budget))
-                stack.append(("solve", c, b, budget - int(chain.x[c])))
-            else:  # pragma: no cover - the caller checked feasibility
-                raise AssertionError(f"rotor: no choice for stages {a}..{b} at {budget} slots")
-    return plan
-
-
 def _states(shape: tuple[int, ...]) -> list[tuple[tuple[int, ...], tuple[int, ...]]]:
     """Every ``(p, flags)``, sub-states first: ``p`` in decreasing lexicographic order."""
     k = len(shape)
@@ -230,7 +204,9 @@ class HeteroJoin:
         self.k = len(net.chains)
         self.shape = tuple(length + 1 for length in net.lengths)
         width = capacity + 1
-        self.tables = [_solve_table(c, capacity, c.x, c.s, c.g, c.fo, c.bo) for c in net.chains]
+        self.tables = [
+            rotor.dense_table(c, capacity, c.x, c.s, c.g, c.fo, c.bo) for c in net.chains
+        ]
         self.index: dict[tuple, int] = {}
         states = _states(self.shape)
         for n, state in enumerate(states):
@@ -279,7 +255,7 @@ class HeteroJoin:
                 better = cand < val
                 val[better], br[better], tg[better] = cand[better], j, 0
             # (b) F_ck a, F_n .. up to the checkpoint x[q], q = a+1 .. l_j
-            opt = self.tables[j][0]
+            opt = self.tables[j].opt
             sub_flags = flags[:j] + (1,) + flags[j + 1 :]
             forward = 0.0
             fneed = 0
@@ -319,7 +295,7 @@ class HeteroJoin:
                 continue
             if item[0] == "segment":
                 _, j, a, b, budget = item
-                plan += _segment(self.tables[j][1], net.chains[j], j, a, b, budget)
+                plan += [(op, j, k) for op, k in self.tables[j].plan(a, b, budget)]
                 continue
             _, p, flags, budget = item
             idx = self.index[(p, flags)]
@@ -387,7 +363,7 @@ def least_memory_plan(net: JoinNet) -> tuple[int, list[JoinOp]]:
                 c.ft[a : b + 1],
                 c.bt[a : b + 1],
             )
-            total, plan = _min_memory_plan(sub)
+            total, plan = rotor.least_memory_plan(sub)
             seg[key] = (total - int(c.x[a]), [(op, st + a) for op, st in plan])
         return seg[key]
 

@@ -30,7 +30,7 @@ from hypothesis import strategies as st
 
 import memplan
 from memplan.algorithms.chain import Chain
-from memplan.algorithms.chain.rotor import _solve_table, slot_sizes
+from memplan.algorithms.chain.rotor import dense_table, slot_sizes
 from memplan.algorithms.combined import FractionalDP, realize, solve_pofo
 from memplan.algorithms.combined.fractional import MAX_SLOTS
 from memplan.profile.model import Profile
@@ -50,7 +50,7 @@ def chain_profile(seed: int, length: int) -> Profile:
 
 def rotor_dp_value(chain: Chain, memory: int, slots: int) -> float:
     cap, r = slot_sizes(chain, memory - int(chain.x[0]), slots)
-    opt, _ = _solve_table(chain, cap, r["x"], r["s"], r["g"], r["fo"], r["bo"])
+    opt = dense_table(chain, cap, r["x"], r["s"], r["g"], r["fo"], r["bo"]).opt
     return float(opt[0, chain.length - 1, cap])
 
 

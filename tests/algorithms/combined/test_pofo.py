@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 import memplan
 from memplan.algorithms.chain import Chain
-from memplan.algorithms.chain.rotor import _solve_table, slot_sizes, solve_rotor
+from memplan.algorithms.chain.rotor import dense_table, plan_rotor, slot_sizes
 from memplan.algorithms.combined import FINE_SLOTS, FINE_STAGES, PofoDP, solve_pofo
 from memplan.algorithms.offload import OffloadInstance
 from memplan.errors import InputError
@@ -41,7 +41,7 @@ def ops_of(plan) -> list[Op]:
 
 def rotor_dp_value(chain: Chain, memory: int, slots: int) -> float:
     cap, r = slot_sizes(chain, memory - int(chain.x[0]), slots)
-    opt, _ = _solve_table(chain, cap, r["x"], r["s"], r["g"], r["fo"], r["bo"])
+    opt = dense_table(chain, cap, r["x"], r["s"], r["g"], r["fo"], r["bo"]).opt
     return float(opt[0, chain.length - 1, cap])
 
 
@@ -56,7 +56,7 @@ def test_bandwidth_zero_is_rotor(seed, slots):
         dp = PofoDP(chain, memory, 0.0, slots)
         assert dp.solve() == pytest.approx(rotor_dp_value(chain, memory, slots))
         plan = solve_pofo(chain, memory, bandwidth=0.0, slots=slots)
-        rotor = solve_rotor(chain, memory, slots=slots)
+        rotor = plan_rotor(chain, memory, slots=slots)
         assert plan.claimed_makespan == pytest.approx(rotor.claimed_makespan)
 
 

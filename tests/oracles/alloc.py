@@ -1,63 +1,173 @@
-"""The exact search of :mod:`memplan.alloc.search`, compiled with numba (the ``fast`` extra).
+"""Python references of the allocation search and the greedy first fit, which the compiled core
+(src/alloc.cpp) is tested against node for node and placement for placement
+(tests/alloc/test_core.py).
 
-One call of :func:`run_part` is one depth-first search of one part at one capacity under one
-preorder and a node limit: the loop of NOTE [ restarts ] stays in Python (a few hundred calls at
-most), the nodes run here, 50-200 times faster than the numpy search of ``search.py``. The rules
-are those of ``search.py`` (its NOTEs: canonical placements, inference and dominance, dynamic
-decomposition, residual preorders, failed states, stacked twins) plus MiniMalloc's *hatless
-pruning* (Moffitt, ASPLOS 2023): when the buffer just tried has no unplaced buffer live at the
-same time, it sits at its minimum offset in some form of every completion, whose canonical order
-then starts with a candidate at or before it; once it has failed, the later candidates are not
-tried.
-
-NOTE [ compiled failed-state memo ]
-The memo of failed states keys a node by (run, part range, floor, tie position, the unplaced
-buffers of the part in rank order and their minimum offsets) as in ``search.py``, but stores two
-independent 64-bit hashes of the key in a fixed-size table instead of the key itself: a wrong
-prune would need both hashes of two different keys to agree (probability about 2^-128 per pair
-of states). The table is lossy (a full bucket overwrites its oldest slot), which only costs
-nodes, never soundness.
-
-The search stops within 256 nodes when ``stop[0]`` is set (by the Python caller at its deadline
-or on Ctrl-C, from another thread: the kernel runs without the GIL).
-
-Nothing here allocates (NOTE [ native kernels do not allocate ] in memplan/native.py): every array
-is handed in, the per-node ones on the work stack of NOTE [ kernel work stack ]
-(memplan/alloc/kernel_layout.py), and the sorts are in place (a stable merge sort gives the same
-order as the stable mergesorts of numpy that the numpy search uses). These functions are compiled
-into the native entry points of :mod:`memplan.alloc.kernel_cfuncs`, once per installation
-(:mod:`memplan.native`); this module is imported only to build them (it needs numba).
+This is the search of memplan/alloc/search.py's NOTEs as memplan ran it compiled before the core
+(numba, then one C++ function per run): one depth-first search of one part at one capacity under
+one preorder and a node limit (:func:`run_part`, with :class:`Ctx` its state and work stack), the
+round robin of NOTE [ compiled restarts ] (:func:`solve_part`), and the first fit
+(:func:`first_fit`). It is slow (a Python loop per node): the tests run it on small instances.
 """
 
 from __future__ import annotations
 
+import time
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
 import numpy as np
-from numba import njit
 
-from memplan.alloc.kernel_layout import (
-    ABORTED,
-    FOUND,
-    INF,
-    LIMIT,
-    NODES,
-    NOT_FOUND,
-    OVERFLOW,
-    PEAK,
-    SCRATCH_SHORT,
-    STAMP,
-    TIMEOUT,
-    TOP,
-    TRAIL,
-    Ctx,
+from memplan.alloc.buffers import MAX_ARENA
+from memplan.alloc.greedy import ArenaTooLarge
+from memplan.alloc.instance import Instance
+
+FOUND, NOT_FOUND, ABORTED, TIMEOUT, OVERFLOW = 1, 0, -1, -2, -3
+INF = 2**62
+NODES, LIMIT, TRAIL, STAMP, TOP, PEAK = 0, 1, 2, 3, 4, 5
+COUNTERS = 6
+STACK_CAP = 2**25
+_MASK = 2**64 - 1
+COMPILED_RUNS = (
+    ("TWA", False, True),
+    ("TWA", True, False),
+    ("TAW", False, True),
+    ("TAW", True, False),
+    ("WAT", False, True),
+    ("WAT", True, False),
 )
+_TIGHT_BUDGET = 8
 
-__all__ = ["Ctx", "first_fit", "run_part"]
+
+def stack_size(part: int) -> int:
+    """NOTE [ kernel work stack ] (src/alloc.cpp): entries a search of ``part`` buffers may use."""
+    return 5 * part * (part + 1) // 2 + 5 * part + 1
+
+
+class Ctx(NamedTuple):
+    """The arrays of one search (static data first, then the state it changes and restores)."""
+
+    first: np.ndarray  # first section of each buffer
+    end: np.ndarray  # one past its last section
+    size: np.ndarray
+    maxm: np.ndarray  # capacity - size: the largest minimum offset a buffer may reach
+    sec_start: np.ndarray  # CSR: buffers live in each section
+    sec_buf: np.ndarray
+    ov_start: np.ndarray  # CSR: buffers live at the same time as each buffer
+    ov_buf: np.ndarray
+    tw_start: np.ndarray  # CSR: buffers with the same lifetime (NOTE [ stacked twins ])
+    tw_buf: np.ndarray
+    width: np.ndarray  # float64 keys of the residual preorders: W, A, Z
+    area: np.ndarray
+    fsize: np.ndarray
+    letters: np.ndarray  # the preorder's keys, most significant first: 0 W, 1 A, 2 T, 3 Z
+    mu: np.ndarray  # minimum offset of each unplaced buffer, INF once placed
+    offset: np.ndarray  # -1 unless placed
+    solution: np.ndarray
+    total: np.ndarray  # unplaced bytes live in each section
+    cuts: np.ndarray  # unplaced buffers crossing each boundary between sections
+    rank: np.ndarray
+    trail_buf: np.ndarray  # minimum offsets raised along the current branch, to restore
+    trail_old: np.ndarray
+    sec_stamp: np.ndarray
+    memo1: np.ndarray  # NOTE [ compiled failed-state memo ] (memplan/alloc/kernel.py)
+    memo2: np.ndarray
+    count: np.ndarray  # nodes, node limit, trail top, stamp, work-stack top, its peak
+    stop: np.ndarray  # set by the caller: stop within 256 nodes
+    ws: np.ndarray  # NOTE [ kernel work stack ]: int64 entries
+    fws: np.ndarray  # float64 scratch: len(letters) keys per buffer
+    capacity: int
+    residual: bool
+    run: int
+
+
+@dataclass
+class Scratch:
+    """The work stack and the float scratch of the re-rankings, kept across the runs."""
+
+    ws: np.ndarray
+    fws: np.ndarray
+
+    @classmethod
+    def for_part(cls, buffers: int, n: int) -> Scratch:
+        entries = min(stack_size(buffers), STACK_CAP)
+        return cls(np.empty(entries, dtype=np.int64), np.empty(4 * n, dtype=np.float64))
+
+    def grow(self) -> None:
+        self.ws = np.empty(2 * len(self.ws) + 1, dtype=np.int64)
+
+
+def memo_table(slots: int) -> tuple[np.ndarray, np.ndarray]:
+    """An empty failed-state table of ``slots`` entries (a power of two, at least 4)."""
+    return np.zeros(slots, dtype=np.uint64), np.zeros(slots, dtype=np.uint64)
+
+
+def make_ctx(
+    inst: Any,
+    capacity: int,
+    rank: np.ndarray,
+    heuristic: str | None,
+    residual: bool,
+    run: int,
+    node_limit: int,
+    memo: tuple[np.ndarray, np.ndarray] | None = None,
+    twins: bool = True,
+    scratch: Scratch | None = None,
+) -> Ctx:
+    """A fresh :class:`memplan.alloc.kernel_layout.Ctx` for one run (nothing placed yet); without
+    ``twins`` the stacked-twin rule is off (empty twin lists). ``scratch`` is the work stack
+    (one for the whole instance when None)."""
+    n, sections = inst.n, inst.sections
+    letters = {"W": 0, "A": 1, "T": 2, "Z": 3}
+    keys = (heuristic or "T").rstrip("0123456789")
+    memo1, memo2 = memo if memo is not None else memo_table(1024)
+    size = inst.size.astype(np.int64)
+    width = (inst.upper - inst.lower).astype(np.float64)
+    if scratch is None:
+        scratch = Scratch.for_part(n, n)
+    if len(scratch.fws) < len(keys) * n:
+        scratch.fws = np.empty(len(keys) * n, dtype=np.float64)
+    count = np.zeros(COUNTERS, dtype=np.int64)
+    count[LIMIT] = node_limit
+    return Ctx(
+        first=inst.first,
+        end=inst.end,
+        size=size,
+        maxm=np.int64(capacity) - size,
+        sec_start=inst.sec_start,
+        sec_buf=inst.sec_buf,
+        ov_start=inst.ov_start,
+        ov_buf=inst.ov_buf,
+        tw_start=inst.tw_start if twins else np.zeros(n + 1, dtype=np.int64),
+        tw_buf=inst.tw_buf if twins else np.zeros(0, dtype=np.int64),
+        width=width,
+        area=width * size.astype(np.float64),
+        fsize=size.astype(np.float64),
+        letters=np.array([letters[c] for c in keys], dtype=np.int64),
+        mu=np.zeros(n, dtype=np.int64),
+        offset=np.full(n, -1, dtype=np.int64),
+        solution=np.full(n, -1, dtype=np.int64),
+        total=inst.section_total.copy(),
+        cuts=inst.cuts.copy(),
+        rank=rank.astype(np.int64).copy(),
+        trail_buf=np.zeros(len(inst.ov_buf) + 1, dtype=np.int64),
+        trail_old=np.zeros(len(inst.ov_buf) + 1, dtype=np.int64),
+        sec_stamp=np.zeros(sections, dtype=np.int64),
+        memo1=memo1,
+        memo2=memo2,
+        count=count,
+        stop=np.zeros(1, dtype=np.int64),
+        ws=scratch.ws,
+        fws=scratch.fws,
+        capacity=int(capacity),
+        residual=bool(residual),
+        run=int(run),
+    )
+
 
 _RUN = 16
 """Runs this short are sorted by insertion before the merges."""
 
 
-@njit(nogil=True, error_model="numpy")
 def _push(c: Ctx, k: int) -> int:
     """The base of ``k`` fresh entries of the work stack (NOTE [ kernel work stack ]), or -1 when
     it is full (the caller then returns OVERFLOW). The caller pops by restoring the top to it."""
@@ -70,7 +180,6 @@ def _push(c: Ctx, k: int) -> int:
     return base
 
 
-@njit(nogil=True, error_model="numpy")
 def _sort_by_key(a: np.ndarray, key: np.ndarray, tmp: np.ndarray) -> None:
     """Sort the indices ``a`` in place by ``key[a[i]]``, stably (ties keep their order): the
     order of ``a[np.argsort(key[a], kind="stable")]``. ``tmp`` holds at least ``len(a)``."""
@@ -108,7 +217,6 @@ def _sort_by_key(a: np.ndarray, key: np.ndarray, tmp: np.ndarray) -> None:
             a[k] = tmp[k]
 
 
-@njit(nogil=True, error_model="numpy")
 def _lex_less(keys: np.ndarray, stride: int, nkeys: int, p: int, q: int) -> bool:
     """Whether position ``p`` comes strictly before ``q`` by the keys ``keys[l * stride + .]``,
     ``l = 0 .. nkeys - 1``, the first most significant."""
@@ -122,7 +230,6 @@ def _lex_less(keys: np.ndarray, stride: int, nkeys: int, p: int, q: int) -> bool
     return False
 
 
-@njit(nogil=True, error_model="numpy")
 def _sort_lex(a: np.ndarray, keys: np.ndarray, nkeys: int, tmp: np.ndarray) -> None:
     """Sort the positions ``a`` (0 .. len(a) - 1) in place by the keys of :func:`_lex_less`,
     stably: the order that one stable sort per key, least significant first, gives."""
@@ -159,28 +266,22 @@ def _sort_lex(a: np.ndarray, keys: np.ndarray, nkeys: int, tmp: np.ndarray) -> N
             a[k] = tmp[k]
 
 
-@njit(nogil=True, error_model="numpy")
-def _mix(h: np.uint64, x: np.int64) -> np.uint64:
+def _mix(h: int, x: int) -> int:
     """One step of a 64-bit hash (splitmix64's finalizer over ``h ^ x``, ``x >= 0``)."""
-    z = (h ^ np.uint64(x)) * np.uint64(0x9E3779B97F4A7C15)
-    z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
-    z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
-    return z ^ (z >> np.uint64(31))
+    z = ((int(h) ^ int(x)) * 0x9E3779B97F4A7C15) & _MASK
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _MASK
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _MASK
+    return z ^ (z >> 31)
 
 
-@njit(nogil=True, error_model="numpy")
 def _memo_find(c: Ctx, h1: np.uint64, h2: np.uint64) -> bool:
-    mask = np.uint64(c.memo1.shape[0] - 4)
+    mask = c.memo1.shape[0] - 4
     base = int(h1 & mask)
-    for k in range(4):  # noqa: SIM110 (numba compiles no generator expressions)
-        if c.memo1[base + k] == h1 and c.memo2[base + k] == h2:
-            return True
-    return False
+    return any(c.memo1[base + k] == h1 and c.memo2[base + k] == h2 for k in range(4))
 
 
-@njit(nogil=True, error_model="numpy")
 def _memo_add(c: Ctx, h1: np.uint64, h2: np.uint64) -> None:
-    mask = np.uint64(c.memo1.shape[0] - 4)
+    mask = c.memo1.shape[0] - 4
     base = int(h1 & mask)
     for k in range(4):
         if c.memo1[base + k] == 0:
@@ -195,14 +296,12 @@ def _memo_add(c: Ctx, h1: np.uint64, h2: np.uint64) -> None:
     c.memo2[base] = h2
 
 
-@njit(nogil=True, error_model="numpy")
 def _record(c: Ctx) -> None:
     for b in range(c.offset.shape[0]):
         if c.offset[b] >= 0:
             c.solution[b] = c.offset[b]
 
 
-@njit(nogil=True, error_model="numpy")
 def _section_fits(c: Ctx, s: int) -> bool:
     """Section inference: some unplaced buffer of section ``s`` can start low enough for all its
     unplaced bytes to fit above it (the least minimum offset is the section's floor). The floor
@@ -212,13 +311,9 @@ def _section_fits(c: Ctx, s: int) -> bool:
     if tot <= 0:
         return True
     threshold = c.capacity - tot
-    for i in range(c.sec_start[s], c.sec_start[s + 1]):  # noqa: SIM110 (see _memo_find)
-        if c.mu[c.sec_buf[i]] <= threshold:
-            return True
-    return False
+    return any(c.mu[c.sec_buf[i]] <= threshold for i in range(c.sec_start[s], c.sec_start[s + 1]))
 
 
-@njit(nogil=True, error_model="numpy")
 def _rerank(c: Ctx, sub: np.ndarray, lo: int, hi: int) -> int:
     """NOTE [ residual preorders ]: ``sub`` sorted by the preorder's keys with T from the unplaced
     totals of [lo, hi); its buffers get its old rank values in that order (the caller keeps the
@@ -269,7 +364,6 @@ def _rerank(c: Ctx, sub: np.ndarray, lo: int, hi: int) -> int:
     return FOUND
 
 
-@njit(nogil=True, error_model="numpy")
 def _node(c: Ctx, part: np.ndarray, lo: int, hi: int, o: int, last_rank: int) -> int:
     """Search below a node: ``part`` (in rank order) over sections [lo, hi), floor (o, rank).
 
@@ -314,8 +408,8 @@ def _node(c: Ctx, part: np.ndarray, lo: int, hi: int, o: int, last_rank: int) ->
         for b in opn:
             if rank[b] <= last_rank:
                 tie += 1
-    h1 = _mix(np.uint64(0x243F6A8885A308D3), c.run)
-    h2 = _mix(np.uint64(0x13198A2E03707344), c.run)
+    h1 = _mix(0x243F6A8885A308D3, c.run)
+    h2 = _mix(0x13198A2E03707344, c.run)
     for x in (lo, hi, o + 1, tie + 1):  # all >= 0
         h1 = _mix(h1, x)
         h2 = _mix(h2, x)
@@ -323,7 +417,7 @@ def _node(c: Ctx, part: np.ndarray, lo: int, hi: int, o: int, last_rank: int) ->
         h1 = _mix(_mix(h1, b), mu[b])
         h2 = _mix(_mix(h2, mu[b]), b)
     if h1 == 0:
-        h1 = np.uint64(1)
+        h1 = 1
     if _memo_find(c, h1, h2):
         c.count[TOP] = frame
         return NOT_FOUND
@@ -488,7 +582,6 @@ def _node(c: Ctx, part: np.ndarray, lo: int, hi: int, o: int, last_rank: int) ->
     return NOT_FOUND
 
 
-@njit(nogil=True, error_model="numpy")
 def run_part(c: Ctx, part: np.ndarray, lo: int, hi: int) -> int:
     """Search ``part`` (buffer indices in rank order) over sections [lo, hi), split first where no
     unplaced buffer crosses a boundary. Returns FOUND (offsets in ``c.solution``), NOT_FOUND
@@ -521,61 +614,145 @@ def run_part(c: Ctx, part: np.ndarray, lo: int, hi: int) -> int:
     return status
 
 
-@njit(nogil=True, error_model="numpy")
+def solve_part(
+    inst: Instance,
+    capacity: int,
+    buffers: np.ndarray,
+    lo: int,
+    hi: int,
+    memo: tuple[np.ndarray, np.ndarray],
+    deadline: float | None,
+    stats: dict[str, int],
+    tight: bool = True,
+) -> tuple[int, np.ndarray | None]:
+    """Solve one static part with the compiled kernel (NOTE [ compiled restarts ]): with
+    ``tight``, at the part's peak live load first, with a small node budget, when the capacity
+    has slack; then at the capacity."""
+    part_peak = int(inst.section_total[lo:hi].max()) if hi > lo else 0
+    if tight and part_peak < capacity:
+        tight = dict(stats, budget=stats.get("nodes", 0) + _TIGHT_BUDGET * len(buffers))
+        if stats.get("budget") is not None:
+            tight["budget"] = min(tight["budget"], stats["budget"])
+        status, solution = _rotate(inst, part_peak, buffers, lo, hi, memo, deadline, tight, 1)
+        stats["nodes"] = tight.get("nodes", 0)
+        if status in (FOUND, TIMEOUT):
+            return status, solution
+    return _rotate(inst, capacity, buffers, lo, hi, memo, deadline, stats, 0)
+
+
+_TIGHT_BUDGET = 8
+"""Nodes per buffer of the search at the peak live load before the one at the capacity."""
+
+
+def _rotate(
+    inst: Instance,
+    capacity: int,
+    buffers: np.ndarray,
+    lo: int,
+    hi: int,
+    memo: tuple[np.ndarray, np.ndarray],
+    deadline: float | None,
+    stats: dict[str, int],
+    salt: int,
+) -> tuple[int, np.ndarray | None]:
+    """The round robin of :data:`COMPILED_RUNS` at one capacity, the node limit doubling every
+    round; ``salt`` keeps the memo's keys of different capacities apart."""
+    runs = COMPILED_RUNS
+    ranks = [inst.preorder(heuristic) for heuristic, _, _ in runs]
+    scratch = Scratch.for_part(len(buffers), inst.n)
+    limit = max(len(buffers), 16)
+    while True:
+        limit *= 2
+        for index, ((heuristic, residual, twins), rank) in enumerate(zip(runs, ranks, strict=True)):
+            budget = stats.get("budget")
+            run_limit = limit
+            if budget is not None:
+                run_limit = min(limit, budget - stats.get("nodes", 0))
+                if run_limit <= 0:
+                    return ABORTED, None
+            part = buffers[np.argsort(rank[buffers], kind="stable")]
+            while True:
+                ctx = make_ctx(
+                    inst,
+                    capacity,
+                    rank,
+                    heuristic,
+                    residual,
+                    2 * index + salt,
+                    run_limit,
+                    memo,
+                    twins,
+                    scratch,
+                )
+                status = run_part(ctx, part, lo, hi)
+                if status != OVERFLOW:
+                    break
+                scratch.grow()  # NOTE [ kernel work stack ]: run again with room to go deeper
+            stats["nodes"] = stats.get("nodes", 0) + min(int(ctx.count[0]), run_limit)
+            if status == FOUND:
+                return FOUND, ctx.solution
+            if status in (NOT_FOUND, TIMEOUT):
+                return status, None
+
+
 def first_fit(
+    lower: np.ndarray,
+    upper: np.ndarray,
     size: np.ndarray,
     order: np.ndarray,
-    ov_start: np.ndarray,
-    ov_buf: np.ndarray,
-    offsets: np.ndarray,
-    limit: int,
-    stop: np.ndarray,
-    work: np.ndarray,
-) -> int:
-    """:func:`memplan.alloc.greedy.first_fit` over the overlap lists, compiled: fills
-    ``offsets`` (-1 for buffers not placed) and returns how many of ``order`` it placed (fewer
-    when ``stop`` was set, or when an arena would pass ``limit``: then -1 - that count).
-    ``work`` holds :func:`memplan.alloc.kernel_layout.first_fit_scratch` entries (else
-    SCRATCH_SHORT is returned, nothing placed)."""
-    n = size.shape[0]
-    most = 0
-    for b in range(n):
-        most = max(most, ov_start[b + 1] - ov_start[b])
-    if work.shape[0] < n + 4 * most:
-        return SCRATCH_SHORT
-    top = work[:n]
-    starts = work[n : n + most]
-    ends = work[n + most : n + 2 * most]
-    spans = work[n + 2 * most : n + 3 * most]
-    tmp = work[n + 3 * most : n + 4 * most]
-    for b in range(n):
-        top[b] = -1
-    for k in range(order.shape[0]):
-        if (k & 1023) == 0 and stop[0] != 0:
-            return k
-        b = order[k]
-        sz = size[b]
+    deadline: float | None = None,
+    graph: tuple[np.ndarray, np.ndarray] | None = None,
+) -> np.ndarray:
+    """Offsets from placing the buffers in ``order``, each at its lowest free address.
+
+    O(Q log Q) for Q pairs of buffers live at the same time, with ``graph`` (the CSR of
+    :func:`memplan.alloc.lifetimes.overlaps`); without it, O(n) numpy work per buffer. At
+    ``deadline`` the rest are stacked above the arena. Raises :class:`ArenaTooLarge` when the
+    arena would pass ``MAX_ARENA``.
+    """
+    n = len(size)
+    offsets = np.zeros(n, dtype=np.int64)
+    placed = np.zeros(n, dtype=bool)
+    # Python lists: a few dozen neighbours per buffer are faster to scan than to hand to numpy.
+    off_l = [0] * n
+    top_l = [-1] * n  # -1 until placed (a placed buffer of size > 0 has top >= 1)
+    size_l = size.tolist()
+    arena = 0
+    todo = order.tolist()
+    if graph is not None:
+        start_l = graph[0].tolist()
+        buf = graph[1]
+    for k, b in enumerate(todo):
+        if deadline is not None and (k & 63) == 0 and time.perf_counter() > deadline:
+            rest = order[k:]
+            rest = rest[size[rest] > 0]
+            if rest.size:
+                tops = arena + np.cumsum(size[rest])
+                if int(tops[-1]) > MAX_ARENA:
+                    raise ArenaTooLarge(int(tops[-1]))
+                offsets[rest] = tops - size[rest]
+            break
+        sz = size_l[b]
         if sz <= 0:
-            offsets[b] = 0
             continue
-        cnt = 0
-        for t in range(ov_start[b], ov_start[b + 1]):
-            u = ov_buf[t]
-            if top[u] >= 0:
-                starts[cnt] = offsets[u]
-                ends[cnt] = top[u]
-                spans[cnt] = cnt
-                cnt += 1
-        # By start (the order of equal starts changes nothing below).
-        _sort_by_key(spans[:cnt], starts, tmp)
+        if graph is not None:
+            near = buf[start_l[b] : start_l[b + 1]].tolist()
+            spans = sorted((off_l[u], top_l[u]) for u in near if top_l[u] >= 0)
+        else:
+            others = np.flatnonzero(placed & (lower < upper[b]) & (lower[b] < upper)).tolist()
+            spans = sorted((off_l[u], top_l[u]) for u in others)
         x = 0
-        for i in spans[:cnt]:
-            if starts[i] >= x + sz:
+        for s0, e0 in spans:
+            if s0 >= x + sz:
                 break
-            if ends[i] > x:
-                x = ends[i]
-        if x + sz > limit:
-            return -1 - k
-        offsets[b] = x
-        top[b] = x + sz
-    return order.shape[0]
+            if e0 > x:
+                x = e0
+        if x + sz > MAX_ARENA:
+            raise ArenaTooLarge(x + sz)
+        off_l[b] = x
+        top_l[b] = x + sz
+        placed[b] = True
+        arena = max(arena, x + sz)
+    done = np.array(top_l) >= 0
+    offsets[done] = np.array(off_l, dtype=np.int64)[done]
+    return offsets
