@@ -46,12 +46,22 @@ from bench_alternatives import MODELS
 import memplan
 
 
-def replay_proposed(prof: Any, ops: list[Any], *, frees_outputs: bool = True) -> int:
-    """Peak bytes of a chain plan in the proposed model (module docstring), SGD, PyTorch's
-    default loop. ``ops`` in schedule order (chain plans: ``F_all``, ``F_ck``, ``F_n``, ``B``)."""
+STATE_COPIES = {"sgd": 0, "momentum": 1, "adam": 2}
+"""Optimizer state per parameter byte: momentum's buffer, Adam's two moments (its step counts
+are in ``weight_size``)."""
+
+
+def replay_proposed(
+    prof: Any, ops: list[Any], *, frees_outputs: bool = True, optimizer: str = "sgd"
+) -> int:
+    """Peak bytes of a chain plan in the proposed model (module docstring), PyTorch's default
+    loop, the optimizer's state held from the start (a loop's steady state: the state appears in
+    the first step's ``step()`` and stays). ``ops`` in schedule order (chain plans: ``F_all``,
+    ``F_ck``, ``F_n``, ``B``)."""
     stages = prof.stages
     last = len(stages) - 1
-    static = sum(s.weight_size for s in stages)
+    params = sum(s.weight_grad_size or 0 for s in stages)  # a gradient per parameter byte
+    static = sum(s.weight_size for s in stages) + STATE_COPIES[optimizer] * params
     held: dict[str, int] = {"x[0]": prof.input_size, f"g[{last + 1}]": stages[-1].gradient_size}
     kind: dict[int, str] = {}  # the kind of forward that produced s[k] / x[k+1] last
     grads = 0
@@ -101,7 +111,7 @@ def _load() -> str:
     return f"load {one:.1f} (1 min) / {five:.1f} (5 min)"
 
 
-def terms(key: str) -> dict[str, Any]:
+def terms(key: str, optimizer: str) -> dict[str, Any]:
     from memplan.torch.compare import compare_training
 
     spec = MODELS[key]
@@ -115,15 +125,17 @@ def terms(key: str) -> dict[str, Any]:
         segments=(),
         compile_budgets=(),
         at_alternatives=False,
+        optimizer=optimizer,
     )
     prof = result.profile
     rows = {o.name: o for o in result.outcomes}
-    store_all = memplan.solve(prof, "store-all", memory=2**50)
-    least = memplan.solve(prof, "rotor", memory=1).min_memory
-    rotor = memplan.solve(prof, "rotor", memory=least)
+    store_all = memplan.solve(prof, "store-all", memory=2**50, optimizer=optimizer)
+    least = memplan.solve(prof, "rotor", memory=1, optimizer=optimizer).min_memory
+    rotor = memplan.solve(prof, "rotor", memory=least, optimizer=optimizer)
     loss, head = prof.stages[-1], prof.stages[-2]
     doc = {
         "model": result.model,
+        "optimizer": optimizer,
         "weights": sum(s.weight_size for s in prof.stages),
         "weight_grads": sum(s.weight_grad_size or 0 for s in prof.stages),
         "logits": head.output_size,
@@ -138,9 +150,9 @@ def terms(key: str) -> dict[str, Any]:
     ):
         doc[f"{name}_planned"] = sched.peak_memory
         doc[f"{name}_measured"] = row.peak
-        doc[f"{name}_proposed"] = replay_proposed(prof, sched.ops)
+        doc[f"{name}_proposed"] = replay_proposed(prof, sched.ops, optimizer=optimizer)
         doc[f"{name}_proposed_runtime_keeps_outputs"] = replay_proposed(
-            prof, sched.ops, frees_outputs=False
+            prof, sched.ops, frees_outputs=False, optimizer=optimizer
         )
     return doc
 
@@ -166,7 +178,8 @@ def report(found: dict[str, dict[str, Any]]) -> str:
             for k in ("planned", "measured", "proposed_runtime_keeps_outputs", "proposed")
         )
         lines.append(
-            f"| {doc['model']} | {_mb(doc['weights'])} | {_mb(doc['logits'])} "
+            f"| {doc['model']}, {doc.get('optimizer', 'sgd')} | {_mb(doc['weights'])} "
+            f"| {_mb(doc['logits'])} "
             f"| {_mb(doc['plain_measured'])} | {sa} | {ro} |"
         )
     return "\n".join(lines)
@@ -176,6 +189,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--models", nargs="+", choices=list(MODELS), default=list(MODELS))
     parser.add_argument("--out", type=Path, default=Path("memory_terms.json"))
+    parser.add_argument("--optimizer", choices=list(STATE_COPIES), default="sgd")
     parser.add_argument("--report", type=Path, help="print the table of a result file")
     args = parser.parse_args()
     if args.report:
@@ -185,10 +199,11 @@ def main() -> None:
     print(f"# {machine()}; one thread; {_load()} at the start", flush=True)
     for key in args.models:
         start = time.perf_counter()
-        found[key] = terms(key)
-        found[key]["wall_s"] = round(time.perf_counter() - start, 1)
+        label = key if args.optimizer == "sgd" else f"{key}, {args.optimizer}"
+        found[label] = terms(key, args.optimizer)
+        found[label]["wall_s"] = round(time.perf_counter() - start, 1)
         args.out.write_text(json.dumps(found, indent=1))
-        print(json.dumps(found[key]), flush=True)
+        print(json.dumps(found[label]), flush=True)
     print(report(found))
     print(f"# {_load()} at the end", flush=True)
 

@@ -43,6 +43,12 @@ CSV_FIELDS = (
 )
 
 
+class BenchOptimizer(str, enum.Enum):
+    sgd = "sgd"
+    momentum = "momentum"
+    adam = "adam"
+
+
 class BenchFormat(str, enum.Enum):
     table = "table"
     json = "json"
@@ -125,6 +131,10 @@ def bench(
         ),
     ] = None,
     repeats: Annotated[int, typer.Option(metavar="N", help="Profiler repetitions.")] = 3,
+    optimizer: Annotated[
+        BenchOptimizer,
+        typer.Option(help="The optimizer every way trains with (memplan plans for it)."),
+    ] = BenchOptimizer.sgd,
     fmt: Annotated[
         BenchFormat | None,
         typer.Option("--format", "-f", help="table (stderr), json or csv.  [default: table]"),
@@ -181,7 +191,7 @@ def bench(
             model, batch_size=batch_size, input_shape=shape, config=config_values,
             device=device.value, threads=threads, rounds=rounds, segments=ks,
             compile_budgets=budgets, algos=names, profile=profile, repeats=repeats,
-            progress=note,
+            optimizer=optimizer.value, progress=note,
         )  # fmt: skip
         doc = result.to_dict()
         if form == "json":

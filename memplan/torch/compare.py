@@ -32,7 +32,9 @@ NOTE [ comparison protocol ]
 Per way: a warm-up step (compiles, allocator caches), then the measured step: the weights and
 buffers restored to the initial ones, ``zero_grad(set_to_none=True)`` (PyTorch's default loop),
 the random state seeded, the batch copied under the profiler (its free is seen), ``loss =
-way(batch); loss.backward(); SGD.step()``. The gradients left by that step are compared with
+way(batch); loss.backward(); optimizer.step()`` (``SGD`` by default; the optimizer's state,
+created by the warm-up, is held from the start as in a loop's steady state). The gradients left
+by that step are compared with
 plain training's: ``equal`` (bit for bit), ``close`` (max relative difference <= 1e-4 of the
 largest gradient of each tensor: fused or reordered kernels), ``differ`` otherwise;
 ``torch.compile`` draws dropout masks from another generator than eager PyTorch, so a model with
@@ -138,6 +140,7 @@ class Comparison:
     rounds: int
     torch: str
     outcomes: list[Outcome]
+    optimizer: str = "sgd"
     profile: Any = None
 
     def to_dict(self) -> dict[str, Any]:
@@ -150,6 +153,7 @@ class Comparison:
             "threads": self.threads,
             "rounds": self.rounds,
             "torch": self.torch,
+            "optimizer": self.optimizer,
             "rows": [outcome.to_dict() for outcome in self.outcomes],
         }
 
@@ -323,13 +327,15 @@ def _has_dropout(module: nn.Module) -> bool:
     return any(isinstance(m, nn.modules.dropout._DropoutNd) and m.p > 0 for m in module.modules())
 
 
-def _memplan_way(setup: _Setup, prof: Any, algo: str, memory: int, setting: str) -> _Way:
+def _memplan_way(
+    setup: _Setup, prof: Any, algo: str, memory: int, setting: str, optimizer: str
+) -> _Way:
     import memplan
     from memplan.torch.runtime import checkpointed
 
     name = f"memplan {algo}" + ("" if setting == "no recomputation" else f" ({setting})")
     outcome = Outcome(name, "memplan", setting, budget=memory)
-    sched = memplan.solve(prof, algo=algo, memory=memory, optimizer="sgd")
+    sched = memplan.solve(prof, algo=algo, memory=memory, optimizer=optimizer)
     if not sched.feasible:
         least = "" if sched.min_memory is None else f"; least memory {sched.min_memory} bytes"
         outcome.skipped = f"no {algo} plan fits in {memory} bytes{least}"
@@ -339,10 +345,10 @@ def _memplan_way(setup: _Setup, prof: Any, algo: str, memory: int, setting: str)
     return _Way(outcome, wrapped, holds=wrapped)
 
 
-def _least_memory(prof: Any, algo: str) -> int | None:
+def _least_memory(prof: Any, algo: str, optimizer: str) -> int | None:
     import memplan
 
-    probe = memplan.solve(prof, algo=algo, memory=1, optimizer="sgd")
+    probe = memplan.solve(prof, algo=algo, memory=1, optimizer=optimizer)
     return probe.min_memory
 
 
@@ -354,11 +360,13 @@ def _least_memory(prof: Any, algo: str) -> int | None:
 class _Bench:
     """The model, its optimizer and its initial state; runs one way's step as the protocol says."""
 
-    def __init__(self, setup: _Setup, seed: int) -> None:
+    def __init__(self, setup: _Setup, seed: int, optimizer: str) -> None:
+        from memplan.torch.measure import make_optimizer
+
         self.setup = setup
         self.seed = seed
         self.params = [p for p in setup.module.parameters() if p.requires_grad]
-        self.optimizer = torch.optim.SGD(self.params, lr=0.01)
+        self.optimizer = make_optimizer(optimizer, self.params, lr=0.01)
         self.initial = [t.detach().clone() for t in self._state()]
         self.reference: list[Tensor | None] | None = None
 
@@ -383,6 +391,8 @@ class _Bench:
         self.reset()
         batch = profiled_copy(self.setup.x)
         held: list[Any] = [*self._state(), batch]
+        for state in self.optimizer.state.values():  # made by the warm-up: the steady state
+            held += list(state.values())
         if self.setup.labels is not None:
             held.append(self.setup.labels)
         if way.holds is not None:
@@ -452,6 +462,7 @@ def compare_training(
     profile: Any = None,
     repeats: int = 3,
     seed: int = 0,
+    optimizer: str = "sgd",
     progress: Progress | None = None,
 ) -> Comparison:
     """Train ``model`` plainly, with Hugging Face checkpointing, ``checkpoint_sequential``,
@@ -481,6 +492,9 @@ def compare_training(
         memory, and at each alternative's measured peak when ``at_alternatives``).
     profile : optional
         A profile of this model and batch (default: profiled here, ``repeats`` timed runs).
+    optimizer : str
+        ``sgd``, ``momentum`` or ``adam`` (:func:`memplan.torch.measure.make_optimizer`), for
+        every way; memplan plans for it.
     progress : callable, optional
         Called with a line saying what is being done.
 
@@ -525,12 +539,14 @@ def compare_training(
         ways += [_compile_way(setup, b) for b in compile_budgets]
         for algo in algos:
             if algo == "store-all":
-                ways.append(_memplan_way(setup, prof, "store-all", 2**50, "no recomputation"))
+                ways.append(
+                    _memplan_way(setup, prof, "store-all", 2**50, "no recomputation", optimizer)
+                )
             else:
-                least = _least_memory(prof, algo)
+                least = _least_memory(prof, algo, optimizer)
                 if least is not None:
-                    ways.append(_memplan_way(setup, prof, algo, least, "least memory"))
-        bench = _Bench(setup, seed)
+                    ways.append(_memplan_way(setup, prof, algo, least, "least memory", optimizer))
+        bench = _Bench(setup, seed, optimizer)
         dropout = _has_dropout(setup.module)
         for way in ways:
             if way.loss is None:
@@ -543,7 +559,7 @@ def compare_training(
                 o = way.outcome
                 if o.family in ("memplan",) or o.peak is None:
                     continue
-                at = _memplan_way(setup, prof, "rotor", o.peak, f"at {o.name}'s peak")
+                at = _memplan_way(setup, prof, "rotor", o.peak, f"at {o.name}'s peak", optimizer)
                 note(f"measuring {at.outcome.name}")
                 if at.loss is not None:
                     _measure(bench, at, dropout)
@@ -564,6 +580,7 @@ def compare_training(
         threads=used_threads,
         rounds=rounds,
         torch=torch.__version__,
+        optimizer=optimizer,
         outcomes=[way.outcome for way in ways],
         profile=prof,
     )
