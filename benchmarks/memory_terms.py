@@ -45,7 +45,6 @@ from bench_alternatives import MODELS
 
 import memplan
 
-
 STATE_COPIES = {"sgd": 0, "momentum": 1, "adam": 2}
 """Optimizer state per parameter byte: momentum's buffer, Adam's two moments (its step counts
 are in ``weight_size``)."""
