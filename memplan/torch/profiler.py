@@ -136,6 +136,13 @@ def _synchronizer(device: torch.device) -> Callable[[], None]:
 # --------------------------------------------------------------------------------------------
 
 
+LONG_ITERATION_S = 2.0
+LONG_REPEATS = 3
+"""A stage whose warm-up iteration takes at least ``LONG_ITERATION_S`` seconds is timed at most
+``LONG_REPEATS`` times: the jitter that repeats average out is small beside such an iteration,
+and a language model's head at 128,256 tokens takes tens of seconds per iteration on a CPU."""
+
+
 @dataclass
 class StageMeasurement:
     """What :func:`measure_stage` finds for one stage (sizes in bytes, times in ms).
@@ -441,7 +448,8 @@ def measure_stage(
     input_grad : bool
         Whether the backward computes the gradient of ``x`` (False for the chain input).
     repeats : int
-        Timed iterations; the median is reported.
+        Timed iterations; the median is reported. At most :data:`LONG_REPEATS` for a stage
+        whose warm-up iteration took :data:`LONG_ITERATION_S` or more.
     probe : MemoryProbe, optional
         How to measure temporary memory: the CPU or the CUDA probe (by ``x.device``) by default.
     static : set of int, optional
@@ -465,7 +473,7 @@ def measure_stage(
     static = _static_pointers(module) if static is None else static
     runner = _StageRunner(module, x, input_grad)
     # warm-up: allocator caches, lazy initialisation, kernel selection (and the operator counts)
-    _, _, output = runner.timed(counter)
+    warm_forward, warm_backward, output = runner.timed(counter)
     sizes = _instrumented(runner, probe, static)
     weight_grads = fresh = None
     if creates_grads is not None:
@@ -473,6 +481,8 @@ def measure_stage(
     forward_times, backward_times = [0.0], [0.0]
     if counter is None:
         forward_times, backward_times = [], []
+        if warm_forward + warm_backward >= LONG_ITERATION_S:
+            repeats = min(repeats, LONG_REPEATS)
         for _ in range(max(1, repeats)):
             forward, backward, output = runner.timed()
             forward_times.append(forward)
