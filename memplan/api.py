@@ -24,6 +24,7 @@ from memplan.errors import InputError, InternalError
 from memplan.profile.io import load_profile
 from memplan.profile.model import Profile
 from memplan.schedule import Budget, ProfileRef, Schedule, load_schedule
+from memplan.simulator.replay import replay
 from memplan.units import parse_rate, parse_size
 
 __all__ = [
@@ -229,10 +230,7 @@ def simulate(
             f"this one has {prof.length} ({prof.model})"
         )
     budget = parse_size(memory) if memory is not None else sched.budget.memory
-    family = FAMILIES.get(sched.family)
-    if family is None:
-        raise InputError(f"schedule family {sched.family!r} cannot be simulated yet")
-    result = family.simulate(prof, sched, budget)
+    result = replay(prof, sched, budget)
     if check_claims:
         claims.check(prof, claimed, result)
     return result

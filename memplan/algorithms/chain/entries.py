@@ -1,4 +1,4 @@
-"""The chain family (rematerialization): its options, algorithms and simulator, declared once.
+"""The chain family (rematerialization): its options and algorithms, declared once.
 
 Each algorithm's ``solve(profile, request)`` runs its solver (which returns a ``ChainPlan``) on the
 chain for the activation budget and wraps the plan with
@@ -81,7 +81,6 @@ def describe_chain(profile: Profile, static_memory: int) -> dict[str, Any]:
 FAMILY = Family(
     name="chain",
     profile_kind="chain",
-    simulator="memplan.simulator.replay:replay_chain",
     options=ChainOptions,
     describe=describe_chain,
     algorithms=(

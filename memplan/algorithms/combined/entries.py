@@ -1,4 +1,4 @@
-"""The combined family (papers/000, POFO): its options, algorithm and simulator, declared once.
+"""The combined family (papers/000, POFO): its options and algorithm, declared once.
 
 ``pofo``'s ``solve(profile, request)`` resolves the bandwidth (the option, else the profile's), runs
 :func:`memplan.algorithms.combined.solve_pofo` for the activation budget and wraps its timed plan
@@ -56,7 +56,6 @@ def solve_pofo(profile: Any, request: SolveRequest) -> Any:
 FAMILY = Family(
     name="combined",
     profile_kind="chain",
-    simulator="memplan.simulator.replay:replay_combined",
     options=CombinedOptions,
     algorithms=(
         AlgorithmInfo(

@@ -1,4 +1,4 @@
-"""The graph family (papers/002, OLLA): its options, algorithms and simulator, declared once.
+"""The graph family (papers/002, OLLA): its options and algorithms, declared once.
 
 Cheap to import: the solvers load when first called. Each algorithm's
 ``solve(profile, request: SolveRequest) -> Schedule`` returns a finished schedule, which
@@ -100,7 +100,6 @@ ALGORITHMS: list[AlgorithmInfo] = [
 FAMILY = Family(
     name="graph",
     profile_kind="graph",
-    simulator="memplan.simulator.graph:simulate_graph",
     options=GraphOptions,
     describe=_describe,
     algorithms=tuple(ALGORITHMS),

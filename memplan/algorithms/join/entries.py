@@ -1,4 +1,4 @@
-"""The join family (papers/003): its options, algorithms and simulator, declared once.
+"""The join family (papers/003): its options and algorithms, declared once.
 
 Cheap to import: the solvers load when first called. Each algorithm's
 ``solve(profile, request: SolveRequest) -> Schedule`` returns a finished schedule, which
@@ -73,7 +73,6 @@ ALGORITHMS: list[AlgorithmInfo] = [
 FAMILY = Family(
     name="join",
     profile_kind="join",
-    simulator="memplan.simulator.join:simulate_join",
     options=JoinOptions,
     describe=_describe,
     algorithms=tuple(ALGORITHMS),

@@ -1,4 +1,4 @@
-"""The offloading family (papers/004): its options, algorithms and simulator, declared once.
+"""The offloading family (papers/004): its options and algorithms, declared once.
 
 Each algorithm's ``solve(profile, request)`` resolves the bandwidth (the option, else the
 profile's), runs its solver on the offloading instance for the activation budget (an
@@ -70,7 +70,6 @@ def describe_offload(profile: Any, static_memory: int) -> dict[str, Any]:
 FAMILY = Family(
     name="offload",
     profile_kind="chain",
-    simulator="memplan.simulator.replay:replay_offload",
     options=OffloadOptions,
     describe=describe_offload,
     algorithms=(

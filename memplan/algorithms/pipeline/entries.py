@@ -1,4 +1,4 @@
-"""The pipeline family (papers/001): its options, algorithms and simulator, declared once.
+"""The pipeline family (papers/001): its options and algorithms, declared once.
 
 Cheap to import: the solvers load when first called. Each algorithm's
 ``solve(profile, request: SolveRequest) -> Schedule`` returns a finished schedule, which
@@ -163,7 +163,6 @@ ALGORITHMS: list[AlgorithmInfo] = [
 FAMILY = Family(
     name="pipeline",
     profile_kind="chain",
-    simulator="memplan.simulator.pipeline:simulate_pipeline",
     options=PipelineOptions,
     algorithms=tuple(ALGORITHMS),
 )
