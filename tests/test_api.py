@@ -103,3 +103,92 @@ def test_compare_across_families_uses_one_lower_bound():
     if alone[0].feasible:
         sched = memplan.solve(prof, "dynprog", budgets[0], optimizer="none")
         assert alone[0].ratio == pytest.approx(sched.makespan / sched.lower_bound)
+
+
+# ---- one door: validation once, the replay returned, the family named once ---------------------
+
+
+def test_the_arguments_are_checked_before_the_profile_is_read(tmp_path):
+    """A bad budget or option is named even when the profile could not be read at all (a piped
+    profile may take minutes to arrive)."""
+    missing = tmp_path / "not-there.yaml"
+    with pytest.raises(memplan.InputError, match=r"^--mem: size '8G'"):
+        memplan.solve(str(missing), "rotor", "8G")
+    with pytest.raises(memplan.InputError, match=r"^--slots 1: expected an integer"):
+        memplan.solve(str(missing), "rotor", "8GB", slots=1)
+    with pytest.raises(memplan.InputError, match=r"not-there\.yaml"):
+        memplan.solve(str(missing), "rotor", "8GB")
+
+
+def test_solve_and_replay_returns_the_replay_it_checked_with():
+    prof = random_chain(6, seed=4)
+    solved = memplan.api.solve_and_replay(prof, "rotor", 10**6, optimizer="none")
+    assert solved.profile is prof and solved.schedule.feasible
+    assert solved.replay.valid and solved.replay.peak_memory == solved.schedule.peak_memory
+    assert solved.replay.makespan == pytest.approx(solved.schedule.makespan)
+    infeasible = memplan.api.solve_and_replay(prof, "rotor", 1, optimizer="none")
+    assert not infeasible.schedule.feasible and infeasible.replay is None
+
+
+def test_solve_with_trace_replays_the_plan_once(tmp_path, monkeypatch):
+    """`memplan solve --trace` draws the memory curve of the replay that checked the plan."""
+    from typer.testing import CliRunner
+
+    from memplan.cli.app import app
+
+    calls = []
+    real = memplan.api.replay
+
+    def counted(*args):
+        calls.append(args[1].algorithm)
+        return real(*args)
+
+    monkeypatch.setattr(memplan.api, "replay", counted)
+    trace = tmp_path / "t.json"
+    result = CliRunner().invoke(
+        app, ["solve", "resnet18", "--algo", "rotor", "--mem", "1GB", "--trace", str(trace)]
+    )
+    assert result.exit_code == 0, result.stderr
+    assert calls == ["rotor"] and json.loads(trace.read_text())["traceEvents"]
+
+
+def test_the_solver_value_is_checked_against_the_replay(monkeypatch):
+    """A solver whose own makespan is not its plan's is a bug in memplan (InternalError)."""
+    import dataclasses
+
+    from memplan.algorithms import REGISTRY
+
+    info = REGISTRY["store-all"]
+
+    def lying(profile, request):
+        sched = info.solve(profile, request)
+        return sched.with_solver_makespan(sched.makespan + 1.0)
+
+    monkeypatch.setitem(REGISTRY, "store-all", dataclasses.replace(info, solve=lying))
+    with pytest.raises(memplan.InternalError, match="solver value .* != simulated makespan"):
+        memplan.solve(random_chain(4, seed=1), "store-all", 10**9, optimizer="none")
+
+
+def test_each_family_is_named_once():
+    """The algorithms get their family's name from their Family, and no entries.py repeats it."""
+    from memplan.algorithms import FAMILIES
+    from tests.paths import ROOT
+
+    for name, family in FAMILIES.items():
+        assert family.name == name
+        assert {info.family for info in family.algorithms} == {name}
+    for entries in sorted((ROOT / "memplan" / "algorithms").glob("*/entries.py")):
+        assert "family=" not in entries.read_text(), entries
+
+
+def test_a_rotor_solve_loads_no_other_family_solver():
+    code = (
+        "import sys, memplan\n"
+        "memplan.solve('resnet18', 'rotor', '1GB')\n"
+        "mods = [m for m in sys.modules if m.startswith('memplan.algorithms.')]\n"
+        "other = [m for m in mods if m.split('.')[2] not in ('base', 'options', 'timeline', 'chain')"
+        " and not m.endswith('.entries') and m.count('.') > 2]\n"
+        "print(other)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"

@@ -10,6 +10,7 @@ schedules.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -47,6 +48,10 @@ class SolveRequest:
 
     memory: int
     """The whole budget in bytes, static memory included (per GPU for the pipeline family)."""
+    algorithm: str
+    """The name of the algorithm asked for (``rotor``): the schedule's ``algorithm``."""
+    family: str
+    """Its family's name (``chain``): the schedule's ``family``."""
     static_memory: int
     """Bytes present during the whole iteration (:func:`memplan.api.static_memory`)."""
     optimizer: str
@@ -64,10 +69,13 @@ class SolveRequest:
 
 @dataclass(frozen=True)
 class AlgorithmInfo:
-    """One algorithm: what ``memplan algos`` lists, and its ``solve(profile, request)``."""
+    """One algorithm: what ``memplan algos`` lists, and its ``solve(profile, request)``.
+
+    ``family`` is its :class:`Family`'s name, filled in by the family that lists it (a family's
+    name is declared once, in its ``Family(name=...)``).
+    """
 
     name: str
-    family: str
     exact: bool
     needs: str
     summary: str
@@ -77,6 +85,7 @@ class AlgorithmInfo:
     short: str = ""
     """The summary in at most :data:`SHORT_SUMMARY` characters, for ``memplan algos``' one line per
     algorithm within 80 columns (empty: ``summary``, cut to fit)."""
+    family: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -120,6 +129,10 @@ class Family:
     algorithms: tuple[AlgorithmInfo, ...]
     options: type
     describe: Callable[[Any, int], dict[str, Any]] | None = field(default=None, compare=False)
+
+    def __post_init__(self) -> None:
+        stamped = tuple(dataclasses.replace(info, family=self.name) for info in self.algorithms)
+        object.__setattr__(self, "algorithms", stamped)  # frozen: set once, here
 
 
 Transfer = tuple[str, int, float, float, str, "str | None"]

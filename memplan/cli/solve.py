@@ -113,32 +113,22 @@ def solve(
     Example: `memplan solve resnet50 --algo rotor --mem 8GB --format json`
     """
     import memplan
-    from memplan.algorithms import options_for
-    from memplan.api import algorithms
+    from memplan.api import algorithms, check_arguments, solve_checked
 
     with guard():
         form = resolve_format(fmt, output, ("table", "json", "yaml", "torch-csv"))
         if algo is None:
             names = ", ".join(a["name"] for a in algorithms())
             raise InputError(f"--algo: an algorithm is required, one of: {names}")
-        if mem is None:
-            raise InputError("--mem: a memory budget is required, e.g. --mem 8GB")
-        memory = option_size("--mem", mem)
-        options = family_options or {}
-        options_for(algo, options)  # bad options fail before the profile is read
+        # the budget and the options are checked before the profile is read
+        arguments = check_arguments(algo, mem, optimizer=optimizer.value, **(family_options or {}))
         common.check_positive("--micro-batches", micro_batches)
         prof = memplan.load_profile(profile_source(profile))
         with _spinner(f"solving with {algo}"):
-            schedule = memplan.solve(
-                prof,
-                algo=algo,
-                memory=memory,
-                optimizer=optimizer.value,
-                progress=_print_progress,
-                **options,
-            )
-        if trace is not None and schedule.feasible:
-            write_trace_file(trace, schedule, prof)
+            solved = solve_checked(prof, arguments, _print_progress)
+        schedule = solved.schedule
+        if trace is not None and solved.replay is not None:
+            write_trace_file(trace, schedule, prof, solved.replay.memory_curve)
         if form == "table":
             print_table(_render_summary(schedule, prof))
             if schedule.feasible and schedule.ops:
