@@ -47,7 +47,7 @@ __all__ = [
     "SolveArguments",
     "Solved",
     "algorithm_details",
-    "algorithms",
+    "list_algorithms",
     "auto_budgets",
     "budgets_from_range",
     "check_arguments",
@@ -70,7 +70,7 @@ MAX_STEPS = 1000
 """The most budgets of one ``compare`` sweep (``--mem START:STOP:STEPS``, ``auto:STEPS``)."""
 
 
-def algorithms() -> list[dict[str, Any]]:
+def list_algorithms() -> list[dict[str, Any]]:
     """Every algorithm memplan knows: name, family, exact or heuristic, what it needs."""
     return [info.to_dict() for info in REGISTRY.values()]
 

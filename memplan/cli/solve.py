@@ -113,12 +113,12 @@ def solve(
     Example: `memplan solve resnet50 --algo rotor --mem 8GB --format json`
     """
     import memplan
-    from memplan.api import algorithms, check_arguments, solve_checked
+    from memplan.api import check_arguments, list_algorithms, solve_checked
 
     with guard():
         form = resolve_format(fmt, output, ("table", "json", "yaml", "torch-csv"))
         if algo is None:
-            names = ", ".join(a["name"] for a in algorithms())
+            names = ", ".join(a["name"] for a in list_algorithms())
             raise InputError(f"--algo: an algorithm is required, one of: {names}")
         # the budget and the options are checked before the profile is read
         arguments = check_arguments(algo, mem, optimizer=optimizer.value, **(family_options or {}))
