@@ -10,6 +10,7 @@ calls, replays and compares.
 from __future__ import annotations
 
 import time
+import warnings
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -31,7 +32,7 @@ from memplan.algorithms.timeline import (
     static_memory,
     timed_ops,
 )
-from memplan.errors import InputError, InternalError
+from memplan.errors import BudgetWarning, InputError, InternalError
 from memplan.profile.io import load_profile
 from memplan.profile.model import Profile
 from memplan.schedule import Budget, ProfileRef, Schedule, load_schedule
@@ -39,7 +40,15 @@ from memplan.simulator import claims
 from memplan.simulator.replay import replay
 from memplan.simulator.result import SimulationResult
 from memplan.simulator.timing import close
-from memplan.units import parse_rate, parse_size
+from memplan.units import (
+    DEVICE_RESERVE,
+    DeviceShare,
+    format_size,
+    parse_budget,
+    parse_rate,
+    parse_size,
+    usable_memory,
+)
 
 __all__ = [
     "OPTIMIZER_FACTORS",
@@ -51,10 +60,12 @@ __all__ = [
     "auto_budgets",
     "budgets_from_range",
     "check_arguments",
+    "check_budget",
     "check_family",
     "compare",
     "describe",
     "load_profile",
+    "memory_budget",
     "parse_rate",
     "resolve_bandwidth",
     "schedule_from_sequence",
@@ -109,10 +120,11 @@ def schedule_from_sequence(
     The figures (makespan, peak) are left for :func:`simulate` to compute.
     """
     prof = load_profile(profile)
+    budget = None if memory is None else memory_budget(prof, memory)
     return Schedule(
         algorithm=algorithm,
         profile=ProfileRef(model=prof.model, sha256=prof.sha256(), stages=prof.length),
-        budget=Budget(memory=None if memory is None else parse_size(memory), optimizer=optimizer),
+        budget=Budget(memory=budget, optimizer=optimizer),
         feasible=True,
         lower_bound=prof.lower_bound,
         static_memory=static_memory(prof, optimizer),
@@ -151,7 +163,9 @@ def solve(
         A name from :func:`algorithms` (``store-all``, ``periodic``, ``revolve``, ``rotor``, ...).
     memory : int or str
         The budget for the whole iteration (``"8GB"``, ``"8GiB"`` or bytes), static memory
-        included (per GPU for the pipeline family).
+        included (per GPU for the pipeline family); or a share of the profile's GPU: ``"gpu"``
+        (its memory less what the CUDA context and the allocator take,
+        :data:`memplan.units.DEVICE_RESERVE`) or ``"90%"`` of that (see :func:`memory_budget`).
     optimizer : {"none", "sgd", "momentum", "adam"}
         Which static memory is counted (docs/model.md).
     progress : callable, optional
@@ -176,7 +190,13 @@ def solve(
     ------
     InputError
         A bad argument (checked before the profile is read, :func:`check_arguments`), a profile
-        that cannot be read, or a family that cannot serve it.
+        that cannot be read, a family that cannot serve it, or ``gpu``/``90%`` on a profile
+        without GPU memory.
+
+    Warns
+    -----
+    BudgetWarning
+        The budget is more than the profile's GPU can give a plan (the plan is still made).
     """
     return solve_and_replay(
         profile, algo, memory, optimizer=optimizer, progress=progress, **options
@@ -206,8 +226,10 @@ class SolveArguments:
     """The arguments of a solve, checked (:func:`check_arguments`), before any profile is read."""
 
     algorithm: AlgorithmInfo
-    memory: int
-    """The budget in bytes."""
+    memory: int | DeviceShare
+    """The budget: bytes, or a share of the profile's GPU (:func:`memory_budget`)."""
+    memory_text: str
+    """The budget as given, for messages."""
     options: Any
     """The family's options object (:func:`memplan.algorithms.options_for`)."""
     optimizer: str
@@ -222,10 +244,10 @@ def check_arguments(
     info = lookup_algorithm(algo)
     if memory is None:
         raise InputError("--mem: a memory budget is required, e.g. --mem 8GB")
-    budget = _size_option("--mem", memory)
+    budget = check_budget(memory)
     family_options = options_for(info.name, options)
     check_optimizer(optimizer)
-    return SolveArguments(info, budget, family_options, optimizer)
+    return SolveArguments(info, budget, str(memory).strip(), family_options, optimizer)
 
 
 def solve_checked(
@@ -239,7 +261,7 @@ def solve_checked(
     family = FAMILIES[info.family]
     check_family(prof, family, info.name)
     request = SolveRequest(
-        memory=arguments.memory,
+        memory=memory_budget(prof, arguments.memory, given=arguments.memory_text),
         algorithm=info.name,
         family=family.name,
         options=arguments.options,
@@ -259,12 +281,72 @@ def solve_checked(
     return Solved(prof, checked.model_copy(update={"peak_memory": replayed.peak_memory}), replayed)
 
 
-def _size_option(option: str, value: int | str) -> int:
-    """A size given for ``option``; the message names the option (as the command line's)."""
+def check_budget(value: int | str, option: str = "--mem") -> int | DeviceShare:
+    """A budget's form, before any profile is read: a size in bytes (``8GB``) or a share of the
+    GPU (``gpu``, ``90%``); the message names the option (as the command line's)."""
     try:
-        return parse_size(value)
+        return parse_budget(value)
     except InputError as exc:
         raise InputError(f"{option}: {exc}") from None
+
+
+def memory_budget(
+    profile: Profile,
+    memory: int | str | DeviceShare,
+    option: str = "--mem",
+    given: str | None = None,
+) -> int:
+    """The budget ``memory`` in bytes on ``profile``'s device.
+
+    A size is taken as it is; ``gpu`` is the memory of the profile's GPU (a profile measured on
+    CUDA or estimated for a GPU) less :data:`memplan.units.DEVICE_RESERVE`, what the CUDA context
+    and the allocator take; ``90%`` is that share of it. A budget larger than that is kept, with a
+    :class:`memplan.errors.BudgetWarning`: the plan will not fit on that GPU. ``given`` is the
+    budget as typed, for the messages (default: ``memory``).
+
+    Raises
+    ------
+    InputError
+        A malformed budget, or ``gpu``/``90%`` on a profile without GPU memory (a CPU profile).
+    """
+    form = memory if isinstance(memory, DeviceShare) else check_budget(memory, option)
+    device = profile.device
+    gpu = None
+    if device is not None and device.kind in ("cuda", "estimated") and device.memory:
+        gpu = device.memory
+    if isinstance(form, DeviceShare):
+        if gpu is None:
+            raise InputError(
+                f"{option} {form.text}: {_no_gpu_memory(profile)}; give a size, e.g. {option} 8GB, "
+                "or use a profile of a GPU (measured on CUDA, or memplan profile MODEL --estimate "
+                "a100)"
+            )
+        budget = form.of(gpu)
+    else:
+        budget = form
+    if gpu is not None and budget > usable_memory(gpu):
+        typed = given or (form.text if isinstance(form, DeviceShare) else str(memory).strip())
+        warnings.warn(
+            f"{option} {typed}: {format_size(budget)} is more than the {device.name or 'GPU'} can "
+            f"give a plan ({format_size(usable_memory(gpu))}: its {format_size(gpu)} less "
+            f"{format_size(DEVICE_RESERVE)} for the CUDA context and the allocator, as "
+            f"{option} gpu); the plan will not fit on that GPU",
+            BudgetWarning,
+            stacklevel=2,
+        )
+    return budget
+
+
+def _no_gpu_memory(profile: Profile) -> str:
+    """Why ``profile`` has no GPU memory to take a share of, in words."""
+    device = profile.device
+    if device is None:
+        return f"{profile.model} names no device, so no GPU memory to take a share of"
+    named = f" ({device.name})" if device.name else ""
+    if device.kind in ("cuda", "estimated"):
+        return f"{profile.model}'s GPU{named} states no memory"
+    what = "a CPU" if device.kind == "cpu" else f"a {device.kind} device"
+    return f"{profile.model} was profiled on {what}{named}, which has no GPU memory to share"
 
 
 def check_family(prof: Profile, family: Family, algo: str) -> None:
@@ -327,7 +409,7 @@ def simulate(
             f"schedule was made for a profile with {sched.profile.stages} stages, "
             f"this one has {prof.length} ({prof.model})"
         )
-    budget = _size_option("--mem", memory) if memory is not None else sched.budget.memory
+    budget = memory_budget(prof, memory) if memory is not None else sched.budget.memory
     result = replay(prof, sched, budget)
     if check_claims:
         claims.check(prof, claimed, result)

@@ -205,3 +205,40 @@ def test_a_rotor_solve_loads_no_other_family_solver():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+# ---- budgets as a share of the GPU ---------------------------------------------------------------
+
+
+def test_budgets_given_as_the_gpu():
+    import warnings
+
+    from memplan.errors import BudgetWarning
+    from memplan.units import DEVICE_RESERVE, DeviceShare, parse_budget
+
+    assert parse_budget("8GB") == 8 * 10**9 and parse_budget(" GPU ") == DeviceShare(100.0, "GPU")
+    assert parse_budget("90%") == DeviceShare(90.0, "90%")
+    prof = memplan.load_profile("resnet50@h100")
+    usable = prof.device.memory - DEVICE_RESERVE
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # within the GPU: no warning
+        assert memplan.solve(prof, "rotor", "gpu").budget.memory == usable
+        assert memplan.solve(prof, "rotor", "25%").budget.memory == usable // 4
+    with pytest.warns(BudgetWarning, match=r"^--mem 200GB: 200.00 GB is more than the NVIDIA H100"):
+        sched = memplan.solve(prof, "rotor", "200GB")
+    assert sched.feasible and sched.budget.memory == 200 * 10**9
+    with pytest.warns(BudgetWarning, match=r"^--mem 101%"):
+        memplan.solve(prof, "rotor", "101%")
+    check = memplan.simulate(prof, memplan.solve(prof, "rotor", "gpu"), memory="gpu")
+    assert check.valid and check.budget == usable
+
+
+def test_a_share_of_no_gpu_is_bad_input():
+    with pytest.raises(memplan.InputError, match=r"^--mem 90%: .* profiled on a CPU .* 8GB"):
+        memplan.solve("resnet18", "rotor", "90%")
+    with pytest.raises(memplan.InputError, match="profiled on a synthetic device"):
+        memplan.solve(random_chain(3), "rotor", "gpu")
+    bare = random_chain(3).model_dump(exclude_none=True)
+    del bare["device"]
+    with pytest.raises(memplan.InputError, match="names no device"):
+        memplan.solve(bare, "rotor", "gpu")

@@ -21,6 +21,7 @@ import os
 import re
 import sys
 import traceback
+import warnings
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -28,7 +29,7 @@ from typing import TYPE_CHECKING
 
 import typer
 
-from memplan.errors import InputError, InternalError
+from memplan.errors import InputError, InternalError, MemplanWarning
 
 if TYPE_CHECKING:  # rich is imported when a console is made: `memplan alloc` prints none
     from rich.console import Console
@@ -131,9 +132,14 @@ def echo_err(message: str) -> None:
 
 @contextmanager
 def guard() -> Iterator[None]:
-    """Map exceptions to the exit codes of the SPEC (see NOTE [ CLI output and exit codes ])."""
+    """Map exceptions to the exit codes of the SPEC (see NOTE [ CLI output and exit codes ]), and
+    the library's warnings to lines ``memplan: warning: ...`` on stderr."""
     try:
-        yield
+        with warnings.catch_warnings():
+            shown = warnings.showwarning
+            warnings.simplefilter("always", MemplanWarning)
+            warnings.showwarning = functools.partial(_show_warning, shown)
+            yield
     except (typer.Exit, typer.Abort):
         raise
     except KeyboardInterrupt:  # one Ctrl-C, whatever the phase (NOTE [ interrupts ])
@@ -150,6 +156,14 @@ def guard() -> Iterator[None]:
     except Exception as exc:
         name = type(exc).__name__
         _fail(exc, f"memplan: internal error: {name}: {_one_line(exc)}", EXIT_INTERNAL)
+
+
+def _show_warning(shown, message, category, *args, **kwargs) -> None:  # type: ignore[no-untyped-def]
+    """A :class:`memplan.errors.MemplanWarning` as one line; other warnings as Python shows them."""
+    if issubclass(category, MemplanWarning):
+        echo_err(f"memplan: warning: {_one_line(message)}")
+    else:
+        shown(message, category, *args, **kwargs)
 
 
 def _one_line(exc: BaseException) -> str:

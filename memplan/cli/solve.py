@@ -13,7 +13,6 @@ from memplan.cli.common import (
     EXIT_INFEASIBLE,
     err_console,
     guard,
-    option_size,
     print_table,
     profile_source,
     resolve_format,
@@ -48,7 +47,9 @@ PROFILE_HELP = (
     "Left out, it is read from stdin when stdin is a pipe."
 )
 MEM_HELP = (
-    "Memory budget for the whole iteration, static memory included: 8GB, 8GiB, 512MiB, bytes."
+    "Memory budget for the whole iteration, static memory included: 8GB, 8GiB, 512MiB, bytes; "
+    "gpu (the profile's GPU memory less 512 MiB for the CUDA context and the allocator) or 90% "
+    "of that."
 )
 OPTIMIZER_HELP = (
     "Static memory counted in the budget: none 0, sgd 2W, momentum 3W, adam 4W (W = weights)."
@@ -197,7 +198,7 @@ def simulate(
             "--mem",
             "-m",
             metavar="SIZE",
-            help="Budget to check against.  [default: the schedule's]",
+            help="Budget to check against: a size (8GB), gpu or 90%.  [default: the schedule's]",
         ),
     ] = None,
     fmt: Annotated[
@@ -214,16 +215,16 @@ def simulate(
     Example: `memplan solve net.yaml --algo rotor --mem 2GB -f json | memplan simulate net.yaml -`
     """
     import memplan
+    from memplan.api import check_budget, memory_budget
 
     with guard():
         form = resolve_format(fmt, None, ("table", "json"))
         if profile == "-" and schedule == "-":
             raise InputError("PROFILE and SCHEDULE cannot both be '-' (stdin)")
-        budget = option_size("--mem", mem)
+        given = None if mem is None else check_budget(mem)  # before the files are read
         sched = memplan.load_schedule(schedule)
         prof = memplan.load_profile(profile)
-        if budget is None:
-            budget = sched.budget.memory
+        budget = sched.budget.memory if given is None else memory_budget(prof, given, given=mem)
         if not sched.feasible:
             doc = _simulation_doc(sched, prof, budget, None)
             doc["violation"] = (
