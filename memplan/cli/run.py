@@ -87,6 +87,7 @@ def run(
     and the other offloading algorithms need a bandwidth: --bandwidth or the profile's).
     """
     from memplan.algorithms import options_for
+    from memplan.api import check_budget
 
     with guard():
         if mem is None:
@@ -94,14 +95,14 @@ def run(
         for option, value in (("--steps", steps), ("--batch-size", batch_size)):
             if value is not None and value < 1:
                 raise InputError(f"{option} {value}: expected a positive integer")
-        memory = common.option_size("--mem", mem)
+        check_budget(mem)  # the form now; gpu and 90% take the GPU from the profile made below
         options = family_options or {}
         options_for(algo, options)  # bad options fail before the model is built and profiled
         shape = None if input_shape is None else parse_shape(input_shape)
         if not has_torch():
             raise InputError(f"memplan run {TORCH_HINT}")
         doc = _train(
-            model, algo, memory, steps, batch_size, shape, profile, device.value, lr, options,
+            model, algo, mem, steps, batch_size, shape, profile, device.value, lr, options,
             optimizer.value, repeats, trace,
         )  # fmt: skip
         if doc is None:
@@ -122,7 +123,7 @@ def run(
 def _train(
     name: str,
     algo: str,
-    memory: int,
+    memory: str,
     steps: int,
     batch_size: int | None,
     shape: tuple[int, ...] | None,

@@ -80,7 +80,7 @@ def cases_for(name: str) -> list[dict[str, Any]]:
     prof = memplan.load_profile(name)
     sgd, adam = describe(prof, "sgd"), describe(prof, "adam")
     found: list[dict[str, Any]] = []
-    for entry in memplan.algorithms():
+    for entry in memplan.list_algorithms():
         algo, family = entry["name"], entry["family"]
         if family not in prof.families:
             continue

@@ -67,7 +67,7 @@ def test_the_cases_cover_every_bundled_profile_and_algorithm():
     """
     shapes = [set(CHAIN_FAMILIES), {"join"}, {"graph"}]
     by_family: dict[str, set[str]] = {}
-    for entry in memplan.algorithms():
+    for entry in memplan.list_algorithms():
         by_family.setdefault(entry["family"], set()).add(entry["name"])
     listed: dict[str, set[tuple[str, int]]] = {}
     families: dict[str, set[str]] = {}

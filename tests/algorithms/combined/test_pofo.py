@@ -18,8 +18,9 @@ from hypothesis import strategies as st
 import memplan
 from memplan.algorithms.chain import Chain
 from memplan.algorithms.chain.rotor import dense_table, plan_rotor, slot_sizes
-from memplan.algorithms.combined import FINE_SLOTS, FINE_STAGES, PofoDP, solve_pofo
-from memplan.algorithms.offload import OffloadInstance
+from memplan.algorithms.combined.pofo import PofoDP
+from memplan.algorithms.combined.solve import FINE_SLOTS, FINE_STAGES, solve_pofo
+from memplan.algorithms.offload.model import OffloadInstance
 from memplan.errors import InputError
 from memplan.profile.model import Profile
 from memplan.schedule import Op
