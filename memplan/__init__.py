@@ -16,13 +16,16 @@ function :func:`memplan.algorithms` share a name: importing the subpackage sets 
 this module, which :class:`_Package` refuses, so ``memplan.algorithms()`` stays the function
 whatever was imported before; the function (:class:`_FunctionOverPackage`) hands the subpackage's
 attributes on, so ``import memplan.algorithms.chain.rotor as rotor`` and
-``memplan.algorithms.chain`` work too (tests/test_api.py checks both).
+``memplan.algorithms.chain`` work too (tests/test_api.py checks both). Any other subpackage or
+module reached as an attribute (``memplan.api.describe``, ``memplan.profile``) is imported on that
+first access, so it works whether or not something imported it before.
 """
 
 from __future__ import annotations
 
 import functools
 import importlib
+import importlib.util
 import sys
 import types
 from typing import TYPE_CHECKING, Any
@@ -80,12 +83,20 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
 def __getattr__(name: str) -> Any:
     module = _EXPORTS.get(name)
     if module is None:
-        raise AttributeError(f"module 'memplan' has no attribute {name!r}")
+        return _submodule(name)
     value = getattr(importlib.import_module(module), name)
     if name == "algorithms":
         value = _FunctionOverPackage(value, "memplan.algorithms")
     object.__setattr__(sys.modules[__name__], name, value)  # the next access is a plain lookup
     return value
+
+
+def _submodule(name: str) -> types.ModuleType:
+    """``memplan.api``, ``memplan.profile``, ...: a subpackage or module reached as an attribute
+    is imported then, whatever was imported before (NOTE [ lazy package ])."""
+    if not name.startswith("__") and importlib.util.find_spec(f"{__name__}.{name}") is not None:
+        return importlib.import_module(f"{__name__}.{name}")  # which sets the attribute
+    raise AttributeError(f"module 'memplan' has no attribute {name!r}")
 
 
 def __dir__() -> list[str]:

@@ -8,6 +8,7 @@ judged on the same examples every time, while local runs keep drawing new ones t
 from __future__ import annotations
 
 import os
+import signal
 
 import pytest
 from hypothesis import settings
@@ -17,6 +18,12 @@ from memplan.profile.model import Profile, Stage
 settings.register_profile("ci", derandomize=True, print_blob=True)
 settings.register_profile("dev", print_blob=True)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci" if os.environ.get("CI") else "dev"))
+
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    # Started in the background of a non-interactive shell (`make test &`, some CI runners), the
+    # suite inherits SIGINT ignored, and so would every memplan process the tests start and then
+    # interrupt (tests/cli/test_interrupts.py): Python's own handler gives them Ctrl-C back.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.fixture
