@@ -8,7 +8,7 @@ Tests marked ``slow`` (full-size models, README commands that profile, the heavy
 long hypothesis runs) are left out unless ``--run-slow`` is given (``make test-all``) or the ``-m``
 expression names them; every test under tests/torch/ is marked ``torch``. pytest-randomly runs
 the tests in a random order: the seed is printed at the end (``--randomly-seed=N`` repeats it,
-``-p no:randomly`` keeps the files' order).
+``-p no:randomly`` keeps the files' order). torch runs one thread (``OMP_NUM_THREADS``, below).
 """
 
 from __future__ import annotations
@@ -16,6 +16,11 @@ from __future__ import annotations
 import os
 import signal
 from pathlib import Path
+
+# One thread per kernel unless told otherwise (`make test-kernels THREADS=2`), here and in every
+# process the tests start: torch's idle OpenMP threads spin, which costs the suite several times
+# its CPU time on a busy machine, and the plans do not depend on the thread count.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 import pytest
 from hypothesis import settings
