@@ -234,6 +234,7 @@ def test_rerank_keeps_the_rank_values_and_restores_them() -> None:
     assert run.rank_l == before.tolist()
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not MINIMALLOC.is_dir(), reason="the shared MiniMalloc benchmarks are absent")
 def test_minimalloc_instance_i_at_full_capacity() -> None:
     """Instance I (zero waste at the peak) is placed thanks to NOTE [ residual preorders ]."""

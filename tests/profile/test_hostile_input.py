@@ -207,6 +207,7 @@ def test_the_c_parser_is_used_when_pyyaml_has_it():
         assert parse._LOADER is yaml.SafeLoader
 
 
+@pytest.mark.slow
 def test_every_bundled_profile_parses_as_safe_load_reads_it():
     for name, path in memplan.profile.bundled_profiles().items():
         text = path.read_text(encoding="utf-8")
