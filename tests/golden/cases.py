@@ -50,7 +50,7 @@ FULL_SCHEDULES = (
     "resnet18/dynprog/1",
     "resnet18/pofo/0",
     "resnet18/gpipe/1",
-    "resnet18/pipeline-ilp/1",
+    "resnet18/pipeline-ilp/0",
     "cross-modal-resnet18/join/0",
     "siamese-resnet18/equiv-chain/0",
     "alexnet-graph-b1/olla/0",
@@ -164,11 +164,13 @@ def heavy(case: dict[str, Any]) -> bool:
     ``make test`` compares the cheap algorithms on every profile, every algorithm on the
     representative profiles (CP-SAT on the smallest ones, not the heterogeneous join of
     siamese-resnet18), and pipeline-ilp's first case (below the weights, answered at once)
-    everywhere.
+    everywhere; pipeline-ilp's second cases only there (their phases stop on the wall clock).
     """
     profile, algo = case["profile"], case["algo"]
-    if algo == "pipeline-ilp" and case["memory"] == MB:
-        return False
+    if algo == "pipeline-ilp":
+        # answered at once below the weights; otherwise its phases share the caller's wall-clock
+        # limit (time.perf_counter), which a loaded machine can exhaust before CP-SAT has run
+        return case["memory"] != MB
     if algo in CPSAT_ALGORITHMS:
         return profile not in SMALL_PROFILES
     if algo == "join" and profile == "siamese-resnet18":
