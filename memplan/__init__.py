@@ -14,11 +14,15 @@ The names below are imported when first used (PEP 562), so that ``import memplan
 neither numpy nor pydantic (tests/cli/test_app.py::test_version_imports_neither_numpy_nor_pydantic).
 ``memplan.algorithms`` is the subpackage of the algorithms, a plain module; the list of them is
 :func:`memplan.list_algorithms`.
+Any other subpackage or module reached as an attribute (``memplan.api.describe``,
+``memplan.profile``) is imported on that first access, so it works whether or not something
+imported it before.
 """
 
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import sys
 from typing import TYPE_CHECKING, Any
 
@@ -75,10 +79,18 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
 def __getattr__(name: str) -> Any:
     module = _EXPORTS.get(name)
     if module is None:
-        raise AttributeError(f"module 'memplan' has no attribute {name!r}")
+        return _submodule(name)
     value = getattr(importlib.import_module(module), name)
     setattr(sys.modules[__name__], name, value)  # the next access is a plain lookup
     return value
+
+
+def _submodule(name: str) -> Any:
+    """``memplan.api``, ``memplan.profile``, ...: a subpackage or module reached as an attribute
+    is imported then, whatever was imported before (NOTE [ lazy package ])."""
+    if not name.startswith("__") and importlib.util.find_spec(f"{__name__}.{name}") is not None:
+        return importlib.import_module(f"{__name__}.{name}")  # which sets the attribute
+    raise AttributeError(f"module 'memplan' has no attribute {name!r}")
 
 
 def __dir__() -> list[str]:

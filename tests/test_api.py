@@ -54,6 +54,20 @@ def test_memplan_algorithms_is_the_plain_subpackage():
     assert done.returncode == 0, done.stderr
 
 
+def test_every_submodule_is_an_attribute_in_a_fresh_interpreter():
+    """``memplan.api.describe`` after a bare ``import memplan``: no earlier import needed."""
+    code = (
+        "import memplan, sys\n"
+        "assert 'memplan.api' not in sys.modules\n"
+        "assert memplan.api is sys.modules['memplan.api'] and callable(memplan.api.describe)\n"
+        "assert memplan.profile.load_profile is memplan.load_profile\n"
+        "assert not hasattr(memplan, 'no_such_module') and not hasattr(memplan, '__wrapped__')\n"
+        "assert memplan.algorithms()[3]['name'] == 'rotor'\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+
+
 def test_infeasible_is_a_status_not_an_exception():
     prof = random_chain(5, seed=2)
     sched = memplan.solve(prof, "rotor", 1, optimizer="none")

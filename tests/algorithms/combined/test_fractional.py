@@ -81,7 +81,9 @@ def test_bandwidth_zero_is_rotor(seed, slots):
         assert value == pytest.approx(rotor_dp_value(chain, memory, slots))
 
 
-@pytest.mark.parametrize("name", ["resnet50@a100", "densenet121@a100"])
+@pytest.mark.parametrize(
+    "name", ["resnet50@a100", pytest.param("densenet121@a100", marks=pytest.mark.slow)]
+)
 def test_bandwidth_zero_is_rotor_on_bundled_profiles(name):
     prof = memplan.load_profile(name)
     chain = Chain.from_profile(prof)

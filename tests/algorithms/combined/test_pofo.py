@@ -80,7 +80,9 @@ def test_bandwidth_zero_is_rotor_on_bundled_profiles(name):
         assert pofo.makespan == pytest.approx(rotor.makespan)
 
 
-@pytest.mark.parametrize("name", ["resnet50@a100", "densenet121@a100"])
+@pytest.mark.parametrize(
+    "name", ["resnet50@a100", pytest.param("densenet121@a100", marks=pytest.mark.slow)]
+)
 def test_huge_memory_reaches_the_lower_bound(name):
     prof = memplan.load_profile(name)
     big = memplan.api.describe(prof)["store_all_memory"] * 2
