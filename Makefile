@@ -82,6 +82,7 @@ lock:
 	$(PYTHON) -m venv $(TOOLS)
 	$(TOOLS)/bin/pip install --quiet "$(UV)"
 	$(PYTHON) -c 'import tomllib; print("\n".join(["pip", "$(TORCH)", *tomllib.load(open("pyproject.toml", "rb"))["build-system"]["requires"]]))' > $(TOOLS)/pip-torch-build-backend.in
+	@if [ -f $(LOCK) ]; then sed -i -E '/^torch==/d' $(LOCK); fi  # pinned again below: kept, uv would take PyPI's CUDA build of that version over the local +cpu wheel
 	$(TOOLS)/bin/uv pip compile --quiet pyproject.toml $(TOOLS)/pip-torch-build-backend.in --all-extras $(LOCK_ARGS) \
 		--python-version 3.11 --python-platform x86_64-manylinux_2_28 --find-links $(TORCH_WHEELS) \
 		--annotation-style line --custom-compile-command "make lock" -o $(LOCK)
