@@ -441,8 +441,10 @@ class HFLoss(nn.Module):
             with _quiet_transformers(_transformers()):  # "loss_type=None ... default loss"
                 self._loss_function = model.loss_function
 
-    def forward(self, logits: Tensor) -> Tensor:
-        model, labels = self._model, self.labels
+    def forward(self, logits: Tensor, labels: Tensor | None = None) -> Tensor:
+        """The model's loss against ``labels`` (the batch's) or the fixed ones."""
+        model = self._model
+        labels = self.labels if labels is None else labels
         if self.task == "causal-lm":
             return self._loss_function(
                 logits=logits, labels=labels, vocab_size=model.config.vocab_size

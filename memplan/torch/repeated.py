@@ -102,9 +102,13 @@ from torch.utils.weak import WeakIdKeyDictionary
 from memplan.errors import InputError
 
 __all__ = [
+    "BlockCall",
     "ModelCall",
+    "PrefixStage",
     "RepeatedBlocks",
     "find_repeated_blocks",
+    "model_output",
+    "primary_output",
     "repeated_block_stages",
 ]
 
@@ -132,6 +136,23 @@ def primary_output(value: Any) -> Tensor | None:
         for item in value.values():
             if isinstance(item, Tensor):
                 return item
+    return None
+
+
+def model_output(value: Any) -> Tensor | None:
+    """The output of a model that a loss reads: a tensor itself; of a mapping (a dict, an HF
+    output), its ``logits`` or else its last tensor value (``{"features": h, "logits": y}``);
+    of a tuple or list, its first element when it is a tensor (``(logits, aux)``)."""
+    if isinstance(value, Tensor):
+        return value
+    if isinstance(value, dict):
+        logits = value.get("logits")
+        if isinstance(logits, Tensor):
+            return logits
+        tensors = [item for item in value.values() if isinstance(item, Tensor)]
+        return tensors[-1] if tensors else None
+    if isinstance(value, (tuple, list)) and value and isinstance(value[0], Tensor):
+        return value[0]
     return None
 
 
@@ -556,12 +577,29 @@ class RepeatedBlocks:
         ``calls`` (module calls after the last block), ``fx`` (a ``torch.fx`` trace) or ``none``.
     output : Tensor
         The chain's output on the example input (eval mode, no gradients): the model's output.
+    inplace : list of bool
+        Per stage, whether it modified its input in place on the example input.
+    block_modules, block_keys : list
+        The blocks' modules and where each takes the hidden state (argument index or name): what
+        :mod:`memplan.torch.enable` hooks to follow the model's own forward.
+    head_modules : list of nn.Module
+        The modules the head calls, in order (``head_by == "calls"``).
+    output_module : nn.Module, optional
+        The module whose call returns the model's output (the end of the head), when one does.
+    prefix : bool
+        Whether the first stage is the part of the model's forward before the first block.
     """
 
     stages: list[tuple[str, nn.Module]]
     blocks: list[str]
     head_by: str
     output: Tensor | None = None
+    inplace: list[bool] = field(default_factory=list)
+    block_modules: list[nn.Module] = field(default_factory=list)
+    block_keys: list[int | str] = field(default_factory=list)
+    head_modules: list[nn.Module] = field(default_factory=list)
+    output_module: nn.Module | None = None
+    prefix: bool = False
 
 
 def _usable(run: list[_Call]) -> bool:
@@ -775,7 +813,8 @@ def _cut(
     first, last = run[0], run[-1]
     names = [c.name for c in run]
     stages: list[tuple[str, nn.Module]] = []
-    if not any(p is None and v is None for p, v in first.producers):
+    prefix = not any(p is None and v is None for p, v in first.producers)
+    if prefix:
         stages.append(
             ("stem" if floating_input else "embedding", _prefix(kind, model, call, tracer, first))
         )
@@ -784,6 +823,8 @@ def _cut(
         stages.append((label, BlockCall(c.module, c.args, c.kwargs, c.input_shape)))
     head = _head_by_calls(kind, last, final)
     head_by = "calls" if head else "none"
+    head_modules = [m.block for m in head or [] if isinstance(m, BlockCall)]
+    output_module = head_modules[-1] if head_modules else None
     if head is None:
         fx_head = _head_by_fx(model, names, last.name)
         if fx_head is None:
@@ -795,15 +836,52 @@ def _cut(
         head, head_by = [fx_head], "fx"
     if head:
         stages.append(("head", head[0] if len(head) == 1 else nn.Sequential(*head)))
-    return RepeatedBlocks(stages=stages, blocks=names, head_by=head_by)
+    _check_body(kind, tracer, run, prefix, bool(head))
+    return RepeatedBlocks(
+        stages=stages, blocks=names, head_by=head_by,
+        block_modules=[c.module for c in run],
+        block_keys=[c.key for c in run if c.key is not None],
+        head_modules=head_modules, output_module=output_module, prefix=prefix,
+    )  # fmt: skip
 
 
-def _chain_output(kind: str, stages: list[tuple[str, nn.Module]], x: Tensor) -> Tensor:
+def _chain_output(
+    kind: str, stages: list[tuple[str, nn.Module]], x: Tensor, inplace: list[bool]
+) -> Tensor:
     """Run the stages in eval mode without gradients; each must return a floating tensor."""
     from memplan.torch.linearize import eval_mode, run_stages
 
     with eval_mode(*(m for _, m in stages)), torch.no_grad():
-        return run_stages(kind, stages, x)
+        return run_stages(kind, stages, x.clone(), inplace)
+
+
+def _leaf_calls(calls: list[_Call], start: int, end: int) -> int:
+    """Calls of modules without children (the layers) that start within ``(start, end)``."""
+    return sum(
+        1 for c in calls if start < c.start < end and next(c.module.children(), None) is None
+    )
+
+
+def _check_body(kind: str, tracer: _Tracer, run: list[_Call], prefix: bool, head: bool) -> None:
+    """Refuse a cut whose blocks are not the body of the model: when the part before the first
+    block or after the last one calls more layers than the blocks do (a U-Net, whose
+    contracting path is one run of blocks and whose expanding path reads its outputs; an
+    encoder-decoder), the chain would be a few small stages and one holding most of the model,
+    which no plan can use."""
+    first, last = run[0], run[-1]
+    inside = _leaf_calls(tracer.calls, first.start - 1, last.end)
+    before = _leaf_calls(tracer.calls, 0, first.start) if prefix else 0
+    after = _leaf_calls(tracer.calls, last.end, tracer.counter + 1) if head else 0
+    part, count = ("after its last block", after)
+    if before > after:
+        part, count = ("before its first block", before)
+    if count > inside:
+        raise InputError(
+            f"cannot linearize {kind}: its longest run of repeated blocks ({first.name} .. "
+            f"{last.name}) calls {inside} layers, and the part {part} calls {count}: the "
+            "model is not a chain of these blocks (a U-Net or an encoder-decoder: branches "
+            "that join later); give it a memplan_stages() method returning [(name, module), ...]"
+        )
 
 
 def find_repeated_blocks(
@@ -830,7 +908,7 @@ def find_repeated_blocks(
     call : callable, optional
         ``call(model, x)``; default ``model(x)``. HF models are called with ``use_cache=False``.
     output : callable, optional
-        Picks the output tensor from what ``call`` returns (default: :func:`primary_output`).
+        Picks the output tensor from what ``call`` returns (default: :func:`model_output`).
 
     Returns
     -------
@@ -848,7 +926,7 @@ def find_repeated_blocks(
 
     kind = type(model).__name__
     call = call or _call_model
-    pick = output or primary_output
+    pick = output or model_output
     tracer = _Tracer(model)
     with eval_mode(model), torch.no_grad():
         try:
@@ -875,7 +953,8 @@ def find_repeated_blocks(
                 found = _cut(
                     kind, model, call, tracer, run, final, example_input.is_floating_point()
                 )
-                out = _chain_output(kind, found.stages, example_input)
+                inplace: list[bool] = []
+                out = _chain_output(kind, found.stages, example_input, inplace)
             except InputError as exc:
                 failure = failure or exc
                 continue
@@ -893,6 +972,7 @@ def find_repeated_blocks(
                 )
                 continue
             found.output = out
+            found.inplace = inplace
             return found
     assert failure is not None
     raise failure
