@@ -107,8 +107,13 @@ __all__ = [
     "PrefixStage",
     "RepeatedBlocks",
     "find_repeated_blocks",
+    "ViewSpec",
     "model_output",
+    "primary_key",
     "primary_output",
+    "redo_view",
+    "replace_primary",
+    "view_relation",
     "repeated_block_stages",
 ]
 
@@ -156,7 +161,7 @@ def model_output(value: Any) -> Tensor | None:
     return None
 
 
-def _primary_key(args: tuple[Any, ...], kwargs: dict[str, Any]) -> int | str | None:
+def primary_key(args: tuple[Any, ...], kwargs: dict[str, Any]) -> int | str | None:
     """Where the primary input is: the index of the first tensor argument, else the name of the
     first tensor keyword argument, else None."""
     for i, arg in enumerate(args):
@@ -168,6 +173,15 @@ def _primary_key(args: tuple[Any, ...], kwargs: dict[str, Any]) -> int | str | N
     return None
 
 
+def replace_primary(
+    args: tuple[Any, ...], kwargs: dict[str, Any], key: int | str, value: Any
+) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """``(args, kwargs)`` with the argument at ``key`` (an index or a name) set to ``value``."""
+    if isinstance(key, int):
+        return (*args[:key], value, *args[key + 1 :]), kwargs
+    return args, {**kwargs, key: value}
+
+
 def _base(t: Tensor) -> Tensor:
     return t if t._base is None else t._base
 
@@ -177,7 +191,7 @@ def _geometry(t: Tensor) -> tuple[Any, ...]:
 
 
 @dataclass(frozen=True)
-class _ViewSpec:
+class ViewSpec:
     """``x.as_strided(size, stride, x.storage_offset() + offset)``, checked against x's layout."""
 
     source: tuple[Any, ...]  # the geometry of x when traced
@@ -194,7 +208,7 @@ def _span(t: Tensor) -> tuple[int, int]:
     return t.storage_offset(), last
 
 
-def _relation(produced: Tensor, consumed: Tensor) -> tuple[bool, _ViewSpec | None]:
+def view_relation(produced: Tensor, consumed: Tensor) -> tuple[bool, ViewSpec | None]:
     """Whether ``consumed`` is ``produced`` or a view of the memory it spans; the view to redo."""
     if consumed is produced or _geometry(consumed) == _geometry(produced):
         return True, None
@@ -205,7 +219,7 @@ def _relation(produced: Tensor, consumed: Tensor) -> tuple[bool, _ViewSpec | Non
     dense = produced.numel() == high - low + 1
     if not dense or first < low or last > high:
         return False, None
-    spec = _ViewSpec(
+    spec = ViewSpec(
         source=_geometry(produced),
         size=tuple(consumed.shape),
         stride=tuple(consumed.stride()),
@@ -228,11 +242,11 @@ class _Call:
     kwargs: dict[str, Any] = field(default_factory=dict)
     input_shape: tuple[int, ...] | None = None
     input_id: int | None = None  # id() of the primary input (alive while the call runs)
-    producers: list[tuple[_Call | None, _ViewSpec | None]] = field(default_factory=list)
+    producers: list[tuple[_Call | None, ViewSpec | None]] = field(default_factory=list)
     end: int = -1
     has_output: bool = False  # returns one tensor (registered, weakly, in _Tracer.produced)
     # the calls whose output is this call's output too (the last child of an nn.Sequential...)
-    output_producers: list[tuple[_Call | None, _ViewSpec | None]] = field(default_factory=list)
+    output_producers: list[tuple[_Call | None, ViewSpec | None]] = field(default_factory=list)
     taints: dict[int, int] = field(default_factory=dict)  # leaf index -> kinds
 
     @property
@@ -323,13 +337,13 @@ class _Tracer:
     def register(self, call: _Call | None, tensor: Tensor) -> None:
         self.produced.setdefault(id(_base(tensor)), []).append((call, weakref.ref(tensor)))
 
-    def producers_of(self, tensor: Tensor) -> list[tuple[_Call | None, _ViewSpec | None]]:
+    def producers_of(self, tensor: Tensor) -> list[tuple[_Call | None, ViewSpec | None]]:
         found = []
         for call, ref in self.produced.get(id(_base(tensor)), []):
             produced = ref()
             if produced is None or _base(produced) is not _base(tensor):
                 continue
-            related, spec = _relation(produced, tensor)
+            related, spec = view_relation(produced, tensor)
             if related:
                 found.append((call, spec))
         return found
@@ -344,7 +358,7 @@ class _Tracer:
         parents = tuple(self.stack)
         is_block = id(module) in self.blocks
         keep = self._keeps(parents, is_block)
-        key = _primary_key(args, kwargs) if keep else None
+        key = primary_key(args, kwargs) if keep else None
         call = _Call(
             start=self._tick(),
             name=self.names.get(id(module), type(module).__name__),
@@ -407,7 +421,7 @@ _PRIMARY = _Primary()
 # ------------------------------------------------------------------------------------------------
 
 
-def _redo_view(x: Tensor, spec: _ViewSpec | None) -> Tensor:
+def redo_view(x: Tensor, spec: ViewSpec | None) -> Tensor:
     if spec is None:
         return x
     if _geometry(x)[:2] != spec.source[:2]:
@@ -421,12 +435,12 @@ def _redo_view(x: Tensor, spec: _ViewSpec | None) -> Tensor:
 class _ViewStage(nn.Module):
     """The view of its input that the next module call reads (e.g. ``x[:, 0]``), redone."""
 
-    def __init__(self, spec: _ViewSpec) -> None:
+    def __init__(self, spec: ViewSpec) -> None:
         super().__init__()
         self.spec = spec
 
     def forward(self, x: Tensor) -> Tensor:
-        return _redo_view(x, self.spec)
+        return redo_view(x, self.spec)
 
     def extra_repr(self) -> str:
         return f"size={self.spec.size}, stride={self.spec.stride}, offset={self.spec.offset}"
@@ -446,7 +460,7 @@ class BlockCall(nn.Module):
         non-persistent buffers ``extra0``, ``extra1``...
     input_shape : tuple of int
         The traced shape of the hidden state (checked when tensors are held).
-    view : _ViewSpec, optional
+    view : ViewSpec, optional
         A view to apply to the input first (the call read a view of the previous output).
     """
 
@@ -456,7 +470,7 @@ class BlockCall(nn.Module):
         args: tuple[Any, ...],
         kwargs: dict[str, Any],
         input_shape: tuple[int, ...] | None,
-        view: _ViewSpec | None = None,
+        view: ViewSpec | None = None,
     ) -> None:
         super().__init__()
         self.block = module
@@ -475,7 +489,7 @@ class BlockCall(nn.Module):
         self.view = view
 
     def forward(self, x: Tensor) -> Tensor:
-        x = _redo_view(x, self.view)
+        x = redo_view(x, self.view)
         if self._extras and self.input_shape is not None and tuple(x.shape) != self.input_shape:
             raise RuntimeError(
                 f"{type(self.block).__name__}: the chain was traced for hidden states of shape "
@@ -534,16 +548,26 @@ class PrefixStage(nn.Module):
         for i, buffer in enumerate(buffers):
             self.register_buffer(f"direct_buffer{i}", buffer, persistent=False)
 
+    @contextmanager
+    def calling(self, call: ModelCall) -> Iterator[None]:
+        """Call the model another way while inside (the arguments of one training step)."""
+        before = self._call
+        self._call = call
+        try:
+            yield
+        finally:
+            self._call = before
+
     def _stop(self, module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         key = self._key
         value = args[key] if isinstance(key, int) else kwargs.get(key)
         if not isinstance(value, Tensor):  # called another way than traced
-            value = args[_primary_key(args, kwargs) or 0]
+            value = args[primary_key(args, kwargs) or 0]
         raise _Reached(value)
 
     def forward(self, x: Tensor) -> Tensor:
         flags = [(m, m.training) for m in self._ancestors]
-        hook = self._first.register_forward_pre_hook(self._stop, with_kwargs=True)
+        hook = self._first.register_forward_pre_hook(self._stop, with_kwargs=True, prepend=True)
         try:
             for module, _ in flags:
                 module.training = self.training
@@ -714,7 +738,7 @@ def _prefix(
 
 
 def _head_by_calls(
-    kind: str, last: _Call, final: list[tuple[_Call | None, _ViewSpec | None]]
+    kind: str, last: _Call, final: list[tuple[_Call | None, ViewSpec | None]]
 ) -> list[nn.Module] | None:
     """Module calls from the last block's output to the model's output, in forward order (each
     preceded by the view of the previous output it reads, if any); None when something other than
@@ -806,7 +830,7 @@ def _cut(
     call: ModelCall,
     tracer: _Tracer,
     run: list[_Call],
-    final: list[tuple[_Call | None, _ViewSpec | None]],
+    final: list[tuple[_Call | None, ViewSpec | None]],
     floating_input: bool,
 ) -> RepeatedBlocks:
     """The stages for one run (InputError when it does not make a chain)."""

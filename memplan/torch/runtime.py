@@ -306,7 +306,7 @@ def _unpack(packed: Any) -> Any:
     return value
 
 
-def _autocast_state(device: torch.device) -> list[tuple[str, bool, torch.dtype, bool]]:
+def autocast_state(device: torch.device) -> list[tuple[str, bool, torch.dtype, bool]]:
     """Autocast of the device type and of the CPU now (what a recomputation re-enters)."""
     kinds = [device.type] if device.type == "cpu" else [device.type, "cpu"]
     cache = torch.is_autocast_cache_enabled()
@@ -493,7 +493,7 @@ class PlannedIteration:
         run.function, run.module = function, module
         run.requires_grad = x.requires_grad
         if self.plan.forward_counts[k] > 1:
-            run.autocast = _autocast_state(self.device)
+            run.autocast = autocast_state(self.device)
             run.rng = rng_snapshot(self.device)
         self._count(sweep.op, k)
         self.running = (sweep.op, k)
