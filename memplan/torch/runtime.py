@@ -663,10 +663,9 @@ class PlannedIteration:
         inp = src.detach()
         if run.requires_grad:
             inp.requires_grad_(True)
-            if self.inplace[k]:
-                inp = inp.clone()  # not a leaf: in-place operations on it are allowed
-        elif self.inplace[k]:
-            inp = inp.clone()
+        if self.inplace[k]:  # not a leaf: in-place operations on it are allowed (the backward
+            with torch.enable_grad():  # runs without gradients: the copy is made with them)
+                inp = inp.clone()
         self.excluded = set(self.static)
         for t in (src, inp):
             key = storage_key(t)
