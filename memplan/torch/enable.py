@@ -313,7 +313,8 @@ class _Hooks:
         self.step = step = _Step(it, args, kwargs)
         x = x0
         if self.prefix_stage is not None:
-            prefix = self._prefix_function(args, kwargs, key)
+            rest, others = replace_primary(args, kwargs, key, None)
+            prefix = self._prefix_function(rest, others, key)
             try:
                 x = it.begin(0, x0, prefix, self.prefix_stage)
             except BaseException:
@@ -399,7 +400,11 @@ class _Hooks:
                         "was profiled in (or twice in one forward)"
                     )
 
-                def block(x: Tensor, a: tuple = args, kw: dict = kwargs) -> Tensor:
+                # The call's other arguments, for a recomputation; not its hidden state (the
+                # plan decides which copy of x[k] a recomputation reads, and how long it lives).
+                rest = replace_primary(args, kwargs, key, None)
+
+                def block(x: Tensor, a: tuple = rest[0], kw: dict = rest[1]) -> Tensor:
                     a, kw = replace_primary(a, kw, key, x)
                     out = primary_output(module(*a, **kw))
                     if out is None:
@@ -480,7 +485,8 @@ class _Hooks:
         x = args[key] if isinstance(key, int) else kwargs[key]
         related, view = view_relation(previous, x)
         step.head_exact = step.head_exact and related
-        step.head.append(_HeadCall(module, args, kwargs, key, view))
+        rest, kw = replace_primary(args, kwargs, key, None)  # not the tensor: the replay's own
+        step.head.append(_HeadCall(module, rest, kw, key, view))
 
     def head_post(self, module: nn.Module, args: tuple, kwargs: dict, output: Any) -> None:
         step = self.active()

@@ -490,9 +490,9 @@ class PlannedIteration:
         self.run_until(sweep.start)
         self.pos = sweep.start + 1
         run = self.runs[k]
-        run.function, run.module = function, module
         run.requires_grad = x.requires_grad
-        if self.plan.forward_counts[k] > 1:
+        if self.plan.forward_counts[k] > 1:  # what a recomputation needs (and holds: the
+            run.function, run.module = function, module  # arguments of the stage's call)
             run.autocast = autocast_state(self.device)
             run.rng = rng_snapshot(self.device)
         self._count(sweep.op, k)
