@@ -431,10 +431,13 @@ class HFLoss(nn.Module):
     The model is held without being registered (the loss owns no parameters).
     """
 
-    def __init__(self, model: nn.Module, labels: Tensor, task: str) -> None:
+    def __init__(
+        self, model: nn.Module, labels: Tensor, task: str, from_input: bool = False
+    ) -> None:
         super().__init__()
         object.__setattr__(self, "_model", model)
         self.task = task
+        self.labels_from_input = from_input  # causal LM without labels: the batch's own tokens
         self.register_buffer("labels", labels, persistent=False)
         self._loss_function = None
         if task != "masked-lm":
@@ -459,10 +462,11 @@ def hf_loss(model: nn.Module, example_input: Tensor, labels: Tensor | None) -> n
     task = _task(model)
     if task is None:
         return None
+    from_input = labels is None and task == "causal-lm"
     if labels is None:
         labels = default_labels(model, example_input)
     assert labels is not None
-    return HFLoss(model, labels.to(example_input.device), task)
+    return HFLoss(model, labels.to(example_input.device), task, from_input)
 
 
 def hf_batch(batch: Mapping[str, Any]) -> tuple[Tensor, Tensor | None]:

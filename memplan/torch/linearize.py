@@ -98,11 +98,16 @@ class NextTokenLoss(nn.Module):
     ----------
     tokens : Tensor
         The input token ids, shape ``(batch, seq)``.
+    from_input : bool
+        The targets are the chain's input (no labels were given): a
+        :class:`~memplan.torch.CheckpointedChain` called without targets predicts the tokens of
+        the batch it is called on.
     """
 
-    def __init__(self, tokens: Tensor) -> None:
+    def __init__(self, tokens: Tensor, from_input: bool = False) -> None:
         super().__init__()
         self.register_buffer("targets", next_tokens(tokens), persistent=False)
+        self.labels_from_input = from_input
 
     def forward(self, logits: Tensor, tokens: Tensor | None = None) -> Tensor:
         """The loss of predicting ``tokens`` (the batch's, shifted here) or the fixed targets."""
@@ -159,7 +164,7 @@ def make_loss(
         tokens = example_input if labels is None else labels
         if tuple(tokens.shape) != tuple(output.shape[:2]):
             raise InputError(f"labels: expected shape {tuple(output.shape[:2])}")
-        return NextTokenLoss(tokens.to(output.device))
+        return NextTokenLoss(tokens.to(output.device), from_input=labels is None)
     if output.dim() == 2 and output.shape[1] > 0:
         if labels is None:
             generator = torch.Generator().manual_seed(seed)

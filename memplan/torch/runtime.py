@@ -807,9 +807,13 @@ class PlannedIteration:
 class CheckpointedChain(nn.Module):
     """A chain of stages (the last one the loss) that trains as a schedule says.
 
-    ``module(x)`` runs the stages and returns the scalar loss of the chain's loss stage
-    (``module(x, target)`` gives ``target`` to the loss stage: the batch's own labels);
-    ``loss.backward()`` follows the plan. Without gradients (evaluation), the stages run plainly.
+    ``module(x)`` runs the stages and returns the scalar loss of the chain's loss stage;
+    ``module(x, target)`` gives ``target`` to the loss stage: the batch's own labels (a language
+    model's loss built without labels predicts the tokens of the batch it is called on; the
+    other losses of :func:`~memplan.torch.linearize.make_loss` otherwise use the targets fixed
+    when the chain was made, which is what ``memplan run`` measures with). ``loss.backward()``
+    follows the plan. Without gradients (evaluation), the stages run plainly.
+    :func:`memplan.torch.enable` is the way to train a model in one's own loop.
 
     Attributes
     ----------
@@ -847,6 +851,8 @@ class CheckpointedChain(nn.Module):
     def forward(self, x: Tensor, target: Any = None) -> Tensor:
         """Run the stages under the plan; returns the loss (a scalar tensor)."""
         last = len(self.modules_) - 1
+        if target is None and getattr(self.modules_[last], "labels_from_input", False):
+            target = x  # next-token prediction of this batch's tokens, not the example's
         if not torch.is_grad_enabled():
             for k, module in enumerate(self.modules_):
                 x = module(x) if k < last or target is None else module(x, target)

@@ -345,3 +345,28 @@ def test_hf_gradient_checkpointing_is_refused(gpt2):
     other.gradient_checkpointing_enable()
     with pytest.raises(InputError, match="gradient checkpointing"):
         enable(other, "1GB", example_input=ids, profile=prof)
+
+
+def test_chain_api_takes_each_batch_labels(gpt2):
+    """``fit``/``checkpointed`` (the chain with its loss stage): ``wrapped(x, labels)`` trains on
+    the batch's labels, and a language model fitted without labels predicts the tokens of the
+    batch it is called on (not the example's)."""
+    from memplan.torch import fit
+
+    model, ids, prof = gpt2
+    ref = copy.deepcopy(model).eval()
+    wrapped, _ = fit(copy.deepcopy(model).eval(), ids, memory=_budget(prof), profile=prof)
+    other = torch.randint(0, VOCAB, (4, 16), generator=torch.Generator().manual_seed(9))
+    labels = torch.randint(0, VOCAB, (4, 16), generator=torch.Generator().manual_seed(8))
+    with torch.enable_grad():
+        own = ref(input_ids=other, labels=other).loss
+        assert wrapped(other).item() == pytest.approx(own.item(), rel=1e-6)
+        given = ref(input_ids=other, labels=labels).loss
+        assert wrapped(other, labels).item() == pytest.approx(given.item(), rel=1e-6)
+    model2 = _mlp(inplace=False).eval()
+    x, y = torch.randn(8, 16), torch.randint(0, 5, (8,))
+    prof2 = profile_model(copy.deepcopy(model2), example_input=x, repeats=1, name="mlp")
+    wrapped2, _ = fit(model2, x, memory=_budget(prof2), profile=prof2)
+    loss = wrapped2(x, y)
+    assert loss.item() == pytest.approx(nn.functional.cross_entropy(model2(x), y).item(), 1e-6)
+    loss.backward()
