@@ -144,6 +144,9 @@ class PlannedModel:
         self._streams: dict[Any, Any] = {}
         self._recomputing = 0
         self._autocast = autocast_state(_device_of(model))
+        measured = getattr(profile, "measured", None)
+        recorded = (getattr(measured, "extra", None) or {}).get("autocast")
+        self._profiled = recorded or _describe(self._autocast)
         self._warned = False
 
     def planned_forward_counts(self) -> list[int]:
@@ -173,12 +176,12 @@ class PlannedModel:
                 f"({prof.model}), and a larger batch or sequence needs more memory than planned; "
                 "call memplan.torch.enable(model, ..., example_input=<the largest batch>) again"
             )
-        now = autocast_state(x0.device)
-        if now != self._autocast and not self._warned:
+        now = _describe(autocast_state(x0.device))
+        if now != self._profiled and not self._warned:
             self._warned = True
             warnings.warn(
-                f"memplan: the plan was profiled with autocast {_describe(self._autocast)} and "
-                f"this step runs with {_describe(now)}: the sizes differ from the plan's; call "
+                f"memplan: the plan was profiled with autocast {self._profiled} and this step "
+                f"runs with {now}: the sizes differ from the plan's; call "
                 "memplan.torch.enable inside the same torch.autocast context as the training",
                 stacklevel=4,
             )
@@ -650,6 +653,12 @@ def enable(
         prof = profile_model(
             model, example_input=x0, device=str(x0.device), dtype=dtype_name, repeats=repeats
         )
+        autocast = _describe(autocast_state(x0.device))
+        if autocast != "off" and prof.measured is not None:  # what the sizes were measured in
+            extra = {**(prof.measured.extra or {}), "autocast": autocast}
+            prof = prof.model_copy(
+                update={"measured": prof.measured.model_copy(update={"extra": extra})}
+            )
     else:
         prof = memplan.load_profile(profile)
     _check_profile(prof, names)

@@ -12,14 +12,19 @@ layer), then the loss the model's own ``forward`` computes from ``labels``:
   of the positions (seed 0), -100 elsewhere;
 * image classifiers (``*ForImageClassification``): ``model.loss_function``, random labels.
 
-The blocks' other inputs (attention masks, rotary position embeddings, position ids) are held by
-the stage wrappers (NOTE [ Stage wrappers ] in :mod:`memplan.torch.repeated`); the models run with
-``use_cache=False`` and without padding (an attention mask with zeros is an input error: the masks
-would differ from batch to batch).
+For the profile and the chain API (:func:`memplan.torch.checkpointed`, ``fit``), the blocks'
+other inputs (attention masks, rotary position embeddings, position ids) are held by the stage
+wrappers (NOTE [ Stage wrappers ] in :mod:`memplan.torch.repeated`); the models run with
+``use_cache=False`` and without padding (an attention mask with zeros is an input error there:
+the masks would differ from batch to batch). :func:`memplan.torch.enable` runs the model's own
+forward with each batch's arguments: padding, position ids and labels as the caller gives them.
 
 Encoder-decoders (T5, BART...) are refused: every decoder block reads the encoder's output
 (cross-attention) besides the previous block's output, so the model is two chains joined at every
-decoder block, and a memplan chain passes one tensor from stage to stage.
+decoder block, and a memplan chain passes one tensor from stage to stage. Treating the encoder's
+output as a side input held through the decoder would count it once per stored decoder state in
+the chain model (it is one tensor, shared), and its gradient is the sum of every decoder block's:
+the plan's memory would not be exact.
 
 ``import transformers`` happens only here, when an ``hf:`` model is built or an HF model is
 linearized; ``import memplan`` and the CLI's other commands never import it.
@@ -484,8 +489,9 @@ def hf_batch(batch: Mapping[str, Any]) -> tuple[Tensor, Tensor | None]:
     mask = batch.get("attention_mask")
     if mask is not None and not bool(torch.as_tensor(mask).all()):
         raise InputError(
-            "batch.attention_mask: padding (zeros) is not supported: the stage wrappers hold "
-            "one mask for every batch; pack the sequences to full length instead"
+            "batch.attention_mask: padding (zeros) is not supported by the chain API: its stage "
+            "wrappers hold one mask for every batch; train with memplan.torch.enable(model, "
+            "memory, example_input=batch), which takes each batch's mask"
         )
     token_types = batch.get("token_type_ids")
     if token_types is not None and bool(torch.as_tensor(token_types).any()):

@@ -29,7 +29,9 @@ NOTE [ Stage wrappers ]
 -----------------------
 A chain stage reads one tensor. What else a block reads (HF attention masks, rotary position
 embeddings, position ids; ``use_cache`` is off) is recorded during the tracing pass and held by the
-stage wrapper as non-persistent buffers (static memory, like the model's own buffers). This is
+stage wrapper as non-persistent buffers (static memory, like the model's own buffers). (The
+stage wrappers serve the profiler and the chain API; :mod:`memplan.torch.enable` follows the
+model's own forward instead, where every block call gets that batch's arguments.) This is
 only right when those values are the same for every batch of the same shape, so every tensor
 operation of the tracing pass is followed (a ``TorchFunctionMode``): an extra argument computed
 from a parameter, from a block's output or from the *values* of the model's input (not merely its

@@ -370,3 +370,15 @@ def test_chain_api_takes_each_batch_labels(gpt2):
     loss = wrapped2(x, y)
     assert loss.item() == pytest.approx(nn.functional.cross_entropy(model2(x), y).item(), 1e-6)
     loss.backward()
+
+
+def test_autocast_other_than_profiled_warns():
+    model = _mlp(inplace=False)
+    x = torch.randn(8, 16)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        got = enable(model, "1GB", example_input=x, repeats=1)
+    assert planned(got).profile.measured.extra["autocast"] == "cpu:bfloat16"
+    with pytest.warns(UserWarning, match="profiled with autocast cpu:bfloat16"):
+        got(x).sum().backward()
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        got(x).float().sum().backward()  # as profiled
