@@ -74,6 +74,7 @@ from memplan.torch.runtime import (
     autocast_state,
     check_schedule,
     planned_forward_counts,
+    solve_feasible,
 )
 
 __all__ = ["PlannedModel", "apply_plan", "disable", "enable", "planned"]
@@ -662,13 +663,7 @@ def enable(
     else:
         prof = memplan.load_profile(profile)
     _check_profile(prof, names)
-    sched = memplan.solve(
-        prof, algo=algo, memory=memory, slots=slots, optimizer=optimizer, bandwidth=bandwidth
-    )
-    if not sched.feasible:
-        least = "" if sched.min_memory is None else "; the least memory that fits is "
-        least += "" if sched.min_memory is None else f"{sched.min_memory} bytes"
-        raise InputError(f"no {algo} plan fits in {memory}{least}")
+    sched = solve_feasible(prof, algo, memory, slots, optimizer, bandwidth)
     return _install(model, sched, prof, how, layout, names, inplace, input_key)
 
 

@@ -1024,6 +1024,28 @@ def checkpointed(
     return CheckpointedChain(stages, sched, inplace=inplace)
 
 
+def solve_feasible(
+    profile: Any,
+    algo: str,
+    memory: int | str,
+    slots: int | None = None,
+    optimizer: str = "sgd",
+    bandwidth: float | str | None = None,
+) -> Schedule:
+    """:func:`memplan.solve`, with no plan as an :class:`InputError` that says the least memory
+    that fits (what :func:`fit` and :func:`memplan.torch.enable` need: a plan to run)."""
+    import memplan
+
+    sched = memplan.solve(
+        profile, algo=algo, memory=memory, slots=slots, optimizer=optimizer, bandwidth=bandwidth
+    )
+    if not sched.feasible:
+        least = "" if sched.min_memory is None else "; the least memory that fits is "
+        least += "" if sched.min_memory is None else f"{sched.min_memory} bytes"
+        raise InputError(f"no {algo} plan fits in {memory}{least}")
+    return sched
+
+
 def fit(
     model: str | nn.Module,
     example_input: Tensor | Mapping[str, Any] | None = None,
@@ -1106,13 +1128,7 @@ def fit(
         )
     else:
         prof = memplan.load_profile(profile)
-    sched = memplan.solve(
-        prof, algo=algo, memory=memory, slots=slots, optimizer=optimizer, bandwidth=bandwidth
-    )
-    if not sched.feasible:
-        least = "" if sched.min_memory is None else "; the least memory that fits is "
-        least += "" if sched.min_memory is None else f"{sched.min_memory} bytes"
-        raise InputError(f"no {algo} plan fits in {memory}{least}")
+    sched = solve_feasible(prof, algo, memory, slots, optimizer, bandwidth)
     chain = linearize(module, x, labels=labels)
     return checkpointed(chain, sched, profile=prof), sched
 
