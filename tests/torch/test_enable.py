@@ -382,3 +382,60 @@ def test_autocast_other_than_profiled_warns():
         got(x).sum().backward()
     with torch.autocast("cpu", dtype=torch.bfloat16):
         got(x).float().sum().backward()  # as profiled
+
+
+def _hf_family(which: str):
+    transformers = pytest.importorskip("transformers")
+    transformers.logging.set_verbosity_error()
+    torch.manual_seed(0)
+    small = {"num_hidden_layers": 3, "num_attention_heads": 2, "intermediate_size": 64}
+    if which == "vit":
+        config = transformers.ViTConfig(hidden_size=32, image_size=16, patch_size=4, num_labels=5,
+                                        **small)  # fmt: skip
+        model = transformers.ViTForImageClassification(config)
+
+        def batch(n: int, gen: torch.Generator) -> dict[str, torch.Tensor]:
+            return {"pixel_values": torch.randn(n, 3, 16, 16, generator=gen),
+                    "labels": torch.randint(0, 5, (n,), generator=gen)}  # fmt: skip
+
+        return model, batch
+    if which == "llama":
+        config = transformers.LlamaConfig(hidden_size=32, num_key_value_heads=1, vocab_size=VOCAB,
+                                          max_position_embeddings=64, **small)  # fmt: skip
+        model = transformers.LlamaForCausalLM(config)
+    else:
+        config = transformers.BertConfig(hidden_size=32, vocab_size=VOCAB,
+                                         max_position_embeddings=64, **small)  # fmt: skip
+        model = transformers.BertForMaskedLM(config)
+
+    def batch(n: int, gen: torch.Generator) -> dict[str, torch.Tensor]:
+        ids = torch.randint(0, VOCAB, (n, 16), generator=gen)
+        return {"input_ids": ids, "labels": torch.randint(0, VOCAB, (n, 16), generator=gen)}
+
+    return model, batch
+
+
+@pytest.mark.parametrize("which", ["vit", "llama", "bert"])
+def test_hf_families_with_every_stage_recomputed(which):
+    """ViT (its head reads the class token, a view: replayed), Llama (rotary embeddings), BERT
+    (masked LM): a plan that recomputes every stage but the loss, including the part before the
+    first block and the head, trains as plain training on three batches, the last one smaller."""
+    model, batch = _hf_family(which)
+    example = batch(4, torch.Generator().manual_seed(1))
+    main = example.get("input_ids", example.get("pixel_values"))
+    prof = profile_model(copy.deepcopy(model), example_input=main, repeats=1, name=which)
+    L = prof.length
+    ops = [("F_ck", 0)] + [("F_n", k) for k in range(1, L - 1)] + [("F_all", L - 1), ("B", L - 1)]
+    for k in range(L - 2, 0, -1):
+        ops += [("F_ck", 0)] + [("F_n", j) for j in range(1, k)] + [("F_all", k), ("B", k)]
+    ops += [("F_all", 0), ("B", 0)]
+    sched = schedule_from_sequence(prof, ops)
+    assert memplan.simulate(prof, sched).valid
+    ref = copy.deepcopy(model).train()
+    ref.config.use_cache = False
+    got = apply_plan(copy.deepcopy(model).train(), sched, prof, example)
+    gen = torch.Generator().manual_seed(2)
+    _train([ref, got], [batch(n, gen) for n in (4, 4, 3)], _hf_step)
+    _assert_same(ref, got)
+    counts = [planned(got).counters.forward_count(k) for k in range(L)]
+    assert counts == [L, *range(L - 1, 0, -1)]
