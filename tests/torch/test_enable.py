@@ -439,3 +439,29 @@ def test_hf_families_with_every_stage_recomputed(which):
     _assert_same(ref, got)
     counts = [planned(got).counters.forward_count(k) for k in range(L)]
     assert counts == [L, *range(L - 1, 0, -1)]
+
+
+@pytest.mark.parametrize("algo", ["dynprog", "pofo"])
+def test_hf_offloading_plans(gpt2, algo):
+    """Offloading (dynprog) and offloading with recomputation (pofo) under enable: the saved
+    tensors autograd holds for a stage are moved to host memory and back at the plan's points
+    (the profile's sizes with fixed times and a slow link, so that the plans do offload)."""
+    model, ids, prof = gpt2
+    data = prof.model_dump(exclude_none=True)
+    data["bandwidth"] = 3e7
+    for stage in data["stages"]:
+        stage.update(forward_time=1.0, backward_time=2.0)
+    timed = memplan.load_profile(data)
+    desc = describe(timed)
+    least = desc["min_memory"]["offload"]
+    memory = least + (desc["store_all_memory"] - least) // 10
+    ref = copy.deepcopy(model).train()
+    ref.config.use_cache = False
+    got = enable(copy.deepcopy(model).train(), memory, example_input=ids, profile=timed,
+                 algo=algo, slots=500)  # fmt: skip
+    sched = planned(got).schedule
+    assert sched.count("offload") >= 1
+    _train([ref, got], _hf_batches(), _hf_step)
+    _assert_same(ref, got)
+    c = planned(got).counters
+    assert c.offloaded_bytes == c.prefetched_bytes > 0

@@ -464,3 +464,30 @@ def test_bad_transfers_are_input_errors_and_runtime_errors_restore_the_input():
     with pytest.raises(RuntimeError, match=r"x\[0\]"):
         loss.backward()
     torch.testing.assert_close(x, x_before, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("family", ["chain", "offload", "combined"])
+def test_every_runnable_algorithm_plans_one_forward_sweep(family):
+    """The runtime follows the model's own forward: it needs a plan whose forward phase computes
+    every stage once, in order, the loss last (RuntimePlan refuses others). Every algorithm of
+    the families it runs makes such plans, at low, middle and store-all budgets."""
+    from memplan.torch.runtime import RuntimePlan
+
+    prof = memplan.load_profile("resnet50").model_copy(update={"bandwidth": 1e8})
+    desc = describe(prof)
+    least, store_all = (
+        desc["min_memory"].get(family) or desc["min_memory"]["chain"],
+        desc["store_all_memory"],
+    )
+    names = [a["name"] for a in memplan.algorithms() if a.get("family") == family]
+    assert names
+    for name in names:
+        ran = 0
+        for fraction in (0.05, 0.3, 1.0):
+            memory = least + int((store_all - least) * fraction) + 1
+            sched = memplan.solve(prof, name, memory, slots=None if family == "chain" else 200)
+            if sched.feasible:
+                plan = RuntimePlan(sched, prof.length)
+                assert [s.op for s in plan.sweep][-1] == "F_all"
+                ran += 1
+        assert ran, name
