@@ -98,8 +98,6 @@ class _Step:
     """The state of one step's forward, between the model's call and its return."""
 
     iteration: PlannedIteration
-    args: tuple[Any, ...]
-    kwargs: dict[str, Any]
     stage: int = 0  # the stage being computed (or next)
     open: bool = False  # between begin and end of ``stage``
     head: list[_HeadCall] = field(default_factory=list)
@@ -314,7 +312,7 @@ class _Hooks:
         if kwargs.get("use_cache"):  # a KV cache grows at every call of a block: no cache in
             kwargs = {**kwargs, "use_cache": False}  # training (as HF's checkpointing does)
         it = self.planned._iteration(x0)
-        self.step = step = _Step(it, args, kwargs)
+        self.step = step = _Step(it)
         x = x0
         if self.prefix_stage is not None:
             rest, others = replace_primary(args, kwargs, key, None)

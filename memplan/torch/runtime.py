@@ -333,9 +333,9 @@ class PlannedIteration:
     """One training iteration under a plan (NOTE [ Planned iteration ]).
 
     The caller runs the forward: for each stage ``k`` in order, ``x = it.begin(k, x, ...)``,
-    computes the stage on ``x``, then ``it.end(k, out)``. Stages in ``virtual`` (the user's loss,
-    which the runtime does not see) are not bracketed: autograd computes them as plain training
-    does. The backward (``loss.backward()``) follows the plan by itself.
+    computes the stage on ``x``, then ``it.end(k, out)``. Stages in ``virtual`` (the caller's
+    loss, which the runtime does not see) are not bracketed: autograd computes them as plain
+    training does. The backward (``loss.backward()``) follows the plan by itself.
 
     Parameters
     ----------
@@ -357,6 +357,8 @@ class PlannedIteration:
     inplace : sequence of bool, optional
         ``inplace[k]``: stage ``k`` modifies its input in place (it then runs on a copy when the
         runtime holds that input for a later recomputation).
+    names : sequence of str, optional
+        Stage names, for the messages.
     """
 
     def __init__(
