@@ -677,7 +677,10 @@ class PlannedIteration:
         saved: dict[int, torch.UntypedStorage] = {}
 
         def pack(tensor: Tensor) -> None:
-            packed.append(tensor)
+            # Detached: a recomputed tensor must not refer to the recomputation's graph, whose
+            # saved-tensor hooks refer to this list (a cycle through autograd that would keep
+            # every recomputed tensor until the last one is freed).
+            packed.append(tensor.detach())
             key = storage_key(tensor)
             if key is not None and key[0] not in self.excluded:
                 saved.setdefault(key[0], tensor.untyped_storage())
