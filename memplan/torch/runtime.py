@@ -393,7 +393,7 @@ class PlannedIteration:
         self.leaving: list[Stored] = []
         self.hooks: Any = None  # the saved_tensors_hooks of the stage being computed
         self.saved: dict[int, torch.UntypedStorage] = {}
-        self.excluded: set[int] = set()
+        self.inputs: set[int] = set()  # the storages of the stage's input: not part of s[k]
         self.queued = False
         self.done = False
         counters.record(self.live())
@@ -499,10 +499,8 @@ class PlannedIteration:
             run.rng = rng_snapshot(self.device)
         self._count(sweep.op, k)
         self.running = (sweep.op, k)
-        self.excluded = set(self.static)
         key = storage_key(x)
-        if key is not None:
-            self.excluded.add(key[0])
+        self.inputs = set() if key is None else {key[0]}
         if sweep.op == "F_all":
             self.saved = {}
             hooks = torch.autograd.graph.saved_tensors_hooks(self._pack_kept, _unpack)
@@ -532,6 +530,10 @@ class PlannedIteration:
             out.grad_fn.register_prehook(self._backward_reaches(k))
         self.run_until(sweep.end + 1)
 
+    def _owned(self, ptr: int) -> bool:
+        """Whether a storage is the stage's own (not a parameter, buffer or the stage input)."""
+        return ptr not in self.static and ptr not in self.inputs
+
     def _holds(self, x: Tensor) -> bool:
         return any(s.tensor is x for s in self.held.values())
 
@@ -541,7 +543,7 @@ class PlannedIteration:
 
     def _pack_kept(self, tensor: Tensor) -> Tensor:
         key = storage_key(tensor)
-        if key is not None and key[0] not in self.excluded:
+        if key is not None and self._owned(key[0]):
             self.saved.setdefault(key[0], tensor.untyped_storage())
         return tensor
 
@@ -579,7 +581,7 @@ class PlannedIteration:
             nbytes = sum(storage.nbytes() for storage in storages)
             if out_key is not None and out_key[0] not in saved:
                 nbytes += out_key[1]  # x[k+1] is part of s[k] (the profiler's saved_size)
-                if out_key[0] not in self.excluded:
+                if self._owned(out_key[0]):
                     if keep:
                         storages.append(out.untyped_storage())
                     else:
@@ -668,11 +670,8 @@ class PlannedIteration:
         if self.inplace[k]:  # not a leaf: in-place operations on it are allowed (the backward
             with torch.enable_grad():  # runs without gradients: the copy is made with them)
                 inp = inp.clone()
-        self.excluded = set(self.static)
-        for t in (src, inp):
-            key = storage_key(t)
-            if key is not None:
-                self.excluded.add(key[0])
+        keys = (storage_key(t) for t in (src, inp))
+        self.inputs = {key[0] for key in keys if key is not None}
         packed: list[Tensor] = []
         saved: dict[int, torch.UntypedStorage] = {}
 
@@ -682,7 +681,7 @@ class PlannedIteration:
             # every recomputed tensor until the last one is freed).
             packed.append(tensor.detach())
             key = storage_key(tensor)
-            if key is not None and key[0] not in self.excluded:
+            if key is not None and self._owned(key[0]):
                 saved.setdefault(key[0], tensor.untyped_storage())
 
         hooks = torch.autograd.graph.saved_tensors_hooks(pack, _unpack)
