@@ -449,6 +449,14 @@ class HFLoss(nn.Module):
             with _quiet_transformers(_transformers()):  # "loss_type=None ... default loss"
                 self._loss_function = model.loss_function
 
+    def follow_input(self, tokens: Tensor) -> None:
+        """A causal LM without labels: its labels are the tokens of this batch from now on (in
+        place when the shape is the same: the labels stay the buffer the profile counted)."""
+        if tokens.shape == self.labels.shape:
+            self.labels.copy_(tokens)
+        else:
+            self.labels = tokens.clone()
+
     def forward(self, logits: Tensor, labels: Tensor | None = None) -> Tensor:
         """The model's loss against ``labels`` (the batch's) or the fixed ones."""
         model = self._model

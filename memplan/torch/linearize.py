@@ -109,6 +109,15 @@ class NextTokenLoss(nn.Module):
         self.register_buffer("targets", next_tokens(tokens), persistent=False)
         self.labels_from_input = from_input
 
+    def follow_input(self, tokens: Tensor) -> None:
+        """Predict the tokens of this batch from now on (in place when the shape is the same:
+        the targets stay the buffer the profile counted)."""
+        targets = next_tokens(tokens)
+        if targets.shape == self.targets.shape:
+            self.targets.copy_(targets)
+        else:
+            self.targets = targets
+
     def forward(self, logits: Tensor, tokens: Tensor | None = None) -> Tensor:
         """The loss of predicting ``tokens`` (the batch's, shifted here) or the fixed targets."""
         targets = self.targets if tokens is None else next_tokens(tokens)

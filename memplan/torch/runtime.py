@@ -855,8 +855,10 @@ class CheckpointedChain(nn.Module):
     def forward(self, x: Tensor, target: Any = None) -> Tensor:
         """Run the stages under the plan; returns the loss (a scalar tensor)."""
         last = len(self.modules_) - 1
-        if target is None and getattr(self.modules_[last], "labels_from_input", False):
-            target = x  # next-token prediction of this batch's tokens, not the example's
+        loss = self.modules_[last]
+        if target is None and getattr(loss, "labels_from_input", False):
+            with torch.no_grad():  # next-token prediction of this batch, not of the example
+                loss.follow_input(x)  # (before the plan may move x[0] to the host)
         if not torch.is_grad_enabled():
             for k, module in enumerate(self.modules_):
                 x = module(x) if k < last or target is None else module(x, target)
