@@ -468,3 +468,65 @@ def test_bad_transfers_are_input_errors_and_runtime_errors_restore_the_input():
     with pytest.raises(RuntimeError, match=r"x\[0\]"):
         loss.backward()
     torch.testing.assert_close(x, x_before, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("family", ["chain", "offload", "combined"])
+def test_every_runnable_algorithm_plans_one_forward_sweep(family):
+    """The runtime follows the model's own forward: it needs a plan whose forward phase computes
+    every stage once, in order, the loss last (RuntimePlan refuses others). Every algorithm of
+    the families it runs makes such plans, at low, middle and store-all budgets."""
+    from memplan.torch.runtime import RuntimePlan
+
+    prof = memplan.load_profile("resnet50").model_copy(update={"bandwidth": 1e8})
+    desc = describe(prof)
+    least, store_all = (
+        desc["min_memory"].get(family) or desc["min_memory"]["chain"],
+        desc["store_all_memory"],
+    )
+    names = [a["name"] for a in memplan.algorithms() if a.get("family") == family]
+    assert names
+    for name in names:
+        ran = 0
+        for fraction in (0.05, 0.3, 1.0):
+            memory = least + int((store_all - least) * fraction) + 1
+            sched = memplan.solve(prof, name, memory, slots=None if family == "chain" else 200)
+            if sched.feasible:
+                plan = RuntimePlan(sched, prof.length)
+                assert [s.op for s in plan.sweep][-1] == "F_all"
+                ran += 1
+        assert ran, name
+
+
+def test_recomputed_tensors_are_freed_as_the_backward_uses_them(monkeypatch):
+    """The tensors a recomputation puts back for autograd are freed when the node that saved
+    them has run (by the backward of stage 0, none of stage 1's is alive), as in plain training:
+    they must not refer to the recomputation's own graph, whose saved-tensor hooks would keep
+    them all alive together."""
+    import weakref
+
+    from memplan.api import schedule_from_sequence
+    from memplan.profile.synthetic import homogeneous_chain
+    from memplan.torch import runtime
+    from memplan.torch.linearize import MeanSquareLoss
+
+    torch.manual_seed(0)
+    block = nn.Sequential(nn.Linear(8, 16), nn.GELU(), nn.Linear(16, 8))
+    seq = nn.Sequential(nn.Linear(4, 8), block, nn.Linear(8, 3), MeanSquareLoss())
+    ops = [("F_ck", 0), ("F_n", 1), ("F_all", 2), ("F_all", 3), ("B", 3), ("B", 2)]
+    ops += [("F_ck", 0), ("F_all", 1), ("B", 1), ("F_all", 0), ("B", 0)]
+    wrapped = checkpointed(seq, schedule_from_sequence(homogeneous_chain(4), ops))
+    recomputed: list[weakref.ref] = []
+    original = runtime.PlannedIteration.recompute
+
+    def recompute(self, name, k):
+        slots = list(self.runs[k].slots)
+        original(self, name, k)
+        recomputed.extend(weakref.ref(s.value) for s in slots if s.value is not None)
+
+    monkeypatch.setattr(runtime.PlannedIteration, "recompute", recompute)
+    alive_at_b0: list[int] = []
+    seq[0].weight.register_hook(
+        lambda grad: alive_at_b0.append(sum(r() is not None for r in recomputed))
+    )
+    wrapped(torch.randn(5, 4)).backward()
+    assert len(recomputed) >= 3 and alive_at_b0 == [0]
