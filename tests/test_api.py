@@ -62,7 +62,7 @@ def test_every_submodule_is_an_attribute_in_a_fresh_interpreter():
         "assert memplan.api is sys.modules['memplan.api'] and callable(memplan.api.describe)\n"
         "assert memplan.profile.load_profile is memplan.load_profile\n"
         "assert not hasattr(memplan, 'no_such_module') and not hasattr(memplan, '__wrapped__')\n"
-        "assert memplan.algorithms()[3]['name'] == 'rotor'\n"
+        "assert memplan.list_algorithms()[3]['name'] == 'rotor'\n"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr

@@ -483,7 +483,7 @@ def test_every_runnable_algorithm_plans_one_forward_sweep(family):
         desc["min_memory"].get(family) or desc["min_memory"]["chain"],
         desc["store_all_memory"],
     )
-    names = [a["name"] for a in memplan.algorithms() if a.get("family") == family]
+    names = [a["name"] for a in memplan.list_algorithms() if a.get("family") == family]
     assert names
     for name in names:
         ran = 0
