@@ -13,7 +13,8 @@ TORCH ?= torch==2.13.0
 # place (scikit-build-core keeps its build directory in build/: only the edited files recompile).
 CORE := $(VENV)/.core
 CORE_SOURCES := CMakeLists.txt $(wildcard src/*.cpp src/*.hpp)
-BUILD_REQUIRES = $(shell $(BIN)/python -c "import sys; t = __import__('tomllib' if sys.version_info >= (3, 11) else 'pip._vendor.tomli', fromlist=['loads']); print(' '.join(t.loads(open('pyproject.toml').read())['build-system']['requires']))")
+# Read at recipe time (the venv's python does not exist when make parses this file on a fresh clone).
+BUILD_REQUIRES_PY := import shlex, tomllib; print(' '.join(map(shlex.quote, tomllib.load(open('pyproject.toml', 'rb'))['build-system']['requires'])))
 
 # The test environment is pinned: requirements/test.txt holds the version of everything .venv
 # installs (every extra, transitively, pip and the build backend too), applied as pip constraints
@@ -36,7 +37,7 @@ $(STAMP): pyproject.toml $(LOCK)
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet "$(TORCH)"
-	$(BIN)/pip install --quiet $(BUILD_REQUIRES)
+	$(BIN)/pip install --quiet $$($(BIN)/python -c "$(BUILD_REQUIRES_PY)")
 	$(BIN)/pip install --quiet --no-build-isolation -e ".[dev,plot,torch,hf]"
 	touch $(STAMP)
 
