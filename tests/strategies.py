@@ -62,3 +62,46 @@ def integer_chain(
             )
         )
     return Profile(model=model, input_size=rng.randint(1, max_input), stages=stages)
+
+
+EXTREME_TIMES = (0.0, 5e-324, 1e-300, 1.3698781973088174e-272, 1e-42, 1e-6, 1.0, 1000.0, 1e6, 1e12)
+"""Times (ms) at the edges of what a profile holds: zero, the least denormal, tiny normals, up to
+:data:`memplan.profile.model.MAX_MS`."""
+EXTREME_SIZES = (0, 1, 2, 1000, 2**20, 2**30, 2**40, 2**40 + 1276)
+"""Sizes (bytes) from nothing to a terabyte (and a terabyte and a few bytes)."""
+
+
+@st.composite
+def extreme_chains(draw: st.DrawFn, *, max_length: int = 6) -> Profile:
+    """Chains of 1 to ``max_length`` stages whose times and sizes mix the extremes of
+    :data:`EXTREME_TIMES` and :data:`EXTREME_SIZES` with ordinary values (times 0..1000 ms,
+    sizes 0..2**20 bytes), as a tester's fuzzer draws them."""
+    length = draw(st.integers(1, max_length))
+    times = st.one_of(st.sampled_from(EXTREME_TIMES), st.floats(0.0, 1000.0))
+    sizes = st.one_of(st.sampled_from(EXTREME_SIZES), st.integers(0, 2**20))
+    small = st.one_of(st.sampled_from((0, 1, 2**30, 2**40)), st.integers(0, 1000))
+    stages = []
+    for k in range(length):
+        out = draw(sizes)
+        stages.append(
+            Stage(
+                name=f"s{k}",
+                forward_time=draw(times),
+                backward_time=draw(times),
+                output_size=out,
+                saved_size=out + draw(small),
+                forward_overhead=draw(small),
+                backward_overhead=draw(small),
+                weight_size=draw(small),
+                grad_size=draw(st.none() | sizes),
+            )
+        )
+    return Profile(model=f"extreme-{length}", input_size=draw(sizes), stages=stages)
+
+
+def extreme_bandwidths() -> st.SearchStrategy[float]:
+    """Bandwidths (bytes/s) from 1e3 to 1e14: the ends, and log-uniform values between."""
+    return st.one_of(
+        st.sampled_from((1e3, 1e9, 1e13, 1e14)),
+        st.floats(3.0, 14.0).map(lambda e: float(10**e)),
+    )

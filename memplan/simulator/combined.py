@@ -242,17 +242,18 @@ def simulate_combined(
                 after,
             )
             return result
-    # 3. Events in time (T5): ends (transfers first) before starts (prefetches, computations,
-    # offloads).
+    # 3. Events in time (T5): at one instant, the ends of operations that lasted (transfers first)
+    # come before the starts, which take effect in schedule order, a zero-duration operation
+    # starting and ending in its place (a prefetch listed after a zero-duration computation of the
+    # same instant starts after it ends, as in the offloading simulator).
     instant = _instants([t for op in ops for t in (op.start, op.end)])
     events = []
-    rank = {"prefetch": 0, "F_all": 1, "F_ck": 1, "F_n": 1, "B": 1, "offload": 2}
     for position, index in enumerate(compute + channel):
         op = ops[index]
         start, end = instant[op.start], instant[op.end]
-        events.append((start, 1, rank[op.op], position, 0, index))
+        events.append((start, 1, index, 0, 0, index))
         if end == start:
-            events.append((start, 1, rank[op.op], position, 1, index))
+            events.append((start, 1, index, 1, 1, index))
         else:
             events.append((end, 0, int(op.op in COMPUTE_OPS), position, 1, index))
     events.sort()

@@ -112,6 +112,10 @@ work on the bundled profiles and random chains (it would most likely be stopped)
 MAX_LIVE_STATES = 500_000
 """Live states at one stage beyond which a run on a finer grid of ``slots="auto"`` stops."""
 _EPS = 1e-9
+MAX_MOVED = 2**48
+"""Slots the channel moves during one operation, at most: more is the same for every budget below
+it, a safe underestimate above (capacities are rounded down anyway), and the clamped values of up
+to 10,000 stages add up in int64 without overflow."""
 
 
 @dataclass(frozen=True)
@@ -156,8 +160,8 @@ def discretize(
             g=np.floor(inst.g / sigma + _EPS).astype(np.int64),
             ef=np.floor(inst.ef / sigma + _EPS).astype(np.int64),
             eb=np.floor(inst.bo / sigma + _EPS).astype(np.int64),
-            cf=np.ceil(inst.uf * inst.beta / sigma - _EPS).astype(np.int64),
-            cb=np.ceil(inst.ub * inst.beta / sigma - _EPS).astype(np.int64),
+            cf=np.minimum(np.ceil(inst.uf * inst.beta / sigma - _EPS), MAX_MOVED).astype(np.int64),
+            cb=np.minimum(np.ceil(inst.ub * inst.beta / sigma - _EPS), MAX_MOVED).astype(np.int64),
             fo=np.floor(inst.fo / sigma + _EPS).astype(np.int64),
         )
     if bump is None:
@@ -168,7 +172,9 @@ def discretize(
 
     def down_partial(times: np.ndarray) -> np.ndarray:
         sums = np.concatenate(([0.0], np.cumsum(times * inst.beta)))
-        return np.diff(np.floor(sums / sigma * (1 + _EPS) + _EPS)).astype(np.int64)
+        moved = np.diff(np.floor(sums / sigma * (1 + _EPS) + _EPS))
+        # A 1e12 ms operation at 1e14 B/s moves 1e23 bytes, beyond int64 (MAX_MOVED).
+        return np.minimum(moved, MAX_MOVED).astype(np.int64)
 
     partial = np.concatenate(([0], np.cumsum(inst.a)))
     a = np.diff(np.ceil(partial / sigma - _EPS)).astype(np.int64) + bump

@@ -29,6 +29,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import memplan
+import memplan.api
 from memplan.algorithms.chain import Chain
 from memplan.algorithms.chain.rotor import _solve_table, slot_sizes
 from memplan.algorithms.combined import FractionalDP, realize, solve_pofo

@@ -11,22 +11,25 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import memplan
+import memplan.api
 from memplan.algorithms.chain import Chain
 from memplan.algorithms.chain.rotor import _solve_table, slot_sizes, solve_rotor
 from memplan.algorithms.combined import FINE_SLOTS, FINE_STAGES, PofoDP, solve_pofo
 from memplan.algorithms.offload import OffloadInstance
 from memplan.errors import InputError
-from memplan.profile.model import Profile
+from memplan.profile.model import Profile, Stage
 from memplan.schedule import Op
 from memplan.simulator import simulate_combined
 from tests.oracles.combined import CombinedOracle, window_model_optimum
 from tests.oracles.exhaustive import ChainOracle
-from tests.strategies import integer_chain
+from tests.strategies import extreme_bandwidths, extreme_chains, integer_chain
 
 RATE = 1000.0  # one byte per ms
 
@@ -250,3 +253,72 @@ def test_transfers_of_hours_beside_computations_of_milliseconds():
         sched = memplan.solve(prof, "pofo", memory, optimizer="none", bandwidth=1e-3)
         assert sched.feasible, memory
         assert memplan.simulate(prof, sched).valid
+
+
+FUZZ = Path(__file__).with_name("fuzz.json")
+"""A fuzzed profile: times from 5e-324 to 1000 ms, sizes up to 2**40 bytes, 1e13 B/s in the file."""
+
+
+def test_fuzzed_profile_replays_valid():
+    """The fuzzed profile at 1e14 B/s: dynprog's schedule (which pofo returned) listed ``B 19``
+    before ``F_all 19`` (its backward times, computed from the end and shifted, were 1e-12 ms
+    early), and the Theorem 1 DP's realized schedule was dropped by the replay. Both now replay;
+    the command exits 0 with a plan within the budget."""
+    from typer.testing import CliRunner
+
+    from memplan.cli.app import app
+
+    prof = memplan.load_profile(FUZZ)
+    memory, rate = 6703252654674, 1e14
+    sched = memplan.solve(prof, "pofo", memory, optimizer="none", bandwidth=rate)
+    assert sched.feasible
+    result = memplan.simulate(prof, sched)
+    assert result.valid and result.peak_memory <= memory
+    plan = solve_pofo(
+        Chain.from_profile(prof),
+        memory,
+        bandwidth=rate,
+        offload_instance=OffloadInstance.from_profile(prof, rate),
+        profile=prof,
+    )
+    assert "frac_rejected" not in plan.details
+    cli = CliRunner().invoke(
+        app,
+        ["solve", str(FUZZ), "--algo", "pofo", "--mem", str(memory), "--optimizer", "none"]
+        + ["--bandwidth", "100000000000000", "--format", "json"],
+    )
+    assert cli.exit_code == 0, cli.stderr
+
+
+def test_prefetch_after_zero_duration_backwards():
+    """Every time 0, x[0] and g[2] of 1 MB, a budget of 1.5 MB: x[0] leaves while the forwards run
+    and comes back after B 2 and B 1, which hold g[2] at the instant the prefetch starts. The
+    combined simulator counted the prefetch during them (prefetches first at an instant) and
+    rejected dynprog's plan, which pofo returned (exit 70); an instant now runs in schedule order,
+    as in the offloading simulator, and the plan of greedy, dynprog and vdnn is pofo's."""
+    blank = dict(forward_time=0.0, backward_time=0.0, output_size=0, saved_size=0)
+    stages = [Stage(name=f"s{k}", **blank) for k in range(3)]
+    stages[1] = Stage(name="s1", grad_size=1_000_000, **blank)
+    prof = Profile(model="zero-times", input_size=1_000_000, stages=stages)
+    memory, rate = 1_500_000, 1e9
+    sched = memplan.solve(prof, "pofo", memory, optimizer="none", bandwidth=rate)
+    assert sched.feasible and memplan.simulate(prof, sched).valid
+    assert sched.peak_memory <= memory
+    for algo in ("greedy", "dynprog", "vdnn"):
+        other = memplan.solve(prof, algo, memory, optimizer="none", bandwidth=rate)
+        assert other.feasible and sched.makespan == pytest.approx(other.makespan)
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(prof=extreme_chains(), rate=extreme_bandwidths(), data=st.data())
+def test_extreme_profiles_replay_valid(prof, rate, data):
+    """Denormal and zero times, terabyte sizes, 1e3..1e14 B/s: every plan pofo returns replays
+    valid within the budget (``memplan.solve`` replays it and raises on any disagreement)."""
+    desc = memplan.api.describe(prof, "none")
+    least = min(desc["min_memory"]["chain"], OffloadInstance.from_profile(prof, rate).min_memory())
+    memory = data.draw(st.integers(max(0, least - 1), desc["store_all_memory"] + 1))
+    sched = memplan.solve(prof, "pofo", memory, optimizer="none", bandwidth=rate)
+    assert sched.feasible == (memory >= least)
+    if sched.feasible:
+        result = memplan.simulate(prof, sched)
+        assert result.valid and result.peak_memory <= memory
