@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Any
 
 from memplan.algorithms.base import ChainPlan, OffloadPlan, SolveRequest
@@ -24,6 +25,38 @@ OPTIMIZER_FACTORS = {"none": 0, "sgd": 2, "momentum": 3, "adam": 4}
 """Static memory as a multiple of the weight bytes: weights + gradients + optimizer state."""
 
 TIME_TOLERANCE = 1e-6
+
+
+class TimeLimitReached(Exception):
+    """A solver's :class:`Deadline` passed; the solver catches it and returns its best plan so
+    far (or an infeasible answer that says so)."""
+
+
+@dataclass(frozen=True)
+class Deadline:
+    """When a solver must stop (``time.monotonic()`` seconds; None: never), from ``--time-limit``.
+
+    The long loops call :meth:`check` once per row of their tables (a few milliseconds), so a run
+    stops within about that much of the limit.
+    """
+
+    at: float | None = None
+
+    @classmethod
+    def after(cls, seconds: float | None) -> Deadline:
+        return cls(None if seconds is None else time.monotonic() + float(seconds))
+
+    def passed(self) -> bool:
+        return self.at is not None and time.monotonic() >= self.at
+
+    def check(self) -> None:
+        """Raise :class:`TimeLimitReached` once the deadline has passed."""
+        if self.passed():
+            raise TimeLimitReached
+
+    def left(self) -> float | None:
+        """Seconds left (0 when passed); None without a deadline."""
+        return None if self.at is None else max(0.0, self.at - time.monotonic())
 
 
 def static_memory(profile: Profile, optimizer: str = "sgd") -> int:
