@@ -13,7 +13,7 @@ from typing import Any
 
 from memplan.algorithms.base import AlgorithmInfo, Family, SolveRequest
 from memplan.algorithms.combined import MAX_SLOTS
-from memplan.algorithms.options import bandwidth_option, slots_option
+from memplan.algorithms.options import bandwidth_option, slots_option, time_limit_option
 
 
 @dataclass(frozen=True)
@@ -29,6 +29,7 @@ class CombinedOptions:
         "dynprog candidates at their own defaults",
     )
     bandwidth: float | None = bandwidth_option()
+    time_limit: float | None = time_limit_option(None)
 
 
 def solve_pofo(profile: Any, request: SolveRequest) -> Any:
@@ -37,11 +38,12 @@ def solve_pofo(profile: Any, request: SolveRequest) -> Any:
     from memplan.algorithms.chain.problem import Chain
     from memplan.algorithms.offload import OffloadInstance
     from memplan.algorithms.options import resolve_bandwidth
-    from memplan.algorithms.timeline import offload_schedule
+    from memplan.algorithms.timeline import Deadline, offload_schedule
 
     rate = resolve_bandwidth(profile, "pofo", request.options.bandwidth)
     slots = request.options.slots
     started = time.perf_counter()
+    deadline = Deadline.after(request.options.time_limit)
     plan = family.solve_pofo(
         Chain.from_profile(profile),
         request.activation_memory,
@@ -49,6 +51,7 @@ def solve_pofo(profile: Any, request: SolveRequest) -> Any:
         slots=slots,
         offload_instance=OffloadInstance.from_profile(profile, rate),
         profile=profile,
+        deadline=deadline,
     )
     return offload_schedule(profile, request, "pofo", "combined", plan, rate, started)
 
@@ -63,7 +66,7 @@ FAMILY = Family(
             name="pofo",
             family="combined",
             exact=False,
-            needs="profile, --bandwidth, --slots",
+            needs="profile, --bandwidth, --slots, --time-limit",
             summary="recomputation + whole-tensor offloading DP (Theorem 1 structure), "
             "best of it, rotor and dynprog",
             short="DP: recomputation + offloading (Thm 1)",

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from memplan.algorithms.base import AlgorithmInfo, Family, SolveRequest
-from memplan.algorithms.options import bandwidth_option, slots_option
+from memplan.algorithms.options import bandwidth_option, slots_option, time_limit_option
 
 MAX_SLOTS = 100_000
 OFFLOAD_REFERENCE = (
@@ -34,6 +34,7 @@ class OffloadOptions:
         default_text="auto: 500 slots, then finer grids while they are cheap",
     )
     bandwidth: float | None = bandwidth_option()
+    time_limit: float | None = time_limit_option(None)
 
 
 def _solver(solver_name: str, algorithm: str, **fixed: Any):
@@ -42,13 +43,14 @@ def _solver(solver_name: str, algorithm: str, **fixed: Any):
     def solve(profile: Any, request: SolveRequest) -> Any:
         from memplan.algorithms import offload as family
         from memplan.algorithms.options import resolve_bandwidth
-        from memplan.algorithms.timeline import offload_schedule
+        from memplan.algorithms.timeline import Deadline, offload_schedule
 
         rate = resolve_bandwidth(profile, algorithm, request.options.bandwidth)
         kwargs = dict(fixed)
+        started = time.perf_counter()
         if solver_name == "solve_dynprog":
             kwargs["slots"] = request.options.slots
-        started = time.perf_counter()
+            kwargs["deadline"] = Deadline.after(request.options.time_limit)
         instance = family.OffloadInstance.from_profile(profile, rate)
         plan = getattr(family, solver_name)(instance, request.activation_memory, **kwargs)
         return offload_schedule(profile, request, algorithm, "offload", plan, rate, started)
@@ -88,7 +90,7 @@ FAMILY = Family(
             name="dynprog",
             family="offload",
             exact=False,
-            needs="profile, --bandwidth, --slots",
+            needs="profile, --bandwidth, --slots, --time-limit",
             summary="DP optimal with interruptible transfers (Algorithm 1, slots), then no-wait",
             short="DP over the offloaded set (Algorithm 1)",
             reference=OFFLOAD_REFERENCE + ", §5",
@@ -98,7 +100,7 @@ FAMILY = Family(
             name="dynprog-best",
             family="offload",
             exact=False,
-            needs="profile, --bandwidth, --slots",
+            needs="profile, --bandwidth, --slots, --time-limit",
             summary=f"dynprog trying its {REFINED_CANDIDATES} best DP sets in the real schedule",
             short="dynprog, its 8 best sets replayed",
             reference="memplan's refinement of " + OFFLOAD_REFERENCE,
