@@ -168,7 +168,8 @@ def _schedule(
     holds the fields both outcomes share (``lower_bound`` among them)."""
     solver = dict(seconds=seconds, slots=plan.slots, message=plan.message)
     if ops is None:
-        return Schedule(feasible=False, solver=SolverInfo(status="infeasible", **solver), **common)
+        status = "unknown" if plan.status == "unknown" else "infeasible"  # unknown: stopped early
+        return Schedule(feasible=False, solver=SolverInfo(status=status, **solver), **common)
     makespan = max((op.end for op in ops), default=0.0)
     check_claim(algorithm, plan.claimed_makespan, makespan)
     lower = common["lower_bound"]

@@ -298,8 +298,8 @@ def pofo_window(chain: Chain, memory: int, slots: int) -> int:
             else "use rotor or dynprog"
         )
         raise InputError(
-            f"pofo: the DP tables for {L} stages would take {need / 1e9:.1f} GB at {slots} slots, "
-            f"above the limit of {TABLE_LIMIT / 1e9:.0f} GB; {hint}"
+            f"pofo: the DP tables for {L} stages would take {need / 1e9:.3g} GB at {slots} slots, "
+            f"above the limit of {TABLE_LIMIT / 1e9:g} GB; {hint}"
         )
     return window
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from memplan.algorithms.base import AlgorithmInfo, Family
-from memplan.algorithms.options import slots_option
+from memplan.algorithms.options import slots_option, time_limit_option
 
 REFERENCE = "Beaumont, Herrmann, Pallez & Shilova, Optimal memory-aware backpropagation of deep join networks"
 
@@ -25,6 +25,7 @@ class JoinOptions:
     """Options of the join family (``slots``: the chain model of non-uniform profiles)."""
 
     slots: int = slots_option(DEFAULT_SLOTS, MAX_SLOTS)
+    time_limit: float | None = time_limit_option(None)
 
 
 def _run_join(profile: Any, request: Any) -> Any:
@@ -50,7 +51,7 @@ ALGORITHMS: list[AlgorithmInfo] = [
         name="join",
         family="join",
         exact=True,
-        needs="join profile (branches + turn); --slots if not uniform",
+        needs="join profile (branches + turn); --slots if not uniform; --time-limit",
         summary="optimal canonical schedule of k chains joined by the loss (Opt_join DP; "
         "exact in slots for uniform profiles, rotor segments otherwise)",
         short="optimal canonical schedule (Opt_join)",
@@ -61,7 +62,7 @@ ALGORITHMS: list[AlgorithmInfo] = [
         name="equiv-chain",
         family="join",
         exact=False,
-        needs="join profile (branches + turn); --slots if not uniform",
+        needs="join profile (branches + turn); --slots if not uniform; --time-limit",
         summary="baseline: steps at equal distance from the turn grouped into one chain, "
         "solved by Revolve (uniform) or rotor",
         short="baseline: equal-distance steps, one chain",

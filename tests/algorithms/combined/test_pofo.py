@@ -18,6 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import memplan
+import memplan.algorithms.timeline
 import memplan.api
 from memplan.algorithms.chain import Chain
 from memplan.algorithms.chain.rotor import _solve_table, slot_sizes, solve_rotor
@@ -322,3 +323,76 @@ def test_extreme_profiles_replay_valid(prof, rate, data):
     if sched.feasible:
         result = memplan.simulate(prof, sched)
         assert result.valid and result.peak_memory <= memory
+
+
+def long_chain(length: int = 60):
+    from memplan.profile.synthetic import random_chain
+
+    prof = random_chain(length, seed=3, max_size=10**8)
+    desc = memplan.api.describe(prof, "none")
+    low, high = desc["min_memory"]["chain"], desc["store_all_memory"]
+    return prof, low, high
+
+
+def test_long_chains_run_the_dp_on_a_window_and_are_never_slower():
+    """Beyond EXACT_STAGES stages the Theorem 1 DP runs on a window (NOTE [ pofo window ]) and
+    looks only for plans faster than rotor's and dynprog's: pofo is never slower than either,
+    and its plan replays."""
+    from memplan.algorithms.combined import EXACT_STAGES, pofo_window
+
+    prof, low, high = long_chain()
+    assert prof.length > EXACT_STAGES
+    memory = low + (high - low) // 10
+    chain = Chain.from_profile(prof)
+    assert 4 <= pofo_window(chain, memory, 50) < prof.length
+    pofo = memplan.solve(prof, "pofo", memory, optimizer="none", bandwidth=12e9)
+    assert pofo.feasible and memplan.simulate(prof, pofo).valid
+    for algo in ("rotor", "dynprog"):
+        other = memplan.solve(prof, algo, memory, optimizer="none", bandwidth=12e9)
+        assert pofo.makespan <= other.makespan * (1 + 1e-9)
+
+
+def test_tables_beyond_the_limit_are_refused(monkeypatch):
+    """pofo's DP tables are bounded: beyond TABLE_LIMIT even at the narrowest window, the input is
+    refused (exit 2) with a line naming the limit and the --slots that fit."""
+    from typer.testing import CliRunner
+
+    from memplan.algorithms import combined
+    from memplan.cli.app import app
+
+    prof, low, high = long_chain()
+    monkeypatch.setattr(combined, "TABLE_LIMIT", 10**6)
+    with pytest.raises(
+        InputError, match=r"pofo: the DP tables for 60 stages would take .* GB at 50"
+    ):
+        memplan.solve(prof, "pofo", (low + high) // 2, optimizer="none", bandwidth=12e9)
+    path = Path(pytest.importorskip("tempfile").mkdtemp()) / "long.json"
+    path.write_text(prof.model_dump_json())
+    result = CliRunner().invoke(
+        app,
+        ["solve", str(path), "--algo", "pofo", "--mem", str((low + high) // 2)]
+        + ["--optimizer", "none", "--bandwidth", "12GB/s"],
+    )
+    assert result.exit_code == 2
+    assert "above the limit of 0.001 GB; use --slots" in result.stderr
+
+
+def test_time_limit_returns_the_best_plan_so_far():
+    """--time-limit: rotor first, then dynprog (its grids stop, GREEDY's set stands in), then the
+    DPs, which stop at once; the fastest plan found by then is returned and replays."""
+    prof, low, high = long_chain(30)
+    memory = low + (high - low) // 10
+    sched = memplan.solve(prof, "pofo", memory, optimizer="none", bandwidth=12e9, time_limit=1e-6)
+    assert sched.feasible and memplan.simulate(prof, sched).valid
+    assert sched.solver.status == "feasible"
+    plan = solve_pofo(
+        Chain.from_profile(prof),
+        memory,
+        bandwidth=12e9,
+        offload_instance=OffloadInstance.from_profile(prof, 12e9),
+        deadline=memplan.algorithms.timeline.Deadline.after(1e-6),
+    )
+    assert plan.details["stopped"] == "time limit"
+    assert plan.details["source"] in ("rotor", "dynprog")
+    with pytest.raises(InputError, match="--time-limit"):
+        memplan.solve(prof, "pofo", memory, optimizer="none", bandwidth=12e9, time_limit=0)
