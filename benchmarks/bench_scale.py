@@ -15,7 +15,7 @@ synthetic profiles (:func:`memplan.profile.synthetic.random_chain` / ``random_jo
 With ``--baseline DIR`` (a checkout of another commit, e.g. ``git worktree add /tmp/base main``),
 each command also runs with that checkout's ``memplan`` first on the import path, alternated with
 this one, so that both columns come from the same run on the same machine. A command stopped by
-``--timeout`` (default 600 s) or ``--memory-cap`` (default 6 GB of address space: the machine is
+``--timeout`` (default 600 s of CPU) or ``--memory-cap`` (default 6 GB of address space: the machine is
 shared) shows as such.
 
 Usage: ``python benchmarks/bench_scale.py [--baseline DIR] [--only pofo,join] [--markdown]``.
@@ -55,9 +55,11 @@ class Run:
     makespan: float | None
 
 
-def _limit_memory(cap: int):
+def _limits(cap: int, cpu: float):
     def limit() -> None:
         resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
+        seconds = int(cpu) + 1
+        resource.setrlimit(resource.RLIMIT_CPU, (seconds, seconds + 5))
 
     return limit
 
@@ -75,9 +77,9 @@ def run_command(args: list[str], path: str | None, timeout: float, cap: int) -> 
             stderr=err,
             env=env,
             cwd=tempfile.gettempdir(),  # not a checkout: its memplan would come first
-            preexec_fn=_limit_memory(cap),
+            preexec_fn=_limits(cap, timeout),
         )
-        deadline = started + timeout
+        deadline = started + 20 * timeout  # a safety net: the limit is on CPU time (shared machine)
         status, usage = 0, None
         while True:
             pid, status, usage = os.wait4(child.pid, os.WNOHANG)
@@ -93,8 +95,9 @@ def run_command(args: list[str], path: str | None, timeout: float, cap: int) -> 
         text = out.read().decode()
         err.seek(0)
         errors = err.read().decode(errors="replace")
-    timed_out = wall > timeout
     code = os.waitstatus_to_exitcode(status)
+    cpu = usage.ru_utime + usage.ru_stime
+    timed_out = wall > 20 * timeout or cpu >= timeout or code in (-signal.SIGXCPU, -signal.SIGKILL)
     makespan = None
     if code == 0 and not timed_out:
         with contextlib.suppress(json.JSONDecodeError):
@@ -102,9 +105,11 @@ def run_command(args: list[str], path: str | None, timeout: float, cap: int) -> 
     outcome = "timeout" if timed_out else ("ok" if code == 0 else f"exit {code}")
     if code < 0 and not timed_out:
         outcome = "killed"
+    if timed_out and code not in (-signal.SIGXCPU, -signal.SIGKILL) and cpu < timeout:
+        outcome = "timeout"
     if "MemoryError" in errors or "Unable to allocate" in errors:
         outcome = "out of memory"
-    return Run(usage.ru_utime + usage.ru_stime, wall, usage.ru_maxrss / 1024, outcome, makespan)
+    return Run(cpu, wall, usage.ru_maxrss / 1024, outcome, makespan)
 
 
 def chain_case(directory: Path, length: int, fraction: float) -> tuple[str, int, int]:
@@ -165,7 +170,7 @@ def cell(run: Run | None) -> str:
     if run is None:
         return "-"
     if run.outcome == "timeout":
-        return f"> {run.wall:.0f} s (stopped)"
+        return f"> {run.cpu:.0f} s CPU (stopped)"
     if run.outcome in ("killed", "out of memory"):
         return f"{run.outcome} at {run.rss_mb / 1024:.1f} GB ({run.cpu:.1f} s)"
     text = f"{run.cpu:.2f} s / {run.wall:.2f} s / {run.rss_mb:.0f} MB"
@@ -176,7 +181,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--baseline", help="another checkout, run beside this one")
     parser.add_argument("--only", default="", help="commands to run, e.g. pofo,join")
-    parser.add_argument("--timeout", type=float, default=600.0, help="seconds per command")
+    parser.add_argument("--timeout", type=float, default=600.0, help="CPU seconds per command")
     parser.add_argument("--memory-cap", type=float, default=6.0, help="GB of address space")
     args = parser.parse_args()
     only = {name for name in args.only.split(",") if name}

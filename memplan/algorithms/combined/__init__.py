@@ -19,8 +19,8 @@ fastest found by then.
 NOTE [ pofo on long chains ]
 ----------------------------
 Chains of at most :data:`EXACT_STAGES` stages run the Theorem 1 DP in full, as papers/000 B.4
-does. Longer ones run it on a window (NOTE [ pofo window ]) sized by :data:`WINDOW_WORK` (about 10
-stages at 100 stages, :data:`MIN_WINDOW` from about 400) and only look for plans faster than the
+does. Longer ones run it on a window (NOTE [ pofo window ]) sized by :data:`WINDOW_WORK` (about 7
+stages at 100 stages, :data:`MIN_WINDOW` from about 300) and only look for plans faster than the
 rotor and dynprog candidates (NOTE [ pofo pruning ]); when one of those already reaches the lower
 bound, the DP does not run at all, and the window DP (a Python recursion) never runs there. The
 DP's tables stay within :data:`TABLE_LIMIT` bytes; a chain that needs more even at the narrowest
@@ -65,10 +65,15 @@ MAX_SLOTS = 10_000
 EXACT_STAGES = 50
 """Chains of at most this many stages run the Theorem 1 DP in full (every segment, every state
 that may lead to its optimum); longer ones on a window (NOTE [ pofo window ])."""
-WINDOW_WORK = 13_000_000
+WINDOW_WORK = 6_500_000
 """Entries of the backward tables' recurrences (about ``L window^2 (C + 1)^2 / 2``) that the
-window of a long chain is sized for: about a second here."""
+window of a long chain is sized for: a few tenths of a second here; the forward phase, whose
+states the window does not bound, takes most of the DP's time."""
 MIN_WINDOW = 4
+LONG_RETRIES = 3
+"""On chains longer than :data:`EXACT_STAGES`, how many times the Theorem 1 DP runs again with the
+excess of its plan kept aside (one on shorter chains): with hundreds of tensors of about a slot,
+rounding to the nearest slot misses by several slots."""
 """The narrowest window (stages of a recomputed segment, the tail aside)."""
 TABLE_LIMIT = 2 * 10**9
 """Bytes the Theorem 1 DP's tables may take; beyond, even at :data:`MIN_WINDOW`, pofo refuses."""
@@ -388,10 +393,12 @@ def _fractional(
 
     Roundings (docs/algorithms.md, pofo): sizes rounded to the nearest slot with 2% of the slots
     kept aside (less lost to rounding; the realization checks the bytes exactly); if that plan
-    needs more bytes than the budget, once more with the excess kept aside too; then, if
+    needs more bytes than the budget, once more with the excess kept aside too (on a ``window``,
+    a long chain of many small tensors, up to :data:`LONG_RETRIES` times); then, if
     ``round_up``, sizes rounded up (the DP's plan then fits by construction).
     """
     margin = max(1, round(0.02 * slots))
+    retries = 1 if window is None else LONG_RETRIES
     attempts: list[int | None] = [margin]  # a margin (nearest rounding), None: rounded up
     if round_up:
         attempts.append(None)
@@ -418,7 +425,8 @@ def _fractional(
         plan = dp.plan()
         need = plan_peak(chain, plan.sequence, plan.offloads, plan.prefetches)
         if need is None or need > memory:
-            if nearest and margin == max(1, round(0.02 * slots)) and need is not None:
+            if nearest and retries > 0 and need is not None:
+                retries -= 1
                 attempts.insert(0, margin + int(math.ceil((need - memory) / dp.unit)) + 1)
             continue
         ops = realize(chain, plan.sequence, plan.offloads, plan.prefetches, memory, bandwidth)

@@ -73,11 +73,13 @@ exceeds the time of a plan already known is on no plan faster than that one and 
 ``R`` (:meth:`FractionalDP._relaxed`) is a lower bound of the time after the state: the
 recurrences of B.1 with transfers free, each segment at its least time over every ``m' <= C - K``
 and every prefetch (so it holds whatever the tables' roundings). The plan known is the fastest of
-a beam search over the same forward phase (the 1024 most promising states of each segment) and,
-when pofo gives one, a bound of its own (the fastest candidate so far on long chains: the DP then
-only looks for faster plans, and its value is inf when there is none). Every state of an optimal
-plan is kept and evaluated exactly as without pruning, so the value and the plan are the same
-(checked on 1080 chains x budgets x grids against the unpruned DP).
+a beam search over the same forward phase (the 1024 most promising states of each segment) and
+the bound that pofo gives (the fastest candidate so far on long chains: the DP then only looks for
+faster plans, and its value is inf when there is none). Without a bound the DP evaluates every
+reachable state: the lower bound is weak alone (with free transfers nothing needs recomputing
+when memory allows an offload), and on a 50-stage chain the two bounded passes cost more than
+they saved. Every state of an optimal plan is kept and evaluated exactly as without pruning, so
+the value and the plan are the same (the tests compare them).
 """
 
 from __future__ import annotations
@@ -102,8 +104,9 @@ _PRUNE_TOLERANCE = 1e-6
 """Relative (and absolute, ms) slack of the pruning bound (float32 tables, sums in other orders)."""
 _BEAM = 1024
 """States kept per segment by the beam search of :meth:`FractionalDP._bound`."""
-_BLOCK = 1 << 21
-"""Elements of one vectorized block of the forward phase (options x states), about 16 MB."""
+_BLOCK = 1 << 14
+"""Elements of one vectorized block of the forward phase (options x states): 128 KB arrays that
+stay in the cache (larger blocks were slower than one option at a time on a 50-stage chain)."""
 
 
 def _ceil(values: np.ndarray) -> np.ndarray:
@@ -334,33 +337,32 @@ class FractionalDP:
         in the order ``F_all a``, then ``F_ck a .. F_n j-1`` for ``j = a+1 .. a + window``, each
         with the input kept (``v = 0``) and offloaded (``v = 1``, when the bandwidth allows).
 
-        Yields blocks ``(choices, next states, valid masks, flat indices (K' D + F') D + B' of
-        the next states (B.1, Table 2), times of this segment: forward, idle times, backward)``,
-        the last three of shape ``(len(choices), len(K))``; ``choices`` are ``2 j + v``, ``next
-        states`` ``(j', kind')``. The arithmetic is that of one option at a time, vectorized.
+        Yields ``(choice 2 j + v, next state (j', kind'), valid mask, flat index (K' D + F') D +
+        B' of the next state (B.1, Table 2), time of this segment: forward, idle times,
+        backward)``, the last three over the states. The arithmetic is that of one option at a
+        time, vectorized over blocks of options.
         """
         L, D, C, beta, W = self.L, self.D, self.C, self.beta, self.W
         avail = C - t - K
-        versions = (0, 1) if beta > 0 else (0,)
+        versions = 2 if beta > 0 else 1
         # case 1, F_all a; B a needs T back, kept or prefetched
         nF, nB = self.g[L] + self.s[a] + self.fo[a], self.own_b[a]
         fits = avail >= max(nF, nB)
         back = self.bt[a] + self._idle(nB - avail + B)
         yield from self._versions(
-            a, [a], [(a + 1, 1)], t, K, F, B, [float(nF)], [self.ft[a]], [fits], [fits], back
+            [a], [(a + 1, 1)], t, K, F, B, [float(nF)], [self.ft[a]], [fits], [fits], back[None]
         )
         # case 2, F_ck a, F_n a+1 .. j-1, checkpoint x[j]
         top = min(L - 1, a + self.window)
         if top <= a:
             return
         fp = self.fprefix
-        grad = self.g[L]
-        needs = self._fwd_needs(a, top, grad)
+        needs = self._fwd_needs(a, top, self.g[L])
         rows = np.clip(avail, 0, W - 1) * D + B.astype(np.int64)
-        per_block = max(1, _BLOCK // max(1, len(K) * len(versions)))
+        per_block = max(1, _BLOCK // max(1, len(K) * versions))
         for low in range(a + 1, top + 1, per_block):
             js = list(range(low, min(top, low + per_block - 1) + 1))
-            lems, windows, fit0, fit1, backs = [], [], [], [], []
+            lems, windows, fit0, fit1 = [], [], [], []
             for j in js:
                 own = needs[: j - a]
                 first, rest = own[0], max(own[1:], default=0)
@@ -368,14 +370,15 @@ class FractionalDP:
                 windows.append(fp[j] - fp[a])
                 fit0.append(avail >= max(first, rest))
                 fit1.append((avail >= first) & (avail + t >= rest))
-                backs.append(self._ca(a, j - 1).reshape(-1)[rows])
+            # CA[a][j-1] for these j: rows j - 1 - a of near[a], gathered at once
+            backs = self.near[a, js[0] - 1 - a : js[-1] - a].reshape(len(js), -1)[:, rows]
             yield from self._versions(
-                a, js, [(j, 0) for j in js], t, K, F, B, lems, windows, fit0, fit1, np.stack(backs)
+                js, [(j, 0) for j in js], t, K, F, B, lems, windows, fit0, fit1, backs
             )
 
-    def _versions(self, a, js, nexts, t, K, F, B, lems, windows, fit0, fit1, back):
-        """:meth:`_options` for the options ``js`` (``back``: one row per option, or one row),
-        rows in the order ``(j, v)``: ``js[0]`` kept, ``js[0]`` offloaded, ``js[1]`` kept..."""
+    def _versions(self, js, nexts, t, K, F, B, lems, windows, fit0, fit1, back):
+        """:meth:`_options` for the options ``js`` (``back``: one row per option), in the order
+        ``js[0]`` kept, ``js[0]`` offloaded, ``js[1]`` kept..."""
         D, C, beta = self.D, self.C, self.beta
         avail = C - t - K
         lem = np.array(lems)[:, None]
@@ -401,14 +404,9 @@ class FractionalDP:
             else:
                 indices.append(np.broadcast_to(K2 * D * D, ok.shape))
             oks.append(ok)
-        shape = (len(js) * len(versions), len(K))
-        yield (
-            [2 * j + v for j in js for v in versions],
-            [nxt for nxt in nexts for _ in versions],
-            np.stack(oks, axis=1).reshape(shape),
-            np.stack(indices, axis=1).reshape(shape),
-            np.repeat(np.broadcast_to(cost, (len(js), len(K))), len(versions), axis=0),
-        )
+        for row, (j, nxt) in enumerate(zip(js, nexts, strict=True)):
+            for v in versions:
+                yield 2 * j + v, nxt, oks[v][row], indices[v][row], cost[row]
 
     def _last(self, a: int, t: int, K, F, B):
         """The loss (B.2) at ``a = L - 1``, or the tail ``CA[a][L-1]`` before it: time and mask."""
@@ -469,6 +467,8 @@ class FractionalDP:
         tail or loss from a state reached)."""
         L, W, D, C = self.L, self.W, self.D, self.C
         size = W * D * D
+        if limit == INF and beam is None:
+            return self._reachable(), INF
         relaxed = self._relaxed_bound
         best = INF
         reach: dict[tuple[int, int], np.ndarray] = {(0, 0): np.full(size, INF)}
@@ -498,23 +498,52 @@ class FractionalDP:
                     best = min(best, float(ends.min()))
                 if a == L - 1:
                     continue
-                for _, nexts, ok, index, cost in self._options(a, t, K, F.astype(float), B):
+                for _, nxt, ok, index, cost in self._options(a, t, K, F.astype(float), B):
                     total = before + cost
-                    for row, nxt in enumerate(nexts):
-                        if nxt not in reach:
-                            reach[nxt] = np.full(size, INF)
-                        kept = np.clip(index[row] // (D * D), 0, C)
-                        promise = total[row] + relaxed[nxt[0]][C - kept]
-                        keep = ok[row] & (promise <= limit) & (promise < INF)
-                        np.minimum.at(reach[nxt], index[row][keep], total[row][keep])
+                    if nxt not in reach:
+                        reach[nxt] = np.full(size, INF)
+                    kept = np.clip(index // (D * D), 0, C)
+                    promise = total + relaxed[nxt[0]][C - kept]
+                    keep = ok & (promise <= limit) & (promise < INF)
+                    np.minimum.at(reach[nxt], index[keep], total[keep])
         return states, best
+
+    def _reachable(self) -> list[list]:
+        """Every state that some choice of the segments before reaches (sorted flat indices, per
+        segment and input kind): :meth:`_reach` without a bound, with boolean marks."""
+        L, W, D = self.L, self.W, self.D
+        size = W * D * D
+        reached: dict[tuple[int, int], np.ndarray] = {(0, 0): np.zeros(size, dtype=bool)}
+        reached[(0, 0)][0] = True
+        states: list[list[np.ndarray | None]] = [[None, None] for _ in range(L)]
+        for a in range(L):
+            self.deadline.check()
+            for kind in (0, 1):
+                marks = reached.pop((a, kind), None)
+                if marks is None:
+                    continue
+                S = np.flatnonzero(marks)
+                del marks
+                if not len(S):
+                    continue
+                states[a][kind] = S
+                if a == L - 1:
+                    continue
+                t = self._t_size(a, kind)
+                K, F, B = S // (D * D), (S // D) % D, S % D
+                for _, nxt, ok, index, _ in self._options(a, t, K, F.astype(float), B):
+                    if nxt not in reached:
+                        reached[nxt] = np.zeros(size, dtype=bool)
+                    reached[nxt][index[ok]] = True
+        return states
 
     def _forward_tables(self) -> None:
         """``OC`` on the states that may lie on an optimal plan only (NOTE [ pofo pruning ]).
 
-        A beam search finds a plan of the DP; a forward pass then collects, stage by stage, the
-        states ``(K, F, B)`` that some choice of the segments before reaches within that plan's
-        time (flat indices, one array per input kind); the backward pass evaluates the
+        A forward pass collects, stage by stage, the states ``(K, F, B)`` that some choice of the
+        segments before reaches (flat indices, one array per input kind) and, with a ``bound``,
+        only within it and the time of a plan that a beam search finds first; the backward pass
+        evaluates the
         recurrences of B.1 on those states, vectorized over them and over the options, with flat
         gathers into the tables of the next segments (dense, INF where unreachable; only those
         within the window are kept). Each state's decision is kept (``choice[a][kind]``, beside
@@ -522,12 +551,15 @@ class FractionalDP:
         """
         L, W, D = self.L, self.W, self.D
         size = W * D * D
-        self._relaxed_bound = self._relaxed()
-        slack = 1 + _PRUNE_TOLERANCE
-        limit = self.bound * slack + _PRUNE_TOLERANCE
-        _, found = self._reach(limit, _BEAM)
-        limit = min(limit, found * slack + _PRUNE_TOLERANCE)
-        self.states, _ = self._reach(limit, None)
+        if self.bound == INF:  # every reachable state (the bounds prune little by themselves)
+            self.states, _ = self._reach(INF, None)
+        else:
+            self._relaxed_bound = self._relaxed()
+            slack = 1 + _PRUNE_TOLERANCE
+            limit = self.bound * slack + _PRUNE_TOLERANCE
+            _, found = self._reach(limit, _BEAM)
+            limit = min(limit, found * slack + _PRUNE_TOLERANCE)
+            self.states, _ = self._reach(limit, None)
         self.choice: list[list[np.ndarray | None]] = [[None, None] for _ in range(L)]
         flats: dict[tuple[int, int], np.ndarray] = {}
         for a in range(L - 1, -1, -1):
@@ -543,17 +575,14 @@ class FractionalDP:
                 best = self._last(a, t, K, Ff, Bf)
                 choice = np.where(np.isfinite(best), _TAIL, _NONE).astype(np.int16)
                 if a < L - 1:
-                    for codes, nexts, ok, index, cost in self._options(a, t, K, Ff, Bf):
-                        total = np.full(ok.shape, INF)
-                        for row, nxt in enumerate(nexts):
-                            table = flats.get(nxt)
-                            if table is not None:
-                                total[row] = cost[row] + table[np.where(ok[row], index[row], size)]
-                        pick = total.argmin(axis=0)
-                        low = total[pick, np.arange(len(S))]
-                        better = low < best
-                        best = np.where(better, low, best)
-                        choice[better] = np.array(codes, dtype=np.int16)[pick[better]]
+                    for code, nxt, ok, index, cost in self._options(a, t, K, Ff, Bf):
+                        table = flats.get(nxt)
+                        if table is None:
+                            continue
+                        total = cost + table[np.where(ok, index, size)]
+                        better = total < best
+                        best = np.where(better, total, best)
+                        choice[better] = code
                 flat = np.full(size + 1, INF, dtype=np.float32)
                 flat[S] = best
                 flats[(a, kind)] = flat
