@@ -17,10 +17,23 @@ def chains(
     ``max_extra``), overheads and weights 0..10 bytes, times 0..10 ms (integers or 3 decimals)."""
     length = draw(st.integers(1, 8))
     sizes = st.integers(min_size, max_size)
-    small = st.integers(0, 10)
     times = st.one_of(
         st.integers(0, 10).map(float), st.floats(0.1, 10.0).map(lambda t: round(t, 3))
     )
+    stages = _stages(draw, length, times, sizes, st.integers(0, max_extra), st.integers(0, 10))
+    return Profile(model=f"hypothesis-{length}", input_size=draw(sizes), stages=stages)
+
+
+def _stages(
+    draw: st.DrawFn,
+    length: int,
+    times: st.SearchStrategy[float],
+    sizes: st.SearchStrategy[int],
+    extra: st.SearchStrategy[int],
+    small: st.SearchStrategy[int],
+) -> list[Stage]:
+    """``length`` stages: times from ``times``, outputs and gradients (or none) from ``sizes``,
+    saved = output + ``extra``, overheads and weights from ``small``."""
     stages = []
     for k in range(length):
         out = draw(sizes)
@@ -30,14 +43,14 @@ def chains(
                 forward_time=draw(times),
                 backward_time=draw(times),
                 output_size=out,
-                saved_size=out + draw(st.integers(0, max_extra)),
+                saved_size=out + draw(extra),
                 forward_overhead=draw(small),
                 backward_overhead=draw(small),
                 weight_size=draw(small),
                 grad_size=draw(st.none() | sizes),
             )
         )
-    return Profile(model=f"hypothesis-{length}", input_size=draw(sizes), stages=stages)
+    return stages
 
 
 def integer_chain(
@@ -80,22 +93,7 @@ def extreme_chains(draw: st.DrawFn, *, max_length: int = 6) -> Profile:
     times = st.one_of(st.sampled_from(EXTREME_TIMES), st.floats(0.0, 1000.0))
     sizes = st.one_of(st.sampled_from(EXTREME_SIZES), st.integers(0, 2**20))
     small = st.one_of(st.sampled_from((0, 1, 2**30, 2**40)), st.integers(0, 1000))
-    stages = []
-    for k in range(length):
-        out = draw(sizes)
-        stages.append(
-            Stage(
-                name=f"s{k}",
-                forward_time=draw(times),
-                backward_time=draw(times),
-                output_size=out,
-                saved_size=out + draw(small),
-                forward_overhead=draw(small),
-                backward_overhead=draw(small),
-                weight_size=draw(small),
-                grad_size=draw(st.none() | sizes),
-            )
-        )
+    stages = _stages(draw, length, times, sizes, small, small)
     return Profile(model=f"extreme-{length}", input_size=draw(sizes), stages=stages)
 
 

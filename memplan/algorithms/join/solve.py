@@ -234,25 +234,21 @@ def _join_chain(profile: Profile, request: SolveRequest, started: float) -> Sche
             f"--slots {slots}: the join table for branches of {list(net.lengths)} stages would "
             f"take {table_bytes / 1e9:.1f} GB; use --slots {most} or fewer"
         )
+    value, plan = math.inf, None
+    message = (
+        "the slot grid is too coarse near the least memory: returned the least-memory canonical "
+        "plan (raise --slots for a faster one)"
+    )
     try:
         dp = HeteroJoin(rounded, capacity, deadline)
+        value = dp.opt(capacity)
+        if math.isfinite(value):
+            plan = dp.sequence(capacity)
     except TimeLimitReached:
-        return _schedule(
-            profile,
-            request,
-            "join",
-            "chain",
-            least_plan,
-            status="feasible",
-            message="the time limit passed during the join DP: returned the least-memory "
-            "canonical plan",
-            **common,
+        message = (
+            "the time limit passed during the join DP: returned the least-memory canonical plan"
         )
-    value, plan = dp.opt(capacity), None
-    if math.isfinite(value):
-        plan = dp.sequence(capacity)
-    fallback = net.makespan(least_plan)
-    if plan is None or fallback < value:
+    if plan is None or net.makespan(least_plan) < value:
         return _schedule(
             profile,
             request,
@@ -260,8 +256,7 @@ def _join_chain(profile: Profile, request: SolveRequest, started: float) -> Sche
             "chain",
             least_plan,
             status="feasible",
-            message="the slot grid is too coarse near the least memory: returned the "
-            "least-memory canonical plan (raise --slots for a faster one)",
+            message=message,
             **common,
         )
     return _schedule(
