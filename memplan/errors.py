@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import difflib
+import os
+import stat
+import sys
 from collections.abc import Iterable
 
 
@@ -18,29 +21,65 @@ class InputError(MemplanError, ValueError):
     """
 
 
+BUG_NOTE = "this is a bug in memplan; please report it"
+"""The one phrase that says an error is memplan's own: :class:`InternalError` adds it to its
+message, the command line to any unexpected exception's line (never twice)."""
+
+
 class InternalError(MemplanError, RuntimeError):
     """A broken invariant inside memplan (e.g. a solver and the simulator disagree).
 
-    This is always a bug: please report it with the command line and the profile.
+    This is always a bug. Raise it with what broke (``pofo produced a plan the simulator rejects:
+    ...``); ``str()`` adds :data:`BUG_NOTE` in parentheses, so the message says it once.
     """
+
+    def __str__(self) -> str:
+        return f"{super().__str__()} ({BUG_NOTE})"
+
+
+class MemplanWarning(UserWarning):
+    """Base class of the warnings memplan issues on purpose (``warnings.warn``): the command line
+    prints each as one line ``memplan: warning: ...`` on stderr."""
+
+
+class BudgetWarning(MemplanWarning):
+    """A memory budget larger than the profile's GPU can give a plan (docs/cli.md, "Budgets")."""
 
 
 STDIN = "<stdin>"
 """How messages name standard input."""
 
 
-def empty_input(source: str, expected: str) -> InputError:
-    """The error for an empty document: on stdin, most often the command before the pipe failed.
+class EmptyPipe(InputError):
+    """Nothing came through the pipe on standard input.
 
-    ``expected`` says what the document should have been (``a memplan-profile/1 document``).
+    Not bad input: the command before the pipe wrote nothing, most often because it failed (its
+    own error is above on stderr). The CLI exits 66 (``EX_NOINPUT`` of sysexits.h), not 2, and
+    the message does not blame the input. An empty file, or ``< /dev/null``, is a plain
+    :class:`InputError` (the document is empty).
     """
-    if source == STDIN:
-        return InputError(
-            f"{STDIN}: empty: nothing came through the pipe, expected {expected}; the command "
-            "before the pipe may have failed (its error is above; `set -o pipefail` makes the "
-            "pipeline exit with it)"
+
+
+def empty_input(source: str, expected: str) -> InputError:
+    """The error for an empty document; :class:`EmptyPipe` when it came through a pipe.
+
+    ``expected`` says what the document should have been (``a profile with 'format: ...'``).
+    """
+    if source == STDIN and stdin_is_pipe():
+        return EmptyPipe(
+            f"{STDIN}: nothing came through the pipe (expected {expected}): the command before "
+            "the pipe wrote nothing; its own error, if it failed, is above"
         )
     return InputError(f"{source}: empty: expected {expected}")
+
+
+def stdin_is_pipe() -> bool:
+    """Whether standard input is a pipe or a socket (not a terminal, a file or ``/dev/null``)."""
+    try:
+        mode = os.fstat(sys.stdin.fileno()).st_mode
+    except (AttributeError, OSError, ValueError):  # no stdin, or a stream without a descriptor
+        return False
+    return stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode)
 
 
 def did_you_mean(name: str, choices: Iterable[str], n: int = 3) -> str:

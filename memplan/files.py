@@ -5,8 +5,13 @@ Every file memplan writes (``-o``, ``--trace``, ``--plot``, ``plot -o``, ``save_
 through :func:`write_atomic`:
 
 1. **Atomic.** The bytes go to a temporary file in the target's directory, are flushed to disk,
-   and the temporary file is renamed over the target: an interrupted run (Ctrl-C, a full disk)
-   never leaves a truncated file, and nothing is left behind.
+   and the temporary file is renamed over the target: an interrupted run (Ctrl-C, SIGTERM, a full
+   disk) never leaves a truncated file, and nothing is left behind. The temporary file is created
+   with the stop signals held (:func:`memplan.interrupt.deferred`), so that its name is known
+   before any interrupt can be raised and it is always removed.
+   The command line goes further (:func:`hold_writes`): a command's files are renamed into place
+   together when it ends, so that an interrupt or an error at any point before leaves every
+   target as it was (exit 0 or 1: all written; any other exit: none; NOTE [ interrupts ]).
 2. **Symlinks are written through.** A link to a file keeps being a link: the file it points to
    is replaced (a dangling link creates its target).
 3. **A replaced file keeps its permissions** (a 0600 file stays 0600) and, where the system
@@ -30,10 +35,14 @@ import stat
 import tempfile
 from pathlib import Path
 
+from memplan import interrupt
 from memplan.errors import InputError
 
 _inputs: dict[tuple[int, int], str] | None = None
 """(device, inode) -> name of the files read by this command; None: not tracking (library)."""
+_held: list[tuple[str, Path, str]] | None = None
+"""(temporary, target, name as given) of the files written and not yet renamed, while a command
+holds its writes; None: each write renames at once (library)."""
 
 
 def track_inputs() -> None:
@@ -57,8 +66,41 @@ def note_input(path: str | os.PathLike[str]) -> None:
         _inputs.setdefault((info.st_dev, info.st_ino), str(path))
 
 
+def hold_writes() -> None:
+    """From now on, :func:`write_atomic` leaves its temporary file for :func:`commit_writes` or
+    :func:`discard_writes` (a command starts)."""
+    global _held
+    _held = []
+
+
+def commit_writes() -> None:
+    """Rename every held temporary file over its target, in the order written, signals held; stop
+    holding. An error renaming one removes the temporary files not renamed yet and is raised."""
+    global _held
+    held, _held = _held or [], None
+    with interrupt.deferred():
+        for index, (tmp, target, _name) in enumerate(held):
+            try:
+                os.replace(tmp, target)
+            except BaseException:
+                for rest, _target, _rest_name in held[index:]:
+                    Path(rest).unlink(missing_ok=True)
+                raise
+
+
+def discard_writes() -> list[str]:
+    """Remove every held temporary file, stop holding; the names of the files not written."""
+    global _held
+    held, _held = _held or [], None
+    with interrupt.deferred():
+        for tmp, _target, _name in held:
+            Path(tmp).unlink(missing_ok=True)
+    return list(dict.fromkeys(name for _tmp, _target, name in held))
+
+
 def write_atomic(path: str | os.PathLike[str], data: str | bytes) -> None:
-    """Write ``data`` (text as UTF-8) to ``path`` as NOTE [ safe writes ] says.
+    """Write ``data`` (text as UTF-8) to ``path`` as NOTE [ safe writes ] says; while the command
+    line holds writes (:func:`hold_writes`), the rename waits for :func:`commit_writes`.
 
     Raises
     ------
@@ -80,9 +122,12 @@ def write_atomic(path: str | os.PathLike[str], data: str | bytes) -> None:
             with open(target, "wb") as handle:
                 handle.write(payload)
             return
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    tmp = None
     try:
-        with os.fdopen(fd, "wb") as handle:
+        with interrupt.deferred():  # no interrupt between creating the file and knowing its name
+            fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+            handle = os.fdopen(fd, "wb")
+        with handle:
             handle.write(payload)
             handle.flush()
             os.fsync(handle.fileno())
@@ -92,9 +137,14 @@ def write_atomic(path: str | os.PathLike[str], data: str | bytes) -> None:
             os.chmod(tmp, stat.S_IMODE(info.st_mode))
             with contextlib.suppress(OSError):  # allowed to root, or to change the group only
                 os.chown(tmp, info.st_uid, info.st_gid)
-        os.replace(tmp, target)
+        if _held is None:
+            os.replace(tmp, target)
+        else:
+            _held.append((tmp, target, str(path)))
     except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+        if tmp is not None:
+            with interrupt.deferred():
+                Path(tmp).unlink(missing_ok=True)
         raise
 
 

@@ -1,10 +1,23 @@
-"""One Ctrl-C stops every phase, CP-SAT searches included.
+"""One Ctrl-C, SIGTERM or SIGHUP stops every phase, CP-SAT searches included, and leaves nothing.
 
 NOTE [ interrupts ]
-Python turns SIGINT into ``KeyboardInterrupt`` between two bytecodes; the CLI maps it to exit 130
-(128 + SIGINT, what a shell reports) with nothing written (files are written last, atomically,
-NOTE [ safe writes ] in :mod:`memplan.files`). Pure-Python and numpy phases (parsing, the DPs,
-``memplan alloc``'s search, the simulators) stop at once.
+Python turns SIGINT into ``KeyboardInterrupt`` between two bytecodes; the command line
+(:func:`install`, called by ``memplan``'s entry point) has SIGTERM (``kill``, ``timeout``) and
+SIGHUP (a closed terminal) raise :class:`Terminated`, a ``KeyboardInterrupt`` too, so that every
+``except KeyboardInterrupt`` and ``finally`` of memplan runs for them as for Ctrl-C. The CLI maps
+them to exit 128 + the signal (130, 143, 129: what a shell reports for a process killed by it)
+with nothing written: every output file is written to a temporary file and renamed at the very
+end (NOTE [ safe writes ] in :mod:`memplan.files`), and the temporaries are removed. A signal
+that Python ignored at start (``nohup`` ignores SIGHUP, a shell ignores SIGINT for a background
+job) stays ignored.
+
+Two short sections hold the signals (:func:`deferred`): creating a temporary file (so that its
+name is known before an interrupt can be raised, and it is always removed) and the final renames
+of a command's outputs. Once a command has renamed its outputs into place it is done
+(:func:`finish`), and once ``main`` returns the signals are ignored (:func:`ignore`; Python's
+shutdown would otherwise put their default action back): a signal arriving in the milliseconds
+before the process exits ends nothing, so that exit 0 always means the outputs are written and
+128 + n always means none is.
 
 CP-SAT needs more. Left alone, it installs its own SIGINT handler for the duration of
 ``solve()`` and treats Ctrl-C as a time limit: ``solve()`` returns its incumbent as FEASIBLE,
@@ -12,9 +25,9 @@ Python never sees the interrupt, and ``pipeline-ilp`` goes on to its next phase 
 ``-o`` file. With ``catch_sigint_signal`` off, Python's handler only runs once ``solve()``
 returns, at the time limit. So :func:`solve` turns CP-SAT's handler off and, for the duration of
 the search, has Python's C-level handler write the signal number to a pipe
-(:func:`signal.set_wakeup_fd`): a watcher thread reading the pipe calls ``stop_search()``, the
-search ends within milliseconds, and the pending ``KeyboardInterrupt`` is raised as soon as
-``solve()`` returns. Every CP-SAT solve in memplan goes through :func:`solve`.
+(:func:`signal.set_wakeup_fd`): a watcher thread reading the pipe calls ``stop_search()`` on
+SIGINT, SIGTERM or SIGHUP, the search ends within milliseconds, and the pending exception is
+raised as soon as ``solve()`` returns. Every CP-SAT solve in memplan goes through :func:`solve`.
 """
 
 from __future__ import annotations
@@ -23,28 +36,121 @@ import contextlib
 import os
 import signal
 import threading
+from collections.abc import Iterator
 from typing import Any
+
+STOP_SIGNALS: tuple[signal.Signals, ...] = tuple(
+    getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, name)
+)
+"""The signals that stop a command (SIGHUP does not exist on Windows)."""
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM or SIGHUP, raised where Python raises ``KeyboardInterrupt`` for SIGINT."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+class _State:
+    finished = False  # the command has written its outputs: signals end nothing any more
+
+
+_state = _State()
+
+
+def exit_status(exc: KeyboardInterrupt) -> int:
+    """128 + the signal that raised ``exc``: 130 for Ctrl-C, 143 for SIGTERM, 129 for SIGHUP."""
+    return 128 + getattr(exc, "signum", signal.SIGINT)
+
+
+def _raise(signum: int, _frame: Any) -> None:
+    """The CLI's handler of :data:`STOP_SIGNALS` (NOTE [ interrupts ])."""
+    if _state.finished:
+        return
+    if signum == signal.SIGINT:
+        raise KeyboardInterrupt
+    raise Terminated(signum)
+
+
+def install() -> None:
+    """Have SIGINT, SIGTERM and SIGHUP raise in the main thread (the command line's entry point;
+    a library never calls it). A signal ignored at start stays ignored."""
+    _state.finished = False
+    for signum in STOP_SIGNALS:
+        if signal.getsignal(signum) is not signal.SIG_IGN:
+            signal.signal(signum, _raise)
+
+
+def begin() -> None:
+    """A command starts: signals stop it again (after an earlier :func:`finish`, in tests)."""
+    _state.finished = False
+
+
+def finish() -> None:
+    """The command has written its outputs: the CLI's handler ignores signals from now on."""
+    _state.finished = True
+
+
+def ignore() -> None:
+    """The process is about to exit with its outcome decided: ignore the stop signals outright
+    (Python puts their default action back while it shuts down, and a SIGTERM then would kill
+    a process whose outputs are written; the command line's entry point calls it last)."""
+    _state.finished = True
+    if threading.current_thread() is threading.main_thread():
+        for signum in STOP_SIGNALS:
+            if signal.getsignal(signum) is _raise:
+                signal.signal(signum, signal.SIG_IGN)
+
+
+@contextlib.contextmanager
+def deferred() -> Iterator[None]:
+    """Hold SIGINT, SIGTERM and SIGHUP for the ``with`` block; the first one that came is handled
+    when it ends (by the handler that was in place: it raises, or, after :func:`finish`, not).
+
+    Only signals with a Python handler are held (a default action or an ignored signal is left
+    alone), and only in the main thread, the one Python runs handlers in.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    held: list[int] = []
+    previous: dict[int, Any] = {}
+    for signum in STOP_SIGNALS:
+        handler = signal.getsignal(signum)
+        if callable(handler):
+            previous[signum] = handler
+            signal.signal(signum, lambda number, _frame: held.append(number))
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+        if held:
+            previous[held[0]](held[0], None)
 
 
 def solve(solver: Any, model: Any, callback: Any = None) -> Any:
-    """``solver.solve(model, callback)``, stopped at once by a SIGINT (see NOTE [ interrupts ]).
+    """``solver.solve(model, callback)``, stopped at once by a SIGINT, SIGTERM or SIGHUP (see
+    NOTE [ interrupts ]).
 
-    Returns CP-SAT's status; raises ``KeyboardInterrupt`` when a SIGINT arrived during the search.
+    Returns CP-SAT's status; raises ``KeyboardInterrupt`` (:class:`Terminated`) when a signal
+    arrived during the search.
     """
-    with _stop_on_sigint(solver):
+    with _stop_on_signals(solver):
         return solver.solve(model, callback) if callback is not None else solver.solve(model)
 
 
 @contextlib.contextmanager
-def _stop_on_sigint(solver: Any):
-    """Call ``solver.stop_search()`` from a watcher thread when SIGINT arrives.
+def _stop_on_signals(solver: Any):
+    """Call ``solver.stop_search()`` from a watcher thread when a stop signal arrives.
 
-    Outside the main thread, or when Python does not handle SIGINT, CP-SAT keeps its own handler
-    (Ctrl-C ends the search as a time limit would): there is no ``KeyboardInterrupt`` to relay.
+    Outside the main thread, or when Python handles none of :data:`STOP_SIGNALS`, CP-SAT keeps
+    its own handler (Ctrl-C ends the search as a time limit would): there is no exception to relay.
     """
-    if threading.current_thread() is not threading.main_thread() or signal.getsignal(
-        signal.SIGINT
-    ) in (signal.SIG_IGN, signal.SIG_DFL, None):
+    stopping = [signum for signum in STOP_SIGNALS if callable(signal.getsignal(signum))]
+    if threading.current_thread() is not threading.main_thread() or not stopping:
         yield
         return
     read_end, write_end = os.pipe()
@@ -68,10 +174,10 @@ def _stop_on_sigint(solver: Any):
             if previous >= 0 and data:  # pass the bytes on to whoever listened before
                 with contextlib.suppress(OSError):
                     os.write(previous, data)
-            if not done.is_set() and signal.SIGINT in data:
+            if not done.is_set() and any(signum in data for signum in stopping):
                 solver.stop_search()
 
-    watcher = threading.Thread(target=watch, name="memplan-sigint", daemon=True)
+    watcher = threading.Thread(target=watch, name="memplan-signals", daemon=True)
     watcher.start()
     try:
         yield

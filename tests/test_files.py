@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import stat
 import tempfile
 from pathlib import Path
@@ -16,6 +17,7 @@ import pytest
 from typer.testing import CliRunner
 
 import memplan
+from memplan import files
 from memplan.cli.app import app
 from memplan.files import write_atomic
 
@@ -186,3 +188,62 @@ def test_an_interrupted_write_leaves_nothing(tmp_path, monkeypatch):
         write_atomic(target, "new\n")
     assert target.read_text() == "old\n"
     assert [p.name for p in tmp_path.iterdir()] == ["plan.json"]
+
+
+def test_an_interrupt_while_the_temporary_file_is_made_leaves_nothing(tmp_path, monkeypatch):
+    """The window of a Ctrl-C that arrives after mkstemp created the file and before its name is
+    returned: the signal is held until the name is known (NOTE [ safe writes ])."""
+    target = tmp_path / "plan.json"
+    made = tempfile.mkstemp
+
+    def make_then_interrupt(*args, **kwargs):
+        result = made(*args, **kwargs)
+        signal.raise_signal(signal.SIGINT)  # Python raises KeyboardInterrupt at once, unless held
+        return result
+
+    monkeypatch.setattr(tempfile, "mkstemp", make_then_interrupt)
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    with pytest.raises(KeyboardInterrupt):
+        write_atomic(target, "new\n")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_held_writes_are_renamed_together_or_not_at_all(tmp_path):
+    first, second = tmp_path / "a.json", tmp_path / "b.json"
+    second.write_text("old\n")
+    files.hold_writes()
+    try:
+        write_atomic(first, "1\n")
+        write_atomic(second, "2\n")
+        assert sorted(p.name for p in tmp_path.iterdir() if not p.name.startswith(".")) == [
+            "b.json"
+        ]
+        assert second.read_text() == "old\n"
+    finally:
+        files.commit_writes()
+    assert first.read_text() == "1\n" and second.read_text() == "2\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.json", "b.json"]
+
+    files.hold_writes()
+    try:
+        write_atomic(first, "3\n")
+        write_atomic(second, "4\n")
+    finally:
+        assert files.discard_writes() == [str(first), str(second)]
+    assert first.read_text() == "1\n" and second.read_text() == "2\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.json", "b.json"]
+    write_atomic(first, "5\n")  # no longer held: renamed at once
+    assert first.read_text() == "5\n"
+
+
+def test_a_failed_command_writes_none_of_its_files(tmp_path):
+    """``--trace`` is written first, then ``-o`` is refused: neither is written (exit 2)."""
+    readonly = tmp_path / "plan.json"
+    readonly.write_text("old\n")
+    readonly.chmod(0o444)
+    trace = tmp_path / "trace.json"
+    result = _solve_to(readonly, "--trace", str(trace))
+    assert result.exit_code == 2, result.stderr
+    assert not trace.exists() and readonly.read_text() == "old\n"
+    assert f"not written, left as they were: {trace}" in result.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["plan.json"]

@@ -7,12 +7,10 @@ never share an address (``memplan alloc``; docs/alloc.md).
 >>> p.status, p.arena, p.offsets.tolist()
 ('optimal', 8, [0, 4, 0])
 
-The exact search (:mod:`memplan.alloc.search`) follows Moffitt's MiniMalloc (ASPLOS 2023), in two
-engines: compiled when the ``fast`` extra is installed (:mod:`memplan.alloc.kernel`, built once
-with numba into machine code loaded without it, run through :mod:`memplan.alloc.compiled`), numpy
-otherwise. The greedy (:mod:`memplan.alloc.greedy`)
-is an upper bound and a quick answer; the checker (:mod:`memplan.alloc.validate`) is independent
-of both.
+The exact search (:mod:`memplan.alloc.search`) follows Moffitt's MiniMalloc (ASPLOS 2023); its
+nodes, and the greedy first fit (:mod:`memplan.alloc.greedy`, an upper bound and a quick answer),
+run in the compiled core (:mod:`memplan.core`, src/alloc.cpp). The checker
+(:mod:`memplan.alloc.validate`) is independent of both.
 """
 
 from __future__ import annotations
@@ -21,7 +19,6 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -37,9 +34,6 @@ from memplan.alloc.buffers import (
 from memplan.alloc.lifetimes import overlaps_in_time
 from memplan.alloc.validate import Check, check_placement
 from memplan.errors import InputError, InternalError
-
-if TYPE_CHECKING:
-    from memplan.alloc.compiled import Kernel
 
 __all__ = [
     "BufferTable",
@@ -104,7 +98,6 @@ def place(
     capacity: int | None = None,
     time_limit: float | None = None,
     on_progress: Callable[[str], None] | None = None,
-    engine: str = "auto",
 ) -> Placement:
     """Place ``buffers`` within ``capacity`` bytes, or, without one, in the least arena.
 
@@ -114,16 +107,15 @@ def place(
     rounds of bisection, each probe a search under a node budget that grows every round
     (:func:`_least_arena`). ``time_limit`` (seconds, None for no limit) bounds the whole call,
     the final check included; a search cut short reports ``gave-up`` (with a capacity) or the
-    best arena found (without one). ``engine`` picks the search (``auto``, ``compiled`` or
-    ``numpy``; see :func:`memplan.alloc.search.search`). Every placement returned has been
-    checked by the independent :func:`memplan.alloc.validate.check_placement`.
+    best arena found (without one). Every placement returned has been checked by the independent
+    :func:`memplan.alloc.validate.check_placement`.
 
     Raises :class:`memplan.InputError` for a capacity that is not a non-negative integer, a time
     limit that is not a finite number >= 0, or a peak live load above 2^61 bytes (NOTE [ exact
     arithmetic ]).
     """
     from memplan.alloc.greedy import ArenaTooLarge, best_greedy
-    from memplan.alloc.search import ENGINES, search
+    from memplan.alloc.search import search
 
     started = time.perf_counter()
     if time_limit is not None and (
@@ -134,8 +126,6 @@ def place(
         isinstance(capacity, bool) or not isinstance(capacity, (int, np.integer)) or capacity < 0
     ):
         raise InputError(f"capacity {capacity!r}: expected a whole number of bytes >= 0")
-    if engine not in ENGINES:
-        raise InputError(f"engine {engine!r}: expected one of {', '.join(ENGINES)}")
     capacity = None if capacity is None else int(capacity)
     lower, upper, size = buffers.lower, buffers.upper, buffers.size
     peak = peak_live_load(lower, upper, size)
@@ -190,10 +180,8 @@ def place(
         return offsets
 
     graph = overlaps_in_time(lower_k, upper_k, deadline)
-    # Without the overlap lists the compiled greedy cannot run (nor can the search).
-    kernel = _kernel(engine, deadline, len(keep)) if graph is not None else None
     try:
-        greedy = best_greedy(lower_k, upper_k, size_k, deadline, kernel, graph)
+        greedy = best_greedy(lower_k, upper_k, size_k, deadline, graph)
     except ArenaTooLarge:
         raise InputError(
             f"{buffers.source}: size: a placement would need an arena above 2^61 bytes: too "
@@ -211,7 +199,6 @@ def place(
             capacity,
             left(),
             on_progress,
-            engine=_engine_name(engine, kernel, len(keep)),
             graph=graph,
         )
         nodes += result.nodes
@@ -242,7 +229,6 @@ def place(
         greedy,
         left,
         on_progress,
-        _engine_name(engine, kernel, len(keep)),
     )
     if lo >= hi:
         return done("optimal", spread(best), hi, f"least arena {hi} (peak live load {peak})")
@@ -254,41 +240,12 @@ def place(
     )
 
 
-def _kernel(engine: str, deadline: float | None, n: int) -> Kernel | None:
-    """The compiled kernel, or None for the numpy engine. ``auto`` waits for it (loading takes
-    a few hundredths of a second; a first build, seconds) until half the time left, and skips it
-    for small instances whose greedy does not need it (the search loads it if it runs)."""
-    from memplan.alloc import compiled
-
-    if engine == "numpy" or (engine == "auto" and not compiled.available()):
-        return None
-    if engine == "compiled":
-        return compiled.load(None)
-    if n < _COMPILED_GREEDY and not compiled.loaded():
-        return None
-    now = time.perf_counter()
-    return compiled.load(None if deadline is None else now + (deadline - now) / 2)
-
-
-_COMPILED_GREEDY = 5000
-"""Buffers from which the greedy runs compiled (when the kernel is available)."""
-
-
-def _engine_name(engine: str, kernel: Kernel | None, n: int) -> str:
-    """The engine of the searches: ``compiled`` when the kernel is loaded, ``numpy`` when
-    ``auto`` already waited for it in vain."""
-    if kernel is not None:
-        return "compiled"
-    return "numpy" if engine == "auto" and n >= _COMPILED_GREEDY else engine
-
-
 def _least_arena(
     problem: tuple[np.ndarray, np.ndarray, np.ndarray, tuple[np.ndarray, np.ndarray] | None],
     peak: int,
     greedy: np.ndarray,
     left: Callable[[], float | None],
     on_progress: Callable[[str], None] | None,
-    engine: str,
 ) -> tuple[np.ndarray, int, int, int]:
     """NOTE [ least arena ]: the best placement found, a proven lower bound, its arena, nodes.
 
@@ -323,7 +280,6 @@ def _least_arena(
                 remaining,
                 on_progress,
                 node_budget=budget,
-                engine=engine,
                 tight=False,  # the peak is the first probe
                 graph=graph,
             )

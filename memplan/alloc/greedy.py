@@ -10,15 +10,14 @@ it always returns within its time limit.
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING
 
 import numpy as np
 
 from memplan.alloc.buffers import MAX_ARENA
 from memplan.alloc.lifetimes import overlaps_in_time
+from memplan.core import kernels
 
-if TYPE_CHECKING:
-    from memplan.alloc.compiled import Kernel
+__all__ = ["ArenaTooLarge", "best_greedy", "first_fit"]
 
 
 class ArenaTooLarge(ValueError):
@@ -35,85 +34,28 @@ def first_fit(
 ) -> np.ndarray:
     """Offsets from placing the buffers in ``order``, each at its lowest free address.
 
-    O(Q log Q) for Q pairs of buffers live at the same time, with ``graph`` (the CSR of
-    :func:`memplan.alloc.lifetimes.overlaps`); without it, O(n) numpy work per buffer. At
-    ``deadline`` the rest are stacked above the arena. Raises :class:`ArenaTooLarge` when the
-    arena would pass ``MAX_ARENA``.
+    Run by the compiled core (src/alloc.cpp): O(Q log Q) for Q pairs of buffers live at the same
+    time with ``graph`` (the CSR of :func:`memplan.alloc.lifetimes.overlaps`), O(n) per buffer
+    without it. At ``deadline`` the rest are stacked above the arena. Raises
+    :class:`ArenaTooLarge` when the arena would pass ``MAX_ARENA``.
     """
-    n = len(size)
-    offsets = np.zeros(n, dtype=np.int64)
-    placed = np.zeros(n, dtype=bool)
-    # Python lists: a few dozen neighbours per buffer are faster to scan than to hand to numpy.
-    off_l = [0] * n
-    top_l = [-1] * n  # -1 until placed (a placed buffer of size > 0 has top >= 1)
-    size_l = size.tolist()
-    arena = 0
-    todo = order.tolist()
-    if graph is not None:
-        start_l = graph[0].tolist()
-        buf = graph[1]
-    for k, b in enumerate(todo):
-        if deadline is not None and (k & 63) == 0 and time.perf_counter() > deadline:
-            rest = order[k:]
-            rest = rest[size[rest] > 0]
-            if rest.size:
-                tops = arena + np.cumsum(size[rest])
-                if int(tops[-1]) > MAX_ARENA:
-                    raise ArenaTooLarge(int(tops[-1]))
-                offsets[rest] = tops - size[rest]
-            break
-        sz = size_l[b]
-        if sz <= 0:
-            continue
-        if graph is not None:
-            near = buf[start_l[b] : start_l[b + 1]].tolist()
-            spans = sorted((off_l[u], top_l[u]) for u in near if top_l[u] >= 0)
-        else:
-            others = np.flatnonzero(placed & (lower < upper[b]) & (lower[b] < upper)).tolist()
-            spans = sorted((off_l[u], top_l[u]) for u in others)
-        x = 0
-        for s0, e0 in spans:
-            if s0 >= x + sz:
-                break
-            if e0 > x:
-                x = e0
-        if x + sz > MAX_ARENA:
-            raise ArenaTooLarge(x + sz)
-        off_l[b] = x
-        top_l[b] = x + sz
-        placed[b] = True
-        arena = max(arena, x + sz)
-    done = np.array(top_l) >= 0
-    offsets[done] = np.array(off_l, dtype=np.int64)[done]
-    return offsets
-
-
-def _first_fit_compiled(
-    kernel: Kernel,
-    size: np.ndarray,
-    order: np.ndarray,
-    deadline: float | None,
-    graph: tuple[np.ndarray, np.ndarray],
-) -> np.ndarray:
-    """:func:`first_fit` by :func:`memplan.alloc.kernel.first_fit` (same placement)."""
-    from memplan.alloc.compiled import call_stoppable
-
-    offsets = np.full(len(size), -1, dtype=np.int64)
-    stop = np.zeros(1, dtype=np.int64)
-    done = call_stoppable(
-        kernel.first_fit,
-        (size, order, graph[0], graph[1], offsets, MAX_ARENA, stop),
-        stop,
-        deadline,
+    left = -1.0 if deadline is None else max(deadline - time.perf_counter(), 0.0)
+    starts, buf = graph if graph is not None else (None, None)
+    done, offsets = kernels.alloc_first_fit(
+        np.ascontiguousarray(lower, dtype=np.int64),
+        np.ascontiguousarray(upper, dtype=np.int64),
+        np.ascontiguousarray(size, dtype=np.int64),
+        np.ascontiguousarray(order, dtype=np.int64),
+        starts,
+        buf,
+        MAX_ARENA,
+        left,
     )
-    if done < -1:  # -2: the call was left behind at the deadline
-        done = 0
-        offsets[:] = -1
-    elif done < 0 and stop[0] == 0:
+    if done < 0:
         raise ArenaTooLarge(MAX_ARENA + 1)
-    rest = order[max(done, 0) :]
+    rest = order[done:]
     rest = rest[size[rest] > 0]
-    if rest.size:
+    if rest.size:  # stopped at the deadline: the rest stacked above everything placed
         placed = offsets >= 0
         arena = int((offsets[placed] + size[placed]).max(initial=0))
         tops = arena + np.cumsum(size[rest])
@@ -129,12 +71,10 @@ def best_greedy(
     upper: np.ndarray,
     size: np.ndarray,
     deadline: float | None = None,
-    kernel: Kernel | None = None,
     graph: tuple[np.ndarray, np.ndarray] | None | bool = True,
 ) -> np.ndarray:
     """The best of first fit by size (then lifetime) and by area (size x lifetime), descending;
-    the second only when the first finished before ``deadline``. ``kernel`` (the compiled
-    module, :mod:`memplan.alloc.kernel`) runs the first fits compiled; ``graph`` is the CSR of
+    the second only when the first finished before ``deadline``. ``graph`` is the CSR of
     :func:`memplan.alloc.lifetimes.overlaps`, None for none, True (the default) to build it when
     time allows."""
     keep = size > 0
@@ -151,10 +91,7 @@ def best_greedy(
         if best is not None and deadline is not None and time.perf_counter() > deadline:
             break
         order = np.lexsort(keys)
-        if kernel is not None and graph is not None:
-            offsets = _first_fit_compiled(kernel, size, order, deadline, graph)
-        else:
-            offsets = first_fit(lower, upper, size, order, deadline, graph)
+        offsets = first_fit(lower, upper, size, order, deadline, graph)
         offsets[~keep] = 0
         if best is None or int((offsets + size).max(initial=0)) < int((best + size).max(initial=0)):
             best = offsets

@@ -1,8 +1,7 @@
-"""The static data of one exact-allocation instance, shared by both search engines.
+"""The static data of one exact-allocation instance.
 
 :class:`Instance` builds, once per instance and with numpy, what the branch-and-bound of
-:mod:`memplan.alloc.search` and its compiled kernel (:mod:`memplan.alloc.compiled`,
-:mod:`memplan.alloc.kernel`) read at every node: the sections (time intervals between consecutive
+:mod:`memplan.alloc.search` (its nodes in the compiled core, src/alloc.cpp) reads at every node: the sections (time intervals between consecutive
 lifetime endpoints) and the CSR of the (section, buffer) incidences, the section totals, the
 buffers crossing each section boundary (NOTE [ decomposition ] in memplan/alloc/search.py), the
 overlap graph, the stacked twins (NOTE [ stacked twins ]) and MiniMalloc's static preorders
@@ -11,8 +10,6 @@ it is built, so that an instance too large for the exact search is turned down c
 """
 
 from __future__ import annotations
-
-import functools
 
 import numpy as np
 
@@ -84,36 +81,6 @@ class Instance:
         self.tw_buf = (
             np.concatenate(twin_lists).astype(np.int64) if n else np.zeros(0, dtype=np.int64)
         )
-
-    @functools.cached_property
-    def start(self) -> np.ndarray:
-        """Offsets of each section in :attr:`incidence` (the numpy search's layout)."""
-        per = np.maximum(np.diff(self.sec_start), 1)
-        return np.concatenate([[0], np.cumsum(per)]).astype(np.int64)
-
-    @functools.cached_property
-    def incidence(self) -> np.ndarray:
-        """The incidences grouped by section; an empty section gets the dummy buffer n (always
-        "placed", minimum offset +inf) so that ``np.minimum.reduceat`` never sees an empty
-        segment."""
-        inc = np.full(int(self.start[-1]), self.n, dtype=np.int64)
-        counts = np.diff(self.sec_start)
-        slot = np.repeat(self.start[:-1], counts) + (
-            np.arange(len(self.sec_buf)) - np.repeat(self.sec_start[:-1], counts)
-        )
-        inc[slot] = self.sec_buf
-        return inc
-
-    @functools.cached_property
-    def overlaps(self) -> list[np.ndarray]:
-        """The buffers live at the same time as each buffer."""
-        return np.split(self.ov_buf, self.ov_start[1:-1]) if self.n else []
-
-    @functools.cached_property
-    def twins(self) -> list[list[int]]:
-        """The other buffers with the same lifetime as each buffer."""
-        bounds = self.tw_start.tolist()
-        return [self.tw_buf[a:b].tolist() for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
 
     def preorder(self, heuristic: str) -> np.ndarray:
         """Ranks of the buffers under a static preorder (MiniMalloc's W, A, T keys, descending)."""

@@ -3,7 +3,7 @@
 A placement is valid when every offset is a non-negative integer, every buffer ends within the
 capacity (when one is given), and no two buffers of positive size whose half-open lifetimes
 ``[lower, upper)`` intersect share an address of ``[offset, offset + size)``. It shares no code
-with the solver (memplan/alloc/search.py, kernel.py, greedy.py).
+with the solver (memplan/alloc/search.py, greedy.py, src/alloc.cpp).
 """
 
 from __future__ import annotations

@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import math
 import os
 import sys
-from decimal import Decimal
 from pathlib import Path
 from typing import Annotated
 
@@ -13,7 +11,6 @@ import typer
 
 from memplan.cli.common import (
     EXIT_INFEASIBLE,
-    check_positive,
     echo_err,
     guard,
     option_size,
@@ -71,12 +68,11 @@ def alloc(
     """
     _one_blas_thread()
     from memplan.alloc import check_placement, format_buffers_csv, place, read_buffers_csv
+    from memplan.units import check_time_limit
 
     with guard():
         cap = _capacity(capacity)
-        check_positive("--time-limit", time_limit)
-        if time_limit is not None and not math.isfinite(time_limit):
-            raise InputError(f"--time-limit {time_limit}: expected a finite number of seconds")
+        check_time_limit(time_limit, "--time-limit")  # finite, above 0, at most a week
         if buffers is None:
             if stdin_is_terminal():
                 raise InputError(f"missing BUFFERS.csv: give a file or '-', e.g. {EXAMPLE}")
@@ -126,14 +122,12 @@ def _one_blas_thread() -> None:
 def _capacity(text: str | None) -> int | None:
     """``--capacity`` in whole bytes, exactly: ``1MiB``, ``1048576``, ``1.5KiB`` (1536); a
     fractional byte count (``1.5``, ``0.1KB``) is refused, not rounded."""
-    from memplan.units import _PATTERN, _UNITS
+    from memplan.units import exact_bytes
 
     size = option_size("--capacity", text)  # the format, the unit, the range
     if text is None or size is None:
         return None
-    match = _PATTERN.match(text)
-    assert match is not None  # option_size accepted it
-    exact = Decimal(match.group(1)) * _UNITS[match.group(2).upper()]
+    exact = exact_bytes(text)
     if exact != exact.to_integral_value():
         raise InputError(
             f"--capacity {text}: expected a whole number of bytes, got {exact.normalize()} bytes"

@@ -166,8 +166,10 @@ app = typer.Typer(
 def _version(value: bool) -> None:
     if value:
         from memplan import __version__
+        from memplan.core import build_line
 
         typer.echo(f"memplan {__version__}")
+        typer.echo(build_line())
         raise typer.Exit()
 
 
@@ -195,8 +197,43 @@ def _global(
 
 
 def main() -> None:
-    """Console-script entry point (``memplan = "memplan.cli.app:main"``)."""
-    app(prog_name="memplan")
+    """Console-script entry point (``memplan = "memplan.cli.app:main"``).
+
+    SIGINT, SIGTERM and SIGHUP stop any phase with exit 128 + the signal and nothing written
+    (NOTE [ interrupts ] in memplan/interrupt.py). Inside a command, its guard reports them
+    (``common.guard``); here, those that came before or after it: typer turns a
+    ``KeyboardInterrupt`` into exit 130 whatever the signal, and says nothing.
+    """
+    from memplan import interrupt
+
+    interrupt.install()
+    try:
+        app(prog_name="memplan")
+    except SystemExit as exc:
+        interrupt.ignore()  # the command's outcome is decided: later signals change nothing
+        stopped = _stopped_by(exc)
+        if stopped is None:
+            raise
+        _report_stopped(stopped)
+        raise SystemExit(interrupt.exit_status(stopped)) from None
+    except KeyboardInterrupt as exc:  # while typer reported an error: nothing was written
+        interrupt.ignore()
+        _report_stopped(exc)
+        raise SystemExit(interrupt.exit_status(exc)) from None
+    finally:
+        interrupt.ignore()
+
+
+def _stopped_by(exc: SystemExit) -> KeyboardInterrupt | None:
+    """The signal typer turned into this exit (``raise Exit(130) from KeyboardInterrupt``)."""
+    cause = getattr(exc.__context__, "__cause__", None)
+    return cause if isinstance(cause, KeyboardInterrupt) else None
+
+
+def _report_stopped(exc: KeyboardInterrupt) -> None:
+    from memplan.cli import common
+
+    common.echo_err(common.stopped_line(exc))
 
 
 if __name__ == "__main__":  # pragma: no cover

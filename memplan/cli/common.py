@@ -5,10 +5,12 @@ Human output (tables, progress, the summary) goes to stderr through ``err_consol
 format (``--format json|yaml|csv``) writes exactly one document to stdout or, with ``-o FILE``,
 atomically to the file. Exit codes: 0 done (a plan that fits, a valid schedule); 1 infeasible or
 an invalid / over-budget schedule; 2 bad usage or bad input (``memplan.InputError``, typer usage
-errors); 70 (EX_SOFTWARE, sysexits.h) a bug in memplan: ``InternalError`` or any unexpected
-exception; 130 interrupted (one Ctrl-C stops any phase, CP-SAT searches included, and nothing is
-written: NOTE [ interrupts ] in memplan/interrupt.py); 141 the reader of stdout went away
-(``| head``). Errors are one line ``memplan: error: ...`` on stderr; ``--debug`` (or
+errors); 66 (EX_NOINPUT, sysexits.h) nothing came through the pipe on stdin
+(``memplan.errors.EmptyPipe``: the command before the pipe wrote nothing, most often because it
+failed); 70 (EX_SOFTWARE) a bug in memplan: ``InternalError`` or any unexpected exception; 130,
+143, 129 stopped by SIGINT (Ctrl-C), SIGTERM or SIGHUP in any phase, CP-SAT searches included, with
+nothing written (NOTE [ interrupts ] in memplan/interrupt.py; :func:`guard` renames a command's
+files into place at its end, or removes them); 141 the reader of stdout went away (``| head``). Errors are one line ``memplan: error: ...`` on stderr; ``--debug`` (or
 ``MEMPLAN_DEBUG=1``) adds the traceback without changing the exit code.
 """
 
@@ -21,14 +23,15 @@ import os
 import re
 import sys
 import traceback
+import warnings
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import typer
 
-from memplan.errors import InputError, InternalError
+from memplan.errors import BUG_NOTE, EmptyPipe, InputError, InternalError, MemplanWarning
 
 if TYPE_CHECKING:  # rich is imported when a console is made: `memplan alloc` prints none
     from rich.console import Console
@@ -36,8 +39,8 @@ if TYPE_CHECKING:  # rich is imported when a console is made: `memplan alloc` pr
 EXIT_OK = 0
 EXIT_INFEASIBLE = 1
 EXIT_USAGE = 2
+EXIT_NO_INPUT = 66  # EX_NOINPUT (sysexits.h): nothing came through the pipe on stdin
 EXIT_INTERNAL = 70
-EXIT_INTERRUPTED = 130  # 128 + SIGINT: Ctrl-C stopped the command (nothing was written)
 EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE, as a shell reports a process killed by the signal
 
 PIPE_EXAMPLE = "memplan profile resnet18 | memplan solve --algo rotor --mem 2GB"
@@ -131,25 +134,91 @@ def echo_err(message: str) -> None:
 
 @contextmanager
 def guard() -> Iterator[None]:
-    """Map exceptions to the exit codes of the SPEC (see NOTE [ CLI output and exit codes ])."""
+    """Run a command: map exceptions to the exit codes of the SPEC (NOTE [ CLI output and exit
+    codes ]), the library's warnings to lines ``memplan: warning: ...`` on stderr, and write its
+    files all together at the end, or none of them.
+
+    The files the command writes (``-o``, ``--trace``, ``--plot``) are held (NOTE [ safe writes ]
+    in memplan/files.py) and renamed into place when it ends with 0 or 1; with any other exit
+    (bad input, a bug, an interrupt) they are removed, and the targets stay as they were.
+    """
+    from memplan import files, interrupt
+
+    interrupt.begin()
+    files.hold_writes()
     try:
-        yield
-    except (typer.Exit, typer.Abort):
+        with warnings.catch_warnings():
+            shown = warnings.showwarning
+            warnings.simplefilter("always", MemplanWarning)
+            warnings.showwarning = functools.partial(_show_warning, shown)
+            yield
+    except (typer.Exit, typer.Abort) as exc:
+        _settle(isinstance(exc, typer.Exit) and exc.exit_code in (EXIT_OK, EXIT_INFEASIBLE))
         raise
-    except KeyboardInterrupt:  # one Ctrl-C, whatever the phase (NOTE [ interrupts ])
-        echo_err("memplan: interrupted")
-        raise typer.Exit(EXIT_INTERRUPTED) from None
+    except KeyboardInterrupt as exc:  # one signal, whatever the phase (NOTE [ interrupts ])
+        _settle(False)
+        echo_err(stopped_line(exc))
+        raise typer.Exit(interrupt.exit_status(exc)) from None
+    except EmptyPipe as exc:  # the command before the pipe failed: not bad input
+        _settle(False)
+        _fail(exc, f"memplan: error: {_one_line(exc)}", EXIT_NO_INPUT)
     except InputError as exc:
+        _settle(False)
         _fail(exc, f"memplan: error: {_one_line(exc)}", EXIT_USAGE)
-    except InternalError as exc:
+    except InternalError as exc:  # its message says BUG_NOTE
+        _settle(False)
         _fail(exc, f"memplan: internal error: {_one_line(exc)}", EXIT_INTERNAL)
     except BrokenPipeError:
         # `memplan ... | head`: the reader went away; nothing useful left to say.
         _silence_stdout()
+        _settle(False, quiet=True)
         raise typer.Exit(EXIT_BROKEN_PIPE) from None
     except Exception as exc:
-        name = type(exc).__name__
-        _fail(exc, f"memplan: internal error: {name}: {_one_line(exc)}", EXIT_INTERNAL)
+        _settle(False)
+        line = f"memplan: internal error: {type(exc).__name__}: {_one_line(exc)} ({BUG_NOTE})"
+        _fail(exc, line, EXIT_INTERNAL)
+    except BaseException:  # SystemExit from a library, GeneratorExit: no half-written command
+        _settle(False, quiet=True)
+        raise
+    else:
+        _settle(True)
+
+
+def stopped_line(exc: KeyboardInterrupt) -> str:
+    """``memplan: interrupted`` (Ctrl-C), ``memplan: stopped by SIGTERM`` (or SIGHUP)."""
+    if getattr(exc, "signum", None) is None:  # Python's own KeyboardInterrupt: SIGINT
+        return "memplan: interrupted"
+    return f"memplan: stopped by {exc}"  # interrupt.Terminated: str() is the signal's name
+
+
+def _settle(keep: bool, quiet: bool = False) -> None:
+    """Rename the command's held files into place (``keep``) or remove them; see :func:`guard`.
+
+    Once renamed, the command is done: a signal from then on ends nothing (NOTE [ interrupts ]).
+    """
+    from memplan import files, interrupt
+
+    if not keep:
+        names = files.discard_writes()
+        if names and not quiet:
+            echo_err(f"memplan: not written, left as they were: {', '.join(names)}")
+        return
+    try:
+        with interrupt.deferred():
+            files.commit_writes()
+            interrupt.finish()
+    except OSError as exc:
+        name = exc.filename or "output"
+        echo_err(f"memplan: error: {name}: cannot write: {exc.strerror or exc}")
+        raise typer.Exit(EXIT_USAGE) from None
+
+
+def _show_warning(shown, message, category, *args, **kwargs) -> None:  # type: ignore[no-untyped-def]
+    """A :class:`memplan.errors.MemplanWarning` as one line; other warnings as Python shows them."""
+    if issubclass(category, MemplanWarning):
+        echo_err(f"memplan: warning: {_one_line(message)}")
+    else:
+        shown(message, category, *args, **kwargs)
 
 
 def _one_line(exc: BaseException) -> str:
@@ -161,7 +230,7 @@ def _fail(exc: BaseException, line: str, code: int) -> None:
     if debug_enabled():
         traceback.print_exception(type(exc), exc, exc.__traceback__, file=sys.stderr)
     elif code == EXIT_INTERNAL:
-        line += " (this is a bug in memplan; run with --debug for the traceback and report it)"
+        line += "; --debug shows the traceback"
     echo_err(line)
     raise typer.Exit(code) from None
 
@@ -293,6 +362,46 @@ def write_output(text: str, output: Path | None) -> None:
     except OSError as exc:
         raise InputError(f"{output}: cannot write: {exc.strerror or exc}") from None
     echo_err(f"memplan: wrote {output}")
+
+
+# NOTE [ report precision ]
+# A report (``compare`` CSV and JSON, ``simulate --format json``, ``info --format json|yaml``) prints
+# what was measured, not the noise of float sums: a makespan sums measured times (5285.043142000001
+# is 5285.043142 ms plus the last bit of a double). Every float of a report is rounded to
+# REPORT_DECIMALS decimals: times in ms to 1 ns (the profiler's resolution: it writes times in ms
+# with 6 decimals), solver seconds to 1 us, ratios to 1e-6; sizes are integers. A CSV cell is
+# written with fixed decimals (``0.000049``, never ``4.9e-05``), trailing zeros dropped. Schedules
+# (``solve -f json|yaml``) are not reports: they keep every bit, which the simulator replays.
+
+REPORT_DECIMALS = 6
+"""Decimals of the floats of a report (NOTE [ report precision ])."""
+
+
+def rounded(value: Any) -> Any:
+    """``value`` with every finite float rounded to :data:`REPORT_DECIMALS` decimals, through
+    dicts, lists and tuples (ints, booleans, strings, None and non-finite floats as they are)."""
+    if isinstance(value, float):
+        return round(value, REPORT_DECIMALS) if math.isfinite(value) else value
+    if isinstance(value, dict):
+        return {key: rounded(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [rounded(item) for item in value]
+    return value
+
+
+def report_json(doc: Any) -> str:
+    """A report as JSON, its floats :func:`rounded` (NOTE [ report precision ])."""
+    import json
+
+    return json.dumps(rounded(doc), indent=2)
+
+
+def csv_number(value: float) -> str:
+    """A float for a CSV cell: fixed decimals, no exponent, trailing zeros dropped (``1.0``)."""
+    if not math.isfinite(value):
+        return str(value)
+    text = f"{value:.{REPORT_DECIMALS}f}".rstrip("0")
+    return text + "0" if text.endswith(".") else text
 
 
 def _is_terminal(stream) -> bool:

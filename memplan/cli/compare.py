@@ -3,17 +3,18 @@
 import csv
 import enum
 import io
-import json
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
 from memplan.cli.common import (
+    csv_number,
     echo_err,
     guard,
     print_table,
     profile_source,
+    report_json,
     resolve_format,
     write_output,
 )
@@ -132,7 +133,7 @@ def compare(
                 "budgets": budgets,
                 "rows": [row.to_dict() for row in rows],
             }
-            write_output(json.dumps(doc, indent=2), output)
+            write_output(report_json(doc), output)  # NOTE [ report precision ]
         if plot is not None:
             from memplan.cli.plot import plot_sweep
 
@@ -210,9 +211,12 @@ def rows_to_csv(rows: list[Any]) -> str:
 
 
 def _csv_cell(value: Any) -> Any:
-    """A CSV cell: empty for None, ``true``/``false`` for booleans (as JSON writes them)."""
+    """A CSV cell: empty for None, ``true``/``false`` for booleans (as JSON writes them), floats
+    to the report's precision (NOTE [ report precision ] in common.py)."""
     if value is None:
         return ""
     if isinstance(value, bool):
         return "true" if value else "false"
+    if isinstance(value, float):
+        return csv_number(value)
     return value

@@ -13,7 +13,9 @@ from memplan.cli.common import (
     guard,
     print_table,
     profile_source,
+    report_json,
     resolve_format,
+    rounded,
     write_output,
 )
 from memplan.cli.solve import OPTIMIZER_HELP, OUTPUT_HELP, PROFILE_HELP, Optimizer
@@ -54,12 +56,12 @@ def info(
     with guard():
         desc = describe(profile_source(profile), optimizer.value)
         form = "table" if fmt is None else fmt.value
-        if form == "json":
-            write_output(json.dumps(desc, indent=2), None)
+        if form == "json":  # floats rounded: NOTE [ report precision ] in common.py
+            write_output(report_json(desc), None)
         elif form == "yaml":
             from memplan.profile.io import dump_yaml
 
-            write_output(dump_yaml(desc), None)
+            write_output(dump_yaml(rounded(desc)), None)
         else:
             from memplan.cli.render import info_tables
 
@@ -116,8 +118,7 @@ def algos(
 
     Example: `memplan algos rotor`
     """
-    from memplan.api import algorithm_details
-    from memplan.api import algorithms as list_algorithms
+    from memplan.api import algorithm_details, list_algorithms
 
     with guard():
         json_out = fmt is not None and fmt.value == "json"

@@ -26,6 +26,7 @@ from torch import Tensor, nn
 
 from memplan.errors import InputError
 from memplan.profile.model import Branch, Measured, Profile, Stage
+from memplan.torch.blame import BUILDING, model_errors
 from memplan.torch.linearize import Chain, split_model
 from memplan.torch.models import BasicBlock, ResNet
 
@@ -171,14 +172,15 @@ JOIN_MODELS: dict[str, Callable[..., JoinModel]] = {
 
 def resolve_join(spec: str, batch_size: int | None = None) -> Any | None:
     """The join network a model spec names, or None when it is not a join network."""
-    from memplan.torch.models import _import_factory
+    from memplan.torch.models import import_factory
 
     if spec in JOIN_MODELS:
         factory: Callable[..., Any] = JOIN_MODELS[spec]
     elif spec.startswith(("hf:", "timm:")):  # Hugging Face and timm models are chains
         return None
     elif ":" in spec:
-        factory = _import_factory(spec)
+        with model_errors(spec, BUILDING):  # the user's module: NOTE [ whose error ]
+            factory = import_factory(spec)
     else:
         return None
     kwargs = {}
@@ -192,7 +194,7 @@ def resolve_join(spec: str, batch_size: int | None = None) -> Any | None:
                 raise InputError(f"model {spec!r}: its factory takes no batch size")
             return None
         kwargs["batch_size"] = batch_size
-    with torch.random.fork_rng(devices=[]):
+    with torch.random.fork_rng(devices=[]), model_errors(spec, BUILDING):
         torch.manual_seed(0)
         built = factory(**kwargs)
     if hasattr(built, "branches") and hasattr(built, "turn"):

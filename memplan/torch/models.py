@@ -33,6 +33,7 @@ Examples
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import math
 import os
@@ -49,6 +50,7 @@ from torch import Tensor, nn
 from torch.nn.utils import skip_init
 
 from memplan.errors import InputError, did_you_mean
+from memplan.torch.blame import BUILDING, model_errors
 
 __all__ = [
     "DEFAULT_BATCH_SIZE",
@@ -1010,15 +1012,27 @@ def _import_user_module(name: str) -> object:
 
     As ``python -m`` does: ``memplan profile mypkg.models:make_net`` run where ``mypkg/`` is finds
     it without ``PYTHONPATH=.`` (the ``memplan`` script's own folder is what Python puts first).
+    The directory is on the import path only while the module is imported: a ``sympy.py`` or
+    ``typing_extensions.py`` lying there must not stand in for the package that torch or
+    transformers import later, while profiling.
     """
     cwd = os.getcwd()
-    if "" not in sys.path and cwd not in sys.path:
+    added = "" not in sys.path and cwd not in sys.path
+    if added:
         sys.path.insert(0, cwd)
-    importlib.invalidate_caches()  # a module written after start-up (tests, notebooks) is found
-    return importlib.import_module(name)
+    try:
+        importlib.invalidate_caches()  # a module written after start-up (tests, notebooks) is found
+        return importlib.import_module(name)
+    finally:
+        if added:
+            with contextlib.suppress(ValueError):  # the module may have taken it off itself
+                sys.path.remove(cwd)
 
 
-def _import_factory(spec: str) -> Callable[[], object]:
+def import_factory(spec: str) -> Callable[..., object]:
+    """The callable that a ``package.module:factory`` spec names (NOTE [ whose error ] for what
+    importing it may raise: :func:`build_model` and :func:`memplan.torch.join.resolve_join` import
+    it inside :func:`~memplan.torch.blame.model_errors`)."""
     module_name, _, attr = spec.partition(":")
     if not module_name or not attr:
         raise InputError(f"model {spec!r}: expected package.module:factory")
@@ -1116,8 +1130,27 @@ def build_model(
     Raises
     ------
     InputError
-        Unknown name, unimportable factory, or a factory returning something else.
+        Unknown name, unimportable factory, a factory returning something else, or any error
+        that the model's own code raises while it is built (a factory's ``ValueError``, a config
+        the model rejects): NOTE [ whose error ] in :mod:`memplan.torch.blame`.
     """
+    given = ""
+    if config:
+        text = (
+            config if isinstance(config, str) else ",".join(f"{k}={v}" for k, v in config.items())
+        )
+        given = f" with --config {text}"
+    with model_errors(spec, BUILDING, given):
+        return _build_model(spec, batch_size, input_shape, seed, config)
+
+
+def _build_model(
+    spec: str,
+    batch_size: int | None,
+    input_shape: tuple[int, ...] | None,
+    seed: int,
+    config: str | dict[str, Any] | None,
+) -> tuple[nn.Module, Tensor, str]:
     if spec.startswith("hf:"):
         from memplan.torch.hf import build_hf_model
 
@@ -1132,7 +1165,7 @@ def build_model(
     elif spec.startswith("timm:"):
         factory = partial(_timm_model, spec)
     elif ":" in spec:
-        factory = _import_factory(spec)
+        factory = import_factory(spec)
     else:
         tv_factory = _torchvision_factory(spec)
         if tv_factory is None:

@@ -61,6 +61,7 @@ from memplan.errors import InputError
 from memplan.gpu import GpuSpec, gpu_catalog, gpu_from_dict, load_gpu, load_gpu_file
 from memplan.profile.model import Device, Measured, Profile, Stage
 from memplan.torch.bandwidth import measure_bandwidth, offload_copy_bytes, profile_bandwidth
+from memplan.torch.blame import FIRST_FORWARD, model_errors
 from memplan.torch.device import describe_device, resolve_device
 from memplan.torch.estimate import OpCounter, estimate_info, estimate_stage, tf32_flags
 from memplan.torch.linearize import Chain, linearize, make_loss, traces_its_input
@@ -706,7 +707,8 @@ def profile_model(
     module.to(device=dev, dtype=torch_dtype)
     x = x.to(device=dev, dtype=torch_dtype) if x.is_floating_point() else x.to(device=dev)
 
-    chain = linearize_on_sample(module, x)
+    with model_errors(name or label, FIRST_FORWARD):  # the model's first run: NOTE [ whose error ]
+        chain = linearize_on_sample(module, x)
     for _, stage in chain.stages:
         stage.to(device=dev)
     fake_failed = None

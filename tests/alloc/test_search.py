@@ -1,7 +1,7 @@
-"""The allocation search (memplan.alloc): the numpy engine exact against CP-SAT on small instances
-(the compiled one: test_alloc_compiled.py), every placement checked by the independent checker,
-tight (zero-waste) instances placed at the peak; exact arithmetic beyond int64 (issue 17 item 5)
-and time limits kept on large instances (issue 17 item 10)."""
+"""The allocation search (memplan.alloc) through its Python face: exact against CP-SAT on small
+instances (the core against its reference: test_core.py), every placement checked by the
+independent checker, tight (zero-waste) instances placed at the peak; exact arithmetic beyond
+int64 and time limits kept on large instances."""
 
 from __future__ import annotations
 
@@ -15,7 +15,6 @@ from hypothesis import strategies as st
 from memplan.alloc import Buffers, check_placement, peak_live_load, place
 from memplan.alloc.greedy import best_greedy
 from memplan.alloc.search import search
-from tests.paths import MINIMALLOC
 
 
 def random_buffers(rng: np.random.Generator, n: int, horizon: int = 10, big: int = 9) -> Buffers:
@@ -69,7 +68,7 @@ def assert_valid(b: Buffers, offsets: np.ndarray, capacity: int | None = None) -
 def test_least_arena_matches_cpsat(seed: int) -> None:
     rng = np.random.default_rng(seed)
     b = random_buffers(rng, int(rng.integers(3, 10)))
-    result = place(b, time_limit=30, engine="numpy")
+    result = place(b, time_limit=30)
     assert result.status == "optimal"
     assert result.offsets is not None
     assert assert_valid(b, result.offsets) == result.arena
@@ -85,7 +84,7 @@ def test_feasibility_at_a_capacity_matches_cpsat(seed: int) -> None:
     peak = b.peak_live_load()
     greedy = int((best_greedy(b.lower, b.upper, b.size) + b.size).max())
     capacity = int(rng.integers(peak, greedy + 1))
-    result = search(b.lower, b.upper, b.size, capacity, time_limit=30, engine="numpy")
+    result = search(b.lower, b.upper, b.size, capacity, time_limit=30)
     expected = cpsat_least_arena(b, capacity)
     if expected is None:
         assert result.status == "infeasible"
@@ -121,7 +120,7 @@ def test_zero_waste_tilings_are_placed_at_the_peak(seed: int) -> None:
     rng = np.random.default_rng(seed)
     b = perfect_tiling(rng, capacity=64, horizon=30, cuts=40)
     assert b.peak_live_load() == 64
-    result = place(b, capacity=64, time_limit=60, engine="numpy")
+    result = place(b, capacity=64, time_limit=60)
     assert result.status in ("placed", "optimal"), result.message
     assert result.offsets is not None
     assert assert_valid(b, result.offsets, 64) <= 64
@@ -175,74 +174,6 @@ def test_whatever_place_returns_validates(rows: list[tuple[int, int, int]], slac
         assert fixed.status in ("infeasible", "gave-up")
         if fixed.status == "infeasible":
             assert free.arena > capacity
-
-
-@pytest.mark.skipif(not MINIMALLOC.is_dir(), reason="the shared MiniMalloc benchmarks are absent")
-def test_minimalloc_instance_j_at_full_capacity() -> None:
-    """The quickest of the eleven challenging instances (the rest are in bench_alloc.py)."""
-    from memplan.alloc import read_buffers_csv
-
-    b = read_buffers_csv(MINIMALLOC / "J.1048576.csv").buffers
-    result = place(b, capacity=1048576, time_limit=120, engine="numpy")
-    assert result.offsets is not None, result.message
-    assert assert_valid(b, result.offsets, 1048576) <= 1048576
-
-
-@pytest.mark.parametrize("seed", range(20))
-def test_residual_preorders_keep_the_verdict(seed: int) -> None:
-    """NOTE [ residual preorders ]: re-ranking dynamic sub-parts changes the order of the search,
-    never its verdict (against the search without it and the CP-SAT oracle)."""
-    import memplan.alloc.search as s
-
-    rng = np.random.default_rng(5000 + seed)
-    b = random_buffers(rng, int(rng.integers(6, 13)), horizon=14, big=12)
-    peak = b.peak_live_load()
-    greedy = int((best_greedy(b.lower, b.upper, b.size) + b.size).max())
-    capacity = int(rng.integers(peak, greedy + 1))
-    on = search(b.lower, b.upper, b.size, capacity, time_limit=30, guide=False, engine="numpy")
-    try:
-        s.RESIDUAL = False
-        off = search(b.lower, b.upper, b.size, capacity, time_limit=30, guide=False, engine="numpy")
-    finally:
-        s.RESIDUAL = True
-    assert on.status == off.status
-    assert (on.status == "infeasible") == (cpsat_least_arena(b, capacity) is None)
-    if on.offsets is not None:
-        assert_valid(b, on.offsets, capacity)
-
-
-def test_rerank_keeps_the_rank_values_and_restores_them() -> None:
-    from memplan.alloc.instance import Instance
-    from memplan.alloc.search import _Search
-
-    rng = np.random.default_rng(7)
-    b = random_buffers(rng, 12, horizon=12, big=9)
-    keep = b.size > 0
-    inst = Instance(b.lower[keep], b.upper[keep], b.size[keep])
-    rank = inst.preorder("TAW")
-    run = _Search(inst, 10**6, rank, None, set())
-    run.heuristic = "TAW"
-    sub = np.argsort(run.rank)[::2]
-    before = run.rank.copy()
-    new_sub, old = run._rerank(sub, 0, inst.sections)
-    assert sorted(new_sub.tolist()) == sorted(sub.tolist())
-    assert sorted(run.rank[sub].tolist()) == sorted(before[sub].tolist())
-    assert np.all(np.diff(run.rank[new_sub]) > 0)  # the sub-part comes back in rank order
-    assert old is not None
-    run._restore(old)
-    assert np.array_equal(run.rank, before)
-    assert run.rank_l == before.tolist()
-
-
-@pytest.mark.skipif(not MINIMALLOC.is_dir(), reason="the shared MiniMalloc benchmarks are absent")
-def test_minimalloc_instance_i_at_full_capacity() -> None:
-    """Instance I (zero waste at the peak) is placed thanks to NOTE [ residual preorders ]."""
-    from memplan.alloc import read_buffers_csv
-
-    b = read_buffers_csv(MINIMALLOC / "I.1048576.csv").buffers
-    result = place(b, capacity=1048576, time_limit=300, engine="numpy")
-    assert result.offsets is not None, result.message
-    assert assert_valid(b, result.offsets, 1048576) <= 1048576
 
 
 # --------------------------------------------------------------------------- exact arithmetic
@@ -341,11 +272,10 @@ def test_a_zero_time_limit_on_a_large_instance_returns_at_once(monkeypatch) -> N
 
 
 def test_the_search_checks_its_deadline() -> None:
-    """A tiny limit on a hard capacity gives up (the numpy engine; the compiled one:
-    test_alloc_compiled.py)."""
+    """A tiny limit on a hard capacity gives up (MiniMalloc's D: test_core.py)."""
     rng = np.random.default_rng(3)
     b = perfect_tiling(rng, capacity=1 << 20, horizon=300, cuts=700)
-    result = search(b.lower, b.upper, b.size, b.peak_live_load(), time_limit=0.01, engine="numpy")
+    result = search(b.lower, b.upper, b.size, b.peak_live_load(), time_limit=0.01)
     assert result.status in ("gave-up", "placed")
     if result.status == "gave-up":
         assert result.offsets is None

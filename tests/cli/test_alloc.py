@@ -91,7 +91,7 @@ def test_capacity_below_the_peak_exits_1_naming_the_peak() -> None:
         ("id,lower,upper,size\na,0,2,1\nb,0,1,1\na,1,3,1\n", ("line 4", "duplicate", "line 2")),
         ("id,lower,upper,size,alignment\na,0,2,1,8\n", ("unknown column", "alignment")),
         ("id,lower,upper,size\na,0,2\n", ("line 2", "expected 4 fields")),
-        ("", ("empty", "the command before the pipe may have failed")),
+        ("", ("empty", "expected a CSV")),
         ("id,lower,upper,size\n,0,2,1\n", ("line 2", "id")),
     ],
 )
@@ -106,9 +106,12 @@ def test_bad_csv_is_one_line_exit_2(text: str, needles: tuple[str, ...]) -> None
         (("--capacity", "lots"), ("--capacity",)),
         (("--capacity", "1.5"), ("--capacity 1.5", "whole number of bytes")),
         (("--capacity", "1.0001KiB"), ("--capacity", "whole number of bytes")),
-        (("--time-limit", "0"), ("--time-limit",)),
-        (("--time-limit", "nan"), ("--time-limit nan", "finite")),
-        (("--time-limit", "inf"), ("--time-limit inf", "finite")),
+        (("--time-limit", "0"), ("--time-limit", "e.g. 60")),
+        (("--time-limit", "nan"), ("--time-limit nan", "finite", "e.g. 60")),
+        (("--time-limit", "inf"), ("--time-limit inf", "finite", "e.g. 60")),
+        (("--time-limit", "-1"), ("--time-limit -1", "e.g. 60")),
+        (("--time-limit", "604801"), ("--time-limit 604801", "a week", "e.g. 60")),
+        (("--time-limit", "1e9"), ("--time-limit 1000000000", "a week", "e.g. 60")),
     ],
 )
 def test_bad_options_exit_2(args: tuple[str, ...], needles: tuple[str, ...]) -> None:

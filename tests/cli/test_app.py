@@ -14,13 +14,13 @@ import os
 import subprocess
 import sys
 import types
-from pathlib import Path
 
 import pytest
 import yaml
 from typer.testing import CliRunner
 
 import memplan
+import memplan.core
 from memplan.api import describe
 from memplan.cli import common
 from memplan.cli.app import app
@@ -51,18 +51,6 @@ def assert_one_error_line(result, code: int = 2, *needles: str) -> str:
     return last
 
 
-@pytest.fixture(autouse=True)
-def _no_debug_env(monkeypatch):
-    monkeypatch.delenv("MEMPLAN_DEBUG", raising=False)
-
-
-@pytest.fixture
-def net(tmp_path) -> Path:
-    path = tmp_path / "net.yaml"
-    memplan.save_profile(random_chain(6, seed=3, max_size=1000), path)
-    return path
-
-
 @pytest.fixture
 def needs(net) -> dict:
     return describe(str(net))
@@ -74,7 +62,13 @@ def needs(net) -> dict:
 def test_version_and_help():
     result = run("--version")
     assert result.exit_code == 0
-    assert result.stdout.strip() == f"memplan {memplan.__version__}"
+    first, core = result.stdout.strip().splitlines()
+    assert first == f"memplan {memplan.__version__}"
+    info = memplan.core.kernels.build_info()
+    assert (
+        core
+        == f"core {info['version']} ({info['compiler']}, {info['build_type']}, nanobind {info['nanobind']})"
+    )
     for command in ("profile", "solve", "simulate", "compare", "info", "algos"):
         assert run(command, "--help").exit_code == 0, command
 
@@ -484,7 +478,7 @@ def test_internal_error_is_not_an_input_error(net, monkeypatch):
     def broken_solve(*args, **kwargs):
         raise memplan.InternalError("rotor and the simulator disagree")
 
-    monkeypatch.setattr(memplan, "solve", broken_solve)
+    monkeypatch.setattr(memplan.api, "solve_checked", broken_solve)  # what `solve` calls
     result = run("solve", net, "--algo", "rotor", "--mem", "1GB")
     line = assert_one_error_line(result, 70, "internal error", "disagree", "--debug")
     assert len(result.stderr.strip().splitlines()) == 1, line
@@ -498,7 +492,7 @@ def test_unexpected_exception(net, monkeypatch):
     def broken_solve(*args, **kwargs):
         raise ZeroDivisionError("division by zero")
 
-    monkeypatch.setattr(memplan, "solve", broken_solve)
+    monkeypatch.setattr(memplan.api, "solve_checked", broken_solve)  # what `solve` calls
     assert_one_error_line(
         run("solve", net, "--algo", "rotor", "--mem", "1GB"), 70, "ZeroDivisionError"
     )
@@ -611,7 +605,9 @@ def test_version_imports_neither_numpy_nor_pydantic():
         [sys.executable, "-c", code], capture_output=True, text=True, env=_env(), timeout=120
     )
     assert done.returncode == 0, done.stderr
-    assert done.stdout.splitlines() == [f"memplan {memplan.__version__}", "[]"]
+    lines = done.stdout.splitlines()
+    assert lines[0] == f"memplan {memplan.__version__}" and lines[1].startswith("core ")
+    assert lines[2:] == ["[]"]
 
 
 @pytest.mark.torch

@@ -139,6 +139,7 @@ def test_time_limits_are_finite(limit, command):
     result = runner.invoke(app, [*args, "--time-limit", limit])
     assert result.exit_code == 2, result.stderr
     assert "--time-limit" in result.stderr and "a week" in result.stderr
+    assert "e.g. 60" in result.stderr  # an accepted value
 
 
 def test_the_library_refuses_infinite_time_limits_too():

@@ -8,7 +8,6 @@ least memory that fits).
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
@@ -17,7 +16,6 @@ import memplan
 from memplan.algorithms.offload.dynprog import auto_grids
 from memplan.api import describe
 from memplan.cli.app import app
-from memplan.profile.synthetic import random_chain
 
 runner = CliRunner()
 
@@ -34,19 +32,6 @@ def last_error_line(result, code: int) -> str:
         assert len(lines) == 1 and result.stdout == ""
     assert lines[-1].startswith("memplan: ")
     return lines[-1]
-
-
-@pytest.fixture(autouse=True)
-def _no_debug_env(monkeypatch):
-    monkeypatch.delenv("MEMPLAN_DEBUG", raising=False)
-
-
-@pytest.fixture
-def net(tmp_path) -> Path:
-    """A profile without a bandwidth (as measured on a CPU)."""
-    path = tmp_path / "net.yaml"
-    memplan.save_profile(random_chain(6, seed=3, max_size=1000), path)
-    return path
 
 
 def test_no_bandwidth_anywhere_is_a_usage_error(net):

@@ -4,11 +4,24 @@ Beaumont, Herrmann, Pallez, Shilova (2019), *Optimal checkpointing for heterogen
 train deep neural networks with limited memory*, the persistent dynamic program, in the memory model
 of docs/model.md (the operations F_all / F_ck / F_n / B of Table 1 of papers/000, without offloading).
 
-Two solvers of the same recurrences: in bytes (rotor_exact.py, NOTE [ rotor in bytes ]; O(L^3 P)
-for P steps per sub-chain) and on a slot grid (rotor_grid.py; O(L^3 S) time and O(L^2 S) memory for
-L stages and S slots, vectorized over the slots and the split point, restricted to the budgets the
-requested one reaches; compiled by rotor_kernel.py with the ``fast`` extra, the same plans). This
-module picks one (``--slots``) and completes it.
+This module is rotor's one public solver API: :func:`plan_rotor` (the plan within a budget),
+:func:`dense_table` (the table of every sub-chain at every budget, which pofo and join read),
+:func:`least_memory_plan` and :func:`chain_min_memory`. The tables are filled by the compiled core
+(:mod:`memplan.core`, src/rotor_*.cpp; NOTE [ rotor in C++ ] there): in bytes (NOTE [ rotor in
+bytes ]; O(L^3 P) for P steps per sub-chain), on a slot grid restricted to the budgets the
+requested one reaches (O(L^3 S) time and O(L^2 S) memory for L stages and S slots), and dense on
+a slot grid. :func:`plan_rotor` picks one (``--slots``) and completes it. The Python references
+of the three, which the core is tested against plan for plan, are in tests/oracles/rotor.py.
+
+NOTE [ rotor in bytes ]
+``opt(a, b)(m)`` is a non-increasing step function of the budget ``m``. Instead of sampling it at
+every slot, the DP in bytes keeps its steps: the **frontier** of ``(a, b)``, the budgets
+``M_0 < M_1 < ...`` (bytes) at which the least makespan drops, with those makespans (infinite
+below ``M_0``, the least memory of the sub-chain; the last step is its store-all need). ``F_all a``
+shifts the frontier of ``(a+1, b)`` by ``s[a]``; the checkpoint ``x[j]`` adds two step functions,
+whose sum can only drop at a step of one of them; the minimum over the options is the lower
+envelope of all those points. The work grows with the number of steps (about L^3 P); the DP
+counts its candidate points and gives up past :data:`EXACT_WORK`, for the slot grid to take over.
 
 NOTE [ rotor recurrences ]
 ``opt[a][b][m]`` is the least time to run the backward of stages a..b (0-based, inclusive) when
@@ -49,13 +62,14 @@ one budget than at a larger one.
 
 from __future__ import annotations
 
+import functools
 import math
+from dataclasses import dataclass
 
 import numpy as np
 
 from memplan.algorithms.base import ChainPlan, Sequence
-from memplan.algorithms.chain import rotor_native
-from memplan.algorithms.chain.least_memory import (  # noqa: F401 - chain_min_memory re-exported
+from memplan.algorithms.chain.least_memory import (
     INT64_SAFE,
     chain_min_memory,
     least_memory_bounds,
@@ -63,18 +77,32 @@ from memplan.algorithms.chain.least_memory import (  # noqa: F401 - chain_min_me
     recompute_all_sequence,
 )
 from memplan.algorithms.chain.problem import Chain
-from memplan.algorithms.chain.rotor_exact import WorkLimit, exact_backtrack, exact_frontiers
-from memplan.algorithms.chain.rotor_grid import grid_backtrack, grid_table
+from memplan.core import kernels
 from memplan.errors import InputError
 
-_F_ALL = -1  # choice code: start with F_all; j >= 1: start with F_ck and checkpoint x[j]
-_NONE = -2
+__all__ = [
+    "AUTO",
+    "F_ALL",
+    "NONE",
+    "DenseTable",
+    "auto_slots",
+    "chain_min_memory",
+    "dense_table",
+    "least_memory_plan",
+    "plan_rotor",
+    "slot_sizes",
+]
+
+F_ALL = int(kernels.CHOICE_F_ALL)
+"""Choice code of :class:`DenseTable`: start with ``F_all``; j >= 1: ``F_ck`` up to ``x[j]``."""
+NONE = int(kernels.CHOICE_NONE)
+"""Choice code of :class:`DenseTable`: no plan at that budget."""
 AUTO = "auto"
 TABLE_LIMIT = 4 * 10**9
 """Bytes the grid tables may take (L (L+1) / 2 rows of S+1 values); beyond, --slots is refused."""
 EXACT_WORK = 5_000_000
-"""Candidate points the byte-level DP may process under ``--slots auto`` (about 0.8 s here; every
-bundled profile needs at most 2.2 million), before the slot grid takes over."""
+"""Candidate points the byte-level DP may process under ``--slots auto`` (every bundled profile
+needs at most 2.2 million), before the slot grid takes over."""
 AUTO_SLOTS = 500
 """The coarsest grid of ``--slots auto`` (where the byte-level DP is too costly)."""
 MAX_AUTO_SLOTS = 20_000
@@ -89,6 +117,8 @@ LEAST_PLAN_STAGES = 200
 """Up to this length, the least-memory fallback is the fastest least-memory plan (an O(L^3) DP,
 0.05 s at 200 stages); beyond, the recompute-all plan (least memory when the bounds of
 NOTE [ least memory ] meet)."""
+_OPERATIONS = ("F_all", "F_ck", "F_n", "B")
+"""Operation names by the core's code: operation ``code`` on ``stage`` is ``4 * stage + code``."""
 
 
 def slot_sizes(chain: Chain, budget: int, slots: int) -> tuple[int, dict[str, np.ndarray]]:
@@ -109,12 +139,74 @@ def slot_sizes(chain: Chain, budget: int, slots: int) -> tuple[int, dict[str, np
     return capacity, rounded
 
 
-def _pair_needs(x: np.ndarray, fo: np.ndarray) -> np.ndarray:
-    """``x[k] + x[k+1] + fo[k]``: memory of ``F_n k`` besides the held gradient."""
-    return x[:-1] + x[1:] + fo
+@functools.lru_cache(maxsize=32)
+def _operation_names(length: int) -> list[tuple[str, int]]:
+    """The core's operation ``4 * stage + code`` as ``(name, stage)``."""
+    return [(name, stage) for stage in range(length) for name in _OPERATIONS]
 
 
-def _solve_table(
+def _sequence(codes: np.ndarray, length: int) -> Sequence:
+    return list(map(_operation_names(length).__getitem__, codes.tolist()))
+
+
+def _chain_arrays(
+    chain: Chain, sizes: tuple[np.ndarray, ...] | None = None
+) -> tuple[np.ndarray, ...]:
+    """The arrays the core reads: sizes ``x, s, g, fo, bo`` (int64; the chain's unless given) and
+    times ``ft, bt`` (float64), contiguous."""
+    x, s, g, fo, bo = (
+        sizes if sizes is not None else (chain.x, chain.s, chain.g, chain.fo, chain.bo)
+    )
+    ints = tuple(np.ascontiguousarray(a, dtype=np.int64) for a in (x, s, g, fo, bo))
+    times = tuple(np.ascontiguousarray(a, dtype=np.float64) for a in (chain.ft, chain.bt))
+    return ints + times
+
+
+@dataclass(frozen=True)
+class DenseTable:
+    """rotor's table on a slot grid, for every sub-chain and every budget (what pofo and join read).
+
+    ``opt[a, b, m]`` is the least time to run the backward of stages ``a..b`` with ``x[a]`` held
+    (by the caller), ``g[b+1]`` held and at most ``m`` slots besides ``x[a]`` (NOTE [ rotor
+    recurrences ]); ``choice[a, b, m]`` the option reaching it: :data:`F_ALL`, the checkpoint
+    ``j >= 1``, or :data:`NONE` (infeasible). ``x`` and ``s`` are the sizes in slots.
+    """
+
+    opt: np.ndarray
+    choice: np.ndarray
+    x: np.ndarray
+    s: np.ndarray
+
+    def plan(self, a: int, b: int, m: int) -> Sequence:
+        """The operations of ``opt[a, b, m]`` (stages ``a..b``, ``m`` slots), from the choices."""
+        x, s = self.x.tolist(), self.s.tolist()
+        choice = self.choice
+        sequence: Sequence = []
+        stack: list[tuple[str, int, int, int]] = [("solve", a, b, m)]
+        while stack:
+            kind, lo, hi, budget = stack.pop()
+            if kind == "op":
+                sequence.append(("B", lo))
+            elif lo == hi:
+                sequence += [("F_all", lo), ("B", lo)]
+            else:
+                pick = int(choice[lo, hi, budget])
+                if pick == F_ALL:
+                    sequence.append(("F_all", lo))
+                    stack += [("op", lo, lo, 0), ("solve", lo + 1, hi, budget - s[lo])]
+                elif pick >= 1:
+                    sequence.append(("F_ck", lo))
+                    sequence += [("F_n", k) for k in range(lo + 1, pick)]
+                    stack += [
+                        ("solve", lo, pick - 1, budget),
+                        ("solve", pick, hi, budget - x[pick]),
+                    ]
+                else:
+                    raise ValueError(f"rotor: no plan for stages {lo}..{hi} at {budget} slots")
+        return sequence
+
+
+def dense_table(
     chain: Chain,
     capacity: int,
     x: np.ndarray,
@@ -122,82 +214,21 @@ def _solve_table(
     g: np.ndarray,
     fo: np.ndarray,
     bo: np.ndarray,
-) -> tuple[np.ndarray, np.ndarray]:
-    """Fill ``opt[a, b, m]`` and ``choice[a, b, m]`` for m = 0..capacity (NOTE [ rotor recurrences ]).
+) -> DenseTable:
+    """rotor's dense table (:class:`DenseTable`) for budgets ``0..capacity`` slots, the sizes
+    ``x, s, g, fo, bo`` in slots (:func:`slot_sizes`) and the chain's times.
 
-    Only the slots between a lower bound of the sub-chain's least memory (``lo``: its own backward
-    peaks and the forward of its last stage) and its store-all need (``hi``, above which the value is
-    the sub-chain's lower bound, reached by F_all everywhere) are computed by the recurrence.
+    Only the budgets between a lower bound of each sub-chain's least memory and its store-all need
+    are computed by the recurrence (above, the value is the sub-chain's lower bound, F_all
+    everywhere). O(L^3 S) time, O(L^2 S) memory.
     """
-    L = chain.length
-    width = capacity + 1
-    inf = np.inf
-    opt = np.full((L, L, width), inf)
-    choice = np.full((L, L, width), _NONE, dtype=np.int16 if L < 32000 else np.int32)
-    mem = np.arange(width)
-    fprefix = np.concatenate(([0.0], np.cumsum(chain.ft)))
-    tprefix = np.concatenate(([0.0], np.cumsum(chain.ft + chain.bt)))
-    pair = _pair_needs(x, fo)
-    own_backward = g[1:] + s + g[:-1] + bo  # B a: g[a+1] + s[a] + g[a] + bo[a]
-    hi = np.zeros((L, L), dtype=np.int64)  # store-all need of the sub-chain a..b
-    shifted = np.full((L + 1, width), inf)  # [j, m]: opt[j][b][m - x[j]] + fprefix[j], current b
-    buf = np.empty((L, width))
-    for b in range(L):
-        shifted.fill(inf)
-        backward_floor = 0
-        for a in range(b, -1, -1):
-            backward_floor = max(backward_floor, int(own_backward[a]))
-            need_fa = max(int(g[b + 1] + s[a] + fo[a]), int(own_backward[a]))
-            hi[a, b] = need_fa if a == b else max(need_fa, int(s[a]) + hi[a + 1, b])
-            lo = max(backward_floor, int(g[b + 1] + s[b] + fo[b]))
-            top = min(int(hi[a, b]), width)
-            if top < width:  # store-all of the sub-chain fits: its lower bound is optimal
-                opt[a, b, top:] = tprefix[b + 1] - tprefix[a]
-                choice[a, b, top:] = _F_ALL
-            if a < b and lo < top:
-                cols = slice(lo, top)
-                # Option 1: F_all a, then a+1..b with m - s[a] slots.
-                fa = np.full(top - lo, inf)
-                first = max(lo, int(s[a]), need_fa)
-                if first < top:
-                    fa[first - lo :] = opt[a + 1, b, first - s[a] : top - s[a]]
-                fa += chain.ft[a] + chain.bt[a]
-                # Option 2: checkpoint x[j], j = a+1..b (rows r = j - a - 1). ``shifted`` already
-                # holds + fprefix[j]; - fprefix[a] is added to the row minimum only.
-                n = b - a
-                cand = buf[:n, : top - lo]
-                np.add(shifted[a + 1 : b + 1, cols], opt[a, a:b, cols], out=cand)
-                fwd_need = g[b + 1] + np.maximum.accumulate(
-                    np.concatenate(([x[a + 1] + fo[a]], pair[a + 1 : b]))
-                )
-                # fwd_need grows with j: only the rows from the first one above ``lo`` need a mask.
-                first_masked = int(np.searchsorted(fwd_need, lo, side="right"))
-                if first_masked < n:
-                    np.putmask(
-                        cand[first_masked:],
-                        mem[None, cols] < fwd_need[first_masked:, None],
-                        inf,
-                    )
-                best_row = cand.argmin(axis=0)
-                best = cand[best_row, np.arange(top - lo)] - fprefix[a]
-                take_fa = fa <= best
-                opt[a, b, cols] = np.where(take_fa, fa, best)
-                choice[a, b, cols] = np.where(
-                    take_fa,
-                    np.where(np.isfinite(fa), _F_ALL, _NONE),
-                    np.where(np.isfinite(best), best_row + a + 1, _NONE),
-                )
-            if a >= 1 and x[a] < width:
-                shifted[a, x[a] :] = opt[a, b, : width - x[a]] + fprefix[a]
-    return opt, choice
+    if capacity < 0:
+        raise ValueError(f"rotor: capacity {capacity} < 0")
+    opt, choice = kernels.rotor_dense(*_chain_arrays(chain, (x, s, g, fo, bo)), capacity)
+    return DenseTable(opt, choice, np.asarray(x, dtype=np.int64), np.asarray(s, dtype=np.int64))
 
 
-def _min_memory_plan(chain: Chain) -> tuple[int, Sequence]:
-    """Exact least-memory plan in bytes (ties broken by time): :func:`least_memory_plan`."""
-    return least_memory_plan(chain)
-
-
-def solve_rotor(chain: Chain, memory: int, *, slots: int | str | None = AUTO) -> ChainPlan:
+def plan_rotor(chain: Chain, memory: int, *, slots: int | str | None = AUTO) -> ChainPlan:
     """Optimal checkpointing plan within ``memory`` activation bytes.
 
     Parameters
@@ -220,7 +251,7 @@ def solve_rotor(chain: Chain, memory: int, *, slots: int | str | None = AUTO) ->
         exists. ``slots`` is the budget in slots of the grid used, None for the byte-level DP.
     """
     auto = slots is None or slots == AUTO
-    fused = None if auto else _compiled_at_once(chain, memory, slots)
+    fused = None if auto else _grid_with_bounds(chain, memory, slots)
     if fused is not None:  # the bounds and the grid, in one call
         lower, upper, store_all = fused.bounds
     else:
@@ -246,12 +277,9 @@ def solve_rotor(chain: Chain, memory: int, *, slots: int | str | None = AUTO) ->
         )
     budget = memory - int(chain.x[0])
     if auto:
-        try:
-            frontiers = exact_frontiers(chain, budget, work_limit=EXACT_WORK)
-        except WorkLimit:
-            frontiers = None
-        if frontiers is not None:
-            sequence = exact_backtrack(chain, frontiers, budget)
+        status, codes, _ = kernels.rotor_exact(*_chain_arrays(chain), budget, float(EXACT_WORK))
+        if status == 0 and len(codes):
+            sequence = _sequence(codes, chain.length)
             return ChainPlan(
                 sequence,
                 "optimal",
@@ -263,15 +291,14 @@ def solve_rotor(chain: Chain, memory: int, *, slots: int | str | None = AUTO) ->
     if isinstance(slots, bool) or not isinstance(slots, int) or slots < 1:
         raise InputError(f"--slots {slots!r}: expected an integer or auto")
     if fused is not None:
-        assert fused.sequence is not None or fused.status == rotor_native.INFEASIBLE
-        found = (
-            None if fused.sequence is None else (fused.sequence, fused.capacity, budget <= slots)
-        )
+        found = None
+        if fused.ops is not None:
+            found = (_sequence(fused.ops, chain.length), fused.capacity, budget <= slots)
     else:
         found = _on_grid(chain, memory, budget, slots, tighten=auto)
     if found is not None:
         sequence, capacity, exact = found
-        value = chain.makespan(sequence) if fused is None else fused.makespan  # the same sum
+        value = chain.makespan(sequence)
     else:
         capacity = budget if budget <= slots else slots  # as slot_sizes
         value, exact = np.inf, False
@@ -339,21 +366,23 @@ def _grid_shape(
     return capacity, exact, extra, dtype, refused
 
 
-def _compiled_at_once(chain: Chain, memory: int, slots: object) -> rotor_native.CompiledGrid | None:
-    """With ``--slots N`` and the compiled kernel: the chain's least-memory bounds, its store-all
-    peak and the grid's plan, in one call (rotor_native.py; the grid only when the bounds do not
-    settle the answer), or None where :func:`solve_rotor` takes the usual path (no kernel, an
-    invalid or too large grid, or sizes too large for exact int64 sums)."""
+def _grid_with_bounds(chain: Chain, memory: int, slots: object) -> kernels.RotorGrid | None:
+    """With ``--slots N``: the chain's least-memory bounds, its store-all peak and the grid's plan,
+    in one call of the core (the grid only when the bounds do not settle the answer), or None where
+    :func:`plan_rotor` takes the usual path (an invalid or too large grid, or sizes too large for
+    exact int64 sums)."""
     if isinstance(slots, bool) or not isinstance(slots, int) or slots < 1:
         return None
-    if not 0 <= memory < INT64_SAFE or not rotor_native.available():
+    if not 0 <= memory < INT64_SAFE:
         return None
     budget = memory - int(chain.x[0])
     _, _, _, dtype, refused = _grid_shape(chain, max(budget, 0), slots, tighten=False)
     if refused is not None:
         return None
-    fused = rotor_native.solve_grid(chain, budget, slots, dtype=dtype, memory=memory)
-    return None if fused.status == rotor_native.UNBOUNDED else fused
+    fused = kernels.rotor_grid(
+        *_chain_arrays(chain), budget, slots, single=dtype is np.float32, memory=memory
+    )
+    return None if fused.status == kernels.ROTOR_UNBOUNDED else fused
 
 
 def _on_grid(
@@ -364,45 +393,21 @@ def _on_grid(
     With ``tighten``, the table is also filled for :func:`_extra_slots` budgets above the grid's
     own, and the plan returned is the fastest of those at the top budgets, tried from the fastest
     down, that fits in bytes (NOTE [ rotor guarantees ]); the grid's own budget always does.
-
-    The compiled kernel (rotor_native.py) fills the table when it is available, else numpy
-    (rotor_grid.py): the same values where they are read, so the same plans.
     """
     capacity, exact, extra, dtype, refused = _grid_shape(chain, budget, slots, tighten)
     if refused is not None:
         raise InputError(refused)
-    if rotor_native.available():
-        compiled = rotor_native.solve_grid(
-            chain, budget, slots, extra=extra, dtype=dtype, trace=extra == 0
-        )
-        if extra == 0:  # the kernel traced the grid's own budget already
-            found = compiled.sequence
-            return None if found is None else (found, capacity, exact)
-        top = compiled.top_values()  # at capacity .. capacity + extra
-
-        def backtrack(c: int) -> Sequence:
-            found = compiled.backtrack(c)
-            assert found is not None  # its top value is finite
-            return found
-    else:
-        capacity, r = slot_sizes(chain, budget, slots)
-        x, s, g, fo, bo = (r[k] for k in ("x", "s", "g", "fo", "bo"))
-        table = grid_table(
-            chain,
-            capacity + extra,
-            x,
-            s,
-            g,
-            fo,
-            bo,
-            dtype=dtype,
-            asked_from=capacity if extra else None,
-        )
-        top = table.row(0, chain.length - 1)[capacity:].tolist()
-
-        def backtrack(c: int) -> Sequence:
-            return grid_backtrack(chain, table, x, s, g, fo, bo, c)
-
+    grid = kernels.rotor_grid(
+        *_chain_arrays(chain),
+        budget,
+        slots,
+        extra=extra,
+        single=dtype is np.float32,
+        trace=extra == 0,
+    )
+    if extra == 0:  # the core traced the grid's own budget already
+        return None if grid.ops is None else (_sequence(grid.ops, chain.length), capacity, exact)
+    top = grid.top_values()  # at capacity .. capacity + extra
     if not math.isfinite(top[extra]):
         return None
     tried: set[float] = set()
@@ -411,7 +416,9 @@ def _on_grid(
         if c > capacity and (value in tried or (c > 0 and top[c - 1 - capacity] == value)):
             continue  # the least budget of each value is tried: its plan is the likeliest to fit
         tried.add(value)
-        sequence = backtrack(c)
+        codes = grid.trace(c)
+        assert codes is not None  # its top value is finite
+        sequence = _sequence(codes, chain.length)
         if c == capacity:
             return sequence, capacity, exact
         peak = chain.peak(sequence)

@@ -42,7 +42,7 @@ import numpy as np
 
 from memplan.algorithms.base import Transfer
 from memplan.algorithms.chain.problem import Chain
-from memplan.algorithms.chain.rotor import _F_ALL, _solve_table, slot_sizes
+from memplan.algorithms.chain.rotor import F_ALL, dense_table, slot_sizes
 
 INF = math.inf
 
@@ -77,9 +77,8 @@ class PofoDP:
         self.unit = 1.0 if budget <= slots else budget / slots
         self.r = r
         self.per_ms = bandwidth / 1000.0
-        self.opt, self.choice = _solve_table(
-            chain, self.capacity, r["x"], r["s"], r["g"], r["fo"], r["bo"]
-        )
+        table = dense_table(chain, self.capacity, r["x"], r["s"], r["g"], r["fo"], r["bo"])
+        self.opt, self.choice = table.opt, table.choice
         self.fprefix = np.concatenate(([0.0], np.cumsum(chain.ft))).tolist()
         x0 = int(chain.x[0])
         self.x0 = _Tensor("x[0]", x0, 0, int(x0 // self.unit) if budget > 0 else 0)
@@ -185,7 +184,7 @@ class PofoDP:
                 seq += [("F_all", lo), ("B", lo)]
             else:
                 ch = int(self.choice[lo, hi, mem])
-                if ch == _F_ALL:
+                if ch == F_ALL:
                     seq.append(("F_all", lo))
                     stack += [("op", lo, lo, 0), ("solve", lo + 1, hi, mem - int(s[lo]))]
                 else:

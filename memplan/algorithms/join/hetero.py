@@ -43,9 +43,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from memplan.algorithms.chain import rotor
 from memplan.algorithms.chain.least_memory import least_memory_sequence, least_memory_tables
 from memplan.algorithms.chain.problem import Chain
-from memplan.algorithms.chain.rotor import _solve_table
 from memplan.algorithms.timeline import Deadline
 from memplan.profile.model import Profile
 
@@ -200,32 +200,6 @@ class JoinNet:
         return peak
 
 
-def _segment(choice: np.ndarray, chain: Chain, j: int, a: int, b: int, m: int) -> list[JoinOp]:
-    """Rebuild rotor's plan of stages ``a..b`` of branch ``j`` from its choice table."""
-    plan: list[JoinOp] = []
-    stack: list[tuple[str, int, int, int]] = [("solve", a, b, m)]
-    while stack:
-        kind, a, b, budget = stack.pop()
-        if kind == "op":
-            plan.append(("B", j, a))
-        elif a == b:
-            plan += [("F_all", j, a), ("B", j, a)]
-        else:
-            c = int(choice[a, b, budget])
-            if c == -1:  # rotor's F_all
-                plan.append(("F_all", j, a))
-                stack.append(("op", a, a, 0))
-                stack.append(("solve", a + 1, b, budget - int(chain.s[a])))
-            elif c >= 1:
-                plan.append(("F_ck", j, a))
-                plan += [("F_n", j, k) for k in range(a + 1, c)]
-                stack.append(("solve", a, c - 1, budget))
-                stack.append(("solve", c, b, budget - int(chain.x[c])))
-            else:  # pragma: no cover - the caller checked feasibility
-                raise AssertionError(f"rotor: no choice for stages {a}..{b} at {budget} slots")
-    return plan
-
-
 def _states(shape: tuple[int, ...]) -> list[tuple[tuple[int, ...], tuple[int, ...]]]:
     """Every ``(p, flags)``, sub-states first: ``p`` in decreasing lexicographic order."""
     k = len(shape)
@@ -275,7 +249,9 @@ class HeteroJoin:
         self.k = len(net.chains)
         self.shape = tuple(length + 1 for length in net.lengths)
         width = capacity + 1
-        self.tables = [_solve_table(c, capacity, c.x, c.s, c.g, c.fo, c.bo) for c in net.chains]
+        self.tables = [
+            rotor.dense_table(c, capacity, c.x, c.s, c.g, c.fo, c.bo) for c in net.chains
+        ]
         self.fneeds = [net.forward_needs(j) for j in range(self.k)]
         self.ids = _StateIndex(self.shape)
         states = _states(self.shape)
@@ -342,7 +318,7 @@ class HeteroJoin:
             forward = np.cumsum(c.ft[a:])[targets - a - 1]  # sum ft[a..q-1], as a running sum
             rows = self.row[self.ids.moved(p, flags, j, targets, 1)]
             subs = self.value[rows][:, np.clip(memory - mine, 0, width - 1)]
-            opts = self.tables[j][0][a, targets - 1][:, np.clip(memory - seg, 0, width - 1)]
+            opts = self.tables[j].opt[a, targets - 1][:, np.clip(memory - seg, 0, width - 1)]
             cand = forward[:, None] + subs + opts
             cand[memory[None, :] < needs[:, None]] = INF
             pick = cand.argmin(axis=0)
@@ -367,7 +343,7 @@ class HeteroJoin:
                 continue
             if item[0] == "segment":
                 _, j, a, b, budget = item
-                plan += _segment(self.tables[j][1], net.chains[j], j, a, b, budget)
+                plan += [(op, j, k) for op, k in self.tables[j].plan(a, b, budget)]
                 continue
             _, p, flags, budget = item
             idx = self._index(p, flags)

@@ -328,7 +328,7 @@ def _equiv_pebble(profile: Profile, request: SolveRequest, u: Uniform, started: 
 
 
 def _equiv_chain_model(profile: Profile, request: SolveRequest, started: float) -> Schedule:
-    from memplan.algorithms.chain import solve_rotor
+    from memplan.algorithms.chain import plan_rotor
     from memplan.algorithms.join.equiv import equivalent_chain, expand
     from memplan.algorithms.join.hetero import JoinNet
 
@@ -336,7 +336,7 @@ def _equiv_chain_model(profile: Profile, request: SolveRequest, started: float) 
     net = JoinNet.from_profile(profile)
     chain, starts, pinned = equivalent_chain(net)
     budget = request.memory - request.static_memory
-    result = solve_rotor(chain, budget - pinned, slots=slots)
+    result = plan_rotor(chain, budget - pinned, slots=slots)
     least = None if result.min_memory is None else result.min_memory + pinned
     common = dict(
         started=started,

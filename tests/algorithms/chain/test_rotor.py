@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 import memplan
-from memplan.algorithms.chain import Chain, chain_min_memory, solve_rotor
+from memplan.algorithms.chain import Chain, chain_min_memory, plan_rotor
 from memplan.api import schedule_from_sequence
 from memplan.profile.synthetic import random_chain
 from tests.oracles.exhaustive import ChainOracle
@@ -83,7 +83,7 @@ def test_exact_in_bytes_when_slots_cover_the_budget(seed):
     low, high = chain_min_memory(chain), chain.store_all_peak()
     search = ChainOracle(prof, persistent=True)
     for memory in range(low - 1, high + 1):
-        plan = solve_rotor(chain, memory, slots=max(2, memory))
+        plan = plan_rotor(chain, memory, slots=max(2, memory))
         oracle = search.optimal_makespan(memory)
         assert (plan.sequence is None) == (oracle is None), memory
         if oracle is not None:

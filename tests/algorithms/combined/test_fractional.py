@@ -31,9 +31,10 @@ from hypothesis import strategies as st
 import memplan
 import memplan.api
 from memplan.algorithms.chain import Chain
-from memplan.algorithms.chain.rotor import _solve_table, slot_sizes
-from memplan.algorithms.combined import FractionalDP, realize, solve_pofo
-from memplan.algorithms.combined.fractional import MAX_SLOTS
+from memplan.algorithms.chain.rotor import dense_table, slot_sizes
+from memplan.algorithms.combined.fractional import MAX_SLOTS, FractionalDP
+from memplan.algorithms.combined.realize import realize
+from memplan.algorithms.combined.solve import solve_pofo
 from memplan.profile.model import Profile
 from memplan.schedule import Op
 from memplan.simulator import simulate_combined
@@ -51,7 +52,7 @@ def chain_profile(seed: int, length: int) -> Profile:
 
 def rotor_dp_value(chain: Chain, memory: int, slots: int) -> float:
     cap, r = slot_sizes(chain, memory - int(chain.x[0]), slots)
-    opt, _ = _solve_table(chain, cap, r["x"], r["s"], r["g"], r["fo"], r["bo"])
+    opt = dense_table(chain, cap, r["x"], r["s"], r["g"], r["fo"], r["bo"]).opt
     return float(opt[0, chain.length - 1, cap])
 
 
@@ -81,7 +82,9 @@ def test_bandwidth_zero_is_rotor(seed, slots):
         assert value == pytest.approx(rotor_dp_value(chain, memory, slots))
 
 
-@pytest.mark.parametrize("name", ["resnet50@a100", "densenet121@a100"])
+@pytest.mark.parametrize(
+    "name", ["resnet50@a100", pytest.param("densenet121@a100", marks=pytest.mark.slow)]
+)
 def test_bandwidth_zero_is_rotor_on_bundled_profiles(name):
     prof = memplan.load_profile(name)
     chain = Chain.from_profile(prof)

@@ -1,0 +1,373 @@
+// memplan._core: the compiled kernels of memplan, bound with nanobind.
+//
+// One function (or class) per kernel; each takes numpy arrays (the Python layer checks and shapes
+// them: memplan/alloc/search.py, memplan/algorithms/chain/rotor.py), releases the GIL while it
+// works and stops within a second on Ctrl-C or at its time limit (NOTE [ stopping a kernel ] in
+// stop.hpp). The typed stub is memplan/_core.pyi.
+#include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
+#include <nanobind/stl/optional.h>
+#include <nanobind/stl/pair.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/tuple.h>
+#include <nanobind/stl/unique_ptr.h>
+#include <nanobind/stl/vector.h>
+
+#include <cstring>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "alloc.hpp"
+#include "rotor.hpp"
+#include "rotor_dense.hpp"
+#include "rotor_exact.hpp"
+#include "rotor_grid.hpp"
+#include "stop.hpp"
+
+namespace nb = nanobind;
+using namespace nb::literals;
+
+#ifndef MEMPLAN_CORE_VERSION
+#define MEMPLAN_CORE_VERSION "unknown"
+#endif
+#ifndef MEMPLAN_BUILD_TYPE
+#define MEMPLAN_BUILD_TYPE "unknown"
+#endif
+#ifndef MEMPLAN_COMPILER
+#define MEMPLAN_COMPILER "unknown"
+#endif
+
+namespace {
+
+template <typename T>
+using Vec = nb::ndarray<const T, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
+using I64 = Vec<int64_t>;
+using F64 = Vec<double>;
+
+template <typename T>
+using Out1 = nb::ndarray<nb::numpy, T, nb::ndim<1>>;
+
+// A numpy array owning ``values``.
+template <typename T>
+Out1<T> to_numpy(std::vector<T>&& values) {
+  auto* heap = new std::vector<T>(std::move(values));
+  nb::capsule owner(heap, [](void* p) noexcept { delete static_cast<std::vector<T>*>(p); });
+  return Out1<T>(heap->data(), {heap->size()}, owner);
+}
+
+template <typename T>
+std::vector<T> to_vector(const Vec<T>& a) {
+  return std::vector<T>(a.data(), a.data() + a.shape(0));
+}
+
+void expect(bool ok, const char* what) {
+  if (!ok) throw std::invalid_argument(what);
+}
+
+// The chain of rotor's kernels: sizes x (L+1), s, fo, bo (L), g (L+1), times ft, bt (L).
+memplan::rotor::ChainRules chain_of(const I64& x, const I64& s, const I64& g, const I64& fo,
+                                    const I64& bo, const F64& ft, const F64& bt) {
+  const std::size_t L = s.shape(0);
+  expect(L >= 1, "rotor: a chain has at least one stage");
+  expect(x.shape(0) == L + 1 && g.shape(0) == L + 1 && fo.shape(0) == L && bo.shape(0) == L &&
+             ft.shape(0) == L && bt.shape(0) == L,
+         "rotor: x and g need L + 1 entries, s, fo, bo, ft and bt L");
+  memplan::rotor::ChainRules c;
+  c.L = int(L);
+  c.x = x.data();
+  c.s = s.data();
+  c.g = g.data();
+  c.fo = fo.data();
+  c.bo = bo.data();
+  c.ft = ft.data();
+  c.bt = bt.data();
+  return c;
+}
+
+nb::object ops_or_none(const memplan::rotor::GridResult& grid, int status) {
+  if (status != memplan::rotor::OK) return nb::none();
+  std::vector<int64_t> ops(grid.ops);
+  return nb::cast(to_numpy(std::move(ops)));
+}
+
+}  // namespace
+
+NB_MODULE(_core, m) {
+  m.doc() = "memplan's compiled kernels: rotor's dynamic programs and the allocation search.";
+
+  m.def(
+      "build_info",
+      []() {
+        nb::dict info;
+        info["version"] = MEMPLAN_CORE_VERSION;
+        info["compiler"] = MEMPLAN_COMPILER;
+        info["build_type"] = MEMPLAN_BUILD_TYPE;
+        info["nanobind"] = std::to_string(NB_VERSION_MAJOR) + "." +
+                           std::to_string(NB_VERSION_MINOR) + "." +
+                           std::to_string(NB_VERSION_PATCH);
+        return info;
+      },
+      "The core's build: memplan version, compiler, build type, nanobind version.");
+
+  // ---- rotor ----------------------------------------------------------------------------------
+  namespace rotor = memplan::rotor;
+  m.attr("ROTOR_OK") = rotor::OK;
+  m.attr("ROTOR_INFEASIBLE") = rotor::INFEASIBLE;
+  m.attr("ROTOR_SKIPPED") = rotor::SKIPPED;
+  m.attr("ROTOR_NO_OPTION") = rotor::NO_OPTION;
+  m.attr("ROTOR_UNBOUNDED") = rotor::UNBOUNDED;
+  m.attr("CHOICE_F_ALL") = rotor::CHOICE_F_ALL;
+  m.attr("CHOICE_NONE") = rotor::CHOICE_NONE;
+
+  nb::class_<rotor::GridResult>(m, "RotorGrid",
+                                "A rotor table on a slot grid (rotor_grid.cpp): its status, its "
+                                "budget in slots, its plan, its top values, more backtracks.")
+      .def_ro("status", &rotor::GridResult::status)
+      .def_ro("capacity", &rotor::GridResult::capacity)
+      .def_ro("extra", &rotor::GridResult::extra)
+      .def_ro("cells", &rotor::GridResult::cells)
+      .def_prop_ro("bounds",
+                   [](const rotor::GridResult& g) {
+                     return std::make_tuple(g.bounds[0], g.bounds[1], g.bounds[2]);
+                   })
+      .def_prop_ro("ops",
+                   [](const rotor::GridResult& g) {
+                     return ops_or_none(g, g.status == rotor::OK && !g.ops.empty()
+                                               ? rotor::OK
+                                               : rotor::INFEASIBLE);
+                   })
+      .def("top_values", &rotor::GridResult::top_values)
+      .def(
+          "trace",
+          [](rotor::GridResult& g, int64_t budget) {
+            int status = g.trace(budget);
+            if (status == rotor::NO_OPTION)
+              throw std::runtime_error("rotor grid: no option reaches a value of the table");
+            return ops_or_none(g, status);
+          },
+          "budget"_a)
+      .def("value", &rotor::GridResult::value, "a"_a, "b"_a, "m"_a)
+      .def("asked", &rotor::GridResult::asked, "a"_a, "b"_a);
+
+  m.def(
+      "rotor_grid",
+      [](const I64& x, const I64& s, const I64& g, const I64& fo, const I64& bo, const F64& ft,
+         const F64& bt, int64_t budget, int64_t slots, int64_t extra, bool single, bool trace,
+         bool reach, int64_t memory) {
+        rotor::ChainRules chain = chain_of(x, s, g, fo, bo, ft, bt);
+        expect(slots >= 1 && extra >= 0, "rotor_grid: slots >= 1 and extra >= 0");
+        rotor::GridRequest request;
+        request.budget = budget;
+        request.slots = slots;
+        request.extra = extra;
+        request.single = single;
+        request.trace = trace;
+        request.reach = reach;
+        request.memory = memory;
+        memplan::Stop stop(-1.0, true);
+        std::unique_ptr<rotor::GridResult> result;
+        {
+          nb::gil_scoped_release release;
+          result = rotor::solve_grid(chain, request, stop);
+        }
+        stop.raise_if_interrupted();
+        if (result->status == rotor::NO_OPTION)
+          throw std::runtime_error("rotor grid: no option reaches a value of the table");
+        return result;
+      },
+      "x"_a, "s"_a, "g"_a, "fo"_a, "bo"_a, "ft"_a, "bt"_a, "budget"_a, "slots"_a, "extra"_a = 0,
+      "single"_a = false, "trace"_a = true, "reach"_a = true, "memory"_a = -1,
+      "The rotor DP on a grid of ``slots`` slots of the activation ``budget`` (bytes).");
+
+  m.def(
+      "rotor_dense",
+      [](const I64& x, const I64& s, const I64& g, const I64& fo, const I64& bo, const F64& ft,
+         const F64& bt, int64_t capacity) {
+        rotor::ChainRules chain = chain_of(x, s, g, fo, bo, ft, bt);
+        expect(capacity >= 0, "rotor_dense: capacity >= 0");
+        const std::size_t L = std::size_t(chain.L), W = std::size_t(capacity) + 1;
+        const std::size_t cells = L * L * W;
+        auto* opt = new double[cells];
+        auto* choice = new int32_t[cells];
+        nb::capsule opt_owner(opt, [](void* p) noexcept { delete[] static_cast<double*>(p); });
+        nb::capsule choice_owner(choice,
+                                 [](void* p) noexcept { delete[] static_cast<int32_t*>(p); });
+        memplan::Stop stop(-1.0, true);
+        {
+          nb::gil_scoped_release release;
+          rotor::dense_table(chain, capacity, opt, choice, stop);
+        }
+        stop.raise_if_interrupted();
+        using Out3d = nb::ndarray<nb::numpy, double, nb::ndim<3>>;
+        using Out3i = nb::ndarray<nb::numpy, int32_t, nb::ndim<3>>;
+        return std::make_pair(Out3d(opt, {L, L, W}, opt_owner),
+                              Out3i(choice, {L, L, W}, choice_owner));
+      },
+      "x"_a, "s"_a, "g"_a, "fo"_a, "bo"_a, "ft"_a, "bt"_a, "capacity"_a,
+      "The dense rotor table: opt[a, b, m] and choice[a, b, m] for m = 0..capacity slots.");
+
+  m.def(
+      "rotor_exact",
+      [](const I64& x, const I64& s, const I64& g, const I64& fo, const I64& bo, const F64& ft,
+         const F64& bt, int64_t budget, double work_limit) {
+        rotor::ChainRules chain = chain_of(x, s, g, fo, bo, ft, bt);
+        memplan::Stop stop(-1.0, true);
+        std::vector<int64_t> ops;
+        double makespan = 0.0;
+        int status;
+        {
+          nb::gil_scoped_release release;
+          status = rotor::exact_plan(chain, budget, work_limit, stop, ops, makespan);
+        }
+        stop.raise_if_interrupted();
+        return std::make_tuple(status, to_numpy(std::move(ops)), makespan);
+      },
+      "x"_a, "s"_a, "g"_a, "fo"_a, "bo"_a, "ft"_a, "bt"_a, "budget"_a, "work_limit"_a,
+      "The rotor DP in bytes: (status, operations, makespan); status 1 past the work limit.");
+
+  // ---- alloc ----------------------------------------------------------------------------------
+  namespace alloc = memplan::alloc;
+  m.attr("ALLOC_FOUND") = alloc::FOUND;
+  m.attr("ALLOC_NOT_FOUND") = alloc::NOT_FOUND;
+  m.attr("ALLOC_ABORTED") = alloc::ABORTED;
+  m.attr("ALLOC_TIMEOUT") = alloc::TIMEOUT;
+
+  nb::class_<alloc::Search>(m, "AllocSearch",
+                            "One exact allocation search of an instance (alloc.cpp); its "
+                            "failed-state memo lives across the parts and capacities.")
+      .def(
+          "__init__",
+          [](alloc::Search* self, int64_t sections, const I64& first, const I64& end,
+             const I64& size, const I64& sec_start, const I64& sec_buf, const I64& ov_start,
+             const I64& ov_buf, const I64& tw_start, const I64& tw_buf, const I64& section_total,
+             const I64& cuts, const F64& width, const I64& rank_twa, const I64& rank_taw,
+             const I64& rank_wat, int64_t memo_slots) {
+            const std::size_t n = size.shape(0);
+            expect(first.shape(0) == n && end.shape(0) == n && ov_start.shape(0) == n + 1 &&
+                       tw_start.shape(0) == n + 1 && width.shape(0) == n &&
+                       rank_twa.shape(0) == n && rank_taw.shape(0) == n &&
+                       rank_wat.shape(0) == n,
+                   "AllocSearch: the per-buffer arrays do not match");
+            expect(sections >= 0 && sec_start.shape(0) == std::size_t(sections) + 1 &&
+                       section_total.shape(0) == std::size_t(sections),
+                   "AllocSearch: the per-section arrays do not match");
+            alloc::Instance inst;
+            inst.n = int64_t(n);
+            inst.sections = sections;
+            inst.first = to_vector(first);
+            inst.end = to_vector(end);
+            inst.size = to_vector(size);
+            inst.sec_start = to_vector(sec_start);
+            inst.sec_buf = to_vector(sec_buf);
+            inst.ov_start = to_vector(ov_start);
+            inst.ov_buf = to_vector(ov_buf);
+            inst.tw_start = to_vector(tw_start);
+            inst.tw_buf = to_vector(tw_buf);
+            inst.section_total = to_vector(section_total);
+            inst.cuts = to_vector(cuts);
+            inst.width = to_vector(width);
+            inst.area.resize(n);
+            inst.fsize.resize(n);
+            for (std::size_t b = 0; b < n; ++b) {
+              inst.fsize[b] = static_cast<double>(inst.size[b]);
+              inst.area[b] = inst.width[b] * inst.fsize[b];
+            }
+            inst.ranks[0] = to_vector(rank_twa);
+            inst.ranks[1] = to_vector(rank_taw);
+            inst.ranks[2] = to_vector(rank_wat);
+            new (self) alloc::Search(std::move(inst), memo_slots);
+          },
+          "sections"_a, "first"_a, "end"_a, "size"_a, "sec_start"_a, "sec_buf"_a, "ov_start"_a,
+          "ov_buf"_a, "tw_start"_a, "tw_buf"_a, "section_total"_a, "cuts"_a, "width"_a,
+          "rank_twa"_a, "rank_taw"_a, "rank_wat"_a, "memo_slots"_a = 0)
+      .def(
+          "solve_part",
+          [](alloc::Search& search, const I64& part, int64_t lo, int64_t hi, int64_t capacity,
+             int64_t node_budget, int64_t nodes, bool tight, double time_limit) {
+            std::vector<int64_t> buffers = to_vector(part);
+            const alloc::Instance& inst = search.instance();
+            for (int64_t b : buffers) expect(0 <= b && b < inst.n, "solve_part: buffer index");
+            expect(0 <= lo && lo <= hi && hi <= inst.sections, "solve_part: section range");
+            memplan::Stop stop(time_limit, false);
+            alloc::PartResult result;
+            const std::size_t stack = (std::size_t(64) << 20) +
+                                      4096 * std::size_t(inst.n + inst.sections);
+            {
+              nb::gil_scoped_release release;
+              memplan::run_on_thread(
+                  [&] {
+                    result = search.solve_part(buffers, lo, hi, capacity, node_budget, nodes,
+                                               tight, stop);
+                  },
+                  stack, stop);
+            }
+            stop.raise_if_interrupted();
+            return std::make_tuple(result.status, result.nodes,
+                                   to_numpy(std::move(result.solution)));
+          },
+          "part"_a, "lo"_a, "hi"_a, "capacity"_a, "node_budget"_a, "nodes"_a, "tight"_a,
+          "time_limit"_a,
+          "Search one static part: (status, nodes counted so far, offsets of the instance).")
+      .def(
+          "run_once",
+          [](alloc::Search& search, const I64& part, int64_t lo, int64_t hi, int64_t capacity,
+             int run, int64_t salt, int64_t node_limit, int64_t stack_entries) {
+            std::vector<int64_t> buffers = to_vector(part);
+            const alloc::Instance& inst = search.instance();
+            for (int64_t b : buffers) expect(0 <= b && b < inst.n, "run_once: buffer index");
+            expect(0 <= lo && lo <= hi && hi <= inst.sections, "run_once: section range");
+            memplan::Stop stop(-1.0, false);
+            alloc::PartResult result;
+            {
+              nb::gil_scoped_release release;
+              memplan::run_on_thread(
+                  [&] {
+                    result = search.run_once(buffers, lo, hi, capacity, run, salt, node_limit,
+                                             stack_entries, stop);
+                  },
+                  (std::size_t(64) << 20) + 4096 * std::size_t(inst.n + inst.sections), stop);
+            }
+            stop.raise_if_interrupted();
+            return std::make_tuple(result.status, result.nodes,
+                                   to_numpy(std::move(result.solution)));
+          },
+          "part"_a, "lo"_a, "hi"_a, "capacity"_a, "run"_a, "salt"_a, "node_limit"_a,
+          "stack_entries"_a = 0,
+          "One run of the round robin alone (for the tests): (status, nodes, offsets).");
+
+  m.def(
+      "alloc_first_fit",
+      [](const I64& lower, const I64& upper, const I64& size, const I64& order,
+         std::optional<I64> ov_start, std::optional<I64> ov_buf, int64_t limit,
+         double time_limit) {
+        const std::size_t n = size.shape(0);
+        expect(lower.shape(0) == n && upper.shape(0) == n, "alloc_first_fit: lengths differ");
+        for (std::size_t k = 0; k < order.shape(0); ++k)
+          expect(0 <= order.data()[k] && std::size_t(order.data()[k]) < n,
+                 "alloc_first_fit: order index");
+        const int64_t* starts = nullptr;
+        const int64_t* buf = nullptr;
+        if (ov_start && ov_buf) {
+          expect(ov_start->shape(0) == n + 1, "alloc_first_fit: ov_start needs n + 1 entries");
+          starts = ov_start->data();
+          buf = ov_buf->data();
+        }
+        std::vector<int64_t> offsets(n, -1);
+        memplan::Stop stop(time_limit, true);
+        int64_t done;
+        {
+          nb::gil_scoped_release release;
+          done = alloc::first_fit(lower.data(), upper.data(), size.data(), int64_t(n),
+                                  order.data(), int64_t(order.shape(0)), starts, buf,
+                                  offsets.data(), limit, stop);
+        }
+        stop.raise_if_interrupted();
+        return std::make_pair(done, to_numpy(std::move(offsets)));
+      },
+      "lower"_a, "upper"_a, "size"_a, "order"_a, "ov_start"_a.none(), "ov_buf"_a.none(),
+      "limit"_a, "time_limit"_a,
+      "First fit in ``order``: (placed count, or -1 - count past ``limit``; offsets, -1 unplaced).");
+}

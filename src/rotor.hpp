@@ -1,0 +1,55 @@
+// The rotor dynamic programs: one chain model, three tables of the same recurrences.
+//
+// NOTE [ rotor in C++ ]
+// The recurrences are those of NOTE [ rotor recurrences ] (memplan/algorithms/chain/rotor.py).
+// Every memory need of an option of a sub-chain (a, b) is written once, in ChainRules below; the
+// three tables call it: the slot grid restricted to the budgets the top problem asks
+// (rotor_grid.cpp), the dense grid of every budget of every sub-chain that pofo and join read
+// (rotor_dense.cpp), and the DP in bytes that keeps the steps of each sub-chain's value
+// (rotor_exact.cpp). Each keeps the floating-point operations, and their order, of its Python
+// reference in tests/oracles/rotor.py, so that the plans are those of the references exactly.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <limits>
+#include <vector>
+
+namespace memplan::rotor {
+
+constexpr int F_ALL = 0, F_CK = 1, F_N = 2, B = 3;  // operation codes: 4 * stage + code
+constexpr int32_t CHOICE_F_ALL = -1, CHOICE_NONE = -2;
+
+// The sizes (bytes or slots) and times of a chain of L stages: x[0..L], s, fo, bo [0..L-1],
+// g[0..L], ft, bt [0..L-1] (docs/model.md).
+struct ChainRules {
+  int L = 0;
+  const int64_t* x = nullptr;
+  const int64_t* s = nullptr;
+  const int64_t* g = nullptr;
+  const int64_t* fo = nullptr;
+  const int64_t* bo = nullptr;
+  const double* ft = nullptr;
+  const double* bt = nullptr;
+
+  // Memory of B a besides x[a]: g[a+1] + s[a] + g[a] + bo[a].
+  int64_t own_backward(int a) const { return g[a + 1] + s[a] + g[a] + bo[a]; }
+  // Least budget of F_all a in the sub-chain (a, b): its forward runs while g[b+1] is held
+  // (pitfall 1), and its backward needs own_backward(a).
+  int64_t fall_need(int a, int b) const {
+    return std::max(g[b + 1] + s[a] + fo[a], own_backward(a));
+  }
+  // Memory of F_ck a (r = 0) or F_n a+r (r >= 1) besides the held gradient, as needed to reach
+  // the checkpoint x[a+1+r]: x[a+1] + fo[a], then x[a+r] + x[a+r+1] + fo[a+r].
+  int64_t forward_step(int a, int r) const {
+    return r == 0 ? x[a + 1] + fo[a] : x[a + r] + x[a + r + 1] + fo[a + r];
+  }
+  // The lowest budget of the sub-chain (a, b) below which no plan exists (a lower bound of its
+  // least memory: the backward peaks of its stages and the forward of its last stage).
+  // ``floor`` is the running max of own_backward over a..b (the caller walks a down from b).
+  int64_t least_bound(int64_t floor, int b) const {
+    return std::max(floor, g[b + 1] + s[b] + fo[b]);
+  }
+};
+
+}  // namespace memplan::rotor
