@@ -145,6 +145,7 @@ def main(argv: list[str] | None = None) -> int:
             repeats=args.repeats,  # ignored when estimating
             estimate=gpu,
             progress=progress,
+            threads=args.threads,
         )
         path = args.out / f"{stem}.yaml"
         save_profile(prof, path)

@@ -32,6 +32,7 @@ COMMANDS: dict[str, str] = {
     "algos": "memplan.cli.info:algos",
     "plot": "memplan.cli.show:plot",
     "run": "memplan.cli.run:run",
+    "bench": "memplan.cli.bench:bench",
     "alloc": "memplan.cli.alloc:alloc",
 }
 """Every command, in the order ``memplan --help`` lists them: ``module:function``."""

@@ -167,6 +167,7 @@ def _train(
     config: str | None,
 ) -> dict[str, Any] | None:
     import memplan
+    from memplan.torch.conditions import training_as_profiled
     from memplan.torch.device import resolve_device
     from memplan.torch.measure import train_under_plan
     from memplan.torch.models import build_model
@@ -204,7 +205,8 @@ def _train(
 
         write_trace_file(trace, sched, prof)
     try:
-        return train_under_plan(module, x, prof, sched, steps=steps, lr=lr)
+        with training_as_profiled(prof, dev, common.echo_err):  # the profile's threads
+            return train_under_plan(module, x, prof, sched, steps=steps, lr=lr)
     except InputError as exc:
         where = f"--profile {profile}: " if profile is not None else ""
         raise InputError(f"{where}{exc}") from None

@@ -1107,6 +1107,7 @@ def fit(
         Bad input, or no plan of ``algo`` fits ``memory`` (the message says the least memory).
     """
     import memplan
+    from memplan.torch.conditions import check_conditions
     from memplan.torch.models import build_model
     from memplan.torch.profiler import profile_model
 
@@ -1129,12 +1130,14 @@ def fit(
         if config:
             raise InputError("fit: config applies to a model given by name (hf:NAME)")
         module, label = model, None
-    if profile is None:
+    if profile is None:  # measured on the threads the caller's loop will train on
         prof = profile_model(
-            module, example_input=x, device=str(x.device), repeats=repeats, name=label
-        )
+            module, example_input=x, device=str(x.device), repeats=repeats, name=label,
+            threads=torch.get_num_threads(),
+        )  # fmt: skip
     else:
         prof = memplan.load_profile(profile)
+        check_conditions(prof, x.device)  # a warning where it was measured otherwise
     sched = solve_feasible(prof, algo, memory, slots, optimizer, bandwidth)
     with model_errors(label or type(module).__name__, FIRST_FORWARD):  # NOTE [ whose error ]
         chain = linearize(module, x, labels=labels)
