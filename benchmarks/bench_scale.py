@@ -12,13 +12,14 @@ synthetic profiles (:func:`memplan.profile.synthetic.random_chain` / ``random_jo
 * ``join`` on two branches of 25 to 250 stages, half-way between its least memory and store-all;
 * ``periodic`` against ``store-all`` on 1,000 and 10,000 stages.
 
-With ``--baseline DIR`` (a checkout of another commit, e.g. ``git worktree add /tmp/base main``),
-each command also runs with that checkout's ``memplan`` first on the import path, alternated with
-this one, so that both columns come from the same run on the same machine. A command stopped by
+With ``--baseline PYTHON`` (another memplan's interpreter, e.g. ``/work/main/.venv/bin/python``:
+an editable install imports its own checkout whatever the import path), each command also runs
+with that memplan, alternated with this one, so that both columns come from the same run on the
+same machine. A command stopped by
 ``--timeout`` (default 600 s of CPU) or ``--memory-cap`` (default 6 GB of address space: the machine is
 shared) shows as such.
 
-Usage: ``python benchmarks/bench_scale.py [--baseline DIR] [--only pofo,join] [--markdown]``.
+Usage: ``python benchmarks/bench_scale.py [--baseline PYTHON] [--only pofo,join] [--sizes 50,100]``.
 """
 
 from __future__ import annotations
@@ -64,19 +65,21 @@ def _limits(cap: int, cpu: float):
     return limit
 
 
-def run_command(args: list[str], path: str | None, timeout: float, cap: int) -> Run:
-    """``memplan`` with ``args`` in a child process (``path``: a checkout first on sys.path)."""
+def run_command(args: list[str], python: str | None, timeout: float, cap: int) -> Run:
+    """``memplan`` with ``args`` in a child process (``python``: another memplan's interpreter;
+    None: this one's)."""
     env = dict(os.environ)
-    env["PYTHONPATH"] = (path or str(ROOT)) + os.pathsep + env.get("PYTHONPATH", "")
+    if python is None:
+        env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
     code = "import sys; from memplan.cli.app import main; sys.argv[0] = 'memplan'; main()"
     started = time.perf_counter()
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         child = subprocess.Popen(
-            [sys.executable, "-c", code, *args],
+            [python or sys.executable, "-c", code, *args],
             stdout=out,
             stderr=err,
             env=env,
-            cwd=tempfile.gettempdir(),  # not a checkout: its memplan would come first
+            cwd=tempfile.gettempdir(),  # not a checkout: a baseline imports its own memplan
             preexec_fn=_limits(cap, timeout),
         )
         deadline = started + 20 * timeout  # a safety net: the limit is on CPU time (shared machine)
@@ -133,12 +136,13 @@ def join_case(directory: Path, lengths: tuple[int, ...]) -> tuple[str, int]:
     return str(path), (low + high) // 2
 
 
-def cases(directory: Path, only: set[str]) -> list[tuple[str, str, list[str]]]:
-    """``(command, size, memplan arguments)``."""
+def cases(directory: Path, only: set[str], sizes: set[str]) -> list[tuple[str, str, list[str]]]:
+    """``(command, size, memplan arguments)``: the commands in ``only`` and the sizes in ``sizes``
+    (``"100"``, ``"50+50"``; empty: all)."""
     found: list[tuple[str, str, list[str]]] = []
 
     def add(name: str, size: str, args: list[str]) -> None:
-        if not only or name in only:
+        if (not only or name in only) and (not sizes or size.split()[0] in sizes):
             found.append((name, size, args))
 
     for length in (50, 100, 200, 500, 1000):
@@ -179,20 +183,24 @@ def cell(run: Run | None) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--baseline", help="another checkout, run beside this one")
+    parser.add_argument("--baseline", help="another memplan's Python, run beside this one")
     parser.add_argument("--only", default="", help="commands to run, e.g. pofo,join")
+    parser.add_argument("--sizes", default="", help="sizes to run, e.g. 50,100,50+50,10000")
     parser.add_argument("--timeout", type=float, default=600.0, help="CPU seconds per command")
     parser.add_argument("--memory-cap", type=float, default=6.0, help="GB of address space")
     args = parser.parse_args()
     only = {name for name in args.only.split(",") if name}
+    sizes = {size for size in args.sizes.split(",") if size}
     cap = int(args.memory_cap * 2**30)
     print(f"{machine()}; load {os.getloadavg()[0]:.1f} at the start", flush=True)
     with tempfile.TemporaryDirectory() as tmp:
         rows = []
-        for name, size, command in cases(Path(tmp), only):
-            mine = run_command(command, None, args.timeout, cap)
+        for name, size, command in cases(Path(tmp), only, sizes):
             base = None
-            if args.baseline:
+            if args.baseline and len(rows) % 2:  # alternated: every other row the baseline first
+                base = run_command(command, args.baseline, args.timeout, cap)
+            mine = run_command(command, None, args.timeout, cap)
+            if args.baseline and base is None:
                 base = run_command(command, args.baseline, args.timeout, cap)
             rows.append((name, size, mine, base))
             print(f"{name} {size}: {cell(mine)} | baseline {cell(base)}", file=sys.stderr)
