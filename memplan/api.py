@@ -26,16 +26,19 @@ from memplan.algorithms import (
 from memplan.algorithms import algorithm as lookup_algorithm
 from memplan.algorithms.base import PROFILE_SHAPES
 from memplan.algorithms.options import resolve_bandwidth
-from memplan.algorithms.timeline import (
-    OPTIMIZER_FACTORS,
-    check_optimizer,
-    static_memory,
-    timed_ops,
-)
+from memplan.algorithms.timeline import check_optimizer, static_memory, timed_ops
 from memplan.errors import BudgetWarning, InputError, InternalError
 from memplan.profile.io import load_profile
 from memplan.profile.model import Profile
-from memplan.schedule import Budget, ProfileRef, Schedule, load_schedule
+from memplan.schedule import (
+    OPTIMIZER_FACTORS,
+    Budget,
+    OpName,
+    OptimizerName,
+    ProfileRef,
+    Schedule,
+    load_schedule,
+)
 from memplan.simulator import claims
 from memplan.simulator.replay import replay
 from memplan.simulator.result import SimulationResult
@@ -109,7 +112,7 @@ def algorithm_details(name: str) -> dict[str, Any]:
 
 def schedule_from_sequence(
     profile: Profile | Mapping[str, Any] | str,
-    sequence: Iterable[tuple[str, int]],
+    sequence: Iterable[tuple[OpName, int]],
     *,
     algorithm: str = "custom",
     memory: int | str | None = None,
@@ -120,14 +123,15 @@ def schedule_from_sequence(
     The figures (makespan, peak) are left for :func:`simulate` to compute.
     """
     prof = load_profile(profile)
+    name = check_optimizer(optimizer)
     budget = None if memory is None else memory_budget(prof, memory)
     return Schedule(
         algorithm=algorithm,
         profile=ProfileRef(model=prof.model, sha256=prof.sha256(), stages=prof.length),
-        budget=Budget(memory=budget, optimizer=optimizer),
+        budget=Budget(memory=budget, optimizer=name),
         feasible=True,
         lower_bound=prof.lower_bound,
-        static_memory=static_memory(prof, optimizer),
+        static_memory=static_memory(prof, name),
         ops=timed_ops(prof, sequence),
     )
 
@@ -232,7 +236,7 @@ class SolveArguments:
     """The budget as given, for messages."""
     options: Any
     """The family's options object (:func:`memplan.algorithms.options_for`)."""
-    optimizer: str
+    optimizer: OptimizerName
 
 
 def check_arguments(
@@ -246,8 +250,8 @@ def check_arguments(
         raise InputError("--mem: a memory budget is required, e.g. --mem 8GB")
     budget = check_budget(memory)
     family_options = options_for(info.name, options)
-    check_optimizer(optimizer)
-    return SolveArguments(info, budget, str(memory).strip(), family_options, optimizer)
+    name = check_optimizer(optimizer)
+    return SolveArguments(info, budget, str(memory).strip(), family_options, name)
 
 
 def solve_checked(
@@ -326,8 +330,9 @@ def memory_budget(
         budget = form
     if gpu is not None and budget > usable_memory(gpu):
         typed = given or (form.text if isinstance(form, DeviceShare) else str(memory).strip())
+        gpu_name = (device.name if device is not None else None) or "GPU"
         warnings.warn(
-            f"{option} {typed}: {format_size(budget)} is more than the {device.name or 'GPU'} can "
+            f"{option} {typed}: {format_size(budget)} is more than the {gpu_name} can "
             f"give a plan ({format_size(usable_memory(gpu))}: its {format_size(gpu)} less "
             f"{format_size(DEVICE_RESERVE)} for the CUDA context and the allocator, as "
             f"{option} gpu); the plan will not fit on that GPU",
@@ -381,7 +386,7 @@ def simulate(
     memory: int | str | None = None,
     *,
     check_claims: bool = True,
-):
+) -> SimulationResult:
     """Replay a schedule independently of the solvers, with its family's simulator.
 
     Returns a :class:`memplan.simulator.SimulationResult` with ``valid``, ``makespan``,

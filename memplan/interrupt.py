@@ -125,8 +125,8 @@ def deferred() -> Iterator[None]:
     try:
         yield
     finally:
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)
+        for held_signum, handler in previous.items():
+            signal.signal(held_signum, handler)
         if held:
             previous[held[0]](held[0], None)
 
@@ -143,7 +143,7 @@ def solve(solver: Any, model: Any, callback: Any = None) -> Any:
 
 
 @contextlib.contextmanager
-def _stop_on_signals(solver: Any):
+def _stop_on_signals(solver: Any) -> Iterator[None]:
     """Call ``solver.stop_search()`` from a watcher thread when a stop signal arrives.
 
     Outside the main thread, or when Python handles none of :data:`STOP_SIGNALS`, CP-SAT keeps

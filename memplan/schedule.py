@@ -7,7 +7,7 @@ when known, ``min_memory``, the least budget with which the algorithm finds a pl
 from __future__ import annotations
 
 import json
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Final, Literal
 
 from pydantic import (
     BaseModel,
@@ -23,11 +23,14 @@ from pydantic import (
 from memplan.errors import InputError, empty_input
 from memplan.units import MAX_RATE, MAX_SIZE, MIN_RATE
 
-SCHEDULE_FORMAT = "memplan-schedule/1"
+SCHEDULE_FORMAT: Final = "memplan-schedule/1"
 OpName = Literal["F_all", "F_ck", "F_n", "B", "offload", "prefetch", "turn"]
 Status = Literal["optimal", "feasible", "infeasible", "unknown"]
+Stream = Literal["compute", "transfer"]
 OptimizerName = Literal["none", "sgd", "momentum", "adam"]
 """What ``budget.optimizer`` may say (docs/model.md); a schedule without it is replayed as sgd."""
+OPTIMIZER_FACTORS: dict[OptimizerName, int] = {"none": 0, "sgd": 2, "momentum": 3, "adam": 4}
+"""Static memory as a multiple of the weight bytes: weights + gradients + optimizer state."""
 Size = Annotated[int, Field(ge=0, le=MAX_SIZE)]
 """Bytes, 0 to 2^60 (the CLI's largest size)."""
 Rate = Annotated[float, Field(ge=MIN_RATE, le=MAX_RATE, allow_inf_nan=False)]
@@ -54,13 +57,13 @@ class Op(_Model):
     stage: int = Field(ge=0)
     start: float = Field(allow_inf_nan=False)
     end: float = Field(allow_inf_nan=False)
-    stream: Literal["compute", "transfer"] = "compute"
+    stream: Stream = "compute"
     tensor: str | None = None
     branch: int | None = Field(default=None, ge=0)
 
     @model_serializer(mode="wrap")
     def _drop_unset_tensor(self, handler: Any) -> dict[str, Any]:
-        data = handler(self)
+        data: dict[str, Any] = handler(self)
         if data.get("tensor") is None:
             data.pop("tensor", None)
         if data.get("branch") is None:
@@ -255,7 +258,7 @@ class Schedule(_Model):
     @model_serializer(mode="wrap")
     def _drop_unset_family_fields(self, handler: Any) -> dict[str, Any]:
         """Leave the other families' unset fields out of the documents."""
-        data = handler(self)
+        data: dict[str, Any] = handler(self)
         for key in _FAMILY_FIELDS:
             if data.get(key, 0) is None:
                 data.pop(key)

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from memplan.errors import InputError
+from memplan.units import check_time_limit, parse_rate
 
 COMMANDS = ("solve", "compare", "run")
 """The commands that take family options."""
@@ -162,8 +163,6 @@ def rate(flag: str) -> Callable[[Any], float]:
     """A rate (``12GB/s``, ``16GiB/s`` or bytes/s as a number) in bytes/s."""
 
     def parse(value: Any) -> float:
-        from memplan.units import parse_rate
-
         try:
             return parse_rate(value)
         except InputError as exc:
@@ -212,9 +211,7 @@ def bandwidth_option() -> Any:
     )
 
 
-def _time_limit(value: Any) -> float:
-    from memplan.units import check_time_limit
-
+def _time_limit(value: Any) -> float | None:
     return check_time_limit(value, "--time-limit")
 
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 import datetime
 import hashlib
 import json
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 from pydantic import Field, NonNegativeInt, PositiveInt, field_validator, model_validator
 
@@ -41,7 +41,7 @@ __all__ = [
     "Stage",
 ]
 
-PROFILE_FORMAT = "memplan-profile/1"
+PROFILE_FORMAT: Final = "memplan-profile/1"
 
 
 class Stage(_Strict):
@@ -237,6 +237,19 @@ class Profile(_Strict):
         if self.graph is not None:
             found += ("graph",)
         return found
+
+    @property
+    def chain_stages(self) -> list[Stage]:
+        """The stages of a chain profile (``stages``, known to be present).
+
+        Raises
+        ------
+        ValueError
+            The profile is a join network or a graph (the algorithms check the family first).
+        """
+        if self.stages is None:
+            raise ValueError(f"{self.model}: a {self.kind} profile has no chain of stages")
+        return self.stages
 
     def all_stages(self) -> list[Stage]:
         """Every stage: the chain's, or each branch's then the turn (join networks)."""

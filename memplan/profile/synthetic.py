@@ -136,7 +136,8 @@ def random_join(
             overheads=overheads,
             integer_times=True,
         )
-        branches.append(Branch(name=f"branch{j}", input_size=chain.input_size, stages=chain.stages))
+        input_size = chain.activation_sizes()[0]
+        branches.append(Branch(name=f"branch{j}", input_size=input_size, stages=chain.chain_stages))
     out = int(rng.integers(1, max_size + 1))
     turn = Stage(
         name="turn",

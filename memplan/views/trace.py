@@ -21,7 +21,7 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
-from memplan.profile.io import write_atomic
+from memplan.files import write_atomic
 from memplan.profile.model import Profile
 from memplan.schedule import Schedule
 

@@ -38,12 +38,9 @@ import numpy as np
 
 from memplan.errors import InputError
 from memplan.profile.model import Profile
+from memplan.schedule import OPTIMIZER_FACTORS, OptimizerName
 
-OPTIMIZER_FACTORS = {"none": 0, "sgd": 2, "momentum": 3, "adam": 4}
-"""Static memory as a multiple of the weight bytes (as memplan.api.OPTIMIZER_FACTORS)."""
-
-
-def static_factor(optimizer: str, versions: int) -> int:
+def static_factor(optimizer: OptimizerName, versions: int) -> int:
     """Weight-sized copies a GPU keeps per weight byte (see NOTE [ pipeline memory model ])."""
     factor = OPTIMIZER_FACTORS[optimizer]
     return factor + versions - 1 if factor > 0 else 0
@@ -67,7 +64,7 @@ class PipelineInstance:
     gpus: int
     link_bandwidth: float | None
     """bytes/s; None: transfers are free (infinite bandwidth)."""
-    optimizer: str
+    optimizer: OptimizerName
     batch_size: int
 
     @property
@@ -80,7 +77,7 @@ class PipelineInstance:
         profile: Profile,
         gpus: int | None,
         link_bandwidth: float | None,
-        optimizer: str = "sgd",
+        optimizer: OptimizerName = "sgd",
     ) -> PipelineInstance:
         """Check ``gpus`` and build the instance (InputError on bad input)."""
         if gpus is None:
