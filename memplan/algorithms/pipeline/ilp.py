@@ -414,7 +414,7 @@ def solve_ilp(
     started = time.perf_counter()
     deadline = started + time_limit  # every phase below stops by it (NOTE [ time limits ])
     pd_plan, pd_peaks, _ = solve_pipedream(
-        profile, inst, memory, inst.optimizer, deadline=started + PIPEDREAM_SHARE * time_limit
+        profile, inst, memory, deadline=started + PIPEDREAM_SHARE * time_limit
     )
     L = inst.length
     progress = _Throttle(sink, u=1.0)
@@ -477,7 +477,7 @@ def solve_ilp(
     if found:
         solver, v, u, d, dc = found_in
         ilp_plan = _read_plan(solver, v, inst, u, d, dc)
-        check = evaluate(profile, inst, ilp_plan, inst.optimizer)
+        check = evaluate(profile, inst, ilp_plan)
         if check.valid and check.peak_memory <= memory:
             ilp_peaks = check.gpu_peaks
         else:  # pragma: no cover - the model is conservative; keep PipeDream's plan then
@@ -506,7 +506,7 @@ def run_ilp(profile: Any, request: Any, inst: PipelineInstance):
 
         return to_schedule(
             profile,
-            request,
+            memory,
             "pipeline-ilp",
             inst,
             None,
@@ -550,11 +550,11 @@ def run_ilp(profile: Any, request: Any, inst: PipelineInstance):
             else f"CP-SAT found no plan within {limit:g} s ({out.status}) and pipedream has none"
         )
         return to_schedule(
-            profile, request, "pipeline-ilp", inst, None, status="infeasible", message=why, **common
+            profile, memory, "pipeline-ilp", inst, None, status="infeasible", message=why, **common
         )
     return to_schedule(
         profile,
-        request,
+        memory,
         "pipeline-ilp",
         inst,
         plan,

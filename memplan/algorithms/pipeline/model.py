@@ -40,6 +40,7 @@ from memplan.errors import InputError
 from memplan.profile.model import Profile
 from memplan.schedule import OPTIMIZER_FACTORS, OptimizerName
 
+
 def static_factor(optimizer: OptimizerName, versions: int) -> int:
     """Weight-sized copies a GPU keeps per weight byte (see NOTE [ pipeline memory model ])."""
     factor = OPTIMIZER_FACTORS[optimizer]

@@ -4,16 +4,28 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
 from memplan.algorithms.pipeline.model import PipelineInstance
 from memplan.algorithms.pipeline.timing import FixedPattern, solve_period
+from memplan.profile.model import Profile
+from memplan.schedule import (
+    Budget,
+    GpuPattern,
+    PatternOp,
+    PatternTransfer,
+    ProfileRef,
+    Schedule,
+    SolverInfo,
+    Status,
+)
+from memplan.simulator.pipeline import PipelineSimulationResult, simulate_pipeline
 
-CompOp = tuple[str, int, float, float, int]
+CompOp = tuple[Literal["F", "B"], int, float, float, int]
 """``(op "F"|"B", stage, start, end, shift)``."""
-CommOp = tuple[str, int, int, int, float, float, int]
+CommOp = tuple[Literal["x", "g"], int, int, int, float, float, int]
 """``(tensor "x"|"g", boundary k, src, dst, start, end, shift)``."""
 
 
@@ -133,45 +145,34 @@ def contiguous_groups(assignment: list[int]) -> list[list[int]]:
 
 
 def to_schedule(
-    profile: Any,
-    request: Any,
+    profile: Profile,
+    memory: int | None,
     algorithm: str,
     inst: PipelineInstance,
     plan: PipelinePlan | None,
     *,
     started: float,
-    status: str,
+    status: Status,
     message: str | None = None,
     lower_bound: float | None = None,
     gpu_memory: list[int] | None = None,
-) -> Any:
-    """Wrap a plan (or its absence) as a ``pipeline`` schedule."""
-    from memplan.schedule import (
-        Budget,
-        GpuPattern,
-        PatternOp,
-        PatternTransfer,
-        ProfileRef,
-        Schedule,
-        SolverInfo,
-    )
-
+) -> Schedule:
+    """Wrap a plan (or its absence) as a ``pipeline`` schedule for a per-GPU budget ``memory``."""
     lb = inst.period_lower_bound() if lower_bound is None else lower_bound
-    common = dict(
-        family="pipeline",
-        algorithm=algorithm,
-        profile=ProfileRef(model=profile.model, sha256=profile.sha256(), stages=profile.length),
-        budget=Budget(memory=request.memory, gpus=inst.gpus, optimizer=request.optimizer),
-        lower_bound=lb,
-        static_memory=0,
-        link_bandwidth=inst.link_bandwidth,
-    )
+    ref = ProfileRef(model=profile.model, sha256=profile.sha256(), stages=profile.length)
+    budget = Budget(memory=memory, gpus=inst.gpus, optimizer=inst.optimizer)
     seconds = time.perf_counter() - started
     if plan is None:
         return Schedule(
+            family="pipeline",
+            algorithm=algorithm,
+            profile=ref,
+            budget=budget,
+            lower_bound=lb,
+            static_memory=0,
+            link_bandwidth=inst.link_bandwidth,
             feasible=False,
             solver=SolverInfo(seconds=seconds, status="infeasible", message=message),
-            **common,
         )
     by_gpu: dict[int, list[PatternOp]] = {}
     for name, k, a, b, s in sorted(plan.ops, key=lambda o: (o[2], o[0], o[1])):
@@ -190,6 +191,12 @@ def to_schedule(
         for g in set(plan.assignment)
     )
     return Schedule(
+        family="pipeline",
+        algorithm=algorithm,
+        profile=ref,
+        budget=budget,
+        lower_bound=lb,
+        link_bandwidth=inst.link_bandwidth,
         feasible=True,
         makespan=float(plan.period),
         overhead=plan.time_per_batch / lb if lb > 0 else 1.0,
@@ -203,18 +210,14 @@ def to_schedule(
         gpu_memory=gpu_memory,
         pattern=[GpuPattern(gpu=g, ops=ops) for g, ops in sorted(by_gpu.items())],
         transfers=transfers,
-        **{k: v for k, v in common.items() if k != "static_memory"},
     )
 
 
-def evaluate(profile: Any, inst: PipelineInstance, plan: PipelinePlan, optimizer: str) -> Any:
-    """Replay a plan with the simulator, without a budget (a ``PipelineSimulationResult``)."""
-    from types import SimpleNamespace
-
-    from memplan.simulator.pipeline import simulate_pipeline
-
-    request = SimpleNamespace(memory=None, optimizer=optimizer)
+def evaluate(
+    profile: Profile, inst: PipelineInstance, plan: PipelinePlan
+) -> PipelineSimulationResult:
+    """Replay a plan with the simulator, without a budget."""
     sched = to_schedule(
-        profile, request, "candidate", inst, plan, started=time.perf_counter(), status="feasible"
+        profile, None, "candidate", inst, plan, started=time.perf_counter(), status="feasible"
     )
     return simulate_pipeline(profile, sched, None)
