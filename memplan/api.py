@@ -242,9 +242,12 @@ class SolveArguments:
 def check_arguments(
     algo: str, memory: int | str | None, *, optimizer: str = "sgd", **options: Any
 ) -> SolveArguments:
-    """The one place a solve's arguments are validated (InputError naming the option): the
-    algorithm, the budget, the family's options and the optimizer. The command line calls this,
-    then reads the profile, then :func:`solve_checked`, and maps the errors to exit codes."""
+    """Validate a solve's arguments, the one place that does (InputError naming the option).
+
+    The algorithm, the budget, the family's options and the optimizer are checked. The command
+    line calls this, then reads the profile, then :func:`solve_checked`, and maps the errors to
+    exit codes.
+    """
     info = lookup_algorithm(algo)
     if memory is None:
         raise InputError("--mem: a memory budget is required, e.g. --mem 8GB")
@@ -259,8 +262,11 @@ def solve_checked(
     arguments: SolveArguments,
     progress: Callable[[str], None] | None = None,
 ) -> Solved:
-    """Run the algorithm of ``arguments`` on ``prof``: check the family against the profile,
-    solve, replay the plan once and compare its makespan with the solver's own value once."""
+    """Run the algorithm of ``arguments`` on ``prof``.
+
+    The family is checked against the profile, the plan solved, replayed once, and its makespan
+    compared once with the solver's own value.
+    """
     info = arguments.algorithm
     family = FAMILIES[info.family]
     check_family(prof, family, info.name)
@@ -286,8 +292,11 @@ def solve_checked(
 
 
 def check_budget(value: int | str, option: str = "--mem") -> int | DeviceShare:
-    """A budget's form, before any profile is read: a size in bytes (``8GB``) or a share of the
-    GPU (``gpu``, ``90%``); the message names the option (as the command line's)."""
+    """A budget's form, before any profile is read.
+
+    A size in bytes (``8GB``) or a share of the GPU (``gpu``, ``90%``); the message names the
+    option (as the command line's).
+    """
     try:
         return parse_budget(value)
     except InputError as exc:
@@ -367,8 +376,11 @@ def check_family(prof: Profile, family: Family, algo: str) -> None:
 
 
 def _checked(prof: Profile, schedule: Schedule, budget: int, algo: str) -> SimulationResult:
-    """Replay a solver's plan: a rejected plan, or a makespan other than the solver's own value
-    (:attr:`Schedule.claimed_makespan`), is a bug in memplan."""
+    """Replay a solver's plan, which must be accepted and reproduce the solver's makespan.
+
+    A rejected plan, or a makespan other than the solver's own value
+    (:attr:`Schedule.claimed_makespan`), is a bug in memplan.
+    """
     check = replay(prof, claims.with_replay_static_memory(prof, schedule), budget)
     if not check.valid:
         raise InternalError(f"{algo} produced a plan the simulator rejects: {check.violation}")
@@ -430,6 +442,7 @@ class CompareRow:
     seconds: float
 
     def to_dict(self) -> dict[str, Any]:
+        """The row as a plain dict (field name -> value)."""
         return dict(self.__dict__)
 
 

@@ -76,7 +76,8 @@ def _raise(signum: int, _frame: Any) -> None:
 
 def install() -> None:
     """Have SIGINT, SIGTERM and SIGHUP raise in the main thread (the command line's entry point;
-    a library never calls it). A signal ignored at start stays ignored."""
+    a library never calls it). A signal ignored at start stays ignored.
+    """
     _state.finished = False
     for signum in STOP_SIGNALS:
         if signal.getsignal(signum) is not signal.SIG_IGN:
@@ -96,7 +97,8 @@ def finish() -> None:
 def ignore() -> None:
     """The process is about to exit with its outcome decided: ignore the stop signals outright
     (Python puts their default action back while it shuts down, and a SIGTERM then would kill
-    a process whose outputs are written; the command line's entry point calls it last)."""
+    a process whose outputs are written; the command line's entry point calls it last).
+    """
     _state.finished = True
     if threading.current_thread() is threading.main_thread():
         for signum in STOP_SIGNALS:

@@ -72,12 +72,16 @@ class Op(_Model):
 
 
 class ProfileRef(_Model):
+    """The profile a schedule was made for: its model, content digest and number of stages."""
+
     model: str
     sha256: str
     stages: int | None = None
 
 
 class Budget(_Model):
+    """What the plan had to fit: memory (bytes), bandwidth (bytes/s), GPUs and optimizer."""
+
     memory: Size | None = None
     bandwidth: Rate | None = None
     gpus: int | None = Field(default=None, ge=1)
@@ -85,6 +89,8 @@ class Budget(_Model):
 
 
 class SolverInfo(_Model):
+    """How the solver ended: seconds, status, slots of a discretized DP and a message."""
+
     seconds: Finite = 0.0
     status: Status = "unknown"
     slots: int | None = None
@@ -218,15 +224,20 @@ class Schedule(_Model):
 
     @property
     def claimed_makespan(self) -> float | None:
-        """The makespan the replay must reproduce: the solver's own value for its plan (a dynamic
-        program's optimum, see :meth:`with_solver_makespan`), else the stated ``makespan``."""
+        """The makespan the replay must reproduce.
+
+        The solver's own value for its plan (a dynamic program's optimum, see
+        :meth:`with_solver_makespan`), else the stated ``makespan``.
+        """
         return self.makespan if self._solver_makespan is None else self._solver_makespan
 
     def with_solver_makespan(self, value: float | None) -> Schedule:
-        """This schedule with the solver's own makespan for its plan (None: none), which
-        :func:`memplan.solve` compares with the replay, then drops. It is not part of the document:
-        ``makespan`` is the end of the last operation as timed, equal to the solver's value up to
-        float rounding."""
+        """A copy with the solver's own makespan for its plan (None: none).
+
+        :func:`memplan.solve` compares it with the replay, then drops it. It is not part of the
+        document: ``makespan`` is the end of the last operation as timed, equal to the solver's
+        value up to float rounding.
+        """
         copy = self.model_copy()
         copy._solver_makespan = value
         return copy
@@ -265,12 +276,15 @@ class Schedule(_Model):
         return data
 
     def to_dict(self) -> dict[str, Any]:
+        """The schedule as a JSON-ready document."""
         return self.model_dump(mode="json")
 
     def to_json(self, indent: int | None = 2) -> str:
+        """The schedule as JSON text (``indent`` as :func:`json.dumps`)."""
         return json.dumps(self.to_dict(), indent=indent)
 
     def to_yaml(self) -> str:
+        """The schedule as YAML text."""
         from memplan.profile.io import dump_yaml
 
         return dump_yaml(self.to_dict())

@@ -122,7 +122,8 @@ def integer_in(
     flag: str, least: int, most: int, what: str = "", words: tuple[str, ...] = ()
 ) -> Callable[[Any], int | str]:
     """An integer from ``least`` to ``most`` (not a bool), as a number or as the command line's
-    text, or one of ``words`` (e.g. ``("auto",)``); the message names ``flag``."""
+    text, or one of ``words`` (e.g. ``("auto",)``); the message names ``flag``.
+    """
 
     def parse(value: Any) -> int | str:
         if isinstance(value, str):

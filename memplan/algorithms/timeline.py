@@ -125,12 +125,11 @@ def offload_schedule(
     return _schedule(plan, ops, common)
 
 
-def _schedule(
-    plan: ChainPlan | OffloadPlan, ops: list[Op] | None, common: _Common
-) -> Schedule:
+def _schedule(plan: ChainPlan | OffloadPlan, ops: list[Op] | None, common: _Common) -> Schedule:
     """The schedule of a plan's timed ``ops`` (None: no plan fits), with the solver's own value
     for :func:`memplan.solve` to check; ``common`` holds the fields both outcomes share
-    (``lower_bound`` among them). ``solver.seconds`` is left for :func:`memplan.solve` to time."""
+    (``lower_bound`` among them). ``solver.seconds`` is left for :func:`memplan.solve` to time.
+    """
     if ops is None:
         solver = SolverInfo(status="infeasible", slots=plan.slots, message=plan.message)
         return Schedule(feasible=False, solver=solver, **common)

@@ -83,7 +83,7 @@ def _visible(match: re.Match[str]) -> str:
 
 
 def escape_control(text: str, *, newlines: bool = False) -> str:
-    """``text`` with the characters a terminal acts on shown as ``\\x1b``-style escapes.
+    r"""``text`` with the characters a terminal acts on shown as ``\\x1b``-style escapes.
 
     Tab and newline stay, unless ``newlines`` (then newline is escaped too: one line stays one).
     See NOTE [ control characters ].
@@ -96,7 +96,8 @@ def escape_control(text: str, *, newlines: bool = False) -> str:
 def escaping_console_class() -> type[Console]:
     """A rich console class that escapes control characters in the text it renders (not in its
     own cursor and style codes): see NOTE [ control characters ]. Made on first use, so that a
-    command that prints no rich output does not import rich."""
+    command that prints no rich output does not import rich.
+    """
     from rich.console import Console
     from rich.segment import Segment
 
@@ -379,7 +380,8 @@ REPORT_DECIMALS = 6
 
 def rounded(value: Any) -> Any:
     """``value`` with every finite float rounded to :data:`REPORT_DECIMALS` decimals, through
-    dicts, lists and tuples (ints, booleans, strings, None and non-finite floats as they are)."""
+    dicts, lists and tuples (ints, booleans, strings, None and non-finite floats as they are).
+    """
     if isinstance(value, float):
         return round(value, REPORT_DECIMALS) if math.isfinite(value) else value
     if isinstance(value, dict):

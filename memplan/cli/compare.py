@@ -212,7 +212,8 @@ def rows_to_csv(rows: list[Any]) -> str:
 
 def _csv_cell(value: Any) -> Any:
     """A CSV cell: empty for None, ``true``/``false`` for booleans (as JSON writes them), floats
-    to the report's precision (NOTE [ report precision ] in common.py)."""
+    to the report's precision (NOTE [ report precision ] in common.py).
+    """
     if value is None:
         return ""
     if isinstance(value, bool):

@@ -320,7 +320,8 @@ def _nothing():
 
 def _run_with_progress(profile_model, model, kwargs: dict, label: str, start: str | None = None):
     """``profile_model`` with a bar on a terminal, one line per stage on stderr otherwise
-    (``start``: a first line, before the model is built)."""
+    (``start``: a first line, before the model is built).
+    """
     from memplan.cli.progress import Progress
 
     with Progress(label) as progress:

@@ -86,6 +86,7 @@ class Stage(_Strict):
 
     @property
     def gradient_size(self) -> int:
+        """Bytes of the gradient of the output: ``grad_size``, else ``output_size``."""
         return self.output_size if self.grad_size is None else self.grad_size
 
     @model_validator(mode="after")
@@ -99,14 +100,18 @@ class Stage(_Strict):
 
 
 class Device(_Strict):
+    """Where a profile was measured (``cpu``, ``cuda``) or for which GPU it was estimated."""
+
     kind: Literal["cpu", "cuda", "estimated", "synthetic"]
     name: str | None = None
     memory: Bytes | None = None
 
 
 class Conditions(_Strict):
-    """What a measured profile's sizes and times depend on besides the model and its input
-    (docs/profiling.md, "Conditions"): ``memplan run`` and ``fit`` compare them with their own."""
+    """What a measured profile's sizes and times depend on besides the model and its input.
+
+    See docs/profiling.md, "Conditions": ``memplan run`` and ``fit`` compare them with their own.
+    """
 
     threads: PositiveInt | None = Field(
         default=None, description="torch's intra-op threads (torch.get_num_threads())"
@@ -144,6 +149,8 @@ class Noise(_Strict):
 
 
 class Measured(_Strict):
+    """How a profile was measured: the tool, torch's version, the date, repeats, conditions."""
+
     tool: str | None = None
     torch: str | None = None
     date: str | None = None
@@ -268,6 +275,7 @@ class Profile(_Strict):
 
     @property
     def weight_size(self) -> int:
+        """Bytes of the weights: the stages' (or the graph's)."""
         if self.stages is None and self.branches is None and self.graph is not None:
             return self.graph.weight_size
         return sum(stage.weight_size for stage in self.all_stages())
@@ -280,6 +288,7 @@ class Profile(_Strict):
         return sum(s.forward_time + s.backward_time for s in self.all_stages())
 
     def to_dict(self) -> dict[str, Any]:
+        """The profile as a JSON-ready document (unset fields left out)."""
         return self.model_dump(mode="json", exclude_none=True)
 
     def sha256(self) -> str:

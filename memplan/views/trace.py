@@ -119,7 +119,8 @@ def trace_events(
 
 def _graph_events(schedule: Schedule, profile: Profile | None) -> list[dict[str, Any]]:
     """Graph schedules: the nodes back to back on the compute track (1 ms per node when the
-    graph has no times, as the graph simulator's memory curve)."""
+    graph has no times, as the graph simulator's memory curve).
+    """
     nodes = {n.name: n for n in profile.graph.nodes} if profile and profile.graph else {}
     times = [nodes[name].time if name in nodes else 0.0 for name in schedule.order or []]
     if not any(times):
@@ -151,7 +152,8 @@ GPU_TID_BASE = 10
 
 def _pipeline_events(schedule: Schedule, names: Sequence[str]) -> list[dict[str, Any]]:
     """Pipeline schedules: ``PIPELINE_PERIODS`` copies of the pattern, one track per GPU
-    (``F``/``B`` of stage ``k`` on mini-batch ``b``) and one per link (``x[k]``/``g[k]``)."""
+    (``F``/``B`` of stage ``k`` on mini-batch ``b``) and one per link (``x[k]``/``g[k]``).
+    """
     period = schedule.period or 0.0
     per_period = schedule.batches_per_period or 1
     gpus = sorted(p.gpu for p in schedule.pattern or [])

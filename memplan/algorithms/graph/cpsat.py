@@ -42,7 +42,8 @@ class ArenaProgress(cp_model.CpSolverSolutionCallback):
 
 class PeakProgress(cp_model.CpSolverSolutionCallback):
     """Reports each improving peak resident memory in bytes to ``sink`` (the model counts in
-    units of ``scale`` above ``constant``)."""
+    units of ``scale`` above ``constant``).
+    """
 
     def __init__(
         self, scale: int, constant: int, sink: Progress | None, label: str, began: float

@@ -64,7 +64,7 @@ def joint_size(problem: GraphProblem, extra: Sequence[tuple[int, int]]) -> int:
     return len(nodes)
 
 
-def solve_joint(
+def solve_joint(  # noqa: C901 - eq. 9's model: data, variables, constraints, solve
     problem: GraphProblem,
     *,
     time_limit: float,

@@ -42,7 +42,8 @@ def levels(
     problem: GraphProblem, nodes: Sequence[int], extra: Sequence[tuple[int, int]] = ()
 ) -> tuple[dict[int, int], dict[int, int], dict[int, list[int]]]:
     """Levelization of the subgraph on ``nodes`` (forward: longest path from a source; backward:
-    longest path to a sink), as ``ComputeLevelization`` in Function 3 of papers/002."""
+    longest path to a sink), as ``ComputeLevelization`` in Function 3 of papers/002.
+    """
     keep = set(nodes)
     succ = {v: [w for w in problem.succ[v] if w in keep] for v in nodes}
     for v, w in extra:
@@ -121,7 +122,8 @@ def _find_candidate(
     visited: dict[int, tuple[int | None, int]],
 ) -> tuple[int | None, int]:
     """Function 4 of papers/002 (``FindCandidate``), iteratively: the best anchor reachable from
-    ``start`` through nodes of forward level ``<= min_level``, and its backward level."""
+    ``start`` through nodes of forward level ``<= min_level``, and its backward level.
+    """
     stack = [start]
     while stack:
         u = stack[-1]
@@ -287,7 +289,7 @@ def contract_nodes(
     return nodes, succ
 
 
-def build_order_model(
+def build_order_model(  # noqa: C901 - eq. 14's constraints in the paper's order
     problem: GraphProblem,
     nodes: list[int],
     succ: dict[int, set[int]],
@@ -428,7 +430,8 @@ def read_order(
     solver: Any, var: OrderVars, problem: GraphProblem, extra: Sequence[tuple[int, int]]
 ) -> list[int]:
     """Function 1 of papers/002: the ILP's nodes by step; weight and memory-neutral nodes as
-    soon as their dependencies allow (they change no lifetime)."""
+    soon as their dependencies allow (they change no lifetime).
+    """
     priority = [-1] * problem.n_nodes
     for v in var.nodes:
         priority[v] = next(t for t, x in var.x[v].items() if solver.boolean_value(x))

@@ -115,7 +115,8 @@ def _olla(
     problem: GraphProblem, limit: float, progress: Any, began: float
 ) -> tuple[list[int], np.ndarray, int | None, Status, str]:
     """``olla``: eq. 14 then eq. 15 on its order (section 4.4); on small graphs whose split
-    solution is not proven optimal, the joint model of eq. 9 from there."""
+    solution is not proven optimal, the joint model of eq. 9 from there.
+    """
     from memplan.algorithms.graph.joint import JOINT_MAX_NODES, joint_size, solve_joint
 
     order, order_bound, status, note, edges = _reorder(problem, limit / 2, progress)

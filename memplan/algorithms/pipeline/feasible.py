@@ -31,7 +31,8 @@ def _pack(
     inst: PipelineInstance, limit: int | None, avoid: list[list[int]], seconds: float
 ) -> list[int] | None:
     """Stages -> GPUs with every GPU's estimate within ``limit`` (fewest boundaries crossed), or
-    the least largest estimate when ``limit`` is None; ``avoid`` lists allocations already tried."""
+    the least largest estimate when ``limit`` is None; ``avoid`` lists allocations already tried.
+    """
     from ortools.sat.python import cp_model
 
     L, P = inst.length, min(inst.gpus, inst.length)

@@ -39,7 +39,8 @@ def _replayed_candidates(
     profile: Profile, inst: PipelineInstance, memory: int
 ) -> Iterator[Replayed]:
     """Every partition and round size, replayed; per partition, the round sizes stop after the
-    first that does not fit (more mini-batches per round only need more memory)."""
+    first that does not fit (more mini-batches per round only need more memory).
+    """
     for parts in range(1, min(inst.gpus, inst.length) + 1):
         assignment = partition(inst, parts)
         if assignment is None:

@@ -75,7 +75,7 @@ def _boundary(L: int, j: int) -> tuple[str, int] | None:
     return None
 
 
-def build_model(inst: PipelineInstance, memory: int):
+def build_model(inst: PipelineInstance, memory: int):  # noqa: C901 - the ILP's constraints in the paper's order
     """The CP-SAT model, its variables, and the units (ms per time unit, bytes per memory unit)."""
     from ortools.sat.python import cp_model
 
@@ -588,7 +588,8 @@ FIRST_SECONDS = 6.0
 
 class _Throttle:
     """Live progress on stderr: the warm start's period first, then CP-SAT's improvements on it
-    (at most one line a second; the last improvement of a phase is always shown)."""
+    (at most one line a second; the last improvement of a phase is always shown).
+    """
 
     def __init__(self, sink, u: float) -> None:
         self.sink = sink

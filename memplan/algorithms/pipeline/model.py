@@ -107,7 +107,7 @@ class PipelineInstance:
         )
 
     def transfer_time(self, nbytes: float) -> float:
-        """ms to send ``nbytes`` over one link (0 when the bandwidth is infinite)."""
+        """Ms to send ``nbytes`` over one link (0 when the bandwidth is infinite)."""
         if self.link_bandwidth is None:
             return 0.0
         return float(nbytes) / self.link_bandwidth * 1e3

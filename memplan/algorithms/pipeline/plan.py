@@ -43,7 +43,7 @@ class PipelinePlan:
 
     @property
     def time_per_batch(self) -> float:
-        """ms per mini-batch in the steady state (period / batches per period)."""
+        """Ms per mini-batch in the steady state (period / batches per period)."""
         return self.period / self.r
 
 
@@ -112,20 +112,34 @@ def timed_groups(
     if found is None:
         return None
     period, tau = found
+    ops, transfers = _timed_operations(pat, tau, assignment, F, B, X, G)
+    return PipelinePlan(assignment, period, ops, transfers, r=r, versions=versions)
+
+
+def _timed_operations(
+    pat: FixedPattern,
+    tau: np.ndarray,
+    assignment: list[int],
+    F: list[list[int]],
+    B: list[list[int]],
+    X: dict[tuple[int, int], int],
+    G: dict[tuple[int, int], int],
+) -> tuple[list[CompOp], list[CommOp]]:
+    """The operations and transfers of a timed pattern (``tau``: each node's start)."""
     d, s = pat.durations, pat.shifts
     ops: list[CompOp] = []
-    for j in range(r):
-        for k in range(L):
-            ops.append(("F", k, tau[F[j][k]], tau[F[j][k]] + d[F[j][k]], s[F[j][k]]))
-            ops.append(("B", k, tau[B[j][k]], tau[B[j][k]] + d[B[j][k]], s[B[j][k]]))
+    for fs, bs in zip(F, B, strict=True):
+        for k, (f, b) in enumerate(zip(fs, bs, strict=True)):
+            ops.append(("F", k, tau[f], tau[f] + d[f], s[f]))
+            ops.append(("B", k, tau[b], tau[b] + d[b], s[b]))
     transfers: list[CommOp] = []
     for (_j, k), node in X.items():
-        a, b = assignment[k - 1], assignment[k]
-        transfers.append(("x", k, a, b, tau[node], tau[node] + d[node], s[node]))
+        src, dst = assignment[k - 1], assignment[k]
+        transfers.append(("x", k, src, dst, tau[node], tau[node] + d[node], s[node]))
     for (_j, k), node in G.items():
-        a, b = assignment[k], assignment[k - 1]
-        transfers.append(("g", k, a, b, tau[node], tau[node] + d[node], s[node]))
-    return PipelinePlan(assignment, period, ops, transfers, r=r, versions=versions)
+        src, dst = assignment[k], assignment[k - 1]
+        transfers.append(("g", k, src, dst, tau[node], tau[node] + d[node], s[node]))
+    return ops, transfers
 
 
 def _link(assignment: list[int], k: int) -> tuple[int, int]:
