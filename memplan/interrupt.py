@@ -37,7 +37,11 @@ import os
 import signal
 import threading
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # ortools is imported by the solvers only, when they run
+    from ortools.sat.python.cp_model import CpModel, CpSolver, CpSolverSolutionCallback
+    from ortools.sat.python.cp_model_helper import CpSolverStatus
 
 STOP_SIGNALS: tuple[signal.Signals, ...] = tuple(
     getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, name)
@@ -133,7 +137,9 @@ def deferred() -> Iterator[None]:
             previous[held[0]](held[0], None)
 
 
-def solve(solver: Any, model: Any, callback: Any = None) -> Any:
+def solve(
+    solver: CpSolver, model: CpModel, callback: CpSolverSolutionCallback | None = None
+) -> CpSolverStatus:
     """``solver.solve(model, callback)``, stopped at once by a SIGINT, SIGTERM or SIGHUP (see
     NOTE [ interrupts ]).
 
@@ -145,7 +151,7 @@ def solve(solver: Any, model: Any, callback: Any = None) -> Any:
 
 
 @contextlib.contextmanager
-def _stop_on_signals(solver: Any) -> Iterator[None]:
+def _stop_on_signals(solver: CpSolver) -> Iterator[None]:
     """Call ``solver.stop_search()`` from a watcher thread when a stop signal arrives.
 
     Outside the main thread, or when Python handles none of :data:`STOP_SIGNALS`, CP-SAT keeps
