@@ -27,14 +27,14 @@ import warnings
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any
 
 import typer
 
 from memplan.errors import BUG_NOTE, EmptyPipe, InputError, InternalError, MemplanWarning
 
 if TYPE_CHECKING:  # rich is imported when a console is made: `memplan alloc` prints none
-    from rich.console import Console
+    from rich.console import Console, RenderableType
 
 EXIT_OK = 0
 EXIT_INFEASIBLE = 1
@@ -326,7 +326,7 @@ def resolve_format(fmt: enum.Enum | None, output: Path | None, allowed: tuple[st
     """The output format: ``--format``, else the ``-o`` file's suffix, else ``table``."""
     machine = [f for f in allowed if f != "table"]
     if fmt is not None:
-        name = fmt.value
+        name = str(fmt.value)
         if name not in allowed:  # pragma: no cover - typer's choices prevent it
             raise InputError(f"--format {name}: expected one of {'|'.join(allowed)}")
         if name == "table" and output is not None:
@@ -406,7 +406,7 @@ def csv_number(value: float) -> str:
     return text + "0" if text.endswith(".") else text
 
 
-def _is_terminal(stream) -> bool:
+def _is_terminal(stream: IO[str]) -> bool:
     try:
         return bool(stream.isatty())
     except (ValueError, AttributeError):
@@ -436,7 +436,7 @@ def size_text(nbytes: int | float | None) -> str:
 _UNBOUNDED = 100_000
 
 
-def table_width(console: Console, renderable: object) -> int:
+def table_width(console: Console, renderable: RenderableType) -> int:
     """The width ``renderable`` is printed at on ``console`` (NOTE [ table width ])."""
     from rich.measure import Measurement
 
@@ -472,7 +472,7 @@ def _pin_unwrapped_columns(console: Console, renderable: object) -> None:
             column.min_width = max(column.min_width or 0, widest)
 
 
-def print_table(renderable: object, console: Console | None = None) -> None:
+def print_table(renderable: RenderableType, console: Console | None = None) -> None:
     """Print a table (or a group of them) on stderr without cutting any cell."""
     console = err_console() if console is None else console
     width = table_width(console, renderable)

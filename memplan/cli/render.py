@@ -10,7 +10,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from rich import box
-from rich.console import Group
+from rich.console import Group, JustifyMethod
 from rich.table import Table
 from rich.text import Text
 
@@ -226,7 +226,7 @@ def pattern_table(schedule: Any, stage_names: Sequence[str]) -> Table:
         title=f"Pattern (period {schedule.period:.3f} ms, {schedule.throughput:.1f} samples/s)",
         title_justify="left",
     )
-    for name, justify in (
+    columns: tuple[tuple[str, JustifyMethod], ...] = (
         ("where", "left"),
         ("op", "left"),
         ("stage", "right"),
@@ -234,7 +234,8 @@ def pattern_table(schedule: Any, stage_names: Sequence[str]) -> Table:
         ("start ms", "right"),
         ("end ms", "right"),
         ("shift", "right"),
-    ):  # only the stage name wraps (NOTE [ table width ] in memplan/cli/common.py)
+    )
+    for name, justify in columns:  # only the stage name wraps (NOTE [ table width ] in common.py)
         table.add_column(name, justify=justify, no_wrap=name != "name", overflow="fold")
     for gp in schedule.pattern:
         for op in gp.ops:
@@ -447,7 +448,7 @@ def _estimate_rows(
 ) -> list[tuple[str, Any]]:
     """Header rows of an estimated profile: the GPU and model, totals, bound stages."""
     rows: list[tuple[str, Any]] = []
-    gpu = info.get("gpu") if isinstance(info.get("gpu"), Mapping) else {}
+    gpu: Mapping[str, Any] = info["gpu"] if isinstance(info.get("gpu"), Mapping) else {}
     what = str(gpu.get("name") or "?")
     if info.get("catalog"):
         what += f" (catalog {info['catalog']})"

@@ -10,7 +10,7 @@ import os
 import sys
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import yaml
 from pydantic import ValidationError
@@ -104,10 +104,10 @@ def _too_large(limit: int) -> str:
     )
 
 
-def _read_limited(stream: Any, name: str) -> str:
+def _read_limited(stream: IO[bytes] | IO[str], name: str) -> str:
     """Read at most the input limit from a binary (or text) stream, as UTF-8 text."""
     limit = max_input_bytes()
-    data = stream.read(limit + 1)
+    data: bytes | str = stream.read(limit + 1)
     if len(data) > limit:
         raise InputError(f"{name}: {_too_large(limit)}")
     if isinstance(data, str):

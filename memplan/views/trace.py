@@ -23,11 +23,11 @@ from typing import Any
 
 from memplan.files import write_atomic
 from memplan.profile.model import Profile
-from memplan.schedule import Schedule
+from memplan.schedule import Schedule, Stream
 
 __all__ = ["STREAM_TIDS", "trace_events", "trace_document", "write_trace"]
 
-STREAM_TIDS = {"compute": 1, "transfer": 2}
+STREAM_TIDS: dict[Stream, int] = {"compute": 1, "transfer": 2}
 """Thread id of each stream's track."""
 
 _PID = 1
@@ -73,9 +73,9 @@ def trace_events(
     events: list[dict[str, Any]] = [
         {"name": "process_name", "ph": "M", "pid": _PID, "tid": 0, "args": {"name": title}}
     ]
-    streams = sorted({op.stream for op in schedule.ops}, key=STREAM_TIDS.get)
+    streams = sorted({op.stream for op in schedule.ops}, key=STREAM_TIDS.__getitem__)
     if not schedule.pattern:  # every family but the pipelines has a compute track
-        streams = sorted(set(streams) | {"compute"}, key=STREAM_TIDS.get)
+        streams = sorted(set(streams) | {"compute"}, key=STREAM_TIDS.__getitem__)
     for stream in streams:
         events.append(
             {
