@@ -259,7 +259,7 @@ def profile(
         )
 
 
-def _measurement_note(prof: Profile) -> str:
+def _measurement_note(prof: "Profile") -> str:
     """``; 1 thread, 6 of 19 stages reused, timing noise 3.1% (2 outliers: layer3.1)``."""
     parts = []
     conditions = prof.measured.conditions if prof.measured else None
@@ -317,12 +317,12 @@ def _profile_graph(
 
 
 def run_with_progress(
-    profile_model: Callable[..., Profile],
+    profile_model: Callable[..., "Profile"],
     model: object,
     kwargs: dict[str, object],
     label: str,
     start: str | None = None,
-) -> Profile:
+) -> "Profile":
     """``profile_model`` with a bar on a terminal, one line per stage on stderr otherwise
     (``start``: a first line, before the model is built).
     """
