@@ -44,7 +44,7 @@ def run(args) -> dict:
             if args.configs and f"{name}/{gpus}" not in args.configs.split(","):
                 continue
             inst = PipelineInstance.from_profile(prof, gpus, rate, "sgd")
-            cands = candidates(prof, inst, None, "sgd")
+            cands = candidates(prof, inst, None)
             pts = [(r.peak_memory, p.period) for p, r in cands if r.valid]
             scatter[f"{name}/{gpus}"] = pts
             least = min(m for m, _ in pts)

@@ -66,9 +66,9 @@ def contiguous(items: list[int], parts: int) -> int:
 def pipedream_least(prof, inst: PipelineInstance, bound: int) -> int:
     """PipeDream's least simulated peak: its candidates with no cap and with caps (the
     memory-capped partitions differ) on a grid from ``bound`` up."""
-    least = min(r.peak_memory for _, r in candidates(prof, inst, None, "sgd") if r.valid)
+    least = min(r.peak_memory for _, r in candidates(prof, inst, None) if r.valid)
     for cap in np.linspace(bound, least, 25):
-        for _, r in candidates(prof, inst, int(cap), "sgd"):
+        for _, r in candidates(prof, inst, int(cap)):
             if r.valid:
                 least = min(least, r.peak_memory)
     return int(least)

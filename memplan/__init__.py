@@ -86,8 +86,10 @@ def __getattr__(name: str) -> Any:
 
 
 def _submodule(name: str) -> Any:
-    """``memplan.api``, ``memplan.profile``, ...: a subpackage or module reached as an attribute
-    is imported then, whatever was imported before (NOTE [ lazy package ])."""
+    """Import a subpackage or module reached as an attribute (``memplan.api``).
+
+    It is imported then, whatever was imported before (NOTE [ lazy package ]).
+    """
     if not name.startswith("__") and importlib.util.find_spec(f"{__name__}.{name}") is not None:
         return importlib.import_module(f"{__name__}.{name}")  # which sets the attribute
     raise AttributeError(f"module 'memplan' has no attribute {name!r}")

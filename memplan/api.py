@@ -26,16 +26,19 @@ from memplan.algorithms import (
 from memplan.algorithms import algorithm as lookup_algorithm
 from memplan.algorithms.base import PROFILE_SHAPES
 from memplan.algorithms.options import resolve_bandwidth
-from memplan.algorithms.timeline import (
-    OPTIMIZER_FACTORS,
-    check_optimizer,
-    static_memory,
-    timed_ops,
-)
+from memplan.algorithms.timeline import check_optimizer, static_memory, timed_ops
 from memplan.errors import BudgetWarning, InputError, InternalError
 from memplan.profile.io import load_profile
 from memplan.profile.model import Profile
-from memplan.schedule import Budget, ProfileRef, Schedule, load_schedule
+from memplan.schedule import (
+    OPTIMIZER_FACTORS,
+    Budget,
+    OpName,
+    OptimizerName,
+    ProfileRef,
+    Schedule,
+    load_schedule,
+)
 from memplan.simulator import claims
 from memplan.simulator.replay import replay
 from memplan.simulator.result import SimulationResult
@@ -109,7 +112,7 @@ def algorithm_details(name: str) -> dict[str, Any]:
 
 def schedule_from_sequence(
     profile: Profile | Mapping[str, Any] | str,
-    sequence: Iterable[tuple[str, int]],
+    sequence: Iterable[tuple[OpName, int]],
     *,
     algorithm: str = "custom",
     memory: int | str | None = None,
@@ -120,14 +123,15 @@ def schedule_from_sequence(
     The figures (makespan, peak) are left for :func:`simulate` to compute.
     """
     prof = load_profile(profile)
+    name = check_optimizer(optimizer)
     budget = None if memory is None else memory_budget(prof, memory)
     return Schedule(
         algorithm=algorithm,
         profile=ProfileRef(model=prof.model, sha256=prof.sha256(), stages=prof.length),
-        budget=Budget(memory=budget, optimizer=optimizer),
+        budget=Budget(memory=budget, optimizer=name),
         feasible=True,
         lower_bound=prof.lower_bound,
-        static_memory=static_memory(prof, optimizer),
+        static_memory=static_memory(prof, name),
         ops=timed_ops(prof, sequence),
     )
 
@@ -232,22 +236,25 @@ class SolveArguments:
     """The budget as given, for messages."""
     options: Any
     """The family's options object (:func:`memplan.algorithms.options_for`)."""
-    optimizer: str
+    optimizer: OptimizerName
 
 
 def check_arguments(
     algo: str, memory: int | str | None, *, optimizer: str = "sgd", **options: Any
 ) -> SolveArguments:
-    """The one place a solve's arguments are validated (InputError naming the option): the
-    algorithm, the budget, the family's options and the optimizer. The command line calls this,
-    then reads the profile, then :func:`solve_checked`, and maps the errors to exit codes."""
+    """Validate a solve's arguments, the one place that does (InputError naming the option).
+
+    The algorithm, the budget, the family's options and the optimizer are checked. The command
+    line calls this, then reads the profile, then :func:`solve_checked`, and maps the errors to
+    exit codes.
+    """
     info = lookup_algorithm(algo)
     if memory is None:
         raise InputError("--mem: a memory budget is required, e.g. --mem 8GB")
     budget = check_budget(memory)
     family_options = options_for(info.name, options)
-    check_optimizer(optimizer)
-    return SolveArguments(info, budget, str(memory).strip(), family_options, optimizer)
+    name = check_optimizer(optimizer)
+    return SolveArguments(info, budget, str(memory).strip(), family_options, name)
 
 
 def solve_checked(
@@ -255,8 +262,11 @@ def solve_checked(
     arguments: SolveArguments,
     progress: Callable[[str], None] | None = None,
 ) -> Solved:
-    """Run the algorithm of ``arguments`` on ``prof``: check the family against the profile,
-    solve, replay the plan once and compare its makespan with the solver's own value once."""
+    """Run the algorithm of ``arguments`` on ``prof``.
+
+    The family is checked against the profile, the plan solved, replayed once, and its makespan
+    compared once with the solver's own value.
+    """
     info = arguments.algorithm
     family = FAMILIES[info.family]
     check_family(prof, family, info.name)
@@ -282,8 +292,11 @@ def solve_checked(
 
 
 def check_budget(value: int | str, option: str = "--mem") -> int | DeviceShare:
-    """A budget's form, before any profile is read: a size in bytes (``8GB``) or a share of the
-    GPU (``gpu``, ``90%``); the message names the option (as the command line's)."""
+    """A budget's form, before any profile is read.
+
+    A size in bytes (``8GB``) or a share of the GPU (``gpu``, ``90%``); the message names the
+    option (as the command line's).
+    """
     try:
         return parse_budget(value)
     except InputError as exc:
@@ -326,8 +339,9 @@ def memory_budget(
         budget = form
     if gpu is not None and budget > usable_memory(gpu):
         typed = given or (form.text if isinstance(form, DeviceShare) else str(memory).strip())
+        gpu_name = (device.name if device is not None else None) or "GPU"
         warnings.warn(
-            f"{option} {typed}: {format_size(budget)} is more than the {device.name or 'GPU'} can "
+            f"{option} {typed}: {format_size(budget)} is more than the {gpu_name} can "
             f"give a plan ({format_size(usable_memory(gpu))}: its {format_size(gpu)} less "
             f"{format_size(DEVICE_RESERVE)} for the CUDA context and the allocator, as "
             f"{option} gpu); the plan will not fit on that GPU",
@@ -362,8 +376,11 @@ def check_family(prof: Profile, family: Family, algo: str) -> None:
 
 
 def _checked(prof: Profile, schedule: Schedule, budget: int, algo: str) -> SimulationResult:
-    """Replay a solver's plan: a rejected plan, or a makespan other than the solver's own value
-    (:attr:`Schedule.claimed_makespan`), is a bug in memplan."""
+    """Replay a solver's plan, which must be accepted and reproduce the solver's makespan.
+
+    A rejected plan, or a makespan other than the solver's own value
+    (:attr:`Schedule.claimed_makespan`), is a bug in memplan.
+    """
     check = replay(prof, claims.with_replay_static_memory(prof, schedule), budget)
     if not check.valid:
         raise InternalError(f"{algo} produced a plan the simulator rejects: {check.violation}")
@@ -381,7 +398,7 @@ def simulate(
     memory: int | str | None = None,
     *,
     check_claims: bool = True,
-):
+) -> SimulationResult:
     """Replay a schedule independently of the solvers, with its family's simulator.
 
     Returns a :class:`memplan.simulator.SimulationResult` with ``valid``, ``makespan``,
@@ -425,6 +442,7 @@ class CompareRow:
     seconds: float
 
     def to_dict(self) -> dict[str, Any]:
+        """The row as a plain dict (field name -> value)."""
         return dict(self.__dict__)
 
 
@@ -454,7 +472,7 @@ def auto_budgets(
     """``steps`` budgets from the least memory any of ``algos`` runs with to the store-all need.
 
     The store-all need is M_peak (plus static memory): above it nothing is recomputed or
-    offloaded. This is the range of Figure 5 of Optimal GPU-CPU Offloading Strategies (Euro-Par 2020) (``compare --mem auto:20``).
+    offloaded. This is the range of Figure 5 of *Optimal GPU-CPU Offloading Strategies* (Euro-Par 2020) (``compare --mem auto:20``).
     """
     if not 1 <= steps <= MAX_STEPS:
         raise InputError(f"--mem auto:{steps}: STEPS must be from 1 to {MAX_STEPS}, e.g. auto:20")
@@ -482,7 +500,7 @@ def compare(
 
     Within one family the lower bound is each schedule's own: for the offloading family, LB of
     Proposition 3 at each budget and at ``bandwidth`` (default: the profile's), so the ratios are
-    those of Figure 5 of Optimal GPU-CPU Offloading Strategies (Euro-Par 2020). When the algorithms span several families, every ratio uses
+    those of Figure 5 of *Optimal GPU-CPU Offloading Strategies* (Euro-Par 2020). When the algorithms span several families, every ratio uses
     the one bound valid for all of them, the compute lower bound (every forward and backward
     once, ``profile.lower_bound``), so that the columns compare. ``options`` are the families'
     options as for :func:`solve`, given to every algorithm (each takes those its family declares;
@@ -527,7 +545,7 @@ def describe(profile: Profile | Mapping[str, Any] | str, optimizer: str = "sgd")
 
     ``store_all_memory`` is the budget store-all needs (no recomputation); ``min_memory`` the least
     budget with which any plan of a family exists: ``chain``, everything recomputed from the
-    input; ``offload``, every activation offloaded (Optimal GPU-CPU Offloading Strategies, Euro-Par 2020). ``offload_peak`` is M_peak, the
+    input; ``offload``, every activation offloaded (*Optimal GPU-CPU Offloading Strategies*, Euro-Par 2020). ``offload_peak`` is M_peak, the
     budget above which nothing needs offloading (the store-all need). All include the static
     memory of ``optimizer``. Each family that fits the profile adds its own figures
     (``Family.describe``).

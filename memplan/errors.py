@@ -38,8 +38,10 @@ class InternalError(MemplanError, RuntimeError):
 
 
 class MemplanWarning(UserWarning):
-    """Base class of the warnings memplan issues on purpose (``warnings.warn``): the command line
-    prints each as one line ``memplan: warning: ...`` on stderr."""
+    """Base class of the warnings memplan issues on purpose (``warnings.warn``).
+
+    The command line prints each as one line ``memplan: warning: ...`` on stderr.
+    """
 
 
 class BudgetWarning(MemplanWarning):

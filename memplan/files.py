@@ -68,14 +68,16 @@ def note_input(path: str | os.PathLike[str]) -> None:
 
 def hold_writes() -> None:
     """From now on, :func:`write_atomic` leaves its temporary file for :func:`commit_writes` or
-    :func:`discard_writes` (a command starts)."""
+    :func:`discard_writes` (a command starts).
+    """
     global _held
     _held = []
 
 
 def commit_writes() -> None:
     """Rename every held temporary file over its target, in the order written, signals held; stop
-    holding. An error renaming one removes the temporary files not renamed yet and is raised."""
+    holding. An error renaming one removes the temporary files not renamed yet and is raised.
+    """
     global _held
     held, _held = _held or [], None
     with interrupt.deferred():

@@ -37,7 +37,11 @@ import os
 import signal
 import threading
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # ortools is imported by the solvers only, when they run
+    from ortools.sat.python.cp_model import CpModel, CpSolver, CpSolverSolutionCallback
+    from ortools.sat.python.cp_model_helper import CpSolverStatus
 
 STOP_SIGNALS: tuple[signal.Signals, ...] = tuple(
     getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, name)
@@ -76,7 +80,8 @@ def _raise(signum: int, _frame: Any) -> None:
 
 def install() -> None:
     """Have SIGINT, SIGTERM and SIGHUP raise in the main thread (the command line's entry point;
-    a library never calls it). A signal ignored at start stays ignored."""
+    a library never calls it). A signal ignored at start stays ignored.
+    """
     _state.finished = False
     for signum in STOP_SIGNALS:
         if signal.getsignal(signum) is not signal.SIG_IGN:
@@ -96,7 +101,8 @@ def finish() -> None:
 def ignore() -> None:
     """The process is about to exit with its outcome decided: ignore the stop signals outright
     (Python puts their default action back while it shuts down, and a SIGTERM then would kill
-    a process whose outputs are written; the command line's entry point calls it last)."""
+    a process whose outputs are written; the command line's entry point calls it last).
+    """
     _state.finished = True
     if threading.current_thread() is threading.main_thread():
         for signum in STOP_SIGNALS:
@@ -125,13 +131,15 @@ def deferred() -> Iterator[None]:
     try:
         yield
     finally:
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)
+        for held_signum, handler in previous.items():
+            signal.signal(held_signum, handler)
         if held:
             previous[held[0]](held[0], None)
 
 
-def solve(solver: Any, model: Any, callback: Any = None) -> Any:
+def solve(
+    solver: CpSolver, model: CpModel, callback: CpSolverSolutionCallback | None = None
+) -> CpSolverStatus:
     """``solver.solve(model, callback)``, stopped at once by a SIGINT, SIGTERM or SIGHUP (see
     NOTE [ interrupts ]).
 
@@ -143,7 +151,7 @@ def solve(solver: Any, model: Any, callback: Any = None) -> Any:
 
 
 @contextlib.contextmanager
-def _stop_on_signals(solver: Any):
+def _stop_on_signals(solver: CpSolver) -> Iterator[None]:
     """Call ``solver.stop_search()`` from a watcher thread when a stop signal arrives.
 
     Outside the main thread, or when Python handles none of :data:`STOP_SIGNALS`, CP-SAT keeps

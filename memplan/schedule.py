@@ -7,7 +7,7 @@ when known, ``min_memory``, the least budget with which the algorithm finds a pl
 from __future__ import annotations
 
 import json
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Final, Literal
 
 from pydantic import (
     BaseModel,
@@ -23,11 +23,14 @@ from pydantic import (
 from memplan.errors import InputError, empty_input
 from memplan.units import MAX_RATE, MAX_SIZE, MIN_RATE
 
-SCHEDULE_FORMAT = "memplan-schedule/1"
+SCHEDULE_FORMAT: Final = "memplan-schedule/1"
 OpName = Literal["F_all", "F_ck", "F_n", "B", "offload", "prefetch", "turn"]
 Status = Literal["optimal", "feasible", "infeasible", "unknown"]
+Stream = Literal["compute", "transfer"]
 OptimizerName = Literal["none", "sgd", "momentum", "adam"]
 """What ``budget.optimizer`` may say (docs/model.md); a schedule without it is replayed as sgd."""
+OPTIMIZER_FACTORS: dict[OptimizerName, int] = {"none": 0, "sgd": 2, "momentum": 3, "adam": 4}
+"""Static memory as a multiple of the weight bytes: weights + gradients + optimizer state."""
 Size = Annotated[int, Field(ge=0, le=MAX_SIZE)]
 """Bytes, 0 to 2^60 (the CLI's largest size)."""
 Rate = Annotated[float, Field(ge=MIN_RATE, le=MAX_RATE, allow_inf_nan=False)]
@@ -54,13 +57,13 @@ class Op(_Model):
     stage: int = Field(ge=0)
     start: float = Field(allow_inf_nan=False)
     end: float = Field(allow_inf_nan=False)
-    stream: Literal["compute", "transfer"] = "compute"
+    stream: Stream = "compute"
     tensor: str | None = None
     branch: int | None = Field(default=None, ge=0)
 
     @model_serializer(mode="wrap")
     def _drop_unset_tensor(self, handler: Any) -> dict[str, Any]:
-        data = handler(self)
+        data: dict[str, Any] = handler(self)
         if data.get("tensor") is None:
             data.pop("tensor", None)
         if data.get("branch") is None:
@@ -69,12 +72,16 @@ class Op(_Model):
 
 
 class ProfileRef(_Model):
+    """The profile a schedule was made for: its model, content digest and number of stages."""
+
     model: str
     sha256: str
     stages: int | None = None
 
 
 class Budget(_Model):
+    """What the plan had to fit: memory (bytes), bandwidth (bytes/s), GPUs and optimizer."""
+
     memory: Size | None = None
     bandwidth: Rate | None = None
     gpus: int | None = Field(default=None, ge=1)
@@ -82,6 +89,8 @@ class Budget(_Model):
 
 
 class SolverInfo(_Model):
+    """How the solver ended: seconds, status, slots of a discretized DP and a message."""
+
     seconds: Finite = 0.0
     status: Status = "unknown"
     slots: int | None = None
@@ -103,7 +112,7 @@ _PIPELINE_FIELDS = (
 
 
 class PatternOp(_Model):
-    """One compute operation of a pipeline pattern (Pipelined Model Parallelism, Euro-Par 2021; Definition 1).
+    """One compute operation of a pipeline pattern (*Pipelined Model Parallelism*, Euro-Par 2021, Definition 1).
 
     In the ``i``-th copy of the pattern (times shifted by ``i * period``) it runs on mini-batch
     ``batches_per_period * i - shift``.
@@ -161,7 +170,7 @@ class Schedule(_Model):
     solver: SolverInfo = SolverInfo()
     ops: list[Op] = []
 
-    # -- join family (Optimal Memory-aware Backpropagation of Deep Join Networks, Phil. Trans. R. Soc. A 2020): its fields go here --
+    # -- join family (*Optimal Memory-aware Backpropagation of Deep Join Networks*): its fields go here --
     join_model: Literal["pebble", "chain"] | None = Field(
         default=None,
         description="join schedules: the memory model of the ops (docs/join.md): 'pebble' (the "
@@ -172,7 +181,7 @@ class Schedule(_Model):
         description="join schedules, pebble model: the budget in the paper's memory slots (c)",
     )
 
-    # -- graph family (OLLA, Steiner et al. 2022): its fields go here --
+    # -- graph family (OLLA, Steiner et al.): its fields go here --
     order: list[str] | None = Field(
         default=None, description="graph family: every node name once, in execution order"
     )
@@ -192,7 +201,7 @@ class Schedule(_Model):
         default=None, description="graph family: the solver's proven lower bound on its objective"
     )
 
-    # -- pipeline family (Pipelined Model Parallelism, Euro-Par 2021): its fields go here --
+    # -- pipeline family (*Pipelined Model Parallelism*, Euro-Par 2021): its fields go here --
     assignment: list[NonNegativeInt] | None = Field(
         default=None, description="pipeline: the GPU of each stage (forward and backward)"
     )
@@ -215,15 +224,20 @@ class Schedule(_Model):
 
     @property
     def claimed_makespan(self) -> float | None:
-        """The makespan the replay must reproduce: the solver's own value for its plan (a dynamic
-        program's optimum, see :meth:`with_solver_makespan`), else the stated ``makespan``."""
+        """The makespan the replay must reproduce.
+
+        The solver's own value for its plan (a dynamic program's optimum, see
+        :meth:`with_solver_makespan`), else the stated ``makespan``.
+        """
         return self.makespan if self._solver_makespan is None else self._solver_makespan
 
     def with_solver_makespan(self, value: float | None) -> Schedule:
-        """This schedule with the solver's own makespan for its plan (None: none), which
-        :func:`memplan.solve` compares with the replay, then drops. It is not part of the document:
-        ``makespan`` is the end of the last operation as timed, equal to the solver's value up to
-        float rounding."""
+        """A copy with the solver's own makespan for its plan (None: none).
+
+        :func:`memplan.solve` compares it with the replay, then drops it. It is not part of the
+        document: ``makespan`` is the end of the last operation as timed, equal to the solver's
+        value up to float rounding.
+        """
         copy = self.model_copy()
         copy._solver_makespan = value
         return copy
@@ -255,19 +269,22 @@ class Schedule(_Model):
     @model_serializer(mode="wrap")
     def _drop_unset_family_fields(self, handler: Any) -> dict[str, Any]:
         """Leave the other families' unset fields out of the documents."""
-        data = handler(self)
+        data: dict[str, Any] = handler(self)
         for key in _FAMILY_FIELDS:
             if data.get(key, 0) is None:
                 data.pop(key)
         return data
 
     def to_dict(self) -> dict[str, Any]:
+        """The schedule as a JSON-ready document."""
         return self.model_dump(mode="json")
 
     def to_json(self, indent: int | None = 2) -> str:
+        """The schedule as JSON text (``indent`` as :func:`json.dumps`)."""
         return json.dumps(self.to_dict(), indent=indent)
 
     def to_yaml(self) -> str:
+        """The schedule as YAML text."""
         from memplan.profile.io import dump_yaml
 
         return dump_yaml(self.to_dict())

@@ -1,6 +1,7 @@
-"""Values typed by people: sizes and rates, ``8GB`` (10^9), ``8GiB`` (2^30), ``512MiB``,
-``12.2GB/s``; budgets as a share of the GPU (``gpu``, ``90%``); time limits; and ``NAME=VALUE``
-lists (``--config n_layer=24,n_embd=1024``).
+"""Values typed by people: sizes, rates, budgets, time limits and ``NAME=VALUE`` lists.
+
+Sizes and rates: ``8GB`` (10^9), ``8GiB`` (2^30), ``512MiB``, ``12.2GB/s``; budgets as a share of
+the GPU (``gpu``, ``90%``); ``NAME=VALUE`` lists: ``--config n_layer=24,n_embd=1024``.
 
 A bare ``8G`` is ambiguous (decimal or binary?) and is rejected with a suggestion. Nothing here
 imports more than the standard library: the command line checks its options before torch or numpy.
@@ -67,7 +68,8 @@ def parse_size(value: str | int | float) -> int:
 
 
 def exact_bytes(text: str) -> Decimal:
-    """The exact number of bytes a size written as ``text`` stands for, fractions kept:
+    """The exact number of bytes a size written as ``text`` stands for, fractions kept.
+
     ``1.5KiB`` -> 1536, ``0.1KB`` -> 100, ``1.5`` -> 1.5 (for options that need whole bytes:
     ``alloc --capacity``). ``text`` is checked as :func:`parse_size` checks it.
     """
@@ -109,8 +111,9 @@ def usable_memory(device_memory: int) -> int:
 
 
 def parse_budget(value: str | int | float) -> int | DeviceShare:
-    """A memory budget: a size in bytes (:func:`parse_size`), or a share of the GPU's memory,
-    ``gpu`` (all a plan can have: :func:`usable_memory`) or ``90%`` of that.
+    """A memory budget: a size in bytes (:func:`parse_size`), or a share of the GPU's memory.
+
+    ``gpu`` is all a plan can have (:func:`usable_memory`), ``90%`` that share of it.
 
     >>> parse_budget("8GB"), parse_budget("gpu").percent, parse_budget("90%").percent
     (8000000000, 100.0, 90.0)
@@ -220,8 +223,9 @@ def _value(text: str) -> Any:
 
 
 def parse_config(text: str | Mapping[str, Any] | None) -> dict[str, Any]:
-    """``"n_layer=24,n_embd=1024"`` -> ``{"n_layer": 24, "n_embd": 1024}`` (ints, floats,
-    true/false, none, else strings); a mapping is returned as a dict.
+    """``"n_layer=24,n_embd=1024"`` -> ``{"n_layer": 24, "n_embd": 1024}``.
+
+    Values are ints, floats, true/false, none, else strings; a mapping is returned as a dict.
 
     Raises
     ------

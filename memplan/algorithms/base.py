@@ -15,7 +15,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-Sequence = list[tuple[str, int]]
+from memplan.schedule import OpName, OptimizerName, Status, Stream
+
+Sequence = list[tuple[OpName, int]]
+"""``(op, stage)`` in execution order: a chain algorithm's operation sequence."""
 
 
 @dataclass
@@ -29,7 +32,7 @@ class ChainPlan:
     """
 
     sequence: Sequence | None
-    status: str
+    status: Status
     claimed_makespan: float | None = None
     min_memory: int | None = None
     slots: int | None = None
@@ -54,7 +57,7 @@ class SolveRequest:
     """Its family's name (``chain``): the schedule's ``family``."""
     static_memory: int
     """Bytes present during the whole iteration (:func:`memplan.api.static_memory`)."""
-    optimizer: str
+    optimizer: OptimizerName
     options: Any
     """The family's own options, one typed object (its ``Family.options`` dataclass), parsed and
     defaulted from its declaration (:mod:`memplan.algorithms.options`)."""
@@ -135,13 +138,13 @@ class Family:
         object.__setattr__(self, "algorithms", stamped)  # frozen: set once, here
 
 
-Transfer = tuple[str, int, float, float, str, "str | None"]
+Transfer = tuple[OpName, int, float, float, Stream, "str | None"]
 """``(op, stage, start, end, stream, tensor)``: one timed operation of an offloading schedule."""
 
 
 @dataclass
 class OffloadPlan:
-    """An offloading algorithm's answer: a timed schedule (Optimal GPU-CPU Offloading Strategies, Euro-Par 2020), before simulation.
+    """An offloading algorithm's answer: a timed schedule (Beaumont, Eyraud-Dubois & Shilova, Euro-Par 2020), before simulation.
 
     ``ops`` is None when no schedule of the algorithm fits; ``min_memory`` is then the least
     activation memory (bytes, static memory excluded) with which it finds one. ``lower_bound`` is
@@ -152,7 +155,7 @@ class OffloadPlan:
     """
 
     ops: list[Transfer] | None
-    status: str
+    status: Status
     lower_bound: float
     peak: int
     claimed_makespan: float | None = None

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from memplan.errors import InputError
+from memplan.units import check_time_limit, parse_rate
 
 COMMANDS = ("solve", "compare", "run")
 """The commands that take family options."""
@@ -121,7 +122,8 @@ def integer_in(
     flag: str, least: int, most: int, what: str = "", words: tuple[str, ...] = ()
 ) -> Callable[[Any], int | str]:
     """An integer from ``least`` to ``most`` (not a bool), as a number or as the command line's
-    text, or one of ``words`` (e.g. ``("auto",)``); the message names ``flag``."""
+    text, or one of ``words`` (e.g. ``("auto",)``); the message names ``flag``.
+    """
 
     def parse(value: Any) -> int | str:
         if isinstance(value, str):
@@ -162,8 +164,6 @@ def rate(flag: str) -> Callable[[Any], float]:
     """A rate (``12GB/s``, ``16GiB/s`` or bytes/s as a number) in bytes/s."""
 
     def parse(value: Any) -> float:
-        from memplan.units import parse_rate
-
         try:
             return parse_rate(value)
         except InputError as exc:
@@ -212,15 +212,14 @@ def bandwidth_option() -> Any:
     )
 
 
-def _time_limit(value: Any) -> float:
-    from memplan.units import check_time_limit
-
+def _time_limit(value: Any) -> float | None:
     return check_time_limit(value, "--time-limit")
 
 
 def time_limit_option(default: float | None) -> Any:
     """``--time-limit``: seconds of each CP-SAT solve, or of a dynamic program's whole run (None:
-    no limit; the DP then returns its best plan so far)."""
+    no limit; the DP then returns its best plan so far).
+    """
     return option(
         flag="--time-limit",
         metavar="SECONDS",

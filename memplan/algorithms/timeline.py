@@ -14,28 +14,41 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import TypedDict, TypeGuard
 
 from memplan.algorithms.base import ChainPlan, OffloadPlan, SolveRequest
 from memplan.errors import InputError
 from memplan.profile.model import Profile
-from memplan.schedule import Budget, Op, ProfileRef, Schedule, SolverInfo
+from memplan.schedule import (
+    OPTIMIZER_FACTORS,
+    Budget,
+    Op,
+    OpName,
+    OptimizerName,
+    ProfileRef,
+    Schedule,
+    SolverInfo,
+    Status,
+)
 
-OPTIMIZER_FACTORS = {"none": 0, "sgd": 2, "momentum": 3, "adam": 4}
-"""Static memory as a multiple of the weight bytes: weights + gradients + optimizer state."""
+
+def _is_optimizer(name: str) -> TypeGuard[OptimizerName]:
+    return name in OPTIMIZER_FACTORS
 
 
-def check_optimizer(optimizer: str) -> None:
-    """An input error unless ``optimizer`` is one of :data:`OPTIMIZER_FACTORS`."""
-    if optimizer not in OPTIMIZER_FACTORS:
+def check_optimizer(optimizer: str) -> OptimizerName:
+    """``optimizer`` if it is one of :data:`OPTIMIZER_FACTORS`, else an input error."""
+    if not _is_optimizer(optimizer):
         raise InputError(
             f"--optimizer {optimizer!r}: expected one of {', '.join(OPTIMIZER_FACTORS)}"
         )
+    return optimizer
 
 
 class TimeLimitReached(Exception):
     """A solver's :class:`Deadline` passed; the solver catches it and returns its best plan so
-    far (or an infeasible answer that says so)."""
+    far (or an infeasible answer that says so).
+    """
 
 
 @dataclass(frozen=True)
@@ -71,17 +84,19 @@ def static_memory(profile: Profile, optimizer: str = "sgd") -> int:
     A graph profile holds its own weights, gradients and optimizer state (docs/graph.md): its
     static memory is its ``weight_size`` whatever the optimizer.
     """
-    check_optimizer(optimizer)
+    name = check_optimizer(optimizer)
     if profile.kind == "graph":
         return profile.weight_size
-    return OPTIMIZER_FACTORS[optimizer] * profile.weight_size
+    return OPTIMIZER_FACTORS[name] * profile.weight_size
 
 
-def timed_ops(profile: Profile, sequence: Iterable[tuple[str, int]]) -> list[Op]:
+def timed_ops(profile: Profile, sequence: Iterable[tuple[OpName, int]]) -> list[Op]:
     """Lay an operation sequence back to back on the compute stream."""
-    ops, clock = [], 0.0
+    ops: list[Op] = []
+    clock = 0.0
+    stages = profile.chain_stages
     for name, stage in sequence:
-        st = profile.stages[stage]
+        st = stages[stage]
         duration = st.backward_time if name == "B" else st.forward_time
         ops.append(Op(op=name, stage=stage, start=clock, end=clock + duration))
         clock += duration
@@ -97,9 +112,21 @@ def _with_static(least: int | None, request: SolveRequest) -> int | None:
     return None if least is None else least + request.static_memory
 
 
+class _Common(TypedDict):
+    """The fields of a schedule that a feasible and an infeasible outcome share."""
+
+    family: str
+    algorithm: str
+    profile: ProfileRef
+    budget: Budget
+    lower_bound: float
+    static_memory: int
+    min_memory: int | None
+
+
 def chain_schedule(profile: Profile, request: SolveRequest, plan: ChainPlan) -> Schedule:
     """The schedule of a chain solver's plan, its operations laid back to back."""
-    common = dict(
+    common = _Common(
         family=request.family,
         algorithm=request.algorithm,
         profile=profile_ref(profile),
@@ -116,7 +143,7 @@ def offload_schedule(
     profile: Profile, request: SolveRequest, plan: OffloadPlan, bandwidth: float
 ) -> Schedule:
     """The schedule of an offloading or combined solver's timed plan at ``bandwidth`` bytes/s."""
-    common = dict(
+    common = _Common(
         family=request.family,
         algorithm=request.algorithm,
         profile=profile_ref(profile),
@@ -134,23 +161,22 @@ def offload_schedule(
     return _schedule(plan, ops, common)
 
 
-def _schedule(
-    plan: ChainPlan | OffloadPlan, ops: list[Op] | None, common: dict[str, Any]
-) -> Schedule:
+def _schedule(plan: ChainPlan | OffloadPlan, ops: list[Op] | None, common: _Common) -> Schedule:
     """The schedule of a plan's timed ``ops`` (None: no plan fits), with the solver's own value
     for :func:`memplan.solve` to check; ``common`` holds the fields both outcomes share
-    (``lower_bound`` among them). ``solver.seconds`` is left for :func:`memplan.solve` to time."""
-    solver = dict(slots=plan.slots, message=plan.message)
+    (``lower_bound`` among them). ``solver.seconds`` is left for :func:`memplan.solve` to time.
+    """
     if ops is None:
-        status = "unknown" if plan.status == "unknown" else "infeasible"  # unknown: stopped early
-        return Schedule(feasible=False, solver=SolverInfo(status=status, **solver), **common)
+        status: Status = "unknown" if plan.status == "unknown" else "infeasible"  # stopped early
+        solver = SolverInfo(status=status, slots=plan.slots, message=plan.message)
+        return Schedule(feasible=False, solver=solver, **common)
     makespan = max((op.end for op in ops), default=0.0)
     lower = common["lower_bound"]
     schedule = Schedule(
         feasible=True,
         makespan=makespan,
         overhead=makespan / lower if lower > 0 else 1.0,
-        solver=SolverInfo(status=plan.status, **solver),
+        solver=SolverInfo(status=plan.status, slots=plan.slots, message=plan.message),
         ops=ops,
         **common,
     )

@@ -112,16 +112,18 @@ def alloc(
 
 
 def _one_blas_thread() -> None:
-    """numpy's OpenBLAS starts a thread per core when numpy is imported (0.05-0.1 s of CPU on 2
+    """Numpy's OpenBLAS starts a thread per core when numpy is imported (0.05-0.1 s of CPU on 2
     cores) and placing buffers never calls BLAS: one thread, unless the user chose otherwise or
-    numpy is imported already."""
+    numpy is imported already.
+    """
     if "numpy" not in sys.modules:
         os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 
 def _capacity(text: str | None) -> int | None:
     """``--capacity`` in whole bytes, exactly: ``1MiB``, ``1048576``, ``1.5KiB`` (1536); a
-    fractional byte count (``1.5``, ``0.1KB``) is refused, not rounded."""
+    fractional byte count (``1.5``, ``0.1KB``) is refused, not rounded.
+    """
     from memplan.units import exact_bytes
 
     size = option_size("--capacity", text)  # the format, the unit, the range

@@ -98,7 +98,7 @@ def _clean_choice_message(message: str) -> str:
     return text + (f"; did you mean '{close[0]}'?" if close else ".")
 
 
-class _LazyCommands(MutableMapping):
+class _LazyCommands(MutableMapping[str, Any]):
     """The group's commands: each built from :data:`COMMANDS` when first looked up."""
 
     def __init__(self, group: LazyGroup) -> None:

@@ -5,7 +5,7 @@ import enum
 import io
 import json
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -27,6 +27,9 @@ from memplan.cli.profile import (
     parse_shape,
 )
 from memplan.errors import InputError
+
+if TYPE_CHECKING:
+    from rich.console import JustifyMethod
 
 CSV_FIELDS = (
     "name",
@@ -215,7 +218,7 @@ def bench_table(doc: dict[str, Any]) -> Any:
         title=f"{doc['model']}, batch {doc['batch_size']} x {shape}, {doc['device']}, "
         f"{doc['threads']} thread(s), time: median of {doc['rounds']} paired rounds"
     )
-    for column, justify in (
+    columns: tuple[tuple[str, JustifyMethod], ...] = (
         ("way", "left"),
         ("peak MB", "right"),
         ("/ plain", "right"),
@@ -223,7 +226,8 @@ def bench_table(doc: dict[str, Any]) -> Any:
         ("gradients", "left"),
         ("planned MB", "right"),
         ("note", "left"),
-    ):
+    )
+    for column, justify in columns:
         table.add_column(column, justify=justify, no_wrap=column not in ("way", "note"))
     for row in doc["rows"]:
         ratio = "-" if row["peak_ratio"] is None else f"{row['peak_ratio']:.3f}"

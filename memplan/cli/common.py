@@ -27,14 +27,14 @@ import warnings
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any
 
 import typer
 
 from memplan.errors import BUG_NOTE, EmptyPipe, InputError, InternalError, MemplanWarning
 
 if TYPE_CHECKING:  # rich is imported when a console is made: `memplan alloc` prints none
-    from rich.console import Console
+    from rich.console import Console, RenderableType
 
 EXIT_OK = 0
 EXIT_INFEASIBLE = 1
@@ -83,7 +83,7 @@ def _visible(match: re.Match[str]) -> str:
 
 
 def escape_control(text: str, *, newlines: bool = False) -> str:
-    """``text`` with the characters a terminal acts on shown as ``\\x1b``-style escapes.
+    r"""``text`` with the characters a terminal acts on shown as ``\\x1b``-style escapes.
 
     Tab and newline stay, unless ``newlines`` (then newline is escaped too: one line stays one).
     See NOTE [ control characters ].
@@ -96,7 +96,8 @@ def escape_control(text: str, *, newlines: bool = False) -> str:
 def escaping_console_class() -> type[Console]:
     """A rich console class that escapes control characters in the text it renders (not in its
     own cursor and style codes): see NOTE [ control characters ]. Made on first use, so that a
-    command that prints no rich output does not import rich."""
+    command that prints no rich output does not import rich.
+    """
     from rich.console import Console
     from rich.segment import Segment
 
@@ -325,7 +326,7 @@ def resolve_format(fmt: enum.Enum | None, output: Path | None, allowed: tuple[st
     """The output format: ``--format``, else the ``-o`` file's suffix, else ``table``."""
     machine = [f for f in allowed if f != "table"]
     if fmt is not None:
-        name = fmt.value
+        name = str(fmt.value)
         if name not in allowed:  # pragma: no cover - typer's choices prevent it
             raise InputError(f"--format {name}: expected one of {'|'.join(allowed)}")
         if name == "table" and output is not None:
@@ -379,7 +380,8 @@ REPORT_DECIMALS = 6
 
 def rounded(value: Any) -> Any:
     """``value`` with every finite float rounded to :data:`REPORT_DECIMALS` decimals, through
-    dicts, lists and tuples (ints, booleans, strings, None and non-finite floats as they are)."""
+    dicts, lists and tuples (ints, booleans, strings, None and non-finite floats as they are).
+    """
     if isinstance(value, float):
         return round(value, REPORT_DECIMALS) if math.isfinite(value) else value
     if isinstance(value, dict):
@@ -404,7 +406,7 @@ def csv_number(value: float) -> str:
     return text + "0" if text.endswith(".") else text
 
 
-def _is_terminal(stream) -> bool:
+def _is_terminal(stream: IO[str]) -> bool:
     try:
         return bool(stream.isatty())
     except (ValueError, AttributeError):
@@ -434,7 +436,7 @@ def size_text(nbytes: int | float | None) -> str:
 _UNBOUNDED = 100_000
 
 
-def table_width(console: Console, renderable: object) -> int:
+def table_width(console: Console, renderable: RenderableType) -> int:
     """The width ``renderable`` is printed at on ``console`` (NOTE [ table width ])."""
     from rich.measure import Measurement
 
@@ -470,7 +472,7 @@ def _pin_unwrapped_columns(console: Console, renderable: object) -> None:
             column.min_width = max(column.min_width or 0, widest)
 
 
-def print_table(renderable: object, console: Console | None = None) -> None:
+def print_table(renderable: RenderableType, console: Console | None = None) -> None:
     """Print a table (or a group of them) on stderr without cutting any cell."""
     console = err_console() if console is None else console
     width = table_width(console, renderable)

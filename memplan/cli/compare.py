@@ -3,8 +3,9 @@
 import csv
 import enum
 import io
+from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -21,6 +22,9 @@ from memplan.cli.common import (
 from memplan.cli.options import family_options
 from memplan.cli.solve import OPTIMIZER_HELP, OUTPUT_HELP, PROFILE_HELP, Optimizer
 from memplan.errors import InputError
+
+if TYPE_CHECKING:
+    from memplan.api import CompareRow
 
 DEFAULT_ALGOS = "store-all,periodic,revolve,rotor"
 CSV_FIELDS = ("memory", "algorithm", "feasible", "makespan", "ratio", "peak_memory", "seconds")
@@ -179,7 +183,7 @@ def _offload_title(prof: Any, rate: float) -> str:
 
 
 def _plot_title(prof: Any) -> str:
-    title = prof.model
+    title = str(prof.model)
     if prof.batch_size:
         title += f", batch size {prof.batch_size}"
     if prof.input_shape:
@@ -187,7 +191,13 @@ def _plot_title(prof: Any) -> str:
     return title
 
 
-def _sweep(compare_fn: Any, prof: Any, names: list[str], budgets: list[int], **kwargs: Any):
+def _sweep(
+    compare_fn: Callable[..., "list[CompareRow]"],
+    prof: Any,
+    names: list[str],
+    budgets: list[int],
+    **kwargs: Any,
+) -> "list[CompareRow]":
     """Run the library's sweep with a bar on a terminal, a line every 10 s otherwise."""
     from memplan.cli.progress import Progress
 
@@ -212,7 +222,8 @@ def rows_to_csv(rows: list[Any]) -> str:
 
 def _csv_cell(value: Any) -> Any:
     """A CSV cell: empty for None, ``true``/``false`` for booleans (as JSON writes them), floats
-    to the report's precision (NOTE [ report precision ] in common.py)."""
+    to the report's precision (NOTE [ report precision ] in common.py).
+    """
     if value is None:
         return ""
     if isinstance(value, bool):

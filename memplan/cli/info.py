@@ -1,5 +1,6 @@
 """``memplan info`` (what a profile holds, the memory it needs), ``memplan show`` (the profile
-itself, as a file ``solve`` reads) and ``memplan algos``."""
+itself, as a file ``solve`` reads) and ``memplan algos``.
+"""
 
 import enum
 import json

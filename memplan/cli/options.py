@@ -89,7 +89,7 @@ def family_options(command: str) -> Callable[[Callable[..., Any]], Callable[...,
                 continue
             for o in options:
                 annotation = Annotated[
-                    Optional[o.cli_type],  # noqa: UP045 - typer reads the annotation at runtime
+                    Optional[o.cli_type],  # type: ignore[name-defined]  # noqa: UP045 - built at runtime for typer
                     typer.Option(o.flag, metavar=o.metavar, help=o.help_text, show_default=False),
                 ]
                 params.append(

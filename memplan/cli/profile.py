@@ -2,6 +2,8 @@
 
 import enum
 import importlib.util
+from collections.abc import Callable
+from contextlib import nullcontext
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -13,6 +15,7 @@ from memplan.units import parse_config
 
 if TYPE_CHECKING:
     from memplan.gpu import GpuSpec
+    from memplan.profile.model import Profile
 
 TORCH_HINT = "needs the torch extra: pip install 'memplan[torch]'"
 GPU_NAMES = "v100, v100-32gb, a100, a100-80gb, h100, l4, rtx4090"
@@ -107,6 +110,7 @@ def _check_gpu(
                 f"catalog has: {', '.join(gpu_catalog())} (or describe yours with --gpu-spec FILE)"
             )
         return key
+    assert gpu_spec is not None  # one of the two, checked above
     try:
         return load_gpu_file(gpu_spec)
     except InputError as exc:
@@ -224,7 +228,7 @@ def profile(
         from memplan.profile import save_profile
         from memplan.torch.profiler import profile_model
 
-        kwargs = {"device": device.value, "dtype": dtype.value}
+        kwargs: dict[str, object] = {"device": device.value, "dtype": dtype.value}
         if batch_size is not None:
             kwargs["batch_size"] = batch_size
         if shape is not None:
@@ -241,7 +245,7 @@ def profile(
         start = "building the model and checking its chain of stages"
         if config_values:
             kwargs["config"] = config_values
-        result = _run_with_progress(profile_model, model, kwargs, label, start)
+        result = run_with_progress(profile_model, model, kwargs, label, start)
         write_output(save_profile(result), output)
         where = result.device.kind if result.device else device.value
         if result.device is not None and result.device.kind == "estimated":
@@ -255,11 +259,11 @@ def profile(
         )
 
 
-def _measurement_note(prof) -> str:
+def _measurement_note(prof: "Profile") -> str:
     """``; 1 thread, 6 of 19 stages reused, timing noise 3.1% (2 outliers: layer3.1)``."""
     parts = []
     conditions = prof.measured.conditions if prof.measured else None
-    if conditions is not None and conditions.threads and prof.device.kind == "cpu":
+    if conditions is not None and conditions.threads and prof.device and prof.device.kind == "cpu":
         parts.append(f"{conditions.threads} thread{'s' if conditions.threads > 1 else ''}")
     stages = prof.all_stages()
     reused = sum(1 for s in stages if s.extra and "same_as" in s.extra)
@@ -301,7 +305,7 @@ def _profile_graph(
 
     console = err_console()
     status = console.status(f"capturing the training graph of {model}", spinner="dots")
-    with status if console.is_terminal else _nothing():
+    with status if console.is_terminal else nullcontext():
         result = profile_graph(model, batch_size=batch_size, input_shape=shape, dtype=dtype)
     write_output(save_profile(result), output)
     graph = result.graph
@@ -312,15 +316,16 @@ def _profile_graph(
     )
 
 
-def _nothing():
-    from contextlib import nullcontext
-
-    return nullcontext()
-
-
-def _run_with_progress(profile_model, model, kwargs: dict, label: str, start: str | None = None):
+def run_with_progress(
+    profile_model: Callable[..., "Profile"],
+    model: object,
+    kwargs: dict[str, object],
+    label: str,
+    start: str | None = None,
+) -> "Profile":
     """``profile_model`` with a bar on a terminal, one line per stage on stderr otherwise
-    (``start``: a first line, before the model is built)."""
+    (``start``: a first line, before the model is built).
+    """
     from memplan.cli.progress import Progress
 
     with Progress(label) as progress:

@@ -10,7 +10,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from rich import box
-from rich.console import Group
+from rich.console import Group, JustifyMethod
 from rich.table import Table
 from rich.text import Text
 
@@ -92,21 +92,7 @@ def schedule_summary(schedule: Any, stages: int) -> Table:
         ),
         ("status", status),
     ]
-    graph = schedule.family == "graph"
-    if graph:  # the graph family plans memory only: no times to show (docs/graph.md)
-        rows.append(("optimizes", GRAPH_OBJECTIVE))
-    if schedule.feasible and schedule.makespan is not None and not graph:
-        rows.append(("makespan", _ms(schedule.makespan)))
-    if not graph:
-        rows.append(("lower bound", _ms(schedule.lower_bound)))
-    if schedule.feasible and schedule.overhead is not None and not graph:
-        rows.append(
-            (
-                "overhead",
-                f"{schedule.overhead:.4f} x lower bound "
-                f"(+{max(0.0, schedule.overhead - 1) * 100:.2f}%)",
-            )
-        )
+    rows += _time_rows(schedule)
     if schedule.peak_memory is not None:
         share = f", {schedule.peak_memory / budget * 100:.1f}% of the budget" if budget else ""
         rows.append(("peak memory", f"{_size(schedule.peak_memory)}{share}"))
@@ -141,6 +127,25 @@ def schedule_summary(schedule: Any, stages: int) -> Table:
     elif schedule.feasible:
         rows.append(("operations", op_counts(schedule.ops, stages)))
     return _key_values("Schedule", rows)
+
+
+def _time_rows(schedule: Any) -> list[tuple[str, Any]]:
+    """Makespan, lower bound and overhead; the graph family plans memory only (docs/graph.md)."""
+    if schedule.family == "graph":
+        return [("optimizes", GRAPH_OBJECTIVE)]
+    rows: list[tuple[str, Any]] = []
+    if schedule.feasible and schedule.makespan is not None:
+        rows.append(("makespan", _ms(schedule.makespan)))
+    rows.append(("lower bound", _ms(schedule.lower_bound)))
+    if schedule.feasible and schedule.overhead is not None:
+        rows.append(
+            (
+                "overhead",
+                f"{schedule.overhead:.4f} x lower bound "
+                f"(+{max(0.0, schedule.overhead - 1) * 100:.2f}%)",
+            )
+        )
+    return rows
 
 
 GRAPH_OBJECTIVE = "memory: the arena of an operator order and tensor addresses (no times)"
@@ -221,7 +226,7 @@ def pattern_table(schedule: Any, stage_names: Sequence[str]) -> Table:
         title=f"Pattern (period {schedule.period:.3f} ms, {schedule.throughput:.1f} samples/s)",
         title_justify="left",
     )
-    for name, justify in (
+    columns: tuple[tuple[str, JustifyMethod], ...] = (
         ("where", "left"),
         ("op", "left"),
         ("stage", "right"),
@@ -229,7 +234,8 @@ def pattern_table(schedule: Any, stage_names: Sequence[str]) -> Table:
         ("start ms", "right"),
         ("end ms", "right"),
         ("shift", "right"),
-    ):  # only the stage name wraps (NOTE [ table width ] in memplan/cli/common.py)
+    )
+    for name, justify in columns:  # only the stage name wraps (NOTE [ table width ] in common.py)
         table.add_column(name, justify=justify, no_wrap=name != "name", overflow="fold")
     for gp in schedule.pattern:
         for op in gp.ops:
@@ -442,7 +448,7 @@ def _estimate_rows(
 ) -> list[tuple[str, Any]]:
     """Header rows of an estimated profile: the GPU and model, totals, bound stages."""
     rows: list[tuple[str, Any]] = []
-    gpu = info.get("gpu") if isinstance(info.get("gpu"), Mapping) else {}
+    gpu: Mapping[str, Any] = info["gpu"] if isinstance(info.get("gpu"), Mapping) else {}
     what = str(gpu.get("name") or "?")
     if info.get("catalog"):
         what += f" (catalog {info['catalog']})"
@@ -479,7 +485,8 @@ ALGOS_WIDTH = 80
 def algos_table(entries: Sequence[Mapping[str, Any]]) -> Table:
     """One line per algorithm: name, family, exact or heuristic and its short summary, within 80
     columns (a summary longer than what is left is cut with an ellipsis; every bundled
-    algorithm's short summary fits: tests/cli/test_width.py)."""
+    algorithm's short summary fits: tests/cli/test_width.py).
+    """
     name_width = max((len(str(e.get("name", ""))) for e in entries), default=4)
     family_width = max((len(str(e.get("family", ""))) for e in entries), default=6)
     kind_width = len("heuristic")

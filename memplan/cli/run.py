@@ -195,13 +195,13 @@ def _train(
     x = x.to(device=dev, dtype=DTYPES[dtype]) if x.is_floating_point() else x.to(dev)
     if prof is None:
         common.echo_err(f"memplan: profiling {label} on {dev.type} ...")
-        from memplan.cli.profile import _run_with_progress
+        from memplan.cli.profile import run_with_progress
 
         kwargs = {
             "example_input": x, "device": str(dev), "dtype": dtype, "repeats": repeats,
             "name": label,
         }  # fmt: skip
-        prof = _run_with_progress(profile_model, module, kwargs, f"profiling {label}")
+        prof = run_with_progress(profile_model, module, kwargs, f"profiling {label}")
     if sched is None:
         sched = memplan.solve(prof, algo, memory, optimizer=optimizer, **options)
         if not sched.feasible:

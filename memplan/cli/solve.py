@@ -1,9 +1,9 @@
 """``memplan solve`` and ``memplan simulate``: plan a chain within a budget, replay a plan."""
 
 import enum
-from contextlib import nullcontext
+from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -20,6 +20,9 @@ from memplan.cli.common import (
 )
 from memplan.cli.options import family_options
 from memplan.errors import InputError
+
+if TYPE_CHECKING:
+    from rich.table import Table
 
 
 class Optimizer(str, enum.Enum):
@@ -62,7 +65,7 @@ TRACE_OPTION = typer.Option(
 OUTPUT_HELP = "Write the document to FILE atomically instead of stdout (format from its suffix)."
 
 
-def _spinner(text: str):
+def _spinner(text: str) -> AbstractContextManager[object]:
     console = err_console()
     if console.is_terminal:
         return console.status(text, spinner="dots")
@@ -160,7 +163,7 @@ def _print_progress(line: str) -> None:
     err_console().print(line, highlight=False, markup=False)
 
 
-def _render_summary(schedule: Any, prof: Any):
+def _render_summary(schedule: Any, prof: Any) -> "Table":
     from memplan.cli.render import schedule_summary
 
     return schedule_summary(schedule, prof.length)

@@ -69,10 +69,12 @@ def command_synopsis(name: str, command: Any, indent: int) -> str:
 def synopsis() -> str:
     """The synopsis of every command, as docs/cli.md shows it."""
     import typer
+    from typer.core import TyperGroup
 
     from memplan.cli.app import COMMANDS, app
 
     group = typer.main.get_command(app)
+    assert isinstance(group, TyperGroup)  # the app has subcommands
     indent = max(len(name) for name in COMMANDS)
     entries = ["memplan [--debug] [--version] COMMAND [ARGS]...", ""]
     entries += [command_synopsis(name, group.commands[name], indent) for name in COMMANDS]

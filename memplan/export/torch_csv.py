@@ -28,7 +28,7 @@ micro-batch: 10^8 of them took 4.4 GB and more than a minute)."""
 
 
 def unrolled_actions(schedule: Any, micro_batches: int) -> dict[int, list[tuple[float, str]]]:
-    """rank -> [(time, action)] for mini-batches ``0 .. micro_batches-1``, in time order."""
+    """Rank -> [(time, action)] for mini-batches ``0 .. micro_batches-1``, in time order."""
     if schedule.family != "pipeline" or not schedule.feasible or schedule.pattern is None:
         raise InputError(
             "--format torch-csv: needs a feasible pipeline schedule (--algo pipeline-ilp, pipedream or gpipe)"

@@ -10,7 +10,7 @@ import os
 import sys
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import yaml
 from pydantic import ValidationError
@@ -65,8 +65,10 @@ def bundled_profiles() -> dict[str, Path]:
 
 
 def resolve_bundled(name: str) -> Path:
-    """Find a bundled profile: an exact name wins, then one that differs in case only
-    (``resnet50@A100``), then a unique prefix (case ignored).
+    """Find a bundled profile by name.
+
+    An exact name wins, then one that differs in case only (``resnet50@A100``), then a unique
+    prefix (case ignored).
 
     An unknown name is an InputError suggesting the closest names (difflib), then listing all.
     """
@@ -102,10 +104,10 @@ def _too_large(limit: int) -> str:
     )
 
 
-def _read_limited(stream: Any, name: str) -> str:
+def _read_limited(stream: IO[bytes] | IO[str], name: str) -> str:
     """Read at most the input limit from a binary (or text) stream, as UTF-8 text."""
     limit = max_input_bytes()
-    data = stream.read(limit + 1)
+    data: bytes | str = stream.read(limit + 1)
     if len(data) > limit:
         raise InputError(f"{name}: {_too_large(limit)}")
     if isinstance(data, str):
@@ -189,8 +191,11 @@ def load_profile(source: Profile | Mapping[str, Any] | str | os.PathLike[str]) -
 
 
 def dump_yaml(data: Any) -> str:
-    """``data`` as YAML, by libyaml's emitter where PyYAML has it (4x faster than the pure-Python
-    one, the same text: the representer is the same Python code)."""
+    """``data`` as YAML, by libyaml's emitter where PyYAML has it.
+
+    It is 4x faster than the pure-Python one, with the same text (the representer is the same
+    Python code).
+    """
     dumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
     return yaml.dump(data, Dumper=dumper, sort_keys=False, default_flow_style=None, width=100)
 

@@ -6,8 +6,8 @@ A profile holds one of three network shapes, and says which algorithm families c
 - a *chain* (``stages``, forward order, the last stage being the loss): the chain, offload,
   combined and pipeline families;
 - a *join network* (``branches``, each a chain with its own input, and the ``turn`` stage that
-  joins them, Optimal Memory-aware Backpropagation of Deep Join Networks (Phil. Trans. R. Soc. A 2020)): the join family;
-- an operator-level *training graph* (``graph``, OLLA (Steiner et al. 2022)): the graph family. A graph may come
+  joins them, *Optimal Memory-aware Backpropagation of Deep Join Networks*): the join family;
+- an operator-level *training graph* (``graph``, the OLLA paper): the graph family. A graph may come
   alongside ``stages`` (``memplan profile --graph`` writes a graph-only profile).
 
 The pydantic models below hold every check (strict types, non-negative sizes and times, no unknown
@@ -19,7 +19,7 @@ from __future__ import annotations
 import datetime
 import hashlib
 import json
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 from pydantic import Field, NonNegativeInt, PositiveInt, field_validator, model_validator
 
@@ -41,7 +41,7 @@ __all__ = [
     "Stage",
 ]
 
-PROFILE_FORMAT = "memplan-profile/1"
+PROFILE_FORMAT: Final = "memplan-profile/1"
 
 
 class Stage(_Strict):
@@ -86,6 +86,7 @@ class Stage(_Strict):
 
     @property
     def gradient_size(self) -> int:
+        """Bytes of the gradient of the output: ``grad_size``, else ``output_size``."""
         return self.output_size if self.grad_size is None else self.grad_size
 
     @model_validator(mode="after")
@@ -99,14 +100,18 @@ class Stage(_Strict):
 
 
 class Device(_Strict):
+    """Where a profile was measured (``cpu``, ``cuda``) or for which GPU it was estimated."""
+
     kind: Literal["cpu", "cuda", "estimated", "synthetic"]
     name: str | None = None
     memory: Bytes | None = None
 
 
 class Conditions(_Strict):
-    """What a measured profile's sizes and times depend on besides the model and its input
-    (docs/profiling.md, "Conditions"): ``memplan run`` and ``fit`` compare them with their own."""
+    """What a measured profile's sizes and times depend on besides the model and its input.
+
+    See docs/profiling.md, "Conditions": ``memplan run`` and ``fit`` compare them with their own.
+    """
 
     threads: PositiveInt | None = Field(
         default=None, description="torch's intra-op threads (torch.get_num_threads())"
@@ -144,6 +149,8 @@ class Noise(_Strict):
 
 
 class Measured(_Strict):
+    """How a profile was measured: the tool, torch's version, the date, repeats, conditions."""
+
     tool: str | None = None
     torch: str | None = None
     date: str | None = None
@@ -170,7 +177,7 @@ class Measured(_Strict):
 
 
 class Branch(_Strict):
-    """One branch of a join network: a chain from its own input to the turn (Optimal Memory-aware Backpropagation of Deep Join Networks, Phil. Trans. R. Soc. A 2020)."""
+    """One branch of a join network: a chain from its own input to the turn (*Optimal Memory-aware Backpropagation of Deep Join Networks*)."""
 
     name: str
     input_size: Bytes = Field(description="bytes of the branch input")
@@ -238,6 +245,19 @@ class Profile(_Strict):
             found += ("graph",)
         return found
 
+    @property
+    def chain_stages(self) -> list[Stage]:
+        """The stages of a chain profile (``stages``, known to be present).
+
+        Raises
+        ------
+        ValueError
+            The profile is a join network or a graph (the algorithms check the family first).
+        """
+        if self.stages is None:
+            raise ValueError(f"{self.model}: a {self.kind} profile has no chain of stages")
+        return self.stages
+
     def all_stages(self) -> list[Stage]:
         """Every stage: the chain's, or each branch's then the turn (join networks)."""
         if self.stages is not None:
@@ -255,6 +275,7 @@ class Profile(_Strict):
 
     @property
     def weight_size(self) -> int:
+        """Bytes of the weights: the stages' (or the graph's)."""
         if self.stages is None and self.branches is None and self.graph is not None:
             return self.graph.weight_size
         return sum(stage.weight_size for stage in self.all_stages())
@@ -267,6 +288,7 @@ class Profile(_Strict):
         return sum(s.forward_time + s.backward_time for s in self.all_stages())
 
     def to_dict(self) -> dict[str, Any]:
+        """The profile as a JSON-ready document (unset fields left out)."""
         return self.model_dump(mode="json", exclude_none=True)
 
     def sha256(self) -> str:

@@ -141,7 +141,8 @@ def _parse_yaml(text: str, source: str) -> Any:
     """The document's data from ``_LOADER``'s events; where that parser stops deep nesting itself
     (libyaml 0.2.5 and newer, at 1000 flow levels), from PyYAML's pure-Python parser, which reads
     on until :func:`_build` stops at :data:`MAX_DEPTH`: the same message and position whatever
-    PyYAML and libyaml the user has."""
+    PyYAML and libyaml the user has.
+    """
     try:
         return _parse_with(_LOADER, text, source)
     except _ParserTooDeep:
@@ -186,7 +187,7 @@ class _Frame:
         self.mark = mark
 
 
-def _build(loader: Any, source: str) -> Any:
+def _build(loader: Any, source: str) -> Any:  # noqa: C901 - one loop over the parser's events, inlined for speed
     """Turn the parser's events into Python data (one document; limits of the NOTE)."""
     get_event = loader.get_event
     resolve = loader.resolve

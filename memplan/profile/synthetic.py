@@ -84,7 +84,7 @@ def homogeneous_join(
     ut: float = 1.0,
     model: str | None = None,
 ) -> Profile:
-    """A uniform join network (Optimal Memory-aware Backpropagation of Deep Join Networks, Phil. Trans. R. Soc. A 2020): branches of ``lengths`` unit stages and a turn.
+    """A uniform join network (*Optimal Memory-aware Backpropagation of Deep Join Networks*): branches of ``lengths`` unit stages and a turn.
 
     Every branch input, activation, saved tensor and gradient has ``size`` bytes, every forward
     step costs ``uf``, every backward ``ub`` and the turn ``ut`` (its forward time; its backward
@@ -136,7 +136,8 @@ def random_join(
             overheads=overheads,
             integer_times=True,
         )
-        branches.append(Branch(name=f"branch{j}", input_size=chain.input_size, stages=chain.stages))
+        input_size = chain.activation_sizes()[0]
+        branches.append(Branch(name=f"branch{j}", input_size=input_size, stages=chain.chain_stages))
     out = int(rng.integers(1, max_size + 1))
     turn = Stage(
         name="turn",

@@ -21,13 +21,13 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
-from memplan.profile.io import write_atomic
+from memplan.files import write_atomic
 from memplan.profile.model import Profile
-from memplan.schedule import Schedule
+from memplan.schedule import Schedule, Stream
 
 __all__ = ["STREAM_TIDS", "trace_events", "trace_document", "write_trace"]
 
-STREAM_TIDS = {"compute": 1, "transfer": 2}
+STREAM_TIDS: dict[Stream, int] = {"compute": 1, "transfer": 2}
 """Thread id of each stream's track."""
 
 _PID = 1
@@ -73,9 +73,9 @@ def trace_events(
     events: list[dict[str, Any]] = [
         {"name": "process_name", "ph": "M", "pid": _PID, "tid": 0, "args": {"name": title}}
     ]
-    streams = sorted({op.stream for op in schedule.ops}, key=STREAM_TIDS.get)
+    streams = sorted({op.stream for op in schedule.ops}, key=STREAM_TIDS.__getitem__)
     if not schedule.pattern:  # every family but the pipelines has a compute track
-        streams = sorted(set(streams) | {"compute"}, key=STREAM_TIDS.get)
+        streams = sorted(set(streams) | {"compute"}, key=STREAM_TIDS.__getitem__)
     for stream in streams:
         events.append(
             {
@@ -119,7 +119,8 @@ def trace_events(
 
 def _graph_events(schedule: Schedule, profile: Profile | None) -> list[dict[str, Any]]:
     """Graph schedules: the nodes back to back on the compute track (1 ms per node when the
-    graph has no times, as the graph simulator's memory curve)."""
+    graph has no times, as the graph simulator's memory curve).
+    """
     nodes = {n.name: n for n in profile.graph.nodes} if profile and profile.graph else {}
     times = [nodes[name].time if name in nodes else 0.0 for name in schedule.order or []]
     if not any(times):
@@ -151,7 +152,8 @@ GPU_TID_BASE = 10
 
 def _pipeline_events(schedule: Schedule, names: Sequence[str]) -> list[dict[str, Any]]:
     """Pipeline schedules: ``PIPELINE_PERIODS`` copies of the pattern, one track per GPU
-    (``F``/``B`` of stage ``k`` on mini-batch ``b``) and one per link (``x[k]``/``g[k]``)."""
+    (``F``/``B`` of stage ``k`` on mini-batch ``b``) and one per link (``x[k]``/``g[k]``).
+    """
     period = schedule.period or 0.0
     per_period = schedule.batches_per_period or 1
     gpus = sorted(p.gpu for p in schedule.pattern or [])

@@ -1,7 +1,7 @@
-"""OLLA's joint ILP (eq. 9 of OLLA (Steiner et al. 2022)): order and addresses in one CP-SAT model.
+"""OLLA's joint ILP (eq. 9 of the OLLA paper): order and addresses in one CP-SAT model.
 
 Section 3 of the paper: the lifetime variables of section 3.2 (built by
-:func:`memplan.algorithms.graph.olla._build_model`, with the spans of section 4.1 and the control
+:func:`memplan.algorithms.graph.olla.build_order_model`, with the spans of section 4.1 and the control
 edges of section 4.3) plus, for every tensor ``e``, an address ``A_e`` (section 3.3) and, for every
 pair of tensors that may be live together, two Booleans ``a_ij`` and ``b_ij``:
 
@@ -26,16 +26,18 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+from ortools.sat.python import cp_model
 
 from memplan import interrupt
-from memplan.algorithms.graph.olla import _build_model, _contract, _read_order, _Scaled
+from memplan.algorithms.graph.cpsat import PeakProgress, workers
+from memplan.algorithms.graph.olla import build_order_model, contract_nodes, read_order
 from memplan.algorithms.graph.placement import (
-    _workers,
     arena_of,
     greedy_by_size,
     stack_persistent,
 )
 from memplan.algorithms.graph.problem import GraphProblem
+from memplan.schedule import Status
 
 JOINT_MAX_NODES = 60
 """Largest number of ordered nodes for which ``olla`` also tries the joint model."""
@@ -51,18 +53,18 @@ class JointResult:
     offsets: np.ndarray
     arena: int
     bound: int
-    status: str
+    status: Status
     seconds: float
     message: str
 
 
 def joint_size(problem: GraphProblem, extra: Sequence[tuple[int, int]]) -> int:
     """How many nodes the joint model would order (weight and memory-neutral nodes left out)."""
-    nodes, _ = _contract(problem, extra)
+    nodes, _ = contract_nodes(problem, extra)
     return len(nodes)
 
 
-def solve_joint(
+def solve_joint(  # noqa: C901 - eq. 9's model: data, variables, constraints, solve
     problem: GraphProblem,
     *,
     time_limit: float,
@@ -73,15 +75,13 @@ def solve_joint(
     progress: Callable[[str], None] | None = None,
     label: str = "olla (joint)",
 ) -> JointResult | None:
-    """Minimize the arena over the orders and the addresses together (eq. 9 of OLLA (Steiner et al. 2022)).
+    """Minimize the arena over the orders and the addresses together (eq. 9 of the OLLA paper).
 
     Returns None when the model would exceed :data:`JOINT_MAX_PAIRS` constraints of eq. 6.
     The result is never worse than the hint (order and offsets), which is returned when CP-SAT
     finds nothing better in time. ``lower_bound`` (e.g. the least peak resident memory) lets the
     solver stop as soon as it reaches it.
     """
-    from ortools.sat.python import cp_model
-
     began = time.perf_counter()
     extra = list(extra_edges)
     order = list(hint_order) if hint_order is not None else problem.topological_order(extra=extra)
@@ -99,8 +99,8 @@ def solve_joint(
     upper = arena_of(sizes, offsets)
     base = int(sizes[persistent].sum())
 
-    nodes, succ = _contract(problem, extra)
-    model, var, _ = _build_model(problem, nodes, succ, order, minimize=False)
+    nodes, succ = contract_nodes(problem, extra)
+    model, var, _ = build_order_model(problem, nodes, succ, order, minimize=False)
     movable = [i for i in range(len(sizes)) if sizes[i] > 0 and not persistent[i]]
     live_range: dict[int, tuple[int, int]] = {}
     for i in movable:
@@ -161,11 +161,11 @@ def solve_joint(
 
     solver = cp_model.CpSolver()
     solver.parameters.max_time_in_seconds = max(0.1, float(time_limit))
-    solver.parameters.num_workers = _workers()
-    status = interrupt.solve(solver, model, _Scaled(1, 0, progress, label, began))
+    solver.parameters.num_workers = workers()
+    status = interrupt.solve(solver, model, PeakProgress(1, 0, progress, label, began))
     seconds = time.perf_counter() - began
     if status in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-        found_order = _read_order(solver, var, problem, extra)
+        found_order = read_order(solver, var, problem, extra)
         found = np.zeros(len(sizes), dtype=np.int64)
         for i, off in fixed.items():
             found[i] = off
@@ -174,7 +174,9 @@ def solve_joint(
         value = arena_of(sizes, found)
         bound = max(lower_bound, int(solver.best_objective_bound))
         if value <= upper:
-            state = "optimal" if status == cp_model.OPTIMAL or value <= bound else "feasible"
+            state: Status = (
+                "optimal" if status == cp_model.OPTIMAL or value <= bound else "feasible"
+            )
             gap = (value - bound) / value if value else 0.0
             return JointResult(
                 found_order, found, value, min(bound, value), state, seconds, f"gap {gap:.2%}"

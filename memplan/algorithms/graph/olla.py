@@ -1,4 +1,4 @@
-"""OLLA node reordering: the lifetime ILP of OLLA (Steiner et al. 2022) (eq. 14) with CP-SAT.
+"""OLLA node reordering: the lifetime ILP of the OLLA paper (eq. 14) with CP-SAT.
 
 Steiner et al., *OLLA: Optimizing the Lifetime and Location of Arrays to Reduce the Memory Usage of
 Neural Networks*, section 3.2 (constraints 1-5), section 4.4 (eq. 13-14: peak resident memory
@@ -12,7 +12,7 @@ without fragmentation) and the simplifications of section 4:
   Functions 3-4 (levelization), so that updates, and the frees of the gradients they read, are not
   left to the end.
 
-See NOTE [ OLLA order model ] in :func:`_build_model` for the encoding. Weight nodes (parameters,
+See NOTE [ OLLA order model ] in :func:`build_order_model` for the encoding. Weight nodes (parameters,
 buffers, optimizer state) are resident during the whole step whatever the order: they run first,
 in the framework order, and only the other nodes are ordered by the ILP.
 
@@ -30,15 +30,20 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+from ortools.sat.python import cp_model
 
 from memplan import interrupt
-from memplan.algorithms.graph.placement import _workers
+from memplan.algorithms.graph.cpsat import PeakProgress, workers
 from memplan.algorithms.graph.problem import GraphProblem
+from memplan.schedule import Status
 
 
-def levels(problem: GraphProblem, nodes: Sequence[int], extra: Sequence[tuple[int, int]] = ()):
+def levels(
+    problem: GraphProblem, nodes: Sequence[int], extra: Sequence[tuple[int, int]] = ()
+) -> tuple[dict[int, int], dict[int, int], dict[int, list[int]]]:
     """Levelization of the subgraph on ``nodes`` (forward: longest path from a source; backward:
-    longest path to a sink), as ``ComputeLevelization`` in Function 3 of OLLA (Steiner et al. 2022)."""
+    longest path to a sink), as ``ComputeLevelization`` in Function 3 of the OLLA paper.
+    """
     keep = set(nodes)
     succ = {v: [w for w in problem.succ[v] if w in keep] for v in nodes}
     for v, w in extra:
@@ -73,7 +78,7 @@ def _topo(nodes: Sequence[int], succ: dict[int, list[int]]) -> list[int]:
 
 
 def early_update_edges(problem: GraphProblem) -> list[tuple[int, int]]:
-    """Control edges ``(update node, anchor)`` of section 4.3 (Functions 3 and 4 of OLLA (Steiner et al. 2022)).
+    """Control edges ``(update node, anchor)`` of section 4.3 (Functions 3 and 4 of the OLLA paper).
 
     For each optimizer node ``v`` the search starts at the sources of its fanin and widens one
     hop at a time; an anchor is a node of forward level above ``v``'s (so the edge closes no
@@ -116,8 +121,9 @@ def _find_candidate(
     min_level: int,
     visited: dict[int, tuple[int | None, int]],
 ) -> tuple[int | None, int]:
-    """Function 4 of OLLA (Steiner et al. 2022) (``FindCandidate``), iteratively: the best anchor reachable from
-    ``start`` through nodes of forward level ``<= min_level``, and its backward level."""
+    """Function 4 of the OLLA paper (``FindCandidate``), iteratively: the best anchor reachable from
+    ``start`` through nodes of forward level ``<= min_level``, and its backward level.
+    """
     stack = [start]
     while stack:
         u = stack[-1]
@@ -150,14 +156,14 @@ class OrderResult:
     order: list[int]
     peak: int
     bound: int
-    status: str
+    status: Status
     seconds: float
     message: str
     details: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
-class _Vars:
+class OrderVars:
     nodes: list[int]
     x: dict[int, dict[int, Any]]
     peak: Any
@@ -179,7 +185,7 @@ def solve_order(
     progress: Callable[[str], None] | None = None,
     label: str = "olla-order",
 ) -> OrderResult:
-    """Minimize the peak resident memory over the topological orders (eq. 14 of OLLA (Steiner et al. 2022)).
+    """Minimize the peak resident memory over the topological orders (eq. 14 of the OLLA paper).
 
     Parameters
     ----------
@@ -207,22 +213,20 @@ def solve_order(
         hint = problem.topological_order(extra=extra)
     hint = list(hint)
     hint_peak = problem.peak_resident(hint)
-    nodes, succ = _contract(problem, extra)
-    model, var, stats = _build_model(problem, nodes, succ, hint)
+    nodes, succ = contract_nodes(problem, extra)
+    model, var, stats = build_order_model(problem, nodes, succ, hint)
     stats["control_edges"] = len(extra)
     stats["contracted"] = problem.n_nodes - len(nodes)
-    from ortools.sat.python import cp_model
-
     solver = cp_model.CpSolver()
     solver.parameters.max_time_in_seconds = max(0.1, float(time_limit))
-    solver.parameters.num_workers = _workers()
+    solver.parameters.num_workers = workers()
 
-    callback = _Scaled(var.scale, var.constant, progress, label, began)
+    callback = PeakProgress(var.scale, var.constant, progress, label, began)
     status = interrupt.solve(solver, model, callback)
     seconds = time.perf_counter() - began
     details = {"hint_peak": hint_peak, **stats}
     if status in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-        order = _read_order(solver, var, problem, extra)
+        order = read_order(solver, var, problem, extra)
         peak = problem.peak_resident(order)
         bound = int(math.ceil(solver.best_objective_bound)) * var.scale + var.constant
         claimed = int(round(solver.objective_value)) * var.scale + var.constant
@@ -230,7 +234,7 @@ def solve_order(
             raise AssertionError(f"olla-order: model peak {claimed} != replayed peak {peak}")
         if peak > hint_peak:  # pragma: no cover - CP-SAT keeps the hint when it is better
             order, peak = hint, hint_peak
-        state = "optimal" if status == cp_model.OPTIMAL or peak <= bound else "feasible"
+        state: Status = "optimal" if status == cp_model.OPTIMAL or peak <= bound else "feasible"
         gap = (peak - bound) / peak if peak else 0.0
         return OrderResult(order, peak, min(bound, peak), state, seconds, f"gap {gap:.2%}", details)
     bound = stats["lower_bound"]
@@ -246,31 +250,7 @@ def solve_order(
     )
 
 
-class _Scaled:
-    """A solution callback reporting bytes (the model counts in units of ``scale``)."""
-
-    def __new__(cls, scale, constant, progress, label, began):  # noqa: D102
-        from ortools.sat.python import cp_model
-
-        class Scaled(cp_model.CpSolverSolutionCallback):
-            def __init__(self) -> None:
-                super().__init__()
-
-            def on_solution_callback(self) -> None:
-                if progress is None:
-                    return
-                value = self.objective_value * scale + constant
-                bound = self.best_objective_bound * scale + constant
-                gap = (value - bound) / value if value else 0.0
-                progress(
-                    f"{label}: {time.perf_counter() - began:6.1f} s  peak resident "
-                    f"{value / 1e6:,.3f} MB  bound {bound / 1e6:,.3f} MB  gap {gap:.2%}"
-                )
-
-        return Scaled()
-
-
-def _contract(
+def contract_nodes(
     problem: GraphProblem, extra: Sequence[tuple[int, int]]
 ) -> tuple[list[int], dict[int, set[int]]]:
     """The nodes the ILP orders and the dependencies between them.
@@ -309,13 +289,13 @@ def _contract(
     return nodes, succ
 
 
-def _build_model(
+def build_order_model(  # noqa: C901 - eq. 14's constraints in the paper's order
     problem: GraphProblem,
     nodes: list[int],
     succ: dict[int, set[int]],
     hint: list[int],
     minimize: bool = True,
-):
+) -> tuple[cp_model.CpModel, OrderVars, dict[str, int]]:
     """The CP-SAT model of eq. 14 (see NOTE [ OLLA order model ]).
 
     With ``minimize=False`` only the order part (constraints 1-5, 10-12) is built, without
@@ -334,8 +314,6 @@ def _build_model(
     # (also added for every dependency: it propagates better than eq. 4 alone).
     # Persistent tensors add a constant; sizes are divided by their gcd (exact).
     """
-    from ortools.sat.python import cp_model
-
     local = {v: k for k, v in enumerate(nodes)}
     T = len(nodes)  # noqa: N806 - the paper's name
     topo = _topo(nodes, {v: sorted(s) for v, s in succ.items()})
@@ -433,7 +411,7 @@ def _build_model(
         "p_vars": n_p,
         "lower_bound": lower * scale + constant,
     }
-    var = _Vars(nodes, x, None, scale, constant, all_p, asap, alap, anc, local)
+    var = OrderVars(nodes, x, None, scale, constant, all_p, asap, alap, anc, local)
     if not minimize:
         return model, var, stats
     hint_resident = problem.resident(hint)
@@ -448,11 +426,12 @@ def _build_model(
     return model, var, stats
 
 
-def _read_order(
-    solver: Any, var: _Vars, problem: GraphProblem, extra: Sequence[tuple[int, int]]
+def read_order(
+    solver: Any, var: OrderVars, problem: GraphProblem, extra: Sequence[tuple[int, int]]
 ) -> list[int]:
-    """Function 1 of OLLA (Steiner et al. 2022): the ILP's nodes by step; weight and memory-neutral nodes as
-    soon as their dependencies allow (they change no lifetime)."""
+    """Function 1 of the OLLA paper: the ILP's nodes by step; weight and memory-neutral nodes as
+    soon as their dependencies allow (they change no lifetime).
+    """
     priority = [-1] * problem.n_nodes
     for v in var.nodes:
         priority[v] = next(t for t, x in var.x[v].items() if solver.boolean_value(x))

@@ -1,4 +1,4 @@
-"""Tensor address assignment for a fixed order: two baselines and OLLA's eq. 15 (OLLA, Steiner et al. 2022).
+"""Tensor address assignment for a fixed order: two baselines and eq. 15 of OLLA (Steiner et al.).
 
 Every function takes the lifetimes ``start[i] .. end[i]`` (steps, both included) and ``sizes`` of
 the tensors and returns their byte offsets; two tensors live at a common step must not overlap.
@@ -21,7 +21,6 @@ the tensors and returns their byte offsets; two tensors live at a common step mu
 from __future__ import annotations
 
 import bisect
-import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -29,6 +28,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from memplan import interrupt
+from memplan.schedule import Status
 
 ROUND = 512
 """The caching allocator's rounding of every request (bytes), used by :func:`first_fit`."""
@@ -164,7 +164,7 @@ def stack_persistent(sizes: np.ndarray, persistent: np.ndarray) -> dict[int, int
 def preplace(
     sizes: np.ndarray, start: np.ndarray, end: np.ndarray, base: int, skip: np.ndarray
 ) -> dict[int, int]:
-    """Function 5 of OLLA (Steiner et al. 2022) (section 4.5): stack long-lived tensors as a pyramid.
+    """Function 5 of the OLLA paper (section 4.5): stack long-lived tensors as a pyramid.
 
     Repeatedly take the longest-lived tensor whose lifetime nests in the previous one's and place
     it right above it, from address ``base``. ``skip`` masks tensors not to consider (persistent
@@ -196,7 +196,7 @@ class PlacementResult:
     offsets: np.ndarray
     arena: int
     bound: int
-    status: str
+    status: Status
     seconds: float
     message: str
 
@@ -213,7 +213,7 @@ def solve_placement(
     label: str = "olla-address",
     pyramid: bool = True,
 ) -> PlacementResult:
-    """Eq. 15 of OLLA (Steiner et al. 2022) with CP-SAT, for fixed lifetimes (see the module docstring).
+    """Eq. 15 of the OLLA paper with CP-SAT, for fixed lifetimes (see the module docstring).
 
     Parameters
     ----------
@@ -260,6 +260,8 @@ def solve_placement(
 
     from ortools.sat.python import cp_model
 
+    from memplan.algorithms.graph.cpsat import ArenaProgress, workers
+
     model = cp_model.CpModel()
     free = [i for i in range(len(sizes)) if sizes[i] > 0 and i not in fixed]
     hint = candidates[-1] if pyramid else heuristic  # the hint must respect the fixed tensors
@@ -289,8 +291,8 @@ def solve_placement(
 
     solver = cp_model.CpSolver()
     solver.parameters.max_time_in_seconds = max(0.1, float(time_limit))
-    solver.parameters.num_workers = _workers()
-    callback = _Progress(label, progress, began)
+    solver.parameters.num_workers = workers()
+    callback = ArenaProgress(label, progress, began)
     status = interrupt.solve(solver, model, callback)
     seconds = time.perf_counter() - began
     if status in (cp_model.OPTIMAL, cp_model.FEASIBLE):
@@ -302,7 +304,7 @@ def solve_placement(
         bound = max(lower_bound, int(solver.best_objective_bound))
         offsets = found if arena_of(sizes, found) <= upper else heuristic
         value = arena_of(sizes, offsets)
-        state = "optimal" if status == cp_model.OPTIMAL or value <= bound else "feasible"
+        state: Status = "optimal" if status == cp_model.OPTIMAL or value <= bound else "feasible"
         gap = (value - bound) / value if value else 0.0
         return PlacementResult(offsets, value, bound, state, seconds, f"gap {gap:.2%}")
     bound = lower_bound
@@ -310,36 +312,3 @@ def solve_placement(
     return PlacementResult(
         heuristic, upper, bound, "feasible", seconds, f"no CP-SAT solution in time, gap {gap:.2%}"
     )
-
-
-def _workers() -> int:
-    return max(1, min(8, os.cpu_count() or 1))
-
-
-def _progress_class():
-    from ortools.sat.python import cp_model
-
-    class Progress(cp_model.CpSolverSolutionCallback):
-        """Reports each improving solution (objective, bound, gap) to a ``progress`` callable."""
-
-        def __init__(self, label: str, sink: Callable[[str], None] | None, began: float):
-            super().__init__()
-            self._label, self._sink, self._began = label, sink, began
-            self.solutions = 0
-
-        def on_solution_callback(self) -> None:
-            self.solutions += 1
-            if self._sink is None:
-                return
-            value, bound = self.objective_value, self.best_objective_bound
-            gap = (value - bound) / value if value else 0.0
-            self._sink(
-                f"{self._label}: {time.perf_counter() - self._began:6.1f} s  "
-                f"objective {value / 1e6:,.3f} MB  bound {bound / 1e6:,.3f} MB  gap {gap:.2%}"
-            )
-
-    return Progress
-
-
-def _Progress(label: str, sink: Callable[[str], None] | None, began: float):  # noqa: N802
-    return _progress_class()(label, sink, began)

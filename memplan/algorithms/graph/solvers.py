@@ -1,5 +1,5 @@
 """The five graph-family algorithms as schedules: ``olla``, ``olla-order``, ``olla-address``,
-``framework`` and ``greedy-by-size`` (OLLA, Steiner et al. 2022; docs/graph.md).
+``framework`` and ``greedy-by-size`` (OLLA, Steiner et al.; docs/graph.md).
 
 Every schedule holds the ``order`` (every node once), the ``addresses`` (byte offset of every
 tensor of positive size), the ``arena`` (max offset + size, eq. 8: the memory the plan needs),
@@ -27,7 +27,7 @@ from memplan.algorithms.graph.placement import (
     solve_placement,
 )
 from memplan.algorithms.graph.problem import GraphProblem
-from memplan.schedule import Budget, ProfileRef, Schedule, SolverInfo
+from memplan.schedule import Budget, ProfileRef, Schedule, SolverInfo, Status
 
 
 def run(which: str, profile: Any, request: Any) -> Schedule:
@@ -39,6 +39,7 @@ def run(which: str, profile: Any, request: Any) -> Schedule:
     framework = problem.framework_order
     bound: int | None = None
     notes: list[str] = []
+    status: Status
     if which == "framework":
         order = framework
         start, end = problem.lifetimes(order)
@@ -89,7 +90,7 @@ def run(which: str, profile: Any, request: Any) -> Schedule:
 
 def _reorder(
     problem: GraphProblem, limit: float, progress: Any
-) -> tuple[list[int], int, str, str, list[tuple[int, int]] | None]:
+) -> tuple[list[int], int, Status, str, list[tuple[int, int]] | None]:
     """OLLA's reordering (eq. 14), never worse than the framework order.
 
     Returns the order, the proven bound, the status, a note and the control edges the order
@@ -112,9 +113,10 @@ def _reorder(
 
 def _olla(
     problem: GraphProblem, limit: float, progress: Any, began: float
-) -> tuple[list[int], np.ndarray, int | None, str, str]:
+) -> tuple[list[int], np.ndarray, int | None, Status, str]:
     """``olla``: eq. 14 then eq. 15 on its order (section 4.4); on small graphs whose split
-    solution is not proven optimal, the joint model of eq. 9 from there."""
+    solution is not proven optimal, the joint model of eq. 9 from there.
+    """
     from memplan.algorithms.graph.joint import JOINT_MAX_NODES, joint_size, solve_joint
 
     order, order_bound, status, note, edges = _reorder(problem, limit / 2, progress)
@@ -163,7 +165,7 @@ def _schedule(
     order: list[int],
     offsets: np.ndarray,
     *,
-    status: str,
+    status: Status,
     seconds: float,
     message: str | None,
     bound: int | None,

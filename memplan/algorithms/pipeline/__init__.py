@@ -1,1 +1,1 @@
-"""Pipelined model parallelism under memory limits (Pipelined Model Parallelism, Euro-Par 2021)."""
+"""Pipelined model parallelism under memory limits (*Pipelined Model Parallelism*, Euro-Par 2021)."""

@@ -1,4 +1,4 @@
-"""Feasibility first: a least-memory pattern for any allocation (Pipelined Model Parallelism, Euro-Par 2021; §6.2, Lemma 2).
+"""Feasibility first: a least-memory pattern for any allocation (*Pipelined Model Parallelism*, Euro-Par 2021, §6.2, Lemma 2).
 
 NOTE [ pipeline feasibility first ]
 Below PipeDream's least simulated peak the ILP has to find a plan from nothing, which CP-SAT may
@@ -17,11 +17,11 @@ uses it as its warm start where PipeDream has none, and returns it when CP-SAT f
 from __future__ import annotations
 
 import time
-from typing import Any
 
 from memplan import interrupt
 from memplan.algorithms.pipeline.model import PipelineInstance, static_factor
 from memplan.algorithms.pipeline.plan import PipelinePlan, evaluate, timed_groups
+from memplan.profile.model import Profile
 
 ROUNDS = 6
 """Packings tried: each round tightens the estimate's limit by the simulator's overshoot."""
@@ -31,7 +31,8 @@ def _pack(
     inst: PipelineInstance, limit: int | None, avoid: list[list[int]], seconds: float
 ) -> list[int] | None:
     """Stages -> GPUs with every GPU's estimate within ``limit`` (fewest boundaries crossed), or
-    the least largest estimate when ``limit`` is None; ``avoid`` lists allocations already tried."""
+    the least largest estimate when ``limit`` is None; ``avoid`` lists allocations already tried.
+    """
     from ortools.sat.python import cp_model
 
     L, P = inst.length, min(inst.gpus, inst.length)
@@ -86,7 +87,7 @@ def one_in_flight(inst: PipelineInstance, assignment: list[int]) -> PipelinePlan
 
 
 def least_memory_plan(
-    profile: Any, inst: PipelineInstance, memory: int | None, seconds: float = 5.0
+    profile: Profile, inst: PipelineInstance, memory: int | None, seconds: float = 5.0
 ) -> tuple[PipelinePlan | None, list[int] | None, int | None]:
     """A one-in-flight plan on a packed allocation: the fastest found that fits ``memory``.
 
@@ -96,7 +97,7 @@ def least_memory_plan(
     started = time.perf_counter()
     per_round = max(0.1, seconds / ROUNDS)
     tried: list[list[int]] = []
-    best: tuple[tuple[float, int], PipelinePlan, list[int]] | None = None
+    best: tuple[tuple[float, float], PipelinePlan, list[int]] | None = None
     least: int | None = None
     limit: int | None = None
     assignment = _pack(inst, None, tried, per_round)
@@ -105,7 +106,7 @@ def least_memory_plan(
             break
         tried.append(assignment)
         plan = one_in_flight(inst, assignment)
-        result = None if plan is None else evaluate(profile, inst, plan, inst.optimizer)
+        result = None if plan is None else evaluate(profile, inst, plan)
         if plan is not None and result is not None and result.valid:
             peak = int(result.peak_memory)
             least = peak if least is None else min(least, peak)

@@ -11,9 +11,12 @@ of every operation (``batches_per_period = M``; copy ``j`` has shift ``-j``).
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 from memplan.algorithms.pipeline.model import PipelineInstance
-from memplan.algorithms.pipeline.pipedream import fastest_fitting, partition
+from memplan.algorithms.pipeline.pipedream import Fitting, Replayed, fastest_fitting, partition
 from memplan.algorithms.pipeline.plan import PipelinePlan, evaluate, timed_groups
+from memplan.profile.model import Profile
 
 
 def fill_drain(inst: PipelineInstance, assignment: list[int], rounds: int) -> PipelinePlan | None:
@@ -27,14 +30,17 @@ def fill_drain(inst: PipelineInstance, assignment: list[int], rounds: int) -> Pi
     return plan
 
 
-def solve_gpipe(profile, inst: PipelineInstance, memory: int, optimizer: str):
+def solve_gpipe(profile: Profile, inst: PipelineInstance, memory: int) -> Fitting:
     """``(plan or None, simulated GPU peaks, least simulated peak)`` as :func:`solve_pipedream`."""
-    return fastest_fitting(_replayed_candidates(profile, inst, memory, optimizer), memory)
+    return fastest_fitting(_replayed_candidates(profile, inst, memory), memory)
 
 
-def _replayed_candidates(profile, inst: PipelineInstance, memory: int, optimizer: str):
+def _replayed_candidates(
+    profile: Profile, inst: PipelineInstance, memory: int
+) -> Iterator[Replayed]:
     """Every partition and round size, replayed; per partition, the round sizes stop after the
-    first that does not fit (more mini-batches per round only need more memory)."""
+    first that does not fit (more mini-batches per round only need more memory).
+    """
     for parts in range(1, min(inst.gpus, inst.length) + 1):
         assignment = partition(inst, parts)
         if assignment is None:
@@ -43,7 +49,7 @@ def _replayed_candidates(profile, inst: PipelineInstance, memory: int, optimizer
             plan = fill_drain(inst, assignment, rounds)
             if plan is None:
                 continue
-            result = evaluate(profile, inst, plan, optimizer)
+            result = evaluate(profile, inst, plan)
             if not result.valid:  # pragma: no cover
                 continue
             yield plan, result

@@ -1,4 +1,4 @@
-"""The pipeline family's heuristics as schedules: ``pipedream`` and ``gpipe`` (Pipelined Model Parallelism (Euro-Par 2021) §7).
+"""The pipeline family's heuristics as schedules: ``pipedream`` and ``gpipe`` (*Pipelined Model Parallelism*, Euro-Par 2021, §7).
 
 :func:`run` builds the instance of a request (the GPUs, link bandwidth and optimizer of its
 options), runs one heuristic (``solve(profile, instance, memory, optimizer) -> (plan or None,
@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import Any
 
 from memplan.algorithms.base import SolveRequest
 from memplan.algorithms.pipeline.model import PipelineInstance
+from memplan.algorithms.pipeline.pipedream import Fitting
 from memplan.algorithms.pipeline.plan import to_schedule
 from memplan.profile.model import Profile
 from memplan.schedule import Schedule
@@ -41,16 +41,20 @@ def no_plan_message(inst: PipelineInstance, algo: str, least: int | None, memory
     return f"no {algo} candidate"
 
 
-def run(profile: Profile, request: SolveRequest, solve: Callable[..., Any]) -> Schedule:
+def run(
+    profile: Profile,
+    request: SolveRequest,
+    solve: Callable[[Profile, PipelineInstance, int], Fitting],
+) -> Schedule:
     """The schedule of one heuristic (``solve``) for ``request``."""
     algo = request.algorithm
     started = time.perf_counter()
     inst = instance(profile, request)
-    plan, peaks, least = solve(profile, inst, request.memory, request.optimizer)
+    plan, peaks, least = solve(profile, inst, request.memory)
     if plan is None:
         sched = to_schedule(
             profile,
-            request,
+            request.memory,
             algo,
             inst,
             None,
@@ -67,7 +71,7 @@ def run(profile: Profile, request: SolveRequest, solve: Callable[..., Any]) -> S
     used = len(set(plan.assignment))
     return to_schedule(
         profile,
-        request,
+        request.memory,
         algo,
         inst,
         plan,

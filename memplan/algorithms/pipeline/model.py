@@ -1,4 +1,4 @@
-"""The time and memory model of pipelined model parallelism (Pipelined Model Parallelism, Euro-Par 2021; sections 3 and 6.2).
+"""The time and memory model of pipelined model parallelism (*Pipelined Model Parallelism*, Euro-Par 2021, sections 3 and 6.2).
 
 NOTE [ pipeline memory model ]
 A chain of ``L`` stages (``stages[k]`` reads ``x[k]``, writes ``x[k+1]``) is split over ``P`` GPUs
@@ -38,12 +38,10 @@ import numpy as np
 
 from memplan.errors import InputError
 from memplan.profile.model import Profile
-
-OPTIMIZER_FACTORS = {"none": 0, "sgd": 2, "momentum": 3, "adam": 4}
-"""Static memory as a multiple of the weight bytes (as memplan.api.OPTIMIZER_FACTORS)."""
+from memplan.schedule import OPTIMIZER_FACTORS, OptimizerName
 
 
-def static_factor(optimizer: str, versions: int) -> int:
+def static_factor(optimizer: OptimizerName, versions: int) -> int:
     """Weight-sized copies a GPU keeps per weight byte (see NOTE [ pipeline memory model ])."""
     factor = OPTIMIZER_FACTORS[optimizer]
     return factor + versions - 1 if factor > 0 else 0
@@ -67,7 +65,7 @@ class PipelineInstance:
     gpus: int
     link_bandwidth: float | None
     """bytes/s; None: transfers are free (infinite bandwidth)."""
-    optimizer: str
+    optimizer: OptimizerName
     batch_size: int
 
     @property
@@ -80,7 +78,7 @@ class PipelineInstance:
         profile: Profile,
         gpus: int | None,
         link_bandwidth: float | None,
-        optimizer: str = "sgd",
+        optimizer: OptimizerName = "sgd",
     ) -> PipelineInstance:
         """Check ``gpus`` and build the instance (InputError on bad input)."""
         if gpus is None:
@@ -109,7 +107,7 @@ class PipelineInstance:
         )
 
     def transfer_time(self, nbytes: float) -> float:
-        """ms to send ``nbytes`` over one link (0 when the bandwidth is infinite)."""
+        """Ms to send ``nbytes`` over one link (0 when the bandwidth is infinite)."""
         if self.link_bandwidth is None:
             return 0.0
         return float(nbytes) / self.link_bandwidth * 1e3

@@ -1,4 +1,4 @@
-"""PipeDream: contiguous partition by dynamic programming, 1F1B schedule (Pipelined Model Parallelism, Euro-Par 2021; §4, §7).
+"""PipeDream: contiguous partition by dynamic programming, 1F1B schedule (*Pipelined Model Parallelism*, Euro-Par 2021, §4, §7).
 
 The partition is PipeDream's (Narayanan et al. 2019) restricted to model parallelism: a chain
 load-balancing dynamic program over contiguous groups of stages, one group per GPU, minimizing the
@@ -21,12 +21,18 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Iterable
-from typing import Any
 
 import numpy as np
 
 from memplan.algorithms.pipeline.model import PipelineInstance
 from memplan.algorithms.pipeline.plan import PipelinePlan, evaluate, timed_groups
+from memplan.profile.model import Profile
+from memplan.simulator.pipeline import PipelineSimulationResult
+
+Replayed = tuple[PipelinePlan, PipelineSimulationResult]
+"""A candidate plan and the simulator's replay of it."""
+Fitting = tuple[PipelinePlan | None, list[int] | None, int | None]
+"""``(plan or None, its simulated GPU peaks or None, least simulated peak of any candidate)``."""
 
 
 def partition(
@@ -95,15 +101,15 @@ def one_f_one_b(inst: PipelineInstance, assignment: list[int], noam: int) -> Pip
 
 
 def candidates(
-    profile, inst: PipelineInstance, memory: int | None, optimizer: str, deadline: float = math.inf
-):
+    profile: Profile, inst: PipelineInstance, memory: int | None, deadline: float = math.inf
+) -> list[Replayed]:
     """Every (plan, simulated result) of the sweep, deduplicated (the blue dots of Fig. 11-16).
 
     Past ``deadline`` (a ``time.perf_counter()`` instant: pipeline-ilp's warm start) the sweep
     stops with the candidates timed so far, at least one when there is one.
     """
     seen: set[tuple[tuple[int, ...], int]] = set()
-    out = []
+    out: list[Replayed] = []
     for parts in range(1, min(inst.gpus, inst.length) + 1):
         for noam in range(1, parts + 4):
             for cap in (None, memory):
@@ -116,30 +122,30 @@ def candidates(
                 plan = one_f_one_b(inst, assignment, noam)
                 if plan is None:
                     continue
-                out.append((plan, evaluate(profile, inst, plan, optimizer)))
+                out.append((plan, evaluate(profile, inst, plan)))
     return out
 
 
 def solve_pipedream(
-    profile, inst: PipelineInstance, memory: int, optimizer: str, deadline: float = math.inf
-):
+    profile: Profile, inst: PipelineInstance, memory: int, deadline: float = math.inf
+) -> Fitting:
     """The fastest PipeDream candidate whose simulated per-GPU peak fits ``memory`` (among those
     timed by ``deadline``, see :func:`candidates`).
 
     Returns ``(plan or None, simulated peaks or None, least simulated peak over all candidates)``.
     """
-    return fastest_fitting(candidates(profile, inst, memory, optimizer, deadline), memory)
+    return fastest_fitting(candidates(profile, inst, memory, deadline), memory)
 
 
-def fastest_fitting(pairs: Iterable[tuple[Any, Any]], memory: int):
+def fastest_fitting(pairs: Iterable[Replayed], memory: int) -> Fitting:
     """Among replayed ``(plan, simulation result)`` pairs, the fastest (least period per
     mini-batch, then least peak) whose simulated per-GPU peak fits ``memory``.
 
     Returns ``(plan or None, its simulated GPU peaks or None, least simulated peak of any pair)``;
     invalid replays are skipped (the timing makes valid patterns).
     """
-    best = None
-    least = None
+    best: tuple[tuple[float, int], PipelinePlan, list[int]] | None = None
+    least: int | None = None
     for plan, result in pairs:
         if not result.valid:  # pragma: no cover - the timing makes valid patterns
             continue

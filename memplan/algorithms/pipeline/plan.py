@@ -4,22 +4,34 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
 from memplan.algorithms.pipeline.model import PipelineInstance
 from memplan.algorithms.pipeline.timing import FixedPattern, solve_period
+from memplan.profile.model import Profile
+from memplan.schedule import (
+    Budget,
+    GpuPattern,
+    PatternOp,
+    PatternTransfer,
+    ProfileRef,
+    Schedule,
+    SolverInfo,
+    Status,
+)
+from memplan.simulator.pipeline import PipelineSimulationResult, simulate_pipeline
 
-CompOp = tuple[str, int, float, float, int]
+CompOp = tuple[Literal["F", "B"], int, float, float, int]
 """``(op "F"|"B", stage, start, end, shift)``."""
-CommOp = tuple[str, int, int, int, float, float, int]
+CommOp = tuple[Literal["x", "g"], int, int, int, float, float, int]
 """``(tensor "x"|"g", boundary k, src, dst, start, end, shift)``."""
 
 
 @dataclass
 class PipelinePlan:
-    """A periodic pattern (Pipelined Model Parallelism, Euro-Par 2021; Definition 1) before it becomes a schedule."""
+    """A periodic pattern (*Pipelined Model Parallelism*, Euro-Par 2021, Definition 1) before it becomes a schedule."""
 
     assignment: list[int]
     period: float
@@ -31,7 +43,7 @@ class PipelinePlan:
 
     @property
     def time_per_batch(self) -> float:
-        """ms per mini-batch in the steady state (period / batches per period)."""
+        """Ms per mini-batch in the steady state (period / batches per period)."""
         return self.period / self.r
 
 
@@ -100,20 +112,34 @@ def timed_groups(
     if found is None:
         return None
     period, tau = found
+    ops, transfers = _timed_operations(pat, tau, assignment, F, B, X, G)
+    return PipelinePlan(assignment, period, ops, transfers, r=r, versions=versions)
+
+
+def _timed_operations(
+    pat: FixedPattern,
+    tau: np.ndarray,
+    assignment: list[int],
+    F: list[list[int]],
+    B: list[list[int]],
+    X: dict[tuple[int, int], int],
+    G: dict[tuple[int, int], int],
+) -> tuple[list[CompOp], list[CommOp]]:
+    """The operations and transfers of a timed pattern (``tau``: each node's start)."""
     d, s = pat.durations, pat.shifts
     ops: list[CompOp] = []
-    for j in range(r):
-        for k in range(L):
-            ops.append(("F", k, tau[F[j][k]], tau[F[j][k]] + d[F[j][k]], s[F[j][k]]))
-            ops.append(("B", k, tau[B[j][k]], tau[B[j][k]] + d[B[j][k]], s[B[j][k]]))
+    for fs, bs in zip(F, B, strict=True):
+        for k, (f, b) in enumerate(zip(fs, bs, strict=True)):
+            ops.append(("F", k, tau[f], tau[f] + d[f], s[f]))
+            ops.append(("B", k, tau[b], tau[b] + d[b], s[b]))
     transfers: list[CommOp] = []
     for (_j, k), node in X.items():
-        a, b = assignment[k - 1], assignment[k]
-        transfers.append(("x", k, a, b, tau[node], tau[node] + d[node], s[node]))
+        src, dst = assignment[k - 1], assignment[k]
+        transfers.append(("x", k, src, dst, tau[node], tau[node] + d[node], s[node]))
     for (_j, k), node in G.items():
-        a, b = assignment[k], assignment[k - 1]
-        transfers.append(("g", k, a, b, tau[node], tau[node] + d[node], s[node]))
-    return PipelinePlan(assignment, period, ops, transfers, r=r, versions=versions)
+        src, dst = assignment[k], assignment[k - 1]
+        transfers.append(("g", k, src, dst, tau[node], tau[node] + d[node], s[node]))
+    return ops, transfers
 
 
 def _link(assignment: list[int], k: int) -> tuple[int, int]:
@@ -133,45 +159,34 @@ def contiguous_groups(assignment: list[int]) -> list[list[int]]:
 
 
 def to_schedule(
-    profile: Any,
-    request: Any,
+    profile: Profile,
+    memory: int | None,
     algorithm: str,
     inst: PipelineInstance,
     plan: PipelinePlan | None,
     *,
     started: float,
-    status: str,
+    status: Status,
     message: str | None = None,
     lower_bound: float | None = None,
     gpu_memory: list[int] | None = None,
-) -> Any:
-    """Wrap a plan (or its absence) as a ``pipeline`` schedule."""
-    from memplan.schedule import (
-        Budget,
-        GpuPattern,
-        PatternOp,
-        PatternTransfer,
-        ProfileRef,
-        Schedule,
-        SolverInfo,
-    )
-
+) -> Schedule:
+    """Wrap a plan (or its absence) as a ``pipeline`` schedule for a per-GPU budget ``memory``."""
     lb = inst.period_lower_bound() if lower_bound is None else lower_bound
-    common = dict(
-        family="pipeline",
-        algorithm=algorithm,
-        profile=ProfileRef(model=profile.model, sha256=profile.sha256(), stages=profile.length),
-        budget=Budget(memory=request.memory, gpus=inst.gpus, optimizer=request.optimizer),
-        lower_bound=lb,
-        static_memory=0,
-        link_bandwidth=inst.link_bandwidth,
-    )
+    ref = ProfileRef(model=profile.model, sha256=profile.sha256(), stages=profile.length)
+    budget = Budget(memory=memory, gpus=inst.gpus, optimizer=inst.optimizer)
     seconds = time.perf_counter() - started
     if plan is None:
         return Schedule(
+            family="pipeline",
+            algorithm=algorithm,
+            profile=ref,
+            budget=budget,
+            lower_bound=lb,
+            static_memory=0,
+            link_bandwidth=inst.link_bandwidth,
             feasible=False,
             solver=SolverInfo(seconds=seconds, status="infeasible", message=message),
-            **common,
         )
     by_gpu: dict[int, list[PatternOp]] = {}
     for name, k, a, b, s in sorted(plan.ops, key=lambda o: (o[2], o[0], o[1])):
@@ -190,6 +205,12 @@ def to_schedule(
         for g in set(plan.assignment)
     )
     return Schedule(
+        family="pipeline",
+        algorithm=algorithm,
+        profile=ref,
+        budget=budget,
+        lower_bound=lb,
+        link_bandwidth=inst.link_bandwidth,
         feasible=True,
         makespan=float(plan.period),
         overhead=plan.time_per_batch / lb if lb > 0 else 1.0,
@@ -203,18 +224,14 @@ def to_schedule(
         gpu_memory=gpu_memory,
         pattern=[GpuPattern(gpu=g, ops=ops) for g, ops in sorted(by_gpu.items())],
         transfers=transfers,
-        **{k: v for k, v in common.items() if k != "static_memory"},
     )
 
 
-def evaluate(profile: Any, inst: PipelineInstance, plan: PipelinePlan, optimizer: str) -> Any:
-    """Replay a plan with the simulator, without a budget (a ``PipelineSimulationResult``)."""
-    from types import SimpleNamespace
-
-    from memplan.simulator.pipeline import simulate_pipeline
-
-    request = SimpleNamespace(memory=None, optimizer=optimizer)
+def evaluate(
+    profile: Profile, inst: PipelineInstance, plan: PipelinePlan
+) -> PipelineSimulationResult:
+    """Replay a plan with the simulator, without a budget."""
     sched = to_schedule(
-        profile, request, "candidate", inst, plan, started=time.perf_counter(), status="feasible"
+        profile, None, "candidate", inst, plan, started=time.perf_counter(), status="feasible"
     )
     return simulate_pipeline(profile, sched, None)

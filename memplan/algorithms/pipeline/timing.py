@@ -40,14 +40,21 @@ class FixedPattern:
 
     def edges(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """``(u, v, a, b)``: ``tau_v - tau_u >= a + b T`` for every constraint."""
-        us, vs, a, b = [], [], [], []
+        us: list[int] = []
+        vs: list[int] = []
+        a: list[float] = []
+        b: list[float] = []
         d, s = self.durations, self.shifts
         for u, v in self.deps:
-            us.append(u), vs.append(v), a.append(d[u]), b.append(-(s[v] - s[u]) / self.r)
+            us.append(u)
+            vs.append(v)
+            a.append(d[u])
+            b.append(-(s[v] - s[u]) / self.r)
         for order in self.orders:
             for i, u in enumerate(order):
-                v = order[(i + 1) % len(order)]
-                us.append(u), vs.append(v), a.append(d[u])
+                us.append(u)
+                vs.append(order[(i + 1) % len(order)])
+                a.append(d[u])
                 b.append(-1.0 if i == len(order) - 1 else 0.0)
         return (
             np.array(us, dtype=np.int64),
@@ -57,7 +64,9 @@ class FixedPattern:
         )
 
 
-def _longest(n: int, edges, period: float) -> np.ndarray | None:
+def _longest(
+    n: int, edges: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray], period: float
+) -> np.ndarray | None:
     """Longest-path potentials from a virtual source, or None on a positive cycle."""
     u, v, a, b = edges
     w = a + b * period

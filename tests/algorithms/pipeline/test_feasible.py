@@ -48,7 +48,7 @@ def test_one_in_flight_runs_the_chain_in_sequence():
     assert plan is not None
     transfers = 4 * 0.1  # x[1], x[2], g[2], g[1]
     assert plan.period == pytest.approx(3.0 + transfers)
-    result = evaluate(prof, inst, plan, "sgd")
+    result = evaluate(prof, inst, plan)
     assert result.valid, result.violation
 
 
@@ -63,10 +63,10 @@ def test_feasibility_first_fits_where_pipedream_has_none():
     for assignment in itertools.product(range(2), repeat=3):
         other = one_in_flight(inst, list(assignment))
         assert other is not None
-        every.append(evaluate(prof, inst, other, "sgd").peak_memory)
+        every.append(evaluate(prof, inst, other).peak_memory)
     assert least == min(every)
     # PipeDream's least simulated peak (every candidate) is above it: it has no plan there
-    _, _, pd_least = solve_pipedream(prof, inst, least, "sgd")
+    _, _, pd_least = solve_pipedream(prof, inst, least)
     assert pd_least > least
     assert not memplan.solve(prof, "pipedream", least, gpus=2).feasible
     ilp = memplan.solve(prof, "pipeline-ilp", least, gpus=2, time_limit=5)
