@@ -195,6 +195,14 @@ def profile(
             "run trains on them).  [default: 1 on the CPU, torch's own on CUDA]",
         ),
     ] = None,
+    selective: Annotated[
+        bool,
+        typer.Option(
+            "--selective",
+            help="Also measure every stage but the loss under memplan's selective checkpointing "
+            "policies: the stages' options, which rotor chooses from.",
+        ),
+    ] = False,
 ) -> None:
     """Profile a PyTorch model and write its profile (YAML) to stdout or -o FILE.
 
@@ -219,6 +227,8 @@ def profile(
                 raise InputError("--config: not with --graph")
             if threads is not None:
                 raise InputError("--threads: not with --graph (nothing is computed)")
+            if selective:
+                raise InputError("--selective: not with --graph (chain profiles only)")
             _profile_graph(model, batch_size, shape, dtype.value, device, gpu, repeats, output)
             return
         from memplan.profile import save_profile
@@ -233,6 +243,10 @@ def profile(
             kwargs["repeats"] = repeats
         if threads is not None:
             kwargs["threads"] = threads
+        if selective:
+            if gpu is not None:
+                raise InputError("--selective: measured profiles only (not with --estimate)")
+            kwargs["selective"] = True
         if gpu is not None:
             kwargs["estimate" if estimate is not None else "gpu_spec"] = gpu
         label = f"profiling {model}"
