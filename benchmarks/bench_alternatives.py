@@ -5,6 +5,7 @@ Usage::
     nice -n 10 python benchmarks/bench_alternatives.py                 # every model (hours)
     python benchmarks/bench_alternatives.py --models gpt2 llama --out results.json
     python benchmarks/bench_alternatives.py --report results.json      # the markdown tables
+    nice -n 10 python benchmarks/bench_alternatives.py --models gpt2 llama --selective
 
 For each model of ``MODELS`` (the sizes of the issue that asked for the comparison: language
 models at batch 4 x 256 tokens, ViT and ResNet-50 at batch 8 x 3x96x96) it runs
@@ -100,6 +101,7 @@ def run(args: argparse.Namespace) -> None:
             rounds=args.rounds,
             compile_budgets=args.compile_budgets,
             progress=note,
+            selective=args.selective,
         )
         doc = result.to_dict()
         doc["about"] = spec["about"]
@@ -159,6 +161,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--models", nargs="+", choices=list(MODELS), default=list(MODELS))
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument(
+        "--selective",
+        action="store_true",
+        help="profile the stages' selective checkpointing options and add memplan rotor+sac",
+    )
     parser.add_argument(
         "--compile-budgets", type=lambda t: [float(v) for v in t.split(",") if v], default=[0.2]
     )

@@ -169,3 +169,30 @@ def test_rotor_chooses_options_and_their_peak_is_lower(gpt2_case):
             peaks.append(wrapped.counters.peak_live_bytes)
             assert wrapped.counters.live_bytes == 0
     assert peaks[1] < peaks[0]
+
+
+def test_enable_runs_selective_stages_in_the_users_loop(gpt2_case):
+    """``memplan.torch.enable`` with a selective profile, the model called as usual
+    (``model(input_ids=..., labels=...).loss``): a store-all plan with every block under an option
+    trains as the plain model does over several batches."""
+    from memplan.torch.enable import apply_plan, planned
+
+    _, model, x, prof = gpt2_case
+    sched = _with_options(prof, memplan.solve(prof, "store-all", 10**12), 1)
+    with intra_op_threads(1):
+        ref, got = copy.deepcopy(model).train(), copy.deepcopy(model).train()
+        ref.config.use_cache = False
+        got = apply_plan(got, sched, prof, x)
+        assert planned(got).plan.policies == {
+            k: "save-matmuls" for k, st in enumerate(prof.stages) if st.options
+        }
+        opts = [torch.optim.SGD(m.parameters(), lr=0.1) for m in (ref, got)]
+        for step, batch in enumerate(_batches(3)):
+            for m, opt in zip((ref, got), opts, strict=True):
+                opt.zero_grad()
+                torch.manual_seed(200 + step)
+                m(input_ids=batch, labels=batch).loss.backward()
+                opt.step()
+    for (n, p), (_, q) in zip(ref.named_parameters(), got.named_parameters(), strict=True):
+        torch.testing.assert_close(q, p, msg=lambda m, n=n: f"{n}: {m}")
+    assert planned(got).counters.backwards == [1] * prof.length
