@@ -47,6 +47,7 @@ class ChainMemory:
         self.bo = [st.backward_overhead for st in stages]
         self.stages = stages
         self.fall_fo = list(self.fo)  # F_all k's overhead under its option (F_ck/F_n: fo[k])
+        self.options = [0] * self.length  # the option of each stage's latest F_all
         self.place: dict[str, str | None] = dict.fromkeys(self.size)
         self.place["x[0]"] = _GPU
         self.made = {"x[0]"}  # the tensors held at some time, to tell "not yet" from "freed"
@@ -77,6 +78,9 @@ class ChainMemory:
     def choose(self, k: int, option: int) -> None:
         """``F_all k`` runs under ``option`` (docs/model.md, "Options of a stage"): what it saves,
         its overhead and that of ``B k`` are the option's. ``s[k]`` is not held when it starts."""
+        if option == self.options[k]:
+            return  # the figures in force already (option 0 from the start)
+        self.options[k] = option
         chosen = self.stages[k].option(option)
         self.size[self.s[k]] = chosen.saved_size
         self.fall_fo[k] = chosen.forward_overhead

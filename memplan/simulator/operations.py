@@ -150,7 +150,12 @@ def read_steps(
             st = stages[stage]
             if name == "F_all":
                 chosen[stage] = option
-            duration = st.option(chosen[stage]).backward_time if name == "B" else st.forward_time
+            if name != "B":
+                duration = st.forward_time
+            elif chosen[stage]:
+                duration = st.option(chosen[stage]).backward_time
+            else:
+                duration = st.backward_time
         step = Step(index, name, stage, tensor, tensor is None, duration, clock, clock + duration)
         step.option = option
         if timed:
