@@ -46,6 +46,12 @@ struct Point {
   int32_t choice;
 };
 
+// Ties (the same budget and makespan) go to F_all under option 0, then its other options, then
+// the least split: a plan uses an option only where it pays.
+int64_t tie_rank(int32_t choice) {
+  return choice == CHOICE_F_ALL ? std::numeric_limits<int64_t>::min() : int64_t(choice);
+}
+
 void envelope(std::vector<Point>& points, int64_t budget, Frontier& out) {
   points.erase(std::remove_if(points.begin(), points.end(),
                               [&](const Point& p) { return p.memory > budget || !std::isfinite(p.time); }),
@@ -53,7 +59,7 @@ void envelope(std::vector<Point>& points, int64_t budget, Frontier& out) {
   std::sort(points.begin(), points.end(), [](const Point& p, const Point& q) {
     if (p.memory != q.memory) return p.memory < q.memory;
     if (p.time != q.time) return p.time < q.time;
-    return p.choice < q.choice;
+    return tie_rank(p.choice) < tie_rank(q.choice);
   });
   double best = std::numeric_limits<double>::infinity();
   for (std::size_t i = 0; i < points.size(); ++i) {

@@ -613,6 +613,12 @@ def measure_stage(
     options = None
     if policies and counter is None:
         options = [measure_option(runner, probe, static, p, repeats) for p in policies]
+        # An option recomputes what the stage saves: its backward is never faster than the
+        # stage's own (a faster measure is noise, which rotor would take for a gain).
+        backward = _median_ms(backward_times)
+        options = [
+            o.model_copy(update={"backward_time": max(o.backward_time, backward)}) for o in options
+        ]
     return StageMeasurement(
         options=options,
         forward_time=_median_ms(forward_times),

@@ -490,7 +490,9 @@ def _envelope(memory: np.ndarray, time: np.ndarray, choice: np.ndarray, budget: 
     memory, time, choice = memory[keep], time[keep], choice[keep]
     if len(memory) == 0:
         return Frontier(memory, time, choice)
-    order = np.lexsort((choice, time, memory))  # ties: least time, then F_all, then least j
+    # ties: least time, then F_all under option 0, then its other options, then least j
+    rank = np.where(choice == _F_ALL, np.iinfo(np.int64).min, choice)
+    order = np.lexsort((rank, time, memory))
     memory, time, choice = memory[order], time[order], choice[order]
     best_before = np.minimum.accumulate(time)
     step = np.empty(len(time), dtype=bool)

@@ -162,3 +162,23 @@ def test_the_work_limit_leaves_options_out(monkeypatch):
     sched = memplan.solve(prof, "rotor", memory, optimizer="none")
     assert sched.feasible
     assert not any(op.option for op in sched.ops)
+
+
+@pytest.mark.parametrize(("length", "seed"), CASES[::4])
+def test_an_option_that_gains_nothing_is_never_taken(length, seed):
+    """An option with the stage's own figures ties with option 0 everywhere: option 0 wins."""
+    plain = random_chain(length, seed=300 + 10 * length + seed, integer_times=True)
+    data = plain.model_dump(exclude_none=True)
+    for st in data["stages"]:
+        st["options"] = [
+            {
+                "name": "same",
+                **{k: st.get(k, 0) for k in ("saved_size", "forward_overhead", "backward_overhead")},
+                "backward_time": st["backward_time"],
+            }
+        ]
+    same = Profile.model_validate(data)
+    peak = Chain.from_profile(plain).store_all_peak()
+    for memory in range(peak // 2, peak + 2):
+        sched = memplan.solve(same, "rotor", memory, optimizer="none")
+        assert not any(op.option for op in sched.ops or [])
