@@ -102,6 +102,8 @@ def run(args: argparse.Namespace) -> None:
             compile_budgets=args.compile_budgets,
             progress=note,
             selective=args.selective,
+            fractions=args.fractions,
+            profile=_profile(args.profile_dir, key),
         )
         doc = result.to_dict()
         doc["about"] = spec["about"]
@@ -111,6 +113,12 @@ def run(args: argparse.Namespace) -> None:
         args.out.write_text(json.dumps(found, indent=1))
         print(table(doc), flush=True)
     print(f"# {_load()} at the end", flush=True)
+
+
+def _profile(folder: Path | None, key: str) -> Path | None:
+    """``folder/KEY.yaml`` when it exists (a profile of the model at the benchmark's sizes)."""
+    path = None if folder is None else folder / f"{key}.yaml"
+    return path if path is not None and path.exists() else None
 
 
 def _mb(nbytes: int | None) -> str:
@@ -169,6 +177,14 @@ def main() -> None:
     parser.add_argument(
         "--compile-budgets", type=lambda t: [float(v) for v in t.split(",") if v], default=[0.2]
     )
+    parser.add_argument(
+        "--fractions",
+        type=lambda t: [float(v) for v in t.split(",") if v],
+        default=[],
+        help="rotor (and rotor+sac) also at these fractions of the way from rotor's least "
+        "planned memory to store-all's, e.g. 0.25,0.5,0.75",
+    )
+    parser.add_argument("--profile-dir", type=Path, help="reuse KEY.yaml profiles found there")
     parser.add_argument("--out", type=Path, default=Path("alternatives.json"))
     parser.add_argument("--report", type=Path, nargs="*", help="print the tables of result files")
     args = parser.parse_args()

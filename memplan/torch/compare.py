@@ -483,6 +483,7 @@ def compare_training(
     optimizer: str = "sgd",
     progress: Progress | None = None,
     selective: bool = False,
+    fractions: Sequence[float] = (),
 ) -> Comparison:
     """Train ``model`` plainly, with Hugging Face checkpointing, ``checkpoint_sequential``,
     ``torch.compile``'s activation memory budget and memplan's plans; measure each.
@@ -521,6 +522,10 @@ def compare_training(
         selective=True)``; a given ``profile`` is used as it is) and add ``memplan rotor+sac``:
         rotor choosing the options too, at its least memory and at each alternative's peak
         (``memplan rotor`` then plans on the blocks alone, the options left out).
+    fractions : sequence of float
+        Also ``rotor`` (and ``rotor+sac`` with ``selective``) at these fractions of the way
+        from rotor's least planned memory to store-all's (0: the least, 1: store-all), the same
+        budgets for both: what the options buy where both plan.
 
     Returns
     -------
@@ -575,6 +580,17 @@ def compare_training(
             least = _least_memory(prof, algo, optimizer) if with_sac else None
             if least is not None:
                 ways.append(_memplan_way(setup, prof, algo, least, "least memory", optimizer, SAC))
+        if fractions and "rotor" in algos:
+            least = _least_memory(blocks, "rotor", optimizer)
+            top = memplan.solve(blocks, "store-all", 2**50, optimizer=optimizer).peak_memory
+            for f in fractions:
+                if least is None or top is None or not 0.0 <= f <= 1.0:
+                    raise InputError(f"fractions {f!r}: expected 0..1 (and a rotor plan)")
+                budget = int(least + f * (top - least))
+                setting = f"{budget / 1e6:.1f} MB"
+                ways.append(_memplan_way(setup, blocks, "rotor", budget, setting, optimizer))
+                if with_sac:
+                    ways.append(_memplan_way(setup, prof, "rotor", budget, setting, optimizer, SAC))
         bench = _Bench(setup, seed, optimizer)
         dropout = _has_dropout(setup.module)
         for way in ways:
