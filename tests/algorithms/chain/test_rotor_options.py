@@ -173,7 +173,9 @@ def test_an_option_that_gains_nothing_is_never_taken(length, seed):
         st["options"] = [
             {
                 "name": "same",
-                **{k: st.get(k, 0) for k in ("saved_size", "forward_overhead", "backward_overhead")},
+                **{
+                    k: st.get(k, 0) for k in ("saved_size", "forward_overhead", "backward_overhead")
+                },
                 "backward_time": st["backward_time"],
             }
         ]
