@@ -5,6 +5,7 @@ Usage::
     nice -n 10 python benchmarks/bench_alternatives.py                 # every model (hours)
     python benchmarks/bench_alternatives.py --models gpt2 llama --out results.json
     python benchmarks/bench_alternatives.py --report results.json      # the markdown tables
+    nice -n 10 python benchmarks/bench_alternatives.py --models gpt2 llama --selective
 
 For each model of ``MODELS`` (the sizes of the issue that asked for the comparison: language
 models at batch 4 x 256 tokens, ViT and ResNet-50 at batch 8 x 3x96x96) it runs
@@ -100,6 +101,9 @@ def run(args: argparse.Namespace) -> None:
             rounds=args.rounds,
             compile_budgets=args.compile_budgets,
             progress=note,
+            selective=args.selective,
+            fractions=args.fractions,
+            profile=_profile(args.profile_dir, key),
         )
         doc = result.to_dict()
         doc["about"] = spec["about"]
@@ -109,6 +113,12 @@ def run(args: argparse.Namespace) -> None:
         args.out.write_text(json.dumps(found, indent=1))
         print(table(doc), flush=True)
     print(f"# {_load()} at the end", flush=True)
+
+
+def _profile(folder: Path | None, key: str) -> Path | None:
+    """``folder/KEY.yaml`` when it exists (a profile of the model at the benchmark's sizes)."""
+    path = None if folder is None else folder / f"{key}.yaml"
+    return path if path is not None and path.exists() else None
 
 
 def _mb(nbytes: int | None) -> str:
@@ -160,8 +170,21 @@ def main() -> None:
     parser.add_argument("--models", nargs="+", choices=list(MODELS), default=list(MODELS))
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument(
+        "--selective",
+        action="store_true",
+        help="profile the stages' selective checkpointing options and add memplan rotor+sac",
+    )
+    parser.add_argument(
         "--compile-budgets", type=lambda t: [float(v) for v in t.split(",") if v], default=[0.2]
     )
+    parser.add_argument(
+        "--fractions",
+        type=lambda t: [float(v) for v in t.split(",") if v],
+        default=[],
+        help="rotor (and rotor+sac) also at these fractions of the way from rotor's least "
+        "planned memory to store-all's, e.g. 0.25,0.5,0.75",
+    )
+    parser.add_argument("--profile-dir", type=Path, help="reuse KEY.yaml profiles found there")
     parser.add_argument("--out", type=Path, default=Path("alternatives.json"))
     parser.add_argument("--report", type=Path, nargs="*", help="print the tables of result files")
     args = parser.parse_args()

@@ -77,6 +77,22 @@ def rotor_exact(
     budget: int,
     work_limit: float,
 ) -> tuple[int, NDArray[np.int64], float]: ...
+def rotor_exact_options(
+    x: NDArray[np.int64],
+    s: NDArray[np.int64],
+    g: NDArray[np.int64],
+    fo: NDArray[np.int64],
+    bo: NDArray[np.int64],
+    ft: NDArray[np.float64],
+    bt: NDArray[np.float64],
+    option_start: NDArray[np.int64],
+    option_s: NDArray[np.int64],
+    option_fo: NDArray[np.int64],
+    option_bo: NDArray[np.int64],
+    option_bt: NDArray[np.float64],
+    budget: int,
+    work_limit: float,
+) -> tuple[int, NDArray[np.int64], NDArray[np.int32], float, int]: ...
 
 class AllocSearch:
     """One exact allocation search of an instance; its failed-state memo lives across calls."""

@@ -60,14 +60,16 @@ class Op(_Model):
     stream: Stream = "compute"
     tensor: str | None = None
     branch: int | None = Field(default=None, ge=0)
+    option: int | None = Field(default=None, ge=1)
+    """On an ``F_all``: the stage's option it runs under (its ``options[option - 1]``, selective
+    checkpointing); unset: option 0, the stage's own sizes and times."""
 
     @model_serializer(mode="wrap")
     def _drop_unset_tensor(self, handler: Any) -> dict[str, Any]:
         data: dict[str, Any] = handler(self)
-        if data.get("tensor") is None:
-            data.pop("tensor", None)
-        if data.get("branch") is None:
-            data.pop("branch", None)
+        for name in ("tensor", "branch", "option"):
+            if data.get(name) is None:
+                data.pop(name, None)
         return data
 
 
@@ -258,6 +260,11 @@ class Schedule(_Model):
             if op.branch is not None and self.family != "join":
                 raise ValueError(
                     f"ops[{index}].branch: a field of join schedules, this one is {self.family}"
+                )
+            if op.option is not None and not (self.family == "chain" and op.op == "F_all"):
+                raise ValueError(
+                    f"ops[{index}].option: only the F_all of chain schedules run under an option "
+                    f"(this is a {op.op} of a {self.family} schedule)"
                 )
             if op.tensor is not None and not (transfers and op.stream == "transfer"):
                 raise ValueError(

@@ -216,17 +216,57 @@ NB_MODULE(_core, m) {
         rotor::ChainRules chain = chain_of(x, s, g, fo, bo, ft, bt);
         memplan::Stop stop(-1.0, true);
         std::vector<int64_t> ops;
+        std::vector<int32_t> options;
         double makespan = 0.0;
+        int64_t least = -1;
         int status;
         {
           nb::gil_scoped_release release;
-          status = rotor::exact_plan(chain, budget, work_limit, stop, ops, makespan);
+          status = rotor::exact_plan(chain, budget, work_limit, stop, ops, options, makespan, least);
         }
         stop.raise_if_interrupted();
         return std::make_tuple(status, to_numpy(std::move(ops)), makespan);
       },
       "x"_a, "s"_a, "g"_a, "fo"_a, "bo"_a, "ft"_a, "bt"_a, "budget"_a, "work_limit"_a,
       "The rotor DP in bytes: (status, operations, makespan); status 1 past the work limit.");
+
+  m.def(
+      "rotor_exact_options",
+      [](const I64& x, const I64& s, const I64& g, const I64& fo, const I64& bo, const F64& ft,
+         const F64& bt, const I64& ostart, const I64& os, const I64& ofo, const I64& obo,
+         const F64& obt, int64_t budget, double work_limit) {
+        rotor::ChainRules chain = chain_of(x, s, g, fo, bo, ft, bt);
+        const std::size_t L = s.shape(0), n = os.shape(0);
+        expect(ostart.shape(0) == L + 1 && ofo.shape(0) == n && obo.shape(0) == n &&
+                   obt.shape(0) == n,
+               "rotor: option_start needs L + 1 entries, the option arrays one per option");
+        for (std::size_t k = 0; k < L; ++k)
+          expect(ostart.data()[0] == 0 && ostart.data()[k] <= ostart.data()[k + 1] &&
+                     ostart.data()[L] == int64_t(n),
+                 "rotor: option_start must rise from 0 to the number of options");
+        chain.ostart = ostart.data();
+        chain.os = os.data();
+        chain.ofo = ofo.data();
+        chain.obo = obo.data();
+        chain.obt = obt.data();
+        memplan::Stop stop(-1.0, true);
+        std::vector<int64_t> ops;
+        std::vector<int32_t> options;
+        double makespan = 0.0;
+        int64_t least = -1;
+        int status;
+        {
+          nb::gil_scoped_release release;
+          status = rotor::exact_plan(chain, budget, work_limit, stop, ops, options, makespan, least);
+        }
+        stop.raise_if_interrupted();
+        return std::make_tuple(status, to_numpy(std::move(ops)), to_numpy(std::move(options)),
+                               makespan, least);
+      },
+      "x"_a, "s"_a, "g"_a, "fo"_a, "bo"_a, "ft"_a, "bt"_a, "option_start"_a, "option_s"_a,
+      "option_fo"_a, "option_bo"_a, "option_bt"_a, "budget"_a, "work_limit"_a,
+      "The rotor DP in bytes with options of F_all (selective checkpointing): (status, "
+      "operations, the option of each operation, makespan, least budget within the budget or -1).");
 
   // ---- alloc ----------------------------------------------------------------------------------
   namespace alloc = memplan::alloc;

@@ -19,6 +19,10 @@ namespace memplan::rotor {
 
 constexpr int F_ALL = 0, F_CK = 1, F_N = 2, B = 3;  // operation codes: 4 * stage + code
 constexpr int32_t CHOICE_F_ALL = -1, CHOICE_NONE = -2;
+// The choice "F_all under option o" of the DP in bytes: CHOICE_F_ALL for option 0, -2 - o beyond.
+constexpr int32_t fall_choice(int o) { return o == 0 ? CHOICE_F_ALL : -2 - o; }
+constexpr bool is_fall(int32_t choice) { return choice == CHOICE_F_ALL || choice <= -3; }
+constexpr int option_of(int32_t choice) { return choice == CHOICE_F_ALL ? 0 : -2 - choice; }
 
 // The sizes (bytes or slots) and times of a chain of L stages: x[0..L], s, fo, bo [0..L-1],
 // g[0..L], ft, bt [0..L-1] (docs/model.md).
@@ -31,13 +35,29 @@ struct ChainRules {
   const int64_t* bo = nullptr;
   const double* ft = nullptr;
   const double* bt = nullptr;
+  // More ways to run F_all a (selective checkpointing, docs/model.md "Options of a stage"):
+  // option o >= 1 of stage a is entry ostart[a] + o - 1 of os, ofo, obo, obt. Option 0 is s, fo,
+  // bo, bt. Without options (ostart null) every stage has option 0 only. Read by the DP in bytes.
+  const int64_t* ostart = nullptr;
+  const int64_t* os = nullptr;
+  const int64_t* ofo = nullptr;
+  const int64_t* obo = nullptr;
+  const double* obt = nullptr;
 
-  // Memory of B a besides x[a]: g[a+1] + s[a] + g[a] + bo[a].
-  int64_t own_backward(int a) const { return g[a + 1] + s[a] + g[a] + bo[a]; }
-  // Least budget of F_all a in the sub-chain (a, b): its forward runs while g[b+1] is held
-  // (pitfall 1), and its backward needs own_backward(a).
-  int64_t fall_need(int a, int b) const {
-    return std::max(g[b + 1] + s[a] + fo[a], own_backward(a));
+  int options(int a) const { return ostart == nullptr ? 1 : 1 + int(ostart[a + 1] - ostart[a]); }
+  int64_t saved(int a, int o) const { return o == 0 ? s[a] : os[ostart[a] + o - 1]; }
+  int64_t fwd_overhead(int a, int o) const { return o == 0 ? fo[a] : ofo[ostart[a] + o - 1]; }
+  int64_t bwd_overhead(int a, int o) const { return o == 0 ? bo[a] : obo[ostart[a] + o - 1]; }
+  double backward_time(int a, int o) const { return o == 0 ? bt[a] : obt[ostart[a] + o - 1]; }
+
+  // Memory of B a besides x[a]: g[a+1] + s[a] + g[a] + bo[a] (under option o of F_all a).
+  int64_t own_backward(int a, int o = 0) const {
+    return g[a + 1] + saved(a, o) + g[a] + bwd_overhead(a, o);
+  }
+  // Least budget of F_all a (option o) in the sub-chain (a, b): its forward runs while g[b+1] is
+  // held (pitfall 1), and its backward needs own_backward(a, o).
+  int64_t fall_need(int a, int b, int o = 0) const {
+    return std::max(g[b + 1] + saved(a, o) + fwd_overhead(a, o), own_backward(a, o));
   }
   // Memory of F_ck a (r = 0) or F_n a+r (r >= 1) besides the held gradient, as needed to reach
   // the checkpoint x[a+1+r]: x[a+1] + fo[a], then x[a+r] + x[a+r+1] + fo[a+r].

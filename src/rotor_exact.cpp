@@ -4,7 +4,8 @@
 // opt(a, b)(m) is a non-increasing step function of the budget m; this DP keeps its steps, the
 // frontier of (a, b): the budgets M_0 < M_1 < ... at which the least makespan drops, with those
 // makespans and the option taken. The options act on frontiers exactly: F_all a shifts the
-// frontier of (a+1, b) by s[a] (raised to what F_all a needs) and adds ft[a] + bt[a]; the split
+// frontier of (a+1, b) by s[a] (raised to what F_all a needs) and adds ft[a] + bt[a], once for
+// each option of stage a (its saved bytes, overheads and backward time: ChainRules); the split
 // x[j] adds opt(j, b)(m - x[j]) + fprefix[j] and opt(a, j-1)(m), a sum that can only drop at a
 // step of one of them, so it is evaluated at the steps of both (raised to what its forward
 // needs), minus fprefix[a]. The frontier of (a, b) is the lower envelope of all these points:
@@ -45,6 +46,12 @@ struct Point {
   int32_t choice;
 };
 
+// Ties (the same budget and makespan) go to F_all under option 0, then its other options, then
+// the least split: a plan uses an option only where it pays.
+int64_t tie_rank(int32_t choice) {
+  return choice == CHOICE_F_ALL ? std::numeric_limits<int64_t>::min() : int64_t(choice);
+}
+
 void envelope(std::vector<Point>& points, int64_t budget, Frontier& out) {
   points.erase(std::remove_if(points.begin(), points.end(),
                               [&](const Point& p) { return p.memory > budget || !std::isfinite(p.time); }),
@@ -52,7 +59,7 @@ void envelope(std::vector<Point>& points, int64_t budget, Frontier& out) {
   std::sort(points.begin(), points.end(), [](const Point& p, const Point& q) {
     if (p.memory != q.memory) return p.memory < q.memory;
     if (p.time != q.time) return p.time < q.time;
-    return p.choice < q.choice;
+    return tie_rank(p.choice) < tie_rank(q.choice);
   });
   double best = std::numeric_limits<double>::infinity();
   for (std::size_t i = 0; i < points.size(); ++i) {
@@ -68,9 +75,12 @@ void envelope(std::vector<Point>& points, int64_t budget, Frontier& out) {
 }  // namespace
 
 int exact_plan(const ChainRules& c, int64_t budget, double work_limit, Stop& stop,
-               std::vector<int64_t>& ops, double& makespan) {
+               std::vector<int64_t>& ops, std::vector<int32_t>& option_of_op, double& makespan,
+               int64_t& least) {
   const int64_t L = c.L;
   ops.clear();
+  option_of_op.clear();
+  least = -1;
   makespan = std::numeric_limits<double>::infinity();
   // The reference keys (segment, budget) pairs as segment * (budget + 1) + budget in int64.
   if (static_cast<__int128>(budget + 1) * (L + 2) >= (static_cast<__int128>(1) << 62))
@@ -91,21 +101,33 @@ int exact_plan(const ChainRules& c, int64_t budget, double work_limit, Stop& sto
     int64_t row_steps = 0;  // steps of the left parts (a, a..b-1)
     for (int64_t a = b; a >= 0; --a) {
       if (stop.due()) return EXACT_STOPPED;
-      const int64_t need_fa = c.fall_need(int(a), int(b));
-      const double fa_time = c.ft[a] + c.bt[a];
+      const int options = c.options(int(a));
       Frontier& out = front(a, b);
-      if (a == b) {
+      if (a == b && options == 1) {
+        const int64_t need_fa = c.fall_need(int(a), int(b));
         if (need_fa <= budget) {
           out.memory.push_back(need_fa);
-          out.time.push_back(fa_time);
+          out.time.push_back(c.ft[a] + c.bt[a]);
           out.choice.push_back(CHOICE_F_ALL);
         }
+      } else if (a == b) {
+        points.clear();
+        for (int o = 0; o < options; ++o)
+          points.push_back({c.fall_need(int(a), int(b), o), c.ft[a] + c.backward_time(int(a), o),
+                            fall_choice(o)});
+        envelope(points, budget, out);
       } else {
         points.clear();
         const Frontier& next = front(a + 1, b);
-        for (std::size_t i = 0; i < next.memory.size(); ++i)
-          points.push_back({std::max(next.memory[i] + c.s[a], need_fa), next.time[i] + fa_time,
-                            CHOICE_F_ALL});
+        // F_all a under each option: the frontier of (a+1, b) shifted by its saved bytes.
+        for (int o = 0; o < options; ++o) {
+          const int64_t need_fa = c.fall_need(int(a), int(b), o);
+          const int64_t sa = c.saved(int(a), o);
+          const double fa_time = c.ft[a] + c.backward_time(int(a), o);
+          for (std::size_t i = 0; i < next.memory.size(); ++i)
+            points.push_back({std::max(next.memory[i] + sa, need_fa), next.time[i] + fa_time,
+                              fall_choice(o)});
+        }
         row_steps = 0;
         for (int64_t cseg = a; cseg < b; ++cseg) row_steps += int64_t(front(a, cseg).memory.size());
         int64_t run = 0;
@@ -135,7 +157,7 @@ int exact_plan(const ChainRules& c, int64_t budget, double work_limit, Stop& sto
           }
         }
         envelope(points, budget, out);
-        work += double(col_steps + row_steps) + double(next.memory.size());
+        work += double(col_steps + row_steps) + double(next.memory.size()) * options;
         if (work > work_limit) return EXACT_WORK_LIMIT;
       }
       if (a >= 1) {
@@ -148,6 +170,7 @@ int exact_plan(const ChainRules& c, int64_t budget, double work_limit, Stop& sto
     int kind;
     int64_t a, b, m;
   };
+  if (L > 0 && !front(0, L - 1).memory.empty()) least = front(0, L - 1).memory.front();
   if (L == 0 || front(0, L - 1).at(budget) < 0) return EXACT_OK;
   makespan = front(0, L - 1).value(budget);
   std::vector<Item> stack{{1, 0, L - 1, budget}};
@@ -156,6 +179,7 @@ int exact_plan(const ChainRules& c, int64_t budget, double work_limit, Stop& sto
     stack.pop_back();
     if (it.kind == 0) {
       ops.push_back(4 * it.a + B);
+      option_of_op.push_back(0);
       continue;
     }
     const Frontier& f = front(it.a, it.b);
@@ -164,14 +188,21 @@ int exact_plan(const ChainRules& c, int64_t budget, double work_limit, Stop& sto
     if (it.a == it.b) {
       ops.push_back(4 * it.a + F_ALL);
       ops.push_back(4 * it.a + B);
-    } else if (pick == CHOICE_F_ALL) {
+      option_of_op.push_back(option_of(pick));
+      option_of_op.push_back(0);
+    } else if (is_fall(pick)) {
       ops.push_back(4 * it.a + F_ALL);
+      option_of_op.push_back(option_of(pick));
       stack.push_back({0, it.a, it.a, 0});
-      stack.push_back({1, it.a + 1, it.b, it.m - c.s[it.a]});
+      stack.push_back({1, it.a + 1, it.b, it.m - c.saved(int(it.a), option_of(pick))});
     } else {
       const int64_t j = pick;
       ops.push_back(4 * it.a + F_CK);
-      for (int64_t k = it.a + 1; k < j; ++k) ops.push_back(4 * k + F_N);
+      option_of_op.push_back(0);
+      for (int64_t k = it.a + 1; k < j; ++k) {
+        ops.push_back(4 * k + F_N);
+        option_of_op.push_back(0);
+      }
       stack.push_back({1, it.a, j - 1, it.m});
       stack.push_back({1, j, it.b, it.m - c.x[j]});
     }

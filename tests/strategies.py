@@ -103,3 +103,33 @@ def extreme_bandwidths() -> st.SearchStrategy[float]:
         st.sampled_from((1e3, 1e9, 1e13, 1e14)),
         st.floats(3.0, 14.0).map(lambda e: float(10**e)),
     )
+
+
+def with_options(profile: Profile, seed: int, most: int = 2) -> Profile:
+    """``profile`` with up to ``most`` random options per stage (docs/model.md, "Options of a
+    stage"): each saves less than the stage (never less than its output), needs up to 6 more
+    bytes in its backward and takes 0..5 ms longer (whole ms: exact sums). Its forward overhead is
+    the stage's, so that a brute force over stages rewritten to one option each sees the same
+    recomputations (the ``F_ck``/``F_n`` of a stage keep the stage's own overhead)."""
+    rng = random.Random(seed)
+    stages = []
+    for st_ in profile.stages:
+        options = []
+        for _ in range(rng.randint(0, most)):
+            saved = rng.randint(st_.output_size, st_.saved_size)
+            options.append(
+                {
+                    "name": f"policy{len(options) + 1}",
+                    "saved_size": saved,
+                    "forward_overhead": st_.forward_overhead,
+                    "backward_overhead": st_.backward_overhead + rng.randint(0, 6),
+                    "backward_time": st_.backward_time + rng.randint(0, 5),
+                }
+            )
+        stage = st_.model_dump(exclude_none=True)
+        if options:
+            stage["options"] = options
+        stages.append(stage)
+    data = profile.model_dump(exclude_none=True)
+    data["stages"] = stages
+    return Profile.model_validate(data)

@@ -38,6 +38,9 @@ class ChainPlan:
     slots: int | None = None
     message: str | None = None
     details: dict[str, Any] = field(default_factory=dict)
+    options: dict[int, int] = field(default_factory=dict)
+    """The option of the ``F_all`` of each stage that runs it under one (selective checkpointing,
+    docs/model.md "Options of a stage"); a stage not listed runs option 0."""
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ with the simulator's replay.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import TypedDict, TypeGuard
 
@@ -90,15 +90,24 @@ def static_memory(profile: Profile, optimizer: str = "sgd") -> int:
     return OPTIMIZER_FACTORS[name] * profile.weight_size
 
 
-def timed_ops(profile: Profile, sequence: Iterable[tuple[OpName, int]]) -> list[Op]:
-    """Lay an operation sequence back to back on the compute stream."""
+def timed_ops(
+    profile: Profile,
+    sequence: Iterable[tuple[OpName, int]],
+    options: Mapping[int, int] | None = None,
+) -> list[Op]:
+    """Lay an operation sequence back to back on the compute stream; ``options``: the option of
+    the ``F_all`` of each stage listed (its ``option`` field; its ``B`` takes the option's time).
+    """
     ops: list[Op] = []
     clock = 0.0
     stages = profile.chain_stages
+    chosen_options = options or {}
     for name, stage in sequence:
         st = stages[stage]
-        duration = st.backward_time if name == "B" else st.forward_time
-        ops.append(Op(op=name, stage=stage, start=clock, end=clock + duration))
+        option = chosen_options.get(stage, 0)
+        duration = st.option(option).backward_time if name == "B" else st.forward_time
+        chosen = option if name == "F_all" and option else None
+        ops.append(Op(op=name, stage=stage, start=clock, end=clock + duration, option=chosen))
         clock += duration
     return ops
 
@@ -135,7 +144,7 @@ def chain_schedule(profile: Profile, request: SolveRequest, plan: ChainPlan) -> 
         static_memory=request.static_memory,
         min_memory=_with_static(plan.min_memory, request),
     )
-    ops = None if plan.sequence is None else timed_ops(profile, plan.sequence)
+    ops = None if plan.sequence is None else timed_ops(profile, plan.sequence, plan.options)
     return _schedule(plan, ops, common)
 
 

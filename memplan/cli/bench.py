@@ -138,6 +138,14 @@ def bench(
         BenchOptimizer,
         typer.Option(help="The optimizer every way trains with (memplan plans for it)."),
     ] = BenchOptimizer.sgd,
+    selective: Annotated[
+        bool,
+        typer.Option(
+            "--selective",
+            help="Profile the stages' selective checkpointing options too and add rotor+sac: "
+            'rotor choosing them (docs/model.md, "Options of a stage").',
+        ),
+    ] = False,
     fmt: Annotated[
         BenchFormat | None,
         typer.Option("--format", "-f", help="table (stderr), json or csv.  [default: table]"),
@@ -194,7 +202,7 @@ def bench(
             model, batch_size=batch_size, input_shape=shape, config=config_values,
             device=device.value, threads=threads, rounds=rounds, segments=ks,
             compile_budgets=budgets, algos=names, profile=profile, repeats=repeats,
-            optimizer=optimizer.value, progress=note,
+            optimizer=optimizer.value, progress=note, selective=selective,
         )  # fmt: skip
         doc = result.to_dict()
         if form == "json":

@@ -199,6 +199,14 @@ def profile(
             "run trains on them).  [default: 1 on the CPU, torch's own on CUDA]",
         ),
     ] = None,
+    selective: Annotated[
+        bool,
+        typer.Option(
+            "--selective",
+            help="Also measure every stage but the loss under memplan's selective checkpointing "
+            "policies: the stages' options, which rotor chooses from.",
+        ),
+    ] = False,
 ) -> None:
     """Profile a PyTorch model and write its profile (YAML) to stdout or -o FILE.
 
@@ -223,20 +231,21 @@ def profile(
                 raise InputError("--config: not with --graph")
             if threads is not None:
                 raise InputError("--threads: not with --graph (nothing is computed)")
+            if selective:
+                raise InputError("--selective: not with --graph (chain profiles only)")
             _profile_graph(model, batch_size, shape, dtype.value, device, gpu, repeats, output)
             return
         from memplan.profile import save_profile
         from memplan.torch.profiler import profile_model
 
+        given = {"batch_size": batch_size, "input_shape": shape, "repeats": repeats}
+        given["threads"] = threads
         kwargs: dict[str, object] = {"device": device.value, "dtype": dtype.value}
-        if batch_size is not None:
-            kwargs["batch_size"] = batch_size
-        if shape is not None:
-            kwargs["input_shape"] = shape
-        if repeats is not None:
-            kwargs["repeats"] = repeats
-        if threads is not None:
-            kwargs["threads"] = threads
+        kwargs.update({name: value for name, value in given.items() if value is not None})
+        if selective:
+            if gpu is not None:
+                raise InputError("--selective: measured profiles only (not with --estimate)")
+            kwargs["selective"] = True
         if gpu is not None:
             kwargs["estimate" if estimate is not None else "gpu_spec"] = gpu
         label = f"profiling {model}"

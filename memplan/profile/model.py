@@ -39,9 +39,26 @@ __all__ = [
     "Noise",
     "Profile",
     "Stage",
+    "StageOption",
 ]
 
 PROFILE_FORMAT: Final = "memplan-profile/1"
+
+
+class StageOption(_Strict):
+    """One more way to run a stage's ``F_all``: a selective checkpointing policy.
+
+    It keeps only some of the block's tensors and recomputes the others in its backward
+    (docs/model.md, "Options of a stage"). Its fields replace the stage's own under that option.
+    """
+
+    name: str = Field(description="the policy (memplan.torch.selective): save-matmuls, ...")
+    saved_size: Bytes = Field(description="bytes kept for the backward under the policy")
+    forward_overhead: Bytes = 0
+    backward_overhead: Bytes = Field(
+        default=0, description="temporary bytes of the backward, the recomputed tensors included"
+    )
+    backward_time: Milliseconds = Field(description="ms, the recomputation included")
 
 
 class Stage(_Strict):
@@ -82,6 +99,11 @@ class Stage(_Strict):
     output_saved: bool | None = Field(
         default=None, description="whether the backward keeps the stage's output x_{k+1}"
     )
+    options: list[StageOption] | None = Field(
+        default=None,
+        description="more ways to run F_all (option 1, 2, ...); option 0 is the stage's own "
+        "saved_size, overheads and backward_time",
+    )
     extra: dict[str, Any] | None = None
 
     @property
@@ -96,7 +118,30 @@ class Stage(_Strict):
                 f"saved_size ({self.saved_size}) must include the output "
                 f"(output_size {self.output_size})"
             )
+        for i, option in enumerate(self.options or ()):
+            if option.saved_size < self.output_size:
+                raise ValueError(
+                    f"options[{i}].saved_size ({option.saved_size}) must include the output "
+                    f"(output_size {self.output_size})"
+                )
         return self
+
+    def option(self, index: int) -> StageOption:
+        """Option ``index`` of the stage's ``F_all`` (0: the stage's own fields)."""
+        if index == 0:
+            return StageOption(
+                name="save-all",
+                saved_size=self.saved_size,
+                forward_overhead=self.forward_overhead,
+                backward_overhead=self.backward_overhead,
+                backward_time=self.backward_time,
+            )
+        return (self.options or [])[index - 1]
+
+    @property
+    def option_count(self) -> int:
+        """How many ways to run ``F_all``: 1 + ``len(options)``."""
+        return 1 + len(self.options or ())
 
 
 class Device(_Strict):

@@ -45,6 +45,9 @@ class ChainMemory:
         self.g = [0] + [st.gradient_size for st in stages]
         self.fo = [st.forward_overhead for st in stages]
         self.bo = [st.backward_overhead for st in stages]
+        self.stages = stages
+        self.fall_fo = list(self.fo)  # F_all k's overhead under its option (F_ck/F_n: fo[k])
+        self.options = [0] * self.length  # the option of each stage's latest F_all
         self.place: dict[str, str | None] = dict.fromkeys(self.size)
         self.place["x[0]"] = _GPU
         self.made = {"x[0]"}  # the tensors held at some time, to tell "not yet" from "freed"
@@ -68,8 +71,20 @@ class ChainMemory:
         """Bytes a computation reserves when it starts: its output (or ``g[k]``) and overhead."""
         if name == "B":
             return self.g[k] + self.bo[k]
-        out = self.size[self.s[k]] if name == "F_all" else self.size[self.x[k + 1]]
-        return out + self.fo[k]
+        if name == "F_all":
+            return self.size[self.s[k]] + self.fall_fo[k]
+        return self.size[self.x[k + 1]] + self.fo[k]
+
+    def choose(self, k: int, option: int) -> None:
+        """``F_all k`` runs under ``option`` (docs/model.md, "Options of a stage"): what it saves,
+        its overhead and that of ``B k`` are the option's. ``s[k]`` is not held when it starts."""
+        if option == self.options[k]:
+            return  # the figures in force already (option 0 from the start)
+        self.options[k] = option
+        chosen = self.stages[k].option(option)
+        self.size[self.s[k]] = chosen.saved_size
+        self.fall_fo[k] = chosen.forward_overhead
+        self.bo[k] = chosen.backward_overhead
 
     def start(self, step: Step, when: float) -> str | None:
         """Start a computation; why it cannot start now (docs/model.md, T4), or None."""
@@ -81,6 +96,8 @@ class ChainMemory:
             )
         problem = self.cannot_run(step, when)
         if problem is None:
+            if step.name == "F_all":
+                self.choose(step.stage, step.option)
             self.running = step
             self.held += self.reserved(step.name, step.stage)
         return problem
@@ -145,7 +162,10 @@ class ChainMemory:
     def finish(self, step: Step) -> str | None:
         """End of a computation: keep its output, free its overhead and what it consumes."""
         name, k = step.name, step.stage
-        self.held -= self.bo[k] if name == "B" else self.fo[k]
+        if name == "B":
+            self.held -= self.bo[k]
+        else:
+            self.held -= self.fall_fo[k] if name == "F_all" else self.fo[k]
         for tensor in self.leaving:
             self.held -= self.size[tensor]
             self.place[tensor] = _HOST

@@ -59,6 +59,7 @@ class Step:
     start: float  # when the replay runs it: the stated time (a chain's: laid back to back)
     end: float
     timing: str | None = None  # what is wrong with its stated times, reported when replayed
+    option: int = 0  # an F_all's option (docs/model.md, "Options of a stage")
 
     @property
     def label(self) -> str:
@@ -125,13 +126,20 @@ def read_steps(
     size = stored_sizes(profile)
     steps: list[Step] = []
     clock = previous_end = 0.0
+    chosen = [0] * length  # the option of each stage's latest F_all: its B's time
     for index, item in enumerate(ops):
         timed = isinstance(item, Op)
         if timed:
             name, stage, stream, tensor = item.op, item.stage, item.stream, item.tensor
+            option = item.option or 0
         else:
-            (name, stage), stream, tensor = item, "compute", None
+            (name, stage), stream, tensor, option = item, "compute", None, 0
         problem = _shape_problem(rules, name, stage, stream, tensor, length)
+        if problem is None and option and option >= stages[stage].option_count:
+            problem = (
+                f"no such option {option} (the stage has {stages[stage].option_count - 1} "
+                "options beyond 0)"
+            )
         if problem is not None:
             result.fail(f"ops[{index}] {name} stage {stage}: {problem}", index)
             return None
@@ -140,8 +148,16 @@ def read_steps(
             duration = size[tensor] / (bandwidth / 1000.0)
         else:
             st = stages[stage]
-            duration = st.backward_time if name == "B" else st.forward_time
+            if name == "F_all":
+                chosen[stage] = option
+            if name != "B":
+                duration = st.forward_time
+            elif chosen[stage]:
+                duration = st.option(chosen[stage]).backward_time
+            else:
+                duration = st.backward_time
         step = Step(index, name, stage, tensor, tensor is None, duration, clock, clock + duration)
+        step.option = option
         if timed:
             start, end = item.start, item.end
             if rules.back_to_back:

@@ -327,13 +327,31 @@ def _has_dropout(module: nn.Module) -> bool:
     return any(isinstance(m, nn.modules.dropout._DropoutNd) and m.p > 0 for m in module.modules())
 
 
+SAC = "+sac"
+"""The suffix of memplan's plans that choose the stages' selective checkpointing options."""
+
+
+def _without_options(prof: Any) -> Any:
+    """The profile without the stages' options (itself when it has none)."""
+    if not any(st.options for st in prof.stages):
+        return prof
+    stages = [st.model_copy(update={"options": None}) for st in prof.stages]
+    return prof.model_copy(update={"stages": stages})
+
+
 def _memplan_way(
-    setup: _Setup, prof: Any, algo: str, memory: int, setting: str, optimizer: str
+    setup: _Setup,
+    prof: Any,
+    algo: str,
+    memory: int,
+    setting: str,
+    optimizer: str,
+    suffix: str = "",
 ) -> _Way:
     import memplan
     from memplan.torch.runtime import checkpointed
 
-    name = f"memplan {algo}" + ("" if setting == "no recomputation" else f" ({setting})")
+    name = f"memplan {algo}{suffix}" + ("" if setting == "no recomputation" else f" ({setting})")
     outcome = Outcome(name, "memplan", setting, budget=memory)
     sched = memplan.solve(prof, algo=algo, memory=memory, optimizer=optimizer)
     if not sched.feasible:
@@ -472,6 +490,8 @@ def compare_training(
     seed: int = 0,
     optimizer: str = "sgd",
     progress: Progress | None = None,
+    selective: bool = False,
+    fractions: Sequence[float] = (),
 ) -> Comparison:
     """Train ``model`` plainly, with Hugging Face checkpointing, ``checkpoint_sequential``,
     ``torch.compile``'s activation memory budget and memplan's plans; measure each.
@@ -505,6 +525,15 @@ def compare_training(
         every way; memplan plans for it.
     progress : callable, optional
         Called with a line saying what is being done.
+    selective : bool
+        Profile with the stages' selective checkpointing options (``profile_model(...,
+        selective=True)``; a given ``profile`` is used as it is) and add ``memplan rotor+sac``:
+        rotor choosing the options too, at its least memory and at each alternative's peak
+        (``memplan rotor`` then plans on the blocks alone, the options left out).
+    fractions : sequence of float
+        Also ``rotor`` (and ``rotor+sac`` with ``selective``) at these fractions of the way
+        from rotor's least planned memory to store-all's (0: the least, 1: store-all), the same
+        budgets for both: what the options buy where both plan.
 
     Returns
     -------
@@ -537,23 +566,39 @@ def compare_training(
             note(f"profiling {setup.label} ({len(setup.chain.stages)} stages)")
             prof = profile_model(
                 setup.module, example_input=setup.x, device=str(dev), repeats=repeats,
-                name=setup.label, threads=used_threads,
+                name=setup.label, threads=used_threads, selective=selective,
             )  # fmt: skip
         else:
             prof = memplan.load_profile(profile)
+        blocks = _without_options(prof)  # what rotor plans on without the options
         ways = [_Way(Outcome("plain", "plain"), setup.plain_loss())]
         ways.append(_hf_way(setup))
         ways += [_sequential_way(setup, k) for k in (segments or default_segments(n))]
         ways += [_compile_way(setup, b) for b in compile_budgets]
+        with_sac = selective and blocks is not prof
         for algo in algos:
             if algo == "store-all":
                 ways.append(
-                    _memplan_way(setup, prof, "store-all", 2**50, "no recomputation", optimizer)
+                    _memplan_way(setup, blocks, "store-all", 2**50, "no recomputation", optimizer)
                 )
-            else:
-                least = _least_memory(prof, algo, optimizer)
-                if least is not None:
-                    ways.append(_memplan_way(setup, prof, algo, least, "least memory", optimizer))
+                continue
+            least = _least_memory(blocks, algo, optimizer)
+            if least is not None:
+                ways.append(_memplan_way(setup, blocks, algo, least, "least memory", optimizer))
+            least = _least_memory(prof, algo, optimizer) if with_sac else None
+            if least is not None:
+                ways.append(_memplan_way(setup, prof, algo, least, "least memory", optimizer, SAC))
+        if fractions and "rotor" in algos:
+            least = _least_memory(blocks, "rotor", optimizer)
+            top = memplan.solve(blocks, "store-all", 2**50, optimizer=optimizer).peak_memory
+            for f in fractions:
+                if least is None or top is None or not 0.0 <= f <= 1.0:
+                    raise InputError(f"fractions {f!r}: expected 0..1 (and a rotor plan)")
+                budget = int(least + f * (top - least))
+                setting = f"{budget / 1e6:.1f} MB"
+                ways.append(_memplan_way(setup, blocks, "rotor", budget, setting, optimizer))
+                if with_sac:
+                    ways.append(_memplan_way(setup, prof, "rotor", budget, setting, optimizer, SAC))
         bench = _Bench(setup, seed, optimizer)
         dropout = _has_dropout(setup.module)
         for way in ways:
@@ -567,7 +612,10 @@ def compare_training(
                 o = way.outcome
                 if o.family in ("memplan",) or o.peak is None:
                     continue
-                at = _memplan_way(setup, prof, "rotor", o.peak, f"at {o.name}'s peak", optimizer)
+                at = _memplan_way(
+                    setup, prof if with_sac else blocks, "rotor", o.peak,
+                    f"at {o.name}'s peak", optimizer, SAC if with_sac else "",
+                )  # fmt: skip
                 note(f"measuring {at.outcome.name}")
                 if at.loss is not None:
                     _measure(bench, at, dropout)

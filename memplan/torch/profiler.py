@@ -46,7 +46,7 @@ from __future__ import annotations
 
 import statistics
 import time
-from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -59,7 +59,7 @@ from torch import Tensor, nn
 import memplan
 from memplan.errors import InputError
 from memplan.gpu import GpuSpec, gpu_catalog, gpu_from_dict, load_gpu, load_gpu_file
-from memplan.profile.model import Device, Measured, Noise, Profile, Stage
+from memplan.profile.model import Device, Measured, Noise, Profile, Stage, StageOption
 from memplan.torch.bandwidth import measure_bandwidth, offload_copy_bytes, profile_bandwidth
 from memplan.torch.blame import FIRST_FORWARD, model_errors
 from memplan.torch.conditions import current_conditions, intra_op_threads
@@ -77,6 +77,7 @@ from memplan.torch.memory_probe import (
 from memplan.torch.models import build_model
 from memplan.torch.models import example_input as default_example_input
 from memplan.torch.recompute import recomputing
+from memplan.torch.selective import POLICIES, cached_storages, contexts
 from memplan.torch.timing import Summary, profile_noise, summarize
 
 __all__ = [
@@ -180,6 +181,7 @@ class StageMeasurement:
     input_saved: bool | None = None
     output_saved: bool | None = None
     iteration_times: list[float] = field(default_factory=list)
+    options: list[StageOption] | None = None
 
 
 class _StageRunner:
@@ -420,6 +422,122 @@ def _fresh_backward(
     return weight_grads, max(0, peak - input_grad_size - weight_grads)
 
 
+def measure_option(
+    runner: _StageRunner, probe: MemoryProbe, static: set[int], policy: str, repeats: int
+) -> StageOption:
+    """One stage run as an ``F_all`` under a selective policy (:mod:`memplan.torch.selective`),
+    as the runtime runs it: the forward keeps the policy's outputs (the SAC cache) and none of
+    what autograd saves; the backward starts by running the forward again under the
+    recomputation context, which fills what autograd saved, then runs.
+
+    Returns the option: ``saved_size`` (the cache's storages and the output, allocator sizes,
+    the input and parameters excluded), ``forward_overhead`` (the forward's peak beyond them),
+    ``backward_overhead`` (the peak of the recomputation and the backward beyond the input
+    gradient, as ``backward_overhead``) and ``backward_time`` (their median time, ms).
+    """
+    device = runner.x.device
+    sizes: dict[str, int] = {}
+
+    def iteration(measure: bool) -> float:
+        leaf, inp = runner.fresh_input()
+        if measure:  # the weight gradients allocated, as for backward_overhead
+            _allocate_grads(runner.module, lambda _param: True)
+        forward, recompute = contexts(policy)
+        slots: list[_OptionSlot] = []  # until the recomputation fills them (then autograd's)
+        packed: list[Tensor] = []
+
+        def drop(tensor: Tensor) -> Any:
+            key = storage_key(tensor)
+            if key is not None and key[0] in static:
+                return tensor
+            slots.append(_OptionSlot())
+            return slots[-1]
+
+        def first() -> Tensor:
+            hooks = torch.autograd.graph.saved_tensors_hooks(drop, _unpack_option)
+            with recomputing(runner.module, None, device), hooks, forward:
+                return runner.forward(inp)
+
+        out_box: list[Tensor] = []
+        if measure:
+            peak = probe.peak(lambda: out_box.append(first()), dict)
+        else:
+            out_box.append(first())
+        out = out_box.pop()
+        excluded = set(static) | {k[0] for k in map(storage_key, (inp, leaf)) if k is not None}
+        cached = {
+            ptr: allocation_bytes(s.nbytes(), device)
+            for ptr, s in cached_storages(forward).items()
+            if ptr not in excluded
+        }
+        out_key = storage_key(out)
+        output_size = 0 if out_key is None else allocation_bytes(out_key[1], device)
+        saved = sum(cached.values()) + (output_size if out_key and out_key[0] not in cached else 0)
+        grad = runner.output_gradient(out)
+
+        def backward() -> None:
+            def pack(tensor: Tensor) -> None:
+                packed.append(tensor.detach())
+
+            fresh = inp.detach().requires_grad_(inp.requires_grad)
+            hooks = torch.autograd.graph.saved_tensors_hooks(pack, _same)
+            with recomputing(runner.module, None, device), hooks, recompute:
+                runner.forward(fresh)
+            kept = [t for t in packed if (storage_key(t) or (0,))[0] not in static]
+            if len(kept) != len(slots):
+                raise RuntimeError(
+                    f"its recomputation saved {len(kept)} tensors, its forward {len(slots)}"
+                )
+            for slot, tensor in zip(slots, kept, strict=True):
+                slot.value = tensor
+            slots.clear()
+            packed.clear()
+            kept.clear()
+            if grad is not None:
+                out.backward(grad)
+
+        if grad is None:
+            return 0.0
+        runner.sync()
+        if measure:
+            backward_peak = probe.peak(backward, dict)
+            input_grad = _storage_bytes(None if leaf is None else leaf.grad)
+            sizes["saved"] = saved
+            sizes["forward"] = max(0, peak - saved)
+            sizes["backward"] = max(0, backward_peak - allocation_bytes(input_grad, device))
+            _clear_grads(runner.module)
+            return 0.0
+        start = time.perf_counter()
+        backward()
+        runner.sync()
+        return time.perf_counter() - start
+
+    iteration(measure=False)  # warm-up
+    iteration(measure=True)
+    times = [iteration(measure=False) for _ in range(max(1, repeats))]
+    _clear_grads(runner.module)
+    return StageOption(
+        name=policy,
+        saved_size=sizes.get("saved", 0),
+        forward_overhead=sizes.get("forward", 0),
+        backward_overhead=sizes.get("backward", 0),
+        backward_time=_median_ms(times),
+    )
+
+
+class _OptionSlot:
+    """A saved tensor of a selective forward, filled by its recomputation."""
+
+    __slots__ = ("value",)
+
+    def __init__(self) -> None:
+        self.value: Tensor | None = None
+
+
+def _unpack_option(packed: Any) -> Any:
+    return packed.value if isinstance(packed, _OptionSlot) else packed
+
+
 def measure_stage(
     module: nn.Module,
     x: Tensor,
@@ -430,6 +548,7 @@ def measure_stage(
     static: set[int] | None = None,
     counter: OpCounter | None = None,
     creates_grads: Collection[int] | None = None,
+    policies: Sequence[str] = (),
 ) -> StageMeasurement:
     """Measure one stage on input ``x``: times, output and saved sizes, temporary memory.
 
@@ -462,6 +581,9 @@ def measure_stage(
         Ids of the parameters whose gradients this stage's backward creates in a loop that sets
         them to None before each iteration (its own, less those shared with a later stage):
         measures ``weight_grad_size`` and ``backward_overhead_fresh``. Not measured when omitted.
+    policies : sequence of str
+        Selective checkpointing policies (:data:`memplan.torch.selective.POLICIES`) to measure
+        the stage's ``F_all`` under (:func:`measure_option`): its ``options``, in that order.
 
     Returns
     -------
@@ -488,7 +610,17 @@ def measure_stage(
             forward_times.append(forward)
             backward_times.append(backward)
     _clear_grads(module)
+    options = None
+    if policies and counter is None:
+        options = [measure_option(runner, probe, static, p, repeats) for p in policies]
+        # An option recomputes what the stage saves: its backward is never faster than the
+        # stage's own (a faster measure is noise, which rotor would take for a gain).
+        backward = _median_ms(backward_times)
+        options = [
+            o.model_copy(update={"backward_time": max(o.backward_time, backward)}) for o in options
+        ]
     return StageMeasurement(
+        options=options,
         forward_time=_median_ms(forward_times),
         backward_time=_median_ms(backward_times),
         output_size=sizes.output_size,
@@ -682,6 +814,7 @@ def _profile_stages(
     fake: bool,
     weight_grads: bool,
     dedupe: bool,
+    selective: bool = False,
 ) -> _Profiled:
     probe: MemoryProbe = CudaProbe(x.device) if x.device.type == "cuda" else CpuProbe()
     stages: list[Stage] = []
@@ -717,9 +850,10 @@ def _profile_stages(
                 extra = {**(extra or {}), "same_as": first}
             else:
                 counter = None if gpu is None else OpCounter(tf32)
+                policies = tuple(POLICIES) if selective and k < len(chain) - 1 else ()
                 m = _measure_or_explain(
                     k, name, module, x, runner, repeats, probe, counter,
-                    creates if weight_grads else None,
+                    creates if weight_grads else None, policies,
                 )  # fmt: skip
                 output = m.output
                 if weight_grads and m.weight_grad_size is None:  # fake tensors: by definition
@@ -750,6 +884,7 @@ def _profile_stages(
                     forward_overhead_all=m.forward_overhead_all if weight_grads else None,
                     input_saved=m.input_saved if weight_grads else None,
                     output_saved=m.output_saved if weight_grads else None,
+                    options=m.options,
                     extra=extra,
                 )
             )
@@ -770,6 +905,7 @@ def _measure_or_explain(
     probe: MemoryProbe,
     counter: OpCounter | None,
     creates: set[int] | None,
+    policies: tuple[str, ...] = (),
 ) -> StageMeasurement:
     """:func:`measure_stage` (or the fake-tensor run's), a model's refusal as an input error."""
     try:
@@ -777,7 +913,7 @@ def _measure_or_explain(
             return runner.measure_stage(module, x, input_grad=k > 0, counter=counter)
         return measure_stage(
             module, x, input_grad=k > 0, repeats=repeats, probe=probe, counter=counter,
-            creates_grads=creates,
+            creates_grads=creates, policies=policies,
         )  # fmt: skip
     except (RuntimeError, ValueError) as exc:
         # The model itself refuses these sizes in training mode (e.g. batch norm on a
@@ -841,6 +977,7 @@ def profile_model(
     config: str | Mapping[str, Any] | None = None,
     threads: int | None = None,
     dedupe: bool = True,
+    selective: bool = False,
 ) -> Profile:
     """Profile a model for the chain algorithms: one stage per block, the loss last.
 
@@ -890,6 +1027,10 @@ def profile_model(
         ``measured.conditions``; ``memplan run`` trains on it.
     dedupe : bool
         Measure identical stages once (``profile_chain``).
+    selective : bool
+        Also measure every stage but the loss under each selective checkpointing policy
+        (:data:`memplan.torch.selective.POLICIES`): the stages' ``options``, which rotor chooses
+        from (docs/model.md, "Options of a stage"). Measured runs only (not estimates).
 
     Returns
     -------
@@ -925,6 +1066,7 @@ def profile_model(
             model, example_input=example_input, batch_size=batch_size, input_shape=input_shape,
             device=device, dtype=dtype, repeats=repeats, progress=progress, name=name,
             estimate=estimate, gpu_spec=gpu_spec, config=config, dedupe=dedupe,
+            selective=selective,
         )  # fmt: skip
         return _with_conditions(prof, dtype)
 
@@ -959,6 +1101,7 @@ def _profile_model(
     gpu_spec: str | Path | GpuSpec | Mapping[str, Any] | None,
     config: str | Mapping[str, Any] | None,
     dedupe: bool,
+    selective: bool = False,
 ) -> Profile:
     if isinstance(model, str):  # a join network: branches + turn, docs/profiling.md
         from memplan.torch.join import profile_join, resolve_join
@@ -1004,7 +1147,13 @@ def _profile_model(
     for _, stage in chain.stages:
         stage.to(device=dev)
     fake_failed = None
-    common = {"progress": progress, "gpu": gpu, "dedupe": dedupe, "weight_grads": True}
+    common = {
+        "progress": progress,
+        "gpu": gpu,
+        "dedupe": dedupe,
+        "weight_grads": True,
+        "selective": selective and gpu is None,
+    }
     if fake:
         try:
             profiled = _profile_stages(chain, x, repeats=repeats, fake=True, **common)

@@ -52,7 +52,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack, contextmanager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -65,6 +65,7 @@ from memplan.torch.blame import FIRST_FORWARD, model_errors
 from memplan.torch.linearize import Chain, linearize
 from memplan.torch.memory_probe import storage_key
 from memplan.torch.recompute import RngSnapshot, recomputing, rng_snapshot
+from memplan.torch.selective import POLICIES, cached_storages, contexts
 from memplan.torch.transfers import (
     GPU,
     HOST,
@@ -251,6 +252,7 @@ class RuntimePlan:
             )
         self.sweep = [_Sweep(op.op, starts[id(op)], ends[id(op)]) for op in phase]
         self.backward_start = {op.stage: starts[id(op)] for op in compute[first_b:] if op.op == "B"}
+        self.policies = _policies(schedule)
         self.keeps = self._reads()
 
     def _reads(self) -> set[int]:
@@ -272,12 +274,34 @@ class RuntimePlan:
                 name = _tensor_name(op)
                 if name in held:
                     keeps.add(held[name])
+            elif op.op == "B" and not is_end and k in self.policies:
+                # a selective stage recomputes the rest of its forward from x[k] at its backward
+                source = f"x[{k}]" if f"x[{k}]" in held else f"s[{k - 1}]"
+                if source in held:
+                    keeps.add(held[source])
             elif is_end and op.op == "F_n":
                 held.pop(f"x[{k}]", None)
             elif is_end and op.op == "B":
                 held.pop(f"s[{k}]", None)
                 held.pop(f"x[{k}]", None)
         return keeps
+
+
+def _policies(schedule: Schedule) -> dict[int, str]:
+    """The selective policy of each stage whose ``F_all`` runs under an option (option ``i`` is
+    :data:`memplan.torch.selective.POLICIES` ``[i - 1]``, the profiler's order)."""
+    names = list(POLICIES)
+    chosen: dict[int, str] = {}
+    for index, op in enumerate(schedule.ops):
+        if op.op != "F_all" or not op.option:
+            continue
+        if op.option > len(names):
+            raise InputError(
+                f"ops[{index}].option: {op.option}, the runtime knows options 1..{len(names)} "
+                f"({', '.join(names)})"
+            )
+        chosen[op.stage] = names[op.option - 1]
+    return chosen
 
 
 class _Slot:
@@ -328,6 +352,7 @@ class _StageRun:
     rng: RngSnapshot | None = None
     slots: list[_Slot] = field(default_factory=list)
     node: Any = None
+    recompute: Any = None  # a selective stage: the SAC context that replays its forward
 
 
 class PlannedIteration:
@@ -494,17 +519,21 @@ class PlannedIteration:
         self.pos = sweep.start + 1
         run = self.runs[k]
         run.requires_grad = x.requires_grad
-        if self.plan.forward_counts[k] > 1:  # what a recomputation needs (and holds: the
-            run.function, run.module = function, module  # arguments of the stage's call)
-            run.autocast = autocast_state(self.device)
+        policy = self.plan.policies.get(k)
+        if self.plan.forward_counts[k] > 1 or policy is not None:  # what a recomputation
+            run.function, run.module = function, module  # needs (and holds: the arguments
+            run.autocast = autocast_state(self.device)  # of the stage's call)
             run.rng = rng_snapshot(self.device)
         self._count(sweep.op, k)
         self.running = (sweep.op, k)
         key = storage_key(x)
         self.inputs = set() if key is None else {key[0]}
-        if sweep.op == "F_all":
+        if sweep.op == "F_all" and policy is None:
             self.saved = {}
             hooks = torch.autograd.graph.saved_tensors_hooks(self._pack_kept, _unpack)
+        elif sweep.op == "F_all":
+            run.slots = []
+            hooks = _SelectiveForward(policy, self._pack_dropped(k), run)
         else:
             run.slots = []
             hooks = torch.autograd.graph.saved_tensors_hooks(self._pack_dropped(k), _unpack)
@@ -523,6 +552,8 @@ class PlannedIteration:
         sweep = self.plan.sweep[k]
         if not isinstance(out, Tensor):
             raise RuntimeError(f"stage {k} ({self.names[k]}) returned {type(out).__name__}")
+        if k in self.plan.policies and sweep.op == "F_all":
+            self.saved = self._cached(k)
         self._store(sweep.op, k, out, self.saved, keep=sweep.start in self.plan.keeps)
         self.saved = {}
         self.counters.record(self.live())  # the output counts from the computation's start
@@ -530,6 +561,17 @@ class PlannedIteration:
             self.runs[k].node = out.grad_fn
             out.grad_fn.register_prehook(self._backward_reaches(k))
         self.run_until(sweep.end + 1)
+
+    def _cached(self, k: int) -> dict[int, torch.UntypedStorage]:
+        """What a selective forward of stage ``k`` keeps: the storages of its SAC cache."""
+        run = self.runs[k]
+        if run.recompute is None:
+            return {}
+        return {
+            ptr: storage
+            for ptr, storage in cached_storages(run.recompute.forward).items()
+            if self._owned(ptr)
+        }
 
     def _owned(self, ptr: int) -> bool:
         """Whether a storage is the stage's own (not a parameter, buffer or the stage input)."""
@@ -673,6 +715,13 @@ class PlannedIteration:
                 inp = inp.clone()
         keys = (storage_key(t) for t in (src, inp))
         self.inputs = {key[0] for key in keys if key is not None}
+        policy = self.plan.policies.get(k)
+        if policy is not None:  # a selective F_all: keeps the policy's cache, fills no slot
+            forward = _SelectiveForward(policy, lambda tensor: None, run)
+            with self._replay(k), torch.enable_grad(), forward:
+                out = run.function(inp)
+            self._store("F_all", k, out.detach(), self._cached(k), keep)
+            return
         packed: list[Tensor] = []
         saved: dict[int, torch.UntypedStorage] = {}
 
@@ -685,8 +734,19 @@ class PlannedIteration:
             if key is not None and self._owned(key[0]):
                 saved.setdefault(key[0], tensor.untyped_storage())
 
+        out = self._fill_slots(k, inp, pack, packed)
+        self._store("F_all", k, out, saved, keep)
+
+    def _fill_slots(
+        self, k: int, inp: Tensor, pack: Callable[[Tensor], None], packed: list[Tensor]
+    ) -> Tensor:
+        """Run stage ``k`` on ``inp`` with gradients (under its SAC recomputation context when
+        it is selective) and put what autograd saves into the slots of its first forward;
+        returns the output, detached."""
+        run = self.runs[k]
         hooks = torch.autograd.graph.saved_tensors_hooks(pack, _unpack)
-        with self._replay(k), torch.enable_grad(), hooks:
+        replay = run.recompute.recompute if run.recompute is not None else nullcontext()
+        with self._replay(k), torch.enable_grad(), hooks, replay:
             out = run.function(inp)
         slots = [s for s in run.slots]
         dropped = len(slots)
@@ -700,7 +760,8 @@ class PlannedIteration:
         for slot, tensor in zip(slots, kept, strict=True):
             slot.value = tensor
         run.slots = []
-        self._store("F_all", k, out.detach(), saved, keep)
+        run.recompute = None
+        return out.detach()
 
     def backward(self, k: int) -> None:
         """Start of ``B k``: autograd is about to run stage ``k``'s nodes."""
@@ -713,7 +774,26 @@ class PlannedIteration:
         self.source_of(k)  # the plan holds the input (docs/model.md)
         self.counters.backwards[k] += 1
         self.running = ("B", k)
+        if self.runs[k].recompute is not None:
+            self._recompute_selective(k)
         saved.hand_over()  # autograd frees what it saved as the backward goes
+
+    def _recompute_selective(self, k: int) -> None:
+        """The start of ``B k`` after a selective ``F_all k``: its forward again, the policy's
+        outputs taken from the cache, what autograd saves put into the slots."""
+        inp = self.input_of(k).detach()
+        run = self.runs[k]
+        if run.requires_grad:
+            inp.requires_grad_(True)
+        if self.inplace[k]:
+            with torch.enable_grad():
+                inp = inp.clone()
+        packed: list[Tensor] = []
+
+        def pack(tensor: Tensor) -> None:
+            packed.append(tensor.detach())
+
+        self._fill_slots(k, inp, pack, packed)
 
     def finish(self, name: str, k: int) -> None:
         """End of a computation: free what it frees, and the tensors whose offload ended."""
@@ -807,6 +887,33 @@ class PlannedIteration:
         self.held.clear()
         self.runs = []
         self.done = True
+
+
+class _SelectiveForward:
+    """A forward of a stage under a selective policy: autograd's saved tensors go to ``pack``
+    (the slots), the policy's outputs to the SAC cache, whose recomputation context the stage's
+    run keeps (:mod:`memplan.torch.selective`)."""
+
+    def __init__(self, policy: str, pack: Callable[[Tensor], Any], run: _StageRun) -> None:
+        self.caching, recompute = contexts(policy)
+        self.hooks = torch.autograd.graph.saved_tensors_hooks(pack, _unpack)
+        run.recompute = _Recompute(self.caching, recompute)
+
+    def __enter__(self) -> None:
+        self.hooks.__enter__()
+        self.caching.__enter__()
+
+    def __exit__(self, *exc: Any) -> None:
+        self.caching.__exit__(*exc)
+        self.hooks.__exit__(*exc)
+
+
+@dataclass
+class _Recompute:
+    """The two SAC contexts of a selective stage's iteration: the cache is the first's."""
+
+    forward: Any
+    recompute: Any
 
 
 class CheckpointedChain(nn.Module):

@@ -406,14 +406,26 @@ def exact_frontiers(chain: Chain, budget: int, work_limit: float = np.inf) -> li
         col_time = np.empty(0)
         col_seg = np.empty(0, np.int64)
         for a in range(b, -1, -1):
-            need_fa = max(g[b + 1] + s[a] + fo[a], own[a])
-            if a == b:
-                front = _single(need_fa, fa_times[a], budget)
+            # F_all a under each of its options (option 0: s, fo, bo, bt)
+            fall = [(s[a], max(g[b + 1] + s[a] + fo[a], own[a]), fa_times[a], _F_ALL)]
+            for o in range(1, chain.option_count(a)):
+                so, foo, boo, bto = chain.option_sizes(a, o)
+                need = max(g[b + 1] + so + foo, g[a + 1] + so + g[a] + boo)
+                fall.append((so, need, chain.ft[a] + bto, _fall_choice(o)))
+            if a == b and len(fall) == 1:
+                front = _single(fall[0][1], fall[0][2], budget)
+            elif a == b:
+                front = _envelope(
+                    np.array([f[1] for f in fall], np.int64),
+                    np.array([f[2] for f in fall]),
+                    np.array([f[3] for f in fall], np.int64),
+                    budget,
+                )
             else:
                 nxt = frontiers[a + 1][b - a - 1]
-                parts_m = [np.maximum(nxt.memory + s[a], need_fa)]
-                parts_t = [nxt.time + fa_times[a]]
-                parts_c = [np.full(len(nxt.memory), _F_ALL, np.int64)]
+                parts_m = [np.maximum(nxt.memory + so, need) for so, need, _, _ in fall]
+                parts_t = [nxt.time + time for _, _, time, _ in fall]
+                parts_c = [np.full(len(nxt.memory), code, np.int64) for *_, code in fall]
                 # Checkpoint splits j = a+1..b.
                 lk, lt = row_keys[a], row_time[a]  # segments c = j - 1 = a..b-1
                 l_seg = lk // key
@@ -440,7 +452,7 @@ def exact_frontiers(chain: Chain, budget: int, work_limit: float = np.inf) -> li
                     np.concatenate(parts_c),
                     budget,
                 )
-                work += len(cand_m) + len(nxt.memory)
+                work += len(cand_m) + len(nxt.memory) * len(fall)
                 if work > work_limit:
                     raise WorkLimit(f"more than {work_limit:.0f} candidate points")
             frontiers[a].append(front)
@@ -478,7 +490,9 @@ def _envelope(memory: np.ndarray, time: np.ndarray, choice: np.ndarray, budget: 
     memory, time, choice = memory[keep], time[keep], choice[keep]
     if len(memory) == 0:
         return Frontier(memory, time, choice)
-    order = np.lexsort((choice, time, memory))  # ties: least time, then F_all, then least j
+    # ties: least time, then F_all under option 0, then its other options, then least j
+    rank = np.where(choice == _F_ALL, np.iinfo(np.int64).min, choice)
+    order = np.lexsort((rank, time, memory))
     memory, time, choice = memory[order], time[order], choice[order]
     best_before = np.minimum.accumulate(time)
     step = np.empty(len(time), dtype=bool)
@@ -487,9 +501,21 @@ def _envelope(memory: np.ndarray, time: np.ndarray, choice: np.ndarray, budget: 
     return Frontier(memory[step], time[step], choice[step])
 
 
-def exact_backtrack(chain: Chain, frontiers: list[list[Frontier]], budget: int) -> Sequence:
-    """The operation sequence of ``opt(0, L-1)(budget)`` from the steps' recorded options."""
-    x, s = chain.x.tolist(), chain.s.tolist()
+def _fall_choice(option: int) -> int:
+    """The choice code of ``F_all`` under ``option`` (as the core's: -1, then -3, -4, ...)."""
+    return _F_ALL if option == 0 else -2 - option
+
+
+def exact_backtrack(
+    chain: Chain,
+    frontiers: list[list[Frontier]],
+    budget: int,
+    options: dict[int, int] | None = None,
+) -> Sequence:
+    """The operation sequence of ``opt(0, L-1)(budget)`` from the steps' recorded options;
+    ``options`` (when given) receives the nonzero option of each stage's ``F_all``."""
+    x = chain.x.tolist()
+    options = {} if options is None else options
     sequence: Sequence = []
     stack: list[tuple[str, int, int, int]] = [("solve", 0, chain.length - 1, budget)]
     while stack:
@@ -502,12 +528,15 @@ def exact_backtrack(chain: Chain, frontiers: list[list[Frontier]], budget: int) 
         if i < 0:  # pragma: no cover - the caller checked feasibility
             raise AssertionError(f"rotor: no plan for stages {a}..{b} within {m} bytes")
         choice = int(front.choice[i])
+        option = 0 if choice == _F_ALL else -2 - choice
+        if choice < 0 and option:
+            options[a] = option
         if a == b:
             sequence += [("F_all", a), ("B", a)]
-        elif choice == _F_ALL:
+        elif choice < 0:
             sequence.append(("F_all", a))
             stack.append(("op", a, a, 0))
-            stack.append(("solve", a + 1, b, m - s[a]))
+            stack.append(("solve", a + 1, b, m - chain.option_sizes(a, option)[0]))
         else:
             j = choice
             sequence.append(("F_ck", a))

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from collections.abc import Sequence as Seq
 from dataclasses import dataclass, field
 
@@ -10,6 +10,33 @@ import numpy as np
 
 from memplan.algorithms.base import ChainPlan, Sequence
 from memplan.profile.model import Profile, Stage
+
+
+@dataclass(frozen=True)
+class ChainOptions:
+    """The options of every stage's ``F_all`` beyond option 0, flattened: stage ``k``'s option
+    ``o >= 1`` is entry ``start[k] + o - 1`` of ``s, fo, bo`` (bytes) and ``bt`` (ms)."""
+
+    start: np.ndarray
+    s: np.ndarray
+    fo: np.ndarray
+    bo: np.ndarray
+    bt: np.ndarray
+
+    @classmethod
+    def of(cls, stages: Seq[Stage]) -> ChainOptions | None:
+        """The options of ``stages``; None when no stage has any."""
+        if not any(st.options for st in stages):
+            return None
+        flat = [o for st in stages for o in st.options or ()]
+        counts = [len(st.options or ()) for st in stages]
+        return cls(
+            start=np.concatenate(([0], np.cumsum(counts))).astype(np.int64),
+            s=np.array([o.saved_size for o in flat], dtype=np.int64),
+            fo=np.array([o.forward_overhead for o in flat], dtype=np.int64),
+            bo=np.array([o.backward_overhead for o in flat], dtype=np.int64),
+            bt=np.array([o.backward_time for o in flat], dtype=np.float64),
+        )
 
 
 @dataclass(frozen=True)
@@ -28,16 +55,40 @@ class Chain:
     ft: np.ndarray
     bt: np.ndarray
     names: list[str] = field(default_factory=list)
+    options: ChainOptions | None = None
+    """More ways to run each stage's ``F_all`` (selective checkpointing); None: option 0 only."""
 
     @property
     def length(self) -> int:
         return len(self.s)
 
+    def option_count(self, k: int) -> int:
+        """How many ways stage ``k``'s ``F_all`` can run (option 0: ``s, fo, bo, bt``)."""
+        if self.options is None:
+            return 1
+        return 1 + int(self.options.start[k + 1] - self.options.start[k])
+
+    def option_sizes(self, k: int, option: int) -> tuple[int, int, int, float]:
+        """``(s, fo, bo, bt)`` of stage ``k`` under ``option``."""
+        if option == 0:
+            return int(self.s[k]), int(self.fo[k]), int(self.bo[k]), float(self.bt[k])
+        assert self.options is not None
+        i = int(self.options.start[k]) + option - 1
+        o = self.options
+        return int(o.s[i]), int(o.fo[i]), int(o.bo[i]), float(o.bt[i])
+
+    def without_options(self) -> Chain:
+        """The same chain with option 0 only (the solvers that do not read options)."""
+        return Chain(self.x, self.s, self.g, self.fo, self.bo, self.ft, self.bt, self.names)
+
     @property
     def total_bytes(self) -> int:
         """Every size of the chain added up (a Python int, exact): no sum the algorithms form
         exceeds it, so int64 arithmetic is exact when it is below 2**62."""
-        return sum(int(a.sum(dtype=object)) for a in (self.x, self.s, self.g, self.fo, self.bo))
+        arrays = [self.x, self.s, self.g, self.fo, self.bo]
+        if self.options is not None:
+            arrays += [self.options.s, self.options.fo, self.options.bo]
+        return sum(int(a.sum(dtype=object)) for a in arrays)
 
     @classmethod
     def from_profile(cls, profile: Profile) -> Chain:
@@ -49,6 +100,12 @@ class Chain:
         chain profile's, or one branch of a join network's."""
         st = stages
         return cls(
+            **cls._arrays(input_size, st), names=[s.name for s in st], options=ChainOptions.of(st)
+        )
+
+    @staticmethod
+    def _arrays(input_size: int, st: Seq[Stage]) -> dict[str, np.ndarray]:
+        return dict(
             x=np.array([input_size] + [s.output_size for s in st], dtype=np.int64),
             s=np.array([s.saved_size for s in st], dtype=np.int64),
             g=np.array([0] + [s.gradient_size for s in st], dtype=np.int64),
@@ -56,16 +113,19 @@ class Chain:
             bo=np.array([s.backward_overhead for s in st], dtype=np.int64),
             ft=np.array([s.forward_time for s in st], dtype=np.float64),
             bt=np.array([s.backward_time for s in st], dtype=np.float64),
-            names=[s.name for s in st],
         )
 
     def duration(self, op: str, stage: int) -> float:
         return float(self.bt[stage] if op == "B" else self.ft[stage])
 
-    def makespan(self, sequence: Sequence) -> float:
+    def makespan(self, sequence: Sequence, options: Mapping[int, int] | None = None) -> float:
+        """The sequence's time; ``options``: the option of each stage's ``F_all`` (default 0),
+        which sets the time of its ``B``."""
         # The durations of duration() added in the same order (the same float), without a call
         # per operation.
         ft, bt = self.ft.tolist(), self.bt.tolist()
+        for k, option in (options or {}).items():
+            bt[k] = self.option_sizes(k, option)[3]
         return float(sum([bt[k] if op == "B" else ft[k] for op, k in sequence]))
 
     @property
@@ -93,13 +153,16 @@ class Chain:
             held += s[k]
         return peak
 
-    def peak(self, sequence: Sequence) -> int | None:
-        """Peak activation bytes of a sequence (x[0] and g[L] included), or None if it is invalid.
+    def peak(self, sequence: Sequence, options: Mapping[int, int] | None = None) -> int | None:
+        """Peak activation bytes of a sequence (x[0] and g[L] included), or None if it is invalid;
+        ``options``: the option of each stage's ``F_all`` (default 0).
 
         The solvers' own accounting, used by the heuristics to pick a plan that fits; every plan
         is checked again by :mod:`memplan.simulator`, which is written independently of this.
         """
         x, s, g, fo, bo = (a.tolist() for a in (self.x, self.s, self.g, self.fo, self.bo))
+        for k, option in (options or {}).items():
+            s[k], fo[k], bo[k], _ = self.option_sizes(k, option)
         L = self.length
         has_x = [False] * (L + 1)
         has_s = [False] * L

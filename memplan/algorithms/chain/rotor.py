@@ -251,6 +251,11 @@ def plan_rotor(chain: Chain, memory: int, *, slots: int | str | None = AUTO) -> 
         exists. ``slots`` is the budget in slots of the grid used, None for the byte-level DP.
     """
     auto = slots is None or slots == AUTO
+    if chain.options is not None:
+        chosen = _plan_with_options(chain, memory) if auto else None
+        if chosen is not None:
+            return chosen
+        chain = chain.without_options()
     fused = None if auto else _grid_with_bounds(chain, memory, slots)
     if fused is not None:  # the bounds and the grid, in one call
         lower, upper, store_all = fused.bounds
@@ -332,6 +337,58 @@ def plan_rotor(chain: Chain, memory: int, *, slots: int | str | None = AUTO) -> 
             "plan (raise --slots for a faster one)",
         )
     return ChainPlan(sequence, "optimal" if exact else "feasible", value, min_memory, capacity)
+
+
+def _exact_with_options(chain: Chain, budget: int) -> tuple[int, Sequence, dict[int, int], int]:
+    """The DP in bytes with the options of every ``F_all``: its status, the plan (empty: none
+    within ``budget``), the option of each stage's ``F_all`` (the nonzero ones) and the least
+    budget of the chain (-1: above ``budget``)."""
+    options = chain.options
+    assert options is not None
+    arrays = (
+        np.ascontiguousarray(options.start, dtype=np.int64),
+        *(np.ascontiguousarray(a, dtype=np.int64) for a in (options.s, options.fo, options.bo)),
+        np.ascontiguousarray(options.bt, dtype=np.float64),
+    )
+    status, codes, chosen, _, least = kernels.rotor_exact_options(
+        *_chain_arrays(chain), *arrays, budget, float(EXACT_WORK)
+    )
+    sequence = _sequence(codes, chain.length)
+    per_stage = {k: int(o) for (name, k), o in zip(sequence, chosen.tolist(), strict=True) if o}
+    return int(status), sequence, per_stage, int(least)
+
+
+def _plan_with_options(chain: Chain, memory: int) -> ChainPlan | None:
+    """rotor with the options of every stage's ``F_all`` (selective checkpointing, docs/model.md
+    "Options of a stage"): the DP in bytes, each ``F_all a`` taking the best of its options (NOTE
+    [ rotor in bytes ]: the frontier of ``(a+1, b)`` shifted by each option's saved bytes). None
+    where that DP is past :data:`EXACT_WORK` (the caller then plans with option 0 only)."""
+    if chain.total_bytes >= INT64_SAFE:
+        return None
+    x0 = int(chain.x[0])
+    budget = memory - x0
+    status, sequence, options, least = _exact_with_options(chain, max(budget, 0))
+    if status != 0:
+        return None
+    if sequence:
+        return ChainPlan(
+            sequence,
+            "optimal",
+            chain.makespan(sequence, options),
+            least + x0,
+            message="exact in bytes (no slots), with the options of F_all",
+            options=options,
+        )
+    # No plan within the budget: the least one, from the frontier up to the store-all need.
+    status, _, _, least = _exact_with_options(chain, chain.store_all_peak() - x0)
+    if status != 0 or least < 0:
+        return None
+    return ChainPlan(
+        sequence=None,
+        status="infeasible",
+        min_memory=least + x0,
+        message="no checkpointing plan fits: even recomputing everything needs more memory",
+    )
 
 
 def auto_slots(length: int) -> int:
