@@ -118,7 +118,8 @@ def _ceil(values: np.ndarray) -> np.ndarray:
 
 def table_bytes(length: int, window: int, width: int) -> int:
     """Bytes of the backward tables of :class:`FractionalDP` (values and choices): ``CA[a][b]``
-    for every pair ``b - a < window`` and every ``b = L - 1``, ``width^2`` entries each."""
+    for every pair ``b - a < window`` and every ``b = L - 1``, ``width^2`` entries each.
+    """
     pairs = length * min(window, length) + length
     return pairs * width * width * (8 + 2)
 
@@ -233,7 +234,8 @@ class FractionalDP:
 
     def _backward_tables(self) -> None:
         """``CA[a][b]`` for ``b - a < window`` (``near[a, b - a]``) and ``CA[a][L-1]`` for every
-        ``a`` (``last[a]``), split at ``j <= a + window`` (NOTE [ pofo window ])."""
+        ``a`` (``last[a]``), split at ``j <= a + window`` (NOTE [ pofo window ]).
+        """
         L, W, D, w = self.L, self.W, self.D, self.window
         beta = self.beta
         # near[a, r] = CA[a][a + r] (b < L - 1): the splits of a..b are contiguous, CA[j][b] is
@@ -378,7 +380,8 @@ class FractionalDP:
 
     def _versions(self, js, nexts, t, K, F, B, lems, windows, fit0, fit1, back):
         """:meth:`_options` for the options ``js`` (``back``: one row per option), in the order
-        ``js[0]`` kept, ``js[0]`` offloaded, ``js[1]`` kept..."""
+        ``js[0]`` kept, ``js[0]`` offloaded, ``js[1]`` kept...
+        """
         D, C, beta = self.D, self.C, self.beta
         avail = C - t - K
         lem = np.array(lems)[:, None]
@@ -464,7 +467,8 @@ class FractionalDP:
         are on no plan within ``limit``); with ``beam``, only the ``beam`` most promising states of
         each segment (time so far plus the bound) are expanded. Returns the states (sorted flat
         indices, per segment and input kind) and the least time of a plan found on the way (its
-        tail or loss from a state reached)."""
+        tail or loss from a state reached).
+        """
         L, W, D, C = self.L, self.W, self.D, self.C
         size = W * D * D
         if limit == INF and beam is None:
@@ -510,7 +514,8 @@ class FractionalDP:
 
     def _reachable(self) -> list[list]:
         """Every state that some choice of the segments before reaches (sorted flat indices, per
-        segment and input kind): :meth:`_reach` without a bound, with boolean marks."""
+        segment and input kind): :meth:`_reach` without a bound, with boolean marks.
+        """
         L, W, D = self.L, self.W, self.D
         size = W * D * D
         reached: dict[tuple[int, int], np.ndarray] = {(0, 0): np.zeros(size, dtype=bool)}

@@ -111,7 +111,8 @@ class PofoDP:
 
     def value(self, a: int, K: int, T: _Tensor, P: _Tensor | None) -> tuple[float, tuple]:
         """``V(a, K, T, P)`` and the decision reaching it (``("tail",)``, ``("all", off)``,
-        ``("ck", j, off)``)."""
+        ``("ck", j, off)``).
+        """
         key = (a, K, T, P)
         found = self.memo.get(key)
         if found is not None:

@@ -98,7 +98,8 @@ def _plan_peaks(
     prefetches: list[tuple[str, int]],
 ) -> tuple[dict[int, list[str]], dict[int, list[str]], list[int] | None]:
     """The transfers grouped by the computation that triggers (offloads) or needs (prefetches)
-    them, and the peak of every computation with just-in-time prefetches (None: impossible)."""
+    them, and the peak of every computation with just-in-time prefetches (None: impossible).
+    """
     offloaded_after: dict[int, list[str]] = {}
     for t, i in offloads:
         offloaded_after.setdefault(i, []).append(t)

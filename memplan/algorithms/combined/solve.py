@@ -41,8 +41,9 @@ rotor at its own default, dynprog at its own (``auto``, NOTE [ offload slots aut
 from __future__ import annotations
 
 import math
+from typing import Any
 
-from memplan.algorithms.base import OffloadPlan, Transfer
+from memplan.algorithms.base import ChainPlan, OffloadPlan, Sequence, Transfer
 from memplan.algorithms.chain.problem import Chain
 from memplan.algorithms.chain.rotor import chain_min_memory, plan_rotor
 from memplan.algorithms.combined.fractional import MAX_SLOTS as FRACTIONAL_MAX_SLOTS
@@ -50,8 +51,11 @@ from memplan.algorithms.combined.fractional import FractionalDP, table_bytes
 from memplan.algorithms.combined.pofo import PofoDP
 from memplan.algorithms.combined.realize import plan_peak, realize
 from memplan.algorithms.offload.dynprog import solve_dynprog
+from memplan.algorithms.offload.model import OffloadInstance
 from memplan.algorithms.timeline import Deadline, TimeLimitReached
 from memplan.errors import InputError
+from memplan.profile.model import Profile
+from memplan.schedule import Status
 
 DEFAULT_SLOTS = 50
 """Slots of the pofo DP (Efficient Combination of Rematerialization and Offloading (NeurIPS 2021) §5: 50 values are enough in its experiments)."""
@@ -84,7 +88,7 @@ schedule): its Python recursion costs more than the Theorem 1 DP on long chains,
 in benchmarks/bench_combined.py."""
 
 
-def _timed(chain: Chain, sequence: list[tuple[str, int]]) -> list[Transfer]:
+def _timed(chain: Chain, sequence: Sequence) -> list[Transfer]:
     ops: list[Transfer] = []
     clock = 0.0
     for name, k in sequence:
@@ -101,8 +105,8 @@ def solve_pofo(
     bandwidth: float,
     slots: int | str = "auto",
     rotor_slots: int | str | None = None,
-    offload_instance=None,
-    profile=None,
+    offload_instance: OffloadInstance | None = None,
+    profile: Profile | None = None,
     dynprog_slots: int | str = "auto",
     deadline: Deadline | None = None,
 ) -> OffloadPlan:
@@ -152,7 +156,7 @@ def solve_pofo(
     peak = chain.store_all_peak()
     candidates: list[tuple[float, str, list[Transfer]]] = []
     least = chain_min_memory(chain)
-    details: dict = {}
+    details: dict[str, Any] = {}
     auto = slots == "auto"
     grid = DEFAULT_SLOTS if auto else int(slots)
     exact = chain.length <= EXACT_STAGES
@@ -165,11 +169,13 @@ def solve_pofo(
         else:
             rotor = plan_rotor(chain, memory, slots=grid)
         if rotor.sequence is not None:
+            assert rotor.claimed_makespan is not None, "a rotor plan states its makespan"
             candidates.append((rotor.claimed_makespan, "rotor", _timed(chain, rotor.sequence)))
         if offload_instance is not None and bandwidth > 0:
             least = min(least, offload_instance.min_memory())
             plan = solve_dynprog(offload_instance, memory, slots=dynprog_slots, deadline=deadline)
             if plan.ops is not None:
+                assert plan.claimed_makespan is not None, "a dynprog plan states its makespan"
                 candidates.append((plan.claimed_makespan, "dynprog", list(plan.ops)))
         best = min((c[0] for c in candidates), default=INF)
         if memory - int(chain.x[0]) >= 0 and (exact or best > lower * (1 + 1e-12)):
@@ -211,7 +217,7 @@ def solve_pofo(
     details["source"] = source
     for v, name, _ in candidates:
         details[name] = v
-    status = "optimal" if value <= lower * (1 + 1e-12) else "feasible"
+    status: Status = "optimal" if value <= lower * (1 + 1e-12) else "feasible"
     return OffloadPlan(
         ops=ops,
         status=status,
@@ -231,10 +237,10 @@ def _dynamic_programs(
     bandwidth: float,
     grid: int,
     auto: bool,
-    rotor,
-    rotor_slots,
-    profile,
-    details: dict,
+    rotor: ChainPlan,
+    rotor_slots: int | str | None,
+    profile: Profile | None,
+    details: dict[str, Any],
     candidates: list[tuple[float, str, list[Transfer]]],
     window: int | None,
     deadline: Deadline,
@@ -242,13 +248,15 @@ def _dynamic_programs(
     """The candidates of the Theorem 1 DP (``frac``) and of the window DP (``dp``), added to
     ``candidates``. On chains longer than :data:`EXACT_STAGES`, the Theorem 1 DP runs on a
     ``window`` and only looks for plans faster than the candidates already found (NOTE [ pofo
-    window ]); the window DP does not run there."""
+    window ]); the window DP does not run there.
+    """
     # A plan that moves a tensor lasts at least its offload and its prefetch: when even the
     # smallest one cannot beat rotor that way, no transfer can help and pofo is rotor.
     sizes = [int(v) for v in (*chain.x, *chain.s) if v > 0]
     slowest = INF if bandwidth <= 0 or not sizes else 2 * min(sizes) / (bandwidth / 1000.0)
     found: list[tuple[float, str, list[Transfer]]] = []
-    if slowest < (rotor.claimed_makespan if rotor.sequence is not None else INF):
+    rotor_time = rotor.claimed_makespan if rotor.sequence is not None else None
+    if slowest < (INF if rotor_time is None else rotor_time):
         # Rounded up at a coarser grid than rotor's, the DP's plan is not worth a third run.
         finer_rotor = (
             auto or rotor_slots == "auto" or (isinstance(rotor_slots, int) and rotor_slots > grid)
@@ -282,7 +290,8 @@ def _dynamic_programs(
 def pofo_window(chain: Chain, memory: int, slots: int) -> int:
     """The window of the Theorem 1 DP on a chain longer than :data:`EXACT_STAGES` (NOTE [ pofo
     window ]): as wide as :data:`WINDOW_WORK` allows, at least :data:`MIN_WINDOW`, and within
-    :data:`TABLE_LIMIT` bytes of tables (else :class:`InputError`)."""
+    :data:`TABLE_LIMIT` bytes of tables (else :class:`InputError`).
+    """
     L = chain.length
     width = _dp_width(chain, memory, slots)
     work = int(math.sqrt(2 * WINDOW_WORK / (L * width * width)))
@@ -312,7 +321,7 @@ def _dp_width(chain: Chain, memory: int, slots: int) -> int:
     return FractionalDP(chain, memory, 1.0, slots).W
 
 
-def _summary(source: str, details: dict) -> str:
+def _summary(source: str, details: dict[str, Any]) -> str:
     """``solver.message``: the winner, then every candidate's value (ms; '-' when none)."""
 
     def ms(key: str) -> str:
@@ -330,8 +339,8 @@ def _fractional_grids(
     memory: int,
     bandwidth: float,
     grids: list[int],
-    profile,
-    details: dict,
+    profile: Profile | None,
+    details: dict[str, Any],
     *,
     round_up: bool = True,
     fallback: int | None = None,
@@ -346,10 +355,10 @@ def _fractional_grids(
     schedule) and ``frac_grids``, the grids tried.
     """
     best: list[tuple[float, str, list[Transfer]]] = []
-    best_details: dict | None = None
+    best_details: dict[str, Any] | None = None
     grids = list(grids)
     for grid in grids:
-        own: dict = {}
+        own: dict[str, Any] = {}
         found = _fractional(
             chain,
             memory,
@@ -379,8 +388,8 @@ def _fractional(
     memory: int,
     bandwidth: float,
     slots: int,
-    profile,
-    details: dict,
+    profile: Profile | None,
+    details: dict[str, Any],
     *,
     round_up: bool = True,
     window: int | None = None,
@@ -401,15 +410,15 @@ def _fractional(
     if round_up:
         attempts.append(None)
     while attempts:
-        margin = attempts.pop(0)
-        nearest = margin is not None
+        attempt = attempts.pop(0)
+        nearest = attempt is not None
         dp = FractionalDP(
             chain,
             memory,
             bandwidth,
             slots,
             nearest=nearest,
-            margin=margin or 0,
+            margin=attempt or 0,
             window=window,
             bound=bound,
             deadline=deadline,
@@ -417,15 +426,15 @@ def _fractional(
         value = dp.solve()
         details["frac_value"] = value
         details["frac_slots"] = dp.slots
-        details["frac_rounding"] = f"nearest, {margin} slots aside" if nearest else "up"
+        details["frac_rounding"] = f"nearest, {attempt} slots aside" if nearest else "up"
         if value == float("inf"):
             continue
         plan = dp.plan()
         need = plan_peak(chain, plan.sequence, plan.offloads, plan.prefetches)
         if need is None or need > memory:
-            if nearest and retries > 0 and need is not None:
+            if attempt is not None and retries > 0 and need is not None:
                 retries -= 1
-                attempts.insert(0, margin + int(math.ceil((need - memory) / dp.unit)) + 1)
+                attempts.insert(0, attempt + int(math.ceil((need - memory) / dp.unit)) + 1)
             continue
         ops = realize(chain, plan.sequence, plan.offloads, plan.prefetches, memory, bandwidth)
         if ops is None:  # pragma: no cover - the realization waits rather than fails

@@ -55,18 +55,20 @@ def describe_join(profile: Profile, static_memory: int) -> dict[str, Any]:
     from memplan.algorithms.join.pebble import c_min
     from memplan.algorithms.join.solve import uniform
 
-    lengths = [len(b.stages) for b in profile.branches]
+    assert profile.branches is not None and profile.turn is not None, "a join profile"
+    branches, turn = profile.branches, profile.turn
+    lengths = [len(b.stages) for b in branches]
     found: dict[str, Any] = {
         "min_memory": {},
-        "branches": ", ".join(f"{b.name} ({len(b.stages)})" for b in profile.branches),
+        "branches": ", ".join(f"{b.name} ({len(b.stages)})" for b in branches),
         "branch_lengths": lengths,
-        "input_size": sum(b.input_size for b in profile.branches),
+        "input_size": sum(b.input_size for b in branches),
         "stage_table": [
             {**st.model_dump(exclude_none=True), "name": f"{b.name}/{st.name}"}
-            for b in profile.branches
+            for b in branches
             for st in b.stages
         ]
-        + [{**profile.turn.model_dump(exclude_none=True), "name": f"turn/{profile.turn.name}"}],
+        + [{**turn.model_dump(exclude_none=True), "name": f"turn/{turn.name}"}],
     }
     u = uniform(profile)
     if u is not None:

@@ -15,7 +15,8 @@ import numpy as np
 
 from memplan.algorithms.base import Sequence
 from memplan.algorithms.chain.problem import Chain
-from memplan.algorithms.join.hetero import JoinNet, JoinOp
+from memplan.algorithms.join.hetero import JoinNet
+from memplan.algorithms.join.pebble import JoinOp
 
 
 def equivalent_chain(net: JoinNet) -> tuple[Chain, list[int], int]:

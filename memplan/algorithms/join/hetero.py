@@ -40,18 +40,37 @@ from __future__ import annotations
 import itertools
 import math
 from dataclasses import dataclass
+from typing import Any, Literal
 
 import numpy as np
+import numpy.typing as npt
 
 from memplan.algorithms.chain import rotor
 from memplan.algorithms.chain.least_memory import least_memory_sequence, least_memory_tables
 from memplan.algorithms.chain.problem import Chain
+from memplan.algorithms.join.pebble import JoinOp
 from memplan.algorithms.timeline import Deadline
 from memplan.profile.model import Profile
 
-JoinOp = tuple[str, int | None, int]
 INF = math.inf
 _TURN, _NONE = -2, -1
+
+_Task = (
+    tuple[Literal["op"], JoinOp]
+    | tuple[Literal["segment"], int, int, int, int]
+    | tuple[Literal["solve"], tuple[int, ...], tuple[int, ...], int]
+)
+"""What :meth:`HeteroJoin.sequence` has left to do: one operation, a rotor segment of a branch
+(branch, first and last stage, slots), or a sub-join (positions, standalone-start flags, slots)."""
+
+_Decision = tuple[Literal["turn"]] | tuple[Literal["F_all"], int] | tuple[Literal["ck"], int, int]
+"""The first move of a least-memory state: the turn, ``F_all`` on a branch, or a checkpointed
+forward segment of a branch up to a stage."""
+
+_LeastTask = (
+    tuple[Literal["ops"], list[JoinOp]] | tuple[Literal["solve"], tuple[int, ...], tuple[int, ...]]
+)
+"""What :func:`least_memory_plan` has left to do: operations to append, or a sub-join."""
 
 
 @dataclass
@@ -106,7 +125,8 @@ class JoinNet:
             for c in self.chains
         ]
         turn = up(np.array([self.s_turn, self.fo_turn, self.bo_turn, self.g_turn]))
-        return capacity, JoinNet(chains, *(int(v) for v in turn), self.t_turn)
+        s_turn, fo_turn, bo_turn, g_turn = (int(v) for v in turn)
+        return capacity, JoinNet(chains, s_turn, fo_turn, bo_turn, g_turn, self.t_turn)
 
     def turn_need(self) -> int:
         grads = sum(int(c.g[c.length]) for c in self.chains)
@@ -120,9 +140,10 @@ class JoinNet:
             need = max(need, int(c.x[r] + c.x[r + 1] + c.fo[r]))
         return need
 
-    def forward_needs(self, j: int, dtype: type = np.int64) -> np.ndarray:
+    def forward_needs(self, j: int, dtype: npt.DTypeLike = np.int64) -> npt.NDArray[Any]:
         """``[p, q]``: :meth:`forward_need` of branch ``j`` for every ``p < q <= l_j`` (0 below),
-        by running maxima: ``O(l^2)`` instead of ``O(l)`` per pair."""
+        by running maxima: ``O(l^2)`` instead of ``O(l)`` per pair.
+        """
         c = self.chains[j]
         length = c.length
         x, fo = c.x.tolist(), c.fo.tolist()
@@ -157,6 +178,7 @@ class JoinNet:
             if op == "turn":
                 total += self.t_turn
             else:
+                assert j is not None, "only the turn has no branch"
                 c = self.chains[j]
                 total += float(c.bt[i] if op == "B" else c.ft[i])
         return total
@@ -178,6 +200,7 @@ class JoinNet:
                         xs[b].discard(c.length)
                         held -= int(c.x[c.length])
                 continue
+            assert j is not None, "only the turn has no branch"
             c = self.chains[j]
             if op == "F_all":
                 peak = max(peak, held + int(c.s[i] + c.fo[i]))
@@ -215,7 +238,8 @@ def _states(shape: tuple[int, ...]) -> list[tuple[tuple[int, ...], tuple[int, ..
 class _StateIndex:
     """Dense ids of the states ``(p, flags)``: ``(sum_j p_j stride_j) << k`` plus the flag bits
     (bit ``j`` for branch ``j``), so that the states that move branch ``j`` to ``q = a+1 .. l_j``
-    have ids in an arithmetic progression (gathered at once)."""
+    have ids in an arithmetic progression (gathered at once).
+    """
 
     def __init__(self, shape: tuple[int, ...]) -> None:
         self.k = len(shape)
@@ -335,7 +359,7 @@ class HeteroJoin:
         """The plan of :meth:`opt` (forward segments, the turn, backward segments)."""
         net = self.net
         plan: list[JoinOp] = []
-        stack: list[tuple] = [("solve", (0,) * self.k, (1,) * self.k, m)]
+        stack: list[_Task] = [("solve", (0,) * self.k, (1,) * self.k, m)]
         while stack:
             item = stack.pop()
             if item[0] == "op":
@@ -371,7 +395,7 @@ class HeteroJoin:
         return plan
 
 
-_LEAST: dict[tuple, tuple[int, list[JoinOp]]] = {}
+_LEAST: dict[tuple[object, ...], tuple[int, list[JoinOp]]] = {}
 
 
 def min_memory_plan(net: JoinNet, deadline: Deadline | None = None) -> tuple[int, list[JoinOp]]:
@@ -402,7 +426,7 @@ def least_memory_plan(net: JoinNet, deadline: Deadline | None = None) -> tuple[i
     fneeds = [net.forward_needs(j, dtype) for j in range(k)]
     ids = _StateIndex(shape)
     need = np.zeros(ids.size, dtype=dtype)
-    how: dict[int, tuple] = {}
+    how: dict[int, _Decision] = {}
     gT = net.g_turn
     deadline = deadline or Deadline()
     for p, flags in _states(shape):
@@ -414,7 +438,7 @@ def least_memory_plan(net: JoinNet, deadline: Deadline | None = None) -> tuple[i
             need[here], how[here] = held + net.turn_need(), ("turn",)
             continue
         grads = [int(c.g[p[j]]) for j, c in enumerate(net.chains)]
-        best: tuple[int, tuple] | None = None
+        best: tuple[int, _Decision] | None = None
         for j, c in enumerate(net.chains):
             a = p[j]
             if a == c.length:
@@ -439,12 +463,12 @@ def least_memory_plan(net: JoinNet, deadline: Deadline | None = None) -> tuple[i
                 mine + others + tables[j][0][a, a : c.length],
             )
             r = int(np.argmin(n_b))
-            if n_b[r] < best[0]:
+            if best is None or n_b[r] < best[0]:
                 best = (int(n_b[r]), ("ck", j, a + 1 + r))
         assert best is not None
         need[here], how[here] = best
     plan: list[JoinOp] = []
-    stack: list[tuple] = [("solve", (0,) * k, (1,) * k)]
+    stack: list[_LeastTask] = [("solve", (0,) * k, (1,) * k)]
     while stack:
         item = stack.pop()
         if item[0] == "ops":
@@ -458,7 +482,8 @@ def least_memory_plan(net: JoinNet, deadline: Deadline | None = None) -> tuple[i
             j = decision[1]
             a = p[j]
             plan.append(("F_all", j, a))
-            stack.append(("ops", [("B", j, a)]))
+            backward: list[JoinOp] = [("B", j, a)]
+            stack.append(("ops", backward))
             stack.append(
                 ("solve", p[:j] + (a + 1,) + p[j + 1 :], flags[:j] + (0,) + flags[j + 1 :])
             )
@@ -468,6 +493,7 @@ def least_memory_plan(net: JoinNet, deadline: Deadline | None = None) -> tuple[i
             plan.append(("F_ck", j, a))
             plan += [("F_n", j, r) for r in range(a + 1, q)]
             segment = least_memory_sequence(tables[j][1], a, q - 1)
-            stack.append(("ops", [(op, j, st) for op, st in segment]))
+            ops: list[JoinOp] = [(op, j, st) for op, st in segment]
+            stack.append(("ops", ops))
             stack.append(("solve", p[:j] + (q,) + p[j + 1 :], flags[:j] + (1,) + flags[j + 1 :]))
     return int(need[ids.id((0,) * k, (1,) * k)]), plan

@@ -35,15 +35,24 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import Literal
 
 import numpy as np
+import numpy.typing as npt
 
 from memplan.algorithms.chain.revolve import extra_forwards, revolve_sequence
+from memplan.schedule import OpName
 
-JoinOp = tuple[str, int | None, int]
+JoinOp = tuple[OpName, int | None, int]
 """``(op, branch, stage)``: ``F_ck``/``F_n``/``B`` on a branch's stage, or ``("turn", None, 0)``."""
 
 INF = math.inf
+
+_Task = (
+    tuple[Literal["solve"], tuple[int, ...], int] | tuple[Literal["segment"], int, int, int, int]
+)
+"""What :meth:`JoinTable.sequence` has left to do: a join of remaining lengths with some slots, or
+one branch's segment (branch, first stage, steps, slots)."""
 
 
 def c_min(lengths: Sequence[int]) -> int:
@@ -61,7 +70,7 @@ def c_min(lengths: Sequence[int]) -> int:
     return k + nonzero + 1
 
 
-def segment_table(longest: int, slots: int, uf: float, ub: float) -> np.ndarray:
+def segment_table(longest: int, slots: int, uf: float, ub: float) -> npt.NDArray[np.float64]:
     """``R[i, c]``: time to backpropagate ``i`` steps of one branch with ``c`` slots (``Opt_0``).
 
     The segment input ``x_0`` and the backward value ``xbar_i`` are in memory (and count among the
@@ -155,7 +164,7 @@ class JoinTable:
         self.value, self.choice, self.slots = value, choice, slots
         zero = (0,) * self.k
         for c in range(max(old, self.k), slots + 1):
-            self.value[(c, *zero)] = self.ut
+            self.value[(c,) + zero] = self.ut
         for c in range(max(old, 1), slots + 1):
             self._fill(c)
 
@@ -185,14 +194,14 @@ class JoinTable:
         if c < 0:
             return INF
         self.grow(c)
-        return float(self.value[(c, *r)])
+        return float(self.value[(c,) + r])
 
     def sequence(self, c: int) -> list[JoinOp]:
         """The canonical schedule of ``Opt_join(lengths, c)``: forward segments, turn, backward."""
         if not math.isfinite(self.opt(c)):
             raise ValueError(f"no schedule with {c} slots (c_min is {c_min(self.lengths)})")
         plan: list[JoinOp] = []
-        stack: list[tuple] = [("solve", self.lengths, c)]
+        stack: list[_Task] = [("solve", self.lengths, c)]
         while stack:
             item = stack.pop()
             if item[0] == "segment":
@@ -202,7 +211,7 @@ class JoinTable:
             if not any(r):
                 plan.append(("turn", None, 0))
                 continue
-            code = int(self.choice[(slots, *r)])
+            code = int(self.choice[(slots,) + r])
             m, i = divmod(code, self._stride)
             start = self.lengths[m] - r[m]
             plan.append(("F_ck", m, start))
@@ -214,7 +223,7 @@ class JoinTable:
         return plan
 
 
-_CACHE: dict[tuple, JoinTable] = {}
+_CACHE: dict[tuple[tuple[int, ...], float, float, float], JoinTable] = {}
 _CACHE_SIZE = 4
 
 
@@ -253,7 +262,9 @@ def plan_peak(lengths: Sequence[int], plan: Sequence[JoinOp]) -> int | None:
     """
     k = len(lengths)
     held = [{0} for _ in range(k)]
-    grad = [None] * k  # index of the backward value of each branch, after the turn
+    grad: list[int | None] = [
+        None
+    ] * k  # index of the backward value of each branch, after the turn
     turned = False
     count = peak = k
     for op, j, i in plan:
@@ -265,6 +276,8 @@ def plan_peak(lengths: Sequence[int], plan: Sequence[JoinOp]) -> int | None:
                 grad[b] = lengths[b]
             turned = True
             continue
+        if j is None:
+            return None
         if op in ("F_ck", "F_n"):
             if i not in held[j] or i + 1 in held[j] or i >= lengths[j]:
                 return None

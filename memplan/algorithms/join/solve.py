@@ -10,15 +10,19 @@ chain model of docs/model.md on every branch (``join_model: chain``), memory dis
 
 from __future__ import annotations
 
+import functools
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Literal
 
 from memplan.algorithms.base import SolveRequest
+from memplan.algorithms.join.pebble import JoinOp
 from memplan.algorithms.timeline import Deadline, TimeLimitReached
 from memplan.errors import InputError
 from memplan.profile.model import Profile
-from memplan.schedule import Budget, Op, ProfileRef, Schedule, SolverInfo
+from memplan.schedule import Budget, Op, OpName, ProfileRef, Schedule, SolverInfo, Status
 
 TABLE_LIMIT = 2 * 10**9
 """Bytes the chain-model join table may take (states x slots x 12); beyond, --slots is refused."""
@@ -57,14 +61,16 @@ def uniform(profile: Profile) -> Uniform | None:
     return Uniform(size, uf, ub, turn.forward_time + turn.backward_time, lengths)
 
 
-def _durations(profile: Profile):
+def _durations(profile: Profile) -> Callable[[OpName, int | None, int], float]:
     assert profile.branches is not None and profile.turn is not None
+    branches = profile.branches
     turn = profile.turn.forward_time + profile.turn.backward_time
 
-    def duration(op: str, branch: int | None, stage: int) -> float:
+    def duration(op: OpName, branch: int | None, stage: int) -> float:
         if op == "turn":
             return turn
-        st = profile.branches[branch].stages[stage]
+        assert branch is not None, "only the turn has no branch"
+        st = branches[branch].stages[stage]
         return st.backward_time if op == "B" else st.forward_time
 
     return duration
@@ -74,10 +80,10 @@ def _schedule(
     profile: Profile,
     request: SolveRequest,
     algorithm: str,
-    model: str,
-    plan: list[tuple[str, int | None, int]] | None,
+    model: Literal["pebble", "chain"],
+    plan: list[JoinOp] | None,
     *,
-    status: str,
+    status: Status,
     claimed: float | None = None,
     min_memory: int | None = None,
     slots: int | None = None,
@@ -85,45 +91,38 @@ def _schedule(
     message: str | None = None,
     started: float,
 ) -> Schedule:
-    common = dict(
+    ops: list[Op] = []
+    makespan: float | None = None
+    overhead: float | None = None
+    if plan is None:
+        status = "unknown" if status == "unknown" else "infeasible"
+    else:
+        duration = _durations(profile)
+        clock = 0.0
+        for op, branch, stage in plan:
+            end = clock + duration(op, branch, stage)
+            ops.append(Op(op=op, stage=stage, start=clock, end=end, branch=branch))
+            clock = end
+        makespan = clock if claimed is None else claimed
+        lower = profile.lower_bound
+        overhead = makespan / lower if lower > 0 else 1.0
+    return Schedule(
         family="join",
         algorithm=algorithm,
         profile=ProfileRef(model=profile.model, sha256=profile.sha256(), stages=profile.length),
         budget=Budget(memory=request.memory, optimizer=request.optimizer),
+        feasible=plan is not None,
+        makespan=makespan,
+        overhead=overhead,
         lower_bound=profile.lower_bound,
         static_memory=request.static_memory,
         min_memory=min_memory,
         join_model=model,
         join_slots=join_slots,
-    )
-    if plan is None:
-        return Schedule(
-            feasible=False,
-            solver=SolverInfo(
-                seconds=time.perf_counter() - started,
-                status="unknown" if status == "unknown" else "infeasible",
-                slots=slots,
-                message=message,
-            ),
-            **common,
-        )
-    duration = _durations(profile)
-    ops, clock = [], 0.0
-    for op, branch, stage in plan:
-        end = clock + duration(op, branch, stage)
-        ops.append(Op(op=op, stage=stage, start=clock, end=end, branch=branch))
-        clock = end
-    makespan = clock if claimed is None else claimed
-    lower = profile.lower_bound
-    return Schedule(
-        feasible=True,
-        makespan=makespan,
-        overhead=makespan / lower if lower > 0 else 1.0,
         solver=SolverInfo(
             seconds=time.perf_counter() - started, status=status, slots=slots, message=message
         ),
         ops=ops,
-        **common,
     )
 
 
@@ -145,18 +144,22 @@ def _join_pebble(profile: Profile, request: SolveRequest, u: Uniform, started: f
 
     c = _pebble_slots(request, u)
     least = c_min(u.lengths)
-    common = dict(started=started, join_slots=c, min_memory=request.static_memory + least * u.size)
+    finish = functools.partial(
+        _schedule,
+        profile,
+        request,
+        "join",
+        "pebble",
+        started=started,
+        join_slots=c,
+        min_memory=request.static_memory + least * u.size,
+    )
     if c < least:
-        return _schedule(
-            profile,
-            request,
-            "join",
-            "pebble",
+        return finish(
             None,
             status="infeasible",
             message=f"c_min = {least} slots of {u.size} bytes (Theorem 2 of papers/003); "
             f"the budget gives c = {c}",
-            **common,
         )
     c_eff = min(c, sum(u.lengths) + len(u.lengths))  # store-all needs no more (sum l + k)
     table_bytes = math.prod(length + 1 for length in u.lengths) * (c_eff + 1) * 12
@@ -167,16 +170,11 @@ def _join_pebble(profile: Profile, request: SolveRequest, u: Uniform, started: f
         )
     table = cached_table(u.lengths, u.uf, u.ub, u.ut)
     table.grow(c_eff)
-    return _schedule(
-        profile,
-        request,
-        "join",
-        "pebble",
+    return finish(
         table.sequence(c_eff),
         status="optimal",
         claimed=table.opt(c_eff),
         message=f"pebble model (uniform profile): c = {c} slots of {u.size} bytes, c_min = {least}",
-        **common,
     )
 
 
@@ -201,29 +199,28 @@ def _join_chain(profile: Profile, request: SolveRequest, started: float) -> Sche
             started=started,
             slots=slots,
         )
-    common = dict(started=started, slots=slots, min_memory=request.static_memory + least)
+    finish = functools.partial(
+        _schedule,
+        profile,
+        request,
+        "join",
+        "chain",
+        started=started,
+        slots=slots,
+        min_memory=request.static_memory + least,
+    )
     if budget < least:
-        return _schedule(
-            profile,
-            request,
-            "join",
-            "chain",
+        return finish(
             None,
             status="infeasible",
             message="no canonical join plan fits: even recomputing everything needs more memory",
-            **common,
         )
     store_all = net.store_all()
     if net.peak(store_all) <= budget:
-        return _schedule(
-            profile,
-            request,
-            "join",
-            "chain",
+        return finish(
             store_all,
             status="optimal",
             message="store-all fits: no recomputation needed",
-            **common,
         )
     capacity, rounded = net.rounded(budget, slots)
     states = 2 ** len(net.chains) * math.prod(length + 1 for length in net.lengths)
@@ -249,27 +246,17 @@ def _join_chain(profile: Profile, request: SolveRequest, started: float) -> Sche
             "the time limit passed during the join DP: returned the least-memory canonical plan"
         )
     if plan is None or net.makespan(least_plan) < value:
-        return _schedule(
-            profile,
-            request,
-            "join",
-            "chain",
+        return finish(
             least_plan,
             status="feasible",
             message=message,
-            **common,
         )
-    return _schedule(
-        profile,
-        request,
-        "join",
-        "chain",
+    return finish(
         plan,
         status="feasible",
         claimed=value,
         message=f"chain model (heterogeneous profile), {capacity} slots; optimal among "
         "canonical plans on the slot grid",
-        **common,
     )
 
 
@@ -296,34 +283,29 @@ def _equiv_pebble(profile: Profile, request: SolveRequest, u: Uniform, started: 
             cost = plan_cost(plan, u.uf, u.ub, u.ut)
             if best is None or cost < best[0]:
                 best = (cost, chain_slots, plan)
-    common = dict(
+    finish = functools.partial(
+        _schedule,
+        profile,
+        request,
+        "equiv-chain",
+        "pebble",
         started=started,
         join_slots=c,
         min_memory=None if least is None else request.static_memory + least * u.size,
     )
     if best is None:
-        return _schedule(
-            profile,
-            request,
-            "equiv-chain",
-            "pebble",
+        return finish(
             None,
             status="infeasible",
             message=f"the equivalent chain needs {least} slots of {u.size} bytes; "
             f"the budget gives c = {c}",
-            **common,
         )
     cost, chain_slots, plan = best
-    return _schedule(
-        profile,
-        request,
-        "equiv-chain",
-        "pebble",
+    return finish(
         plan,
         status="feasible",
         claimed=cost,
         message=f"Revolve on the equivalent chain with {chain_slots} group slots (c = {c})",
-        **common,
     )
 
 
@@ -338,30 +320,25 @@ def _equiv_chain_model(profile: Profile, request: SolveRequest, started: float) 
     budget = request.memory - request.static_memory
     result = plan_rotor(chain, budget - pinned, slots=slots)
     least = None if result.min_memory is None else result.min_memory + pinned
-    common = dict(
+    finish = functools.partial(
+        _schedule,
+        profile,
+        request,
+        "equiv-chain",
+        "chain",
         started=started,
         slots=slots,
         min_memory=None if least is None else request.static_memory + least,
     )
     if result.sequence is None:
-        return _schedule(
-            profile,
-            request,
-            "equiv-chain",
-            "chain",
+        return finish(
             None,
             status="infeasible",
             message="rotor finds no plan for the equivalent chain",
-            **common,
         )
     plan = expand(net, starts, result.sequence)
-    return _schedule(
-        profile,
-        request,
-        "equiv-chain",
-        "chain",
+    return finish(
         plan,
         status="feasible",
         message="rotor on the equivalent chain (levels at equal distance from the turn)",
-        **common,
     )

@@ -90,12 +90,15 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from memplan.algorithms.base import OffloadPlan
 from memplan.algorithms.offload.common import infeasible_plan, plan_from_set
 from memplan.algorithms.offload.greedy import greedy_set
+from memplan.algorithms.offload.lower_bound import lower_bound
 from memplan.algorithms.offload.model import OffloadInstance
 from memplan.algorithms.offload.nowait import no_wait_makespan
 from memplan.algorithms.timeline import Deadline, TimeLimitReached
@@ -125,13 +128,13 @@ class Slots:
 
     sigma: float
     budget: int
-    a: np.ndarray  # (n + 1,)
-    g: np.ndarray  # (n + 1,)
-    ef: np.ndarray  # (n,)
-    eb: np.ndarray  # (n,)
-    cf: np.ndarray  # (n,) slots the channel moves during F_k
-    cb: np.ndarray  # (n,)
-    fo: np.ndarray  # (n,) ceil(fo / sigma), for eq. (10)
+    a: npt.NDArray[np.int64]  # (n + 1,)
+    g: npt.NDArray[np.int64]  # (n + 1,)
+    ef: npt.NDArray[np.int64]  # (n,)
+    eb: npt.NDArray[np.int64]  # (n,)
+    cf: npt.NDArray[np.int64]  # (n,) slots the channel moves during F_k
+    cb: npt.NDArray[np.int64]  # (n,)
+    fo: npt.NDArray[np.int64]  # (n,) ceil(fo / sigma), for eq. (10)
 
     @property
     def n(self) -> int:
@@ -142,7 +145,7 @@ def discretize(
     inst: OffloadInstance,
     memory: int,
     slots: int,
-    bump: np.ndarray | None = None,
+    bump: npt.NDArray[np.int64] | None = None,
     *,
     optimistic: bool = False,
 ) -> Slots:
@@ -168,10 +171,10 @@ def discretize(
     if bump is None:
         bump = np.zeros(inst.n + 1, dtype=np.int64)
 
-    def up(values: np.ndarray) -> np.ndarray:
+    def up(values: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
         return np.ceil(values / sigma - _EPS).astype(np.int64)
 
-    def down_partial(times: np.ndarray) -> np.ndarray:
+    def down_partial(times: npt.NDArray[np.float64]) -> npt.NDArray[np.int64]:
         sums = np.concatenate(([0.0], np.cumsum(times * inst.beta)))
         moved = np.diff(np.floor(sums / sigma * (1 + _EPS) + _EPS))
         # A 1e12 ms operation at 1e14 B/s moves 1e23 bytes, beyond int64 (MAX_MOVED).
@@ -192,7 +195,9 @@ def discretize(
     )
 
 
-def _group_running_min(values: np.ndarray, group_start: np.ndarray) -> np.ndarray:
+def _group_running_min(
+    values: npt.NDArray[np.int64], group_start: npt.NDArray[np.bool_]
+) -> npt.NDArray[np.int64]:
     """For each position, the least of ``values`` at earlier positions of its group.
 
     Groups are runs that begin where ``group_start`` is True; positions with no earlier member get
@@ -201,7 +206,8 @@ def _group_running_min(values: np.ndarray, group_start: np.ndarray) -> np.ndarra
     one group into the next.
     """
     if len(values) == 0:
-        return values.copy()
+        empty: npt.NDArray[np.int64] = values.copy()
+        return empty
     span = int(values.max()) + 2  # every value < span - 1, the sentinel
     shifted = np.empty_like(values)
     shifted[0] = span - 1
@@ -212,12 +218,14 @@ def _group_running_min(values: np.ndarray, group_start: np.ndarray) -> np.ndarra
     if groups * span >= 2**62:  # int64 would overflow: the same on the ranks of the values
         unique, ranks = np.unique(values, return_inverse=True)
         least = _group_running_min(ranks.reshape(-1).astype(np.int64), group_start)
-        return np.append(unique, unique[-1] + 1)[least]
+        by_rank: npt.NDArray[np.int64] = np.append(unique, unique[-1] + 1)[least]
+        return by_rank
     lift = (groups - group_id) * span
-    return np.minimum.accumulate(shifted + lift) - lift
+    running: npt.NDArray[np.int64] = np.minimum.accumulate(shifted + lift) - lift
+    return running
 
 
-def _lex_order(*keys: np.ndarray) -> np.ndarray:
+def _lex_order(*keys: npt.NDArray[np.int64]) -> npt.NDArray[np.intp]:
     """A stable argsort by ``keys``, the first one most significant (as ``np.lexsort(keys[::-1])``).
 
     When the ranges of the keys multiply to less than 2**62, the keys are packed into one int64 and
@@ -238,7 +246,12 @@ def _lex_order(*keys: np.ndarray) -> np.ndarray:
     return np.argsort(packed, kind="stable")
 
 
-def prune(n_kept, delta_f, delta_b, idle) -> np.ndarray:
+def prune(
+    n_kept: npt.NDArray[np.int64],
+    delta_f: npt.NDArray[np.int64],
+    delta_b: npt.NDArray[np.int64],
+    idle: npt.NDArray[np.int64],
+) -> npt.NDArray[np.intp]:
     """Indices of the states to keep: distinct and not dominated (module docstring).
 
     A state is dropped when another has the same ``N`` and ``Delta_F``, a ``Delta_B`` no larger and
@@ -394,7 +407,12 @@ def run_dp(
     return DPResult(sets=sets, values=values, states=most, work=work)
 
 
-def _distinct(n_kept, delta_f, delta_b, idle) -> np.ndarray:
+def _distinct(
+    n_kept: npt.NDArray[np.int64],
+    delta_f: npt.NDArray[np.int64],
+    delta_b: npt.NDArray[np.int64],
+    idle: npt.NDArray[np.int64],
+) -> npt.NDArray[np.intp]:
     """Indices of one least-idle state per distinct ``(N, Delta_F, Delta_B)``: a hash table."""
     order = np.lexsort((idle, delta_b, delta_f, n_kept))
     same = np.ones(max(0, len(order) - 1), dtype=bool)
@@ -406,7 +424,12 @@ def _distinct(n_kept, delta_f, delta_b, idle) -> np.ndarray:
     return order[first]
 
 
-def _between_phases(sl: Slots, n_kept, delta_f, delta_b) -> np.ndarray:
+def _between_phases(
+    sl: Slots,
+    n_kept: npt.NDArray[np.int64],
+    delta_f: npt.NDArray[np.int64],
+    delta_b: npt.NDArray[np.int64],
+) -> npt.NDArray[np.int64]:
     """``eps_G``, the idle time between ``F_{n-1}`` and ``B_{n-1}`` (eq. 9 and 10, docs/offload.md).
 
     ``max(0, Delta_F + Delta_B, M_F + max_j (R^B_j - U^B_j) - S, M_B + max_j (R^F_j - U^F_j) - S)``
@@ -426,7 +449,7 @@ def _between_phases(sl: Slots, n_kept, delta_f, delta_b) -> np.ndarray:
     r_f = sl.fo - later
     m_f = a[n] + n_kept + np.maximum(delta_f, 0)
     m_b = g[n] + a[n] + n_kept + np.maximum(delta_b, 0)
-    return np.maximum.reduce(
+    eps_g: npt.NDArray[np.int64] = np.maximum.reduce(
         [
             np.zeros_like(m_f),
             delta_f + delta_b,
@@ -434,6 +457,7 @@ def _between_phases(sl: Slots, n_kept, delta_f, delta_b) -> np.ndarray:
             m_b + int((r_f - u_f).max()) - budget,
         ]
     )
+    return eps_g
 
 
 def _backtrack(tables: list[tuple[np.ndarray, np.ndarray]], index: int, n: int) -> np.ndarray:
@@ -457,8 +481,6 @@ def relaxation_bound(
     bound is at least LB (Proposition 3) and tightens it where whole activations must move (it
     reads the spikes of Figure 5). None when nothing fits even in the rounded instance.
     """
-    from memplan.algorithms.offload.lower_bound import lower_bound
-
     base = lower_bound(inst, memory)
     if inst.peak() <= memory:
         return base
@@ -577,20 +599,21 @@ def _solve_grid(
         room = WORK_BUDGET - spent - result.work
         if result.runs > MAX_REPAIR_RUNS or found.work > room:
             found.sets[0] = fit_in_bytes(inst, best, memory)
-            found.values[0] = None  # the DP's value was that of the set before completion
             result.fitted = True
             break
         bump[_repair_indices(inst, sl, best, memory)] += 1
+    values: list[int | None] = list(found.values)
+    if result.fitted:
+        values[0] = None  # the DP's value was that of the set before completion
     result.sets = [m for m in found.sets if inst.feasible(m, memory)]
-    result.values = [
-        v for m, v in zip(found.sets, found.values, strict=True) if inst.feasible(m, memory)
-    ]
+    result.values = [v for m, v in zip(found.sets, values, strict=True) if inst.feasible(m, memory)]
     return result
 
 
 def auto_grids(memory: int) -> list[int]:
     """The grids of ``slots="auto"``, coarse to fine: :data:`DEFAULT_SLOTS`, 10 and 100 times
-    finer, then one byte per slot (``memory`` slots: sizes are not rounded at all)."""
+    finer, then one byte per slot (``memory`` slots: sizes are not rounded at all).
+    """
     grids = [g for g in (DEFAULT_SLOTS, 10 * DEFAULT_SLOTS, 100 * DEFAULT_SLOTS) if g < memory]
     return grids + [max(int(memory), DEFAULT_SLOTS)]
 
@@ -640,7 +663,60 @@ def solve_dynprog(
     if inst.peak() <= memory:
         return plan_from_set(inst, np.zeros(n, dtype=bool), memory, slots=reported)
     grids = auto_grids(memory) if auto else [int(slots)]
-    pool: list[tuple[np.ndarray, int | None, _GridResult | None]] = []
+    pool, details, tried, stopped = _run_grids(inst, memory, grids, candidates, deadline)
+    if auto or stopped:
+        details["grids"] = ", ".join(tried)
+    if stopped:
+        details["stopped"] = "time limit"
+    if not pool:
+        where = f"the grids tried ({details['grids']})" if auto else f"the {reported}-slot grid"
+        message = (
+            f"no offloading set fits on {where}; using GREEDY's set "
+            "(a finer --slots may find a faster plan)"
+        )
+        if stopped and not any(not t.endswith("(time limit)") for t in tried):
+            message = "the time limit passed during the first grid; using GREEDY's set"
+        return plan_from_set(
+            inst,
+            greedy_set(inst, memory),
+            memory,
+            slots=reported,
+            message=message,
+            details=dict(details, fallback="greedy"),
+        )
+    if auto:  # GREEDY's set competes too (NOTE [ offload slots auto ])
+        pool.append((greedy_set(inst, memory), None, None))
+    chosen, value, origin = _fastest(inst, memory, pool)
+    details["candidates"] = len(pool)
+    if origin is None:
+        details["set_from"] = "greedy"
+        return plan_from_set(inst, chosen, memory, slots=reported, details=details)
+    details.update(slot_bytes=origin.sigma, set_from=f"{origin.slots} slots")
+    if value is None:
+        details["fitted_in_bytes"] = True
+    else:
+        details["relaxed_makespan"] = inst.compute_time + value * origin.sigma / inst.beta
+    return plan_from_set(inst, chosen, memory, slots=origin.slots, details=details)
+
+
+_Candidate = tuple[npt.NDArray[np.bool_], int | None, _GridResult | None]
+"""An offloaded set, the DP's value of it (None when completed in bytes or GREEDY's), and the
+grid that gave it (None for GREEDY's set)."""
+
+
+def _run_grids(
+    inst: OffloadInstance,
+    memory: int,
+    grids: list[int],
+    candidates: int,
+    deadline: Deadline | None,
+) -> tuple[list[_Candidate], dict[str, Any], list[str], bool]:
+    """The grids of :func:`solve_dynprog` in turn, while their work fits :data:`WORK_BUDGET`.
+
+    Returns the sets found (best first within each grid), the DP's figures for ``details``, the
+    grids tried (as ``details["grids"]`` lists them) and whether the time limit stopped them.
+    """
+    pool: list[_Candidate] = []
     runs = work = states = 0
     tried: list[str] = []
     last = 0  # the work of the previous grid
@@ -666,47 +742,23 @@ def solve_dynprog(
         if found.aborted:
             break
         pool += [(m, v, found) for m, v in zip(found.sets, found.values, strict=True)]
-    details: dict = {"dp_runs": runs, "dp_work": work, "dp_states": states}
-    if auto or stopped:
-        details["grids"] = ", ".join(tried)
-    if stopped:
-        details["stopped"] = "time limit"
-    if not pool:
-        where = f"the grids tried ({details['grids']})" if auto else f"the {reported}-slot grid"
-        message = (
-            f"no offloading set fits on {where}; using GREEDY's set "
-            "(a finer --slots may find a faster plan)"
-        )
-        if stopped and not any(not t.endswith("(time limit)") for t in tried):
-            message = "the time limit passed during the first grid; using GREEDY's set"
-        return plan_from_set(
-            inst,
-            greedy_set(inst, memory),
-            memory,
-            slots=reported,
-            message=message,
-            details=dict(details, fallback="greedy"),
-        )
-    if auto:  # GREEDY's set competes too (NOTE [ offload slots auto ])
-        pool.append((greedy_set(inst, memory), None, None))
-    chosen, value, grid = pool[0]
+    details: dict[str, Any] = {"dp_runs": runs, "dp_work": work, "dp_states": states}
+    return pool, details, tried, stopped
+
+
+def _fastest(inst: OffloadInstance, memory: int, pool: list[_Candidate]) -> _Candidate:
+    """The candidate whose real (no-wait) schedule is the fastest, the first of equals."""
+    chosen = pool[0]
     if len(pool) > 1:
-        best_time, seen = np.inf, set()
-        for mask, total, source in pool:
-            key = (mask & (inst.a[:n] > 0)).tobytes()
+        best_time = np.inf
+        seen: set[bytes] = set()
+        for candidate in pool:
+            mask = candidate[0]
+            key = (mask & (inst.a[: inst.n] > 0)).tobytes()
             if key in seen:
                 continue
             seen.add(key)
             makespan = no_wait_makespan(inst, mask, memory)
             if makespan is not None and (best_time == np.inf or makespan < best_time - 1e-9):
-                chosen, value, grid, best_time = mask, total, source, makespan
-    details["candidates"] = len(pool)
-    if grid is None:
-        details["set_from"] = "greedy"
-        return plan_from_set(inst, chosen, memory, slots=reported, details=details)
-    details.update(slot_bytes=grid.sigma, set_from=f"{grid.slots} slots")
-    if value is None:
-        details["fitted_in_bytes"] = True
-    else:
-        details["relaxed_makespan"] = inst.compute_time + value * grid.sigma / inst.beta
-    return plan_from_set(inst, chosen, memory, slots=grid.slots, details=details)
+                chosen, best_time = candidate, makespan
+    return chosen

@@ -46,7 +46,8 @@ class OffloadOptions:
 
 def _instance(profile: Profile, request: SolveRequest) -> tuple[Any, float]:
     """The offloading instance of ``profile`` and its bandwidth (bytes/s): the option, else the
-    profile's."""
+    profile's.
+    """
     from memplan.algorithms.offload.model import OffloadInstance
 
     rate = resolve_bandwidth(profile, request.algorithm, request.options.bandwidth)

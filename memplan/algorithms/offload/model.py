@@ -24,9 +24,12 @@ is produced and is never offloaded, as in Algorithm 1 of the paper.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from memplan.profile.model import Profile
 
@@ -52,19 +55,19 @@ class OffloadInstance:
         Bandwidth in bytes per millisecond.
     """
 
-    a: np.ndarray
-    g: np.ndarray
-    fo: np.ndarray
-    bo: np.ndarray
-    uf: np.ndarray
-    ub: np.ndarray
+    a: npt.NDArray[np.int64]
+    g: npt.NDArray[np.int64]
+    fo: npt.NDArray[np.int64]
+    bo: npt.NDArray[np.int64]
+    uf: npt.NDArray[np.float64]
+    ub: npt.NDArray[np.float64]
     beta: float
     names: list[str] = field(default_factory=list)
 
     @classmethod
     def from_profile(cls, profile: Profile, bandwidth: float) -> OffloadInstance:
         """Build the instance; ``bandwidth`` is in bytes per second (the profile's unit)."""
-        st = profile.stages
+        st = profile.chain_stages
         return cls(
             a=np.array([profile.input_size] + [s.saved_size for s in st], dtype=np.int64),
             g=np.array([0] + [s.gradient_size for s in st], dtype=np.int64),
@@ -82,21 +85,22 @@ class OffloadInstance:
         return len(self.fo)
 
     @property
-    def ef(self) -> np.ndarray:
+    def ef(self) -> npt.NDArray[np.int64]:
         """``ex^F``: forward overhead plus the loss gradient ``g[n]`` held through the forward."""
-        return self.fo + self.g[self.n]
+        ef: npt.NDArray[np.int64] = self.fo + self.g[self.n]
+        return ef
 
     @property
     def compute_time(self) -> float:
         """``sum_i u_{F_i} + u_{B_i}``: the makespan without any idle time (ms)."""
         return float(self.uf.sum() + self.ub.sum())
 
-    def forward_needs(self) -> np.ndarray:
+    def forward_needs(self) -> npt.NDArray[np.int64]:
         """``m_{F_k}``: bytes on both devices during ``F_k`` (§3.2), ``sum_{j<=k+1} a[j] + eF[k]``."""
         prefix = np.cumsum(self.a)  # prefix[k] = a[0] + .. + a[k]
         return prefix[1:] + self.ef
 
-    def backward_needs(self) -> np.ndarray:
+    def backward_needs(self) -> npt.NDArray[np.int64]:
         """``m_{B_k} = sum_{j<=k+1} a[j] + g[k] + g[k+1] + eB[k]`` (§3.2)."""
         prefix = np.cumsum(self.a)
         return prefix[1:] + self.g[:-1] + self.g[1:] + self.bo
@@ -127,7 +131,7 @@ class OffloadInstance:
         backward = a[:-1] + a[1:] + g[:-1] + g[1:] + self.bo
         return int(max(forward.max(), backward.max()))
 
-    def feasible(self, offloaded: np.ndarray | list[bool], memory: int) -> bool:
+    def feasible(self, offloaded: npt.NDArray[np.bool_] | list[bool], memory: int) -> bool:
         """Whether some schedule offloading exactly ``offloaded`` fits ``memory`` bytes.
 
         Waiting long enough, every offload completes before the operation that needs the room and
@@ -142,7 +146,7 @@ class OffloadInstance:
         backward = kept[:-1] + a[:-1] + a[1:] + g[:-1] + g[1:] + self.bo
         return bool(forward.max() <= memory and backward.max() <= memory)
 
-    def kept_prefix(self, offloaded: np.ndarray | list[bool]) -> np.ndarray:
+    def kept_prefix(self, offloaded: npt.NDArray[np.bool_] | list[bool]) -> npt.NDArray[np.int64]:
         """``N[k]``: bytes of ``a[0] .. a[k-1]`` kept on the GPU, for ``k = 0 .. n``."""
         keep = np.where(np.asarray(offloaded, dtype=bool), 0, self.a[: self.n])
         return np.concatenate(([0], np.cumsum(keep)))
@@ -152,7 +156,7 @@ class OffloadInstance:
         return float(nbytes) / self.beta
 
 
-def offload_mask(n: int, indices) -> np.ndarray:
+def offload_mask(n: int, indices: Iterable[int | np.integer[Any]]) -> npt.NDArray[np.bool_]:
     """A boolean mask of the offloaded activations ``a[0] .. a[n-1]`` from their indices."""
     mask = np.zeros(n, dtype=bool)
     for i in indices:

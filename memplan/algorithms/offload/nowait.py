@@ -53,7 +53,9 @@ from collections import deque
 from dataclasses import dataclass, field
 
 import numpy as np
+import numpy.typing as npt
 
+from memplan.algorithms.base import Transfer
 from memplan.algorithms.offload.model import OffloadInstance
 
 _SCALE = 1 << 1074
@@ -88,7 +90,7 @@ class NoWaitSchedule:
         Idle time between the end of the forward and the start of the backward (``eps_G``).
     """
 
-    offloaded: np.ndarray
+    offloaded: npt.NDArray[np.bool_]
     f_start: list[float]
     f_end: list[float]
     b_start: list[float]
@@ -101,7 +103,7 @@ class NoWaitSchedule:
     def makespan(self) -> float:
         return self.b_end[0]
 
-    def operations(self) -> list[tuple[str, int, float, float, str, str | None]]:
+    def operations(self) -> list[Transfer]:
         """Every operation as ``(op, stage, start, end, stream, tensor)``, in schedule order.
 
         Transfers name their tensor: ``x[0]`` for the chain input (stage 0), ``s[k]`` for the saved
@@ -113,7 +115,7 @@ class NoWaitSchedule:
         simulator replays the operations of one instant in this order.
         """
         n = len(self.f_start)
-        keyed: list[tuple[tuple[float, float], tuple[str, int, float, float, str, str | None]]]
+        keyed: list[tuple[tuple[float, float], Transfer]]
         keyed = [
             ((self.f_start[k], k), ("F_all", k, self.f_start[k], self.f_end[k], "compute", None))
             for k in range(n)
@@ -143,7 +145,7 @@ def activation_tensor(i: int) -> tuple[int, str]:
 
 
 def no_wait_schedule(
-    inst: OffloadInstance, offloaded: np.ndarray | list[bool], memory: int
+    inst: OffloadInstance, offloaded: npt.NDArray[np.bool_] | list[bool], memory: int
 ) -> NoWaitSchedule | None:
     """The no-wait ordered schedule offloading ``offloaded`` within ``memory`` bytes, or None.
 
@@ -175,7 +177,14 @@ def no_wait_schedule(
     )
 
 
-def _forward(inst: OffloadInstance, d: np.ndarray, memory: int):
+_Forward = tuple[list[float], list[float], dict[int, tuple[float, float]], dict[int, float]]
+"""``f_start``, ``f_end``, the offloads ``(start, end)`` and the release times, by activation."""
+
+_Backward = tuple[list[int], list[int], dict[int, tuple[int, int]]]
+"""``b_start``, ``b_end`` and the prefetches ``(start, end)``, in exact times (:func:`_exact`)."""
+
+
+def _forward(inst: OffloadInstance, d: npt.NDArray[np.bool_], memory: int) -> _Forward | None:
     """Forward phase as early as possible; releases are ``max(offload end, end of F_k)``."""
     n, beta = inst.n, inst.beta
     a, fo, uf = inst.a.tolist(), inst.fo.tolist(), inst.uf.tolist()
@@ -213,9 +222,10 @@ def _forward(inst: OffloadInstance, d: np.ndarray, memory: int):
     return f_start, f_end, offload, releases
 
 
-def _backward(inst: OffloadInstance, d: np.ndarray, memory: int):
+def _backward(inst: OffloadInstance, d: npt.NDArray[np.bool_], memory: int) -> _Backward | None:
     """Backward phase as late as possible, in exact times (:func:`_exact`) relative to the end of
-    ``B_0`` (time 0)."""
+    ``B_0`` (time 0).
+    """
     n, beta = inst.n, inst.beta
     a, g, bo = inst.a.tolist(), inst.g.tolist(), inst.bo.tolist()
     ub = [_exact(t) for t in inst.ub.tolist()]
@@ -248,7 +258,7 @@ def _backward(inst: OffloadInstance, d: np.ndarray, memory: int):
 
 def _gap(
     inst: OffloadInstance,
-    d: np.ndarray,
+    d: npt.NDArray[np.bool_],
     memory: int,
     f_end: list[float],
     offload: dict[int, tuple[float, float]],
@@ -257,7 +267,8 @@ def _gap(
     prefetch: dict[int, tuple[int, int]],
 ) -> int:
     """The least idle time between the phases (see NOTE [ offload no-wait schedule ]), exact: the
-    real (forward) times are floats, the backward ones exact (:func:`_backward`)."""
+    real (forward) times are floats, the backward ones exact (:func:`_backward`).
+    """
     n = inst.n
     a, g, fo, bo = inst.a.tolist(), inst.g.tolist(), inst.fo.tolist(), inst.bo.tolist()
     kept = inst.kept_prefix(d).tolist()
@@ -304,7 +315,7 @@ def _gap(
 
 
 def no_wait_makespan(
-    inst: OffloadInstance, offloaded: np.ndarray | list[bool], memory: int
+    inst: OffloadInstance, offloaded: npt.NDArray[np.bool_] | list[bool], memory: int
 ) -> float | None:
     """Makespan (ms) of :func:`no_wait_schedule`, or None when the set does not fit."""
     schedule = no_wait_schedule(inst, offloaded, memory)
