@@ -55,7 +55,7 @@ on the GPU and leaving at ``beta`` from now on, ``B`` slots to prefetch by the e
 NOTE [ pofo window ]
 --------------------
 The backward tables have ``L^2 / 2`` pairs of ``(C + 1)^2`` entries, each a minimum over up to
-``L`` splits (``O(L^3 C^2)``, the complexity of papers/000 B.4): 10 s and 0.5 GB at 100 stages,
+``L`` splits (``O(L^3 C^2)``, the complexity of its Appendix B.4): 10 s and 0.5 GB at 100 stages,
 hours and tens of GB at 1000. With a ``window`` ``w``, every recomputed segment has at most ``w``
 stages except the tail: ``CA[a][b]`` is kept for ``b - a < w`` and for ``b = L - 1``, split at
 ``j <= a + w`` only (the tail's first checkpoint within ``w`` stages, the rest a tail again), and

@@ -158,7 +158,7 @@ def _join_pebble(profile: Profile, request: SolveRequest, u: Uniform, started: f
         return finish(
             None,
             status="infeasible",
-            message=f"c_min = {least} slots of {u.size} bytes (Theorem 2 of papers/003); "
+            message=f"c_min = {least} slots of {u.size} bytes (Theorem 2 of Optimal Memory-aware Backpropagation of Deep Join Networks); "
             f"the budget gives c = {c}",
         )
     c_eff = min(c, sum(u.lengths) + len(u.lengths))  # store-all needs no more (sum l + k)
