@@ -18,7 +18,8 @@ fastest found by then.
 
 NOTE [ pofo on long chains ]
 ----------------------------
-Chains of at most :data:`EXACT_STAGES` stages run the Theorem 1 DP in full, as in Appendix B.4 of Efficient Combination of Rematerialization and Offloading for Training DNNs (NeurIPS 2021)
+Chains of at most :data:`EXACT_STAGES` stages run the Theorem 1 DP in full, as Appendix B.4 of
+*Efficient Combination of Rematerialization and Offloading for Training DNNs* (NeurIPS 2021)
 does. Longer ones run it on a window (NOTE [ pofo window ]) sized by :data:`WINDOW_WORK` (about 7
 stages at 100 stages, :data:`MIN_WINDOW` from about 300) and only look for plans faster than the
 rotor and dynprog candidates (NOTE [ pofo pruning ]); when one of those already reaches the lower
