@@ -1,0 +1,176 @@
+"""The least arena: the best placement found within the time limit, improved while time remains.
+
+NOTE [ least arena ]
+Without a capacity the arena is searched between the proven lower bound ``lo`` (first the peak
+live load) and the best arena ``hi`` (first the best of the first guesses), by rounds of
+bisection in steps of the sizes' greatest common divisor (every arena of a placement pushed down
+is a sum of sizes: a multiple of it). Each probe at a capacity C searches, part by part (the
+static parts of NOTE [ decomposition ] are independent: the arena is the largest of theirs), the
+parts whose best arena is above C, each under a node budget; a part placed keeps its better
+placement, a part proven infeasible proves C + 1 a lower bound, and one that gives up sends the
+bisection up without proving anything. The budget per buffer grows fourfold every round, so the
+least arena is found (and proven) when time allows, and every round ends with the best placement
+any probe found. It runs until the bounds meet or the time is up (anytime), saying each new
+bound through ``on_progress``.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+
+import numpy as np
+
+from memplan.alloc.engine import FOUND, NOT_FOUND, PREORDERS, PartSearch
+from memplan.alloc.greedy import ArenaTooLarge, best_greedy
+
+__all__ = ["first_guess", "least_arena"]
+
+PROBE_BUDGET = 10
+"""Nodes per buffer of a part in each probe of the first round (x4 every round)."""
+
+
+def least_arena(
+    engine: PartSearch,
+    size: np.ndarray,
+    first_guess: np.ndarray,
+    peak: int,
+    left: Callable[[], float | None],
+    on_progress: Callable[[str], None] | None = None,
+) -> tuple[np.ndarray, int, int, int]:
+    """NOTE [ least arena ]: the best placement found (offsets of the buffers of ``engine``, of
+    sizes ``size``), a proven lower bound, its arena, and the nodes searched. ``first_guess`` is
+    a placement of all of them; ``left()`` the seconds left (None: no limit)."""
+    started = time.perf_counter()
+    parts = engine.parts
+    best = [first_guess[p.buffers].copy() for p in parts]
+    arena = [_arena(best[k], size[p.buffers]) for k, p in enumerate(parts)]
+    hi = max(arena, default=0)
+    lo = max(peak, engine.section_peak)
+    step = math.gcd(*size.tolist()) if len(size) else 1
+    nodes = 0
+    factor = PROBE_BUDGET
+
+    def report() -> None:
+        if on_progress is not None:
+            over = 100.0 * (hi - peak) / peak if peak else 0.0
+            on_progress(
+                f"arena {hi} (+{over:.2f}% over the peak live load {peak}; at least {lo}) after "
+                f"{time.perf_counter() - started:.1f} s"
+            )
+
+    report()
+    probe = lo  # the first probe is at the lower bound, every later round bisects at once
+    while lo < hi:
+        floor = lo  # lowest capacity not yet tried in this round
+        while floor < hi:
+            placed, proven = True, False
+            for k, part in enumerate(parts):
+                if arena[k] <= probe:
+                    continue
+                remaining = left()
+                if remaining is not None and remaining <= 0:
+                    return _gather(engine, best, len(size)), lo, hi, nodes
+                status, nodes, offsets = engine.solve(
+                    part,
+                    probe,
+                    factor * len(part.buffers),
+                    nodes,
+                    tight=False,  # the lower bound is the first probe
+                    time_limit=remaining,
+                    fresh=True,
+                )
+                if status == FOUND:
+                    assert offsets is not None
+                    best[k] = offsets
+                    arena[k] = _arena(offsets, size[part.buffers])
+                    continue
+                placed = False
+                proven = status == NOT_FOUND
+                break
+            before = (lo, hi)
+            if placed:
+                hi = max(arena)
+            elif proven:
+                lo = floor = _round_up(probe + 1, step)
+            else:
+                floor = _round_up(probe + 1, step)
+            if (lo, hi) != before:
+                report()
+            probe = _bisect(floor, hi, step)
+        factor *= 4
+        probe = _bisect(lo, hi, step)
+    return _gather(engine, best, len(size)), lo, hi, nodes
+
+
+def first_guess(
+    engine: PartSearch,
+    lower: np.ndarray,
+    upper: np.ndarray,
+    size: np.ndarray,
+    deadline: float | None,
+    graph: tuple[np.ndarray, np.ndarray] | None,
+) -> np.ndarray | None:
+    """The first placement of the skyline search (None with the compiled search: the caller's
+    greedy first fit is its first guess): per part the best of the descents of the three
+    preorders (:meth:`PartSearch.descend`), then of the greedy first fits by size and by area
+    (:func:`memplan.alloc.greedy.best_greedy`) when they finish within a quarter of the time
+    left. The descents place MiniMalloc's kind of instances near their peak (a 62,185-buffer
+    compiler trace at it); the first fits do better where sizes vary a lot."""
+    if not engine.skyline:
+        return None
+    parts = engine.parts
+    best: list[np.ndarray | None] = [None] * len(parts)
+    arena = [0] * len(parts)
+
+    def keep(k: int, offsets: np.ndarray) -> None:
+        top = _arena(offsets, size[parts[k].buffers])
+        if best[k] is None or top < arena[k]:
+            best[k], arena[k] = offsets, top
+
+    for preorder in range(len(PREORDERS)):
+        for k, part in enumerate(parts):
+            remaining = None if deadline is None else deadline - time.perf_counter()
+            if remaining is not None and remaining <= 0:
+                break
+            offsets = engine.descend(part, preorder, remaining)
+            if offsets is not None:
+                keep(k, offsets)
+    remaining = None if deadline is None else deadline - time.perf_counter()
+    if remaining is None or remaining > 0:
+        share = None if remaining is None else time.perf_counter() + remaining / 4
+        try:
+            greedy = best_greedy(lower, upper, size, share, graph if graph else None)
+        except ArenaTooLarge:
+            greedy = None
+        if greedy is not None and (share is None or time.perf_counter() < share):
+            for k, part in enumerate(parts):
+                keep(k, greedy[part.buffers])
+    if any(placed is None for placed in best):
+        return None
+    offsets = np.zeros(len(size), dtype=np.int64)
+    for part, placed in zip(parts, best, strict=True):
+        offsets[part.buffers] = placed
+    return offsets
+
+
+def _gather(engine: PartSearch, best: list[np.ndarray], n: int) -> np.ndarray:
+    offsets = np.zeros(n, dtype=np.int64)
+    for part, placed in zip(engine.parts, best, strict=True):
+        offsets[part.buffers] = placed
+    return offsets
+
+
+def _arena(offsets: np.ndarray, size: np.ndarray) -> int:
+    return int((offsets + size).max(initial=0))
+
+
+def _bisect(floor: int, hi: int, step: int) -> int:
+    """The next probe in [floor, hi): the midpoint rounded up to a multiple of ``step``."""
+    probe = _round_up(floor + (hi - floor) // 2, step)
+    return probe if probe < hi else floor
+
+
+def _round_up(value: int, step: int) -> int:
+    return -(-value // step) * step
