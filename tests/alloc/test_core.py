@@ -18,10 +18,10 @@ from hypothesis import strategies as st
 
 import memplan.alloc.engine as engine_module
 from memplan.alloc import Buffers, check_placement, place, read_buffers_csv
+from memplan.alloc.engine import compiled_search, static_parts
 from memplan.alloc.greedy import best_greedy, first_fit
 from memplan.alloc.instance import Instance
 from memplan.alloc.lifetimes import overlaps
-from memplan.alloc.engine import compiled_search, static_parts
 from memplan.alloc.search import search
 from tests.alloc.test_search import cpsat_least_arena, perfect_tiling, random_buffers
 from tests.oracles import alloc as oracle
