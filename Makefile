@@ -13,15 +13,31 @@ TORCH ?= torch==2.13.0
 # place (scikit-build-core keeps its build directory in build/: only the edited files recompile).
 CORE := $(VENV)/.core
 CORE_SOURCES := CMakeLists.txt $(wildcard src/*.cpp src/*.hpp)
-BUILD_REQUIRES = $(shell $(BIN)/python -c "import sys; t = __import__('tomllib' if sys.version_info >= (3, 11) else 'pip._vendor.tomli', fromlist=['loads']); print(' '.join(t.loads(open('pyproject.toml').read())['build-system']['requires']))")
+# Read at recipe time (the venv's python does not exist when make parses this file on a fresh clone).
+BUILD_REQUIRES_PY := import shlex, tomllib; print(' '.join(map(shlex.quote, tomllib.load(open('pyproject.toml', 'rb'))['build-system']['requires'])))
 
-.PHONY: run test golden lint bench profiles gpu-check clean
+# The test environment is pinned: requirements/test.txt holds the version of everything .venv
+# installs (every extra, transitively, pip and the build backend too), applied as pip constraints
+# (pyproject.toml keeps the ranges users get). `make lock` rewrites it after a change of
+# pyproject.toml, keeping the other pins; `make lock-upgrade` moves every pin to the newest
+# release. Both resolve with uv (pinned here) for CPython 3.11 on x86_64 Linux, torch's CPU build
+# taken from TORCH_WHEELS (the CUDA build would bring the nvidia-* packages: refused).
+LOCK := requirements/test.txt
+UV := uv==0.13.8
+TORCH_WHEELS ?= /opt/wheels
+TOOLS := .venv-tools
+LOCKED ?= 1
+# `make test` leaves the tests marked slow (tests/conftest.py) to `make test-all`.
+PYTEST_ARGS ?=
 
-$(STAMP): pyproject.toml
+.PHONY: run test test-all test-kernels test-latest lock lock-upgrade golden lint bench profiles gpu-check clean
+
+$(STAMP): export PIP_CONSTRAINT := $(if $(filter 1,$(LOCKED)),$(abspath $(LOCK)))
+$(STAMP): pyproject.toml $(LOCK)
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet "$(TORCH)"
-	$(BIN)/pip install --quiet $(BUILD_REQUIRES)
+	$(BIN)/pip install --quiet $$($(BIN)/python -c "$(BUILD_REQUIRES_PY)")
 	$(BIN)/pip install --quiet --no-build-isolation -e ".[dev,plot,torch,hf]"
 	touch $(STAMP)
 
@@ -39,11 +55,47 @@ run: $(CORE)
 test: $(CORE)
 	$(BIN)/ruff check memplan tests benchmarks
 	$(BIN)/ruff format --check memplan tests benchmarks
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
+
+# Everything, the slow end-to-end tests too (full-size models, README commands that profile,
+# every golden case, the long hypothesis runs).
+test-all: $(CORE)
+	$(BIN)/python -m pytest -q --run-slow $(PYTEST_ARGS)
+
+# The torch tests on other CPU kernels than the machine's best (the generic ATen kernels, oneDNN
+# held to SSE4.1: other workspaces, other temporaries) and one thread: their expectations must
+# not come from what this CPU measures. .ci/run runs it after `make test`.
+test-kernels: $(CORE)
+	ATEN_CPU_CAPABILITY=default DNNL_MAX_CPU_ISA=SSE41 OMP_NUM_THREADS=$(or $(THREADS),1) \
+		$(BIN)/python -m pytest -q -m torch -p no:randomly $(PYTEST_ARGS)
+
+# The default suite against the newest releases that pyproject.toml allows (no lock; torch stays
+# $(TORCH)), in a venv of its own: what a user installing memplan today gets.
+test-latest:
+	$(PYTHON) -m venv $(VENV)-latest
+	$(VENV)-latest/bin/pip install --quiet --upgrade pip
+	$(VENV)-latest/bin/pip install --quiet "$(TORCH)"
+	$(VENV)-latest/bin/pip install --quiet --upgrade --upgrade-strategy eager -e ".[dev,plot,torch,hf]"
+	$(VENV)-latest/bin/pip list --format freeze
+	$(VENV)-latest/bin/python -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)
+
+lock:
+	$(PYTHON) -m venv $(TOOLS)
+	$(TOOLS)/bin/pip install --quiet "$(UV)"
+	$(PYTHON) -c 'import tomllib; print("\n".join(["pip", "$(TORCH)", *tomllib.load(open("pyproject.toml", "rb"))["build-system"]["requires"]]))' > $(TOOLS)/pip-torch-build-backend.in
+	@if [ -f $(LOCK) ]; then sed -i -E '/^torch==/d' $(LOCK); fi  # pinned again below: kept, uv would take PyPI's CUDA build of that version over the local +cpu wheel
+	$(TOOLS)/bin/uv pip compile --quiet pyproject.toml $(TOOLS)/pip-torch-build-backend.in --all-extras $(LOCK_ARGS) \
+		--python-version 3.11 --python-platform x86_64-manylinux_2_28 --find-links $(TORCH_WHEELS) \
+		--annotation-style line --custom-compile-command "make lock" -o $(LOCK)
+	sed -i -E 's/^(torch==[^+ ]+)\+cpu/\1/' $(LOCK)  # the same pin on a machine without the local wheel
+	@if grep -iqE '^(nvidia-|triton)' $(LOCK); then echo "$(LOCK): torch's CUDA build was resolved (no CPU wheel in TORCH_WHEELS=$(TORCH_WHEELS))" >&2; exit 1; fi
+
+lock-upgrade:
+	$(MAKE) lock LOCK_ARGS=--upgrade
 
 # Every golden schedule, the heavy ones too (tests/golden/cases.py: CP-SAT on the larger profiles).
 golden: $(CORE)
-	MEMPLAN_GOLDEN=all $(BIN)/python -m pytest -q tests/golden/test_golden.py
+	$(BIN)/python -m pytest -q --run-slow tests/golden
 
 lint: $(CORE)
 	$(BIN)/ruff check memplan tests benchmarks
@@ -57,9 +109,9 @@ profiles: $(CORE)
 
 # On a machine with an NVIDIA GPU: the measured-peak benchmark on CUDA and --estimate against
 # the GPU's own profile (benchmarks/gpu_check.py; results in gpu-check/). Needs a CUDA build of
-# torch: make gpu-check TORCH=torch
+# torch, past the lock's CPU build: make gpu-check TORCH=torch LOCKED=0
 gpu-check: $(CORE)
 	$(BIN)/python benchmarks/gpu_check.py --out gpu-check
 
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis build dist *.egg-info
+	rm -rf $(VENV) $(VENV)-latest $(TOOLS) .pytest_cache .ruff_cache .hypothesis build dist *.egg-info

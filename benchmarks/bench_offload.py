@@ -33,7 +33,8 @@ import numpy as np
 from _common import machine
 
 import memplan
-from memplan.algorithms.offload import OffloadInstance, relaxation_bound, solve_dynprog
+from memplan.algorithms.offload.dynprog import relaxation_bound, solve_dynprog
+from memplan.algorithms.offload.model import OffloadInstance
 from memplan.api import auto_budgets
 from memplan.units import format_size, parse_rate
 

@@ -45,8 +45,9 @@ from _common import machine
 
 import memplan
 from memplan.algorithms.chain.problem import Chain
-from memplan.algorithms.combined import solve_pofo
-from memplan.algorithms.offload import OffloadInstance, solve_dynprog
+from memplan.algorithms.combined.solve import solve_pofo
+from memplan.algorithms.offload.dynprog import solve_dynprog
+from memplan.algorithms.offload.model import OffloadInstance
 from memplan.api import auto_budgets, describe
 from memplan.profile.io import save_profile
 from memplan.profile.synthetic import random_chain

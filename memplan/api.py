@@ -9,49 +9,79 @@ calls, replays and compares.
 
 from __future__ import annotations
 
-import math
 import time
+import warnings
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from memplan.algorithms import FAMILIES, REGISTRY, Family, SolveRequest, options_for
+from memplan.algorithms import (
+    FAMILIES,
+    REGISTRY,
+    AlgorithmInfo,
+    Family,
+    SolveRequest,
+    options_for,
+)
 from memplan.algorithms import algorithm as lookup_algorithm
 from memplan.algorithms.base import PROFILE_SHAPES
 from memplan.algorithms.options import resolve_bandwidth
-from memplan.algorithms.timeline import OPTIMIZER_FACTORS, static_memory, timed_ops
-from memplan.errors import InputError, InternalError
+from memplan.algorithms.timeline import (
+    OPTIMIZER_FACTORS,
+    check_optimizer,
+    static_memory,
+    timed_ops,
+)
+from memplan.errors import BudgetWarning, InputError, InternalError
 from memplan.profile.io import load_profile
 from memplan.profile.model import Profile
 from memplan.schedule import Budget, ProfileRef, Schedule, load_schedule
-from memplan.units import parse_rate, parse_size
+from memplan.simulator import claims
+from memplan.simulator.replay import replay
+from memplan.simulator.result import SimulationResult
+from memplan.simulator.timing import close
+from memplan.units import (
+    DEVICE_RESERVE,
+    DeviceShare,
+    format_size,
+    parse_budget,
+    parse_rate,
+    parse_size,
+    usable_memory,
+)
 
 __all__ = [
     "OPTIMIZER_FACTORS",
     "CompareRow",
+    "SolveArguments",
+    "Solved",
     "algorithm_details",
-    "algorithms",
+    "list_algorithms",
     "auto_budgets",
     "budgets_from_range",
+    "check_arguments",
+    "check_budget",
     "check_family",
     "compare",
     "describe",
     "load_profile",
+    "memory_budget",
     "parse_rate",
     "resolve_bandwidth",
     "schedule_from_sequence",
     "simulate",
     "solve",
+    "solve_and_replay",
+    "solve_checked",
     "static_memory",
     "timed_ops",
 ]
 
 MAX_STEPS = 1000
 """The most budgets of one ``compare`` sweep (``--mem START:STOP:STEPS``, ``auto:STEPS``)."""
-_TIME_TOLERANCE = 1e-6
 
 
-def algorithms() -> list[dict[str, Any]]:
+def list_algorithms() -> list[dict[str, Any]]:
     """Every algorithm memplan knows: name, family, exact or heuristic, what it needs."""
     return [info.to_dict() for info in REGISTRY.values()]
 
@@ -90,15 +120,29 @@ def schedule_from_sequence(
     The figures (makespan, peak) are left for :func:`simulate` to compute.
     """
     prof = load_profile(profile)
+    budget = None if memory is None else memory_budget(prof, memory)
     return Schedule(
         algorithm=algorithm,
         profile=ProfileRef(model=prof.model, sha256=prof.sha256(), stages=prof.length),
-        budget=Budget(memory=None if memory is None else parse_size(memory), optimizer=optimizer),
+        budget=Budget(memory=budget, optimizer=optimizer),
         feasible=True,
         lower_bound=prof.lower_bound,
         static_memory=static_memory(prof, optimizer),
         ops=timed_ops(prof, sequence),
     )
+
+
+@dataclass(frozen=True)
+class Solved:
+    """What :func:`solve_checked` returns: everything :func:`solve` read and made."""
+
+    profile: Profile
+    """The profile, as loaded (once)."""
+    schedule: Schedule
+    """The schedule (``peak_memory`` the replay's), feasible or not."""
+    replay: SimulationResult | None
+    """The simulator's replay of the plan that checked it (None when no plan fits): its
+    ``memory_curve`` is the one ``--trace`` draws."""
 
 
 def solve(
@@ -119,7 +163,9 @@ def solve(
         A name from :func:`algorithms` (``store-all``, ``periodic``, ``revolve``, ``rotor``, ...).
     memory : int or str
         The budget for the whole iteration (``"8GB"``, ``"8GiB"`` or bytes), static memory
-        included (per GPU for the pipeline family).
+        included (per GPU for the pipeline family); or a share of the profile's GPU: ``"gpu"``
+        (its memory less what the CUDA context and the allocator take,
+        :data:`memplan.units.DEVICE_RESERVE`) or ``"90%"`` of that (see :func:`memory_budget`).
     optimizer : {"none", "sgd", "momentum", "adam"}
         Which static memory is counted (docs/model.md).
     progress : callable, optional
@@ -128,30 +174,99 @@ def solve(
     **options
         The family's options, as each family declares them (``memplan algos NAME`` lists them;
         None: the default): ``slots`` (the DP algorithms: 2 to 100000 or ``"auto"``, rotor's
-        default: exact in bytes when affordable; dynprog 500; pofo 2 to 10000, default 50), ``bandwidth`` (offloading and combined: ``"12GB/s"`` or bytes/s,
-        default the profile's), ``gpus``, ``link_bandwidth`` (pipeline: bytes/s of each
-        GPU-to-GPU link, default free transfers) and ``time_limit`` (CP-SAT solves, seconds).
-        Options of other families are checked and ignored; an option no family declares is a
-        TypeError.
+        default: exact in bytes when affordable; dynprog 500; pofo 2 to 10000, default 50),
+        ``bandwidth`` (offloading and combined: ``"12GB/s"`` or bytes/s, default the profile's),
+        ``gpus``, ``link_bandwidth`` (pipeline: bytes/s of each GPU-to-GPU link, default free
+        transfers) and ``time_limit`` (CP-SAT solves, seconds). Options of other families are
+        checked and ignored; an option no family declares is a TypeError.
 
     Returns
     -------
     Schedule
         ``feasible`` is False when no plan of this algorithm fits; ``min_memory`` then says the least
         budget that would fit, when known.
+
+    Raises
+    ------
+    InputError
+        A bad argument (checked before the profile is read, :func:`check_arguments`), a profile
+        that cannot be read, a family that cannot serve it, or ``gpu``/``90%`` on a profile
+        without GPU memory.
+
+    Warns
+    -----
+    BudgetWarning
+        The budget is more than the profile's GPU can give a plan (the plan is still made).
     """
-    prof = load_profile(profile)
+    return solve_and_replay(
+        profile, algo, memory, optimizer=optimizer, progress=progress, **options
+    ).schedule
+
+
+def solve_and_replay(
+    profile: Profile | Mapping[str, Any] | str,
+    algo: str = "rotor",
+    memory: int | str | None = None,
+    *,
+    optimizer: str = "sgd",
+    progress: Callable[[str], None] | None = None,
+    **options: Any,
+) -> Solved:
+    """:func:`solve`, returning the profile it read and the replay that checked the plan too.
+
+    The arguments are checked (:func:`check_arguments`) before the profile is read (a profile
+    piped in may take minutes to arrive), then :func:`solve_checked` runs the algorithm.
+    """
+    arguments = check_arguments(algo, memory, optimizer=optimizer, **options)
+    return solve_checked(load_profile(profile), arguments, progress)
+
+
+@dataclass(frozen=True)
+class SolveArguments:
+    """The arguments of a solve, checked (:func:`check_arguments`), before any profile is read."""
+
+    algorithm: AlgorithmInfo
+    memory: int | DeviceShare
+    """The budget: bytes, or a share of the profile's GPU (:func:`memory_budget`)."""
+    memory_text: str
+    """The budget as given, for messages."""
+    options: Any
+    """The family's options object (:func:`memplan.algorithms.options_for`)."""
+    optimizer: str
+
+
+def check_arguments(
+    algo: str, memory: int | str | None, *, optimizer: str = "sgd", **options: Any
+) -> SolveArguments:
+    """The one place a solve's arguments are validated (InputError naming the option): the
+    algorithm, the budget, the family's options and the optimizer. The command line calls this,
+    then reads the profile, then :func:`solve_checked`, and maps the errors to exit codes."""
     info = lookup_algorithm(algo)
-    family = FAMILIES[info.family]
-    check_family(prof, family, info.name)
     if memory is None:
         raise InputError("--mem: a memory budget is required, e.g. --mem 8GB")
-    budget = parse_size(memory)
+    budget = check_budget(memory)
+    family_options = options_for(info.name, options)
+    check_optimizer(optimizer)
+    return SolveArguments(info, budget, str(memory).strip(), family_options, optimizer)
+
+
+def solve_checked(
+    prof: Profile,
+    arguments: SolveArguments,
+    progress: Callable[[str], None] | None = None,
+) -> Solved:
+    """Run the algorithm of ``arguments`` on ``prof``: check the family against the profile,
+    solve, replay the plan once and compare its makespan with the solver's own value once."""
+    info = arguments.algorithm
+    family = FAMILIES[info.family]
+    check_family(prof, family, info.name)
     request = SolveRequest(
-        memory=budget,
-        options=options_for(info.name, options),
-        static_memory=static_memory(prof, optimizer),
-        optimizer=optimizer,
+        memory=memory_budget(prof, arguments.memory, given=arguments.memory_text),
+        algorithm=info.name,
+        family=family.name,
+        options=arguments.options,
+        static_memory=static_memory(prof, arguments.optimizer),
+        optimizer=arguments.optimizer,
         progress=progress,
     )
     started = time.perf_counter()
@@ -160,8 +275,78 @@ def solve(
         solver = schedule.solver.model_copy(update={"seconds": time.perf_counter() - started})
         schedule = schedule.model_copy(update={"solver": solver})
     if not schedule.feasible:
-        return schedule
-    return _checked(prof, schedule, budget, info.name)
+        return Solved(prof, schedule, None)
+    replayed = _checked(prof, schedule, request.memory, info.name)
+    checked = schedule.with_solver_makespan(None)  # the document alone from here on
+    return Solved(prof, checked.model_copy(update={"peak_memory": replayed.peak_memory}), replayed)
+
+
+def check_budget(value: int | str, option: str = "--mem") -> int | DeviceShare:
+    """A budget's form, before any profile is read: a size in bytes (``8GB``) or a share of the
+    GPU (``gpu``, ``90%``); the message names the option (as the command line's)."""
+    try:
+        return parse_budget(value)
+    except InputError as exc:
+        raise InputError(f"{option}: {exc}") from None
+
+
+def memory_budget(
+    profile: Profile,
+    memory: int | str | DeviceShare,
+    option: str = "--mem",
+    given: str | None = None,
+) -> int:
+    """The budget ``memory`` in bytes on ``profile``'s device.
+
+    A size is taken as it is; ``gpu`` is the memory of the profile's GPU (a profile measured on
+    CUDA or estimated for a GPU) less :data:`memplan.units.DEVICE_RESERVE`, what the CUDA context
+    and the allocator take; ``90%`` is that share of it. A budget larger than that is kept, with a
+    :class:`memplan.errors.BudgetWarning`: the plan will not fit on that GPU. ``given`` is the
+    budget as typed, for the messages (default: ``memory``).
+
+    Raises
+    ------
+    InputError
+        A malformed budget, or ``gpu``/``90%`` on a profile without GPU memory (a CPU profile).
+    """
+    form = memory if isinstance(memory, DeviceShare) else check_budget(memory, option)
+    device = profile.device
+    gpu = None
+    if device is not None and device.kind in ("cuda", "estimated") and device.memory:
+        gpu = device.memory
+    if isinstance(form, DeviceShare):
+        if gpu is None:
+            raise InputError(
+                f"{option} {form.text}: {_no_gpu_memory(profile)}; give a size, e.g. {option} 8GB, "
+                "or use a profile of a GPU (measured on CUDA, or memplan profile MODEL --estimate "
+                "a100)"
+            )
+        budget = form.of(gpu)
+    else:
+        budget = form
+    if gpu is not None and budget > usable_memory(gpu):
+        typed = given or (form.text if isinstance(form, DeviceShare) else str(memory).strip())
+        warnings.warn(
+            f"{option} {typed}: {format_size(budget)} is more than the {device.name or 'GPU'} can "
+            f"give a plan ({format_size(usable_memory(gpu))}: its {format_size(gpu)} less "
+            f"{format_size(DEVICE_RESERVE)} for the CUDA context and the allocator, as "
+            f"{option} gpu); the plan will not fit on that GPU",
+            BudgetWarning,
+            stacklevel=2,
+        )
+    return budget
+
+
+def _no_gpu_memory(profile: Profile) -> str:
+    """Why ``profile`` has no GPU memory to take a share of, in words."""
+    device = profile.device
+    if device is None:
+        return f"{profile.model} names no device, so no GPU memory to take a share of"
+    named = f" ({device.name})" if device.name else ""
+    if device.kind in ("cuda", "estimated"):
+        return f"{profile.model}'s GPU{named} states no memory"
+    what = "a CPU" if device.kind == "cpu" else f"a {device.kind} device"
+    return f"{profile.model} was profiled on {what}{named}, which has no GPU memory to share"
 
 
 def check_family(prof: Profile, family: Family, algo: str) -> None:
@@ -176,20 +361,18 @@ def check_family(prof: Profile, family: Family, algo: str) -> None:
     )
 
 
-def _checked(prof: Profile, schedule: Schedule, budget: int, algo: str) -> Schedule:
-    """Replay a solver's plan; a rejected plan or a different makespan is a bug in memplan."""
-    check = simulate(prof, schedule, memory=budget, check_claims=False)
+def _checked(prof: Profile, schedule: Schedule, budget: int, algo: str) -> SimulationResult:
+    """Replay a solver's plan: a rejected plan, or a makespan other than the solver's own value
+    (:attr:`Schedule.claimed_makespan`), is a bug in memplan."""
+    check = replay(prof, claims.with_replay_static_memory(prof, schedule), budget)
     if not check.valid:
         raise InternalError(f"{algo} produced a plan the simulator rejects: {check.violation}")
-    if schedule.makespan is not None and not _close(schedule.makespan, check.makespan):
+    claimed = schedule.claimed_makespan
+    if claimed is not None and not close(claimed, check.makespan):
         raise InternalError(
-            f"{algo}: solver value {schedule.makespan} != simulated makespan {check.makespan}"
+            f"{algo}: solver value {claimed} != simulated makespan {check.makespan}"
         )
-    return schedule.model_copy(update={"peak_memory": check.peak_memory})
-
-
-def _close(a: float, b: float) -> bool:
-    return math.isclose(a, b, rel_tol=_TIME_TOLERANCE, abs_tol=_TIME_TOLERANCE)
+    return check
 
 
 def simulate(
@@ -209,8 +392,6 @@ def simulate(
     the schedule states (static memory, makespan, peak, a pipeline's GPU peaks and throughput) must
     match the replay (NOTE [ schedule claims ] in :mod:`memplan.simulator.claims`).
     """
-    from memplan.simulator import claims
-
     prof = load_profile(profile)
     claimed = load_schedule(schedule)
     sched = claims.with_replay_static_memory(prof, claimed)  # NOTE [ schedule claims ]
@@ -224,11 +405,8 @@ def simulate(
             f"schedule was made for a profile with {sched.profile.stages} stages, "
             f"this one has {prof.length} ({prof.model})"
         )
-    budget = parse_size(memory) if memory is not None else sched.budget.memory
-    family = FAMILIES.get(sched.family)
-    if family is None:
-        raise InputError(f"schedule family {sched.family!r} cannot be simulated yet")
-    result = family.simulate(prof, sched, budget)
+    budget = memory_budget(prof, memory) if memory is not None else sched.budget.memory
+    result = replay(prof, sched, budget)
     if check_claims:
         claims.check(prof, claimed, result)
     return result

@@ -37,6 +37,15 @@ class InternalError(MemplanError, RuntimeError):
         return f"{super().__str__()} ({BUG_NOTE})"
 
 
+class MemplanWarning(UserWarning):
+    """Base class of the warnings memplan issues on purpose (``warnings.warn``): the command line
+    prints each as one line ``memplan: warning: ...`` on stderr."""
+
+
+class BudgetWarning(MemplanWarning):
+    """A memory budget larger than the profile's GPU can give a plan (docs/cli.md, "Budgets")."""
+
+
 STDIN = "<stdin>"
 """How messages name standard input."""
 

@@ -14,6 +14,7 @@ from pydantic import (
     ConfigDict,
     Field,
     NonNegativeInt,
+    PrivateAttr,
     ValidationError,
     model_serializer,
     model_validator,
@@ -209,6 +210,23 @@ class Schedule(_Model):
     )
     pattern: list[GpuPattern] | None = None
     transfers: list[PatternTransfer] | None = None
+
+    _solver_makespan: float | None = PrivateAttr(default=None)
+
+    @property
+    def claimed_makespan(self) -> float | None:
+        """The makespan the replay must reproduce: the solver's own value for its plan (a dynamic
+        program's optimum, see :meth:`with_solver_makespan`), else the stated ``makespan``."""
+        return self.makespan if self._solver_makespan is None else self._solver_makespan
+
+    def with_solver_makespan(self, value: float | None) -> Schedule:
+        """This schedule with the solver's own makespan for its plan (None: none), which
+        :func:`memplan.solve` compares with the replay, then drops. It is not part of the document:
+        ``makespan`` is the end of the last operation as timed, equal to the solver's value up to
+        float rounding."""
+        copy = self.model_copy()
+        copy._solver_makespan = value
+        return copy
 
     @model_validator(mode="after")
     def _fields_of_its_family(self) -> Schedule:

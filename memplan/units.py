@@ -1,5 +1,6 @@
 """Values typed by people: sizes and rates, ``8GB`` (10^9), ``8GiB`` (2^30), ``512MiB``,
-``12.2GB/s``; time limits; and ``NAME=VALUE`` lists (``--config n_layer=24,n_embd=1024``).
+``12.2GB/s``; budgets as a share of the GPU (``gpu``, ``90%``); time limits; and ``NAME=VALUE``
+lists (``--config n_layer=24,n_embd=1024``).
 
 A bare ``8G`` is ambiguous (decimal or binary?) and is rejected with a suggestion. Nothing here
 imports more than the standard library: the command line checks its options before torch or numpy.
@@ -10,6 +11,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Mapping
+from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
@@ -73,6 +75,67 @@ def exact_bytes(text: str) -> Decimal:
     match = _PATTERN.match(text)
     assert match is not None  # parse_size accepted it
     return Decimal(match.group(1)) * _UNITS[match.group(2).upper()]
+
+
+DEVICE_RESERVE = 512 * 2**20
+"""Bytes of a GPU's memory that no plan can have (512 MiB): ``--mem gpu`` is the device's memory
+less this. The CUDA context of a PyTorch process takes 287 MB with lazy module loading, PyTorch's
+default since 1.13 (287,047,680 bytes against 666,632,192 eagerly, measured in pytorch/pytorch
+pull request 86509); the rest covers the cuBLAS and cuDNN handles and workspaces loaded on first
+use and the caching allocator's rounding (docs/cli.md, "Budgets")."""
+
+MAX_PERCENT = 1000.0
+"""The largest share of the GPU a budget may name (``1000%``)."""
+
+
+@dataclass(frozen=True)
+class DeviceShare:
+    """A budget given as a share of the GPU's memory: ``gpu`` (100%) or ``90%``.
+
+    The bytes depend on the profile's device (:meth:`of`); ``text`` is the budget as given.
+    """
+
+    percent: float
+    text: str
+
+    def of(self, device_memory: int) -> int:
+        """The budget in bytes on a GPU of ``device_memory`` bytes (:func:`usable_memory`)."""
+        return int(usable_memory(device_memory) * self.percent / 100.0)
+
+
+def usable_memory(device_memory: int) -> int:
+    """What a GPU of ``device_memory`` bytes can give a plan: less :data:`DEVICE_RESERVE`."""
+    return max(0, device_memory - DEVICE_RESERVE)
+
+
+def parse_budget(value: str | int | float) -> int | DeviceShare:
+    """A memory budget: a size in bytes (:func:`parse_size`), or a share of the GPU's memory,
+    ``gpu`` (all a plan can have: :func:`usable_memory`) or ``90%`` of that.
+
+    >>> parse_budget("8GB"), parse_budget("gpu").percent, parse_budget("90%").percent
+    (8000000000, 100.0, 90.0)
+    """
+    if isinstance(value, str):
+        text = value.strip()
+        if text.lower() == "gpu":
+            return DeviceShare(100.0, text)
+        if text.endswith("%"):
+            try:
+                percent = float(text[:-1])
+            except ValueError:
+                percent = math.nan
+            if not (math.isfinite(percent) and 0 < percent <= MAX_PERCENT):
+                raise InputError(
+                    f"budget {value!r}: expected a share of the GPU's memory above 0% and at most "
+                    f"{MAX_PERCENT:g}%, e.g. 90%"
+                )
+            return DeviceShare(percent, text)
+        if not _PATTERN.match(text):
+            raise InputError(
+                f"size {value!r}: expected a number with a unit or a share of the GPU, e.g. 8GB, "
+                "8GiB, 512MiB, 1000000, gpu or 90%"
+            )
+    return parse_size(value)
 
 
 def parse_rate(value: str | int | float) -> float:

@@ -3,11 +3,24 @@
 Hypothesis runs with fixed examples under CI (``CI`` set, as `.ci/run` runs): a landing is then
 judged on the same examples every time, while local runs keep drawing new ones to find bugs
 (set ``HYPOTHESIS_PROFILE=ci`` to reproduce CI's).
+
+Tests marked ``slow`` (full-size models, README commands that profile, the heavy golden cases,
+long hypothesis runs) are left out unless ``--run-slow`` is given (``make test-all``) or the ``-m``
+expression names them; every test under tests/torch/ is marked ``torch``. pytest-randomly runs
+the tests in a random order: the seed is printed at the end (``--randomly-seed=N`` repeats it,
+``-p no:randomly`` keeps the files' order). torch runs one thread (``OMP_NUM_THREADS``, below).
 """
 
 from __future__ import annotations
 
 import os
+import signal
+from pathlib import Path
+
+# One thread per kernel unless told otherwise (`make test-kernels THREADS=2`), here and in every
+# process the tests start: torch's idle OpenMP threads spin, which costs the suite several times
+# its CPU time on a busy machine, and the plans do not depend on the thread count.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 import pytest
 from hypothesis import settings
@@ -17,6 +30,49 @@ from memplan.profile.model import Profile, Stage
 settings.register_profile("ci", derandomize=True, print_blob=True)
 settings.register_profile("dev", print_blob=True)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci" if os.environ.get("CI") else "dev"))
+
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    # Started in the background of a non-interactive shell (`make test &`, some CI runners), the
+    # suite inherits SIGINT ignored, and so would every memplan process the tests start and then
+    # interrupt (tests/cli/test_interrupts.py): Python's own handler gives them Ctrl-C back.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+
+TORCH_TESTS = Path(__file__).parent / "torch"
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--run-slow",
+        action="store_true",
+        help="also run the tests marked slow (make test-all)",
+    )
+
+
+def pytest_itemcollected(item: pytest.Item) -> None:
+    if TORCH_TESTS in item.path.parents:
+        item.add_marker(pytest.mark.torch)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if config.getoption("--run-slow") or "slow" in (config.option.markexpr or ""):
+        return
+    slow = [item for item in items if item.get_closest_marker("slow")]
+    if slow:
+        items[:] = [item for item in items if not item.get_closest_marker("slow")]
+        config.hook.pytest_deselected(items=slow)
+        config.stash[_SLOW_LEFT] = len(slow)
+
+
+_SLOW_LEFT = pytest.StashKey[int]()
+
+
+def pytest_terminal_summary(terminalreporter, config: pytest.Config) -> None:
+    left = config.stash.get(_SLOW_LEFT, 0)
+    if left:
+        terminalreporter.write_line(f"{left} tests marked slow not run: --run-slow (make test-all)")
+    seed = getattr(config.option, "randomly_seed", None)
+    if config.pluginmanager.has_plugin("randomly") and isinstance(seed, int):
+        terminalreporter.write_line(f"random order: --randomly-seed={seed} repeats it")
 
 
 @pytest.fixture

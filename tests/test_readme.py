@@ -42,7 +42,8 @@ matplotlib) are not run and the test is then skipped, naming them.
 Lines run two at a time (the machine's cores, at most 2; a line that reads a file another
 writes runs after it, in its directory), torch's first, with ``OMP_NUM_THREADS=1`` unless set,
 so that the test stays about a minute on an idle 2-core machine; everything a failed line
-printed is shown.
+printed is shown. The blocks with a line that profiles or trains (``memplan profile``/``memplan
+run``: torch, the longest) are marked slow: ``make test-all`` runs them, ``make test`` the others.
 """
 
 from __future__ import annotations
@@ -88,6 +89,7 @@ EXCLUDED: dict[str, str] = {
     "make run": "sets up .venv and runs `memplan info/solve/compare resnet50`, README commands "
     "run here one by one",
     "make test": "what CI runs (.ci/run): it runs this test",
+    "make test-all": "the suite with its slow tests: it runs this test",
 }
 
 # The README's `mypkg.models:make_net`, written in the directory of the block that profiles it.
@@ -422,9 +424,13 @@ def readme_runs(request, tmp_path_factory) -> dict[str, list[Future[list[Outcome
     pool.shutdown(wait=True, cancel_futures=True)
 
 
-@pytest.mark.torch
-@pytest.mark.slow
-@pytest.mark.parametrize("block", RUN_BLOCKS, ids=lambda b: b.key)
+def _marks(block: Block) -> list[pytest.MarkDecorator]:
+    """A block that profiles or trains needs torch and takes minutes: marked slow."""
+    profiles = any(re.search(r"memplan (profile|run)\b", line.text) for line in block.lines)
+    return [pytest.mark.torch, pytest.mark.slow] if profiles else []
+
+
+@pytest.mark.parametrize("block", [pytest.param(b, marks=_marks(b), id=b.key) for b in RUN_BLOCKS])
 def test_readme_block(block, readme_runs):
     outcomes = sorted(
         (o for job in readme_runs[block.key] for o in job.result()), key=lambda o: o.line.lineno

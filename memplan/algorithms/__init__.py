@@ -1,8 +1,9 @@
 """Every family and algorithm, behind one registry used by :func:`memplan.solve`.
 
 A family is declared once in its package's ``entries`` module (a :class:`Family`: its
-algorithms, each ``solve(profile, request) -> Schedule``, its simulator and its options); this
-module only collects them. See docs/algorithms.md, "How to add an algorithm".
+algorithms, each ``solve(profile, request) -> Schedule``, and its options); this module only
+collects them. The simulator that replays each family's schedules is
+:data:`memplan.simulator.replay.REPLAYS`. See docs/algorithms.md, "How to add an algorithm".
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The protocol every family follows: :class:`Family`, :class:`AlgorithmInfo`, :class:`SolveRequest`.
 
 Each algorithm is ``solve(profile, request: SolveRequest) -> Schedule``; each family declares its
-algorithms, its simulator and its options once (``memplan/algorithms/<family>/entries.py``), and
+algorithms and its options once (``memplan/algorithms/<family>/entries.py``), and
 :func:`memplan.solve` only loads, checks the family, builds the request, calls, replays and compares
 (docs/algorithms.md, "How to add an algorithm"). :class:`ChainPlan` and :class:`OffloadPlan` are
 what the chain-model solvers compute before :mod:`memplan.algorithms.timeline` turns them into
@@ -10,6 +10,7 @@ schedules.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -47,6 +48,10 @@ class SolveRequest:
 
     memory: int
     """The whole budget in bytes, static memory included (per GPU for the pipeline family)."""
+    algorithm: str
+    """The name of the algorithm asked for (``rotor``): the schedule's ``algorithm``."""
+    family: str
+    """Its family's name (``chain``): the schedule's ``family``."""
     static_memory: int
     """Bytes present during the whole iteration (:func:`memplan.api.static_memory`)."""
     optimizer: str
@@ -64,10 +69,13 @@ class SolveRequest:
 
 @dataclass(frozen=True)
 class AlgorithmInfo:
-    """One algorithm: what ``memplan algos`` lists, and its ``solve(profile, request)``."""
+    """One algorithm: what ``memplan algos`` lists, and its ``solve(profile, request)``.
+
+    ``family`` is its :class:`Family`'s name, filled in by the family that lists it (a family's
+    name is declared once, in its ``Family(name=...)``).
+    """
 
     name: str
-    family: str
     exact: bool
     needs: str
     summary: str
@@ -77,6 +85,7 @@ class AlgorithmInfo:
     short: str = ""
     """The summary in at most :data:`SHORT_SUMMARY` characters, for ``memplan algos``' one line per
     algorithm within 80 columns (empty: ``summary``, cut to fit)."""
+    family: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -106,9 +115,8 @@ PROFILE_SHAPES = {
 class Family:
     """A family of algorithms, declared once in its package's ``entries`` module.
 
-    ``algorithms`` each have ``solve(profile, request) -> Schedule``; ``simulator`` names the
-    family's replay, ``module:function(profile, schedule, memory) -> SimulationResult`` (imported
-    when first used, so that the registry stays cheap to import); ``options`` is the frozen
+    ``algorithms`` each have ``solve(profile, request) -> Schedule`` (the family's schedules are
+    replayed by its simulator, :data:`memplan.simulator.replay.REPLAYS`); ``options`` is the frozen
     dataclass of the family's options (:func:`memplan.algorithms.options.option` fields), the
     ``options`` of every :class:`SolveRequest` of the family. ``describe`` adds the family's figures
     to ``memplan info`` (``describe(profile, static_memory) -> dict``; its ``min_memory`` entries are
@@ -119,16 +127,12 @@ class Family:
     profile_kind: str
     """The profile shape it serves: a key of :data:`PROFILE_SHAPES` (``Profile.families``)."""
     algorithms: tuple[AlgorithmInfo, ...]
-    simulator: str
     options: type
     describe: Callable[[Any, int], dict[str, Any]] | None = field(default=None, compare=False)
 
-    def simulate(self, profile: Any, schedule: Any, memory: int | None) -> Any:
-        """Replay ``schedule`` with the family's simulator against ``memory`` (None: no budget)."""
-        import importlib
-
-        module, _, function = self.simulator.partition(":")
-        return getattr(importlib.import_module(module), function)(profile, schedule, memory)
+    def __post_init__(self) -> None:
+        stamped = tuple(dataclasses.replace(info, family=self.name) for info in self.algorithms)
+        object.__setattr__(self, "algorithms", stamped)  # frozen: set once, here
 
 
 Transfer = tuple[str, int, float, float, str, "str | None"]

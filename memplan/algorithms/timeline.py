@@ -4,26 +4,31 @@ The chain, offloading and combined solvers compute a :class:`~memplan.algorithms
 (an operation sequence) or an :class:`~memplan.algorithms.base.OffloadPlan` (timed operations on
 two streams) for the activation budget ``request.memory - request.static_memory``; their
 ``solve(profile, request)`` turns it into a :class:`~memplan.schedule.Schedule` here: the
-operations timed, the static memory added back to ``min_memory``, the solver's own value checked
-against the makespan of the timed plan (the simulator then checks that makespan again).
+operations timed, the static memory added back to ``min_memory``, the solver's own value kept
+(:meth:`~memplan.schedule.Schedule.with_solver_makespan`) for :func:`memplan.solve` to compare
+with the simulator's replay.
 """
 
 from __future__ import annotations
 
-import math
-import time
 from collections.abc import Iterable
 from typing import Any
 
 from memplan.algorithms.base import ChainPlan, OffloadPlan, SolveRequest
-from memplan.errors import InputError, InternalError
+from memplan.errors import InputError
 from memplan.profile.model import Profile
 from memplan.schedule import Budget, Op, ProfileRef, Schedule, SolverInfo
 
 OPTIMIZER_FACTORS = {"none": 0, "sgd": 2, "momentum": 3, "adam": 4}
 """Static memory as a multiple of the weight bytes: weights + gradients + optimizer state."""
 
-TIME_TOLERANCE = 1e-6
+
+def check_optimizer(optimizer: str) -> None:
+    """An input error unless ``optimizer`` is one of :data:`OPTIMIZER_FACTORS`."""
+    if optimizer not in OPTIMIZER_FACTORS:
+        raise InputError(
+            f"--optimizer {optimizer!r}: expected one of {', '.join(OPTIMIZER_FACTORS)}"
+        )
 
 
 def static_memory(profile: Profile, optimizer: str = "sgd") -> int:
@@ -32,10 +37,7 @@ def static_memory(profile: Profile, optimizer: str = "sgd") -> int:
     A graph profile holds its own weights, gradients and optimizer state (docs/graph.md): its
     static memory is its ``weight_size`` whatever the optimizer.
     """
-    if optimizer not in OPTIMIZER_FACTORS:
-        raise InputError(
-            f"--optimizer {optimizer!r}: expected one of {', '.join(OPTIMIZER_FACTORS)}"
-        )
+    check_optimizer(optimizer)
     if profile.kind == "graph":
         return profile.weight_size
     return OPTIMIZER_FACTORS[optimizer] * profile.weight_size
@@ -61,29 +63,11 @@ def _with_static(least: int | None, request: SolveRequest) -> int | None:
     return None if least is None else least + request.static_memory
 
 
-def check_claim(algorithm: str, claimed: float | None, makespan: float) -> None:
-    """A solver's own value must be the makespan of the plan it returns (else: a bug)."""
-    if claimed is None:
-        return
-    if not math.isclose(claimed, makespan, rel_tol=TIME_TOLERANCE, abs_tol=TIME_TOLERANCE):
-        raise InternalError(
-            f"{algorithm}: solver value {claimed} != makespan of its plan {makespan}"
-        )
-
-
-def chain_schedule(
-    profile: Profile,
-    request: SolveRequest,
-    algorithm: str,
-    plan: ChainPlan,
-    started: float,
-    family: str = "chain",
-) -> Schedule:
-    """The schedule of a chain solver's plan (``started``: ``time.perf_counter()`` before it)."""
-    seconds = time.perf_counter() - started
+def chain_schedule(profile: Profile, request: SolveRequest, plan: ChainPlan) -> Schedule:
+    """The schedule of a chain solver's plan, its operations laid back to back."""
     common = dict(
-        family=family,
-        algorithm=algorithm,
+        family=request.family,
+        algorithm=request.algorithm,
         profile=profile_ref(profile),
         budget=Budget(memory=request.memory, optimizer=request.optimizer),
         lower_bound=profile.lower_bound,
@@ -91,23 +75,16 @@ def chain_schedule(
         min_memory=_with_static(plan.min_memory, request),
     )
     ops = None if plan.sequence is None else timed_ops(profile, plan.sequence)
-    return _schedule(algorithm, plan, ops, seconds, common)
+    return _schedule(plan, ops, common)
 
 
 def offload_schedule(
-    profile: Profile,
-    request: SolveRequest,
-    algorithm: str,
-    family: str,
-    plan: OffloadPlan,
-    bandwidth: float,
-    started: float,
+    profile: Profile, request: SolveRequest, plan: OffloadPlan, bandwidth: float
 ) -> Schedule:
     """The schedule of an offloading or combined solver's timed plan at ``bandwidth`` bytes/s."""
-    seconds = time.perf_counter() - started
     common = dict(
-        family=family,
-        algorithm=algorithm,
+        family=request.family,
+        algorithm=request.algorithm,
         profile=profile_ref(profile),
         budget=Budget(memory=request.memory, bandwidth=bandwidth, optimizer=request.optimizer),
         lower_bound=plan.lower_bound,
@@ -120,25 +97,21 @@ def offload_schedule(
             Op(op=name, stage=stage, start=start, end=end, stream=stream, tensor=tensor)
             for name, stage, start, end, stream, tensor in plan.ops
         ]
-    return _schedule(algorithm, plan, ops, seconds, common)
+    return _schedule(plan, ops, common)
 
 
 def _schedule(
-    algorithm: str,
-    plan: ChainPlan | OffloadPlan,
-    ops: list[Op] | None,
-    seconds: float,
-    common: dict[str, Any],
+    plan: ChainPlan | OffloadPlan, ops: list[Op] | None, common: dict[str, Any]
 ) -> Schedule:
-    """The schedule of a plan's timed ``ops`` (None: no plan fits), its claim checked; ``common``
-    holds the fields both outcomes share (``lower_bound`` among them)."""
-    solver = dict(seconds=seconds, slots=plan.slots, message=plan.message)
+    """The schedule of a plan's timed ``ops`` (None: no plan fits), with the solver's own value
+    for :func:`memplan.solve` to check; ``common`` holds the fields both outcomes share
+    (``lower_bound`` among them). ``solver.seconds`` is left for :func:`memplan.solve` to time."""
+    solver = dict(slots=plan.slots, message=plan.message)
     if ops is None:
         return Schedule(feasible=False, solver=SolverInfo(status="infeasible", **solver), **common)
     makespan = max((op.end for op in ops), default=0.0)
-    check_claim(algorithm, plan.claimed_makespan, makespan)
     lower = common["lower_bound"]
-    return Schedule(
+    schedule = Schedule(
         feasible=True,
         makespan=makespan,
         overhead=makespan / lower if lower > 0 else 1.0,
@@ -146,3 +119,4 @@ def _schedule(
         ops=ops,
         **common,
     )
+    return schedule.with_solver_makespan(plan.claimed_makespan)

@@ -23,6 +23,7 @@ import os
 import re
 import sys
 import traceback
+import warnings
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -30,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
-from memplan.errors import BUG_NOTE, EmptyPipe, InputError, InternalError
+from memplan.errors import BUG_NOTE, EmptyPipe, InputError, InternalError, MemplanWarning
 
 if TYPE_CHECKING:  # rich is imported when a console is made: `memplan alloc` prints none
     from rich.console import Console
@@ -134,7 +135,8 @@ def echo_err(message: str) -> None:
 @contextmanager
 def guard() -> Iterator[None]:
     """Run a command: map exceptions to the exit codes of the SPEC (NOTE [ CLI output and exit
-    codes ]) and write its files all together at the end, or none of them.
+    codes ]), the library's warnings to lines ``memplan: warning: ...`` on stderr, and write its
+    files all together at the end, or none of them.
 
     The files the command writes (``-o``, ``--trace``, ``--plot``) are held (NOTE [ safe writes ]
     in memplan/files.py) and renamed into place when it ends with 0 or 1; with any other exit
@@ -145,7 +147,11 @@ def guard() -> Iterator[None]:
     interrupt.begin()
     files.hold_writes()
     try:
-        yield
+        with warnings.catch_warnings():
+            shown = warnings.showwarning
+            warnings.simplefilter("always", MemplanWarning)
+            warnings.showwarning = functools.partial(_show_warning, shown)
+            yield
     except (typer.Exit, typer.Abort) as exc:
         _settle(isinstance(exc, typer.Exit) and exc.exit_code in (EXIT_OK, EXIT_INFEASIBLE))
         raise
@@ -205,6 +211,14 @@ def _settle(keep: bool, quiet: bool = False) -> None:
         name = exc.filename or "output"
         echo_err(f"memplan: error: {name}: cannot write: {exc.strerror or exc}")
         raise typer.Exit(EXIT_USAGE) from None
+
+
+def _show_warning(shown, message, category, *args, **kwargs) -> None:  # type: ignore[no-untyped-def]
+    """A :class:`memplan.errors.MemplanWarning` as one line; other warnings as Python shows them."""
+    if issubclass(category, MemplanWarning):
+        echo_err(f"memplan: warning: {_one_line(message)}")
+    else:
+        shown(message, category, *args, **kwargs)
 
 
 def _one_line(exc: BaseException) -> str:

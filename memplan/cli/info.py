@@ -118,8 +118,7 @@ def algos(
 
     Example: `memplan algos rotor`
     """
-    from memplan.api import algorithm_details
-    from memplan.api import algorithms as list_algorithms
+    from memplan.api import algorithm_details, list_algorithms
 
     with guard():
         json_out = fmt is not None and fmt.value == "json"

@@ -10,7 +10,16 @@ import typer
 from memplan.cli import common
 from memplan.cli.common import EXIT_INFEASIBLE, err_console, guard
 from memplan.cli.options import family_options
-from memplan.cli.profile import TORCH_HINT, Device, has_torch, parse_shape
+from memplan.cli.profile import (
+    CONFIG_HELP,
+    JOIN_NAMES,
+    TORCH_HINT,
+    Device,
+    DType,
+    has_torch,
+    parse_config_option,
+    parse_shape,
+)
 from memplan.cli.solve import MEM_HELP, Optimizer, infeasible_line
 from memplan.errors import InputError
 
@@ -55,6 +64,16 @@ def run(
         ),
     ] = None,
     device: Annotated[Device, typer.Option(help="Where to train.")] = Device.auto,
+    dtype: Annotated[
+        DType | None,
+        typer.Option(
+            help="Data type of the weights and activations, profiled and trained in.  "
+            "[default: the profile's with --profile, else float32]"
+        ),
+    ] = None,
+    config: Annotated[
+        str | None, typer.Option("--config", metavar="NAME=VALUE,...", help=CONFIG_HELP)
+    ] = None,
     lr: Annotated[float, typer.Option(metavar="RATE", help="Learning rate.")] = 0.01,
     family_options: dict[str, Any] | None = None,
     optimizer: Annotated[
@@ -83,10 +102,13 @@ def run(
     is within the budget, 1 when it exceeds it or when no plan fits, 2 on bad input.
 
     Example: `memplan run resnet18 --algo rotor --mem 200MB --steps 2 -b 4 --input-shape 3,64,64`;
+    `memplan run hf:gpt2 --config n_layer=2,n_embd=64,n_head=2,vocab_size=1000 -b 2
+    --input-shape 32 --mem 40MB --dtype bfloat16`;
     `memplan run gpt-tiny --algo pofo --mem 1.2MB --bandwidth 30MB/s --slots 500` (pofo, dynprog
     and the other offloading algorithms need a bandwidth: --bandwidth or the profile's).
     """
     from memplan.algorithms import options_for
+    from memplan.api import check_budget
 
     with guard():
         if mem is None:
@@ -94,15 +116,23 @@ def run(
         for option, value in (("--steps", steps), ("--batch-size", batch_size)):
             if value is not None and value < 1:
                 raise InputError(f"{option} {value}: expected a positive integer")
-        memory = common.option_size("--mem", mem)
+        check_budget(mem)  # the form now; gpu and 90% take the GPU from the profile made below
+        config_values = parse_config_option(model, config)
+        if model in {name.strip() for name in JOIN_NAMES.split(",")}:
+            raise InputError(
+                f"{model} is a join network: memplan run trains chains (its runtime follows "
+                "chain, offloading and combined plans); profile, solve and simulate join plans "
+                f"with memplan profile {model} | memplan solve --algo join"
+            )
         options = family_options or {}
         options_for(algo, options)  # bad options fail before the model is built and profiled
         shape = None if input_shape is None else parse_shape(input_shape)
         if not has_torch():
             raise InputError(f"memplan run {TORCH_HINT}")
         doc = _train(
-            model, algo, memory, steps, batch_size, shape, profile, device.value, lr, options,
-            optimizer.value, repeats, trace,
+            model, algo, mem, steps, batch_size, shape, profile, device.value, lr, options,
+            optimizer.value, repeats, trace, None if dtype is None else dtype.value,
+            config_values,
         )  # fmt: skip
         if doc is None:
             raise typer.Exit(EXIT_INFEASIBLE)
@@ -122,7 +152,7 @@ def run(
 def _train(
     name: str,
     algo: str,
-    memory: int,
+    memory: str,
     steps: int,
     batch_size: int | None,
     shape: tuple[int, ...] | None,
@@ -133,25 +163,38 @@ def _train(
     optimizer: str,
     repeats: int,
     trace: Path | None,
+    dtype: str | None,
+    config: str | None,
 ) -> dict[str, Any] | None:
     import memplan
     from memplan.torch.device import resolve_device
     from memplan.torch.measure import train_under_plan
     from memplan.torch.models import build_model
-    from memplan.torch.profiler import profile_model
+    from memplan.torch.profiler import DTYPES, profile_model
 
+    prof = None
+    if profile is not None:
+        prof = memplan.load_profile(profile)
+        if dtype is not None and prof.dtype != dtype:
+            raise InputError(
+                f"--dtype {dtype}: the profile {profile} was measured in {prof.dtype}; a plan "
+                "is for the data type it was profiled in (profile again with --dtype)"
+            )
+        dtype = prof.dtype
+    dtype = dtype or "float32"
     dev = resolve_device(device)
-    module, x, label = build_model(name, batch_size=batch_size, input_shape=shape)
-    module.to(dev)
-    x = x.to(dev)
-    if profile is None:
+    module, x, label = build_model(name, batch_size=batch_size, input_shape=shape, config=config)
+    module.to(device=dev, dtype=DTYPES[dtype])
+    x = x.to(device=dev, dtype=DTYPES[dtype]) if x.is_floating_point() else x.to(dev)
+    if prof is None:
         common.echo_err(f"memplan: profiling {label} on {dev.type} ...")
         from memplan.cli.profile import _run_with_progress
 
-        kwargs = {"example_input": x, "device": str(dev), "repeats": repeats, "name": label}
+        kwargs = {
+            "example_input": x, "device": str(dev), "dtype": dtype, "repeats": repeats,
+            "name": label,
+        }  # fmt: skip
         prof = _run_with_progress(profile_model, module, kwargs, f"profiling {label}")
-    else:
-        prof = memplan.load_profile(profile)
     sched = memplan.solve(prof, algo, memory, optimizer=optimizer, **options)
     if not sched.feasible:
         common.echo_err(infeasible_line(sched))

@@ -12,7 +12,6 @@ from memplan.cli.common import (
     EXIT_INFEASIBLE,
     err_console,
     guard,
-    option_size,
     print_table,
     profile_source,
     resolve_format,
@@ -47,7 +46,9 @@ PROFILE_HELP = (
     "Left out, it is read from stdin when stdin is a pipe."
 )
 MEM_HELP = (
-    "Memory budget for the whole iteration, static memory included: 8GB, 8GiB, 512MiB, bytes."
+    "Memory budget for the whole iteration, static memory included: 8GB, 8GiB, 512MiB, bytes; "
+    "gpu (the profile's GPU memory less 512 MiB for the CUDA context and the allocator) or 90% "
+    "of that."
 )
 OPTIMIZER_HELP = (
     "Static memory counted in the budget: none 0, sgd 2W, momentum 3W, adam 4W (W = weights)."
@@ -112,32 +113,22 @@ def solve(
     Example: `memplan solve resnet50 --algo rotor --mem 8GB --format json`
     """
     import memplan
-    from memplan.algorithms import options_for
-    from memplan.api import algorithms
+    from memplan.api import check_arguments, list_algorithms, solve_checked
 
     with guard():
         form = resolve_format(fmt, output, ("table", "json", "yaml", "torch-csv"))
         if algo is None:
-            names = ", ".join(a["name"] for a in algorithms())
+            names = ", ".join(a["name"] for a in list_algorithms())
             raise InputError(f"--algo: an algorithm is required, one of: {names}")
-        if mem is None:
-            raise InputError("--mem: a memory budget is required, e.g. --mem 8GB")
-        memory = option_size("--mem", mem)
-        options = family_options or {}
-        options_for(algo, options)  # bad options fail before the profile is read
+        # the budget and the options are checked before the profile is read
+        arguments = check_arguments(algo, mem, optimizer=optimizer.value, **(family_options or {}))
         common.check_positive("--micro-batches", micro_batches)
         prof = memplan.load_profile(profile_source(profile))
         with _spinner(f"solving with {algo}"):
-            schedule = memplan.solve(
-                prof,
-                algo=algo,
-                memory=memory,
-                optimizer=optimizer.value,
-                progress=_print_progress,
-                **options,
-            )
-        if trace is not None and schedule.feasible:
-            write_trace_file(trace, schedule, prof)
+            solved = solve_checked(prof, arguments, _print_progress)
+        schedule = solved.schedule
+        if trace is not None and solved.replay is not None:
+            write_trace_file(trace, schedule, prof, solved.replay.memory_curve)
         if form == "table":
             print_table(_render_summary(schedule, prof))
             if schedule.feasible and schedule.ops:
@@ -206,7 +197,7 @@ def simulate(
             "--mem",
             "-m",
             metavar="SIZE",
-            help="Budget to check against.  [default: the schedule's]",
+            help="Budget to check against: a size (8GB), gpu or 90%.  [default: the schedule's]",
         ),
     ] = None,
     fmt: Annotated[
@@ -223,16 +214,16 @@ def simulate(
     Example: `memplan solve net.yaml --algo rotor --mem 2GB -f json | memplan simulate net.yaml -`
     """
     import memplan
+    from memplan.api import check_budget, memory_budget
 
     with guard():
         form = resolve_format(fmt, None, ("table", "json"))
         if profile == "-" and schedule == "-":
             raise InputError("PROFILE and SCHEDULE cannot both be '-' (stdin)")
-        budget = option_size("--mem", mem)
+        given = None if mem is None else check_budget(mem)  # before the files are read
         sched = memplan.load_schedule(schedule)
         prof = memplan.load_profile(profile)
-        if budget is None:
-            budget = sched.budget.memory
+        budget = sched.budget.memory if given is None else memory_budget(prof, given, given=mem)
         if not sched.feasible:
             doc = _simulation_doc(sched, prof, budget, None)
             doc["violation"] = (

@@ -138,12 +138,33 @@ def _where(source: str, mark: Any) -> str:
 
 
 def _parse_yaml(text: str, source: str) -> Any:
-    loader = _LOADER(text)
+    """The document's data from ``_LOADER``'s events; where that parser stops deep nesting itself
+    (libyaml 0.2.5 and newer, at 1000 flow levels), from PyYAML's pure-Python parser, which reads
+    on until :func:`_build` stops at :data:`MAX_DEPTH`: the same message and position whatever
+    PyYAML and libyaml the user has."""
+    try:
+        return _parse_with(_LOADER, text, source)
+    except _ParserTooDeep:
+        return _parse_with(yaml.SafeLoader, text, source)
+
+
+class _ParserTooDeep(Exception):
+    pass
+
+
+def _parse_with(loader_class: Any, text: str, source: str) -> Any:
+    loader = loader_class(text)
     try:
         return _build(loader, source)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        if "nesting depth" in problem:  # the parser's own limit, deeper than MAX_DEPTH
+            if loader_class is not yaml.SafeLoader:
+                raise _ParserTooDeep from None
+            raise InputError(
+                f"{_where(source, mark)}: nested deeper than {MAX_DEPTH} levels"
+            ) from None
         raise InputError(f"{_where(source, mark)}: malformed YAML/JSON: {problem}") from None
     finally:
         loader.dispose()

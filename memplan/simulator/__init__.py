@@ -1,7 +1,10 @@
-"""The simulator: replays a plan independently of the solvers (see docs/model.md)."""
+"""The simulator: replays a plan independently of the solvers (see docs/model.md).
 
-from memplan.simulator.chain import SimulationResult, simulate_chain
-from memplan.simulator.combined import simulate_combined
-from memplan.simulator.offload import simulate_offload
+:func:`memplan.simulator.replay.replay` replays a schedule with its family's simulator; the
+chain, offloading and combined families share one (:mod:`memplan.simulator.combined`).
+"""
+
+from memplan.simulator.combined import simulate_chain, simulate_combined, simulate_offload
+from memplan.simulator.result import SimulationResult
 
 __all__ = ["SimulationResult", "simulate_chain", "simulate_combined", "simulate_offload"]

@@ -1,156 +1,239 @@
-"""Replay a combined schedule: recomputation and offloading together (docs/combined.md).
+"""The chain-model simulator: one replay for chain, offloading and combined schedules.
 
-This module is the independent check of the combined family (papers/000, POFO): it shares no
-code with :mod:`memplan.algorithms` and must not import it. The model is the chain model of
-docs/model.md (``F_all``, ``F_ck``, ``F_n``, ``B`` with memory persistency) plus transfers of
-stored tensors (``x[k]`` and ``s[k]``) on one channel, as in docs/offload.md: an offload frees
-the GPU copy when it ends (later if the running computation reads the tensor), a prefetch
-reserves the tensor's memory when it starts, one transfer at a time, ``bytes / bandwidth`` each.
+This module is the independent check of the chain, offloading and combined algorithms: it shares
+no code with :mod:`memplan.algorithms` and must not import it. The three families plan in one
+model (docs/model.md, docs/offload.md, docs/combined.md): the computations ``F_all``, ``F_ck``,
+``F_n`` and ``B`` of the chain with memory persistency, and transfers of the stored tensors
+``x[k]`` and ``s[k]`` between GPU and host on one channel. A family's schedules are schedules of
+that model with its restrictions, its :class:`~memplan.simulator.operations.Rules`:
 
-Without transfers the replay is that of :func:`memplan.simulator.simulate_chain`; with every
-forward ``F_all`` it is that of :func:`memplan.simulator.simulate_offload` (checked by
-tests/simulator/test_combined.py).
+* ``chain``: computations only, run back to back in the schedule's order (their stated times must
+  be those durations laid end to end from time 0); the makespan is the sum of the durations;
+* ``offload``: every forward once (``F_all``) in stage order, then every backward, at the stated
+  times (the compute stream may wait for a transfer); transfers of ``x[0]`` and of ``s[k]``;
+* ``combined``: every operation, at the stated times.
+
+The replay checks every operation on its own (its name, stage, stream and tensor), the family's
+order, then runs the events (every start and end) in time and checks the model at each one (the
+rules T1-T5 of docs/combined.md). Violations are reported in that order; the first one is kept.
+A violation of the model (an input missing, a tensor freed in flight, two computations at once)
+stops the replay; a wrong stated time or a budget exceeded does not, so that ``makespan`` and
+``peak_memory`` are those of the whole plan.
+
+The bytes are counted in one place, :class:`~memplan.simulator.chain_memory.ChainMemory` (NOTE
+[ chain-model memory ] there).
 """
 
 from __future__ import annotations
 
-import math
-import re
 from collections.abc import Sequence
 
 from memplan.profile.model import Profile
 from memplan.schedule import Op
-from memplan.simulator.chain import TIME_TOLERANCE, SimulationResult, lasts, same_instant
+from memplan.simulator.chain_memory import ChainMemory
+from memplan.simulator.operations import (
+    CHAIN,
+    COMBINED,
+    OFFLOAD,
+    Rules,
+    Step,
+    prefetch_problem,
+    read_steps,
+    store_all_position,
+    store_all_problem,
+)
+from memplan.simulator.result import SimulationResult
+from memplan.simulator.timing import instants
 
-COMPUTE_OPS = ("F_all", "F_ck", "F_n", "B")
-TRANSFER_OPS = ("offload", "prefetch")
-_TENSOR = re.compile(r"^([xs])\[(\d+)\]$")
 
-# Places of a stored tensor (docs/combined.md, table "place").
-_GPU, _OUT, _LEAVING, _HOST, _IN = "gpu", "offloading", "leaving", "host", "prefetching"
-_ON_GPU = (_GPU, _OUT)  # available to a computation
+def simulate_ops(
+    profile: Profile,
+    ops: Sequence[Op | tuple[str, int]],
+    *,
+    rules: Rules = COMBINED,
+    static_memory: int = 0,
+    memory: int | None = None,
+    bandwidth: float | None = None,
+) -> SimulationResult:
+    """Replay the operations of a chain, offloading or combined schedule (``rules``).
+
+    Parameters
+    ----------
+    profile : Profile
+        The chain the schedule was made for.
+    ops : sequence of Op or of (str, int)
+        Computations ``F_all``/``F_ck``/``F_n``/``B`` on stream ``compute`` and transfers
+        ``offload``/``prefetch`` on stream ``transfer`` naming their tensor (``x[k]`` or ``s[k]``;
+        default ``s[stage]``), with start and end times (ms); a chain's may be ``(op, stage)``
+        pairs, laid back to back.
+    rules : Rules
+        The family's restrictions: :data:`CHAIN`, :data:`OFFLOAD` or :data:`COMBINED`.
+    static_memory : int
+        Bytes present all the time (weights, gradients, optimizer state), added to every figure.
+    memory : int, optional
+        Budget, static memory included; the first event that exceeds it is a violation.
+    bandwidth : float, optional
+        Host<->device bytes/s (a transfer of ``b`` bytes lasts ``b / bandwidth`` s); required by
+        the families with transfers.
+
+    Returns
+    -------
+    SimulationResult
+        ``makespan``, ``idle_time``, ``peak_memory``, ``op_peaks`` (one per operation the replay
+        started, in the schedule's order: every one when the replay ran to the end), the
+        ``memory_curve`` and the first ``violation`` (see the module docstring for which stop
+        the replay).
+    """
+    result = SimulationResult(static_memory=static_memory, budget=memory)
+    transfers = "offload" in rules.operations
+    if transfers and not (bandwidth is not None and bandwidth > 0):
+        result.fail(f"bandwidth {bandwidth!r}: expected a positive rate")
+        return result
+    steps = read_steps(profile, ops, rules, bandwidth, result)
+    if steps is None:
+        return result
+    if rules.back_to_back:  # computations only (checked per operation), in the schedule's order
+        started = _replay(profile, _in_order(steps), [], result, memory)
+        result.makespan = started[-1].end if started else 0.0
+        return result
+    length = len(profile.stages)
+    instant = instants(t for step in steps for t in (step.start, step.end))
+    by_time = sorted(steps, key=lambda s: (instant[s.start], s.index))
+    compute = [s for s in by_time if s.compute]
+    channel = [s for s in by_time if not s.compute]
+    if rules.store_all:
+        # the model fixes the order of computations at one instant (zero-duration ones)
+        compute.sort(key=lambda s: (instant[s.start], store_all_position(s, length)))
+        if store_all_problem(compute, length, result):
+            return result
+    if prefetch_problem(channel, result):
+        return result
+    _replay(profile, _in_time(compute, channel, instant), channel, result, memory)
+    result.makespan = max((s.end for s in steps), default=0.0)
+    result.idle_time = max(0.0, result.makespan - sum(s.duration for s in compute))
+    return result
 
 
-def _close(a: float, b: float) -> bool:
-    return math.isclose(a, b, rel_tol=TIME_TOLERANCE, abs_tol=TIME_TOLERANCE)
+Event = tuple[float, bool, Step]
+"""``(time, is_end, operation)``: the start or the end of an operation."""
 
 
-def _instants(times: Sequence[float]) -> dict[float, float]:
-    """Map each time to the first time of its cluster (times at one instant: :func:`same_instant`)."""
-    instant: dict[float, float] = {}
-    last = None
-    for when in sorted(set(times)):
-        if last is not None and same_instant(when, last):
-            instant[when] = last
+def _in_order(steps: list[Step]) -> list[Event]:
+    """A chain's events: each computation starts and ends, in the schedule's order."""
+    return [
+        event for step in steps for event in ((step.start, False, step), (step.end, True, step))
+    ]
+
+
+def _in_time(compute: list[Step], channel: list[Step], instant: dict[float, float]) -> list[Event]:
+    """Every start and end in time, at one instant in the order of rule T5: ends (transfers
+    first) before starts; zero-duration computations (which start and end at once) first, then
+    prefetches, computations, offloads start."""
+    rank = {"prefetch": 0, "offload": 2}
+    keyed: list[tuple[float, int, int, int, int, Step]] = []
+    for position, step in enumerate(compute + channel):
+        start, end = instant[step.start], instant[step.end]
+        order = rank.get(step.name, -1 if end == start else 1)
+        keyed.append((start, 1, order, position, 0, step))
+        if end == start:
+            keyed.append((start, 1, order, position, 1, step))
         else:
-            instant[when] = when
-            last = when
-    return instant
+            keyed.append((end, 0, int(step.compute), position, 1, step))
+    keyed.sort(key=lambda event: event[:5])
+    return [(when, bool(is_end), step) for when, _, _, _, is_end, step in keyed]
 
 
-class _State:
-    """Places of the stored tensors and the bytes on the GPU during a replay."""
-
-    def __init__(self, profile: Profile) -> None:
-        st = profile.stages
-        self.length = len(st)
-        self.size = {"x[0]": profile.input_size}
-        for k, stage in enumerate(st):
-            self.size[f"x[{k + 1}]"] = stage.output_size
-            self.size[f"s[{k}]"] = stage.saved_size
-        self.g = [0] + [stage.gradient_size for stage in st]
-        self.fo = [stage.forward_overhead for stage in st]
-        self.bo = [stage.backward_overhead for stage in st]
-        self.place: dict[str, str | None] = dict.fromkeys(self.size)
-        self.place["x[0]"] = _GPU
-        self.held = profile.input_size + self.g[self.length]  # bytes on the GPU
-        self.next_backward = self.length - 1
-        self.fresh = -1  # k of the standalone x[k] the previous computation produced
-        self.running: tuple[str, int] | None = None
-        self.leaving: list[str] = []  # offloaded, freed at the end of the running computation
-
-    def available(self, k: int) -> bool:
-        return self.place[f"x[{k}]"] in _ON_GPU or (k > 0 and self.place[f"s[{k - 1}]"] in _ON_GPU)
-
-    def reads(self, name: str, k: int) -> tuple[str, ...]:
-        """Tensors computation ``name k`` reads (they stay on the GPU while it runs)."""
-        inputs = (f"x[{k}]",) + ((f"s[{k - 1}]",) if k > 0 else ())
-        return inputs + ((f"s[{k}]",) if name == "B" else ())
-
-    def problem(self, name: str, k: int) -> str | None:
-        """Why computation ``name`` cannot start on stage ``k`` now (docs/model.md + T4)."""
-        if name == "B":
-            if self.next_backward < 0:
-                return "every backward has already run"
-            if k != self.next_backward:
-                return f"backward out of order: the next backward is B stage {self.next_backward}"
-            if self.place[f"s[{k}]"] not in _ON_GPU:
-                where = self.place[f"s[{k}]"]
-                return f"s[{k}] is not on the GPU" + (f" (it is {where})" if where else "")
-        elif name == "F_all":
-            if self.place[f"s[{k}]"] is not None:
-                return f"s[{k}] is already held ({self.place[f's[{k}]']})"
+def _replay(
+    profile: Profile,
+    events: list[Event],
+    channel: list[Step],
+    result: SimulationResult,
+    memory: int | None,
+) -> list[Step]:
+    """Run the events on :class:`ChainMemory` (``channel``: the transfers in time); the operations
+    that started."""
+    state = ChainMemory(profile, channel)
+    static = result.static_memory
+    peak = level = static + state.held
+    curve = result.memory_curve
+    curve.append((0.0, level))
+    running: dict[int, int] = {}  # op index -> the most memory since it started
+    peaks: dict[int, int] = {}
+    in_flight: list[Step] = []
+    started: list[Step] = []
+    for when, is_end, step in events:
+        if is_end:
+            problem = state.finish(step) if step.compute else state.transfer_end(step)
+        elif step.compute:
+            problem = state.start(step, when)
         else:
-            out, inp = f"x[{k + 1}]", f"x[{k}]"
-            if self.place[out] is not None:
-                return f"{out} is already held ({self.place[out]})"
-            if name == "F_n" and self.place[inp] is not None:
-                if self.fresh != k:
-                    return (
-                        f"would free the stored checkpoint {inp} (memory persistency: F_n may "
-                        "only consume the activation the previous operation produced; use F_ck)"
-                    )
-                if self.place[inp] not in (_GPU, _HOST):
-                    return f"would free {inp} while it is {self.place[inp]}"
-        if not self.available(k):
-            if k == 0:
-                return "x[0] is not on the GPU"
-            return f"x[{k}] is not on the GPU (neither x[{k}] nor s[{k - 1}] is there)"
-        return None
+            if in_flight:  # T1: one transfer at a time
+                other = in_flight[0]
+                result.fail(
+                    f"{step.where}: starts at {step.start} while ops[{other.index}] still "
+                    f"transfers (until {other.end}); one transfer at a time",
+                    step.index,
+                )
+            problem = state.transfer_start(step)
+        if problem is not None:
+            result.fail(f"{step.where}: {problem}", step.index)
+            break
+        level = static + state.held
+        curve.append((when, level))
+        if is_end:
+            peaks[step.index] = running.pop(step.index)
+            if not step.compute:
+                in_flight.remove(step)
+        else:
+            started.append(step)
+            if not step.compute:
+                in_flight.append(step)
+            if step.timing is not None:
+                result.fail(step.timing, step.index)
+            if memory is not None and level > memory:
+                result.fail(f"{step.where}: needs {level} bytes, budget {memory}", step.index)
+            running[step.index] = level
+        for index, most in running.items():
+            if level > most:
+                running[index] = level
+        if level > peak:
+            peak = level
+    else:
+        if state.next_backward >= 0:
+            result.fail(f"incomplete: B stage {state.next_backward} never ran")
+    result.peak_memory = peak
+    peaks.update(running)
+    result.op_peaks = [peaks[index] for index in sorted(peaks)]
+    return started
 
-    def transient(self, name: str, k: int) -> int:
-        """Bytes reserved at the start of a computation: its output (or g[k]) and overhead."""
-        if name == "B":
-            return self.g[k] + self.bo[k]
-        out = self.size[f"s[{k}]"] if name == "F_all" else self.size[f"x[{k + 1}]"]
-        return out + self.fo[k]
 
-    def drop(self, tensor: str) -> str | None:
-        """Free a tensor wherever it is (T4); a problem if its offload is in flight."""
-        where = self.place[tensor]
-        if where in (_OUT, _IN):
-            return f"frees {tensor} while it is {where}"
-        if where in (_GPU, _LEAVING):
-            self.held -= self.size[tensor]
-        self.place[tensor] = None
-        if tensor in self.leaving:
-            self.leaving.remove(tensor)
-        return None
+def simulate_chain(
+    profile: Profile,
+    ops: Sequence[Op | tuple[str, int]],
+    *,
+    static_memory: int = 0,
+    memory: int | None = None,
+) -> SimulationResult:
+    """Replay a chain (rematerialization) plan: :func:`simulate_ops` with :data:`CHAIN`.
 
-    def finish(self, name: str, k: int) -> str | None:
-        """End of a computation: keep its output, free its overhead and what it frees."""
-        self.held -= self.bo[k] if name == "B" else self.fo[k]
-        for tensor in self.leaving:
-            self.held -= self.size[tensor]
-            self.place[tensor] = _HOST
-        self.leaving = []
-        self.running = None
-        self.fresh = k + 1 if name in ("F_ck", "F_n") else -1
-        if name == "F_all":
-            self.place[f"s[{k}]"] = _GPU
-            return None
-        if name == "B":
-            self.held -= self.g[k + 1]
-            self.next_backward -= 1
-            for tensor in (f"s[{k}]", f"x[{k}]"):
-                problem = self.drop(tensor)
-                if problem:
-                    return problem
-            return None
-        self.place[f"x[{k + 1}]"] = _GPU
-        if name == "F_n" and self.place[f"x[{k}]"] is not None:
-            return self.drop(f"x[{k}]")
-        return None
+    ``ops`` may be :class:`memplan.schedule.Op` (their times are checked: back to back from time
+    0, each lasting its profile duration) or ``(op_name, stage)`` pairs (laid back to back).
+    """
+    return simulate_ops(profile, ops, rules=CHAIN, static_memory=static_memory, memory=memory)
+
+
+def simulate_offload(
+    profile: Profile,
+    ops: Sequence[Op],
+    *,
+    static_memory: int = 0,
+    memory: int | None = None,
+    bandwidth: float,
+) -> SimulationResult:
+    """Replay an offloading schedule: :func:`simulate_ops` with :data:`OFFLOAD`."""
+    return simulate_ops(
+        profile, ops, rules=OFFLOAD, static_memory=static_memory, memory=memory, bandwidth=bandwidth
+    )
 
 
 def simulate_combined(
@@ -161,160 +244,12 @@ def simulate_combined(
     memory: int | None = None,
     bandwidth: float,
 ) -> SimulationResult:
-    """Replay a combined schedule (docs/combined.md) and report makespan, idle time, peak.
-
-    Parameters
-    ----------
-    profile : Profile
-        The chain the schedule was made for.
-    ops : sequence of Op
-        Computations ``F_all``/``F_ck``/``F_n``/``B`` on stream ``compute`` (in execution order)
-        and transfers ``offload``/``prefetch`` on stream ``transfer`` naming their tensor
-        (``x[k]`` or ``s[k]``; default ``s[stage]``), all with start and end times (ms).
-    static_memory : int
-        Bytes present all the time, added to every figure.
-    memory : int, optional
-        Budget, static memory included.
-    bandwidth : float
-        Host<->device bandwidth, bytes/s; a transfer of ``b`` bytes lasts ``b / bandwidth`` s.
-
-    Returns
-    -------
-    SimulationResult
-        ``makespan`` (end of the last operation), ``idle_time`` (makespan minus compute time),
-        ``peak_memory``, ``op_peaks`` (one per computation), and the first ``violation``. A model
-        violation stops the replay; a memory violation does not.
-    """
-    state = _State(profile)
-    length = state.length
-    result = SimulationResult(static_memory=static_memory, budget=memory)
-    per_ms = bandwidth / 1000.0
-    compute: list[int] = []
-    transfers: list[int] = []
-    tensors: dict[int, str] = {}
-    busy = 0.0
-    # 1. Each operation on its own, and the order on the compute stream.
-    previous_end = 0.0
-    for index, op in enumerate(ops):
-        where = f"ops[{index}] {op.op} stage {op.stage}"
-        if not 0 <= op.stage < length:
-            result.fail(f"{where}: no such stage (the profile has {length} stages)", index)
-            return result
-        if op.op in COMPUTE_OPS:
-            if op.stream != "compute" or op.tensor is not None:
-                result.fail(f"{where}: computations run on stream 'compute', name no tensor", index)
-                return result
-            st = profile.stages[op.stage]
-            duration = st.backward_time if op.op == "B" else st.forward_time
-            if op.start < previous_end and not _close(op.start, previous_end):
-                result.fail(f"{where}: starts at {op.start}, before the previous end", index)
-                return result
-            previous_end = op.end
-            compute.append(index)
-            busy += duration
-        else:
-            if op.stream != "transfer":
-                result.fail(f"{where}: transfers run on stream 'transfer'", index)
-                return result
-            name = op.tensor if op.tensor is not None else f"s[{op.stage}]"
-            match = _TENSOR.match(name)
-            if match is None or name not in state.size:
-                result.fail(f"{where}: no such stored tensor {name!r} (x[0..L] or s[0..L-1])")
-                return result
-            tensors[index] = name
-            transfers.append(index)
-            duration = state.size[name] / per_ms
-        if op.start < 0 and not _close(op.start, 0.0):
-            result.fail(f"{where}: starts before time 0", index)
-            return result
-        if not lasts(op.start, op.end, duration):
-            result.fail(
-                f"ops[{index}].end: {op.end} != start {op.start} + duration {duration}", index
-            )
-            return result
-    # 2. One transfer at a time (T1).
-    channel = sorted(transfers, key=lambda i: (ops[i].start, i))
-    for before, after in zip(channel, channel[1:], strict=False):
-        if ops[after].start < ops[before].end and not _close(ops[after].start, ops[before].end):
-            result.fail(
-                f"ops[{after}] {ops[after].op} {tensors[after]}: starts at {ops[after].start}, "
-                f"while ops[{before}] still uses the channel (one transfer at a time)",
-                after,
-            )
-            return result
-    # 3. Events in time (T5): ends (transfers first) before starts (prefetches, computations,
-    # offloads).
-    instant = _instants([t for op in ops for t in (op.start, op.end)])
-    events = []
-    rank = {"prefetch": 0, "F_all": 1, "F_ck": 1, "F_n": 1, "B": 1, "offload": 2}
-    for position, index in enumerate(compute + channel):
-        op = ops[index]
-        start, end = instant[op.start], instant[op.end]
-        events.append((start, 1, rank[op.op], position, 0, index))
-        if end == start:
-            events.append((start, 1, rank[op.op], position, 1, index))
-        else:
-            events.append((end, 0, int(op.op in COMPUTE_OPS), position, 1, index))
-    events.sort()
-    peak = static_memory + state.held
-    op_peak: int | None = None
-    result.memory_curve.append((0.0, peak))
-    for when, _, _, _, is_end, index in events:
-        op = ops[index]
-        where = f"ops[{index}] {op.op} stage {op.stage}"
-        problem: str | None = None
-        if op.op in COMPUTE_OPS:
-            if not is_end:
-                problem = state.problem(op.op, op.stage)
-                if problem is None:
-                    state.running = (op.op, op.stage)
-                    state.held += state.transient(op.op, op.stage)
-                    op_peak = static_memory + state.held
-            else:
-                problem = state.finish(op.op, op.stage)
-                result.op_peaks.append(op_peak or 0)
-                op_peak = None
-        else:
-            name = tensors[index]
-            where = f"ops[{index}] {op.op} {name}"
-            place = state.place[name]
-            if op.op == "offload" and not is_end:
-                if place != _GPU:
-                    problem = f"{name} is not on the GPU ({place or 'not held'})"
-                else:
-                    state.place[name] = _OUT
-            elif op.op == "offload":
-                if place != _OUT:  # pragma: no cover - a free in flight is caught by drop()
-                    problem = f"{name} is {place} at the end of its offload"
-                elif state.running and name in state.reads(*state.running):
-                    state.place[name] = _LEAVING
-                    state.leaving.append(name)
-                else:
-                    state.place[name] = _HOST
-                    state.held -= state.size[name]
-            elif not is_end:
-                if place != _HOST:
-                    problem = f"{name} is not on the host ({place or 'not held'})"
-                else:
-                    state.place[name] = _IN
-                    state.held += state.size[name]
-            else:
-                state.place[name] = _GPU
-        if problem is not None:
-            result.fail(f"{where}: {problem}", index)
-            break
-        now = static_memory + state.held
-        result.memory_curve.append((when, now))
-        if op_peak is not None and now > op_peak:
-            op_peak = now
-        if now > peak:
-            peak = now
-        if memory is not None and now > memory:
-            result.fail(f"{where}: memory reaches {now} bytes, budget {memory}", index)
-    else:
-        if state.next_backward >= 0:
-            result.fail(f"incomplete: B stage {state.next_backward} never ran")
-    result.peak_memory = peak
-    result.makespan = max((op.end for op in ops), default=0.0)
-    result.idle_time = max(0.0, result.makespan - busy)
-    return result
+    """Replay a combined schedule: :func:`simulate_ops` with :data:`COMBINED`."""
+    return simulate_ops(
+        profile,
+        ops,
+        rules=COMBINED,
+        static_memory=static_memory,
+        memory=memory,
+        bandwidth=bandwidth,
+    )

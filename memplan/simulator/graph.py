@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 
 from memplan.profile.model import Profile
-from memplan.simulator.chain import SimulationResult
+from memplan.simulator.result import SimulationResult
 
 _PAIR_BLOCK = 1024
 """Tensors per block of the vectorized pairwise overlap check (bounds its memory)."""

@@ -21,7 +21,8 @@ from __future__ import annotations
 
 from memplan.profile.model import Profile
 from memplan.schedule import Schedule
-from memplan.simulator.chain import SimulationResult, back_to_back_problem
+from memplan.simulator.result import SimulationResult
+from memplan.simulator.timing import back_to_back_problem
 
 
 class _Branches:
@@ -195,8 +196,8 @@ def simulate_join(profile: Profile, schedule: Schedule, memory: int | None) -> S
     Returns
     -------
     SimulationResult
-        As :func:`memplan.simulator.simulate_chain`: a model violation stops the replay; timing
-        and memory violations are reported and the replay goes on.
+        As the chain-model simulator (:mod:`memplan.simulator.combined`): a model violation
+        stops the replay; timing and memory violations are reported and the replay goes on.
     """
     static = schedule.static_memory
     result = SimulationResult(static_memory=static, budget=memory)

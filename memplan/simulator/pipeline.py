@@ -27,8 +27,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from memplan.profile.model import Profile
-from memplan.simulator.chain import SimulationResult
 from memplan.simulator.claims import OPTIMIZER_FACTORS, optimizer_of
+from memplan.simulator.result import SimulationResult
 
 TOLERANCE = 1e-6
 """Absolute tolerance (ms) of the timing checks (relative to the period for large values)."""

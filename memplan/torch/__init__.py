@@ -2,6 +2,8 @@
 
 ``import memplan`` never imports torch; ``import memplan.torch`` does.
 
+>>> import memplan.torch                                                    # doctest: +SKIP
+>>> model = memplan.torch.enable(model, memory="8GB", example_input=batch)  # doctest: +SKIP
 >>> from memplan.torch import profile_model                                 # doctest: +SKIP
 >>> prof = profile_model("resnet18", batch_size=8, input_shape=(3, 224, 224))  # doctest: +SKIP
 """
@@ -13,6 +15,7 @@ try:
 except ImportError as exc:  # pragma: no cover - depends on the environment
     raise ImportError("memplan.torch needs PyTorch: pip install 'memplan[torch]'") from exc
 
+from memplan.torch.enable import PlannedModel, disable, enable, planned
 from memplan.torch.linearize import Chain, linearize, split_model
 from memplan.torch.measure import StepMeasurement, make_optimizer, measure_step, train_under_plan
 from memplan.torch.models import MODELS, build_model, example_input, model_names
@@ -23,10 +26,13 @@ __all__ = [
     "MODELS",
     "Chain",
     "CheckpointedChain",
+    "PlannedModel",
     "RuntimeCounters",
     "StepMeasurement",
     "build_model",
     "checkpointed",
+    "disable",
+    "enable",
     "example_input",
     "fit",
     "linearize",
@@ -34,6 +40,7 @@ __all__ = [
     "measure_stage",
     "measure_step",
     "model_names",
+    "planned",
     "profile_chain",
     "profile_model",
     "split_model",

@@ -12,14 +12,19 @@ layer), then the loss the model's own ``forward`` computes from ``labels``:
   of the positions (seed 0), -100 elsewhere;
 * image classifiers (``*ForImageClassification``): ``model.loss_function``, random labels.
 
-The blocks' other inputs (attention masks, rotary position embeddings, position ids) are held by
-the stage wrappers (NOTE [ Stage wrappers ] in :mod:`memplan.torch.repeated`); the models run with
-``use_cache=False`` and without padding (an attention mask with zeros is an input error: the masks
-would differ from batch to batch).
+For the profile and the chain API (:func:`memplan.torch.checkpointed`, ``fit``), the blocks'
+other inputs (attention masks, rotary position embeddings, position ids) are held by the stage
+wrappers (NOTE [ Stage wrappers ] in :mod:`memplan.torch.repeated`); the models run with
+``use_cache=False`` and without padding (an attention mask with zeros is an input error there:
+the masks would differ from batch to batch). :func:`memplan.torch.enable` runs the model's own
+forward with each batch's arguments: padding, position ids and labels as the caller gives them.
 
 Encoder-decoders (T5, BART...) are refused: every decoder block reads the encoder's output
 (cross-attention) besides the previous block's output, so the model is two chains joined at every
-decoder block, and a memplan chain passes one tensor from stage to stage.
+decoder block, and a memplan chain passes one tensor from stage to stage. Treating the encoder's
+output as a side input held through the decoder would count it once per stored decoder state in
+the chain model (it is one tensor, shared), and its gradient is the sum of every decoder block's:
+the plan's memory would not be exact.
 
 ``import transformers`` happens only here, when an ``hf:`` model is built or an HF model is
 linearized; ``import memplan`` and the CLI's other commands never import it.
@@ -431,18 +436,31 @@ class HFLoss(nn.Module):
     The model is held without being registered (the loss owns no parameters).
     """
 
-    def __init__(self, model: nn.Module, labels: Tensor, task: str) -> None:
+    def __init__(
+        self, model: nn.Module, labels: Tensor, task: str, from_input: bool = False
+    ) -> None:
         super().__init__()
         object.__setattr__(self, "_model", model)
         self.task = task
+        self.labels_from_input = from_input  # causal LM without labels: the batch's own tokens
         self.register_buffer("labels", labels, persistent=False)
         self._loss_function = None
         if task != "masked-lm":
             with _quiet_transformers(_transformers()):  # "loss_type=None ... default loss"
                 self._loss_function = model.loss_function
 
-    def forward(self, logits: Tensor) -> Tensor:
-        model, labels = self._model, self.labels
+    def follow_input(self, tokens: Tensor) -> None:
+        """A causal LM without labels: its labels are the tokens of this batch from now on (in
+        place when the shape is the same: the labels stay the buffer the profile counted)."""
+        if tokens.shape == self.labels.shape:
+            self.labels.copy_(tokens)
+        else:
+            self.labels = tokens.clone()
+
+    def forward(self, logits: Tensor, labels: Tensor | None = None) -> Tensor:
+        """The model's loss against ``labels`` (the batch's) or the fixed ones."""
+        model = self._model
+        labels = self.labels if labels is None else labels
         if self.task == "causal-lm":
             return self._loss_function(
                 logits=logits, labels=labels, vocab_size=model.config.vocab_size
@@ -457,10 +475,11 @@ def hf_loss(model: nn.Module, example_input: Tensor, labels: Tensor | None) -> n
     task = _task(model)
     if task is None:
         return None
+    from_input = labels is None and task == "causal-lm"
     if labels is None:
         labels = default_labels(model, example_input)
     assert labels is not None
-    return HFLoss(model, labels.to(example_input.device), task)
+    return HFLoss(model, labels.to(example_input.device), task, from_input)
 
 
 def hf_batch(batch: Mapping[str, Any]) -> tuple[Tensor, Tensor | None]:
@@ -478,8 +497,9 @@ def hf_batch(batch: Mapping[str, Any]) -> tuple[Tensor, Tensor | None]:
     mask = batch.get("attention_mask")
     if mask is not None and not bool(torch.as_tensor(mask).all()):
         raise InputError(
-            "batch.attention_mask: padding (zeros) is not supported: the stage wrappers hold "
-            "one mask for every batch; pack the sequences to full length instead"
+            "batch.attention_mask: padding (zeros) is not supported by the chain API: its stage "
+            "wrappers hold one mask for every batch; train with memplan.torch.enable(model, "
+            "memory, example_input=batch), which takes each batch's mask"
         )
     token_types = batch.get("token_type_ids")
     if token_types is not None and bool(torch.as_tensor(token_types).any()):

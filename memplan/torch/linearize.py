@@ -40,7 +40,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
@@ -76,8 +76,16 @@ class ClassificationLoss(nn.Module):
         super().__init__()
         self.register_buffer("targets", targets, persistent=False)
 
-    def forward(self, logits: Tensor) -> Tensor:
-        return F.cross_entropy(logits, self.targets)
+    def forward(self, logits: Tensor, targets: Tensor | None = None) -> Tensor:
+        """The loss against ``targets`` (the batch's labels) or the fixed ones."""
+        return F.cross_entropy(logits, self.targets if targets is None else targets)
+
+
+def next_tokens(tokens: Tensor) -> Tensor:
+    """The targets of next-token prediction: ``tokens`` shifted left, the last one ignored."""
+    targets = tokens.roll(-1, dims=-1).clone()
+    targets[..., -1] = IGNORE_INDEX
+    return targets
 
 
 class NextTokenLoss(nn.Module):
@@ -90,23 +98,40 @@ class NextTokenLoss(nn.Module):
     ----------
     tokens : Tensor
         The input token ids, shape ``(batch, seq)``.
+    from_input : bool
+        The targets are the chain's input (no labels were given): a
+        :class:`~memplan.torch.CheckpointedChain` called without targets predicts the tokens of
+        the batch it is called on.
     """
 
-    def __init__(self, tokens: Tensor) -> None:
+    def __init__(self, tokens: Tensor, from_input: bool = False) -> None:
         super().__init__()
-        targets = tokens.roll(-1, dims=-1).clone()
-        targets[..., -1] = IGNORE_INDEX
-        self.register_buffer("targets", targets, persistent=False)
+        self.register_buffer("targets", next_tokens(tokens), persistent=False)
+        self.labels_from_input = from_input
 
-    def forward(self, logits: Tensor) -> Tensor:
+    def follow_input(self, tokens: Tensor) -> None:
+        """Predict the tokens of this batch from now on (in place when the shape is the same:
+        the targets stay the buffer the profile counted)."""
+        targets = next_tokens(tokens)
+        if targets.shape == self.targets.shape:
+            self.targets.copy_(targets)
+        else:
+            self.targets = targets
+
+    def forward(self, logits: Tensor, tokens: Tensor | None = None) -> Tensor:
+        """The loss of predicting ``tokens`` (the batch's, shifted here) or the fixed targets."""
+        targets = self.targets if tokens is None else next_tokens(tokens)
         flat = logits.reshape(-1, logits.shape[-1])
-        return F.cross_entropy(flat, self.targets.reshape(-1), ignore_index=IGNORE_INDEX)
+        return F.cross_entropy(flat, targets.reshape(-1), ignore_index=IGNORE_INDEX)
 
 
 class MeanSquareLoss(nn.Module):
     """A stand-in loss for outputs that are neither logits nor token logits: ``mean(x^2) / 2``."""
 
-    def forward(self, x: Tensor) -> Tensor:
+    def forward(self, x: Tensor, target: Tensor | None = None) -> Tensor:
+        """``mean(x^2) / 2``, or ``mean((x - target)^2) / 2`` with a target."""
+        if target is not None:
+            x = x - target
         return x.square().mean() * 0.5
 
 
@@ -148,7 +173,7 @@ def make_loss(
         tokens = example_input if labels is None else labels
         if tuple(tokens.shape) != tuple(output.shape[:2]):
             raise InputError(f"labels: expected shape {tuple(output.shape[:2])}")
-        return NextTokenLoss(tokens.to(output.device))
+        return NextTokenLoss(tokens.to(output.device), from_input=labels is None)
     if output.dim() == 2 and output.shape[1] > 0:
         if labels is None:
             generator = torch.Generator().manual_seed(seed)
@@ -172,9 +197,14 @@ class Chain:
     ----------
     stages : list of (str, nn.Module)
         Named stages in forward order. They share their parameters with the original model.
+    inplace : list of bool
+        ``inplace[k]``: stage ``k`` modified its input in place when the chain was checked (the
+        runtime then runs it on a copy of an input it keeps for a recomputation); empty when
+        not checked.
     """
 
     stages: list[tuple[str, nn.Module]]
+    inplace: list[bool] = field(default_factory=list)
 
     @property
     def names(self) -> list[str]:
@@ -353,6 +383,7 @@ class _Split:
     stages: list[tuple[str, nn.Module]]
     output: Tensor | None = None
     loss: nn.Module | None = None
+    inplace: list[bool] = field(default_factory=list)
 
 
 def _custom_stages(model: nn.Module, kind: str) -> list[tuple[str, nn.Module]]:
@@ -404,7 +435,8 @@ def _split(model: nn.Module, example_input: Tensor | None, labels: Tensor | None
         if example_input is None:
             raise InputError(f"cannot linearize {kind}: an example input is needed to trace it")
         found = hf_stages(model, example_input)
-        return _Split(found.stages, found.output, hf_loss(model, example_input, labels))
+        loss = hf_loss(model, example_input, labels)
+        return _Split(found.stages, found.output, loss, found.inplace)
     if how == "resnet":
         return _Split(_resnet_stages(model))
     if how == "inception":
@@ -424,7 +456,7 @@ def _split(model: nn.Module, example_input: Tensor | None, labels: Tensor | None
     from memplan.torch.repeated import find_repeated_blocks
 
     found = find_repeated_blocks(model, example_input)
-    return _Split(found.stages, found.output)
+    return _Split(found.stages, found.output, inplace=found.inplace)
 
 
 def split_model(
@@ -518,11 +550,11 @@ def linearize(
     if not stages:
         raise InputError(f"cannot linearize {kind}: it has no stages")
     if split.output is not None:
-        x = split.output
+        x, inplace = split.output, split.inplace
     else:
-        x = _checked_output(model, stages, example_input, verify)
+        x, inplace = _checked_output(model, stages, example_input, verify)
     loss = split.loss if split.loss is not None else make_loss(x, example_input, labels=labels)
-    return Chain(stages=[*stages, ("loss", loss)])
+    return Chain(stages=[*stages, ("loss", loss)], inplace=[*inplace, False])
 
 
 # torch.testing.assert_close's default tolerances (rtol, atol) per dtype. assert_close itself is
@@ -545,16 +577,27 @@ def outputs_match(actual: Tensor, expected: Tensor) -> bool:
     return bool(torch.allclose(actual, expected, rtol=rtol, atol=atol, equal_nan=True))
 
 
-def run_stages(kind: str, stages: list[tuple[str, nn.Module]], x: Tensor) -> Tensor:
+def run_stages(
+    kind: str,
+    stages: list[tuple[str, nn.Module]],
+    x: Tensor,
+    inplace: list[bool] | None = None,
+) -> Tensor:
     """Run ``stages`` one after the other on ``x`` (the caller sets eval mode and no_grad); each
-    must return one floating-point tensor, else an :class:`InputError` names the stage."""
+    must return one floating-point tensor, else an :class:`InputError` names the stage. With
+    ``inplace``, append for each stage whether it modified its input in place (its version
+    counter moved)."""
     for name, module in stages:
+        version = x._version
         try:
-            x = module(x)
+            out = module(x)
         except (RuntimeError, ValueError, TypeError, IndexError) as exc:
             raise InputError(
                 f"cannot linearize {kind}: stage {name!r} failed: {_first_line(exc)}"
             ) from None
+        if inplace is not None:
+            inplace.append(x._version != version)
+        x = out
         if not isinstance(x, Tensor) or not x.is_floating_point():
             what = x.dtype if isinstance(x, Tensor) else type(x).__name__
             raise InputError(
@@ -566,11 +609,13 @@ def run_stages(kind: str, stages: list[tuple[str, nn.Module]], x: Tensor) -> Ten
 
 def _checked_output(
     model: nn.Module, stages: list[tuple[str, nn.Module]], example_input: Tensor, verify: bool
-) -> Tensor:
-    """Run the chain in eval mode without gradients; compare with the model's output."""
+) -> tuple[Tensor, list[bool]]:
+    """Run the chain in eval mode without gradients; compare with the model's output. Returns
+    the output and, per stage, whether it modified its input in place."""
     kind = type(model).__name__
+    inplace: list[bool] = []
     with eval_mode(model, *(m for _, m in stages)), torch.no_grad():
-        x = run_stages(kind, stages, example_input)
+        x = run_stages(kind, stages, example_input.clone(), inplace)
         if verify:
             try:
                 expected = model(example_input)
@@ -588,4 +633,4 @@ def _checked_output(
                     f"cannot linearize {kind}: the chain does not reproduce the model's output "
                     f"(max abs difference {diff:.3g})"
                 ) from None
-    return x
+    return x, inplace

@@ -29,7 +29,9 @@ NOTE [ Stage wrappers ]
 -----------------------
 A chain stage reads one tensor. What else a block reads (HF attention masks, rotary position
 embeddings, position ids; ``use_cache`` is off) is recorded during the tracing pass and held by the
-stage wrapper as non-persistent buffers (static memory, like the model's own buffers). This is
+stage wrapper as non-persistent buffers (static memory, like the model's own buffers). (The
+stage wrappers serve the profiler and the chain API; :mod:`memplan.torch.enable` follows the
+model's own forward instead, where every block call gets that batch's arguments.) This is
 only right when those values are the same for every batch of the same shape, so every tensor
 operation of the tracing pass is followed (a ``TorchFunctionMode``): an extra argument computed
 from a parameter, from a block's output or from the *values* of the model's input (not merely its
@@ -102,9 +104,18 @@ from torch.utils.weak import WeakIdKeyDictionary
 from memplan.errors import InputError
 
 __all__ = [
+    "BlockCall",
     "ModelCall",
+    "PrefixStage",
     "RepeatedBlocks",
     "find_repeated_blocks",
+    "ViewSpec",
+    "model_output",
+    "primary_key",
+    "primary_output",
+    "redo_view",
+    "replace_primary",
+    "view_relation",
     "repeated_block_stages",
 ]
 
@@ -135,7 +146,24 @@ def primary_output(value: Any) -> Tensor | None:
     return None
 
 
-def _primary_key(args: tuple[Any, ...], kwargs: dict[str, Any]) -> int | str | None:
+def model_output(value: Any) -> Tensor | None:
+    """The output of a model that a loss reads: a tensor itself; of a mapping (a dict, an HF
+    output), its ``logits`` or else its last tensor value (``{"features": h, "logits": y}``);
+    of a tuple or list, its first element when it is a tensor (``(logits, aux)``)."""
+    if isinstance(value, Tensor):
+        return value
+    if isinstance(value, dict):
+        logits = value.get("logits")
+        if isinstance(logits, Tensor):
+            return logits
+        tensors = [item for item in value.values() if isinstance(item, Tensor)]
+        return tensors[-1] if tensors else None
+    if isinstance(value, (tuple, list)) and value and isinstance(value[0], Tensor):
+        return value[0]
+    return None
+
+
+def primary_key(args: tuple[Any, ...], kwargs: dict[str, Any]) -> int | str | None:
     """Where the primary input is: the index of the first tensor argument, else the name of the
     first tensor keyword argument, else None."""
     for i, arg in enumerate(args):
@@ -147,6 +175,15 @@ def _primary_key(args: tuple[Any, ...], kwargs: dict[str, Any]) -> int | str | N
     return None
 
 
+def replace_primary(
+    args: tuple[Any, ...], kwargs: dict[str, Any], key: int | str, value: Any
+) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """``(args, kwargs)`` with the argument at ``key`` (an index or a name) set to ``value``."""
+    if isinstance(key, int):
+        return (*args[:key], value, *args[key + 1 :]), kwargs
+    return args, {**kwargs, key: value}
+
+
 def _base(t: Tensor) -> Tensor:
     return t if t._base is None else t._base
 
@@ -156,7 +193,7 @@ def _geometry(t: Tensor) -> tuple[Any, ...]:
 
 
 @dataclass(frozen=True)
-class _ViewSpec:
+class ViewSpec:
     """``x.as_strided(size, stride, x.storage_offset() + offset)``, checked against x's layout."""
 
     source: tuple[Any, ...]  # the geometry of x when traced
@@ -173,7 +210,7 @@ def _span(t: Tensor) -> tuple[int, int]:
     return t.storage_offset(), last
 
 
-def _relation(produced: Tensor, consumed: Tensor) -> tuple[bool, _ViewSpec | None]:
+def view_relation(produced: Tensor, consumed: Tensor) -> tuple[bool, ViewSpec | None]:
     """Whether ``consumed`` is ``produced`` or a view of the memory it spans; the view to redo."""
     if consumed is produced or _geometry(consumed) == _geometry(produced):
         return True, None
@@ -184,7 +221,7 @@ def _relation(produced: Tensor, consumed: Tensor) -> tuple[bool, _ViewSpec | Non
     dense = produced.numel() == high - low + 1
     if not dense or first < low or last > high:
         return False, None
-    spec = _ViewSpec(
+    spec = ViewSpec(
         source=_geometry(produced),
         size=tuple(consumed.shape),
         stride=tuple(consumed.stride()),
@@ -207,11 +244,11 @@ class _Call:
     kwargs: dict[str, Any] = field(default_factory=dict)
     input_shape: tuple[int, ...] | None = None
     input_id: int | None = None  # id() of the primary input (alive while the call runs)
-    producers: list[tuple[_Call | None, _ViewSpec | None]] = field(default_factory=list)
+    producers: list[tuple[_Call | None, ViewSpec | None]] = field(default_factory=list)
     end: int = -1
     has_output: bool = False  # returns one tensor (registered, weakly, in _Tracer.produced)
     # the calls whose output is this call's output too (the last child of an nn.Sequential...)
-    output_producers: list[tuple[_Call | None, _ViewSpec | None]] = field(default_factory=list)
+    output_producers: list[tuple[_Call | None, ViewSpec | None]] = field(default_factory=list)
     taints: dict[int, int] = field(default_factory=dict)  # leaf index -> kinds
 
     @property
@@ -302,13 +339,13 @@ class _Tracer:
     def register(self, call: _Call | None, tensor: Tensor) -> None:
         self.produced.setdefault(id(_base(tensor)), []).append((call, weakref.ref(tensor)))
 
-    def producers_of(self, tensor: Tensor) -> list[tuple[_Call | None, _ViewSpec | None]]:
+    def producers_of(self, tensor: Tensor) -> list[tuple[_Call | None, ViewSpec | None]]:
         found = []
         for call, ref in self.produced.get(id(_base(tensor)), []):
             produced = ref()
             if produced is None or _base(produced) is not _base(tensor):
                 continue
-            related, spec = _relation(produced, tensor)
+            related, spec = view_relation(produced, tensor)
             if related:
                 found.append((call, spec))
         return found
@@ -323,7 +360,7 @@ class _Tracer:
         parents = tuple(self.stack)
         is_block = id(module) in self.blocks
         keep = self._keeps(parents, is_block)
-        key = _primary_key(args, kwargs) if keep else None
+        key = primary_key(args, kwargs) if keep else None
         call = _Call(
             start=self._tick(),
             name=self.names.get(id(module), type(module).__name__),
@@ -386,7 +423,7 @@ _PRIMARY = _Primary()
 # ------------------------------------------------------------------------------------------------
 
 
-def _redo_view(x: Tensor, spec: _ViewSpec | None) -> Tensor:
+def redo_view(x: Tensor, spec: ViewSpec | None) -> Tensor:
     if spec is None:
         return x
     if _geometry(x)[:2] != spec.source[:2]:
@@ -400,12 +437,12 @@ def _redo_view(x: Tensor, spec: _ViewSpec | None) -> Tensor:
 class _ViewStage(nn.Module):
     """The view of its input that the next module call reads (e.g. ``x[:, 0]``), redone."""
 
-    def __init__(self, spec: _ViewSpec) -> None:
+    def __init__(self, spec: ViewSpec) -> None:
         super().__init__()
         self.spec = spec
 
     def forward(self, x: Tensor) -> Tensor:
-        return _redo_view(x, self.spec)
+        return redo_view(x, self.spec)
 
     def extra_repr(self) -> str:
         return f"size={self.spec.size}, stride={self.spec.stride}, offset={self.spec.offset}"
@@ -425,7 +462,7 @@ class BlockCall(nn.Module):
         non-persistent buffers ``extra0``, ``extra1``...
     input_shape : tuple of int
         The traced shape of the hidden state (checked when tensors are held).
-    view : _ViewSpec, optional
+    view : ViewSpec, optional
         A view to apply to the input first (the call read a view of the previous output).
     """
 
@@ -435,7 +472,7 @@ class BlockCall(nn.Module):
         args: tuple[Any, ...],
         kwargs: dict[str, Any],
         input_shape: tuple[int, ...] | None,
-        view: _ViewSpec | None = None,
+        view: ViewSpec | None = None,
     ) -> None:
         super().__init__()
         self.block = module
@@ -454,7 +491,7 @@ class BlockCall(nn.Module):
         self.view = view
 
     def forward(self, x: Tensor) -> Tensor:
-        x = _redo_view(x, self.view)
+        x = redo_view(x, self.view)
         if self._extras and self.input_shape is not None and tuple(x.shape) != self.input_shape:
             raise RuntimeError(
                 f"{type(self.block).__name__}: the chain was traced for hidden states of shape "
@@ -513,16 +550,26 @@ class PrefixStage(nn.Module):
         for i, buffer in enumerate(buffers):
             self.register_buffer(f"direct_buffer{i}", buffer, persistent=False)
 
+    @contextmanager
+    def calling(self, call: ModelCall) -> Iterator[None]:
+        """Call the model another way while inside (the arguments of one training step)."""
+        before = self._call
+        self._call = call
+        try:
+            yield
+        finally:
+            self._call = before
+
     def _stop(self, module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         key = self._key
         value = args[key] if isinstance(key, int) else kwargs.get(key)
         if not isinstance(value, Tensor):  # called another way than traced
-            value = args[_primary_key(args, kwargs) or 0]
+            value = args[primary_key(args, kwargs) or 0]
         raise _Reached(value)
 
     def forward(self, x: Tensor) -> Tensor:
         flags = [(m, m.training) for m in self._ancestors]
-        hook = self._first.register_forward_pre_hook(self._stop, with_kwargs=True)
+        hook = self._first.register_forward_pre_hook(self._stop, with_kwargs=True, prepend=True)
         try:
             for module, _ in flags:
                 module.training = self.training
@@ -556,12 +603,29 @@ class RepeatedBlocks:
         ``calls`` (module calls after the last block), ``fx`` (a ``torch.fx`` trace) or ``none``.
     output : Tensor
         The chain's output on the example input (eval mode, no gradients): the model's output.
+    inplace : list of bool
+        Per stage, whether it modified its input in place on the example input.
+    block_modules, block_keys : list
+        The blocks' modules and where each takes the hidden state (argument index or name): what
+        :mod:`memplan.torch.enable` hooks to follow the model's own forward.
+    head_modules : list of nn.Module
+        The modules the head calls, in order (``head_by == "calls"``).
+    output_module : nn.Module, optional
+        The module whose call returns the model's output (the end of the head), when one does.
+    prefix : bool
+        Whether the first stage is the part of the model's forward before the first block.
     """
 
     stages: list[tuple[str, nn.Module]]
     blocks: list[str]
     head_by: str
     output: Tensor | None = None
+    inplace: list[bool] = field(default_factory=list)
+    block_modules: list[nn.Module] = field(default_factory=list)
+    block_keys: list[int | str] = field(default_factory=list)
+    head_modules: list[nn.Module] = field(default_factory=list)
+    output_module: nn.Module | None = None
+    prefix: bool = False
 
 
 def _usable(run: list[_Call]) -> bool:
@@ -676,7 +740,7 @@ def _prefix(
 
 
 def _head_by_calls(
-    kind: str, last: _Call, final: list[tuple[_Call | None, _ViewSpec | None]]
+    kind: str, last: _Call, final: list[tuple[_Call | None, ViewSpec | None]]
 ) -> list[nn.Module] | None:
     """Module calls from the last block's output to the model's output, in forward order (each
     preceded by the view of the previous output it reads, if any); None when something other than
@@ -768,14 +832,15 @@ def _cut(
     call: ModelCall,
     tracer: _Tracer,
     run: list[_Call],
-    final: list[tuple[_Call | None, _ViewSpec | None]],
+    final: list[tuple[_Call | None, ViewSpec | None]],
     floating_input: bool,
 ) -> RepeatedBlocks:
     """The stages for one run (InputError when it does not make a chain)."""
     first, last = run[0], run[-1]
     names = [c.name for c in run]
     stages: list[tuple[str, nn.Module]] = []
-    if not any(p is None and v is None for p, v in first.producers):
+    prefix = not any(p is None and v is None for p, v in first.producers)
+    if prefix:
         stages.append(
             ("stem" if floating_input else "embedding", _prefix(kind, model, call, tracer, first))
         )
@@ -784,6 +849,8 @@ def _cut(
         stages.append((label, BlockCall(c.module, c.args, c.kwargs, c.input_shape)))
     head = _head_by_calls(kind, last, final)
     head_by = "calls" if head else "none"
+    head_modules = [m.block for m in head or [] if isinstance(m, BlockCall)]
+    output_module = head_modules[-1] if head_modules else None
     if head is None:
         fx_head = _head_by_fx(model, names, last.name)
         if fx_head is None:
@@ -795,15 +862,52 @@ def _cut(
         head, head_by = [fx_head], "fx"
     if head:
         stages.append(("head", head[0] if len(head) == 1 else nn.Sequential(*head)))
-    return RepeatedBlocks(stages=stages, blocks=names, head_by=head_by)
+    _check_body(kind, tracer, run, prefix, bool(head))
+    return RepeatedBlocks(
+        stages=stages, blocks=names, head_by=head_by,
+        block_modules=[c.module for c in run],
+        block_keys=[c.key for c in run if c.key is not None],
+        head_modules=head_modules, output_module=output_module, prefix=prefix,
+    )  # fmt: skip
 
 
-def _chain_output(kind: str, stages: list[tuple[str, nn.Module]], x: Tensor) -> Tensor:
+def _chain_output(
+    kind: str, stages: list[tuple[str, nn.Module]], x: Tensor, inplace: list[bool]
+) -> Tensor:
     """Run the stages in eval mode without gradients; each must return a floating tensor."""
     from memplan.torch.linearize import eval_mode, run_stages
 
     with eval_mode(*(m for _, m in stages)), torch.no_grad():
-        return run_stages(kind, stages, x)
+        return run_stages(kind, stages, x.clone(), inplace)
+
+
+def _leaf_calls(calls: list[_Call], start: int, end: int) -> int:
+    """Calls of modules without children (the layers) that start within ``(start, end)``."""
+    return sum(
+        1 for c in calls if start < c.start < end and next(c.module.children(), None) is None
+    )
+
+
+def _check_body(kind: str, tracer: _Tracer, run: list[_Call], prefix: bool, head: bool) -> None:
+    """Refuse a cut whose blocks are not the body of the model: when the part before the first
+    block or after the last one calls more layers than the blocks do (a U-Net, whose
+    contracting path is one run of blocks and whose expanding path reads its outputs; an
+    encoder-decoder), the chain would be a few small stages and one holding most of the model,
+    which no plan can use."""
+    first, last = run[0], run[-1]
+    inside = _leaf_calls(tracer.calls, first.start - 1, last.end)
+    before = _leaf_calls(tracer.calls, 0, first.start) if prefix else 0
+    after = _leaf_calls(tracer.calls, last.end, tracer.counter + 1) if head else 0
+    part, count = ("after its last block", after)
+    if before > after:
+        part, count = ("before its first block", before)
+    if count > inside:
+        raise InputError(
+            f"cannot linearize {kind}: its longest run of repeated blocks ({first.name} .. "
+            f"{last.name}) calls {inside} layers, and the part {part} calls {count}: the "
+            "model is not a chain of these blocks (a U-Net or an encoder-decoder: branches "
+            "that join later); give it a memplan_stages() method returning [(name, module), ...]"
+        )
 
 
 def find_repeated_blocks(
@@ -830,7 +934,7 @@ def find_repeated_blocks(
     call : callable, optional
         ``call(model, x)``; default ``model(x)``. HF models are called with ``use_cache=False``.
     output : callable, optional
-        Picks the output tensor from what ``call`` returns (default: :func:`primary_output`).
+        Picks the output tensor from what ``call`` returns (default: :func:`model_output`).
 
     Returns
     -------
@@ -848,7 +952,7 @@ def find_repeated_blocks(
 
     kind = type(model).__name__
     call = call or _call_model
-    pick = output or primary_output
+    pick = output or model_output
     tracer = _Tracer(model)
     with eval_mode(model), torch.no_grad():
         try:
@@ -875,7 +979,8 @@ def find_repeated_blocks(
                 found = _cut(
                     kind, model, call, tracer, run, final, example_input.is_floating_point()
                 )
-                out = _chain_output(kind, found.stages, example_input)
+                inplace: list[bool] = []
+                out = _chain_output(kind, found.stages, example_input, inplace)
             except InputError as exc:
                 failure = failure or exc
                 continue
@@ -893,6 +998,7 @@ def find_repeated_blocks(
                 )
                 continue
             found.output = out
+            found.inplace = inplace
             return found
     assert failure is not None
     raise failure

@@ -1,40 +1,58 @@
-"""Run one training iteration of a linearized model exactly as a memplan schedule says.
+"""Run training iterations of a chain of stages exactly as a memplan schedule says.
 
-:func:`checkpointed` wraps the stages of a chain (:func:`memplan.torch.linearize.linearize`) in a
-module whose forward returns the loss and whose backward replays the schedule's ``ops``, the way
-``torch.utils.checkpoint`` (reentrant) does for one segment:
+The runtime is a thin layer over PyTorch's own non-reentrant checkpointing mechanism
+(``saved_tensors_hooks``, as ``torch.utils.checkpoint(use_reentrant=False)``): the model's own
+forward runs, once, with autograd, building one graph from the input to the loss, and the
+runtime decides, stage by stage, what autograd keeps of it (see NOTE [ Planned iteration ]). The
+gradients therefore flow through the model's own graph: the loss is the model's or the user's,
+tied parameters receive one summed gradient, in-place operations across stage boundaries,
+autocast, gradient scaling, gradient accumulation and DDP work as in plain training.
 
-* the forward phase (every op before the first ``B``) runs in a ``torch.autograd.Function``
-  without autograd, except the ``F_all`` stages, which run under ``torch.enable_grad`` on a
-  detached input and keep their graph (``s[k]``: what autograd saved, and the output ``x[k+1]``);
-  ``F_ck``/``F_n`` keep only their output ``x[k+1]`` (``F_n`` drops its input ``x[k]``);
-* its backward replays the rest of the ops: ``B k`` calls ``torch.autograd.backward`` on the
-  output of stage ``k`` with ``g[k+1]``, which accumulates the parameter gradients and gives
-  ``g[k]`` as the gradient of the detached input; then ``s[k]`` and the standalone ``x[k]`` are
-  dropped (docs/model.md). Recomputations (``F_ck``/``F_n``/``F_all`` of a stage already run)
-  restore the RNG state of the stage's first forward (dropout masks are the same) and its
-  buffers afterwards (batch-norm running statistics are updated once per iteration, as in plain
-  training).
+NOTE [ Planned iteration ]
+--------------------------
+A schedule's forward phase (every op before the first ``B``) computes every stage once, in
+order: that is the model's own forward, stage by stage. :meth:`PlannedIteration.begin` and
+:meth:`PlannedIteration.end` bracket each stage's computation (the caller runs it: a loop over
+the stages in :class:`CheckpointedChain`, the model's own code between module hooks in
+:mod:`memplan.torch.enable`):
+
+* ``F_all k`` keeps what autograd saves (``s[k]``): the pack hook leaves the tensors to autograd,
+  and records their storages (for the counters and the plan's offloads);
+* ``F_ck k`` / ``F_n k`` drop it: the pack hook gives autograd a :class:`_Slot` instead of each
+  saved tensor (parameters and buffers excepted), and the runtime holds the output ``x[k+1]``
+  only as long as a later recomputation reads it;
+* when the backward reaches stage ``k`` (a pre-hook on the node that produced the stage's
+  output), the runtime runs the plan's events up to the start of ``B k``: the recomputations
+  the plan puts there (``F_ck``/``F_n`` under ``no_grad``; ``F_all`` under ``enable_grad``,
+  whose saved tensors fill the slots of stage ``k`` in the order they were packed) and the
+  transfers; autograd then runs stage ``k``'s nodes, unpacking the slots, and frees each saved
+  tensor when its node has run, as in plain training;
+* a callback queued on the autograd engine runs what remains after ``B 0``.
+
+Recomputations are exact: the first forward of each stage the plan runs more than once records
+the RNG state and the autocast state; every later forward runs in
+:func:`memplan.torch.recompute.recomputing` (the same RNG draws, the buffers updated once) under
+the same autocast state, on an input that requires gradients as the original one did (ops save
+what they save for that case). A stage that modifies its input in place is run on a copy when the
+plan holds that input for a later recomputation.
 
 Transfers (``offload``/``prefetch`` of ``x[k]`` or ``s[k]``, offloading and combined schedules)
-run at the plan's points: the runtime follows the plan event by event, in the order of the combined
-simulator (docs/combined.md, rule T5). An offload copies the tensor's storages to host memory and
-frees them (``UntypedStorage.resize_(0)``: every tensor and autograd saved tensor on them stays
-valid, empty); a prefetch resizes them back and copies the data in. The same code runs on CPU
-(plain synchronous copies) and CUDA (pinned buffers, a side stream, events: the copy engine
-:class:`memplan.torch.transfers.Mover`).
+run at the plan's points, in the order of the combined simulator (docs/combined.md, rule T5): an
+offload copies the tensor's storages to host memory and frees them
+(``UntypedStorage.resize_(0)``: every tensor and autograd saved tensor on them stays valid); a
+prefetch resizes them back and copies the data in (:class:`memplan.torch.transfers.Mover`).
 
 Every iteration fills :class:`RuntimeCounters` (docs/runtime.md): forward computations per stage,
-and the bytes of device memory the activations the plan holds occupy (``x[0]``, standalone ``x[k]``,
-``s[k]`` found through ``saved_tensors_hooks``) over the iteration.
+and the bytes of device memory the activations the plan holds occupy (``x[0]``, standalone
+``x[k]``, ``s[k]``) as the plan counts them.
 """
 
 from __future__ import annotations
 
 import math
 import re
-from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -59,16 +77,22 @@ from memplan.torch.transfers import (
     make_stored,
 )
 
-__all__ = ["CheckpointedChain", "RuntimeCounters", "checkpointed", "fit"]
+__all__ = [
+    "CheckpointedChain",
+    "PlannedIteration",
+    "RuntimeCounters",
+    "RuntimePlan",
+    "checkpointed",
+    "fit",
+]
 
 _FORWARD_OPS = ("F_all", "F_ck", "F_n")
 _COMPUTE_OPS = (*_FORWARD_OPS, "B")
 RUNNABLE_FAMILIES = ("chain", "offload", "combined")
 """Schedule families :func:`checkpointed` runs."""
 
-
-def _identity(value: Any) -> Any:
-    return value
+StageFunction = Callable[[Tensor], Tensor]
+"""How a stage is recomputed: its output from its input."""
 
 
 @dataclass
@@ -83,11 +107,12 @@ class RuntimeCounters:
     backwards : list of int
         Backward computations per stage (1 each after a full iteration).
     saved_bytes : list of int
-        ``saved_bytes[k]``: bytes of ``s[k]`` at its last ``F_all`` (the storages autograd saved,
+        ``saved_bytes[k]``: bytes of ``s[k]`` at its ``F_all`` (the storages autograd saved,
         each counted once, without the stage input, parameters and buffers, plus the output).
     live_bytes : int
-        Bytes of device memory the activations held occupy now: ``x[0]``, standalone ``x[k]``
-        and ``s[k]`` (the storages themselves: an offloaded tensor's are resized to 0 bytes).
+        Bytes of device memory the activations held occupy now, as the plan counts them:
+        ``x[0]``, standalone ``x[k]`` and ``s[k]`` (an offloaded tensor's storages are resized to
+        0 bytes).
     peak_live_bytes : int
         Largest ``live_bytes`` during the iteration.
     live_curve : list of int
@@ -108,6 +133,10 @@ class RuntimeCounters:
     live_curve: list[int] = field(default_factory=list)
     offloaded_bytes: int = 0
     prefetched_bytes: int = 0
+
+    @classmethod
+    def for_stages(cls, n: int) -> RuntimeCounters:
+        return cls(forwards=[{} for _ in range(n)], backwards=[0] * n, saved_bytes=[0] * n)
 
     def forward_count(self, stage: int) -> int:
         """Forward computations of one stage, every kind together."""
@@ -170,33 +199,217 @@ def _tensor_name(op: Any) -> str:
     return op.tensor if op.tensor is not None else f"s[{op.stage}]"
 
 
-class _Iteration:
-    """The tensors one planned iteration holds (docs/model.md, docs/combined.md), and counters."""
+def _stored_name(name: str, k: int) -> str:
+    """What a forward of stage ``k`` stores: ``s[k]`` for ``F_all``, else ``x[k+1]``."""
+    return f"s[{k}]" if name == "F_all" else f"x[{k + 1}]"
 
-    def __init__(self, owner: CheckpointedChain, x0: Tensor) -> None:
-        self.owner = owner
-        self.counters = owner.counters
-        self.static = owner._static_pointers()
-        self.mover = Mover(x0.device, owner._side_streams)
+
+@dataclass(frozen=True)
+class _Sweep:
+    """The forward of one stage in the plan's forward phase: its kind and its two events."""
+
+    op: str
+    start: int
+    end: int
+
+
+class RuntimePlan:
+    """A schedule prepared for the runtime: its events, its forward sweep, what it reads.
+
+    Parameters
+    ----------
+    schedule : Schedule
+        A feasible schedule (checked by :func:`check_schedule`).
+    stages : int
+        Stages of the chain, the loss included.
+
+    Raises
+    ------
+    InputError
+        When the plan's forward phase does not compute every stage once, in order, up to the
+        loss (every plan memplan's algorithms make does: the runtime needs it, the model's own
+        forward being that phase).
+    """
+
+    def __init__(self, schedule: Schedule, stages: int) -> None:
+        self.schedule = schedule
+        self.stages = stages
+        self.events = _timeline(schedule.ops)
+        self.forward_counts = planned_forward_counts(schedule, stages)
+        starts: dict[int, int] = {}
+        ends: dict[int, int] = {}
+        for i, (is_end, op) in enumerate(self.events):
+            (ends if is_end else starts)[id(op)] = i
+        compute = [op for op in schedule.ops if op.op in _COMPUTE_OPS]
+        first_b = next((i for i, op in enumerate(compute) if op.op == "B"), len(compute))
+        phase = compute[:first_b]
+        if [op.stage for op in phase] != list(range(stages)) or phase[-1].op != "F_all":
+            raise InputError(
+                f"the {schedule.algorithm} schedule's forward phase computes stages "
+                f"{[op.stage for op in phase]}: the runtime runs plans whose forward phase "
+                f"computes every stage once, in order, the loss last with F_all"
+            )
+        self.sweep = [_Sweep(op.op, starts[id(op)], ends[id(op)]) for op in phase]
+        self.backward_start = {op.stage: starts[id(op)] for op in compute[first_b:] if op.op == "B"}
+        self.keeps = self._reads()
+
+    def _reads(self) -> set[int]:
+        """The events producing a stored tensor the runtime must hold the data of: one a later
+        recomputation reads, or one a transfer moves. The others are held by autograd or by the
+        model's own code as long as they are needed, as in plain training."""
+        held: dict[str, int] = {"x[0]": -1}
+        keeps: set[int] = set()
+        sweep_starts = {s.start for s in self.sweep}
+        for i, (is_end, op) in enumerate(self.events):
+            k = op.stage
+            if op.op in _FORWARD_OPS and not is_end:
+                if i not in sweep_starts:
+                    source = f"x[{k}]" if f"x[{k}]" in held else f"s[{k - 1}]"
+                    if source in held:
+                        keeps.add(held[source])
+                held[_stored_name(op.op, k)] = i
+            elif op.op not in _COMPUTE_OPS and not is_end:
+                name = _tensor_name(op)
+                if name in held:
+                    keeps.add(held[name])
+            elif is_end and op.op == "F_n":
+                held.pop(f"x[{k}]", None)
+            elif is_end and op.op == "B":
+                held.pop(f"s[{k}]", None)
+                held.pop(f"x[{k}]", None)
+        return keeps
+
+
+class _Slot:
+    """What autograd holds, in place of a saved tensor, for a stage whose forward dropped it:
+    the recomputation of the stage (``F_all``) puts the tensor back (NOTE [ Planned
+    iteration ])."""
+
+    __slots__ = ("stage", "value")
+
+    def __init__(self, stage: int) -> None:
+        self.stage = stage
+        self.value: Tensor | None = None
+
+
+def _unpack(packed: Any) -> Any:
+    if not isinstance(packed, _Slot):
+        return packed
+    value = packed.value
+    if value is None:
+        k = packed.stage
+        raise RuntimeError(
+            f"B {k}: a tensor stage {k} saved for its backward was not recomputed (the plan "
+            "runs no F_all on it before B, or the graph is used twice: memplan's plans are for "
+            "one backward per forward)"
+        )
+    packed.value = None  # autograd holds it while its node runs, as in plain training
+    return value
+
+
+def autocast_state(device: torch.device) -> list[tuple[str, bool, torch.dtype, bool]]:
+    """Autocast of the device type and of the CPU now (what a recomputation re-enters)."""
+    kinds = [device.type] if device.type == "cpu" else [device.type, "cpu"]
+    cache = torch.is_autocast_cache_enabled()
+    return [
+        (kind, torch.is_autocast_enabled(kind), torch.get_autocast_dtype(kind), cache)
+        for kind in kinds
+    ]
+
+
+@dataclass
+class _StageRun:
+    """What the first forward of a stage left for the recomputations of its iteration."""
+
+    function: StageFunction | None = None
+    module: nn.Module | None = None
+    requires_grad: bool = False
+    autocast: list[tuple[str, bool, torch.dtype, bool]] = field(default_factory=list)
+    rng: RngSnapshot | None = None
+    slots: list[_Slot] = field(default_factory=list)
+    node: Any = None
+
+
+class PlannedIteration:
+    """One training iteration under a plan (NOTE [ Planned iteration ]).
+
+    The caller runs the forward: for each stage ``k`` in order, ``x = it.begin(k, x, ...)``,
+    computes the stage on ``x``, then ``it.end(k, out)``. Stages in ``virtual`` (the caller's
+    loss, which the runtime does not see) are not bracketed: autograd computes them as plain
+    training does. The backward (``loss.backward()``) follows the plan by itself.
+
+    Parameters
+    ----------
+    plan : RuntimePlan
+        The schedule, prepared.
+    x0 : Tensor
+        The chain input ``x[0]``.
+    static : set of int
+        Data pointers of the parameters and buffers (never part of ``s[k]``).
+    counters : RuntimeCounters
+        Filled during the iteration.
+    streams : dict
+        CUDA side streams, one per device (kept by the owner across iterations).
+    virtual : set of int
+        Stages computed outside the runtime (their ops are counted, not run).
+    input_transfers : bool
+        Whether the plan's transfers of ``x[0]`` run. The input of a model called by the user's
+        loop is the caller's tensor, which the caller holds: moving it would free nothing.
+    inplace : sequence of bool, optional
+        ``inplace[k]``: stage ``k`` modifies its input in place (it then runs on a copy when the
+        runtime holds that input for a later recomputation).
+    names : sequence of str, optional
+        Stage names, for the messages.
+    """
+
+    def __init__(
+        self,
+        plan: RuntimePlan,
+        x0: Tensor,
+        static: set[int],
+        counters: RuntimeCounters,
+        streams: dict[Any, Any],
+        *,
+        virtual: set[int] | None = None,
+        input_transfers: bool = True,
+        inplace: Sequence[bool] | None = None,
+        names: Sequence[str] | None = None,
+    ) -> None:
+        self.plan = plan
+        self.counters = counters
+        self.static = static
+        self.virtual = virtual or set()
+        self.input_transfers = input_transfers
+        self.inplace = list(inplace) if inplace is not None else [False] * plan.stages
+        self.names = list(names) if names is not None else [str(k) for k in range(plan.stages)]
+        self.mover = Mover(x0.device, streams)
+        self.device = x0.device
         self.held: dict[str, Stored] = {}
         self.held["x[0]"] = make_stored(
             "x[0]", x0, [x0.untyped_storage()], ready=self.mover.produced()
         )
-        self.grad: Tensor | None = None
-        self.rng: dict[int, RngSnapshot] = {}
+        self.runs = [_StageRun() for _ in range(plan.stages)]
+        self.pos = 0
         self.running: tuple[str, int] | None = None
         self.leaving: list[Stored] = []
+        self.hooks: Any = None  # the saved_tensors_hooks of the stage being computed
+        self.saved: dict[int, torch.UntypedStorage] = {}
+        self.inputs: set[int] = set()  # the storages of the stage's input: not part of s[k]
+        self.queued = False
+        self.done = False
+        counters.record(self.live())
 
     # -- bookkeeping -----------------------------------------------------------------------
     def live(self) -> int:
-        """Bytes of device memory the stored tensors occupy now (shared storages once); an
-        ``s[k]`` handed over to its backward counts by the sizes it had, as the plan counts it
-        (autograd may have freed its storages, and the allocator reused their addresses)."""
+        """Bytes of the stored tensors, as the plan counts them (shared storages once); an
+        ``s[k]`` handed over to its backward counts by the sizes it had (autograd frees its
+        storages as the backward goes, and the allocator may reuse their addresses)."""
         total, seen = 0, set()
         for stored in self.held.values():
             if stored.handed:
                 total += sum(nbytes for _, nbytes in stored.handed)
                 continue
+            total += stored.counted
             for storage in stored.storages:
                 ptr, nbytes = storage.data_ptr(), storage.nbytes()
                 if ptr and nbytes and ptr not in seen:
@@ -208,16 +421,31 @@ class _Iteration:
         stored = self.held.get(name)
         return stored if stored is not None and stored.place in RESIDENT else None
 
+    def source_of(self, k: int) -> Stored:
+        """Where the input ``x[k]`` of stage ``k`` is (docs/model.md: held alone or in
+        ``s[k-1]``); a RuntimeError when the plan has it nowhere in device memory."""
+        found = self.resident(f"x[{k}]")
+        if found is None and k > 0:
+            found = self.resident(f"s[{k - 1}]")
+        if found is None:
+            raise RuntimeError(
+                f"stage {k}: its input x[{k}] is not in device memory (the plan is invalid)"
+            )
+        return found
+
     def input_of(self, k: int) -> Tensor:
-        x = self.resident(f"x[{k}]")
-        if x is not None:
-            return x.tensor
-        s = self.resident(f"s[{k - 1}]") if k > 0 else None
-        if s is not None:
-            return s.tensor.detach()
-        raise RuntimeError(
-            f"stage {k}: its input x[{k}] is not in device memory (the plan is invalid)"
-        )
+        """The data of ``x[k]`` for a recomputation of stage ``k``."""
+        stored = self.source_of(k)
+        if stored.tensor is None:
+            raise RuntimeError(f"stage {k}: the runtime did not keep x[{k}] (the plan is invalid)")
+        if stored.tensor._version != stored.version:
+            raise RuntimeError(
+                f"stage {k} ({self.names[k]}) is recomputed from x[{k}], which was modified in "
+                "place since it was stored (an in-place operation at the start of the stage the "
+                "model was not seen doing when it was linearized): memplan cannot recompute it; "
+                "make the operation out of place, or give memplan a budget that stores the stage"
+            )
+        return stored.tensor
 
     def drop(self, name: str) -> None:
         """Free a stored tensor wherever it is (a host copy is dropped)."""
@@ -231,112 +459,261 @@ class _Iteration:
         del self.held[name]
 
     def abort(self) -> None:
-        """After an error: put the input back in device memory (it is the caller's tensor)."""
+        """After an error: put the input back in device memory (it is the caller's tensor),
+        leave the stage being computed, forget the plan's tensors."""
+        if self.hooks is not None:
+            self.hooks.__exit__(None, None, None)
+            self.hooks = None
         x0 = self.held.get("x[0]")
         if x0 is not None and x0.place != GPU:
             self.mover.restore(x0)
         self.held.clear()
         self.leaving = []
+        self.done = True
 
-    @contextmanager
-    def _replay_state(self, k: int, device: torch.device) -> Iterator[None]:
-        """First forward of a stage the plan runs more than once: remember the RNG state. Later
-        ones: :func:`recomputing` (the same RNG draws, the buffers updated once)."""
-        if self.owner._forward_counts[k] <= 1:
-            yield
-            return
-        if k not in self.rng:
-            self.rng[k] = rng_snapshot(device)
-            yield
-            return
-        with recomputing(self.owner.modules_[k], self.rng[k], device):
-            yield
+    # -- the forward sweep -----------------------------------------------------------------
+    def begin(
+        self,
+        k: int,
+        x: Tensor,
+        function: StageFunction | None,
+        module: nn.Module | None = None,
+    ) -> Tensor:
+        """The model is about to compute stage ``k`` on ``x`` (its forward in the plan's forward
+        phase): run the plan's events up to it and choose what autograd keeps of it.
+
+        Returns the tensor to compute the stage on: ``x``, or a copy when the stage modifies its
+        input in place and the runtime holds ``x`` for a later recomputation.
+
+        ``function`` recomputes the stage (its output from its input), ``module`` holds its
+        buffers (restored after a recomputation); both are needed only for stages the plan runs
+        more than once.
+        """
+        sweep = self.plan.sweep[k]
+        self.run_until(sweep.start)
+        self.pos = sweep.start + 1
+        run = self.runs[k]
+        run.requires_grad = x.requires_grad
+        if self.plan.forward_counts[k] > 1:  # what a recomputation needs (and holds: the
+            run.function, run.module = function, module  # arguments of the stage's call)
+            run.autocast = autocast_state(self.device)
+            run.rng = rng_snapshot(self.device)
+        self._count(sweep.op, k)
+        self.running = (sweep.op, k)
+        key = storage_key(x)
+        self.inputs = set() if key is None else {key[0]}
+        if sweep.op == "F_all":
+            self.saved = {}
+            hooks = torch.autograd.graph.saved_tensors_hooks(self._pack_kept, _unpack)
+        else:
+            run.slots = []
+            hooks = torch.autograd.graph.saved_tensors_hooks(self._pack_dropped(k), _unpack)
+        if self.inplace[k] and self._holds(x):
+            x = x.clone()
+        hooks.__enter__()
+        self.hooks = hooks
+        return x
+
+    def end(self, k: int, out: Tensor) -> None:
+        """The model has computed stage ``k``: store what the plan stores, run the plan's events
+        up to the end of the computation, and wait for the backward to reach the stage."""
+        if self.hooks is not None:
+            self.hooks.__exit__(None, None, None)
+            self.hooks = None
+        sweep = self.plan.sweep[k]
+        if not isinstance(out, Tensor):
+            raise RuntimeError(f"stage {k} ({self.names[k]}) returned {type(out).__name__}")
+        self._store(sweep.op, k, out, self.saved, keep=sweep.start in self.plan.keeps)
+        self.saved = {}
+        self.counters.record(self.live())  # the output counts from the computation's start
+        if out.grad_fn is not None:
+            self.runs[k].node = out.grad_fn
+            out.grad_fn.register_prehook(self._backward_reaches(k))
+        self.run_until(sweep.end + 1)
+
+    def _owned(self, ptr: int) -> bool:
+        """Whether a storage is the stage's own (not a parameter, buffer or the stage input)."""
+        return ptr not in self.static and ptr not in self.inputs
+
+    def _holds(self, x: Tensor) -> bool:
+        return any(s.tensor is x for s in self.held.values())
+
+    def _count(self, name: str, k: int) -> None:
+        forwards = self.counters.forwards[k]
+        forwards[name] = forwards.get(name, 0) + 1
+
+    def _pack_kept(self, tensor: Tensor) -> Tensor:
+        key = storage_key(tensor)
+        if key is not None and self._owned(key[0]):
+            self.saved.setdefault(key[0], tensor.untyped_storage())
+        return tensor
+
+    def _pack_dropped(self, k: int) -> Callable[[Tensor], Any]:
+        slots = self.runs[k].slots
+
+        def pack(tensor: Tensor) -> Any:
+            key = storage_key(tensor)
+            if key is not None and key[0] in self.static:
+                return tensor  # parameters and buffers stay: they are not the plan's to drop
+            slot = _Slot(k)
+            slots.append(slot)
+            return slot
+
+        return pack
+
+    def _store(
+        self,
+        name: str,
+        k: int,
+        out: Tensor,
+        saved: dict[int, torch.UntypedStorage],
+        keep: bool,
+    ) -> None:
+        """Hold what a forward of stage ``k`` stores: ``s[k]`` (the storages autograd saved,
+        the output) or ``x[k+1]``; the output's data only when ``keep`` (a later recomputation
+        reads it, a transfer moves it)."""
+        target = _stored_name(name, k)
+        if target in self.held:
+            raise RuntimeError(f"{name} {k}: {target} is already held (the plan is invalid)")
+        out_key = storage_key(out)
+        storages = list(saved.values())
+        counted = 0
+        if name == "F_all":
+            nbytes = sum(storage.nbytes() for storage in storages)
+            if out_key is not None and out_key[0] not in saved:
+                nbytes += out_key[1]  # x[k+1] is part of s[k] (the profiler's saved_size)
+                if self._owned(out_key[0]):
+                    if keep:
+                        storages.append(out.untyped_storage())
+                    else:
+                        counted = out_key[1]
+            self.counters.saved_bytes[k] = nbytes
+        elif out_key is not None:
+            if keep:
+                storages = [out.untyped_storage()]
+            else:
+                counted = out_key[1]
+        self.held[target] = make_stored(
+            target, out if keep else None, storages, counted, ready=self.mover.produced()
+        )
 
     # -- events ----------------------------------------------------------------------------
+    def run_until(self, stop: int) -> None:
+        """Run the plan's events ``pos .. stop-1``."""
+        events = self.plan.events
+        while self.pos < stop:
+            is_end, op = events[self.pos]
+            self.pos += 1
+            self.step(is_end, op)
+
     def step(self, is_end: bool, op: Any) -> None:
         """Run one event of the plan (the start or the end of an operation)."""
+        k = op.stage
         if op.op in _COMPUTE_OPS:
             if is_end:
-                self.finish(op.op, op.stage)
+                self.finish(op.op, k)
             elif op.op == "B":
-                self.backward(op.stage)
+                self.backward(k)
+            elif k in self.virtual and self.pos - 1 == self.plan.sweep[k].start:
+                self._count(op.op, k)  # the user's loss: autograd computes it
+                self.running = (op.op, k)
+                target = _stored_name(op.op, k)
+                self.held[target] = make_stored(target, None, [])
+            elif self.pos - 1 == self.plan.sweep[k].start:
+                raise RuntimeError(
+                    f"stage {k} ({self.names[k]}) was not computed when the plan needed it "
+                    "(the model's forward did not reach it)"
+                )
             else:
-                self.forward(op.op, op.stage)
+                self.recompute(op.op, k)
+        elif op.tensor == "x[0]" and not self.input_transfers:
+            return
         elif is_end:
             self.transfer_end(op.op, _tensor_name(op))
         else:
             self.transfer_start(op.op, _tensor_name(op))
         self.counters.record(self.live())
 
-    def forward(self, name: str, k: int) -> None:
-        """Start of ``F_all``/``F_ck``/``F_n`` on stage ``k``: compute the output now."""
-        module = self.owner.modules_[k]
+    @contextmanager
+    def _replay(self, k: int) -> Iterator[None]:
+        """A recomputation of stage ``k``: the RNG state and the autocast state of its first
+        forward, its buffers restored afterwards (:func:`recomputing`)."""
+        run = self.runs[k]
+        with ExitStack() as stack:
+            for kind, enabled, dtype, cache in run.autocast:
+                stack.enter_context(
+                    torch.autocast(kind, dtype=dtype, enabled=enabled, cache_enabled=cache)
+                )
+            module = run.module if run.module is not None else nn.Module()
+            stack.enter_context(recomputing(module, run.rng, self.device))
+            yield
+
+    def recompute(self, name: str, k: int) -> None:
+        """A forward of stage ``k`` after its first one (the plan recomputes it)."""
+        run = self.runs[k]
+        if run.function is None:
+            raise RuntimeError(f"stage {k} ({self.names[k]}) cannot be recomputed")
         src = self.input_of(k)
-        target = f"s[{k}]" if name == "F_all" else f"x[{k + 1}]"
-        if target in self.held:
-            raise RuntimeError(f"{name} {k}: {target} is already held (the plan is invalid)")
-        self.counters.forwards[k][name] = self.counters.forwards[k].get(name, 0) + 1
+        self._count(name, k)
         self.running = (name, k)
+        keep = (self.pos - 1) in self.plan.keeps
         if name != "F_all":
-            with self._replay_state(k, src.device), torch.no_grad():
-                out = module(src)
-            self.held[target] = make_stored(
-                target, out, [out.untyped_storage()], ready=self.mover.produced()
-            )
+            inp = src.detach()
+            if self.inplace[k]:
+                inp = inp.clone()
+            with self._replay(k), torch.no_grad():
+                out = run.function(inp)
+            self._store(name, k, out.detach(), {}, keep)
             return
         inp = src.detach()
-        if k > 0 and inp.is_floating_point():
+        if run.requires_grad:
             inp.requires_grad_(True)
+        if self.inplace[k]:  # not a leaf: in-place operations on it are allowed (the backward
+            with torch.enable_grad():  # runs without gradients: the copy is made with them)
+                inp = inp.clone()
+        keys = (storage_key(t) for t in (src, inp))
+        self.inputs = {key[0] for key in keys if key is not None}
+        packed: list[Tensor] = []
         saved: dict[int, torch.UntypedStorage] = {}
-        excluded = set(self.static)
-        key = storage_key(inp)
-        if key is not None:
-            excluded.add(key[0])
 
-        def pack(tensor: Tensor) -> Tensor:
+        def pack(tensor: Tensor) -> None:
+            # Detached: a recomputed tensor must not refer to the recomputation's graph, whose
+            # saved-tensor hooks refer to this list (a cycle through autograd that would keep
+            # every recomputed tensor until the last one is freed).
+            packed.append(tensor.detach())
             key = storage_key(tensor)
-            if key is not None and key[0] not in excluded:
+            if key is not None and self._owned(key[0]):
                 saved.setdefault(key[0], tensor.untyped_storage())
-            return tensor
 
-        hooks = torch.autograd.graph.saved_tensors_hooks(pack, _identity)
-        with self._replay_state(k, src.device), torch.enable_grad(), hooks:
-            out = module(inp)
-        out_key = storage_key(out)
-        nbytes = sum(storage.nbytes() for storage in saved.values())
-        if out_key is not None and out_key[0] not in saved:
-            nbytes += out_key[1]  # the output x[k+1] is part of s[k] (the profiler's saved_size)
-            if out_key[0] not in excluded:
-                saved[out_key[0]] = out.untyped_storage()
-        self.counters.saved_bytes[k] = nbytes
-        self.held[target] = make_stored(
-            target, out, list(saved.values()), inp=inp, ready=self.mover.produced()
-        )
-        # Autograd keeps the pack hook (and what it refers to) as long as any tensor it packed
-        # is saved: emptied, it holds no storage until the end of B k (docs/runtime.md).
-        saved.clear()
+        hooks = torch.autograd.graph.saved_tensors_hooks(pack, _unpack)
+        with self._replay(k), torch.enable_grad(), hooks:
+            out = run.function(inp)
+        slots = [s for s in run.slots]
+        dropped = len(slots)
+        kept = [t for t in packed if storage_key(t) is None or storage_key(t)[0] not in self.static]
+        if len(kept) != dropped:
+            raise RuntimeError(
+                f"stage {k} ({self.names[k]}): its recomputation saved {len(kept)} tensors for "
+                f"the backward, its forward {dropped}: the stage does not compute the same way "
+                "twice (a data-dependent branch?); memplan cannot recompute it"
+            )
+        for slot, tensor in zip(slots, kept, strict=True):
+            slot.value = tensor
+        run.slots = []
+        self._store("F_all", k, out.detach(), saved, keep)
 
     def backward(self, k: int) -> None:
-        """Start of ``B k``: backpropagate through ``s[k]`` with ``g[k+1]``, giving ``g[k]``."""
+        """Start of ``B k``: autograd is about to run stage ``k``'s nodes."""
         saved = self.held.get(f"s[{k}]")
         if saved is None or saved.place not in (GPU, OFFLOADING):
             where = "not held" if saved is None else saved.place
             raise RuntimeError(
                 f"B {k}: s[{k}] is not in device memory ({where}; the plan is invalid)"
             )
-        self.input_of(k)  # the plan holds the input (docs/model.md)
-        inp = saved.inp
-        if inp is not None and inp.numel() and inp.untyped_storage().nbytes() == 0:
-            raise RuntimeError(
-                f"B {k}: the input s[{k}] was computed from is not in device memory "
-                f"(the plan holds another copy of x[{k}]; the runtime needs the one it read)"
-            )
+        self.source_of(k)  # the plan holds the input (docs/model.md)
         self.counters.backwards[k] += 1
         self.running = ("B", k)
         saved.hand_over()  # autograd frees what it saved as the backward goes
-        if saved.tensor.requires_grad:
-            torch.autograd.backward(saved.tensor, self.grad)
-        self.grad = inp.grad if inp is not None and inp.requires_grad else None
 
     def finish(self, name: str, k: int) -> None:
         """End of a computation: free what it frees, and the tensors whose offload ended."""
@@ -401,54 +778,47 @@ class _Iteration:
             self.mover.arrived(stored)
             stored.place = GPU
 
+    # -- the backward ----------------------------------------------------------------------
+    def _backward_reaches(self, k: int) -> Callable[[Any], None]:
+        def prehook(grad_outputs: Any) -> None:
+            if self.done:
+                return
+            try:
+                if not self.queued:
+                    self.queued = True
+                    torch.autograd.Variable._execution_engine.queue_callback(self._complete)
+                self.run_until(self.plan.backward_start[k] + 1)
+            except BaseException:
+                self.abort()
+                raise
 
-class _PlannedChain(torch.autograd.Function):
-    """Forward phase in ``forward``, the rest of the plan in ``backward`` (reentrant)."""
+        return prehook
 
-    @staticmethod
-    def forward(ctx: Any, owner: CheckpointedChain, x0: Tensor, anchor: Tensor) -> Tensor:
-        it = _Iteration(owner, x0)
-        events, split = owner._events, owner._split
-        last = len(owner.modules_) - 1
+    def _complete(self) -> None:
+        """After the backward: the rest of the plan (the end of ``B 0``...)."""
+        if self.done:
+            return
         try:
-            for is_end, op in events[:split]:
-                it.step(is_end, op)
-            loss = it.resident(f"s[{last}]")
-            if loss is None:
-                raise InputError(
-                    f"the plan does not run F_all on the loss stage ({last}) before its first B"
-                )
+            self.run_until(len(self.plan.events))
+            self.mover.finish()
         except BaseException:
-            it.abort()
+            self.abort()
             raise
-        ctx.iteration = it
-        ctx.split = split
-        return loss.tensor.detach().clone()
-
-    @staticmethod
-    def backward(ctx: Any, grad_loss: Tensor) -> tuple[None, None, None]:
-        it: _Iteration = ctx.iteration
-        it.grad = grad_loss
-        try:
-            for is_end, op in it.owner._events[ctx.split :]:
-                it.step(is_end, op)
-            it.mover.finish()
-        except BaseException:
-            it.abort()
-            raise
-        finally:
-            it.held.clear()
-            it.grad = None
-            del ctx.iteration
-        return None, None, None
+        self.held.clear()
+        self.runs = []
+        self.done = True
 
 
 class CheckpointedChain(nn.Module):
     """A chain of stages (the last one the loss) that trains as a schedule says.
 
-    ``module(x)`` returns the scalar loss of the chain's loss stage; ``loss.backward()`` replays
-    the plan. Call it once per iteration (forward then backward): the plan holds the tensors of
-    one iteration at a time.
+    ``module(x)`` runs the stages and returns the scalar loss of the chain's loss stage;
+    ``module(x, target)`` gives ``target`` to the loss stage: the batch's own labels (a language
+    model's loss built without labels predicts the tokens of the batch it is called on; the
+    other losses of :func:`~memplan.torch.linearize.make_loss` otherwise use the targets fixed
+    when the chain was made, which is what ``memplan run`` measures with). ``loss.backward()``
+    follows the plan. Without gradients (evaluation), the stages run plainly.
+    :func:`memplan.torch.enable` is the way to train a model in one's own loop.
 
     Attributes
     ----------
@@ -460,19 +830,20 @@ class CheckpointedChain(nn.Module):
         What the last iteration did.
     """
 
-    def __init__(self, stages: Sequence[tuple[str, nn.Module]], schedule: Schedule) -> None:
+    def __init__(
+        self,
+        stages: Sequence[tuple[str, nn.Module]],
+        schedule: Schedule,
+        inplace: Sequence[bool] | None = None,
+    ) -> None:
         super().__init__()
         self.names = [name for name, _ in stages]
         self.modules_ = nn.ModuleList([module for _, module in stages])
         self.schedule = schedule
-        self._events = _timeline(schedule.ops)
+        self.plan = RuntimePlan(schedule, len(self.modules_))
+        self.inplace = list(inplace) if inplace is not None else [False] * len(self.names)
         self._side_streams: dict[Any, Any] = {}  # CUDA: the transfer stream of each device
-        self._split = next(
-            (i for i, (is_end, op) in enumerate(self._events) if op.op == "B" and not is_end),
-            len(self._events),
-        )
         self.counters = RuntimeCounters()
-        self._forward_counts = planned_forward_counts(schedule, len(self.modules_))
 
     def planned_forward_counts(self) -> list[int]:
         """Forward operations per stage in the schedule."""
@@ -482,46 +853,55 @@ class CheckpointedChain(nn.Module):
         keys = (storage_key(t) for t in [*self.parameters(), *self.buffers()])
         return {key[0] for key in keys if key is not None}
 
-    def forward(self, x: Tensor) -> Tensor:
-        """Run the forward phase of the plan; returns the loss (a scalar tensor)."""
+    def forward(self, x: Tensor, target: Any = None) -> Tensor:
+        """Run the stages under the plan; returns the loss (a scalar tensor)."""
+        last = len(self.modules_) - 1
+        loss = self.modules_[last]
+        if target is None and getattr(loss, "labels_from_input", False):
+            with torch.no_grad():  # next-token prediction of this batch, not of the example
+                loss.follow_input(x)  # (before the plan may move x[0] to the host)
         if not torch.is_grad_enabled():
-            raise RuntimeError("CheckpointedChain trains: call it with gradients enabled")
-        n = len(self.modules_)
-        self.counters = RuntimeCounters(
-            forwards=[{} for _ in range(n)], backwards=[0] * n, saved_bytes=[0] * n
-        )
-        key = storage_key(x)
-        self.counters.record(0 if key is None else key[1])
-        # The anchor makes the loss require grad whatever x is, so that backward() reaches the
-        # plan (the parameters are not inputs of the Function: their gradients are accumulated
-        # by the torch.autograd.backward calls inside it, as in reentrant checkpointing).
-        anchor = torch.empty(0, device=x.device, requires_grad=True)
-        return _PlannedChain.apply(self, x, anchor)
+            for k, module in enumerate(self.modules_):
+                x = module(x) if k < last or target is None else module(x, target)
+            return x
+        self.counters = RuntimeCounters.for_stages(last + 1)
+        it = PlannedIteration(
+            self.plan, x, self._static_pointers(), self.counters, self._side_streams,
+            inplace=self.inplace, names=self.names,
+        )  # fmt: skip
+        try:
+            for k, module in enumerate(self.modules_):
+                function: StageFunction = module
+                if k == last and target is not None:
+                    function = _with_target(module, target)
+                x = function(it.begin(k, x, function, module))
+                it.end(k, x)
+        except BaseException:
+            it.abort()
+            raise
+        return x
+
+
+def _with_target(module: nn.Module, target: Any) -> StageFunction:
+    def loss(x: Tensor) -> Tensor:
+        return module(x, target)
+
+    return loss
 
 
 # ------------------------------------------------------------------------------------------------
 
 
-def _stages_of(
-    model: Chain | nn.Module | Sequence[Any], example_input: Tensor | None
-) -> list[tuple[str, nn.Module]]:
+def _stages_of(model: Chain | nn.Module | Sequence[Any]) -> list[tuple[str, nn.Module]]:
     if isinstance(model, Chain):
         return list(model.stages)
-    if isinstance(model, nn.Sequential) and example_input is None:
+    if isinstance(model, nn.Sequential):
         return [
             (f"stage{name}" if name.isdigit() else name, module)
             for name, module in model.named_children()
         ]
-    if isinstance(model, nn.Module):
-        if example_input is None:
-            raise InputError(
-                "checkpointed: give example_input to linearize the model, or pass a "
-                "memplan.torch.Chain (linearize(model, x)) or a list of stages ending with the loss"
-            )
-        return list(linearize(model, example_input).stages)
-    stages = list(model)
     out: list[tuple[str, nn.Module]] = []
-    for i, item in enumerate(stages):
+    for i, item in enumerate(model):
         if isinstance(item, nn.Module):
             out.append((f"stage{i}", item))
         elif isinstance(item, tuple) and len(item) == 2 and isinstance(item[1], nn.Module):
@@ -637,9 +1017,40 @@ def checkpointed(
         When the schedule does not match the chain or the profile.
     """
     sched = load_schedule(schedule)
-    stages = _stages_of(model, example_input)
+    plain_sequential = isinstance(model, nn.Sequential) and example_input is None
+    if isinstance(model, nn.Module) and not plain_sequential:
+        if example_input is None:
+            raise InputError(
+                "checkpointed: give example_input to linearize the model, or pass a "
+                "memplan.torch.Chain (linearize(model, x)) or a list of stages ending with the loss"
+            )
+        model = linearize(model, example_input)
+    stages = _stages_of(model)
     check_schedule(sched, [name for name, _ in stages], profile)
-    return CheckpointedChain(stages, sched)
+    inplace = model.inplace if isinstance(model, Chain) and model.inplace else None
+    return CheckpointedChain(stages, sched, inplace=inplace)
+
+
+def solve_feasible(
+    profile: Any,
+    algo: str,
+    memory: int | str,
+    slots: int | None = None,
+    optimizer: str = "sgd",
+    bandwidth: float | str | None = None,
+) -> Schedule:
+    """:func:`memplan.solve`, with no plan as an :class:`InputError` that says the least memory
+    that fits (what :func:`fit` and :func:`memplan.torch.enable` need: a plan to run)."""
+    import memplan
+
+    sched = memplan.solve(
+        profile, algo=algo, memory=memory, slots=slots, optimizer=optimizer, bandwidth=bandwidth
+    )
+    if not sched.feasible:
+        least = "" if sched.min_memory is None else "; the least memory that fits is "
+        least += "" if sched.min_memory is None else f"{sched.min_memory} bytes"
+        raise InputError(f"no {algo} plan fits in {memory}{least}")
+    return sched
 
 
 def fit(
@@ -724,13 +1135,7 @@ def fit(
         )
     else:
         prof = memplan.load_profile(profile)
-    sched = memplan.solve(
-        prof, algo=algo, memory=memory, slots=slots, optimizer=optimizer, bandwidth=bandwidth
-    )
-    if not sched.feasible:
-        least = "" if sched.min_memory is None else "; the least memory that fits is "
-        least += "" if sched.min_memory is None else f"{sched.min_memory} bytes"
-        raise InputError(f"no {algo} plan fits in {memory}{least}")
+    sched = solve_feasible(prof, algo, memory, slots, optimizer, bandwidth)
     with model_errors(label or type(module).__name__, FIRST_FORWARD):  # NOTE [ whose error ]
         chain = linearize(module, x, labels=labels)
     return checkpointed(chain, sched, profile=prof), sched

@@ -47,11 +47,14 @@ def as_bytes(storage: torch.UntypedStorage) -> Tensor:
 class Stored:
     """A stored tensor of the plan, ``x[k]`` or ``s[k]``, and where its data are.
 
-    ``storages`` are the device storages it owns (``s[k]``: what autograd saved, without the stage
-    input, parameters and buffers, plus the output; ``x[k]``: the tensor's storage). An offload
-    copies them to host buffers and resizes them to 0 bytes (the memory is freed, every tensor
-    and autograd saved tensor on them stays valid); a prefetch resizes them back and copies the
-    data in. ``ready`` (CUDA) is the event after which the data are in device memory.
+    ``storages`` are the device storages the runtime holds for it (``s[k]``: what autograd saved,
+    without the stage input, parameters and buffers, and the output when the runtime keeps it;
+    ``x[k]``: the tensor's storage). An offload copies them to host buffers and resizes them to
+    0 bytes (the memory is freed, every tensor and autograd saved tensor on them stays valid); a
+    prefetch resizes them back and copies the data in. ``ready`` (CUDA) is the event after which
+    the data are in device memory. ``counted`` are the bytes the plan counts for it that the
+    runtime does not hold (an output that neither autograd nor a later recomputation needs:
+    freed as in plain training, counted as the plan counts it).
 
     ``B k`` hands ``s[k]`` over to autograd (:meth:`hand_over`): the runtime drops its references to
     the storages, so that the backward frees each saved tensor as soon as its node has run, as
@@ -61,10 +64,11 @@ class Stored:
     """
 
     name: str
-    tensor: Tensor  # x[k]: the activation; s[k]: the output x[k+1], carrying the graph
+    tensor: Tensor | None  # x[k]: the activation; s[k]: the output x[k+1]; None: not held
     storages: list[torch.UntypedStorage]
     sizes: list[int]
-    inp: Tensor | None = None  # s[k]: the detached input of the stage
+    counted: int = 0
+    version: int = 0  # the tensor's version counter when stored (an in-place change shows)
     place: str = GPU
     host: list[Tensor] = field(default_factory=list)
     ready: Any = None
@@ -73,16 +77,24 @@ class Stored:
     def hand_over(self) -> None:
         """Drop the references to the storages (autograd frees them during the backward)."""
         self.handed = [(s.data_ptr(), s.nbytes()) for s in self.storages]
+        if self.counted:
+            self.handed.append((0, self.counted))
         self.storages = []
         self.sizes = []
+        self.tensor = None
 
 
 def make_stored(
-    name: str, tensor: Tensor, owned: Sequence[torch.UntypedStorage], **kw: Any
+    name: str,
+    tensor: Tensor | None,
+    owned: Sequence[torch.UntypedStorage],
+    counted: int = 0,
+    **kw: Any,
 ) -> Stored:
     """A :class:`Stored` over the non-empty storages of ``owned`` (their sizes now)."""
     storages = [s for s in owned if s.nbytes() > 0]
-    return Stored(name, tensor, storages, [s.nbytes() for s in storages], **kw)
+    version = tensor._version if tensor is not None else 0
+    return Stored(name, tensor, storages, [s.nbytes() for s in storages], counted, version, **kw)
 
 
 class Mover:

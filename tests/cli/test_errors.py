@@ -43,8 +43,8 @@ class _Rejected:
 
 @pytest.mark.parametrize("debug", [False, True])
 def test_a_plan_the_simulator_rejects_is_reported_once(net, monkeypatch, debug):
-    """The real path of a solver bug: memplan.solve replays the plan and the replay fails."""
-    monkeypatch.setattr("memplan.api.simulate", lambda *args, **kwargs: _Rejected())
+    """The real path of a solver bug: the API replays the plan and the replay fails."""
+    monkeypatch.setattr("memplan.api.replay", lambda *args, **kwargs: _Rejected())
     result = run(*(["--debug"] if debug else []), "solve", net, "--algo", "rotor", "--mem", "1GB")
     assert result.exit_code == 70
     last = result.stderr.strip().splitlines()[-1]
@@ -60,7 +60,7 @@ def test_an_unexpected_exception_is_reported_as_a_bug_once(net, monkeypatch):
     def broken(*args, **kwargs):
         raise ZeroDivisionError("division by zero")
 
-    monkeypatch.setattr(memplan, "solve", broken)
+    monkeypatch.setattr("memplan.api.solve_checked", broken)
     result = run("solve", net, "--algo", "rotor", "--mem", "1GB")
     assert result.exit_code == 70
     assert result.stderr.strip() == (

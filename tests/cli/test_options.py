@@ -138,3 +138,70 @@ def test_api_has_no_family_dispatch():
     text = (ROOT / "memplan" / "api.py").read_text()
     names = "|".join(re.escape(f'"{family}"') for family in FAMILIES)
     assert re.findall(names, text) == []
+
+
+# ---- --mem: a size, or the profile's GPU (docs/cli.md, "Budgets") ------------------------------
+
+
+def _gpu_memory(name: str) -> int:
+    return memplan.load_profile(name).device.memory
+
+
+def test_mem_gpu_is_the_device_memory_less_the_reserve():
+    from memplan.units import DEVICE_RESERVE
+
+    result = run("solve", "resnet18@a100", "--algo", "rotor", "--mem", "gpu", "-f", "json")
+    assert result.exit_code == 0, result.stderr
+    usable = _gpu_memory("resnet18@a100") - DEVICE_RESERVE
+    assert json.loads(result.stdout)["budget"]["memory"] == usable
+    assert "warning" not in result.stderr
+    half = run("solve", "resnet18@a100", "--algo", "rotor", "--mem", "50%", "-f", "json")
+    assert json.loads(half.stdout)["budget"]["memory"] == usable // 2
+
+
+def test_a_budget_above_the_gpu_is_kept_with_a_warning():
+    result = run("solve", "resnet18@a100", "--algo", "rotor", "--mem", "100GB", "-f", "json")
+    assert result.exit_code == 0
+    assert json.loads(result.stdout)["budget"]["memory"] == 100 * 10**9
+    warnings = [line for line in result.stderr.splitlines() if "warning" in line]
+    assert warnings == [
+        "memplan: warning: --mem 100GB: 100.00 GB is more than the NVIDIA A100-SXM4-40GB can give "
+        "a plan (42.41 GB: its 42.95 GB less 536.87 MB for the CUDA context and the allocator, as "
+        "--mem gpu); the plan will not fit on that GPU"
+    ]
+
+
+def test_mem_gpu_on_a_cpu_profile_is_an_input_error():
+    result = run("solve", "resnet18", "--algo", "rotor", "--mem", "gpu")
+    assert result.exit_code == 2 and len(result.stderr.strip().splitlines()) == 1
+    assert last_line(result).startswith(
+        "memplan: error: --mem gpu: resnet18 was profiled on a CPU ("
+    )
+    assert "give a size, e.g. --mem 8GB" in last_line(result)
+    assert run("solve", "resnet18", "--algo", "rotor", "--mem", "90%").exit_code == 2
+
+
+@pytest.mark.parametrize(
+    ("mem", "words"),
+    [
+        ("0%", "--mem: budget '0%': expected a share of the GPU's memory above 0%"),
+        ("gpus", "or a share of the GPU, e.g. 8GB, 8GiB, 512MiB, 1000000, gpu or 90%"),
+        ("8G", "--mem: size '8G': 'G' is ambiguous"),
+    ],
+)
+def test_a_bad_budget_fails_before_the_profile_is_read(mem, words):
+    result = run("solve", "no-such-profile.yaml", "--algo", "rotor", "--mem", mem)
+    assert result.exit_code == 2 and words in last_line(result), last_line(result)
+
+
+def test_simulate_takes_the_gpu_budget_too(tmp_path):
+    plan = tmp_path / "plan.json"
+    made = run("solve", "resnet18@a100", "--algo", "rotor", "--mem", "gpu", "-o", str(plan))
+    assert made.exit_code == 0, made.stderr
+    result = run("simulate", "resnet18@a100", str(plan), "--mem", "90%", "-f", "json")
+    report = json.loads(result.stdout)
+    assert report["budget"] == int((_gpu_memory("resnet18@a100") - 512 * 2**20) * 0.9)
+    result = run("simulate", "resnet18", str(plan), "--mem", "gpu")
+    assert result.exit_code == 2 and "--mem gpu: resnet18 was profiled on a CPU" in last_line(
+        result
+    )

@@ -18,7 +18,7 @@ from rich.console import Console
 from typer.testing import CliRunner
 
 import memplan
-from memplan.api import algorithm_details, algorithms, describe
+from memplan.api import algorithm_details, describe, list_algorithms
 from memplan.cli import render
 from memplan.cli.app import app
 from memplan.cli.common import print_table
@@ -113,7 +113,7 @@ def renderables():
     budgets = [2_500_000_000, 4_000_000_000, 6_000_000_000]
     rows = memplan.compare("resnet50@a100", algos, budgets)
     yield "compare", render.compare_table(rows, algos, budgets, "resnet50@a100")
-    yield "algos", render.algos_table(algorithms())
+    yield "algos", render.algos_table(list_algorithms())
     yield "algos pofo", render.algorithm_tables(algorithm_details("pofo"))
 
 
@@ -126,6 +126,6 @@ def test_no_number_is_cut_at_80_columns_on_a_terminal():
 
 def test_algos_lists_every_short_summary_whole_within_80_columns():
     text = stderr_at(80, ("algos",))
-    for entry in algorithms():
+    for entry in list_algorithms():
         assert entry["short"] in text, entry["name"]
     assert all(len(line.rstrip()) <= 80 for line in text.splitlines())

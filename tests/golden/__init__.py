@@ -1,8 +1,8 @@
-"""Golden schedules: the JSON of every bundled profile x algorithm at two budgets.
+"""Golden plans: every bundled profile x algorithm at two budgets, as memplan.solve answers them.
 
-``cases.json`` lists the cases (profile, algorithm, budget, options); ``fixtures/`` holds what
-``memplan.solve`` printed for each (``Schedule.to_json()``, ``solver.seconds`` stripped), or the
-one-line error. ``python -m tests.golden.regenerate`` rebuilds both; tests/golden/test_golden.py solves
-every case again and compares the text byte for byte. See NOTE [ golden schedules ] in
-:mod:`tests.golden.cases`.
+``cases.json`` lists the cases (profile, algorithm, budget, options); ``summary.txt`` holds one line
+per case (outcome, makespan, peak and least memory, status, digests of the plan and of the rest of
+the schedule's JSON) and ``schedules/`` the whole JSON of a handful of small cases.
+``python -m tests.golden.regenerate`` rebuilds them; tests/golden/test_golden.py solves the cases
+again and compares. See NOTE [ golden schedules ] in :mod:`tests.golden.cases`.
 """

@@ -1,10 +1,11 @@
-"""Rebuild the golden schedules: ``python -m tests.golden.regenerate [PROFILE ...]``.
+"""Rebuild the golden plans: ``python -m tests.golden.regenerate [PROFILE ...]``.
 
-Writes tests/golden/cases.json (every case, the OR-Tools version) and one fixture per case under
-tests/golden/fixtures/PROFILE/ALGO-INDEX.json; with profile names, only their fixtures are
-rewritten (the manifest still lists every case). Prints each case's time on stderr. Run it when a
-change of output is intended (re-measured profiles, a solver's new rounding), then review the
-diff: every changed fixture is a changed answer.
+Writes tests/golden/cases.json (every case, the OR-Tools version), tests/golden/summary.txt (one
+line per case) and the whole JSON of the cases of ``FULL_SCHEDULES`` under tests/golden/schedules/;
+with profile names, only their cases are solved again (the other lines are kept as recorded).
+Prints each case's time on stderr. Run it when a change of output is intended (re-measured
+profiles, a solver's new rounding), then review the diff of summary.txt: every changed line is a
+changed answer, and its fields say what changed (a plan of the same cost, a new makespan...).
 """
 
 from __future__ import annotations
@@ -15,14 +16,18 @@ import time
 
 from tests.golden.cases import (
     DETERMINISTIC_SECONDS,
-    FIXTURES,
+    FULL_SCHEDULES,
     MANIFEST,
+    SUMMARY,
     all_cases,
     deterministic_cpsat,
-    fixture_path,
     heavy,
     ortools_version,
+    read_summary,
     render,
+    schedule_path,
+    summary_line,
+    write_summary,
 )
 
 
@@ -40,7 +45,7 @@ def main(argv: list[str]) -> int:
         "cases": cases,
     }
     MANIFEST.write_text(json.dumps(manifest, indent=1) + "\n")
-    FIXTURES.mkdir(exist_ok=True)
+    lines = read_summary() if only and SUMMARY.exists() else {}
     total = 0.0
     with deterministic_cpsat():
         for case in cases:
@@ -50,11 +55,18 @@ def main(argv: list[str]) -> int:
             text = render(case)
             seconds = time.perf_counter() - started
             total += seconds
-            path = fixture_path(case)
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(text)
+            lines[case["id"]] = summary_line(case["id"], text)
+            if case["id"] in FULL_SCHEDULES:
+                path = schedule_path(case["id"])
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.write_text(text)
             mark = " heavy" if heavy(case) else ""
             print(f"{seconds:8.3f} s  {case['id']}{mark}", file=sys.stderr, flush=True)
+    missing = [case["id"] for case in cases if case["id"] not in lines]
+    if missing:
+        print(f"new cases not solved ({', '.join(missing)}): run without names", file=sys.stderr)
+        return 2
+    write_summary(lines, [case["id"] for case in cases])
     print(f"{total:8.3f} s  in all", file=sys.stderr)
     return 0
 

@@ -1,15 +1,13 @@
-"""Every bundled profile x algorithm at two budgets prints what it printed before (issue 16).
+"""Every bundled profile x algorithm at two budgets gives the plan it gave before.
 
-The fixtures (tests/golden/) were made by ``python -m tests.golden.regenerate`` on the code before
-the family protocol; each case is solved again here and its JSON compared byte for byte,
-``solver.seconds`` aside. CP-SAT algorithms run with a deterministic limit, and the heavy cases
-(seconds each) only with ``MEMPLAN_GOLDEN=all``: see NOTE [ golden schedules ] in
-tests/golden/cases.py.
+Each case is solved again here and summarized (tests/golden/summary.txt: outcome, makespan, peak
+and least memory, status, digests of the plan and of the rest of the JSON), which must equal the
+recorded line; a handful of small cases (tests/golden/schedules/) are compared whole, byte for
+byte, ``solver.seconds`` aside. CP-SAT algorithms run with a deterministic limit, and the heavy
+cases (seconds each) are marked slow: see NOTE [ golden schedules ] in tests/golden/cases.py.
 """
 
 from __future__ import annotations
-
-import os
 
 import pytest
 
@@ -18,19 +16,27 @@ from memplan.profile import bundled_profiles
 from memplan.profile.model import CHAIN_FAMILIES
 from tests.golden.cases import (
     CPSAT_ALGORITHMS,
-    FIXTURES,
+    FULL_SCHEDULES,
+    SCHEDULES,
     deterministic_cpsat,
-    fixture_path,
     heavy,
     load_manifest,
     ortools_version,
+    read_summary,
     render,
+    schedule_path,
+    summary_line,
 )
 
 MANIFEST = load_manifest()
 EVERY_CASE = MANIFEST["cases"]
-FULL = os.environ.get("MEMPLAN_GOLDEN", "") == "all"
-CASES = [case for case in EVERY_CASE if FULL or not heavy(case)]
+BY_ID = {case["id"]: case for case in EVERY_CASE}
+RECORDED = read_summary()
+
+
+def _param(case):
+    marks = [pytest.mark.slow] if heavy(case) else []
+    return pytest.param(case, marks=marks, id=case["id"])
 
 
 @pytest.fixture(scope="module")
@@ -52,22 +58,40 @@ def profiles():
     return load
 
 
-@pytest.mark.parametrize("case", CASES, ids=[case["id"] for case in CASES])
-def test_the_schedule_is_what_it_was(case, cpsat, profiles):
+def _render(case, profiles) -> str:
     if case["algo"] in CPSAT_ALGORITHMS and ortools_version() != MANIFEST["ortools"]:
-        pytest.skip(f"CP-SAT fixtures were made with OR-Tools {MANIFEST['ortools']}")
-    assert render(case, profiles(case["profile"])) == fixture_path(case).read_text()
+        pytest.skip(f"CP-SAT plans were recorded with OR-Tools {MANIFEST['ortools']}")
+    return render(case, profiles(case["profile"]))
+
+
+@pytest.mark.parametrize("case", [_param(case) for case in EVERY_CASE])
+def test_the_plan_is_what_it_was(case, cpsat, profiles):
+    assert summary_line(case["id"], _render(case, profiles)) == RECORDED[case["id"]]
+
+
+@pytest.mark.parametrize("case_id", FULL_SCHEDULES)
+def test_the_whole_schedule_is_what_it_was(case_id, cpsat, profiles):
+    text = _render(BY_ID[case_id], profiles)
+    assert text == schedule_path(case_id).read_text()
+
+
+def test_the_recorded_schedules_are_their_summary_lines():
+    """The whole schedules kept are the cases' own: their lines in summary.txt agree."""
+    for case_id in FULL_SCHEDULES:
+        assert summary_line(case_id, schedule_path(case_id).read_text()) == RECORDED[case_id]
+    kept = {path.relative_to(SCHEDULES).with_suffix("") for path in SCHEDULES.rglob("*.json")}
+    assert kept == {schedule_path(i).relative_to(SCHEDULES).with_suffix("") for i in FULL_SCHEDULES}
 
 
 def test_the_cases_cover_every_bundled_profile_and_algorithm():
-    """Two cases per algorithm of every family that fits each bundled profile; no stray file.
+    """Two cases per algorithm of every family that fits each bundled profile; no stray line.
 
     A profile is served either by the four chain-model families (chain, offload, combined,
     pipeline), or by the join family, or by the graph family (``Profile.families``).
     """
     shapes = [set(CHAIN_FAMILIES), {"join"}, {"graph"}]
     by_family: dict[str, set[str]] = {}
-    for entry in memplan.algorithms():
+    for entry in memplan.list_algorithms():
         by_family.setdefault(entry["family"], set()).add(entry["name"])
     listed: dict[str, set[tuple[str, int]]] = {}
     families: dict[str, set[str]] = {}
@@ -81,15 +105,12 @@ def test_the_cases_cover_every_bundled_profile_and_algorithm():
         assert found in shapes, profile
         wanted = {(algo, i) for family in found for algo in by_family[family] for i in (0, 1)}
         assert listed[profile] == wanted, profile
-    files = {path for path in FIXTURES.rglob("*.json")}
-    assert files == {fixture_path(case) for case in EVERY_CASE}
+    assert list(RECORDED) == [case["id"] for case in EVERY_CASE]
 
 
-def test_the_fixtures_hold_feasible_and_infeasible_plans():
+def test_the_recorded_plans_hold_feasible_and_infeasible_ones():
     """The budgets are chosen so that both outcomes are compared (and errors are none)."""
-    texts = [fixture_path(case).read_text() for case in EVERY_CASE]
-    assert not [t for t in texts if t.startswith("error:")]
-    feasible = sum('"feasible": true' in t for t in texts)
-    infeasible = sum('"feasible": false' in t for t in texts)
-    assert feasible > len(texts) // 2
-    assert infeasible > len(texts) // 10
+    outcomes = [line.split()[1] for line in RECORDED.values()]
+    assert "error:" not in outcomes
+    assert outcomes.count("feasible") > len(outcomes) // 2
+    assert outcomes.count("infeasible") > len(outcomes) // 10

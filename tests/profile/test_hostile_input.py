@@ -131,6 +131,40 @@ def test_deep_nesting_is_refused_without_a_crash(tmp_path, kind):
     assert len(done.stderr.strip().splitlines()) == 1
 
 
+class _ParserWithItsOwnLimit(yaml.SafeLoader):
+    """A YAML parser that stops nesting itself at 3 levels, with its own message, as libyaml 0.2.5
+    and newer do at 1000 levels (PyYAML 6.0.4's ``CSafeLoader``)."""
+
+    depth = 0
+
+    def get_event(self):
+        event = super().get_event()
+        if isinstance(event, (yaml.MappingStartEvent, yaml.SequenceStartEvent)):
+            self.depth += 1
+            if self.depth > 3:
+                raise yaml.parser.ParserError(
+                    None, None, "exceeded maximum nesting depth", event.start_mark
+                )
+        elif isinstance(event, (yaml.MappingEndEvent, yaml.SequenceEndEvent)):
+            self.depth -= 1
+        return event
+
+
+def test_a_parser_limit_changes_neither_the_limit_nor_the_message(monkeypatch):
+    """Whatever limit the installed YAML parser has, memplan's is MAX_DEPTH, with its message."""
+    text = "x: " + "[" * 150 + "]" * 150
+    with pytest.raises(memplan.InputError) as plain:
+        parse_document(text, "deep.yaml")
+    monkeypatch.setattr(parse, "_LOADER", _ParserWithItsOwnLimit)
+    with pytest.raises(memplan.InputError) as limited:
+        parse_document(text, "deep.yaml")
+    assert str(limited.value) == str(plain.value)
+    assert (
+        str(plain.value) == f"deep.yaml: line 1, column 103: nested deeper than {MAX_DEPTH} levels"
+    )
+    assert parse_document("x: [[[[[1]]]]]", "ok.yaml") == {"x": [[[[[1]]]]]}
+
+
 def test_nesting_up_to_the_limit_loads():
     depth = MAX_DEPTH - 1  # the document's mapping is the first level
     data = parse_document("x: " + "[" * depth + "]" * depth, "x")
@@ -173,6 +207,7 @@ def test_the_c_parser_is_used_when_pyyaml_has_it():
         assert parse._LOADER is yaml.SafeLoader
 
 
+@pytest.mark.slow
 def test_every_bundled_profile_parses_as_safe_load_reads_it():
     for name, path in memplan.profile.bundled_profiles().items():
         text = path.read_text(encoding="utf-8")

@@ -189,7 +189,8 @@ def test_make_optimizer():
 
 def test_cli_run_reports_the_measured_peak_and_exits_1_over_budget(tmp_path):
     """`memplan run` prints budget, plan and measure; a plan made from a profile that leaves
-    the temporaries out (every overhead set to 0) does not hold in a real step: exit 1."""
+    the temporaries out and halves the activations (on any CPU, the step holds more than the
+    profile says) does not hold in a real step: exit 1."""
     model, x, _ = build_model("gpt-tiny", batch_size=2, input_shape=(16,))
     prof = profile_model(copy.deepcopy(model), example_input=x, repeats=1, name="gpt-tiny")
     path = tmp_path / "gpt.json"
@@ -204,8 +205,10 @@ def test_cli_run_reports_the_measured_peak_and_exits_1_over_budget(tmp_path):
     assert len(doc["measured_step_peaks"]) == 2 and doc["torch_optimizer"] == "SGD"
     assert doc["measured_peak_memory"] > doc["static_memory"]  # weights and gradients included
     data = prof.model_dump(mode="json", exclude_none=True)
+    data["input_size"] //= 2
     for stage in data["stages"]:
         stage.update(forward_overhead=0, backward_overhead=0)
+        stage.update(output_size=stage["output_size"] // 2, saved_size=stage["saved_size"] // 2)
     bare = describe(data)["min_memory"]["chain"]
     path.write_text(json.dumps(data))
     over = CliRunner().invoke(app, [*args[:-2], "--mem", str(bare), "--profile", str(path)])

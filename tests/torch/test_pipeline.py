@@ -112,7 +112,7 @@ def _reference(count: int, micro: int):
     }
 
 
-@pytest.mark.parametrize("which", ["ilp", "pipedream"])
+@pytest.mark.parametrize("which", ["ilp", pytest.param("pipedream", marks=pytest.mark.slow)])
 def test_real_run_matches_unpipelined_gradients(plans, which, tmp_path):
     sched = plans[which]
     micro = 4

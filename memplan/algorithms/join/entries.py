@@ -1,8 +1,7 @@
-"""The join family (papers/003): its options, algorithms and simulator, declared once.
+"""The join family (papers/003): its options and algorithms, declared once.
 
-Cheap to import: the solvers load when first called. Each algorithm's
-``solve(profile, request: SolveRequest) -> Schedule`` returns a finished schedule, which
-:func:`memplan.solve` replays with the family's simulator.
+One adapter per algorithm, as in every family (:mod:`memplan.algorithms.chain.entries`); the
+join solvers (:mod:`.solve`) return finished schedules.
 """
 
 from __future__ import annotations
@@ -10,8 +9,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from memplan.algorithms.base import AlgorithmInfo, Family
+from memplan.algorithms.base import AlgorithmInfo, Family, SolveRequest
 from memplan.algorithms.options import slots_option
+from memplan.profile.model import Profile
+from memplan.schedule import Schedule
 
 REFERENCE = "Beaumont, Herrmann, Pallez & Shilova, Optimal memory-aware backpropagation of deep join networks"
 
@@ -27,54 +28,91 @@ class JoinOptions:
     slots: int = slots_option(DEFAULT_SLOTS, MAX_SLOTS)
 
 
-def _run_join(profile: Any, request: Any) -> Any:
-    from memplan.algorithms.join.solve import run_join
+def solve_join(profile: Profile, request: SolveRequest) -> Schedule:
+    """``join``: the optimal canonical schedule (:func:`.solve.run_join`)."""
+    from memplan.algorithms.join import solve
 
-    return run_join(profile, request)
-
-
-def _run_equiv_chain(profile: Any, request: Any) -> Any:
-    from memplan.algorithms.join.solve import run_equiv_chain
-
-    return run_equiv_chain(profile, request)
+    return solve.run_join(profile, request)
 
 
-def _describe(profile: Any, static_memory: int) -> dict[str, Any]:
-    from memplan.algorithms.join import describe_join
+def solve_equiv_chain(profile: Profile, request: SolveRequest) -> Schedule:
+    """``equiv-chain``: the paper's baseline (:func:`.solve.run_equiv_chain`)."""
+    from memplan.algorithms.join import solve
 
-    return {"min_memory": {}, **describe_join(profile, static_memory)}
+    return solve.run_equiv_chain(profile, request)
 
 
-ALGORITHMS: list[AlgorithmInfo] = [
-    AlgorithmInfo(
-        name="join",
-        family="join",
-        exact=True,
-        needs="join profile (branches + turn); --slots if not uniform",
-        summary="optimal canonical schedule of k chains joined by the loss (Opt_join DP; "
-        "exact in slots for uniform profiles, rotor segments otherwise)",
-        short="optimal canonical schedule (Opt_join)",
-        reference=REFERENCE + ", Theorem 3",
-        solve=_run_join,
-    ),
-    AlgorithmInfo(
-        name="equiv-chain",
-        family="join",
-        exact=False,
-        needs="join profile (branches + turn); --slots if not uniform",
-        summary="baseline: steps at equal distance from the turn grouped into one chain, "
-        "solved by Revolve (uniform) or rotor",
-        short="baseline: equal-distance steps, one chain",
-        reference=REFERENCE + ", Section 4 (EQUIV-CHAIN)",
-        solve=_run_equiv_chain,
-    ),
-]
+def describe_join(profile: Profile, static_memory: int) -> dict[str, Any]:
+    """What ``memplan info`` adds for a join profile: least memory, store-all need, c_min.
+
+    For a uniform profile (docs/join.md) ``c_min`` is Theorem 2's, in slots of ``slot_size``
+    bytes, and the memory figures are the pebble model's (``c_min`` and ``sum(l) + k`` slots);
+    otherwise they are the chain model's (the least memory of a canonical plan, exact in bytes,
+    and the store-all peak).
+    """
+    from memplan.algorithms.join.hetero import JoinNet, min_memory_plan
+    from memplan.algorithms.join.pebble import c_min
+    from memplan.algorithms.join.solve import uniform
+
+    lengths = [len(b.stages) for b in profile.branches]
+    found: dict[str, Any] = {
+        "min_memory": {},
+        "branches": ", ".join(f"{b.name} ({len(b.stages)})" for b in profile.branches),
+        "branch_lengths": lengths,
+        "input_size": sum(b.input_size for b in profile.branches),
+        "stage_table": [
+            {**st.model_dump(exclude_none=True), "name": f"{b.name}/{st.name}"}
+            for b in profile.branches
+            for st in b.stages
+        ]
+        + [{**profile.turn.model_dump(exclude_none=True), "name": f"turn/{profile.turn.name}"}],
+    }
+    u = uniform(profile)
+    if u is not None:
+        least = c_min(u.lengths)
+        found.update(
+            join_model="pebble",
+            c_min=least,
+            slot_size=u.size,
+            store_all_memory=static_memory + (sum(lengths) + len(lengths)) * u.size,
+            min_memory={"join": static_memory + least * u.size},
+        )
+        return found
+    net = JoinNet.from_profile(profile)
+    least, _ = min_memory_plan(net)
+    found.update(
+        join_model="chain",
+        store_all_memory=static_memory + net.peak(net.store_all()),
+        min_memory={"join": static_memory + least},
+    )
+    return found
+
 
 FAMILY = Family(
     name="join",
     profile_kind="join",
-    simulator="memplan.simulator.join:simulate_join",
     options=JoinOptions,
-    describe=_describe,
-    algorithms=tuple(ALGORITHMS),
+    describe=describe_join,
+    algorithms=(
+        AlgorithmInfo(
+            name="join",
+            exact=True,
+            needs="join profile (branches + turn); --slots if not uniform",
+            summary="optimal canonical schedule of k chains joined by the loss (Opt_join DP; "
+            "exact in slots for uniform profiles, rotor segments otherwise)",
+            short="optimal canonical schedule (Opt_join)",
+            reference=REFERENCE + ", Theorem 3",
+            solve=solve_join,
+        ),
+        AlgorithmInfo(
+            name="equiv-chain",
+            exact=False,
+            needs="join profile (branches + turn); --slots if not uniform",
+            summary="baseline: steps at equal distance from the turn grouped into one chain, "
+            "solved by Revolve (uniform) or rotor",
+            short="baseline: equal-distance steps, one chain",
+            reference=REFERENCE + ", Section 4 (EQUIV-CHAIN)",
+            solve=solve_equiv_chain,
+        ),
+    ),
 )

@@ -1,19 +1,21 @@
-"""The offloading family (papers/004): its options, algorithms and simulator, declared once.
+"""The offloading family (papers/004): its options and algorithms, declared once.
 
-Each algorithm's ``solve(profile, request)`` resolves the bandwidth (the option, else the
-profile's), runs its solver on the offloading instance for the activation budget (an
-``OffloadPlan``: timed operations on the compute and transfer streams) and wraps the plan with
-:func:`memplan.algorithms.timeline.offload_schedule`.
+One adapter per algorithm, as in every family (:mod:`memplan.algorithms.chain.entries`): it
+resolves the bandwidth (the option, else the profile's), runs its solver on the offloading
+instance for the activation budget (an ``OffloadPlan``: timed operations on the compute and
+transfer streams) and wraps the plan with :func:`memplan.algorithms.timeline.offload_schedule`.
 """
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 from typing import Any
 
 from memplan.algorithms.base import AlgorithmInfo, Family, SolveRequest
-from memplan.algorithms.options import bandwidth_option, slots_option
+from memplan.algorithms.options import bandwidth_option, resolve_bandwidth, slots_option
+from memplan.algorithms.timeline import offload_schedule
+from memplan.profile.model import Profile
+from memplan.schedule import Schedule
 
 MAX_SLOTS = 100_000
 OFFLOAD_REFERENCE = (
@@ -36,29 +38,59 @@ class OffloadOptions:
     bandwidth: float | None = bandwidth_option()
 
 
-def _solver(solver_name: str, algorithm: str, **fixed: Any):
-    """``solve(profile, request)`` of an offloading solver ``f(instance, memory, **options)``."""
+def _instance(profile: Profile, request: SolveRequest) -> tuple[Any, float]:
+    """The offloading instance of ``profile`` and its bandwidth (bytes/s): the option, else the
+    profile's."""
+    from memplan.algorithms.offload.model import OffloadInstance
 
-    def solve(profile: Any, request: SolveRequest) -> Any:
-        from memplan.algorithms import offload as family
-        from memplan.algorithms.options import resolve_bandwidth
-        from memplan.algorithms.timeline import offload_schedule
-
-        rate = resolve_bandwidth(profile, algorithm, request.options.bandwidth)
-        kwargs = dict(fixed)
-        if solver_name == "solve_dynprog":
-            kwargs["slots"] = request.options.slots
-        started = time.perf_counter()
-        instance = family.OffloadInstance.from_profile(profile, rate)
-        plan = getattr(family, solver_name)(instance, request.activation_memory, **kwargs)
-        return offload_schedule(profile, request, algorithm, "offload", plan, rate, started)
-
-    return solve
+    rate = resolve_bandwidth(profile, request.algorithm, request.options.bandwidth)
+    return OffloadInstance.from_profile(profile, rate), rate
 
 
-def describe_offload(profile: Any, static_memory: int) -> dict[str, Any]:
+def solve_greedy(profile: Profile, request: SolveRequest) -> Schedule:
+    """``greedy``: offload the first activations (:mod:`.greedy`)."""
+    from memplan.algorithms.offload import greedy
+
+    instance, rate = _instance(profile, request)
+    plan = greedy.solve_greedy(instance, request.activation_memory)
+    return offload_schedule(profile, request, plan, rate)
+
+
+def solve_dynprog(profile: Profile, request: SolveRequest) -> Schedule:
+    """``dynprog``: the DP over the offloaded set on ``request.options.slots`` (:mod:`.dynprog`)."""
+    from memplan.algorithms.offload import dynprog
+
+    instance, rate = _instance(profile, request)
+    plan = dynprog.solve_dynprog(instance, request.activation_memory, slots=request.options.slots)
+    return offload_schedule(profile, request, plan, rate)
+
+
+def solve_dynprog_best(profile: Profile, request: SolveRequest) -> Schedule:
+    """``dynprog-best``: dynprog trying its best DP sets in the real schedule (:mod:`.dynprog`)."""
+    from memplan.algorithms.offload import dynprog
+
+    instance, rate = _instance(profile, request)
+    plan = dynprog.solve_dynprog(
+        instance,
+        request.activation_memory,
+        slots=request.options.slots,
+        candidates=REFINED_CANDIDATES,
+    )
+    return offload_schedule(profile, request, plan, rate)
+
+
+def solve_vdnn(profile: Profile, request: SolveRequest) -> Schedule:
+    """``vdnn``: vDNN++-style thresholds on compute time per byte (:mod:`.vdnn`)."""
+    from memplan.algorithms.offload import vdnn
+
+    instance, rate = _instance(profile, request)
+    plan = vdnn.solve_vdnn(instance, request.activation_memory)
+    return offload_schedule(profile, request, plan, rate)
+
+
+def describe_offload(profile: Profile, static_memory: int) -> dict[str, Any]:
     """What ``memplan info`` adds: the least memory with every activation offloaded, M_peak."""
-    from memplan.algorithms.offload import OffloadInstance
+    from memplan.algorithms.offload.model import OffloadInstance
 
     offload = OffloadInstance.from_profile(profile, profile.bandwidth or 1.0)
     return {
@@ -70,49 +102,44 @@ def describe_offload(profile: Any, static_memory: int) -> dict[str, Any]:
 FAMILY = Family(
     name="offload",
     profile_kind="chain",
-    simulator="memplan.simulator.replay:replay_offload",
     options=OffloadOptions,
     describe=describe_offload,
     algorithms=(
         AlgorithmInfo(
             name="greedy",
-            family="offload",
             exact=False,
             needs="profile, --bandwidth",
             summary="offload the first activations (optimal if they could be split, Theorem 2)",
             short="offload the first activations",
             reference=OFFLOAD_REFERENCE + ", §4",
-            solve=_solver("solve_greedy", "greedy"),
+            solve=solve_greedy,
         ),
         AlgorithmInfo(
             name="dynprog",
-            family="offload",
             exact=False,
             needs="profile, --bandwidth, --slots",
             summary="DP optimal with interruptible transfers (Algorithm 1, slots), then no-wait",
             short="DP over the offloaded set (Algorithm 1)",
             reference=OFFLOAD_REFERENCE + ", §5",
-            solve=_solver("solve_dynprog", "dynprog"),
+            solve=solve_dynprog,
         ),
         AlgorithmInfo(
             name="dynprog-best",
-            family="offload",
             exact=False,
             needs="profile, --bandwidth, --slots",
             summary=f"dynprog trying its {REFINED_CANDIDATES} best DP sets in the real schedule",
             short="dynprog, its 8 best sets replayed",
             reference="memplan's refinement of " + OFFLOAD_REFERENCE,
-            solve=_solver("solve_dynprog", "dynprog-best", candidates=REFINED_CANDIDATES),
+            solve=solve_dynprog_best,
         ),
         AlgorithmInfo(
             name="vdnn",
-            family="offload",
             exact=False,
             needs="profile, --bandwidth",
             summary="vDNN++-style thresholds on compute time per byte, all or every other one",
             short="vDNN++ thresholds on time per byte",
             reference=OFFLOAD_REFERENCE + ", §6.1 (after vDNN++, Shriram et al. 2019)",
-            solve=_solver("solve_vdnn", "vdnn"),
+            solve=solve_vdnn,
         ),
     ),
 )

@@ -7,7 +7,7 @@ A-E of §3.1), as Proposition 1 prescribes: each action as early as possible, tr
 
 NOTE [ offload no-wait schedule ]
 ---------------------------------
-Memory rules (the same in :mod:`memplan.simulator.offload`, written separately):
+Memory rules (the same in :mod:`memplan.simulator.combined`, written separately):
 
 1. ``F_k`` reserves ``a[k+1] + fo[k]`` at its start and frees ``fo[k]`` at its end; ``B_k`` reserves
    ``g[k] + bo[k]`` at its start and frees ``bo[k]``, ``g[k+1]``, ``a[k+1]`` (and ``a[0]`` for

@@ -1,17 +1,18 @@
-"""The pipeline family (papers/001): its options, algorithms and simulator, declared once.
+"""The pipeline family (papers/001): its options and algorithms, declared once.
 
-Cheap to import: the solvers load when first called. Each algorithm's
-``solve(profile, request: SolveRequest) -> Schedule`` returns a finished schedule, which
-:func:`memplan.solve` replays with the family's simulator. Budgets are per GPU.
+One adapter per algorithm, as in every family (:mod:`memplan.algorithms.chain.entries`); the
+pipeline solvers (:func:`.ilp.run_ilp`, :func:`.heuristics.run`) return finished schedules.
+Budgets are per GPU.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
-from memplan.algorithms.base import AlgorithmInfo, Family
+from memplan.algorithms.base import AlgorithmInfo, Family, SolveRequest
 from memplan.algorithms.options import option, positive_integer, rate, time_limit_option
+from memplan.profile.model import Profile
+from memplan.schedule import Schedule
 
 REFERENCE = (
     "Beaumont, Eyraud-Dubois & Shilova 2021, Pipelined model parallelism: complexity results "
@@ -51,119 +52,59 @@ class PipelineOptions:
     time_limit: float = time_limit_option(DEFAULT_TIME_LIMIT)
 
 
-def _instance(profile: Any, request: Any):
-    from memplan.algorithms.pipeline.model import PipelineInstance
+def solve_pipeline_ilp(profile: Profile, request: SolveRequest) -> Schedule:
+    """``pipeline-ilp``: the period-minimizing ILP with CP-SAT (:func:`.ilp.run_ilp`)."""
+    from memplan.algorithms.pipeline import heuristics, ilp
 
-    options = request.options
-    return PipelineInstance.from_profile(
-        profile, options.gpus, options.link_bandwidth, request.optimizer
-    )
+    return ilp.run_ilp(profile, request, heuristics.instance(profile, request))
 
 
-def _no_plan_message(inst: Any, algo: str, least: int | None, memory: int) -> str:
-    """Why no plan fits: the least simulated peak of the candidates, or the weights alone."""
-    from memplan.units import format_size
+def solve_pipedream(profile: Profile, request: SolveRequest) -> Schedule:
+    """``pipedream``: contiguous DP partition + 1F1B (:mod:`.pipedream`)."""
+    from memplan.algorithms.pipeline import heuristics, pipedream
 
-    floor = inst.min_static()
-    if memory < floor:
-        return (
-            f"the heaviest stage alone needs {format_size(floor)} of weights per GPU "
-            f"({inst.optimizer}, 2 weight versions)"
-        )
-    if least is not None:
-        return f"the least per-GPU peak of any {algo} candidate is {format_size(least)}"
-    return f"no {algo} candidate"
+    return heuristics.run(profile, request, pipedream.solve_pipedream)
 
 
-def _heuristic(algo: str):
-    def run(profile: Any, request: Any):
-        import time
+def solve_gpipe(profile: Profile, request: SolveRequest) -> Schedule:
+    """``gpipe``: fill-drain rounds on the DP partition (:mod:`.gpipe`)."""
+    from memplan.algorithms.pipeline import gpipe, heuristics
 
-        from memplan.algorithms.pipeline.gpipe import solve_gpipe
-        from memplan.algorithms.pipeline.pipedream import solve_pipedream
-        from memplan.algorithms.pipeline.plan import to_schedule
+    return heuristics.run(profile, request, gpipe.solve_gpipe)
 
-        started = time.perf_counter()
-        inst = _instance(profile, request)
-        solver = solve_pipedream if algo == "pipedream" else solve_gpipe
-        plan, peaks, least = solver(profile, inst, request.memory, request.optimizer)
-        if plan is None:
-            sched = to_schedule(
-                profile,
-                request,
-                algo,
-                inst,
-                None,
-                started=started,
-                status="infeasible",
-                message=_no_plan_message(inst, algo, least, request.memory),
-            )
-            return sched.model_copy(update={"min_memory": least})
-        detail = (
-            f"NOAM {plan.details['noam']}"
-            if algo == "pipedream"
-            else f"{plan.r} mini-batches per round"
-        )
-        used = len(set(plan.assignment))
-        return to_schedule(
-            profile,
-            request,
-            algo,
-            inst,
-            plan,
-            started=started,
-            status="feasible",
-            message=f"{used} of {inst.gpus} GPUs, {detail}",
-            gpu_memory=peaks,
-        )
-
-    return run
-
-
-def _ilp(profile: Any, request: Any):
-    from memplan.algorithms.pipeline.ilp import run_ilp
-
-    return run_ilp(profile, request, _instance(profile, request))
-
-
-ALGORITHMS: list[AlgorithmInfo] = [
-    AlgorithmInfo(
-        name="pipeline-ilp",
-        family="pipeline",
-        exact=False,
-        needs="profile, --gpus, --mem per GPU, --link-bandwidth, --time-limit",
-        summary="period-minimizing ILP of §6 (any allocation, 1F1B pattern) with CP-SAT, "
-        "warm-started from pipedream",
-        short="period-minimizing ILP (CP-SAT, §6)",
-        reference=REFERENCE + ", §6",
-        solve=_ilp,
-    ),
-    AlgorithmInfo(
-        name="pipedream",
-        family="pipeline",
-        exact=False,
-        needs="profile, --gpus, --mem per GPU, --link-bandwidth",
-        summary="contiguous DP partition + 1F1B, NOAM swept, judged by the simulated peak (§7)",
-        short="contiguous DP partition + 1F1B (§7)",
-        reference="Narayanan et al. 2019, PipeDream; evaluated as in " + REFERENCE + ", §7",
-        solve=_heuristic("pipedream"),
-    ),
-    AlgorithmInfo(
-        name="gpipe",
-        family="pipeline",
-        exact=False,
-        needs="profile, --gpus, --mem per GPU, --link-bandwidth",
-        summary="fill-drain rounds of M mini-batches on the DP partition (baseline)",
-        short="fill-drain rounds on the DP partition",
-        reference="Huang et al. 2019, GPipe",
-        solve=_heuristic("gpipe"),
-    ),
-]
 
 FAMILY = Family(
     name="pipeline",
     profile_kind="chain",
-    simulator="memplan.simulator.pipeline:simulate_pipeline",
     options=PipelineOptions,
-    algorithms=tuple(ALGORITHMS),
+    algorithms=(
+        AlgorithmInfo(
+            name="pipeline-ilp",
+            exact=False,
+            needs="profile, --gpus, --mem per GPU, --link-bandwidth, --time-limit",
+            summary="period-minimizing ILP of §6 (any allocation, 1F1B pattern) with CP-SAT, "
+            "warm-started from pipedream",
+            short="period-minimizing ILP (CP-SAT, §6)",
+            reference=REFERENCE + ", §6",
+            solve=solve_pipeline_ilp,
+        ),
+        AlgorithmInfo(
+            name="pipedream",
+            exact=False,
+            needs="profile, --gpus, --mem per GPU, --link-bandwidth",
+            summary="contiguous DP partition + 1F1B, NOAM swept, judged by the simulated peak (§7)",
+            short="contiguous DP partition + 1F1B (§7)",
+            reference="Narayanan et al. 2019, PipeDream; evaluated as in " + REFERENCE + ", §7",
+            solve=solve_pipedream,
+        ),
+        AlgorithmInfo(
+            name="gpipe",
+            exact=False,
+            needs="profile, --gpus, --mem per GPU, --link-bandwidth",
+            summary="fill-drain rounds of M mini-batches on the DP partition (baseline)",
+            short="fill-drain rounds on the DP partition",
+            reference="Huang et al. 2019, GPipe",
+            solve=solve_gpipe,
+        ),
+    ),
 )

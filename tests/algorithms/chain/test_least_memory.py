@@ -11,7 +11,7 @@ from memplan.algorithms.chain.least_memory import (
     least_memory_plan,
     recompute_all_sequence,
 )
-from memplan.algorithms.offload import OffloadInstance
+from memplan.algorithms.offload.model import OffloadInstance
 from memplan.profile.model import Device, Profile, Stage
 from memplan.profile.synthetic import random_chain
 from tests.oracles.exhaustive import ChainOracle

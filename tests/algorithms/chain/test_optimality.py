@@ -32,7 +32,7 @@ CASES = (
     [(length, seed, overheads) for length in (1, 2, 3) for seed in range(8) for overheads in (0, 1)]
     + [(4, seed, overheads) for seed in range(8) for overheads in (0, 1)]
     + [(5, seed, overheads) for seed in range(4) for overheads in (0, 1)]
-    + [(6, seed, seed % 2) for seed in range(3)]
+    + [pytest.param(6, seed, seed % 2, marks=pytest.mark.slow) for seed in range(3)]
 )
 
 

@@ -58,7 +58,7 @@ def test_the_four_percent_case_is_solved_in_bytes():
     assert memplan.simulate(prof, default).valid
 
 
-@pytest.mark.parametrize("length", range(1, 7))
+@pytest.mark.parametrize("length", [*range(1, 6), pytest.param(6, marks=pytest.mark.slow)])
 @pytest.mark.parametrize("seed", range(3))
 def test_default_equals_the_exhaustive_byte_optimum(length, seed):
     """Every budget on both sides of every step of the optimum, and halfway between steps."""

@@ -31,8 +31,9 @@ from hypothesis import strategies as st
 import memplan
 from memplan.algorithms.chain import Chain
 from memplan.algorithms.chain.rotor import dense_table, slot_sizes
-from memplan.algorithms.combined import FractionalDP, realize, solve_pofo
-from memplan.algorithms.combined.fractional import MAX_SLOTS
+from memplan.algorithms.combined.fractional import MAX_SLOTS, FractionalDP
+from memplan.algorithms.combined.realize import realize
+from memplan.algorithms.combined.solve import solve_pofo
 from memplan.profile.model import Profile
 from memplan.schedule import Op
 from memplan.simulator import simulate_combined
@@ -80,7 +81,9 @@ def test_bandwidth_zero_is_rotor(seed, slots):
         assert value == pytest.approx(rotor_dp_value(chain, memory, slots))
 
 
-@pytest.mark.parametrize("name", ["resnet50@a100", "densenet121@a100"])
+@pytest.mark.parametrize(
+    "name", ["resnet50@a100", pytest.param("densenet121@a100", marks=pytest.mark.slow)]
+)
 def test_bandwidth_zero_is_rotor_on_bundled_profiles(name):
     prof = memplan.load_profile(name)
     chain = Chain.from_profile(prof)

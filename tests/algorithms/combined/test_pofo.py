@@ -18,8 +18,9 @@ from hypothesis import strategies as st
 import memplan
 from memplan.algorithms.chain import Chain
 from memplan.algorithms.chain.rotor import dense_table, plan_rotor, slot_sizes
-from memplan.algorithms.combined import FINE_SLOTS, FINE_STAGES, PofoDP, solve_pofo
-from memplan.algorithms.offload import OffloadInstance
+from memplan.algorithms.combined.pofo import PofoDP
+from memplan.algorithms.combined.solve import FINE_SLOTS, FINE_STAGES, solve_pofo
+from memplan.algorithms.offload.model import OffloadInstance
 from memplan.errors import InputError
 from memplan.profile.model import Profile
 from memplan.schedule import Op
@@ -79,7 +80,9 @@ def test_bandwidth_zero_is_rotor_on_bundled_profiles(name):
         assert pofo.makespan == pytest.approx(rotor.makespan)
 
 
-@pytest.mark.parametrize("name", ["resnet50@a100", "densenet121@a100"])
+@pytest.mark.parametrize(
+    "name", ["resnet50@a100", pytest.param("densenet121@a100", marks=pytest.mark.slow)]
+)
 def test_huge_memory_reaches_the_lower_bound(name):
     prof = memplan.load_profile(name)
     big = memplan.api.describe(prof)["store_all_memory"] * 2

@@ -20,16 +20,17 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import memplan
-from memplan.algorithms.offload import (
-    OffloadInstance,
+from memplan.algorithms.offload import dynprog
+from memplan.algorithms.offload.dynprog import (
+    auto_grids,
     discretize,
-    dynprog,
-    no_wait_makespan,
+    fit_in_bytes,
     relaxation_bound,
     run_dp,
     solve_dynprog,
 )
-from memplan.algorithms.offload.dynprog import auto_grids, fit_in_bytes
+from memplan.algorithms.offload.model import OffloadInstance
+from memplan.algorithms.offload.nowait import no_wait_makespan
 from memplan.api import auto_budgets
 from memplan.profile.model import Profile, Stage
 from memplan.profile.synthetic import random_chain

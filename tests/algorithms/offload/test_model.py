@@ -18,15 +18,10 @@ import pytest
 
 import memplan
 from memplan.algorithms.chain import Chain
-from memplan.algorithms.offload import (
-    OffloadInstance,
-    greedy_set,
-    lower_bound,
-    no_wait_schedule,
-    offload_mask,
-    peak_memory,
-    solve_greedy,
-)
+from memplan.algorithms.offload.greedy import greedy_set, solve_greedy
+from memplan.algorithms.offload.lower_bound import lower_bound, peak_memory
+from memplan.algorithms.offload.model import OffloadInstance, offload_mask
+from memplan.algorithms.offload.nowait import no_wait_schedule
 from memplan.profile.model import Profile, Stage
 from memplan.profile.synthetic import random_chain
 

@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import memplan
-from memplan.algorithms.offload import OffloadInstance
+from memplan.algorithms.offload.model import OffloadInstance
 from tests.strategies import chains
 
 ALGORITHMS = ("greedy", "dynprog", "dynprog-best", "vdnn")
