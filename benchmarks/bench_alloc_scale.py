@@ -4,7 +4,8 @@
 Usage::
 
     python benchmarks/bench_alloc_scale.py --minimalloc PATH --omnimalloc PYTHON
-        [--sizes 1000,10000,50000,100000] [--shapes random,short,training] [--seed 1]
+        [--baseline PYTHON] [--sizes 1000,10000,50000,100000] [--shapes random,short,training]
+        [--seed 1]
         [--factors 1.02,1.05] [--least] [--time-limit 60] [--traces DIR] [--suite DIR]
         [--repeat 1] [--only NAME,...] [--json OUT]
 
@@ -17,7 +18,9 @@ capacity). Every run is a process of its own, under the same wall-clock limit, i
 from one instance to the next; every placement is checked by memplan's independent
 :func:`memplan.alloc.check_placement`.
 
-* memplan: ``memplan alloc X.csv [--capacity C] --time-limit T -o OUT``;
+* memplan: ``memplan alloc X.csv [--capacity C] --time-limit T -o OUT``; with ``--baseline``
+  the same command by another memplan's Python too (e.g. main's venv), run outside this tree so
+  that it imports its own memplan;
 * MiniMalloc (google/minimalloc, built apart): ``minimalloc --capacity=C --input=X.csv
   --output=OUT --timeout=Ts`` (capacity modes only: it has no least-arena mode of its own);
 * SuperMalloc (``pip install omnimalloc`` in a venv of its own): ``SupermallocAllocator(
@@ -61,11 +64,14 @@ with open(out, "w") as handle:
 """
 
 
-def run(argv: list[str], limit: float) -> tuple[float, float, int, int]:
+def run(argv: list[str], limit: float, cwd: Path) -> tuple[float, float, int, int]:
     """Wall seconds, CPU seconds (user + system), peak resident KiB and exit status of one
-    process, killed past ``limit`` + 60 s (every tool is asked to stop at ``limit``)."""
+    process started in ``cwd``, killed past ``limit`` + 60 s (every tool is asked to stop at
+    ``limit``)."""
     started = time.perf_counter()
-    child = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    # Nothing reads the output while the process runs: a pipe could fill and stall it.
+    quiet = subprocess.DEVNULL
+    child = subprocess.Popen(argv, stdout=quiet, stderr=quiet, cwd=cwd)
     deadline = started + limit + 60
     while True:
         pid, status, usage = os.wait4(child.pid, os.WNOHANG)
@@ -77,8 +83,6 @@ def run(argv: list[str], limit: float) -> tuple[float, float, int, int]:
             break
         time.sleep(0.02)
     wall = time.perf_counter() - started
-    if child.stderr is not None:
-        child.stderr.close()
     code = os.waitstatus_to_exitcode(status)
     return wall, usage.ru_utime + usage.ru_stime, usage.ru_maxrss, code
 
@@ -123,6 +127,7 @@ def instances(args: argparse.Namespace, scratch: Path) -> list[tuple[str, Path, 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--baseline", help="another memplan's Python (e.g. main's venv)")
     parser.add_argument("--minimalloc", type=Path, help="MiniMalloc's executable (built apart)")
     parser.add_argument("--omnimalloc", help="a Python with omnimalloc installed")
     parser.add_argument("--sizes", default="1000,10000,50000,100000")
@@ -140,7 +145,11 @@ def main() -> None:
     args.sizes = [int(x) for x in args.sizes.split(",") if x]
     args.shapes = [x for x in args.shapes.split(",") if x]
     factors = [float(x) for x in args.factors.split(",") if x]
-    memplan = [sys.executable, "-m", "memplan", "alloc"]
+    # memplan's package is imported from this tree's venv; every process starts in the scratch
+    # folder, so that a baseline imports its own memplan and not this tree's.
+    memplans = {"memplan": [sys.executable, "-m", "memplan", "alloc"]}
+    if args.baseline:
+        memplans["baseline"] = [args.baseline, "-m", "memplan", "alloc"]
     limit = args.time_limit
     print(f"machine: {machine()}")
     print(f"load average before: {' '.join(f'{x:.1f}' for x in os.getloadavg())}")
@@ -166,7 +175,7 @@ def main() -> None:
             if args.least:
                 modes.append(("least arena", None))
             for mode, capacity in modes:
-                tools = ["memplan"]
+                tools = list(memplans)
                 if args.minimalloc and capacity is not None:
                     tools.append("MiniMalloc")
                 if args.omnimalloc:
@@ -178,9 +187,9 @@ def main() -> None:
                     for _ in range(args.repeat):
                         if out.exists():
                             out.unlink()
-                        if tool == "memplan":
+                        if tool in memplans:
                             argv = [
-                                *memplan,
+                                *memplans[tool],
                                 str(path),
                                 "--time-limit",
                                 f"{limit:g}",
@@ -200,7 +209,7 @@ def main() -> None:
                         else:
                             argv = [args.omnimalloc, "-c", SUPERMALLOC, str(path), str(out)]
                             argv.append(f"{limit:g}")
-                        wall, cpu, kib, code = run(argv, limit)
+                        wall, cpu, kib, code = run(argv, limit, scratch)
                         result, arena = verdict(path, out, capacity)
                         if code != 0 and result == "valid" and tool != "SuperMalloc":
                             result = f"exit {code}"

@@ -1,0 +1,91 @@
+"""The skyline search (src/alloc_skyline.cpp) on instances small enough for CP-SAT: it is chosen
+only for large instances (:func:`memplan.alloc.engine.uses_skyline`), so here it is forced, and
+its verdicts, least arenas and greedy descents are checked against CP-SAT, the compiled search
+and the independent checker."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import memplan.alloc.engine as engine_module
+from memplan.alloc import Buffers, check_placement, place
+from memplan.alloc.engine import PREORDERS, PartSearch
+from memplan.alloc.search import search
+from tests.alloc.test_core import capacity_between
+from tests.alloc.test_search import cpsat_least_arena, perfect_tiling, random_buffers
+
+
+def positive(b: Buffers) -> Buffers:
+    """``b`` without its buffers of size 0 (the engines take positive sizes only)."""
+    keep = np.flatnonzero(b.size > 0)
+    return Buffers.from_rows(
+        [(b.ids[k], int(b.lower[k]), int(b.upper[k]), int(b.size[k])) for k in keep]
+    )
+
+
+def small(seed: int) -> Buffers:
+    rng = np.random.default_rng(7000 + seed)
+    while True:
+        b = positive(random_buffers(rng, int(rng.integers(6, 13)), horizon=14, big=12))
+        if len(b):
+            return b
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_skyline_verdict_at_a_capacity_matches_cpsat_and_the_compiled_search(seed: int) -> None:
+    b = small(seed)
+    capacity = capacity_between(b, np.random.default_rng(seed))
+    expected = cpsat_least_arena(b, capacity)
+    verdicts = {}
+    for skyline in (True, False):
+        engine = PartSearch(b.lower, b.upper, b.size, skyline=skyline)
+        assert engine.skyline is skyline
+        result = search(b.lower, b.upper, b.size, capacity, time_limit=60, engine=engine)
+        verdicts[skyline] = result.status
+        if expected is None:
+            assert result.status == "infeasible", (skyline, result)
+        else:
+            assert result.status == "placed", (skyline, result)
+            assert result.offsets is not None
+            check = check_placement(b.lower, b.upper, b.size, result.offsets, capacity)
+            assert check.valid, check.violation
+    assert verdicts[True] == verdicts[False]
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_skyline_least_arena_matches_cpsat(seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """NOTE [ least arena ] driven by the skyline search (first guess from its descents)."""
+    monkeypatch.setattr(engine_module, "uses_skyline", lambda lower, upper: True)
+    b = small(100 + seed)
+    result = place(b, time_limit=60)
+    assert result.status == "optimal", result.message
+    assert result.arena == cpsat_least_arena(b)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_skyline_places_zero_waste_tilings_at_the_peak(seed: int) -> None:
+    rng = np.random.default_rng(300 + seed)
+    b = positive(perfect_tiling(rng, capacity=64, horizon=30, cuts=60))
+    engine = PartSearch(b.lower, b.upper, b.size, skyline=True)
+    result = search(b.lower, b.upper, b.size, 64, time_limit=60, engine=engine)
+    assert result.offsets is not None, result
+    assert check_placement(b.lower, b.upper, b.size, result.offsets, 64).valid
+
+
+@pytest.mark.parametrize("preorder", range(len(PREORDERS)))
+def test_each_descent_places_every_buffer_validly(preorder: int) -> None:
+    """A descent is a greedy placement with no capacity: every buffer of every part placed,
+    no two live at once overlapping, the arena at least the peak live load."""
+    rng = np.random.default_rng(11 + preorder)
+    b = positive(random_buffers(rng, 3000, horizon=400, big=1000))
+    engine = PartSearch(b.lower, b.upper, b.size, skyline=True)
+    offsets = np.zeros(len(b), dtype=np.int64)
+    for part in engine.parts:
+        placed = engine.descend(part, preorder)
+        assert placed is not None
+        assert len(placed) == len(part.buffers)
+        offsets[part.buffers] = placed
+    check = check_placement(b.lower, b.upper, b.size, offsets, None)
+    assert check.valid, check.violation
+    assert check.arena >= b.peak_live_load()
