@@ -33,6 +33,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import statistics
 import subprocess
 import sys
@@ -64,27 +65,46 @@ with open(out, "w") as handle:
 """
 
 
+LAUNCHER = """
+import os, sys
+pid = os.fork()
+if pid == 0:
+    quiet = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(quiet, 1)
+    os.dup2(quiet, 2)
+    os.execvp(sys.argv[1], sys.argv[1:])
+_, status, usage = os.wait4(pid, 0)
+print(usage.ru_utime + usage.ru_stime, usage.ru_maxrss, os.waitstatus_to_exitcode(status))
+"""
+"""Runs a tool and prints its CPU seconds, peak resident KiB and exit status. A child's peak RSS
+counts the memory of the process it was forked from (Linux keeps the high-water mark across
+exec): forked from this script, which holds the generated instances, every tool would show at
+least this script's RSS; forked from this small launcher, it shows its own."""
+
+
 def run(argv: list[str], limit: float, cwd: Path) -> tuple[float, float, int, int]:
     """Wall seconds, CPU seconds (user + system), peak resident KiB and exit status of one
-    process started in ``cwd``, killed past ``limit`` + 60 s (every tool is asked to stop at
-    ``limit``)."""
+    process started in ``cwd`` (through :data:`LAUNCHER`), killed past ``limit`` + 60 s (every
+    tool is asked to stop at ``limit``; a killed run counts its wall time as CPU time)."""
     started = time.perf_counter()
-    # Nothing reads the output while the process runs: a pipe could fill and stall it.
-    quiet = subprocess.DEVNULL
-    child = subprocess.Popen(argv, stdout=quiet, stderr=quiet, cwd=cwd)
-    deadline = started + limit + 60
-    while True:
-        pid, status, usage = os.wait4(child.pid, os.WNOHANG)
-        if pid:
-            break
-        if time.perf_counter() > deadline:
-            child.kill()
-            pid, status, usage = os.wait4(child.pid, 0)
-            break
-        time.sleep(0.02)
+    child = subprocess.Popen(
+        [sys.executable, "-c", LAUNCHER, *argv],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        cwd=cwd,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        report, _ = child.communicate(timeout=limit + 60)
+    except subprocess.TimeoutExpired:
+        os.killpg(child.pid, signal.SIGKILL)
+        child.communicate()
+        wall = time.perf_counter() - started
+        return wall, wall, 0, -9
     wall = time.perf_counter() - started
-    code = os.waitstatus_to_exitcode(status)
-    return wall, usage.ru_utime + usage.ru_stime, usage.ru_maxrss, code
+    cpu, kib, code = report.split()
+    return wall, float(cpu), int(kib), int(code)
 
 
 def verdict(path: Path, out: Path, capacity: int | None) -> tuple[str, int | None]:

@@ -446,7 +446,7 @@ struct Skyline::State {
   // Search the unplaced buffers of sections [lo, hi) above the floor (o, last_rank).
   int node(int64_t lo, int64_t hi, int64_t o, int64_t last_rank) {
     if (++nodes > limit) return ABORTED;
-    if ((nodes & 255) == 0 && stop->due()) return TIMEOUT;
+    if (stop->due()) return TIMEOUT;  // a node can take milliseconds (nested lifetimes)
     const int64_t pl = sec_pos[lo], pr = sec_pos[hi];
     if (cand.least(pl, pr) < 0) return FOUND;
     const std::size_t mark = trail.size();

@@ -113,10 +113,15 @@ def static_parts(inst: Instance) -> list[tuple[np.ndarray, int, int]]:
     return parts
 
 
-def uses_skyline(lower: np.ndarray, upper: np.ndarray) -> bool:
-    """Whether an instance (buffers of positive size) is searched by the skyline search."""
+def uses_skyline(lower: np.ndarray, upper: np.ndarray, least: bool = False) -> bool:
+    """Whether an instance (buffers of positive size) is searched by the skyline search: when
+    its lists are too large for the compiled search and, at a capacity, when it has more than
+    ``SKYLINE_BUFFERS`` buffers. The least-arena search (``least``) keeps the compiled search
+    wherever its lists fit: its probes below the first guess need the stronger rules (residual
+    preorders, least-offset inference); on 10,000 short-lived random buffers (590,000 pairs) it
+    proved the peak least in 2 s of CPU where the skyline search ended 0.52% above it after 9 s."""
     return (
-        len(lower) > SKYLINE_BUFFERS
+        (not least and len(lower) > SKYLINE_BUFFERS)
         or count_overlaps(lower, upper) > SEARCH_PAIRS
         or count_incidences(lower, upper) > SEARCH_PAIRS
     )

@@ -11,6 +11,8 @@ import pytest
 import memplan.alloc.engine as engine_module
 from memplan.alloc import Buffers, check_placement, place
 from memplan.alloc.engine import PREORDERS, PartSearch
+from memplan.alloc.greedy import best_greedy
+from memplan.alloc.least import first_guess
 from memplan.alloc.search import search
 from tests.alloc.test_core import capacity_between
 from tests.alloc.test_search import cpsat_least_arena, perfect_tiling, random_buffers
@@ -56,7 +58,7 @@ def test_skyline_verdict_at_a_capacity_matches_cpsat_and_the_compiled_search(see
 @pytest.mark.parametrize("seed", range(12))
 def test_skyline_least_arena_matches_cpsat(seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
     """NOTE [ least arena ] driven by the skyline search (first guess from its descents)."""
-    monkeypatch.setattr(engine_module, "uses_skyline", lambda lower, upper: True)
+    monkeypatch.setattr(engine_module, "uses_skyline", lambda lower, upper, least=False: True)
     b = small(100 + seed)
     result = place(b, time_limit=60)
     assert result.status == "optimal", result.message
@@ -89,3 +91,29 @@ def test_each_descent_places_every_buffer_validly(preorder: int) -> None:
     check = check_placement(b.lower, b.upper, b.size, offsets, None)
     assert check.valid, check.violation
     assert check.arena >= b.peak_live_load()
+
+
+def test_the_least_arena_keeps_the_compiled_search_where_its_lists_fit() -> None:
+    """Many buffers with few overlaps: the skyline search at a capacity, the compiled one (whose
+    probes prove least arenas) without one."""
+    rng = np.random.default_rng(5)
+    lower = rng.integers(0, 3000, 3000)
+    upper = lower + rng.integers(1, 6, 3000)
+    size = rng.integers(1, 50, 3000)
+    b = Buffers.from_rows(
+        [(f"b{k}", int(lower[k]), int(upper[k]), int(size[k])) for k in range(3000)]
+    )
+    assert engine_module.uses_skyline(b.lower, b.upper)
+    assert not engine_module.uses_skyline(b.lower, b.upper, least=True)
+
+
+def test_the_first_guess_is_never_worse_than_the_greedy_first_fit() -> None:
+    rng = np.random.default_rng(6)
+    b = positive(random_buffers(rng, 2500, horizon=300, big=1000))
+    engine = PartSearch(b.lower, b.upper, b.size, skyline=True)
+    guess = first_guess(engine, b.lower, b.upper, b.size, None, None)
+    assert guess is not None
+    check = check_placement(b.lower, b.upper, b.size, guess, None)
+    assert check.valid, check.violation
+    greedy = best_greedy(b.lower, b.upper, b.size)
+    assert check.arena <= int((greedy + b.size).max())
