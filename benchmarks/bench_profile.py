@@ -1,4 +1,4 @@
-"""What profiling costs (issue 14 item 2), and the user's own commands end to end (item 1).
+"""What profiling costs, and the user's own commands end to end.
 
 Subcommands (each prints the machine and its load, then a markdown table for docs/benchmarks.md):
 
@@ -26,6 +26,9 @@ Subcommands (each prints the machine and its load, then a markdown table for doc
 ``pipe``
     ``memplan profile resnet50 | memplan solve --algo dynprog --mem 8GB`` (and ``--algo pofo``),
     exactly as a user types it, in ``bash -o pipefail``: exit status and wall clock.
+``readme [--omp N]``
+    The README's commands that profile or train (``README_COMMANDS``), as typed, with
+    ``OMP_NUM_THREADS`` unset (torch's default) or ``N``: exit status and wall clock.
 
 Usage::
 
@@ -104,7 +107,9 @@ def ratio(args: argparse.Namespace) -> None:
             _plain_iteration(chain, x)  # warm-up
             samples += [_plain_iteration(chain, x) for _ in range(3)]
         wall, cpu = _clocks()
-        prof = profile_model(model, example_input=x, repeats=args.repeats, name=name)
+        prof = profile_model(
+            model, example_input=x, repeats=args.repeats, name=name, threads=args.threads
+        )
         end_wall, end_cpu = _clocks()
         with _training_state(chain.modules):
             samples += [_plain_iteration(chain, x) for _ in range(3)]
@@ -275,6 +280,55 @@ def pipe(args: argparse.Namespace) -> None:
     print(f"# {_load()} at the end")
 
 
+README_COMMANDS = (
+    "memplan profile resnet18 --batch-size 16 -o resnet18.yaml",
+    "memplan profile gpt-small --batch-size 1 --input-shape 512 > gpt-small.yaml",
+    "memplan profile hf:gpt2 --batch-size 1 --input-shape 128 > gpt2.yaml",
+    "memplan profile hf:llama-1b --config num_hidden_layers=4 -b 1 --input-shape 512 > llama.yaml",
+    "memplan profile resnet50 --batch-size 64 --estimate a100 -o resnet50@a100.yaml",
+    "memplan profile resnet18 | memplan solve --algo rotor --mem 2GB",
+    "memplan profile resnet50 | memplan solve --algo dynprog --mem 8GB",
+    "memplan run resnet18 --algo rotor --mem 200MB -b 32 --input-shape 3,96,96",
+    "memplan run resnet18 --algo rotor --mem 150MB --steps 3 -b 2 --input-shape 3,64,64",
+    "memplan profile resnet50 --graph -b 32 > resnet50-graph.yaml",
+)
+"""The README's commands that profile or train, as typed (their output to files)."""
+
+
+def readme(args: argparse.Namespace) -> None:
+    """Every command of :data:`README_COMMANDS`, as typed, in ``bash -o pipefail`` in a fresh
+    directory, with ``OMP_NUM_THREADS`` as given (``--omp``) or unset (torch's default)."""
+    env = dict(os.environ)
+    env.pop("OMP_NUM_THREADS", None)
+    if args.omp:
+        env["OMP_NUM_THREADS"] = str(args.omp)
+    bin_dir = str(Path(sys.executable).parent)
+    env["PATH"] = bin_dir + os.pathsep + env.get("PATH", "")
+    threads = f"OMP_NUM_THREADS={args.omp}" if args.omp else "OMP_NUM_THREADS unset"
+    print(f"| command ({threads}) | exit | wall s | load (1 min) | last stderr line |")
+    print("|---|---:|---:|---:|---|")
+    with tempfile.TemporaryDirectory(prefix="memplan-readme-") as tmp:
+        for line in args.lines or README_COMMANDS:
+            started = time.perf_counter()
+            done = subprocess.run(
+                ["bash", "-o", "pipefail", "-c", line],
+                cwd=tmp,
+                env=env,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+            seconds = time.perf_counter() - started
+            said = [x for x in done.stderr.splitlines() if x.startswith("memplan:")]
+            last = (said or done.stderr.splitlines() or [""])[-1][:120].replace("|", "\\|")
+            load = os.getloadavg()[0]
+            print(
+                f"| `{line}` | {done.returncode} | {seconds:.0f} | {load:.1f} | {last} |",
+                flush=True,
+            )
+    print(f"# {_load()} at the end")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads")
@@ -289,14 +343,23 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("overheads", help="a bundled estimated profile against the fake estimate")
     p.add_argument("profile")
     sub.add_parser("pipe", help="the README's profile | solve pipes, exactly")
+    p = sub.add_parser("readme", help="the README's profile and run commands, as typed")
+    p.add_argument("--omp", type=int, help="OMP_NUM_THREADS for the commands (default: unset)")
+    p.add_argument("lines", nargs="*", help="other command lines instead")
     args = parser.parse_args(argv)
     import torch
 
     torch.set_num_threads(args.threads)
     _header(args)
-    {"ratio": ratio, "estimate": estimate, "check": check, "overheads": overheads, "pipe": pipe}[
-        args.command
-    ](args)
+    commands = {
+        "ratio": ratio,
+        "estimate": estimate,
+        "check": check,
+        "overheads": overheads,
+        "pipe": pipe,
+        "readme": readme,
+    }
+    commands[args.command](args)
     return 0
 
 

@@ -17,10 +17,23 @@ def chains(
     ``max_extra``), overheads and weights 0..10 bytes, times 0..10 ms (integers or 3 decimals)."""
     length = draw(st.integers(1, 8))
     sizes = st.integers(min_size, max_size)
-    small = st.integers(0, 10)
     times = st.one_of(
         st.integers(0, 10).map(float), st.floats(0.1, 10.0).map(lambda t: round(t, 3))
     )
+    stages = _stages(draw, length, times, sizes, st.integers(0, max_extra), st.integers(0, 10))
+    return Profile(model=f"hypothesis-{length}", input_size=draw(sizes), stages=stages)
+
+
+def _stages(
+    draw: st.DrawFn,
+    length: int,
+    times: st.SearchStrategy[float],
+    sizes: st.SearchStrategy[int],
+    extra: st.SearchStrategy[int],
+    small: st.SearchStrategy[int],
+) -> list[Stage]:
+    """``length`` stages: times from ``times``, outputs and gradients (or none) from ``sizes``,
+    saved = output + ``extra``, overheads and weights from ``small``."""
     stages = []
     for k in range(length):
         out = draw(sizes)
@@ -30,14 +43,14 @@ def chains(
                 forward_time=draw(times),
                 backward_time=draw(times),
                 output_size=out,
-                saved_size=out + draw(st.integers(0, max_extra)),
+                saved_size=out + draw(extra),
                 forward_overhead=draw(small),
                 backward_overhead=draw(small),
                 weight_size=draw(small),
                 grad_size=draw(st.none() | sizes),
             )
         )
-    return Profile(model=f"hypothesis-{length}", input_size=draw(sizes), stages=stages)
+    return stages
 
 
 def integer_chain(
@@ -62,3 +75,31 @@ def integer_chain(
             )
         )
     return Profile(model=model, input_size=rng.randint(1, max_input), stages=stages)
+
+
+EXTREME_TIMES = (0.0, 5e-324, 1e-300, 1.3698781973088174e-272, 1e-42, 1e-6, 1.0, 1000.0, 1e6, 1e12)
+"""Times (ms) at the edges of what a profile holds: zero, the least denormal, tiny normals, up to
+:data:`memplan.profile.model.MAX_MS`."""
+EXTREME_SIZES = (0, 1, 2, 1000, 2**20, 2**30, 2**40, 2**40 + 1276)
+"""Sizes (bytes) from nothing to a terabyte (and a terabyte and a few bytes)."""
+
+
+@st.composite
+def extreme_chains(draw: st.DrawFn, *, max_length: int = 6) -> Profile:
+    """Chains of 1 to ``max_length`` stages whose times and sizes mix the extremes of
+    :data:`EXTREME_TIMES` and :data:`EXTREME_SIZES` with ordinary values (times 0..1000 ms,
+    sizes 0..2**20 bytes), as a tester's fuzzer draws them."""
+    length = draw(st.integers(1, max_length))
+    times = st.one_of(st.sampled_from(EXTREME_TIMES), st.floats(0.0, 1000.0))
+    sizes = st.one_of(st.sampled_from(EXTREME_SIZES), st.integers(0, 2**20))
+    small = st.one_of(st.sampled_from((0, 1, 2**30, 2**40)), st.integers(0, 1000))
+    stages = _stages(draw, length, times, sizes, small, small)
+    return Profile(model=f"extreme-{length}", input_size=draw(sizes), stages=stages)
+
+
+def extreme_bandwidths() -> st.SearchStrategy[float]:
+    """Bandwidths (bytes/s) from 1e3 to 1e14: the ends, and log-uniform values between."""
+    return st.one_of(
+        st.sampled_from((1e3, 1e9, 1e13, 1e14)),
+        st.floats(3.0, 14.0).map(lambda e: float(10**e)),
+    )

@@ -218,16 +218,17 @@ def _time_limit(value: Any) -> float:
     return check_time_limit(value, "--time-limit")
 
 
-def time_limit_option(default: float) -> Any:
-    """``--time-limit``: seconds of each CP-SAT solve."""
+def time_limit_option(default: float | None) -> Any:
+    """``--time-limit``: seconds of each CP-SAT solve, or of a dynamic program's whole run (None:
+    no limit; the DP then returns its best plan so far)."""
     return option(
         flag="--time-limit",
         metavar="SECONDS",
         cli_type=float,
-        help="Time limit of each CP-SAT solve.",
+        help="Time limit of each CP-SAT solve, or of a DP algorithm's run (its best plan so far).",
         accepts="seconds > 0, at most a week",
         default=default,
-        default_text=f"{default:g}",
+        default_text="none" if default is None else f"{default:g}",
         parse=_time_limit,
         commands=("solve", "compare"),
     )

@@ -11,7 +11,9 @@ with the simulator's replay.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Any
 
 from memplan.algorithms.base import ChainPlan, OffloadPlan, SolveRequest
@@ -29,6 +31,38 @@ def check_optimizer(optimizer: str) -> None:
         raise InputError(
             f"--optimizer {optimizer!r}: expected one of {', '.join(OPTIMIZER_FACTORS)}"
         )
+
+
+class TimeLimitReached(Exception):
+    """A solver's :class:`Deadline` passed; the solver catches it and returns its best plan so
+    far (or an infeasible answer that says so)."""
+
+
+@dataclass(frozen=True)
+class Deadline:
+    """When a solver must stop (``time.monotonic()`` seconds; None: never), from ``--time-limit``.
+
+    The long loops call :meth:`check` once per row of their tables (a few milliseconds), so a run
+    stops within about that much of the limit.
+    """
+
+    at: float | None = None
+
+    @classmethod
+    def after(cls, seconds: float | None) -> Deadline:
+        return cls(None if seconds is None else time.monotonic() + float(seconds))
+
+    def passed(self) -> bool:
+        return self.at is not None and time.monotonic() >= self.at
+
+    def check(self) -> None:
+        """Raise :class:`TimeLimitReached` once the deadline has passed."""
+        if self.passed():
+            raise TimeLimitReached
+
+    def left(self) -> float | None:
+        """Seconds left (0 when passed); None without a deadline."""
+        return None if self.at is None else max(0.0, self.at - time.monotonic())
 
 
 def static_memory(profile: Profile, optimizer: str = "sgd") -> int:
@@ -108,7 +142,8 @@ def _schedule(
     (``lower_bound`` among them). ``solver.seconds`` is left for :func:`memplan.solve` to time."""
     solver = dict(slots=plan.slots, message=plan.message)
     if ops is None:
-        return Schedule(feasible=False, solver=SolverInfo(status="infeasible", **solver), **common)
+        status = "unknown" if plan.status == "unknown" else "infeasible"  # unknown: stopped early
+        return Schedule(feasible=False, solver=SolverInfo(status=status, **solver), **common)
     makespan = max((op.end for op in ops), default=0.0)
     lower = common["lower_bound"]
     schedule = Schedule(

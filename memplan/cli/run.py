@@ -167,6 +167,7 @@ def _train(
     config: str | None,
 ) -> dict[str, Any] | None:
     import memplan
+    from memplan.torch.conditions import training_as_profiled
     from memplan.torch.device import resolve_device
     from memplan.torch.measure import train_under_plan
     from memplan.torch.models import build_model
@@ -183,6 +184,12 @@ def _train(
         dtype = prof.dtype
     dtype = dtype or "float32"
     dev = resolve_device(device)
+    sched = None
+    if prof is not None:  # no model is built (nor moved to the GPU) for a budget with no plan
+        sched = memplan.solve(prof, algo, memory, optimizer=optimizer, **options)
+        if not sched.feasible:
+            common.echo_err(infeasible_line(sched))
+            return None
     module, x, label = build_model(name, batch_size=batch_size, input_shape=shape, config=config)
     module.to(device=dev, dtype=DTYPES[dtype])
     x = x.to(device=dev, dtype=DTYPES[dtype]) if x.is_floating_point() else x.to(dev)
@@ -195,16 +202,18 @@ def _train(
             "name": label,
         }  # fmt: skip
         prof = _run_with_progress(profile_model, module, kwargs, f"profiling {label}")
-    sched = memplan.solve(prof, algo, memory, optimizer=optimizer, **options)
-    if not sched.feasible:
-        common.echo_err(infeasible_line(sched))
-        return None
+    if sched is None:
+        sched = memplan.solve(prof, algo, memory, optimizer=optimizer, **options)
+        if not sched.feasible:
+            common.echo_err(infeasible_line(sched))
+            return None
     if trace is not None:
         from memplan.cli.solve import write_trace_file
 
         write_trace_file(trace, sched, prof)
     try:
-        return train_under_plan(module, x, prof, sched, steps=steps, lr=lr)
+        with training_as_profiled(prof, dev, common.echo_err):  # the profile's threads
+            return train_under_plan(module, x, prof, sched, steps=steps, lr=lr)
     except InputError as exc:
         where = f"--profile {profile}: " if profile is not None else ""
         raise InputError(f"{where}{exc}") from None

@@ -6,8 +6,8 @@ A profile holds one of three network shapes, and says which algorithm families c
 - a *chain* (``stages``, forward order, the last stage being the loss): the chain, offload,
   combined and pipeline families;
 - a *join network* (``branches``, each a chain with its own input, and the ``turn`` stage that
-  joins them, papers/003): the join family;
-- an operator-level *training graph* (``graph``, papers/002): the graph family. A graph may come
+  joins them, Optimal Memory-aware Backpropagation of Deep Join Networks (Phil. Trans. R. Soc. A 2020)): the join family;
+- an operator-level *training graph* (``graph``, OLLA (Steiner et al. 2022)): the graph family. A graph may come
   alongside ``stages`` (``memplan profile --graph`` writes a graph-only profile).
 
 The pydantic models below hold every check (strict types, non-negative sizes and times, no unknown
@@ -21,14 +21,25 @@ import hashlib
 import json
 from typing import Any, Literal
 
-from pydantic import Field, NonNegativeInt, field_validator, model_validator
+from pydantic import Field, NonNegativeInt, PositiveInt, field_validator, model_validator
 
 from memplan.profile.fields import MAX_BYTES, MAX_MS, Bytes, Milliseconds
 from memplan.profile.fields import Strict as _Strict
 from memplan.profile.graph import Graph
 from memplan.units import MAX_RATE, MIN_RATE
 
-__all__ = ["MAX_BYTES", "MAX_MS", "Branch", "Device", "Graph", "Measured", "Profile", "Stage"]
+__all__ = [
+    "MAX_BYTES",
+    "MAX_MS",
+    "Branch",
+    "Conditions",
+    "Device",
+    "Graph",
+    "Measured",
+    "Noise",
+    "Profile",
+    "Stage",
+]
 
 PROFILE_FORMAT = "memplan-profile/1"
 
@@ -49,6 +60,27 @@ class Stage(_Strict):
     weight_size: Bytes = 0
     grad_size: Bytes | None = Field(
         default=None, description="bytes of the gradient of x_{k+1}; output_size when omitted"
+    )
+    weight_grad_size: Bytes | None = Field(
+        default=None,
+        description="bytes of the parameter gradients this stage's backward creates when they "
+        "are None before it (zero_grad(set_to_none=True)); unknown when omitted",
+    )
+    backward_overhead_fresh: Bytes | None = Field(
+        default=None,
+        description="temporary bytes of that backward beyond the input gradient and the "
+        "weight_grad_size bytes it creates; unknown when omitted",
+    )
+    forward_overhead_all: Bytes | None = Field(
+        default=None,
+        description="temporary bytes of the forward with autograd (F_all) beyond saved_size "
+        "(forward_overhead is the larger of it and the F_ck/F_n one); unknown when omitted",
+    )
+    input_saved: bool | None = Field(
+        default=None, description="whether the backward keeps the stage's input x_k"
+    )
+    output_saved: bool | None = Field(
+        default=None, description="whether the backward keeps the stage's output x_{k+1}"
     )
     extra: dict[str, Any] | None = None
 
@@ -72,11 +104,52 @@ class Device(_Strict):
     memory: Bytes | None = None
 
 
+class Conditions(_Strict):
+    """What a measured profile's sizes and times depend on besides the model and its input
+    (docs/profiling.md, "Conditions"): ``memplan run`` and ``fit`` compare them with their own."""
+
+    threads: PositiveInt | None = Field(
+        default=None, description="torch's intra-op threads (torch.get_num_threads())"
+    )
+    cpu: str | None = Field(default=None, description="the CPU's model name")
+    cpu_capability: str | None = Field(
+        default=None, description="ATen's CPU kernels (torch.backends.cpu.get_cpu_capability())"
+    )
+    kernels: dict[str, str] | None = Field(
+        default=None,
+        description="environment variables that select kernels (DNNL_MAX_CPU_ISA...), when set",
+    )
+    mkldnn: bool | None = Field(default=None, description="torch.backends.mkldnn.enabled")
+    torch: str | None = Field(default=None, description="torch.__version__")
+    dtype: str | None = None
+    device: str | None = Field(default=None, description="cpu, or cuda and the GPU's name")
+    cuda: str | None = Field(default=None, description="torch.version.cuda and cuDNN's version")
+    extra: dict[str, Any] | None = None
+
+
+class Noise(_Strict):
+    """How much the timed repeats of a measured profile varied (docs/profiling.md)."""
+
+    spread: float = Field(
+        ge=0,
+        le=1e6,
+        allow_inf_nan=False,
+        description="robust relative spread of the repeats (1.4826 x median absolute deviation "
+        "over the median), stages weighted by their time",
+    )
+    outliers: NonNegativeInt = Field(
+        default=0, description="timed repeats flagged as outliers (far above their stage's median)"
+    )
+    flagged: list[str] | None = Field(default=None, description="stages with outliers")
+
+
 class Measured(_Strict):
     tool: str | None = None
     torch: str | None = None
     date: str | None = None
     repeats: NonNegativeInt | None = None
+    conditions: Conditions | None = None
+    noise: Noise | None = None
     extra: dict[str, Any] | None = None
     estimate: dict[str, Any] | None = Field(
         default=None,
@@ -97,7 +170,7 @@ class Measured(_Strict):
 
 
 class Branch(_Strict):
-    """One branch of a join network: a chain from its own input to the turn (papers/003)."""
+    """One branch of a join network: a chain from its own input to the turn (Optimal Memory-aware Backpropagation of Deep Join Networks, Phil. Trans. R. Soc. A 2020)."""
 
     name: str
     input_size: Bytes = Field(description="bytes of the branch input")

@@ -126,17 +126,22 @@ def _in_order(steps: list[Step]) -> list[Event]:
 
 
 def _in_time(compute: list[Step], channel: list[Step], instant: dict[float, float]) -> list[Event]:
-    """Every start and end in time, at one instant in the order of rule T5: ends (transfers
-    first) before starts; zero-duration computations (which start and end at once) first, then
-    prefetches, computations, offloads start."""
-    rank = {"prefetch": 0, "offload": 2}
+    """Every start and end in time, at one instant in the order of rule T5: the ends of operations
+    that lasted (transfers first) before the starts, which take effect in schedule order, a
+    zero-duration operation starting and ending in its place (a prefetch too short to last an
+    instant, listed before the backward that reads it, has arrived when that backward starts).
+
+    The computations keep their order in ``compute`` (the model's, for the offloading family): they
+    take the schedule positions of the computations in that order; a transfer keeps its own.
+    """
+    order = dict(zip((s.index for s in compute), sorted(s.index for s in compute), strict=True))
+    order.update((s.index, s.index) for s in channel)
     keyed: list[tuple[float, int, int, int, int, Step]] = []
     for position, step in enumerate(compute + channel):
         start, end = instant[step.start], instant[step.end]
-        order = rank.get(step.name, -1 if end == start else 1)
-        keyed.append((start, 1, order, position, 0, step))
+        keyed.append((start, 1, order[step.index], 0, 0, step))
         if end == start:
-            keyed.append((start, 1, order, position, 1, step))
+            keyed.append((start, 1, order[step.index], 1, 1, step))
         else:
             keyed.append((end, 0, int(step.compute), position, 1, step))
     keyed.sort(key=lambda event: event[:5])

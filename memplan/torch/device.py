@@ -17,7 +17,7 @@ import torch
 from memplan.errors import InputError
 from memplan.profile.model import Device
 
-__all__ = ["describe_device", "resolve_device"]
+__all__ = ["cpu_name", "describe_device", "resolve_device"]
 
 
 def resolve_device(device: str) -> torch.device:
@@ -41,7 +41,8 @@ def resolve_device(device: str) -> torch.device:
     return dev
 
 
-def _cpu_name() -> str:
+def cpu_name() -> str:
+    """The CPU's model name (Linux: /proc/cpuinfo), else what platform says."""
     try:
         for line in Path("/proc/cpuinfo").read_text(encoding="utf-8").splitlines():
             if line.lower().startswith("model name") and ":" in line:
@@ -63,4 +64,4 @@ def describe_device(device: torch.device) -> Device:
     if device.type == "cuda":
         props = torch.cuda.get_device_properties(device)
         return Device(kind="cuda", name=props.name, memory=int(props.total_memory))
-    return Device(kind="cpu", name=_cpu_name(), memory=_cpu_memory())
+    return Device(kind="cpu", name=cpu_name(), memory=_cpu_memory())

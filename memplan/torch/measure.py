@@ -191,7 +191,7 @@ def measure_step(
     x: Tensor,
     optimizer: torch.optim.Optimizer,
     *,
-    set_to_none: bool = False,
+    set_to_none: bool = True,
 ) -> StepMeasurement:
     """Run one training iteration and measure the allocator's peak during it.
 
@@ -200,12 +200,13 @@ def measure_step(
     scalar loss: a :class:`~memplan.torch.CheckpointedChain` (the iteration follows its plan) or
     any training module (plain training, to compare).
 
-    The plan's static memory counts the gradients and the optimizer state for the whole
-    iteration, as a loop that keeps its gradient buffers does (``set_to_none=False``, the
-    default here): from its second call on, the gradients and the optimizer state are allocated
-    when the iteration starts. The first call allocates them during the iteration (the
-    gradients in the backward, the state in the step), and ``set_to_none=True`` (PyTorch's
-    ``zero_grad()`` default) frees the gradients before each iteration: both need at most as much.
+    By default the loop is PyTorch's: ``zero_grad()`` sets the gradients to None, so each
+    parameter's gradient appears during the backward, at the backward of the stage that owns it,
+    and lives until the next ``zero_grad``. ``set_to_none=False`` is a loop that keeps its
+    gradient buffers (zeroed in place): from the second call on they are allocated when the
+    iteration starts, with the optimizer state (which appears in the first call's step). The
+    plan's static memory counts the gradients for the whole iteration, the second loop's steady
+    state; the default loop needs at most as much.
 
     Parameters
     ----------
@@ -216,7 +217,8 @@ def measure_step(
     optimizer : torch.optim.Optimizer
         The optimizer of the parameters (see :func:`make_optimizer`).
     set_to_none : bool
-        Passed to ``zero_grad`` before the iteration.
+        Passed to ``zero_grad`` before the iteration (PyTorch's default, True: the gradients
+        are freed; False: kept and zeroed).
 
     Returns
     -------
@@ -283,20 +285,25 @@ def train_under_plan(
     *,
     steps: int = 2,
     lr: float = 0.01,
+    set_to_none: bool = False,
 ) -> dict[str, Any]:
     """Train ``steps`` iterations of ``module`` under ``schedule`` and measure each one.
 
     What ``memplan run`` does once it has a plan (and what the benchmark of docs/benchmarks.md
     runs per point): the model, linearized on ``x``, is wrapped with
     :func:`~memplan.torch.checkpointed`, trained with :func:`make_optimizer` of the schedule's
-    ``--optimizer`` and ``lr``, each iteration measured by :func:`measure_step`.
+    ``--optimizer`` and ``lr``, each iteration measured by :func:`measure_step`, by default in a
+    loop that keeps its gradient buffers (``set_to_none=False``): the steady state the plan's
+    static memory counts (the gradients for the whole step), the most any step needs.
+    ``set_to_none=True`` measures PyTorch's default loop instead.
 
     Returns
     -------
     dict
         The document ``memplan run --format json`` prints: ``budget``, ``planned_peak_memory``,
         ``measured_peak_memory`` (the largest over the steps: from the second one on, the
-        gradients and the optimizer state are allocated for the whole iteration),
+        optimizer state is allocated for the whole iteration, and with ``set_to_none=False``
+        the gradients too), ``set_to_none`` (the loop's ``zero_grad``),
         ``measured_step_peaks``, ``measured_over_budget``, ``within_budget``, the activation
         bytes held (the runtime's own count, :class:`~memplan.torch.RuntimeCounters`), forward
         counts, transfers, losses, step times. With ``--optimizer none`` the budget leaves the
@@ -312,7 +319,7 @@ def train_under_plan(
     module.train()
     wrapped = checkpointed(linearize(module, x), schedule, profile=profile)
     optimizer = make_optimizer(optimizer_name, module.parameters(), lr=lr)
-    measured = [measure_step(wrapped, x, optimizer) for _ in range(steps)]
+    measured = [measure_step(wrapped, x, optimizer, set_to_none=set_to_none) for _ in range(steps)]
     counters = wrapped.counters
     prof = memplan.load_profile(profile)
     budget = schedule.budget.memory
@@ -327,6 +334,7 @@ def train_under_plan(
         "device": x.device.type,
         "optimizer": optimizer_name,
         "torch_optimizer": type(optimizer).__name__,
+        "set_to_none": set_to_none,
         "steps": steps,
         "budget": budget,
         "budget_measured": compared,

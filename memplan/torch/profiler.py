@@ -46,9 +46,9 @@ from __future__ import annotations
 
 import statistics
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from contextlib import contextmanager, nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -59,11 +59,13 @@ from torch import Tensor, nn
 import memplan
 from memplan.errors import InputError
 from memplan.gpu import GpuSpec, gpu_catalog, gpu_from_dict, load_gpu, load_gpu_file
-from memplan.profile.model import Device, Measured, Profile, Stage
+from memplan.profile.model import Device, Measured, Noise, Profile, Stage
 from memplan.torch.bandwidth import measure_bandwidth, offload_copy_bytes, profile_bandwidth
 from memplan.torch.blame import FIRST_FORWARD, model_errors
+from memplan.torch.conditions import current_conditions, intra_op_threads
 from memplan.torch.device import describe_device, resolve_device
 from memplan.torch.estimate import OpCounter, estimate_info, estimate_stage, tf32_flags
+from memplan.torch.identical import stage_signature
 from memplan.torch.linearize import Chain, linearize, make_loss, traces_its_input
 from memplan.torch.memory_probe import (
     CpuProbe,
@@ -75,6 +77,7 @@ from memplan.torch.memory_probe import (
 from memplan.torch.models import build_model
 from memplan.torch.models import example_input as default_example_input
 from memplan.torch.recompute import recomputing
+from memplan.torch.timing import Summary, profile_noise, summarize
 
 __all__ = [
     "DTYPES",
@@ -133,6 +136,13 @@ def _synchronizer(device: torch.device) -> Callable[[], None]:
 # --------------------------------------------------------------------------------------------
 
 
+LONG_ITERATION_S = 2.0
+LONG_REPEATS = 3
+"""A stage whose warm-up iteration takes at least ``LONG_ITERATION_S`` seconds is timed at most
+``LONG_REPEATS`` times: the jitter that repeats average out is small beside such an iteration,
+and a language model's head at 128,256 tokens takes tens of seconds per iteration on a CPU."""
+
+
 @dataclass
 class StageMeasurement:
     """What :func:`measure_stage` finds for one stage (sizes in bytes, times in ms).
@@ -143,6 +153,17 @@ class StageMeasurement:
         The stage output, detached: the next stage's input.
     grad_size : int
         Bytes of the gradient of the output (dense, the output's shape and data type).
+    weight_grad_size : int or None
+        Bytes of the parameter gradients the backward creates when they are None before it
+        (``creates_grads`` of :func:`measure_stage`; None when not measured).
+    backward_overhead_fresh : int or None
+        The backward's temporary bytes in that case, beyond the input gradient and them.
+    forward_overhead_all : int or None
+        The temporary bytes of the forward with autograd alone (``F_all``), beyond what it saves.
+    input_saved, output_saved : bool or None
+        Whether autograd saved the storage of the stage's input (output) for the backward.
+    iteration_times : list of float
+        Seconds of each timed iteration (forward + backward).
     """
 
     forward_time: float
@@ -153,6 +174,12 @@ class StageMeasurement:
     forward_overhead: int
     backward_overhead: int
     output: Tensor
+    weight_grad_size: int | None = None
+    backward_overhead_fresh: int | None = None
+    forward_overhead_all: int | None = None
+    input_saved: bool | None = None
+    output_saved: bool | None = None
+    iteration_times: list[float] = field(default_factory=list)
 
 
 class _StageRunner:
@@ -229,9 +256,21 @@ def kept_bytes(module: nn.Module, params: list[Tensor], device: torch.device) ->
     )
 
 
-def _instrumented(
-    runner: _StageRunner, probe: MemoryProbe, static: set[int]
-) -> tuple[int, int, int, int, int]:
+@dataclass
+class _Sizes:
+    """What the instrumented iteration finds (bytes as the allocator counts them)."""
+
+    output_size: int
+    grad_size: int
+    saved_size: int
+    forward_overhead: int
+    forward_overhead_all: int
+    backward_overhead: int
+    input_saved: bool
+    output_saved: bool
+
+
+def _instrumented(runner: _StageRunner, probe: MemoryProbe, static: set[int]) -> _Sizes:
     """One iteration under the memory probe and ``saved_tensors_hooks``, as the runtime runs it.
 
     The forward runs twice, both times inside :func:`memplan.torch.recompute.recomputing` (the
@@ -243,9 +282,10 @@ def _instrumented(
 
     Returns
     -------
-    tuple
-        ``(output_size, grad_size, saved_size, forward_overhead, backward_overhead)``, sizes as
-        the allocator counts them (:func:`memplan.torch.memory_probe.allocation_bytes`).
+    _Sizes
+        Sizes as the allocator counts them (:func:`memplan.torch.memory_probe.allocation_bytes`);
+        ``forward_overhead_all`` is the forward with autograd's alone; ``input_saved`` and
+        ``output_saved`` say whether autograd saved the storage of the stage's input or output.
     """
     device = runner.x.device
     _, inp = runner.fresh_input()
@@ -292,6 +332,9 @@ def _instrumented(
         if ptr not in excluded
     }
     out_key = storage_key(out)
+    inp_key = storage_key(inp)
+    input_saved = inp_key is not None and inp_key[0] in saved
+    output_saved = out_key is not None and out_key[0] in saved
     output_size = 0 if out_key is None else allocation_bytes(out_key[1], device)
     saved_size = sum(kept.values()) + (output_size if out_key and out_key[0] not in kept else 0)
     grad_size = allocation_bytes(out.numel() * out.element_size(), device)
@@ -299,17 +342,82 @@ def _instrumented(
     backward_overhead = 0
     grad = runner.output_gradient(out)
     if grad is not None:
-        with torch.no_grad():
-            for param in runner.module.parameters():
-                if param.requires_grad:
-                    param.grad = torch.zeros_like(param)
+        _allocate_grads(runner.module, lambda _param: True)
         runner.sync()
         backward_peak = probe.peak(lambda: out.backward(grad), dict)
         input_grad_size = _storage_bytes(None if leaf is None else leaf.grad)
         backward_overhead = max(0, backward_peak - allocation_bytes(input_grad_size, device))
         _clear_grads(runner.module)
-    forward_overhead = max(0, forward_peak - saved_size, plain_overhead)
-    return output_size, grad_size, saved_size, forward_overhead, backward_overhead
+    forward_all = max(0, forward_peak - saved_size)
+    return _Sizes(
+        output_size=output_size,
+        grad_size=grad_size,
+        saved_size=saved_size,
+        forward_overhead=max(forward_all, plain_overhead),
+        forward_overhead_all=forward_all,
+        backward_overhead=backward_overhead,
+        input_saved=input_saved,
+        output_saved=output_saved,
+    )
+
+
+def _same(tensor: Tensor) -> Tensor:
+    return tensor
+
+
+def _allocate_grads(module: nn.Module, which: Callable[[Tensor], bool]) -> None:
+    """Zero gradients for the parameters ``which`` accepts (as a loop keeping them has them)."""
+    with torch.no_grad():
+        for param in module.parameters():
+            if param.requires_grad and which(param):
+                param.grad = torch.zeros_like(param)
+
+
+def _fresh_backward(
+    runner: _StageRunner, probe: MemoryProbe, creates: Collection[int]
+) -> tuple[int, int]:
+    """A forward (as ``F_all`` runs) and a backward measured as PyTorch's default loop runs it:
+    the gradients of the parameters in ``creates`` (ids) are None before it, so that the backward
+    creates them; the stage's other parameters (shared with a later stage, whose backward comes
+    first and creates their gradients) have theirs already.
+
+    Returns
+    -------
+    (int, int)
+        ``(weight_grad_size, backward_overhead_fresh)``: the bytes of the gradients created, and
+        the peak beyond them and the input gradient (clamped at 0; all of the gradients are
+        counted from the backward's start, so the sum of the two is never short of the peak).
+    """
+    device = runner.x.device
+    leaf, inp = runner.fresh_input()
+    # as the runtime's F_all: under saved-tensor hooks, inside the recomputation context (which
+    # puts the batch-norm statistics back: without the hooks autograd would see them modified)
+    # Under the probe too (its figure unused): on CPU the allocator reports the frees of the
+    # blocks it saw allocated under a profiler only, and the backward frees what this saves.
+    hooks = torch.autograd.graph.saved_tensors_hooks(_same, _same)
+    result: list[Tensor] = []
+
+    def forward() -> None:
+        with recomputing(runner.module, None, device), hooks:
+            result.append(runner.forward(inp))
+
+    probe.peak(forward, dict)
+    out = result.pop()
+    grad = runner.output_gradient(out)
+    if grad is None:
+        return 0, 0
+    _allocate_grads(runner.module, lambda param: id(param) not in creates)
+    runner.sync()
+    peak = probe.peak(lambda: out.backward(grad), dict)
+    created: dict[int, int] = {}
+    for param in runner.module.parameters():
+        key = None if id(param) not in creates or param.grad is None else storage_key(param.grad)
+        if key is not None:
+            created[key[0]] = allocation_bytes(key[1], device)
+    input_grad_size = allocation_bytes(_storage_bytes(None if leaf is None else leaf.grad), device)
+    weight_grads = sum(created.values())
+    _clear_grads(runner.module)
+    return weight_grads, max(0, peak - input_grad_size - weight_grads)
 
 
 def measure_stage(
@@ -321,10 +429,12 @@ def measure_stage(
     probe: MemoryProbe | None = None,
     static: set[int] | None = None,
     counter: OpCounter | None = None,
+    creates_grads: Collection[int] | None = None,
 ) -> StageMeasurement:
     """Measure one stage on input ``x``: times, output and saved sizes, temporary memory.
 
-    One warm-up iteration, one instrumented iteration (sizes, memory), then ``repeats`` timed
+    One warm-up iteration, one instrumented iteration (sizes, memory; with ``creates_grads`` a
+    second one, the backward as PyTorch's default loop runs it), then ``repeats`` timed
     iterations. The module should be in the mode to profile (train mode for training).
     With ``counter`` (an estimate), the warm-up iteration runs under the operator counter and the
     timed iterations are skipped: the times are left at 0 for the caller to fill in.
@@ -338,7 +448,8 @@ def measure_stage(
     input_grad : bool
         Whether the backward computes the gradient of ``x`` (False for the chain input).
     repeats : int
-        Timed iterations; the median is reported.
+        Timed iterations; the median is reported. At most :data:`LONG_REPEATS` for a stage
+        whose warm-up iteration took :data:`LONG_ITERATION_S` or more.
     probe : MemoryProbe, optional
         How to measure temporary memory: the CPU or the CUDA probe (by ``x.device``) by default.
     static : set of int, optional
@@ -347,6 +458,10 @@ def measure_stage(
     counter : OpCounter, optional
         Records the operators of the warm-up forward and backward
         (:mod:`memplan.torch.estimate`); ``repeats`` is then ignored.
+    creates_grads : collection of int, optional
+        Ids of the parameters whose gradients this stage's backward creates in a loop that sets
+        them to None before each iteration (its own, less those shared with a later stage):
+        measures ``weight_grad_size`` and ``backward_overhead_fresh``. Not measured when omitted.
 
     Returns
     -------
@@ -358,26 +473,36 @@ def measure_stage(
     static = _static_pointers(module) if static is None else static
     runner = _StageRunner(module, x, input_grad)
     # warm-up: allocator caches, lazy initialisation, kernel selection (and the operator counts)
-    _, _, output = runner.timed(counter)
+    warm_forward, warm_backward, output = runner.timed(counter)
     sizes = _instrumented(runner, probe, static)
+    weight_grads = fresh = None
+    if creates_grads is not None:
+        weight_grads, fresh = _fresh_backward(runner, probe, set(creates_grads))
     forward_times, backward_times = [0.0], [0.0]
     if counter is None:
         forward_times, backward_times = [], []
+        if warm_forward + warm_backward >= LONG_ITERATION_S:
+            repeats = min(repeats, LONG_REPEATS)
         for _ in range(max(1, repeats)):
             forward, backward, output = runner.timed()
             forward_times.append(forward)
             backward_times.append(backward)
     _clear_grads(module)
-    output_size, grad_size, saved_size, forward_overhead, backward_overhead = sizes
     return StageMeasurement(
         forward_time=_median_ms(forward_times),
         backward_time=_median_ms(backward_times),
-        output_size=output_size,
-        grad_size=grad_size,
-        saved_size=saved_size,
-        forward_overhead=forward_overhead,
-        backward_overhead=backward_overhead,
+        output_size=sizes.output_size,
+        grad_size=sizes.grad_size,
+        saved_size=sizes.saved_size,
+        forward_overhead=sizes.forward_overhead,
+        backward_overhead=sizes.backward_overhead,
         output=output,
+        weight_grad_size=weight_grads,
+        backward_overhead_fresh=fresh,
+        forward_overhead_all=sizes.forward_overhead_all,
+        input_saved=sizes.input_saved,
+        output_saved=sizes.output_saved,
+        iteration_times=[f + b for f, b in zip(forward_times, backward_times, strict=True)],
     )
 
 
@@ -468,6 +593,8 @@ def profile_chain(
     progress: ProgressCallback | None = None,
     gpu: GpuSpec | None = None,
     fake: bool = False,
+    weight_grads: bool = False,
+    dedupe: bool = True,
 ) -> list[Stage]:
     """Measure every stage of a chain, feeding each the previous one's output.
 
@@ -491,12 +618,71 @@ def profile_chain(
     fake : bool
         With ``gpu``: run the stages on fake tensors (``FakeTensorMode``) instead of ``x``'s
         device.
+    weight_grads : bool
+        Also measure each stage's ``weight_grad_size`` and ``backward_overhead_fresh`` (a second
+        instrumented iteration per measured stage). The gradient of a parameter shared by
+        several stages is created by the last of them (the first to run its backward).
+    dedupe : bool
+        Measure identical stages once (:func:`memplan.torch.identical.stage_signature`): the
+        later ones reuse the first one's figures (``extra.same_as`` names it) and only run a
+        forward without autograd, for the next stage's input.
 
     Returns
     -------
     list of Stage
         The profile's stages, in forward order.
     """
+    return _profile_stages(
+        chain, x, repeats=repeats, progress=progress, gpu=gpu, fake=fake,
+        weight_grads=weight_grads, dedupe=dedupe,
+    ).stages  # fmt: skip
+
+
+@dataclass
+class _Profiled:
+    stages: list[Stage]
+    noise: Noise | None
+
+
+def _last_users(chain: Chain) -> dict[int, int]:
+    """Parameter id -> the last stage using it (whose backward, first to run, creates its
+    gradient)."""
+    last: dict[int, int] = {}
+    for k, (_, module) in enumerate(chain.stages):
+        for param in module.parameters():
+            if param.requires_grad:
+                last[id(param)] = k
+    return last
+
+
+def _gradient_bytes(module: nn.Module, creates: set[int], device: torch.device) -> int:
+    """Bytes of the gradients of the parameters in ``creates`` (each as large as its parameter)."""
+    params = {id(p): p for p in module.parameters() if id(p) in creates}
+    return sum(allocation_bytes(p.numel() * p.element_size(), device) for p in params.values())
+
+
+def _noise(summaries: list[tuple[str, Summary, float]], timed: bool) -> Noise | None:
+    if not timed or not summaries:
+        return None
+    flagged = [name for name, summary, _ in summaries if summary.outliers]
+    return Noise(
+        spread=round(profile_noise([(summary, w) for _, summary, w in summaries]), 4),
+        outliers=sum(summary.outliers for _, summary, _ in summaries),
+        flagged=flagged or None,
+    )
+
+
+def _profile_stages(
+    chain: Chain,
+    x: Tensor,
+    *,
+    repeats: int,
+    progress: ProgressCallback | None,
+    gpu: GpuSpec | None,
+    fake: bool,
+    weight_grads: bool,
+    dedupe: bool,
+) -> _Profiled:
     probe: MemoryProbe = CudaProbe(x.device) if x.device.type == "cuda" else CpuProbe()
     stages: list[Stage] = []
     counted: set[int] = set()
@@ -507,36 +693,51 @@ def profile_chain(
 
         runner = TensorLevelRun()
         x = runner.fake(x)
+    last_user = _last_users(chain)
+    measured: dict[Any, tuple[str, StageMeasurement, dict[str, Any] | None]] = {}
+    summaries: dict[str, tuple[str, Summary, float]] = {}
     with _training_state(chain.modules), torch.enable_grad():
         for k, (name, module) in enumerate(chain.stages):
             params = [p for p in module.parameters() if id(p) not in counted]
             counted.update(id(p) for p in params)
-            counter = None if gpu is None else OpCounter(tf32)
-            try:
-                if runner is not None:
-                    m = runner.measure_stage(module, x, input_grad=k > 0, counter=counter)
+            own = {id(p) for p in params}
+            creates = {i for i, last in last_user.items() if last == k}
+            key = None
+            if dedupe and k < len(chain) - 1:
+                key = stage_signature(module, x, input_grad=k > 0, counted=own, creates=creates)
+            if key in measured:
+                first, m, extra = measured[key]
+                if runner is None:  # the next stage reads this stage's own output
+                    with torch.no_grad():
+                        output = module(x.clone()).detach()
                 else:
-                    m = measure_stage(
-                        module, x, input_grad=k > 0, repeats=repeats, probe=probe, counter=counter
-                    )
-            except (RuntimeError, ValueError) as exc:
-                # The model itself refuses these sizes in training mode (e.g. batch norm on a
-                # single value per channel): a problem of the input, not of memplan.
-                what = " ".join(str(exc).split())
-                raise InputError(
-                    f"stage {k} ({name}) fails in training mode: {what}; "
-                    "try a larger --batch-size or --input-shape"
-                ) from exc
-            forward_time, backward_time, extra = m.forward_time, m.backward_time, None
-            if counter is not None and gpu is not None:
-                est = estimate_stage(counter, gpu)
-                forward_time, backward_time = est.forward_ms, est.backward_ms
-                extra = {"estimate": est.to_extra()}
+                    output = m.output  # fake tensors: only the shape matters
+                first_name, summary, weight = summaries[first]
+                summaries[first] = (first_name, summary, weight + summary.median)
+                extra = {**(extra or {}), "same_as": first}
+            else:
+                counter = None if gpu is None else OpCounter(tf32)
+                m = _measure_or_explain(
+                    k, name, module, x, runner, repeats, probe, counter,
+                    creates if weight_grads else None,
+                )  # fmt: skip
+                output = m.output
+                if weight_grads and m.weight_grad_size is None:  # fake tensors: by definition
+                    m.weight_grad_size = _gradient_bytes(module, creates, x.device)
+                extra = None
+                if counter is not None and gpu is not None:
+                    est = estimate_stage(counter, gpu)
+                    m.forward_time, m.backward_time = est.forward_ms, est.backward_ms
+                    extra = {"estimate": est.to_extra()}
+                if key is not None:
+                    measured[key] = (name, m, extra)
+                summary = summarize(m.iteration_times)
+                summaries[name] = (name, summary, summary.median)
             stages.append(
                 Stage(
                     name=name,
-                    forward_time=forward_time,
-                    backward_time=backward_time,
+                    forward_time=m.forward_time,
+                    backward_time=m.backward_time,
                     output_size=m.output_size,
                     saved_size=m.saved_size,
                     forward_overhead=m.forward_overhead,
@@ -544,13 +745,48 @@ def profile_chain(
                     weight_size=kept_bytes(module, params, x.device)
                     + (2 * m.output_size if k == len(chain) - 1 else 0),
                     grad_size=None if m.grad_size == m.output_size else m.grad_size,
+                    weight_grad_size=m.weight_grad_size,
+                    backward_overhead_fresh=m.backward_overhead_fresh,
+                    forward_overhead_all=m.forward_overhead_all if weight_grads else None,
+                    input_saved=m.input_saved if weight_grads else None,
+                    output_saved=m.output_saved if weight_grads else None,
                     extra=extra,
                 )
             )
-            x = m.output
+            x = output
             if progress is not None:
                 progress(name, k + 1, len(chain))
-    return stages
+    timed = gpu is None and runner is None and repeats >= 2  # one repeat has no spread
+    return _Profiled(stages, _noise(list(summaries.values()), timed))
+
+
+def _measure_or_explain(
+    k: int,
+    name: str,
+    module: nn.Module,
+    x: Tensor,
+    runner: Any,
+    repeats: int,
+    probe: MemoryProbe,
+    counter: OpCounter | None,
+    creates: set[int] | None,
+) -> StageMeasurement:
+    """:func:`measure_stage` (or the fake-tensor run's), a model's refusal as an input error."""
+    try:
+        if runner is not None:
+            return runner.measure_stage(module, x, input_grad=k > 0, counter=counter)
+        return measure_stage(
+            module, x, input_grad=k > 0, repeats=repeats, probe=probe, counter=counter,
+            creates_grads=creates,
+        )  # fmt: skip
+    except (RuntimeError, ValueError) as exc:
+        # The model itself refuses these sizes in training mode (e.g. batch norm on a
+        # single value per channel): a problem of the input, not of memplan.
+        what = " ".join(str(exc).split())
+        raise InputError(
+            f"stage {k} ({name}) fails in training mode: {what}; "
+            "try a larger --batch-size or --input-shape"
+        ) from exc
 
 
 def resolve_gpu(
@@ -603,6 +839,8 @@ def profile_model(
     estimate: str | None = None,
     gpu_spec: str | Path | GpuSpec | Mapping[str, Any] | None = None,
     config: str | Mapping[str, Any] | None = None,
+    threads: int | None = None,
+    dedupe: bool = True,
 ) -> Profile:
     """Profile a model for the chain algorithms: one stage per block, the loss last.
 
@@ -645,6 +883,13 @@ def profile_model(
     config : str or dict, optional
         Config values of an ``hf:`` model, e.g. ``"n_layer=24,n_embd=1024"``
         (:func:`memplan.torch.hf.build_hf_model`).
+    threads : int, optional
+        torch's intra-op threads while measuring (restored afterwards). By default one thread
+        on the CPU (:data:`CPU_THREADS`: steady times, and the CPU kernels' per-thread scratch
+        memory of one thread) and the caller's count on CUDA. The count is recorded in
+        ``measured.conditions``; ``memplan run`` trains on it.
+    dedupe : bool
+        Measure identical stages once (``profile_chain``).
 
     Returns
     -------
@@ -668,7 +913,54 @@ def profile_model(
         raise InputError(f"--repeats {repeats!r}: expected a positive integer")
     if dtype not in DTYPES:
         raise InputError(f"--dtype {dtype!r}: expected one of {', '.join(DTYPES)}")
-    if isinstance(model, str):  # a join network (papers/003): branches + turn, docs/profiling.md
+    if threads is not None and (
+        isinstance(threads, bool) or not isinstance(threads, int) or threads < 1
+    ):
+        raise InputError(f"--threads {threads!r}: expected a positive integer")
+    on_cpu = device == "cpu" or (device == "auto" and not torch.cuda.is_available())
+    if threads is None and (on_cpu or estimate is not None or gpu_spec is not None):
+        threads = CPU_THREADS
+    with intra_op_threads(threads):
+        prof = _profile_model(
+            model, example_input=example_input, batch_size=batch_size, input_shape=input_shape,
+            device=device, dtype=dtype, repeats=repeats, progress=progress, name=name,
+            estimate=estimate, gpu_spec=gpu_spec, config=config, dedupe=dedupe,
+        )  # fmt: skip
+        return _with_conditions(prof, dtype)
+
+
+CPU_THREADS = 1
+"""torch's intra-op threads :func:`profile_model` measures with on the CPU by default."""
+
+
+def _with_conditions(prof: Profile, dtype: str) -> Profile:
+    """``measured.conditions`` of a profile measured now (join profiles included)."""
+    if prof.measured is None or prof.device is None:
+        return prof
+    kind = prof.device.kind
+    where = torch.device("cuda" if kind == "cuda" else "cpu")
+    conditions = current_conditions(where, dtype)
+    measured = prof.measured.model_copy(update={"conditions": conditions})
+    return prof.model_copy(update={"measured": measured})
+
+
+def _profile_model(
+    model: str | nn.Module,
+    *,
+    example_input: Tensor | None,
+    batch_size: int | None,
+    input_shape: tuple[int, ...] | None,
+    device: str,
+    dtype: str,
+    repeats: int,
+    progress: ProgressCallback | None,
+    name: str | None,
+    estimate: str | None,
+    gpu_spec: str | Path | GpuSpec | Mapping[str, Any] | None,
+    config: str | Mapping[str, Any] | None,
+    dedupe: bool,
+) -> Profile:
+    if isinstance(model, str):  # a join network: branches + turn, docs/profiling.md
         from memplan.torch.join import profile_join, resolve_join
 
         join = resolve_join(model, batch_size)
@@ -712,14 +1004,16 @@ def profile_model(
     for _, stage in chain.stages:
         stage.to(device=dev)
     fake_failed = None
+    common = {"progress": progress, "gpu": gpu, "dedupe": dedupe, "weight_grads": True}
     if fake:
         try:
-            stages = profile_chain(chain, x, progress=progress, gpu=gpu, fake=True)
+            profiled = _profile_stages(chain, x, repeats=repeats, fake=True, **common)
         except Exception as exc:  # noqa: BLE001 - fake tensors fail where real ones may not
             fake = False
             fake_failed = " ".join(f"{type(exc).__name__}: {exc}".split())[:300]
     if not fake:
-        stages = profile_chain(chain, x, repeats=repeats, progress=progress, gpu=gpu)
+        profiled = _profile_stages(chain, x, repeats=repeats, fake=False, **common)
+    stages = profiled.stages
 
     threads = torch.get_num_threads()
     probe_method = CudaProbe.method if dev.type == "cuda" else CpuProbe.method
@@ -753,6 +1047,7 @@ def profile_model(
             torch=torch.__version__,
             date=datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
             repeats=repeats if gpu is None else 0,
+            noise=profiled.noise,
             extra=extra,
             estimate=estimated,
         ),

@@ -164,10 +164,10 @@ _TIME_TOLERANCE = 1e-6  # as the simulators: closer instants are one instant
 def _timeline(ops: Sequence[Any]) -> list[tuple[bool, Any]]:
     """The plan's operations as ``(is_end, op)`` events in time (docs/combined.md rule T5).
 
-    Computations in the schedule's order; at one instant (within 1e-6) ends come before starts
-    (transfer ends before computation ends), and starts go prefetch, computation, offload;
-    zero-duration operations start and end at once, in schedule order. This is the order of the
-    combined simulator, which the runtime follows event by event.
+    Computations in the schedule's order; at one instant (within 1e-6) the ends of operations that
+    lasted come before the starts (transfer ends before computation ends), and the starts take
+    effect in schedule order, a zero-duration operation starting and ending in its place. This is
+    the order of the combined simulator, which the runtime follows event by event.
     """
     compute = [op for op in ops if op.op in _COMPUTE_OPS]
     channel = sorted((op for op in ops if op.op not in _COMPUTE_OPS), key=lambda op: op.start)
@@ -181,14 +181,14 @@ def _timeline(ops: Sequence[Any]) -> list[tuple[bool, Any]]:
             instant[when] = last
         else:
             instant[when] = last = when
-    rank = {"prefetch": 0, "offload": 2}
+    listed = {id(op): index for index, op in enumerate(ops)}
     keyed = []
     for position, op in enumerate(compute + channel):
         start, end = instant[op.start], instant[op.end]
-        order = rank.get(op.op, 1)
-        keyed.append(((start, 1, order, position, 0), False, op))
+        index = listed[id(op)]
+        keyed.append(((start, 1, index, 0, 0), False, op))
         if end == start:
-            keyed.append(((start, 1, order, position, 1), True, op))
+            keyed.append(((start, 1, index, 1, 1), True, op))
         else:
             keyed.append(((end, 0, int(op.op in _COMPUTE_OPS), position, 1), True, op))
     keyed.sort(key=lambda item: item[0])
@@ -1107,6 +1107,7 @@ def fit(
         Bad input, or no plan of ``algo`` fits ``memory`` (the message says the least memory).
     """
     import memplan
+    from memplan.torch.conditions import check_conditions
     from memplan.torch.models import build_model
     from memplan.torch.profiler import profile_model
 
@@ -1129,12 +1130,14 @@ def fit(
         if config:
             raise InputError("fit: config applies to a model given by name (hf:NAME)")
         module, label = model, None
-    if profile is None:
+    if profile is None:  # measured on the threads the caller's loop will train on
         prof = profile_model(
-            module, example_input=x, device=str(x.device), repeats=repeats, name=label
-        )
+            module, example_input=x, device=str(x.device), repeats=repeats, name=label,
+            threads=torch.get_num_threads(),
+        )  # fmt: skip
     else:
         prof = memplan.load_profile(profile)
+        check_conditions(prof, x.device)  # a warning where it was measured otherwise
     sched = solve_feasible(prof, algo, memory, slots, optimizer, bandwidth)
     with model_errors(label or type(module).__name__, FIRST_FORWARD):  # NOTE [ whose error ]
         chain = linearize(module, x, labels=labels)

@@ -190,7 +190,7 @@ def tiny():
     [
         (
             ["profile", "tinyfactory:tiny", "--repeats", "1", "-o", "p.yaml"],
-            "memplan.torch.profiler:profile_chain",
+            "memplan.torch.profiler:measure_stage",
             "before",
             "SIGINT",
         ),  # fmt: skip

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import time
-
 import pytest
 
 import memplan
@@ -329,8 +327,9 @@ def test_gradient_held_during_forwards():
 # ---- speed --------------------------------------------------------------------------------------
 
 
-def test_long_plan_replays_fast():
-    """A quadratic plan (recompute from x0 for every backward) on 200 stages: ~20k ops."""
+def test_long_plan_replays():
+    """A quadratic plan (recompute from x0 for every backward) on 200 stages: ~20k ops (its
+    replay time is benchmarks/bench_scale.py's to measure, not a test's)."""
     length = 200
     ops: list[tuple[str, int]] = []
     for t in reversed(range(length)):
@@ -338,11 +337,8 @@ def test_long_plan_replays_fast():
             ops.append(("F_ck", 0))
             ops += [("F_n", k) for k in range(1, t)]
         ops += [("F_all", t), ("B", t)]
-    started = time.perf_counter()
     result = simulate_chain(homogeneous_chain(length), ops)
-    seconds = time.perf_counter() - started
     assert result.valid, result.violation
     # x0, x[t], s[t], g[t+1], g[t] during B t
     assert result.peak_memory == 5
     assert result.makespan == length * (length + 1) / 2 + length
-    assert seconds < 2.0

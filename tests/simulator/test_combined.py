@@ -16,6 +16,7 @@ import random
 import pytest
 
 import memplan
+import memplan.api
 from memplan.profile.model import Profile, Stage
 from memplan.schedule import Op
 from memplan.simulator import simulate_chain, simulate_combined, simulate_offload
@@ -225,3 +226,27 @@ def test_idle_time(chain):
     ]
     result = replay(chain, ops)
     assert result.valid and result.idle_time == pytest.approx(1.0)
+
+
+def test_an_instant_runs_in_schedule_order():
+    """T5: at one instant, the starts and the zero-duration operations take effect in the order
+    the schedule lists them. Every time 0, x[0] and g[2] of 10 bytes: B 2 and B 1 hold g[2] at the
+    instant x[0]'s prefetch starts; listed after them, the prefetch does not coexist with them
+    (under the offloading family's rules too), listed before them it does."""
+    blank = dict(forward_time=0.0, backward_time=0.0, output_size=0, saved_size=0)
+    stages = [Stage(name=f"s{k}", **blank) for k in range(3)]
+    stages[1] = Stage(name="s1", grad_size=10, **blank)
+    prof = Profile(model="zero-times", input_size=10, stages=stages)
+
+    def c(name, k, at):
+        return Op(op=name, stage=k, start=at, end=at)
+
+    def t(name, at):
+        return Op(op=name, stage=0, start=at, end=at + 10, stream="transfer", tensor="x[0]")
+
+    forward = [c("F_all", 0, 0.0), c("F_all", 1, 0.0), c("F_all", 2, 0.0), t("offload", 0.0)]
+    after = forward + [c("B", 2, 10.0), c("B", 1, 10.0), t("prefetch", 10.0), c("B", 0, 20.0)]
+    before = forward + [t("prefetch", 10.0), c("B", 2, 10.0), c("B", 1, 10.0), c("B", 0, 20.0)]
+    assert replay(prof, after, memory=15).valid
+    assert simulate_offload(prof, after, bandwidth=RATE, memory=15).valid
+    assert "needs 20 bytes, budget 15" in replay(prof, before, memory=15).violation

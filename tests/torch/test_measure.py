@@ -80,15 +80,18 @@ def _solve(prof, algo: str, budget: int, optimizer: str = "sgd"):
     return sched
 
 
-def _steps(model: nn.Module, x, step, optimizer_name: str, steps: int = 2):
-    """Train ``steps`` steps with ``step(module)`` as the loss; returns (module, measurements)."""
+def _steps(model: nn.Module, x, step, optimizer_name: str, steps: int = 2, set_to_none=False):
+    """Train ``steps`` steps with ``step(module)`` as the loss; returns (module, measurements).
+
+    By default the loop keeps its gradient buffers (``set_to_none=False``): the steady state
+    that the plan's static memory counts, the most a step can need."""
     module = copy.deepcopy(model).train()
     run = step(module)
     optimizer = make_optimizer(optimizer_name, module.parameters(), lr=0.1)
     found = []
     for i in range(steps):
         torch.manual_seed(100 + i)
-        found.append(measure_step(run, x, optimizer))
+        found.append(measure_step(run, x, optimizer, set_to_none=set_to_none))
     return module, found
 
 
@@ -121,6 +124,16 @@ def test_the_measured_step_holds_the_budget(measured, algo):
         # from the second step on the gradients are allocated when the step starts
         assert steps[1].before > steps[0].before
         _assert_same(ref, got)
+        # PyTorch's default loop (zero_grad() frees the gradients) needs at most as much
+        _, default = _steps(
+            model,
+            x,
+            lambda module, s=sched: checkpointed(linearize(module, x), s, profile=prof),
+            "sgd",
+            set_to_none=True,
+        )
+        assert default[1].before == default[0].before  # no gradients when a step starts
+        assert all(d.peak <= k.peak for d, k in zip(default, steps, strict=True))
     # the plans do what their algorithm is for
     assert "F_ck" in kinds or algo == "dynprog"
     assert "offload" in kinds or algo == "rotor"
@@ -155,16 +168,18 @@ def test_plain_training_measure_counts_weights_gradients_and_state():
 
     for name, state in (("sgd", 0), ("momentum", weights), ("adam", 2 * weights + 2 * 4)):
         optimizer = make_optimizer(name, layer.parameters())
-        first = measure_step(loss, x, optimizer)
-        second = measure_step(loss, x, optimizer)
+        first = measure_step(loss, x, optimizer, set_to_none=False)
+        second = measure_step(loss, x, optimizer, set_to_none=False)
         # the second step starts with the weights, the gradients, the state and the input
         assert second.before == 2 * weights + state + 8 * 256 * 4
         # the first starts without the gradients and the state (allocated during it)
         assert first.before == weights + 8 * 256 * 4
         assert second.peak >= second.before + 8 * 256 * 4  # the output at least
         kept = measure_step(loss, x, optimizer, set_to_none=False)
-        freed = measure_step(loss, x, optimizer, set_to_none=True)
+        freed = measure_step(loss, x, optimizer)  # PyTorch's default: set_to_none=True
         assert freed.before == kept.before - weights and freed.peak <= kept.peak
+        # the gradients appear during the backward: the default loop's peak has them all
+        assert freed.peak >= freed.before + weights
         for p in layer.parameters():
             p.grad = None
 

@@ -124,6 +124,10 @@ def test_saved_size_of_a_linear_stage_is_hand_computed():
         assert m.forward_overhead == rng_state + (2 * 4 * 16 - 4 * 4) * F32
         assert m.backward_overhead >= 0
         assert tuple(m.output.shape) == (4, 4) and not m.output.requires_grad
+        # F_all alone saves what it computes: no temporaries beyond the saved tensors
+        assert m.forward_overhead_all == rng_state
+        # the first Linear keeps its input for the weight's gradient; nothing keeps the output
+        assert m.input_saved is True and m.output_saved is False
     assert stage[0].weight.grad is None  # the profiler leaves no gradients behind
 
 
@@ -140,6 +144,9 @@ def test_saved_sizes_of_a_sequential_chain():
     assert (linear2.output_size, linear2.saved_size) == (4 * 4 * F32, 4 * 4 * F32)
     # an in-place ReLU keeps its result, the output
     assert (relu1.output_size, relu1.saved_size) == (4 * 16 * F32, 4 * 16 * F32)
+    assert relu1.output_saved is True and linear0.output_saved is False
+    # the classification loss keeps the log-softmax of the logits, not the logits
+    assert loss.input_saved is False and linear2.input_saved is True
     # parameters, plus a 4-byte step count per parameter tensor (weight and bias)
     assert linear0.weight_size == (8 * 16 + 16) * F32 + 2 * 4 and relu1.weight_size == 0
     assert linear2.weight_size == (16 * 4 + 4) * F32 + 2 * 4
@@ -243,3 +250,97 @@ def test_sizes_the_model_refuses_in_training_are_an_input_error():
         InputError, match=r"stage \d+ \(.*\) fails in training mode: .*--batch-size"
     ):
         profile_model("resnet18", batch_size=1, input_shape=(3, 32, 32), repeats=1)
+
+
+# --------------------------------------------------------------------------------------------
+# Conditions, identical stages, noise, the gradients each backward creates
+# --------------------------------------------------------------------------------------------
+
+
+def test_a_profile_records_its_conditions_and_leaves_the_threads(gpt_tiny_profile):
+    conditions = gpt_tiny_profile.measured.conditions
+    assert conditions.threads == 1  # the CPU default (docs/profiling.md, "Conditions")
+    assert conditions.torch == torch.__version__ and conditions.dtype == "float32"
+    assert conditions.device == "cpu" and conditions.cpu and conditions.cpu_capability
+    before = torch.get_num_threads()
+    prof = profile_model("gpt-tiny", batch_size=1, input_shape=(8,), repeats=1, threads=2)
+    assert prof.measured.conditions.threads == 2
+    assert torch.get_num_threads() == before
+    with pytest.raises(InputError, match="--threads"):
+        profile_model("gpt-tiny", threads=0)
+
+
+def test_identical_stages_are_measured_once(resnet18_profile):
+    by_name = {s.name: s for s in resnet18_profile.stages}
+    # layer1.0 and layer1.1 are the same block on the same shape (no downsampling in layer1);
+    # every later layer's first block downsamples, its second does not
+    assert by_name["layer1.1"].extra == {"same_as": "layer1.0"}
+    for name in ("stem", "layer1.0", "layer2.0", "layer2.1", "layer3.0", "head", "loss"):
+        assert not (by_name[name].extra or {}).get("same_as"), name
+    fields = ("output_size", "saved_size", "forward_overhead", "backward_overhead", "forward_time")
+    for field in (*fields, "backward_time", "weight_size", "weight_grad_size"):
+        assert getattr(by_name["layer1.1"], field) == getattr(by_name["layer1.0"], field), field
+
+
+def test_reuse_gives_the_sizes_a_full_measurement_gives(gpt_tiny_profile):
+    full = profile_model("gpt-tiny", batch_size=2, input_shape=(16,), repeats=1, dedupe=False)
+    assert all(not s.extra for s in full.stages)
+    assert gpt_tiny_profile.stages[2].extra == {"same_as": "block0"}
+
+    def sizes(prof: Profile) -> list[tuple]:
+        return [
+            (s.output_size, s.saved_size, s.weight_size, s.forward_overhead, s.backward_overhead,
+             s.weight_grad_size, s.backward_overhead_fresh)
+            for s in prof.stages
+        ]  # fmt: skip
+
+    assert sizes(full) == sizes(gpt_tiny_profile)
+
+
+def test_noise_is_recorded(resnet18_profile):
+    assert resnet18_profile.measured.noise is None  # one repeat: no spread to speak of
+    prof = profile_model("resnet18", batch_size=2, input_shape=(3, 32, 32), repeats=3)
+    noise = prof.measured.noise
+    measured = [s.name for s in prof.stages if not (s.extra or {}).get("same_as")]
+    assert noise is not None and noise.spread >= 0
+    assert noise.outliers <= len(measured) * 3
+    assert set(noise.flagged or []) <= set(measured)
+
+
+def test_weight_grad_size_is_what_each_backward_creates(resnet18_profile):
+    model, x, _ = build_model("resnet18", batch_size=2, input_shape=(3, 64, 64))
+    chain = linearize(model, x)
+    for (name, module), stage in zip(chain.stages, resnet18_profile.stages, strict=True):
+        params = sum(p.numel() * p.element_size() for p in module.parameters())
+        assert stage.weight_grad_size == params, name
+        assert stage.backward_overhead_fresh >= 0
+
+
+class _Tied(nn.Module):
+    """Embedding, a block, a head tied to the embedding (as GPT-2's): the head's backward,
+    the first to run, creates the shared gradient; the embedding's adds into it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(32, 8)
+        self.block = nn.Linear(8, 8)
+        self.head = nn.Linear(8, 32, bias=False)
+        self.head.weight = self.embed.weight
+
+    def memplan_stages(self):
+        return [("embedding", self.embed), ("block", self.block), ("head", self.head)]
+
+    def forward(self, ids):
+        return self.head(self.block(self.embed(ids)))
+
+
+def test_a_tied_weight_grad_is_created_by_the_last_stage_using_it():
+    ids = torch.randint(0, 32, (2, 5))
+    prof = profile_model(_Tied(), example_input=ids, repeats=1, name="tied")
+    embedding, block, head, loss = prof.stages
+    table = 32 * 8 * F32
+    assert embedding.weight_size >= table and head.weight_size == 0  # counted once, first
+    assert embedding.weight_grad_size == 0 and head.weight_grad_size == table
+    assert block.weight_grad_size == (8 * 8 + 8) * F32 and loss.weight_grad_size == 0
+    # in the embedding's backward the shared gradient exists: its own part is a temporary
+    assert embedding.backward_overhead_fresh > 0

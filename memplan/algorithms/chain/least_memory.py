@@ -95,6 +95,17 @@ def least_memory_plan(chain: Chain) -> tuple[int, Sequence]:
     time; ties are broken by time. Sub-chains of equal length are independent: one diagonal at a
     time, vectorized. O(L^3) time, O(L^2) memory.
     """
+    need, pick = least_memory_tables(chain)
+    return int(chain.x[0]) + int(need[0, chain.length - 1]), least_memory_sequence(
+        pick, 0, chain.length - 1
+    )
+
+
+def least_memory_tables(chain: Chain) -> tuple[np.ndarray, np.ndarray]:
+    """``need[a, b]`` of :func:`least_memory_plan` for every sub-chain ``a..b`` (beyond ``x[a]``,
+    ``g[b+1]`` held), and the choice reaching it, ``pick[a, b]`` (for
+    :func:`least_memory_sequence`): the least memory of stages ``a..b`` alone is ``x[a] +
+    need[a, b]``, with the plan of the sub-chain."""
     L = chain.length
     exact_int64 = chain.total_bytes < INT64_SAFE
     dtype = np.int64 if exact_int64 else object
@@ -128,8 +139,14 @@ def least_memory_plan(chain: Chain) -> tuple[int, Sequence]:
         need[a, b] = np.where(take, low, fa_need)
         cost[a, b] = np.where(take, ck_cost, fa_cost)
         pick[a, b] = np.where(take, a + 1 + r, _F_ALL)
+    return need, pick
+
+
+def least_memory_sequence(pick: np.ndarray, first: int, last: int) -> Sequence:
+    """The least-memory plan of stages ``first..last`` from :func:`least_memory_tables`'s
+    choices (stage numbers of the whole chain)."""
     sequence: Sequence = []
-    stack: list[tuple[str, int, int]] = [("solve", 0, L - 1)]
+    stack: list[tuple[str, int, int]] = [("solve", first, last)]
     while stack:
         kind, a, b = stack.pop()
         if kind == "op":
@@ -144,4 +161,4 @@ def least_memory_plan(chain: Chain) -> tuple[int, Sequence]:
             sequence.append(("F_ck", a))
             sequence += [("F_n", k) for k in range(a + 1, j)]
             stack += [("solve", a, j - 1), ("solve", j, b)]
-    return int(x[0]) + int(need[0, L - 1]), sequence
+    return sequence

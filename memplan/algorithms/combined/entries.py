@@ -1,4 +1,4 @@
-"""The combined family (papers/000, POFO): its options and algorithm, declared once.
+"""The combined family (Efficient Combination of Rematerialization and Offloading, NeurIPS 2021: POFO): its options and algorithm, declared once.
 
 One adapter per algorithm, as in every family (:mod:`memplan.algorithms.chain.entries`):
 ``solve_pofo`` resolves the bandwidth (the option, else the profile's), runs
@@ -11,8 +11,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from memplan.algorithms.base import AlgorithmInfo, Family, SolveRequest
-from memplan.algorithms.options import bandwidth_option, resolve_bandwidth, slots_option
-from memplan.algorithms.timeline import offload_schedule
+from memplan.algorithms.options import (
+    bandwidth_option,
+    resolve_bandwidth,
+    slots_option,
+    time_limit_option,
+)
+from memplan.algorithms.timeline import Deadline, offload_schedule
 from memplan.profile.model import Profile
 from memplan.schedule import Schedule
 
@@ -32,6 +37,7 @@ class CombinedOptions:
         "dynprog candidates at their own defaults",
     )
     bandwidth: float | None = bandwidth_option()
+    time_limit: float | None = time_limit_option(None)
 
 
 def solve_pofo(profile: Profile, request: SolveRequest) -> Schedule:
@@ -48,6 +54,7 @@ def solve_pofo(profile: Profile, request: SolveRequest) -> Schedule:
         slots=request.options.slots,
         offload_instance=OffloadInstance.from_profile(profile, rate),
         profile=profile,
+        deadline=Deadline.after(request.options.time_limit),
     )
     return offload_schedule(profile, request, plan, rate)
 
@@ -60,7 +67,7 @@ FAMILY = Family(
         AlgorithmInfo(
             name="pofo",
             exact=False,
-            needs="profile, --bandwidth, --slots",
+            needs="profile, --bandwidth, --slots, --time-limit",
             summary="recomputation + whole-tensor offloading DP (Theorem 1 structure), "
             "best of it, rotor and dynprog",
             short="DP: recomputation + offloading (Thm 1)",

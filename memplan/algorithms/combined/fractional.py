@@ -1,4 +1,4 @@
-"""The dynamic program of Theorem 1 of papers/000 (POFO), appendix B, with Lemma 1's transfers.
+"""The dynamic program of Theorem 1 of Efficient Combination of Rematerialization and Offloading (NeurIPS 2021) (POFO), appendix B, with Lemma 1's transfers.
 
 Transfers are *fractional* here, as in the paper: the channel moves ``beta`` bytes per ms, the bytes
 of an offload free GPU memory as they leave and those of a prefetch take GPU memory as they arrive,
@@ -51,6 +51,35 @@ on the GPU and leaving at ``beta`` from now on, ``B`` slots to prefetch by the e
 ``x[0]`` is outside the capacity, as in rotor; offloading it adds ``c0 = floor(|x[0]| / u)`` slots
 (capped so that the tables stay small), modelled as a capacity ``C + c0`` with ``x[0]`` taking
 ``c0`` slots. The value is ``OC[0][x[0]][0][0][0]``.
+
+NOTE [ pofo window ]
+--------------------
+The backward tables have ``L^2 / 2`` pairs of ``(C + 1)^2`` entries, each a minimum over up to
+``L`` splits (``O(L^3 C^2)``, the complexity of papers/000 B.4): 10 s and 0.5 GB at 100 stages,
+hours and tens of GB at 1000. With a ``window`` ``w``, every recomputed segment has at most ``w``
+stages except the tail: ``CA[a][b]`` is kept for ``b - a < w`` and for ``b = L - 1``, split at
+``j <= a + w`` only (the tail's first checkpoint within ``w`` stages, the rest a tail again), and
+the forward phase's segments ``F_ck a .. F_n j-1`` have ``j - a <= w``: ``O(L w^2 C^2)`` time and
+``O(L w C^2)`` memory. It is a restriction of the plans, not an approximation of their times:
+every plan of the windowed DP is a plan of the full one, timed the same way, and ``w >= L`` is the
+full DP. On 100-stage random chains, windows of 4, 8 and 17 stages gave plans within 0.3% of each
+other; pofo sizes the window by the work it allows (``memplan.algorithms.combined``).
+
+NOTE [ pofo pruning ]
+---------------------
+The forward phase evaluates only the states that may lie on an optimal plan: a state of segment
+``a`` reached in time ``g`` (the least, over the choices before it) whose ``g + R[a][C - K]``
+exceeds the time of a plan already known is on no plan faster than that one and is skipped.
+``R`` (:meth:`FractionalDP._relaxed`) is a lower bound of the time after the state: the
+recurrences of B.1 with transfers free, each segment at its least time over every ``m' <= C - K``
+and every prefetch (so it holds whatever the tables' roundings). The plan known is the fastest of
+a beam search over the same forward phase (the 1024 most promising states of each segment) and
+the bound that pofo gives (the fastest candidate so far on long chains: the DP then only looks for
+faster plans, and its value is inf when there is none). Without a bound the DP evaluates every
+reachable state: the lower bound is weak alone (with free transfers nothing needs recomputing
+when memory allows an offload), and on a 50-stage chain the two bounded passes cost more than
+they saved. Every state of an optimal plan is kept and evaluated exactly as without pruning, so
+the value and the plan are the same (the tests compare them).
 """
 
 from __future__ import annotations
@@ -61,15 +90,23 @@ import numpy as np
 
 from memplan.algorithms.chain.problem import Chain
 from memplan.algorithms.chain.rotor import slot_sizes
+from memplan.algorithms.timeline import Deadline
 
 INF = np.inf
 MAX_SLOTS = 64
-"""Slots of the fractional DP at most (its forward table has L * 2 * (C + 1)^3 values)."""
+"""Slots of the fractional DP at most (its forward states are (C + 1)^3 per stage)."""
 _MAX_WIDTH = 72  # capacity + x[0] credit + 1, at most
 _EPS = 1e-9
 _F_ALL = -1
 _NONE = -3
 _TAIL = -2
+_PRUNE_TOLERANCE = 1e-6
+"""Relative (and absolute, ms) slack of the pruning bound (float32 tables, sums in other orders)."""
+_BEAM = 1024
+"""States kept per segment by the beam search of :meth:`FractionalDP._bound`."""
+_BLOCK = 1 << 14
+"""Elements of one vectorized block of the forward phase (options x states): 128 KB arrays that
+stay in the cache (larger blocks were slower than one option at a time on a 50-stage chain)."""
 
 
 def _ceil(values: np.ndarray) -> np.ndarray:
@@ -77,6 +114,13 @@ def _ceil(values: np.ndarray) -> np.ndarray:
     out = np.ceil(values - _EPS)
     np.clip(out, 0, 2**30, out=out)
     return out.astype(np.int64)
+
+
+def table_bytes(length: int, window: int, width: int) -> int:
+    """Bytes of the backward tables of :class:`FractionalDP` (values and choices): ``CA[a][b]``
+    for every pair ``b - a < window`` and every ``b = L - 1``, ``width^2`` entries each."""
+    pairs = length * min(window, length) + length
+    return pairs * width * width * (8 + 2)
 
 
 @dataclass
@@ -110,6 +154,14 @@ class FractionalDP:
         then not fit in bytes (the realization checks it exactly), but it loses less to rounding.
     margin : int
         Slots kept aside (with ``nearest``).
+    window : int, optional
+        Stages of a recomputed segment at most, the tail aside (NOTE [ pofo window ]); None or
+        at least the chain's length: every segment (the DP of Theorem 1).
+    bound : float
+        Look only for plans of time at most ``bound`` (ms): the DP's value is inf when none is
+        (NOTE [ pofo pruning ]).
+    deadline : Deadline, optional
+        :meth:`solve` raises :class:`memplan.algorithms.timeline.TimeLimitReached` once it passes.
     """
 
     def __init__(
@@ -121,6 +173,9 @@ class FractionalDP:
         *,
         nearest: bool = False,
         margin: int = 0,
+        window: int | None = None,
+        bound: float = INF,
+        deadline: Deadline | None = None,
     ) -> None:
         self.chain = chain
         L = self.L = chain.length
@@ -140,6 +195,9 @@ class FractionalDP:
         self.W = self.C + 1
         self.beta = bandwidth / 1000.0 / self.unit  # slots per ms
         self.D = self.W if self.beta > 0 else 1
+        self.window = L if window is None else max(1, min(int(window), L))
+        self.deadline = deadline or Deadline(None)
+        self.bound = float(bound)
         self.x = [int(v) for v in r["x"]]
         self.x[0] = self.c0
         self.s = [int(v) for v in r["s"]]
@@ -150,8 +208,8 @@ class FractionalDP:
         self.bt = [float(v) for v in chain.bt]
         self.fprefix = np.concatenate(([0.0], np.cumsum(chain.ft)))
         self.own_b = [self.g[k + 1] + self.s[k] + self.g[k] + self.bo[k] for k in range(L)]
-        self.CA: np.ndarray | None = None
-        self.OC: list[list[np.ndarray | None]] = []
+        self.value = INF
+        self.evaluated = 0  # forward states evaluated (the reachable ones)
 
     # -- Lemma 1 ---------------------------------------------------------------------------------
     def _idle(self, excess):
@@ -166,12 +224,25 @@ class FractionalDP:
         return [grad + x[a + 1] + fo[a]] + [grad + x[k] + x[k + 1] + fo[k] for k in range(a + 1, j)]
 
     # -- B.3 -------------------------------------------------------------------------------------
+    def _ca(self, a: int, b: int) -> np.ndarray:
+        """``CA[a][b]`` (``(W, D)``: every ``m`` and ``D``), for ``b - a < window`` or ``b = L-1``."""
+        return self.last[a] if b == self.L - 1 else self.near[a, b - a]
+
+    def _ca_choice(self, a: int, b: int) -> np.ndarray:
+        return self.last_choice[a] if b == self.L - 1 else self.near_choice[a, b - a]
+
     def _backward_tables(self) -> None:
-        L, W, D = self.L, self.W, self.D
+        """``CA[a][b]`` for ``b - a < window`` (``near[a, b - a]``) and ``CA[a][L-1]`` for every
+        ``a`` (``last[a]``), split at ``j <= a + window`` (NOTE [ pofo window ])."""
+        L, W, D, w = self.L, self.W, self.D, self.window
         beta = self.beta
-        # CAt[b, a] = CA[a][b]: the sub-chains ending at b are contiguous (flat gathers below).
-        CAt = np.full((L, L, W, D), INF)
-        ch = np.full((L, L, W, D), _NONE, dtype=np.int16)
+        # near[a, r] = CA[a][a + r] (b < L - 1): the splits of a..b are contiguous, CA[j][b] is
+        # gathered from the flat table.
+        self.near = np.full((max(L - 1, 0), w, W, D), INF)
+        self.near_choice = np.full(self.near.shape, _NONE, dtype=np.int16)
+        self.last = np.full((L, W, D), INF)
+        self.last_choice = np.full((L, W, D), _NONE, dtype=np.int16)
+        near_flat, last_flat = self.near.reshape(-1), self.last.reshape(-1)
         m = np.arange(W, dtype=np.float64)[:, None]
         mint = np.arange(W)[:, None]
         delta = np.arange(D, dtype=np.float64)[None, :]
@@ -180,8 +251,15 @@ class FractionalDP:
         fp = self.fprefix
         plane = W * D
         for b in range(L):
+            self.deadline.check()
             floor = 0
-            for a in range(b, -1, -1):
+            tail = b == L - 1
+            for a in range(b, -1 if tail else max(-1, b - w), -1):
+                values, choices = (
+                    (self.last[a], self.last_choice[a])
+                    if tail
+                    else (self.near[a, b - a], self.near_choice[a, b - a])
+                )
                 nF = g[b + 1] + s[a] + fo[a]
                 nB = self.own_b[a]
                 floor = max(floor, nB)
@@ -195,8 +273,8 @@ class FractionalDP:
                     )
                     val = ft[a] + bt[a] + eps
                     val[ov] = INF
-                    CAt[b, a, lo:] = val
-                    ch[b, a, lo:] = np.where(np.isfinite(val), _F_ALL, _NONE)
+                    values[lo:] = val
+                    choices[lo:] = np.where(np.isfinite(val), _F_ALL, _NONE)
                     continue
                 # F_all a, then a+1..b with m - s[a], then B a.
                 eps_b = self._idle(nB - mm + delta)
@@ -206,93 +284,129 @@ class FractionalDP:
                     d1 = np.zeros(mm.shape, np.int64)
                 mi = mi_ - s[a]
                 ok = (mi >= 0) & (d1 < D)
-                flat = CAt[b, a + 1].reshape(-1)
+                flat = self._ca(a + 1, b).reshape(-1)
                 sub = np.where(ok, flat[np.clip(mi, 0, W - 1) * D + np.minimum(d1, D - 1)], INF)
                 d2 = _ceil(d1 - beta * sub) if beta > 0 else d1
                 fa = ft[a] + bt[a] + sub + self._idle(nF - mm + d2) + eps_b
                 if max(nF, nB) > lo:
                     fa[: max(nF, nB) - lo] = INF
-                # F_ck a, F_n .. j-1 keeping x[j], j = a+1..b (rows r = j - a - 1).
-                n = b - a
-                js = np.arange(a + 1, b + 1)
-                t2 = CAt[a:b, a, lo:]  # CA[a][j-1][m][D]
+                # F_ck a, F_n .. j-1 keeping x[j], j = a+1..a+n (rows r = j - a - 1).
+                n = min(b, a + w) - a
+                js = np.arange(a + 1, a + n + 1)
+                t2 = self.near[a, :n, lo:]  # CA[a][j-1][m][D]
                 d1 = _ceil(delta[None] - beta * t2) if beta > 0 else np.zeros(t2.shape, np.int64)
                 xj = np.array([x[j] for j in js])[:, None, None]
                 mi = mi_[None] - xj
                 ok = (mi >= 0) & (d1 < D)
-                idx = (
-                    np.arange(n)[:, None, None] * plane + np.clip(mi, 0, W - 1) * D
-                ) + np.minimum(d1, D - 1)
-                t1 = CAt[b, a + 1 : b + 1].reshape(-1)[idx]
+                if tail:  # CA[j][L-1] = last[j]
+                    rows, table = js, last_flat
+                else:  # CA[j][b] = near[j, b - j]
+                    rows, table = js * w + (b - js), near_flat
+                idx = (rows[:, None, None] * plane + np.clip(mi, 0, W - 1) * D) + np.minimum(
+                    d1, D - 1
+                )
+                t1 = table[idx]
                 t1[~ok] = INF
                 d2 = _ceil(d1 - beta * t1) if beta > 0 else d1
-                needs = self._fwd_needs(a, b + 1, g[b + 1])[:n]  # F on stages a..j-1
+                needs = self._fwd_needs(a, a + n + 1, g[b + 1])[:n]  # F on stages a..j-1
                 # Lemma 1 over the forwards: max_k (n_k + beta fp[k+1]) - beta fp[j]
                 lem = np.maximum.accumulate([needs[i] + beta * fp[a + i + 1] for i in range(n)])
-                lem = lem - beta * fp[a + 1 : b + 1]
+                lem = lem - beta * fp[a + 1 : a + n + 1]
                 top = np.maximum.accumulate(needs)
                 ck = self._idle(lem[:, None, None] - mm[None] + d2)
-                ck += (fp[a + 1 : b + 1] - fp[a])[:, None, None]
+                ck += (fp[a + 1 : a + n + 1] - fp[a])[:, None, None]
                 ck += t1
                 ck += t2
-                ck[mm[None].repeat(n, 0).repeat(D, 2) < top[:, None, None]] = INF
+                ck[np.broadcast_to(mm[None] < top[:, None, None], ck.shape)] = INF
                 best = ck.argmin(axis=0)
                 bval = np.take_along_axis(ck, best[None], axis=0)[0]
                 take_fa = fa <= bval
                 val = np.where(take_fa, fa, bval)
                 val[ov] = INF
-                CAt[b, a, lo:] = val
-                ch[b, a, lo:] = np.where(
+                values[lo:] = val
+                choices[lo:] = np.where(
                     np.isfinite(val), np.where(take_fa, _F_ALL, best + a + 1), _NONE
                 )
-        self.CA = CAt.transpose(1, 0, 2, 3)
-        self.CAc = ch.transpose(1, 0, 2, 3)
-        # least m at which CA[a][b][m][0] is finite (W if none): bounds the rows of B.1 below
-        finite = np.isfinite(self.CA[:, :, :, 0])
-        self.ca_lo = np.where(finite.any(axis=2), finite.argmax(axis=2), W)
 
     # -- B.1, B.2 --------------------------------------------------------------------------------
     def _t_size(self, a: int, kind: int) -> int:
         return self.x[a] if kind == 0 else self.s[a - 1]
 
-    def _option(self, a: int, t: int, j: int, K, F, B):
-        """First operation ``j`` (``j == a``: ``F_all a``; else ``F_ck a .. F_n j-1``) from states
-        ``(K, F, B)`` (1-D arrays) of segment ``a``, for the input kept (``v = 0``) and offloaded
-        (``v = 1``, when the bandwidth allows).
+    def _options(self, a: int, t: int, K, F, B):
+        """Every first operation of segment ``a < L - 1`` from states ``(K, F, B)`` (1-D arrays),
+        in the order ``F_all a``, then ``F_ck a .. F_n j-1`` for ``j = a+1 .. a + window``, each
+        with the input kept (``v = 0``) and offloaded (``v = 1``, when the bandwidth allows).
 
-        Yields ``(v, valid mask, flat index (K' D + F') D + B' of the next state (B.1, Table 2),
-        time of this segment: forward, idle times, backward)``.
+        Yields ``(choice 2 j + v, next state (j', kind'), valid mask, flat index (K' D + F') D +
+        B' of the next state (B.1, Table 2), time of this segment: forward, idle times,
+        backward)``, the last three over the states. The arithmetic is that of one option at a
+        time, vectorized over blocks of options.
         """
-        L, D, C, beta = self.L, self.D, self.C, self.beta
+        L, D, C, beta, W = self.L, self.D, self.C, self.beta, self.W
         avail = C - t - K
-        if j == a:  # case 1, F_all a; B a needs T back, kept or prefetched
-            nF, nB = self.g[L] + self.s[a] + self.fo[a], self.own_b[a]
-            lem, window, nxt, nkind = float(nF), self.ft[a], a + 1, 1
-            fits = {0: avail >= max(nF, nB)}
-            fits[1] = fits[0]
-            back = self.bt[a] + self._idle(nB - avail + B)
-        else:  # case 2, F_ck a, F_n a+1 .. j-1, checkpoint x[j]
-            needs = self._fwd_needs(a, j, self.g[L])
-            first, rest = needs[0], max(needs[1:], default=0)
-            fp = self.fprefix
-            lem = max(needs[i] - beta * (fp[a + i] - fp[a]) for i in range(len(needs)))
-            window, nxt, nkind = fp[j] - fp[a], j, 0
-            fits = {0: avail >= max(first, rest), 1: (avail >= first) & (avail + t >= rest)}
-            back = self.CA[a, j - 1][np.clip(avail, 0, self.W - 1), B.astype(np.int64)]
+        versions = 2 if beta > 0 else 1
+        # case 1, F_all a; B a needs T back, kept or prefetched
+        nF, nB = self.g[L] + self.s[a] + self.fo[a], self.own_b[a]
+        fits = avail >= max(nF, nB)
+        back = self.bt[a] + self._idle(nB - avail + B)
+        yield from self._versions(
+            [a], [(a + 1, 1)], t, K, F, B, [float(nF)], [self.ft[a]], [fits], [fits], back[None]
+        )
+        # case 2, F_ck a, F_n a+1 .. j-1, checkpoint x[j]
+        top = min(L - 1, a + self.window)
+        if top <= a:
+            return
+        fp = self.fprefix
+        needs = self._fwd_needs(a, top, self.g[L])
+        rows = np.clip(avail, 0, W - 1) * D + B.astype(np.int64)
+        per_block = max(1, _BLOCK // max(1, len(K) * versions))
+        for low in range(a + 1, top + 1, per_block):
+            js = list(range(low, min(top, low + per_block - 1) + 1))
+            lems, windows, fit0, fit1 = [], [], [], []
+            for j in js:
+                own = needs[: j - a]
+                first, rest = own[0], max(own[1:], default=0)
+                lems.append(max(own[i] - beta * (fp[a + i] - fp[a]) for i in range(len(own))))
+                windows.append(fp[j] - fp[a])
+                fit0.append(avail >= max(first, rest))
+                fit1.append((avail >= first) & (avail + t >= rest))
+            # CA[a][j-1] for these j: rows j - 1 - a of near[a], gathered at once
+            backs = self.near[a, js[0] - 1 - a : js[-1] - a].reshape(len(js), -1)[:, rows]
+            yield from self._versions(
+                js, [(j, 0) for j in js], t, K, F, B, lems, windows, fit0, fit1, backs
+            )
+
+    def _versions(self, js, nexts, t, K, F, B, lems, windows, fit0, fit1, back):
+        """:meth:`_options` for the options ``js`` (``back``: one row per option), in the order
+        ``js[0]`` kept, ``js[0]`` offloaded, ``js[1]`` kept..."""
+        D, C, beta = self.D, self.C, self.beta
+        avail = C - t - K
+        lem = np.array(lems)[:, None]
+        window = np.array(windows)[:, None]
         eps_f = self._idle(lem - avail + F)
         cost = window + eps_f + back
         room = np.isfinite(cost)
-        nt = self._t_size(nxt, nkind)
-        for v in (0, 1) if beta > 0 else (0,):
+        nt = np.array([self._t_size(j, kind) for j, kind in nexts])[:, None]
+        fits = (np.array(fit0), np.array(fit1))
+        versions = (0, 1) if beta > 0 else (0,)
+        if beta > 0:
+            moved_f = beta * (window + eps_f)
+            moved_b = _ceil(B - beta * back)
+        oks, indices = [], []
+        for v in versions:
             K2 = K + (1 - v) * t
             ok = fits[v] & room & (K2 + nt <= C)
             if beta > 0:
-                F2 = _ceil(F + v * t - beta * (window + eps_f))
-                B2 = _ceil(B - beta * back) + v * t
+                F2 = _ceil(F + v * t - moved_f)
+                B2 = moved_b + v * t
                 ok &= (F2 < D) & (B2 < D)
-                yield v, ok, (K2 * D + F2) * D + B2, cost
+                indices.append((K2 * D + F2) * D + B2)
             else:
-                yield v, ok, K2 * D * D, cost
+                indices.append(np.broadcast_to(K2 * D * D, ok.shape))
+            oks.append(ok)
+        for row, (j, nxt) in enumerate(zip(js, nexts, strict=True)):
+            for v in versions:
+                yield 2 * j + v, nxt, oks[v][row], indices[v][row], cost[row]
 
     def _last(self, a: int, t: int, K, F, B):
         """The loss (B.2) at ``a = L - 1``, or the tail ``CA[a][L-1]`` before it: time and mask."""
@@ -314,32 +428,102 @@ class FractionalDP:
                 )
             return np.where(avail >= max(nF, nB), val, INF)
         rows = np.clip(avail, 0, self.W - 1)
-        tail = np.where(avail >= 0, self.CA[a, L - 1][rows, B.astype(np.int64)], INF)
+        tail = np.where(avail >= 0, self.last[a][rows, B.astype(np.int64)], INF)
         if beta > 0:
             tail = tail + (F + np.maximum(B - beta * tail, 0.0)) / beta
         return tail
 
-    def _options(self, a: int):
-        """Every first operation of a segment starting at ``a < L - 1``, with the next segment."""
-        for j in range(a, self.L):
-            yield j, (a + 1, 1) if j == a else (j, 0)
-
-    def _forward_tables(self) -> None:
-        """``OC`` on the states reachable from ``OC[0][x[0]][0][0][0]`` only.
-
-        A forward pass collects, stage by stage, the states ``(K, F, B)`` that some choice of the
-        segments before reaches (flat indices, one array per input kind); the backward pass then
-        evaluates the recurrences of B.1 on those states, vectorized over them, with flat gathers
-        into the tables of the next segments (dense, INF where unreachable).
+    def _relaxed(self) -> np.ndarray:
+        """``R[a][m]``: a lower bound of the time from the start of segment ``a`` to the end when
+        every later computation has at most ``m`` slots (NOTE [ pofo pruning ]): the recurrences
+        of B.1 with transfers free and instant, and each segment's recomputation at its least
+        time with at most ``m`` slots and any prefetch, in the same window. Non-increasing in ``m``;
+        a plan from a state of segment ``a`` that keeps ``K`` slots takes at least ``R[a][C - K]``.
         """
-        L, W, D = self.L, self.W, self.D
+        L, W, w = self.L, self.W, self.window
+        fp = self.fprefix
+
+        def least(table: np.ndarray) -> np.ndarray:  # min over m' <= m and every D
+            return np.minimum.accumulate(table.min(axis=-1), axis=-1)
+
+        relaxed = np.full((L + 1, W), INF)
+        for a in range(L - 1, -1, -1):
+            best = least(self.last[a])  # the tail (the loss when a = L - 1)
+            if a < L - 1:
+                best = np.minimum(best, self.ft[a] + self.bt[a] + relaxed[a + 1])
+                top = min(L - 1, a + w)
+                segments = least(self.near[a, : top - a])  # CA[a][j-1], j = a+1 .. top
+                for j in range(a + 1, top + 1):
+                    best = np.minimum(best, (fp[j] - fp[a]) + segments[j - 1 - a] + relaxed[j])
+            relaxed[a] = best
+        return relaxed
+
+    def _reach(self, limit: float, beam: int | None) -> tuple[list[list], float]:
+        """The forward pass: the states that some choice of the segments before reaches, in time
+        at most ``limit`` with the lower bound :meth:`_relaxed` of the time after them (the others
+        are on no plan within ``limit``); with ``beam``, only the ``beam`` most promising states of
+        each segment (time so far plus the bound) are expanded. Returns the states (sorted flat
+        indices, per segment and input kind) and the least time of a plan found on the way (its
+        tail or loss from a state reached)."""
+        L, W, D, C = self.L, self.W, self.D, self.C
         size = W * D * D
-        reached = [[np.zeros(size, dtype=bool), np.zeros(size, dtype=bool)] for _ in range(L)]
-        reached[0][0][0] = True
+        if limit == INF and beam is None:
+            return self._reachable(), INF
+        relaxed = self._relaxed_bound
+        best = INF
+        reach: dict[tuple[int, int], np.ndarray] = {(0, 0): np.full(size, INF)}
+        reach[(0, 0)][0] = 0.0
         states: list[list[np.ndarray | None]] = [[None, None] for _ in range(L)]
         for a in range(L):
+            self.deadline.check()
             for kind in (0, 1):
-                S = np.flatnonzero(reached[a][kind])
+                so_far = reach.pop((a, kind), None)
+                if so_far is None:
+                    continue
+                S = np.flatnonzero(np.isfinite(so_far))
+                promise = so_far[S] + relaxed[a][C - S // (D * D)]
+                S = S[(promise <= limit) & (promise < INF)]
+                if beam is not None and len(S) > beam:
+                    order = np.argpartition(so_far[S] + relaxed[a][C - S // (D * D)], beam)
+                    S = np.sort(S[order[:beam]])
+                if not len(S):
+                    continue
+                states[a][kind] = S
+                before = so_far[S]
+                del so_far
+                t = self._t_size(a, kind)
+                K, F, B = S // (D * D), (S // D) % D, S % D
+                if beam is not None:
+                    ends = before + self._last(a, t, K, F.astype(float), B.astype(float))
+                    best = min(best, float(ends.min()))
+                if a == L - 1:
+                    continue
+                for _, nxt, ok, index, cost in self._options(a, t, K, F.astype(float), B):
+                    total = before + cost
+                    if nxt not in reach:
+                        reach[nxt] = np.full(size, INF)
+                    kept = np.clip(index // (D * D), 0, C)
+                    promise = total + relaxed[nxt[0]][C - kept]
+                    keep = ok & (promise <= limit) & (promise < INF)
+                    np.minimum.at(reach[nxt], index[keep], total[keep])
+        return states, best
+
+    def _reachable(self) -> list[list]:
+        """Every state that some choice of the segments before reaches (sorted flat indices, per
+        segment and input kind): :meth:`_reach` without a bound, with boolean marks."""
+        L, W, D = self.L, self.W, self.D
+        size = W * D * D
+        reached: dict[tuple[int, int], np.ndarray] = {(0, 0): np.zeros(size, dtype=bool)}
+        reached[(0, 0)][0] = True
+        states: list[list[np.ndarray | None]] = [[None, None] for _ in range(L)]
+        for a in range(L):
+            self.deadline.check()
+            for kind in (0, 1):
+                marks = reached.pop((a, kind), None)
+                if marks is None:
+                    continue
+                S = np.flatnonzero(marks)
+                del marks
                 if not len(S):
                     continue
                 states[a][kind] = S
@@ -347,80 +531,123 @@ class FractionalDP:
                     continue
                 t = self._t_size(a, kind)
                 K, F, B = S // (D * D), (S // D) % D, S % D
-                for j, (nxt, nkind) in self._options(a):
-                    for _, ok, idx, _ in self._option(a, t, j, K, F, B):
-                        reached[nxt][nkind][np.broadcast_to(idx, ok.shape)[ok]] = True
-        del reached
-        self.OC = [[None, None] for _ in range(L)]
-        self.OCc = [[None, None] for _ in range(L)]
-        flats: list[list[np.ndarray | None]] = [[None, None] for _ in range(L)]
+                for _, nxt, ok, index, _ in self._options(a, t, K, F.astype(float), B):
+                    if nxt not in reached:
+                        reached[nxt] = np.zeros(size, dtype=bool)
+                    reached[nxt][index[ok]] = True
+        return states
+
+    def _forward_tables(self) -> None:
+        """``OC`` on the states that may lie on an optimal plan only (NOTE [ pofo pruning ]).
+
+        A forward pass collects, stage by stage, the states ``(K, F, B)`` that some choice of the
+        segments before reaches (flat indices, one array per input kind) and, with a ``bound``,
+        only within it and the time of a plan that a beam search finds first; the backward pass
+        evaluates the
+        recurrences of B.1 on those states, vectorized over them and over the options, with flat
+        gathers into the tables of the next segments (dense, INF where unreachable; only those
+        within the window are kept). Each state's decision is kept (``choice[a][kind]``, beside
+        its index in ``states[a][kind]``) for :meth:`plan`.
+        """
+        L, W, D = self.L, self.W, self.D
+        size = W * D * D
+        if self.bound == INF:  # every reachable state (the bounds prune little by themselves)
+            self.states, _ = self._reach(INF, None)
+        else:
+            self._relaxed_bound = self._relaxed()
+            slack = 1 + _PRUNE_TOLERANCE
+            limit = self.bound * slack + _PRUNE_TOLERANCE
+            _, found = self._reach(limit, _BEAM)
+            limit = min(limit, found * slack + _PRUNE_TOLERANCE)
+            self.states, _ = self._reach(limit, None)
+        self.choice: list[list[np.ndarray | None]] = [[None, None] for _ in range(L)]
+        flats: dict[tuple[int, int], np.ndarray] = {}
         for a in range(L - 1, -1, -1):
+            self.deadline.check()
             for kind in (0, 1):
-                S = states[a][kind]
+                S = self.states[a][kind]
                 if S is None:
                     continue
+                self.evaluated += len(S)
                 t = self._t_size(a, kind)
                 K, F, B = S // (D * D), (S // D) % D, S % D
                 Ff, Bf = F.astype(np.float64), B.astype(np.float64)
                 best = self._last(a, t, K, Ff, Bf)
                 choice = np.where(np.isfinite(best), _TAIL, _NONE).astype(np.int16)
                 if a < L - 1:
-                    for j, (nxt, nkind) in self._options(a):
-                        table = flats[nxt][nkind]
+                    for code, nxt, ok, index, cost in self._options(a, t, K, Ff, Bf):
+                        table = flats.get(nxt)
                         if table is None:
                             continue
-                        for v, ok, idx, cost in self._option(a, t, j, K, Ff, Bf):
-                            total = cost + table[np.where(ok, idx, size)]
-                            better = total < best
-                            best = np.where(better, total, best)
-                            choice[better] = 2 * j + v
+                        total = cost + table[np.where(ok, index, size)]
+                        better = total < best
+                        best = np.where(better, total, best)
+                        choice[better] = code
                 flat = np.full(size + 1, INF, dtype=np.float32)
                 flat[S] = best
-                dense_choice = np.full(size, _NONE, dtype=np.int16)
-                dense_choice[S] = choice
-                flats[a][kind] = flat
-                self.OC[a][kind] = flat[:size].reshape(W, D, D)
-                self.OCc[a][kind] = dense_choice.reshape(W, D, D)
+                flats[(a, kind)] = flat
+                self.choice[a][kind] = choice
+                if a == 0 and kind == 0:
+                    self.value = float(flat[0])
+            for key in [key for key in flats if key[0] >= a + self.window]:
+                del flats[key]  # no segment before a reaches it
 
     def solve(self) -> float:
         """The least time ``OC[0][x[0]][0][0][0]`` (inf when nothing fits)."""
         self._backward_tables()
         self._forward_tables()
-        return float(self.OC[0][0][0, 0, 0])
+        if self.value > self.bound * (1 + _PRUNE_TOLERANCE) + _PRUNE_TOLERANCE:
+            self.value = INF  # only plans within the bound were looked for
+        return self.value
 
     # -- decisions -------------------------------------------------------------------------------
     def _ca_ops(self, a: int, b: int, m: int, d: int, out: list) -> None:
-        """Append the computations of ``CA[a][b][m][d]`` (recursively along its choices)."""
+        """Append the computations of ``CA[a][b][m][d]`` (along its choices)."""
         beta = self.beta
-        c = int(self.CAc[a, b, m, d])
-        if c == _NONE:  # pragma: no cover - the caller reads finite values only
-            raise AssertionError(f"pofo: no CA choice for {a}..{b} at {m},{d}")
-        if a == b:
-            out += [("F_all", a), ("B", a)]
-            return
-        if c == _F_ALL:
-            eps_b = float(self._idle(np.float64(self.own_b[a] - m + d)))
-            d1 = int(_ceil(np.array([d - beta * (self.bt[a] + eps_b)]))[0]) if beta > 0 else 0
-            out.append(("F_all", a))
-            self._ca_ops(a + 1, b, m - self.s[a], d1, out)
-            out.append(("B", a))
-            return
-        j = c
-        t2 = float(self.CA[a, j - 1, m, d])
-        d1 = int(_ceil(np.array([d - beta * t2]))[0]) if beta > 0 else 0
-        out.append(("F_ck", a))
-        out += [("F_n", k) for k in range(a + 1, j)]
-        self._ca_ops(j, b, m - self.x[j], d1, out)
-        self._ca_ops(a, j - 1, m, d, out)
+        stack: list[tuple] = [(a, b, m, d)]
+        while stack:
+            item = stack.pop()
+            if len(item) == 2:  # an operation
+                out.append(item)
+                continue
+            a, b, m, d = item
+            c = int(self._ca_choice(a, b)[m, d])
+            if c == _NONE:  # pragma: no cover - the caller reads finite values only
+                raise AssertionError(f"pofo: no CA choice for {a}..{b} at {m},{d}")
+            if a == b:
+                out += [("F_all", a), ("B", a)]
+                continue
+            if c == _F_ALL:
+                eps_b = float(self._idle(np.float64(self.own_b[a] - m + d)))
+                d1 = int(_ceil(np.array([d - beta * (self.bt[a] + eps_b)]))[0]) if beta > 0 else 0
+                out.append(("F_all", a))
+                stack += [("B", a), (a + 1, b, m - self.s[a], d1)]
+                continue
+            j = c
+            t2 = float(self._ca(a, j - 1)[m, d])
+            d1 = int(_ceil(np.array([d - beta * t2]))[0]) if beta > 0 else 0
+            out.append(("F_ck", a))
+            out += [("F_n", k) for k in range(a + 1, j)]
+            stack += [(a, j - 1, m, d), (j, b, m - self.x[j], d1)]
+
+    def _choice_at(self, a: int, kind: int, state: int) -> int:
+        """The decision kept for a forward state (``_NONE`` if it was not reached)."""
+        S = self.states[a][kind]
+        if S is None:
+            return _NONE
+        at = int(np.searchsorted(S, state))
+        if at == len(S) or S[at] != state:
+            return _NONE
+        return int(self.choice[a][kind][at])
 
     def plan(self) -> FractionalPlan:
         """The decisions of ``OC[0][x[0]][0][0][0]`` (call after a finite :meth:`solve`)."""
-        beta, C, L = self.beta, self.C, self.L
+        beta, C, L, D = self.beta, self.C, self.L, self.D
         plan = FractionalPlan()
         a, kind, K, F, B = 0, 0, 0, 0, 0
         backs: list[tuple[list, str | None]] = []  # per segment: its backward ops, prefetched T
         while True:
-            c = int(self.OCc[a][kind][K, F, B])
+            c = self._choice_at(a, kind, (K * D + F) * D + B)
             if c == _NONE:  # pragma: no cover - the forward pass reached every state visited here
                 raise AssertionError(f"pofo: no OC choice at stage {a}, state {(K, F, B)}")
             t = self._t_size(a, kind)
@@ -450,7 +677,7 @@ class FractionalDP:
                 lem = max(needs[i] - beta * (fp[a + i] - fp[a]) for i in range(len(needs)))
                 eps_f = float(self._idle(np.float64(lem - avail + F)))
                 window = fp[j] - fp[a]
-                d_back = float(self.CA[a, j - 1, avail, B])
+                d_back = float(self._ca(a, j - 1)[avail, B])
                 plan.sequence.append(("F_ck", a))
                 plan.sequence += [("F_n", k) for k in range(a + 1, j)]
                 back = []

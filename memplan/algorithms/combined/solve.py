@@ -1,8 +1,8 @@
-"""``pofo``: the fastest schedule of the combined model (papers/000, docs/combined.md).
+"""``pofo``: the fastest schedule of the combined model (Efficient Combination of Rematerialization and Offloading, NeurIPS 2021; docs/combined.md).
 
 It returns the fastest of four valid combined schedules:
 
-* ``frac``: the dynamic program of Theorem 1 of papers/000 with Lemma 1's fractional transfers
+* ``frac``: the dynamic program of Theorem 1 of Efficient Combination of Rematerialization and Offloading (NeurIPS 2021) with Lemma 1's fractional transfers
   (:class:`FractionalDP`, NOTE [ pofo fractional recurrences ]), its decisions timed with whole
   tensors by :func:`realize` (its DP value is ``details["frac_value"]``, its simulated makespan
   ``details["frac"]``);
@@ -12,7 +12,19 @@ It returns the fastest of four valid combined schedules:
   ``dynprog``'s (every forward ``F_all``).
 
 Each is a schedule of the combined model, so the result is never slower than either technique alone;
-which one won is in ``details["source"]``.
+which one won is in ``details["source"]``. They are computed in that order (rotor, dynprog, then
+the DPs), so that ``--time-limit`` (a :class:`~memplan.algorithms.timeline.Deadline`) returns the
+fastest found by then.
+
+NOTE [ pofo on long chains ]
+----------------------------
+Chains of at most :data:`EXACT_STAGES` stages run the Theorem 1 DP in full, as papers/000 B.4
+does. Longer ones run it on a window (NOTE [ pofo window ]) sized by :data:`WINDOW_WORK` (about 7
+stages at 100 stages, :data:`MIN_WINDOW` from about 300) and only look for plans faster than the
+rotor and dynprog candidates (NOTE [ pofo pruning ]); when one of those already reaches the lower
+bound, the DP does not run at all, and the window DP (a Python recursion) never runs there. The
+DP's tables stay within :data:`TABLE_LIMIT` bytes; a chain that needs more even at the narrowest
+window is refused (InputError, exit 2, naming the limit and the ``--slots`` that fit).
 
 NOTE [ pofo slots auto ]
 ------------------------
@@ -34,13 +46,15 @@ from memplan.algorithms.base import OffloadPlan, Transfer
 from memplan.algorithms.chain.problem import Chain
 from memplan.algorithms.chain.rotor import chain_min_memory, plan_rotor
 from memplan.algorithms.combined.fractional import MAX_SLOTS as FRACTIONAL_MAX_SLOTS
-from memplan.algorithms.combined.fractional import FractionalDP
+from memplan.algorithms.combined.fractional import FractionalDP, table_bytes
 from memplan.algorithms.combined.pofo import PofoDP
 from memplan.algorithms.combined.realize import plan_peak, realize
 from memplan.algorithms.offload.dynprog import solve_dynprog
+from memplan.algorithms.timeline import Deadline, TimeLimitReached
+from memplan.errors import InputError
 
 DEFAULT_SLOTS = 50
-"""Slots of the pofo DP (papers/000 §5: 50 values are enough in its experiments)."""
+"""Slots of the pofo DP (Efficient Combination of Rematerialization and Offloading (NeurIPS 2021) §5: 50 values are enough in its experiments)."""
 FINE_SLOTS = FRACTIONAL_MAX_SLOTS
 """With ``slots="auto"``, chains of at most :data:`FINE_STAGES` stages also run the Theorem 1 DP
 on its finest grid (NOTE [ pofo slots auto ])."""
@@ -48,6 +62,21 @@ FINE_STAGES = 24
 """The longest chain on which ``slots="auto"`` runs the Theorem 1 DP at :data:`FINE_SLOTS` too:
 0.2-0.4 s more on the bundled profiles of up to 19 stages, 1.5-3.3 s more on resnet101 (36).
 Longer chains run it there only when the 50-slot grid gives no schedule."""
+EXACT_STAGES = 50
+"""Chains of at most this many stages run the Theorem 1 DP in full (every segment, every state
+that may lead to its optimum); longer ones on a window (NOTE [ pofo window ])."""
+WINDOW_WORK = 6_500_000
+"""Entries of the backward tables' recurrences (about ``L window^2 (C + 1)^2 / 2``) that the
+window of a long chain is sized for: a few tenths of a second here; the forward phase, whose
+states the window does not bound, takes most of the DP's time."""
+MIN_WINDOW = 4
+"""The narrowest window (stages of a recomputed segment, the tail aside)."""
+LONG_RETRIES = 3
+"""On chains longer than :data:`EXACT_STAGES`, how many times the Theorem 1 DP runs again with the
+excess of its plan kept aside (one on shorter chains): with hundreds of tensors of about a slot,
+rounding to the nearest slot misses by several slots."""
+TABLE_LIMIT = 2 * 10**9
+"""Bytes the Theorem 1 DP's tables may take; beyond, even at :data:`MIN_WINDOW`, pofo refuses."""
 INF = float("inf")
 WINDOW_STAGES = 16
 """The window DP runs on chains of at most this many stages (or when the Theorem 1 DP finds no
@@ -75,6 +104,7 @@ def solve_pofo(
     offload_instance=None,
     profile=None,
     dynprog_slots: int | str = "auto",
+    deadline: Deadline | None = None,
 ) -> OffloadPlan:
     """Fastest combined schedule found within ``memory`` activation bytes.
 
@@ -86,7 +116,7 @@ def solve_pofo(
     bandwidth : float
         Host<->device bytes/s; 0 forbids transfers.
     slots : int or "auto"
-        Slots of the DPs (2 to 10000). ``"auto"`` (the default): 50 as in papers/000 §5, and on
+        Slots of the DPs (2 to 10000). ``"auto"`` (the default): 50 as in Efficient Combination of Rematerialization and Offloading (NeurIPS 2021) §5, and on
         chains of at most :data:`FINE_STAGES` stages the Theorem 1 DP on its finest grid
         (:data:`FINE_SLOTS`) too, the faster schedule kept (NOTE [ pofo slots auto ]).
     rotor_slots : int or "auto", optional
@@ -101,13 +131,23 @@ def solve_pofo(
         The chain's profile: the realized ``frac`` schedule is then replayed by
         :func:`memplan.simulator.simulate_combined` and dropped (``details["frac_rejected"]``) if the
         replay disagrees (a safety net; the tests check that it never triggers).
+    deadline : Deadline, optional
+        When to stop (``--time-limit``): the candidates are computed rotor first, then dynprog,
+        then the DPs, and the fastest found by then is returned (``details["stopped"]``).
 
     Returns
     -------
     OffloadPlan
         Timed operations (``ops``) and ``claimed_makespan``; ``infeasible`` with ``min_memory`` the
         least budget at which rotor or dynprog fit (a budget at which pofo surely fits) otherwise.
+
+    Raises
+    ------
+    InputError
+        When the Theorem 1 DP's tables would exceed :data:`TABLE_LIMIT` bytes even with the
+        narrowest window (NOTE [ pofo window ]).
     """
+    deadline = deadline or Deadline()
     lower = chain.lower_bound
     peak = chain.store_all_peak()
     candidates: list[tuple[float, str, list[Transfer]]] = []
@@ -115,60 +155,54 @@ def solve_pofo(
     details: dict = {}
     auto = slots == "auto"
     grid = DEFAULT_SLOTS if auto else int(slots)
-    if rotor_slots is not None:
-        rotor = plan_rotor(chain, memory, slots=rotor_slots)
-    elif auto:
-        rotor = plan_rotor(chain, memory)  # rotor's own default grid
-    else:
-        rotor = plan_rotor(chain, memory, slots=grid)
-    if rotor.sequence is not None:
-        candidates.append((rotor.claimed_makespan, "rotor", _timed(chain, rotor.sequence)))
-    if memory - int(chain.x[0]) >= 0:
-        # A plan that moves a tensor lasts at least its offload and its prefetch: when even the
-        # smallest one cannot beat rotor that way, no transfer can help and pofo is rotor.
-        sizes = [int(v) for v in (*chain.x, *chain.s) if v > 0]
-        slowest = INF if bandwidth <= 0 or not sizes else 2 * min(sizes) / (bandwidth / 1000.0)
-        found = []
-        if slowest < (rotor.claimed_makespan if rotor.sequence is not None else INF):
-            # Rounded up at a coarser grid than rotor's, the DP's plan is not worth a third run.
-            finer_rotor = (
-                auto
-                or rotor_slots == "auto"
-                or (isinstance(rotor_slots, int) and rotor_slots > grid)
-            )
-            short = chain.length <= FINE_STAGES
-            found = _fractional_grids(
+    exact = chain.length <= EXACT_STAGES
+    window = None if exact else pofo_window(chain, memory, grid)
+    try:
+        if rotor_slots is not None:
+            rotor = plan_rotor(chain, memory, slots=rotor_slots)
+        elif auto:
+            rotor = plan_rotor(chain, memory)  # rotor's own default grid
+        else:
+            rotor = plan_rotor(chain, memory, slots=grid)
+        if rotor.sequence is not None:
+            candidates.append((rotor.claimed_makespan, "rotor", _timed(chain, rotor.sequence)))
+        if offload_instance is not None and bandwidth > 0:
+            least = min(least, offload_instance.min_memory())
+            plan = solve_dynprog(offload_instance, memory, slots=dynprog_slots, deadline=deadline)
+            if plan.ops is not None:
+                candidates.append((plan.claimed_makespan, "dynprog", list(plan.ops)))
+        best = min((c[0] for c in candidates), default=INF)
+        if memory - int(chain.x[0]) >= 0 and (exact or best > lower * (1 + 1e-12)):
+            _dynamic_programs(
                 chain,
                 memory,
                 bandwidth,
-                [grid] + ([FINE_SLOTS] if auto and short else []),
+                grid,
+                auto,
+                rotor,
+                rotor_slots,
                 profile,
                 details,
-                round_up=not finer_rotor,
-                fallback=FINE_SLOTS if auto and not short else None,
+                candidates,
+                window,
+                deadline,
             )
-            candidates += found
-        # The window DP: on short chains (cheap there), or when the Theorem 1 DP gave nothing.
-        if chain.length <= WINDOW_STAGES or not found:
-            dp = PofoDP(chain, memory, bandwidth, grid)
-            value = dp.solve()
-            details["dp"] = value
-            if value < float("inf"):
-                candidates.append((value, "dp", dp.schedule()))
-    if offload_instance is not None and bandwidth > 0:
-        least = min(least, offload_instance.min_memory())
-        plan = solve_dynprog(offload_instance, memory, slots=dynprog_slots)
-        if plan.ops is not None:
-            candidates.append((plan.claimed_makespan, "dynprog", list(plan.ops)))
+    except TimeLimitReached:
+        details["stopped"] = "time limit"
+    if window is not None:
+        details["window"] = window
     if not candidates:
+        stopped = "stopped" in details
         return OffloadPlan(
             ops=None,
-            status="infeasible",
+            status="unknown" if stopped else "infeasible",
             lower_bound=lower,
             peak=peak,
-            min_memory=least,
+            min_memory=None if stopped else least,
             slots=grid,
-            message="no combined schedule fits: neither recomputing everything nor offloading "
+            message="the time limit passed before any combined schedule was found"
+            if stopped
+            else "no combined schedule fits: neither recomputing everything nor offloading "
             "every activation does",
         )
     # Ties go to the simpler plan: rotor (no transfers), then dynprog, then the DP's.
@@ -189,6 +223,93 @@ def solve_pofo(
         message=_summary(source, details),
         details=details,
     )
+
+
+def _dynamic_programs(
+    chain: Chain,
+    memory: int,
+    bandwidth: float,
+    grid: int,
+    auto: bool,
+    rotor,
+    rotor_slots,
+    profile,
+    details: dict,
+    candidates: list[tuple[float, str, list[Transfer]]],
+    window: int | None,
+    deadline: Deadline,
+) -> None:
+    """The candidates of the Theorem 1 DP (``frac``) and of the window DP (``dp``), added to
+    ``candidates``. On chains longer than :data:`EXACT_STAGES`, the Theorem 1 DP runs on a
+    ``window`` and only looks for plans faster than the candidates already found (NOTE [ pofo
+    window ]); the window DP does not run there."""
+    # A plan that moves a tensor lasts at least its offload and its prefetch: when even the
+    # smallest one cannot beat rotor that way, no transfer can help and pofo is rotor.
+    sizes = [int(v) for v in (*chain.x, *chain.s) if v > 0]
+    slowest = INF if bandwidth <= 0 or not sizes else 2 * min(sizes) / (bandwidth / 1000.0)
+    found: list[tuple[float, str, list[Transfer]]] = []
+    if slowest < (rotor.claimed_makespan if rotor.sequence is not None else INF):
+        # Rounded up at a coarser grid than rotor's, the DP's plan is not worth a third run.
+        finer_rotor = (
+            auto or rotor_slots == "auto" or (isinstance(rotor_slots, int) and rotor_slots > grid)
+        )
+        short = chain.length <= FINE_STAGES
+        exact = window is None
+        bound = INF if exact else min((c[0] for c in candidates), default=INF)
+        found = _fractional_grids(
+            chain,
+            memory,
+            bandwidth,
+            [grid] + ([FINE_SLOTS] if auto and short else []),
+            profile,
+            details,
+            round_up=not finer_rotor,
+            fallback=FINE_SLOTS if auto and not short and exact else None,
+            window=window,
+            bound=bound,
+            deadline=deadline,
+        )
+        candidates += found
+    # The window DP: on short chains (cheap there), or when the Theorem 1 DP gave nothing.
+    if chain.length <= WINDOW_STAGES or (not found and window is None):
+        dp = PofoDP(chain, memory, bandwidth, grid)
+        value = dp.solve()
+        details["dp"] = value
+        if value < float("inf"):
+            candidates.append((value, "dp", dp.schedule()))
+
+
+def pofo_window(chain: Chain, memory: int, slots: int) -> int:
+    """The window of the Theorem 1 DP on a chain longer than :data:`EXACT_STAGES` (NOTE [ pofo
+    window ]): as wide as :data:`WINDOW_WORK` allows, at least :data:`MIN_WINDOW`, and within
+    :data:`TABLE_LIMIT` bytes of tables (else :class:`InputError`)."""
+    L = chain.length
+    width = _dp_width(chain, memory, slots)
+    work = int(math.sqrt(2 * WINDOW_WORK / (L * width * width)))
+    window = max(MIN_WINDOW, min(L, work))
+    while window > MIN_WINDOW and table_bytes(L, window, width) > TABLE_LIMIT:
+        window -= 1
+    need = table_bytes(L, window, width)
+    if need > TABLE_LIMIT:
+        most = slots
+        while most > 2 and table_bytes(L, window, _dp_width(chain, memory, most)) > TABLE_LIMIT:
+            most -= 1
+        hint = (
+            f"use --slots {most} or fewer"
+            if most < slots
+            and table_bytes(L, window, _dp_width(chain, memory, most)) <= TABLE_LIMIT
+            else "use rotor or dynprog"
+        )
+        raise InputError(
+            f"pofo: the DP tables for {L} stages would take {need / 1e9:.3g} GB at {slots} slots, "
+            f"above the limit of {TABLE_LIMIT / 1e9:g} GB; {hint}"
+        )
+    return window
+
+
+def _dp_width(chain: Chain, memory: int, slots: int) -> int:
+    """``C + 1`` of :class:`FractionalDP` at ``slots`` (its tables are ``(C + 1)^2`` per pair)."""
+    return FractionalDP(chain, memory, 1.0, slots).W
 
 
 def _summary(source: str, details: dict) -> str:
@@ -214,6 +335,9 @@ def _fractional_grids(
     *,
     round_up: bool = True,
     fallback: int | None = None,
+    window: int | None = None,
+    bound: float = INF,
+    deadline: Deadline | None = None,
 ) -> list[tuple[float, str, list[Transfer]]]:
     """:func:`_fractional` on each grid; the fastest realized schedule (the first on ties).
 
@@ -226,7 +350,18 @@ def _fractional_grids(
     grids = list(grids)
     for grid in grids:
         own: dict = {}
-        found = _fractional(chain, memory, bandwidth, grid, profile, own, round_up=round_up)
+        found = _fractional(
+            chain,
+            memory,
+            bandwidth,
+            grid,
+            profile,
+            own,
+            round_up=round_up,
+            window=window,
+            bound=bound,
+            deadline=deadline,
+        )
         if best_details is None or (found and (not best or found[0][0] < best[0][0] - 1e-9)):
             best_details = own
             best = found or best
@@ -248,22 +383,37 @@ def _fractional(
     details: dict,
     *,
     round_up: bool = True,
+    window: int | None = None,
+    bound: float = INF,
+    deadline: Deadline | None = None,
 ) -> list[tuple[float, str, list[Transfer]]]:
     """The fractional DP's value and its whole-tensor realization (a candidate, if it replays).
 
     Roundings (docs/algorithms.md, pofo): sizes rounded to the nearest slot with 2% of the slots
     kept aside (less lost to rounding; the realization checks the bytes exactly); if that plan
-    needs more bytes than the budget, once more with the excess kept aside too; then, if
+    needs more bytes than the budget, once more with the excess kept aside too (on a ``window``,
+    a long chain of many small tensors, up to :data:`LONG_RETRIES` times); then, if
     ``round_up``, sizes rounded up (the DP's plan then fits by construction).
     """
     margin = max(1, round(0.02 * slots))
+    retries = 1 if window is None else LONG_RETRIES
     attempts: list[int | None] = [margin]  # a margin (nearest rounding), None: rounded up
     if round_up:
         attempts.append(None)
     while attempts:
         margin = attempts.pop(0)
         nearest = margin is not None
-        dp = FractionalDP(chain, memory, bandwidth, slots, nearest=nearest, margin=margin or 0)
+        dp = FractionalDP(
+            chain,
+            memory,
+            bandwidth,
+            slots,
+            nearest=nearest,
+            margin=margin or 0,
+            window=window,
+            bound=bound,
+            deadline=deadline,
+        )
         value = dp.solve()
         details["frac_value"] = value
         details["frac_slots"] = dp.slots
@@ -273,7 +423,8 @@ def _fractional(
         plan = dp.plan()
         need = plan_peak(chain, plan.sequence, plan.offloads, plan.prefetches)
         if need is None or need > memory:
-            if nearest and margin == max(1, round(0.02 * slots)) and need is not None:
+            if nearest and retries > 0 and need is not None:
+                retries -= 1
                 attempts.insert(0, margin + int(math.ceil((need - memory) / dp.unit)) + 1)
             continue
         ops = realize(chain, plan.sequence, plan.offloads, plan.prefetches, memory, bandwidth)

@@ -1,4 +1,4 @@
-"""The join family (papers/003): its options and algorithms, declared once.
+"""The join family (Optimal Memory-aware Backpropagation of Deep Join Networks, Phil. Trans. R. Soc. A 2020): its options and algorithms, declared once.
 
 One adapter per algorithm, as in every family (:mod:`memplan.algorithms.chain.entries`); the
 join solvers (:mod:`.solve`) return finished schedules.
@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from memplan.algorithms.base import AlgorithmInfo, Family, SolveRequest
-from memplan.algorithms.options import slots_option
+from memplan.algorithms.options import slots_option, time_limit_option
 from memplan.profile.model import Profile
 from memplan.schedule import Schedule
 
@@ -26,6 +26,7 @@ class JoinOptions:
     """Options of the join family (``slots``: the chain model of non-uniform profiles)."""
 
     slots: int = slots_option(DEFAULT_SLOTS, MAX_SLOTS)
+    time_limit: float | None = time_limit_option(None)
 
 
 def solve_join(profile: Profile, request: SolveRequest) -> Schedule:
@@ -97,7 +98,7 @@ FAMILY = Family(
         AlgorithmInfo(
             name="join",
             exact=True,
-            needs="join profile (branches + turn); --slots if not uniform",
+            needs="join profile (branches + turn); --slots if not uniform; --time-limit",
             summary="optimal canonical schedule of k chains joined by the loss (Opt_join DP; "
             "exact in slots for uniform profiles, rotor segments otherwise)",
             short="optimal canonical schedule (Opt_join)",

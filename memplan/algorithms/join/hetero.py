@@ -1,4 +1,4 @@
-"""Join networks with heterogeneous stages: the canonical-form DP of papers/003 on docs/model.md.
+"""Join networks with heterogeneous stages: the canonical-form DP of Optimal Memory-aware Backpropagation of Deep Join Networks (Phil. Trans. R. Soc. A 2020) on docs/model.md.
 
 The generalization the paper points to (footnote 1, Section 5): branches whose stages have their
 own times and sizes, memory in bytes. Every branch follows the chain model of docs/model.md
@@ -44,7 +44,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from memplan.algorithms.chain import rotor
+from memplan.algorithms.chain.least_memory import least_memory_sequence, least_memory_tables
 from memplan.algorithms.chain.problem import Chain
+from memplan.algorithms.timeline import Deadline
 from memplan.profile.model import Profile
 
 JoinOp = tuple[str, int | None, int]
@@ -118,6 +120,27 @@ class JoinNet:
             need = max(need, int(c.x[r] + c.x[r + 1] + c.fo[r]))
         return need
 
+    def forward_needs(self, j: int, dtype: type = np.int64) -> np.ndarray:
+        """``[p, q]``: :meth:`forward_need` of branch ``j`` for every ``p < q <= l_j`` (0 below),
+        by running maxima: ``O(l^2)`` instead of ``O(l)`` per pair."""
+        c = self.chains[j]
+        length = c.length
+        x, fo = c.x.tolist(), c.fo.tolist()
+        table = np.zeros((length + 1, length + 1), dtype=dtype)
+        for p in range(length):
+            need = x[p + 1] + fo[p]
+            row = [need]
+            for r in range(p + 1, length):
+                need = max(need, x[r] + x[r + 1] + fo[r])
+                row.append(need)
+            table[p, p + 1 :] = row
+        return table
+
+    def exact_int64(self) -> bool:
+        """Whether every sum of this net's sizes stays exact in int64."""
+        total = sum(c.total_bytes for c in self.chains)
+        return total + self.s_turn + self.fo_turn + self.bo_turn + self.g_turn < 2**62
+
     # ------------------------------------------------------------------ plans
     def store_all(self) -> list[JoinOp]:
         plan: list[JoinOp] = []
@@ -189,6 +212,28 @@ def _states(shape: tuple[int, ...]) -> list[tuple[tuple[int, ...], tuple[int, ..
     return found
 
 
+class _StateIndex:
+    """Dense ids of the states ``(p, flags)``: ``(sum_j p_j stride_j) << k`` plus the flag bits
+    (bit ``j`` for branch ``j``), so that the states that move branch ``j`` to ``q = a+1 .. l_j``
+    have ids in an arithmetic progression (gathered at once)."""
+
+    def __init__(self, shape: tuple[int, ...]) -> None:
+        self.k = len(shape)
+        self.strides = [math.prod(shape[j + 1 :]) for j in range(self.k)]
+        self.size = math.prod(shape) << self.k
+
+    def id(self, p: tuple[int, ...], flags: tuple[int, ...]) -> int:
+        position = sum(pj * stride for pj, stride in zip(p, self.strides, strict=True))
+        return (position << self.k) | sum(f << j for j, f in enumerate(flags))
+
+    def moved(
+        self, p: tuple[int, ...], flags: tuple[int, ...], j: int, targets: np.ndarray, flag: int
+    ) -> np.ndarray:
+        """Ids of ``(p[j <- q], flags[j <- flag])`` for every ``q`` of ``targets``."""
+        base = self.id(p[:j] + (0,) + p[j + 1 :], flags[:j] + (flag,) + flags[j + 1 :])
+        return base + ((targets * self.strides[j]) << self.k)
+
+
 class HeteroJoin:
     """The DP of NOTE [ heterogeneous join recurrences ] on a (rounded) join net.
 
@@ -198,7 +243,7 @@ class HeteroJoin:
     segments run after them.
     """
 
-    def __init__(self, net: JoinNet, capacity: int) -> None:
+    def __init__(self, net: JoinNet, capacity: int, deadline: Deadline | None = None) -> None:
         self.net = net
         self.capacity = capacity
         self.k = len(net.chains)
@@ -207,20 +252,27 @@ class HeteroJoin:
         self.tables = [
             rotor.dense_table(c, capacity, c.x, c.s, c.g, c.fo, c.bo) for c in net.chains
         ]
-        self.index: dict[tuple, int] = {}
+        self.fneeds = [net.forward_needs(j) for j in range(self.k)]
+        self.ids = _StateIndex(self.shape)
         states = _states(self.shape)
-        for n, state in enumerate(states):
-            self.index[state] = n
+        self.row = np.full(self.ids.size, -1, dtype=np.int64)  # dense id -> row of the tables
+        for n, (p, flags) in enumerate(states):
+            self.row[self.ids.id(p, flags)] = n
         self.value = np.full((len(states), width), INF)
         self.branch = np.full((len(states), width), _NONE, dtype=np.int16)
         self.target = np.zeros((len(states), width), dtype=np.int16)  # q, or 0 for F_all
+        deadline = deadline or Deadline()
         for p, flags in states:
+            deadline.check()
             self._fill(p, flags)
+
+    def _index(self, p: tuple[int, ...], flags: tuple[int, ...]) -> int:
+        return int(self.row[self.ids.id(p, flags)])
 
     def _fill(self, p: tuple[int, ...], flags: tuple[int, ...]) -> None:
         net, width = self.net, self.capacity + 1
         gT = net.g_turn
-        idx = self.index[(p, flags)]
+        idx = self._index(p, flags)
         val, br, tg = self.value[idx], self.branch[idx], self.target[idx]
         starts = [int(c.x[p[j]]) * flags[j] for j, c in enumerate(net.chains)]
         held = sum(starts)
@@ -232,6 +284,7 @@ class HeteroJoin:
             return
         grads = [int(c.g[p[j]]) for j, c in enumerate(net.chains)]
         total_g = sum(grads)
+        memory = np.arange(width)
         for j, c in enumerate(net.chains):
             a = p[j]
             if a == c.length:
@@ -247,40 +300,35 @@ class HeteroJoin:
             )
             if need < width:
                 sub = self.value[
-                    self.index[(p[:j] + (a + 1,) + p[j + 1 :], flags[:j] + (0,) + flags[j + 1 :])]
+                    self._index(p[:j] + (a + 1,) + p[j + 1 :], flags[:j] + (0,) + flags[j + 1 :])
                 ]
                 shift = mine + s
                 cand = np.full(width, INF)
                 cand[need:] = sub[need - shift : width - shift] + float(c.ft[a] + c.bt[a])
                 better = cand < val
                 val[better], br[better], tg[better] = cand[better], j, 0
-            # (b) F_ck a, F_n .. up to the checkpoint x[q], q = a+1 .. l_j
-            opt = self.tables[j].opt
-            sub_flags = flags[:j] + (1,) + flags[j + 1 :]
-            forward = 0.0
-            fneed = 0
-            for q in range(a + 1, c.length + 1):
-                forward += float(c.ft[q - 1])
-                r = q - 1
-                step = int(c.x[a + 1] + c.fo[a]) if r == a else int(c.x[r] + c.x[r + 1] + c.fo[r])
-                fneed = max(fneed, step)
-                seg = mine + others  # held while rotor runs the segment a..q-1
-                need = max(held + gT + fneed, mine, seg)
-                if need >= width:
-                    continue
-                sub = self.value[self.index[(p[:j] + (q,) + p[j + 1 :], sub_flags)]]
-                cand = np.full(width, INF)
-                cand[need:] = (
-                    forward
-                    + sub[need - mine : width - mine]
-                    + opt[a, q - 1, need - seg : width - seg]
-                )
-                better = cand < val
-                val[better], br[better], tg[better] = cand[better], j, q
+            # (b) F_ck a, F_n .. up to the checkpoint x[q], q = a+1 .. l_j, every q at once
+            seg = mine + others  # held while rotor runs the segment a..q-1
+            targets = np.arange(a + 1, c.length + 1)
+            needs = np.maximum(np.maximum(held + gT + self.fneeds[j][a, a + 1 :], mine), seg)
+            keep = needs < width
+            if not keep.any():
+                continue
+            targets, needs = targets[keep], needs[keep]
+            forward = np.cumsum(c.ft[a:])[targets - a - 1]  # sum ft[a..q-1], as a running sum
+            rows = self.row[self.ids.moved(p, flags, j, targets, 1)]
+            subs = self.value[rows][:, np.clip(memory - mine, 0, width - 1)]
+            opts = self.tables[j].opt[a, targets - 1][:, np.clip(memory - seg, 0, width - 1)]
+            cand = forward[:, None] + subs + opts
+            cand[memory[None, :] < needs[:, None]] = INF
+            pick = cand.argmin(axis=0)
+            low = cand[pick, memory]
+            better = low < val
+            val[better], br[better], tg[better] = low[better], j, targets[pick[better]]
 
     def opt(self, m: int) -> float:
         """Least time of the whole join within ``m`` slots (the branch inputs included)."""
-        top = self.index[((0,) * self.k, (1,) * self.k)]
+        top = self._index((0,) * self.k, (1,) * self.k)
         return float(self.value[top, m]) if 0 <= m <= self.capacity else INF
 
     def sequence(self, m: int) -> list[JoinOp]:
@@ -298,7 +346,7 @@ class HeteroJoin:
                 plan += [(op, j, k) for op, k in self.tables[j].plan(a, b, budget)]
                 continue
             _, p, flags, budget = item
-            idx = self.index[(p, flags)]
+            idx = self._index(p, flags)
             j = int(self.branch[idx, budget])
             if j == _TURN:
                 plan.append(("turn", None, 0))
@@ -326,7 +374,7 @@ class HeteroJoin:
 _LEAST: dict[tuple, tuple[int, list[JoinOp]]] = {}
 
 
-def min_memory_plan(net: JoinNet) -> tuple[int, list[JoinOp]]:
+def min_memory_plan(net: JoinNet, deadline: Deadline | None = None) -> tuple[int, list[JoinOp]]:
     """:func:`least_memory_plan`, remembered for the last few nets (info and solve share it)."""
     key = tuple(
         tuple(np.concatenate([c.x, c.s, c.g, c.fo, c.bo]).tolist())
@@ -336,44 +384,34 @@ def min_memory_plan(net: JoinNet) -> tuple[int, list[JoinOp]]:
     if key not in _LEAST:
         if len(_LEAST) >= 8:
             _LEAST.pop(next(iter(_LEAST)))
-        _LEAST[key] = least_memory_plan(net)
+        _LEAST[key] = least_memory_plan(net, deadline)
     return _LEAST[key]
 
 
-def least_memory_plan(net: JoinNet) -> tuple[int, list[JoinOp]]:
+def least_memory_plan(net: JoinNet, deadline: Deadline | None = None) -> tuple[int, list[JoinOp]]:
     """Least activation bytes of a canonical plan (exact, no slots), and that plan.
 
     The recurrences of :class:`HeteroJoin` with max/min instead of sum/min, the segments solved
-    by rotor's own least-memory plan.
+    by the chain's own least-memory plan (one table per branch for all its segments,
+    :func:`least_memory_tables`), the checkpoints of one branch compared at once.
     """
     k = len(net.chains)
     shape = tuple(c.length + 1 for c in net.chains)
-    seg: dict[tuple[int, int, int], tuple[int, list[tuple[str, int]]]] = {}
-
-    def segment(j: int, a: int, b: int) -> tuple[int, list[tuple[str, int]]]:
-        key = (j, a, b)
-        if key not in seg:
-            c = net.chains[j]
-            sub = Chain(
-                c.x[a : b + 2],
-                c.s[a : b + 1],
-                c.g[a : b + 2],
-                c.fo[a : b + 1],
-                c.bo[a : b + 1],
-                c.ft[a : b + 1],
-                c.bt[a : b + 1],
-            )
-            total, plan = rotor.least_memory_plan(sub)
-            seg[key] = (total - int(c.x[a]), [(op, st + a) for op, st in plan])
-        return seg[key]
-
-    need: dict[tuple, tuple[int, tuple]] = {}
+    dtype = np.int64 if net.exact_int64() else object
+    tables = [least_memory_tables(c) for c in net.chains]  # need[a, b] beyond x[a], pick[a, b]
+    fneeds = [net.forward_needs(j, dtype) for j in range(k)]
+    ids = _StateIndex(shape)
+    need = np.zeros(ids.size, dtype=dtype)
+    how: dict[int, tuple] = {}
     gT = net.g_turn
+    deadline = deadline or Deadline()
     for p, flags in _states(shape):
+        deadline.check()
+        here = ids.id(p, flags)
         starts = [int(c.x[p[j]]) * flags[j] for j, c in enumerate(net.chains)]
         held = sum(starts)
         if all(p[j] == net.chains[j].length for j in range(k)):
-            need[(p, flags)] = (held + net.turn_need(), ("turn",))
+            need[here], how[here] = held + net.turn_need(), ("turn",)
             continue
         grads = [int(c.g[p[j]]) for j, c in enumerate(net.chains)]
         best: tuple[int, tuple] | None = None
@@ -384,25 +422,27 @@ def least_memory_plan(net: JoinNet) -> tuple[int, list[JoinOp]]:
             others = sum(grads) - grads[j]
             mine = starts[j]
             s = int(c.s[a])
-            nxt = (p[:j] + (a + 1,) + p[j + 1 :], flags[:j] + (0,) + flags[j + 1 :])
+            nxt = ids.id(p[:j] + (a + 1,) + p[j + 1 :], flags[:j] + (0,) + flags[j + 1 :])
             n_a = max(
                 held + gT + s + int(c.fo[a]),
-                mine + s + need[nxt][0],
+                mine + s + int(need[nxt]),
                 mine + s + others + int(c.g[a + 1] + c.g[a] + c.bo[a]),
             )
             if best is None or n_a < best[0]:
                 best = (n_a, ("F_all", j))
-            for q in range(a + 1, c.length + 1):
-                nxt = (p[:j] + (q,) + p[j + 1 :], flags[:j] + (1,) + flags[j + 1 :])
-                n_b = max(
-                    held + gT + net.forward_need(j, a, q),
-                    mine + need[nxt][0],
-                    mine + others + segment(j, a, q - 1)[0],
-                )
-                if n_b < best[0]:
-                    best = (n_b, ("ck", j, q))
+            targets = np.arange(a + 1, c.length + 1)
+            n_b = np.maximum(
+                np.maximum(
+                    held + gT + fneeds[j][a, a + 1 :],
+                    mine + need[ids.moved(p, flags, j, targets, 1)],
+                ),
+                mine + others + tables[j][0][a, a : c.length],
+            )
+            r = int(np.argmin(n_b))
+            if n_b[r] < best[0]:
+                best = (int(n_b[r]), ("ck", j, a + 1 + r))
         assert best is not None
-        need[(p, flags)] = best
+        need[here], how[here] = best
     plan: list[JoinOp] = []
     stack: list[tuple] = [("solve", (0,) * k, (1,) * k)]
     while stack:
@@ -411,11 +451,11 @@ def least_memory_plan(net: JoinNet) -> tuple[int, list[JoinOp]]:
             plan += item[1]
             continue
         _, p, flags = item
-        how = need[(p, flags)][1]
-        if how[0] == "turn":
+        decision = how[ids.id(p, flags)]
+        if decision[0] == "turn":
             plan.append(("turn", None, 0))
-        elif how[0] == "F_all":
-            j = how[1]
+        elif decision[0] == "F_all":
+            j = decision[1]
             a = p[j]
             plan.append(("F_all", j, a))
             stack.append(("ops", [("B", j, a)]))
@@ -423,10 +463,11 @@ def least_memory_plan(net: JoinNet) -> tuple[int, list[JoinOp]]:
                 ("solve", p[:j] + (a + 1,) + p[j + 1 :], flags[:j] + (0,) + flags[j + 1 :])
             )
         else:
-            _, j, q = how
+            _, j, q = decision
             a = p[j]
             plan.append(("F_ck", j, a))
             plan += [("F_n", j, r) for r in range(a + 1, q)]
-            stack.append(("ops", [(op, j, st) for op, st in segment(j, a, q - 1)[1]]))
+            segment = least_memory_sequence(tables[j][1], a, q - 1)
+            stack.append(("ops", [(op, j, st) for op, st in segment]))
             stack.append(("solve", p[:j] + (q,) + p[j + 1 :], flags[:j] + (1,) + flags[j + 1 :]))
-    return need[((0,) * k, (1,) * k)][0], plan
+    return int(need[ids.id((0,) * k, (1,) * k)]), plan

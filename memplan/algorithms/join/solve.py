@@ -3,7 +3,7 @@
 A profile whose branches are *uniform* (docs/join.md: every branch input, stage output, saved
 tensor and gradient of one size ``s``, no overheads, one forward time ``u_f`` and one backward time
 ``u_b`` on every branch stage) is solved in the paper's pebble model with ``c = (M - static) // s``
-slots, exactly as papers/003 (``join_model: pebble``). Any other join profile is solved in the
+slots, exactly as Optimal Memory-aware Backpropagation of Deep Join Networks (Phil. Trans. R. Soc. A 2020) (``join_model: pebble``). Any other join profile is solved in the
 chain model of docs/model.md on every branch (``join_model: chain``), memory discretized in
 ``--slots`` (NOTE [ heterogeneous join recurrences ] in :mod:`memplan.algorithms.join.hetero`).
 """
@@ -15,6 +15,7 @@ import time
 from dataclasses import dataclass
 
 from memplan.algorithms.base import SolveRequest
+from memplan.algorithms.timeline import Deadline, TimeLimitReached
 from memplan.errors import InputError
 from memplan.profile.model import Profile
 from memplan.schedule import Budget, Op, ProfileRef, Schedule, SolverInfo
@@ -100,7 +101,7 @@ def _schedule(
             feasible=False,
             solver=SolverInfo(
                 seconds=time.perf_counter() - started,
-                status="infeasible",
+                status="unknown" if status == "unknown" else "infeasible",
                 slots=slots,
                 message=message,
             ),
@@ -183,9 +184,23 @@ def _join_chain(profile: Profile, request: SolveRequest, started: float) -> Sche
     from memplan.algorithms.join.hetero import HeteroJoin, JoinNet, min_memory_plan
 
     slots = request.options.slots
+    deadline = Deadline.after(request.options.time_limit)
     net = JoinNet.from_profile(profile)
     budget = request.memory - request.static_memory
-    least, least_plan = min_memory_plan(net)
+    try:
+        least, least_plan = min_memory_plan(net, deadline)
+    except TimeLimitReached:
+        return _schedule(
+            profile,
+            request,
+            "join",
+            "chain",
+            None,
+            status="unknown",
+            message="the time limit passed before the least-memory canonical plan was found",
+            started=started,
+            slots=slots,
+        )
     common = dict(started=started, slots=slots, min_memory=request.static_memory + least)
     if budget < least:
         return _schedule(
@@ -219,12 +234,21 @@ def _join_chain(profile: Profile, request: SolveRequest, started: float) -> Sche
             f"--slots {slots}: the join table for branches of {list(net.lengths)} stages would "
             f"take {table_bytes / 1e9:.1f} GB; use --slots {most} or fewer"
         )
-    dp = HeteroJoin(rounded, capacity)
-    value, plan = dp.opt(capacity), None
-    if math.isfinite(value):
-        plan = dp.sequence(capacity)
-    fallback = net.makespan(least_plan)
-    if plan is None or fallback < value:
+    value, plan = math.inf, None
+    message = (
+        "the slot grid is too coarse near the least memory: returned the least-memory canonical "
+        "plan (raise --slots for a faster one)"
+    )
+    try:
+        dp = HeteroJoin(rounded, capacity, deadline)
+        value = dp.opt(capacity)
+        if math.isfinite(value):
+            plan = dp.sequence(capacity)
+    except TimeLimitReached:
+        message = (
+            "the time limit passed during the join DP: returned the least-memory canonical plan"
+        )
+    if plan is None or net.makespan(least_plan) < value:
         return _schedule(
             profile,
             request,
@@ -232,8 +256,7 @@ def _join_chain(profile: Profile, request: SolveRequest, started: float) -> Sche
             "chain",
             least_plan,
             status="feasible",
-            message="the slot grid is too coarse near the least memory: returned the "
-            "least-memory canonical plan (raise --slots for a faster one)",
+            message=message,
             **common,
         )
     return _schedule(

@@ -98,6 +98,7 @@ from memplan.algorithms.offload.common import infeasible_plan, plan_from_set
 from memplan.algorithms.offload.greedy import greedy_set
 from memplan.algorithms.offload.model import OffloadInstance
 from memplan.algorithms.offload.nowait import no_wait_makespan
+from memplan.algorithms.timeline import Deadline, TimeLimitReached
 
 DEFAULT_SLOTS = 500
 MAX_REPAIR_RUNS = 2
@@ -112,6 +113,10 @@ work on the bundled profiles and random chains (it would most likely be stopped)
 MAX_LIVE_STATES = 500_000
 """Live states at one stage beyond which a run on a finer grid of ``slots="auto"`` stops."""
 _EPS = 1e-9
+MAX_MOVED = 2**48
+"""Slots the channel moves during one operation, at most: more is the same for every budget below
+it, a safe underestimate above (capacities are rounded down anyway), and the clamped values of up
+to 10,000 stages add up in int64 without overflow."""
 
 
 @dataclass(frozen=True)
@@ -156,8 +161,8 @@ def discretize(
             g=np.floor(inst.g / sigma + _EPS).astype(np.int64),
             ef=np.floor(inst.ef / sigma + _EPS).astype(np.int64),
             eb=np.floor(inst.bo / sigma + _EPS).astype(np.int64),
-            cf=np.ceil(inst.uf * inst.beta / sigma - _EPS).astype(np.int64),
-            cb=np.ceil(inst.ub * inst.beta / sigma - _EPS).astype(np.int64),
+            cf=np.minimum(np.ceil(inst.uf * inst.beta / sigma - _EPS), MAX_MOVED).astype(np.int64),
+            cb=np.minimum(np.ceil(inst.ub * inst.beta / sigma - _EPS), MAX_MOVED).astype(np.int64),
             fo=np.floor(inst.fo / sigma + _EPS).astype(np.int64),
         )
     if bump is None:
@@ -168,7 +173,9 @@ def discretize(
 
     def down_partial(times: np.ndarray) -> np.ndarray:
         sums = np.concatenate(([0.0], np.cumsum(times * inst.beta)))
-        return np.diff(np.floor(sums / sigma * (1 + _EPS) + _EPS)).astype(np.int64)
+        moved = np.diff(np.floor(sums / sigma * (1 + _EPS) + _EPS))
+        # A 1e12 ms operation at 1e14 B/s moves 1e23 bytes, beyond int64 (MAX_MOVED).
+        return np.minimum(moved, MAX_MOVED).astype(np.int64)
 
     partial = np.concatenate(([0], np.cumsum(inst.a)))
     a = np.diff(np.ceil(partial / sigma - _EPS)).astype(np.int64) + bump
@@ -276,6 +283,7 @@ def run_dp(
     pruning: bool = True,
     work_limit: int | None = None,
     state_limit: int | None = None,
+    deadline: Deadline | None = None,
 ) -> DPResult:
     """Algorithm 1 on a slot instance: the least total idle time and its offloaded set.
 
@@ -293,6 +301,8 @@ def run_dp(
         a run is about proportional to that sum (``work``), whatever the machine.
     state_limit : int, optional
         Stop (``aborted``) once more states than this are live at one stage (memory).
+    deadline : Deadline, optional
+        Checked at every stage (:class:`TimeLimitReached` once it has passed).
 
     Returns
     -------
@@ -306,7 +316,9 @@ def run_dp(
     n_kept, delta_f, delta_b, idle = zero, zero.copy(), zero.copy(), zero.copy()
     tables: list[tuple[np.ndarray, np.ndarray]] = []
     most, work = 1, 0
+    deadline = deadline or Deadline()
     for k in range(n):
+        deadline.check()
         pf = np.maximum(delta_f, 0)
         pb = np.maximum(delta_b, 0)
         # eq. (1): F_k waits until enough backlog of a[0..k-1] has left; a[k] stays for F_k.
@@ -532,6 +544,7 @@ def _solve_grid(
     *,
     spent: int,
     work_limit: int | None,
+    deadline: Deadline | None = None,
 ) -> _GridResult:
     """Algorithm 1 on one grid with the bounded repair loop of NOTE [ offload slot discretization ].
 
@@ -546,7 +559,9 @@ def _solve_grid(
         sl = discretize(inst, memory, slots, bump)
         limit = None if work_limit is None else work_limit - result.work
         states = None if limit is None else MAX_LIVE_STATES
-        found = run_dp(sl, candidates=candidates, work_limit=limit, state_limit=states)
+        found = run_dp(
+            sl, candidates=candidates, work_limit=limit, state_limit=states, deadline=deadline
+        )
         result.runs += 1
         result.work += found.work
         result.states = max(result.states, found.states)
@@ -586,6 +601,7 @@ def solve_dynprog(
     *,
     slots: int | str = "auto",
     candidates: int = 1,
+    deadline: Deadline | None = None,
 ) -> OffloadPlan:
     """DYNPROG (§5.3): Algorithm 1 on slots, repaired to exact bytes, then the no-wait schedule.
 
@@ -604,6 +620,9 @@ def solve_dynprog(
         1 (default): the paper's DYNPROG, the no-wait schedule of the DP's best set. ``K > 1``: the
         refinement ``dynprog-best``: backtrack the ``K`` best final states of the DP and keep the
         set whose real (Problem 1) no-wait schedule is the fastest.
+    deadline : Deadline, optional
+        ``--time-limit``: a grid still running when it passes is dropped, and the sets of the
+        grids done by then compete (GREEDY's set alone if none was; ``details["stopped"]``).
 
     Returns
     -------
@@ -625,12 +644,20 @@ def solve_dynprog(
     runs = work = states = 0
     tried: list[str] = []
     last = 0  # the work of the previous grid
+    stopped = False
     for index, grid in enumerate(grids):
         limit = None if index == 0 else WORK_BUDGET - work
         if limit is not None and GROWTH * last > limit:
             tried.append(f"{grid} (skipped)")
             break
-        found = _solve_grid(inst, memory, grid, candidates, spent=work, work_limit=limit)
+        try:
+            found = _solve_grid(
+                inst, memory, grid, candidates, spent=work, work_limit=limit, deadline=deadline
+            )
+        except TimeLimitReached:
+            tried.append(f"{grid} (time limit)")
+            stopped = True
+            break
         last = found.work
         runs += found.runs
         work += found.work
@@ -640,14 +667,18 @@ def solve_dynprog(
             break
         pool += [(m, v, found) for m, v in zip(found.sets, found.values, strict=True)]
     details: dict = {"dp_runs": runs, "dp_work": work, "dp_states": states}
-    if auto:
+    if auto or stopped:
         details["grids"] = ", ".join(tried)
+    if stopped:
+        details["stopped"] = "time limit"
     if not pool:
         where = f"the grids tried ({details['grids']})" if auto else f"the {reported}-slot grid"
         message = (
             f"no offloading set fits on {where}; using GREEDY's set "
             "(a finer --slots may find a faster plan)"
         )
+        if stopped and not any(not t.endswith("(time limit)") for t in tried):
+            message = "the time limit passed during the first grid; using GREEDY's set"
         return plan_from_set(
             inst,
             greedy_set(inst, memory),

@@ -1,4 +1,4 @@
-"""The offloading family (papers/004): its options and algorithms, declared once.
+"""The offloading family (Optimal GPU-CPU Offloading Strategies, Euro-Par 2020): its options and algorithms, declared once.
 
 One adapter per algorithm, as in every family (:mod:`memplan.algorithms.chain.entries`): it
 resolves the bandwidth (the option, else the profile's), runs its solver on the offloading
@@ -12,8 +12,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from memplan.algorithms.base import AlgorithmInfo, Family, SolveRequest
-from memplan.algorithms.options import bandwidth_option, resolve_bandwidth, slots_option
-from memplan.algorithms.timeline import offload_schedule
+from memplan.algorithms.options import (
+    bandwidth_option,
+    resolve_bandwidth,
+    slots_option,
+    time_limit_option,
+)
+from memplan.algorithms.timeline import Deadline, offload_schedule
 from memplan.profile.model import Profile
 from memplan.schedule import Schedule
 
@@ -36,6 +41,7 @@ class OffloadOptions:
         default_text="auto: 500 slots, then finer grids while they are cheap",
     )
     bandwidth: float | None = bandwidth_option()
+    time_limit: float | None = time_limit_option(None)
 
 
 def _instance(profile: Profile, request: SolveRequest) -> tuple[Any, float]:
@@ -61,7 +67,12 @@ def solve_dynprog(profile: Profile, request: SolveRequest) -> Schedule:
     from memplan.algorithms.offload import dynprog
 
     instance, rate = _instance(profile, request)
-    plan = dynprog.solve_dynprog(instance, request.activation_memory, slots=request.options.slots)
+    plan = dynprog.solve_dynprog(
+        instance,
+        request.activation_memory,
+        slots=request.options.slots,
+        deadline=Deadline.after(request.options.time_limit),
+    )
     return offload_schedule(profile, request, plan, rate)
 
 
@@ -75,6 +86,7 @@ def solve_dynprog_best(profile: Profile, request: SolveRequest) -> Schedule:
         request.activation_memory,
         slots=request.options.slots,
         candidates=REFINED_CANDIDATES,
+        deadline=Deadline.after(request.options.time_limit),
     )
     return offload_schedule(profile, request, plan, rate)
 
@@ -117,7 +129,7 @@ FAMILY = Family(
         AlgorithmInfo(
             name="dynprog",
             exact=False,
-            needs="profile, --bandwidth, --slots",
+            needs="profile, --bandwidth, --slots, --time-limit",
             summary="DP optimal with interruptible transfers (Algorithm 1, slots), then no-wait",
             short="DP over the offloaded set (Algorithm 1)",
             reference=OFFLOAD_REFERENCE + ", §5",
@@ -126,7 +138,7 @@ FAMILY = Family(
         AlgorithmInfo(
             name="dynprog-best",
             exact=False,
-            needs="profile, --bandwidth, --slots",
+            needs="profile, --bandwidth, --slots, --time-limit",
             summary=f"dynprog trying its {REFINED_CANDIDATES} best DP sets in the real schedule",
             short="dynprog, its 8 best sets replayed",
             reference="memplan's refinement of " + OFFLOAD_REFERENCE,

@@ -1,4 +1,4 @@
-"""The no-wait, ordered schedule of a given set of offloaded activations (Problem 1 of papers/004).
+"""The no-wait, ordered schedule of a given set of offloaded activations (Problem 1 of Optimal GPU-CPU Offloading Strategies (Euro-Par 2020)).
 
 Every offloading algorithm (greedy, dynprog, vdnn) chooses *which* activations to offload; this
 module turns the choice into a timed schedule with real, non-interruptible transfers (assumptions
@@ -37,6 +37,13 @@ joined by the least idle time ``eps_G`` in between):
   with the bytes already reserved. Each condition is monotone in ``G`` and is inverted exactly on
   the step functions of releases and reservations.
 
+Times: the forward phase is timed forward (each time a float sum of earlier ones); the backward
+phase, built from its end, and the gap are computed in exact arithmetic (integers counting
+``2**-1074`` ms, the spacing of every float) and each time rounded once to the nearest float. In
+floats, the backward times relative to the end lose the precision of the largest of them: a
+backward of 1e12 ms put the operations before it 1e-4 ms off, out of order or not lasting their
+duration at the timing tolerance of the simulator (1e-6 ms).
+
 Cost: ``O(n^2)`` in the worst case (``n`` stages), ``O(n)`` in practice.
 """
 
@@ -48,6 +55,21 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from memplan.algorithms.offload.model import OffloadInstance
+
+_SCALE = 1 << 1074
+"""Exact times are integers in units of ``2**-1074`` ms: every finite float is a whole number of
+them."""
+
+
+def _exact(t: float) -> int:
+    """``t`` (ms) in units of ``2**-1074`` ms, exactly."""
+    num, den = float(t).as_integer_ratio()
+    return num * (_SCALE // den)
+
+
+def _rounded(t: int) -> float:
+    """An exact time as the nearest float (Python's integer division is correctly rounded)."""
+    return t / _SCALE
 
 
 @dataclass
@@ -80,22 +102,39 @@ class NoWaitSchedule:
         return self.b_end[0]
 
     def operations(self) -> list[tuple[str, int, float, float, str, str | None]]:
-        """Every operation as ``(op, stage, start, end, stream, tensor)``, sorted by start.
+        """Every operation as ``(op, stage, start, end, stream, tensor)``, in schedule order.
 
         Transfers name their tensor: ``x[0]`` for the chain input (stage 0), ``s[k]`` for the saved
-        data of stage ``k`` (activation ``a[k+1]``, stage ``k``).
+        data of stage ``k`` (activation ``a[k+1]``, stage ``k``). The order is that of time, and at
+        one time that of execution: the computations in the model's order (every ``F_k``, then
+        every ``B_k`` from the last), the offload of ``a[k]`` after ``F_k``, which reads it (never
+        listed before its reader starts, so that a transfer too short to last an instant does not
+        take ``a[k]`` away from it), the prefetch of ``a[k]`` right before ``B_k``. The combined
+        simulator replays the operations of one instant in this order.
         """
         n = len(self.f_start)
-        ops: list[tuple[str, int, float, float, str, str | None]] = []
-        ops += [("F_all", k, self.f_start[k], self.f_end[k], "compute", None) for k in range(n)]
-        ops += [("B", k, self.b_start[k], self.b_end[k], "compute", None) for k in range(n)]
-        for name, table in (("offload", self.offload), ("prefetch", self.prefetch)):
-            for i, (start, end) in table.items():
-                stage, tensor = activation_tensor(i)
-                ops.append((name, stage, start, end, "transfer", tensor))
-        order = {"F_all": 0, "B": 1, "offload": 2, "prefetch": 3}
-        ops.sort(key=lambda o: (o[2], o[3], order[o[0]], o[1] if o[0] == "F_all" else -o[1]))
-        return ops
+        keyed: list[tuple[tuple[float, float], tuple[str, int, float, float, str, str | None]]]
+        keyed = [
+            ((self.f_start[k], k), ("F_all", k, self.f_start[k], self.f_end[k], "compute", None))
+            for k in range(n)
+        ]
+        keyed += [
+            (
+                (self.b_start[k], 2 * n - 1 - k),
+                ("B", k, self.b_start[k], self.b_end[k], "compute", None),
+            )
+            for k in range(n)
+        ]
+        for i, (start, end) in self.offload.items():
+            stage, tensor = activation_tensor(i)
+            key = (max(start, self.f_start[i]), i + 0.5)
+            keyed.append((key, ("offload", stage, start, end, "transfer", tensor)))
+        for i, (start, end) in self.prefetch.items():
+            stage, tensor = activation_tensor(i)
+            key = (start, 2 * n - 1 - i - 0.5)
+            keyed.append((key, ("prefetch", stage, start, end, "transfer", tensor)))
+        keyed.sort(key=lambda item: item[0])
+        return [op for _, op in keyed]
 
 
 def activation_tensor(i: int) -> tuple[int, str]:
@@ -123,16 +162,16 @@ def no_wait_schedule(
         return None
     b_start, b_end, prefetch = backward
     gap = _gap(inst, d, memory, f_end, offload, releases, b_start, prefetch)
-    shift = f_end[-1] + gap - b_start[-1]  # relative backward times -> real times
+    shift = _exact(f_end[-1]) + gap - b_start[-1]  # relative backward times -> real times
     return NoWaitSchedule(
         offloaded=d,
         f_start=f_start,
         f_end=f_end,
-        b_start=[t + shift for t in b_start],
-        b_end=[t + shift for t in b_end],
+        b_start=[_rounded(t + shift) for t in b_start],
+        b_end=[_rounded(t + shift) for t in b_end],
         offload=offload,
-        prefetch={i: (s + shift, e + shift) for i, (s, e) in prefetch.items()},
-        gap=gap,
+        prefetch={i: (_rounded(s + shift), _rounded(e + shift)) for i, (s, e) in prefetch.items()},
+        gap=_rounded(gap),
     )
 
 
@@ -175,14 +214,16 @@ def _forward(inst: OffloadInstance, d: np.ndarray, memory: int):
 
 
 def _backward(inst: OffloadInstance, d: np.ndarray, memory: int):
-    """Backward phase as late as possible, in times relative to the end of ``B_0`` (time 0)."""
+    """Backward phase as late as possible, in exact times (:func:`_exact`) relative to the end of
+    ``B_0`` (time 0)."""
     n, beta = inst.n, inst.beta
-    a, g, bo, ub = inst.a.tolist(), inst.g.tolist(), inst.bo.tolist(), inst.ub.tolist()
+    a, g, bo = inst.a.tolist(), inst.g.tolist(), inst.bo.tolist()
+    ub = [_exact(t) for t in inst.ub.tolist()]
     kept = inst.kept_prefix(d).tolist()
-    b_start, b_end = [0.0] * n, [0.0] * n
-    prefetch: dict[int, tuple[float, float]] = {}
-    early: list[tuple[float, int]] = []  # prefetches of lower activations, latest index first
-    upper = 0.0
+    b_start, b_end = [0] * n, [0] * n
+    prefetch: dict[int, tuple[int, int]] = {}
+    early: list[tuple[int, int]] = []  # prefetches of lower activations, latest index first
+    upper = 0
     for k in range(n):
         slack = memory - (kept[k] + a[k] + a[k + 1] + g[k + 1] + g[k] + bo[k])
         if slack < 0:
@@ -199,7 +240,7 @@ def _backward(inst: OffloadInstance, d: np.ndarray, memory: int):
         upper = b_start[k]
         if d[k]:
             finish = min(b_start[k], early[0][0]) if early else b_start[k]
-            start = finish - a[k] / beta
+            start = finish - _exact(a[k] / beta)
             prefetch[k] = (start, finish)
             early.insert(0, (start, a[k]))
     return b_start, b_end, prefetch
@@ -212,29 +253,30 @@ def _gap(
     f_end: list[float],
     offload: dict[int, tuple[float, float]],
     releases: dict[int, float],
-    b_start: list[float],
-    prefetch: dict[int, tuple[float, float]],
-) -> float:
-    """The least idle time between the phases (see NOTE [ offload no-wait schedule ])."""
+    b_start: list[int],
+    prefetch: dict[int, tuple[int, int]],
+) -> int:
+    """The least idle time between the phases (see NOTE [ offload no-wait schedule ]), exact: the
+    real (forward) times are floats, the backward ones exact (:func:`_backward`)."""
     n = inst.n
     a, g, fo, bo = inst.a.tolist(), inst.g.tolist(), inst.fo.tolist(), inst.bo.tolist()
     kept = inst.kept_prefix(d).tolist()
-    end_forward, start_backward = f_end[-1], b_start[-1]
+    end_forward, start_backward = _exact(f_end[-1]), b_start[-1]
 
-    def gap_for(real: float, relative: float) -> float:
+    def gap_for(real: float, relative: int) -> int:
         """The gap that puts backward-relative time ``relative`` at real time ``real``."""
-        return real - end_forward - (relative - start_backward)
+        return _exact(real) - end_forward - (relative - start_backward)
 
-    bounds = [0.0]
+    bounds = [0]
     if not offload:
-        return 0.0
+        return 0
     last_offload_end = max(end for _, end in offload.values())
     first_prefetch = min(start for start, _ in prefetch.values())
     bounds.append(gap_for(last_offload_end, first_prefetch))  # (i) one channel, offloads first
     for i, (start, _) in prefetch.items():  # (i) a prefetch starts after the release
         bounds.append(gap_for(releases[i], start))
     # (ii) backwards that start while offloaded bytes are still on the GPU.
-    late = sorted((when, a[i]) for i, when in releases.items() if when > end_forward)
+    late = sorted((when, a[i]) for i, when in releases.items() if when > f_end[-1])
     total = sum(size for _, size in late)
     if total > 0:
         for j in range(n):

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 import memplan
 from memplan.profile.model import Profile
 from memplan.simulator import simulate_chain
-from tests.strategies import chains
+from tests.strategies import chains, extreme_chains
 
 ALGORITHMS = ("store-all", "periodic", "revolve", "rotor")
 OPTIMIZERS = ("none", "sgd", "adam")
@@ -75,3 +75,19 @@ def test_makespan_non_increasing_in_budget(data):
             assert large.makespan <= small.makespan + 1e-9, (
                 f"{where}: makespan {small.makespan} -> {large.makespan}"
             )
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(prof=extreme_chains(), data=st.data())
+def test_extreme_profiles_replay_valid(prof, data):
+    """Denormal and zero times, terabyte sizes: every chain algorithm's plan replays valid within
+    the budget, with the makespan it states."""
+    memory = budget_in(data.draw, prof, 0)
+    for algo in ALGORITHMS:
+        sched = memplan.solve(prof, algo, memory, optimizer="none")
+        if not sched.feasible:
+            assert sched.min_memory is None or sched.min_memory > memory, algo
+            continue
+        result = memplan.simulate(prof, sched)
+        assert result.valid and result.peak_memory <= memory, f"{algo}: {result.violation}"
+        assert math.isclose(result.makespan, sched.makespan, rel_tol=1e-9, abs_tol=1e-9), algo

@@ -29,6 +29,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import memplan
+import memplan.api
 from memplan.algorithms.chain import Chain
 from memplan.algorithms.chain.rotor import dense_table, slot_sizes
 from memplan.algorithms.combined.fractional import MAX_SLOTS, FractionalDP
@@ -193,3 +194,48 @@ def test_without_recomputation_it_is_the_best_offloading(seed, rate):
             assert value == pytest.approx(fluid[0])
         plan = solve_pofo(chain, memory, bandwidth=rate, slots=memory, profile=prof)
         assert plan.claimed_makespan <= real[0] + 1e-6
+
+
+def _solved(chain: Chain, memory: int, rate: float, **kwargs):
+    dp = FractionalDP(chain, memory, rate, 50, nearest=True, margin=1, **kwargs)
+    value = dp.solve()
+    plan = dp.plan() if value < math.inf else None
+    return value, None if plan is None else (plan.sequence, plan.offloads, plan.prefetches)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_pruning_keeps_the_value_and_the_plan(seed):
+    """NOTE [ pofo pruning ]: with a bound, the states whose time so far plus the relaxed lower
+    bound exceed a plan known are skipped; the DP's value and plan are those without a bound
+    whenever the bound is not below the value (inf when it is)."""
+    from memplan.profile.synthetic import random_chain
+
+    prof = random_chain(12 + seed, seed=seed, max_size=10**8)
+    chain = Chain.from_profile(prof)
+    desc = memplan.api.describe(prof, "none")
+    low, high = desc["min_memory"]["chain"], desc["store_all_memory"]
+    for fraction in (0.05, 0.3):
+        memory = round(low + (high - low) * fraction)
+        for rate in (1.2e9, 12e9):
+            value, plan = _solved(chain, memory, rate)
+            if value == math.inf:
+                continue
+            for bound in (1e18, value * (1 + 1e-4)):
+                assert _solved(chain, memory, rate, bound=bound) == (value, plan)
+            assert _solved(chain, memory, rate, bound=value * 0.99)[0] == math.inf
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_a_window_as_long_as_the_chain_is_the_full_dp(seed):
+    """NOTE [ pofo window ]: the window restricts the plans (its value is never below the full
+    DP's), and a window of the chain's length is the full DP."""
+    from memplan.profile.synthetic import random_chain
+
+    prof = random_chain(10 + seed, seed=seed, max_size=10**8)
+    chain = Chain.from_profile(prof)
+    desc = memplan.api.describe(prof, "none")
+    memory = round(desc["min_memory"]["chain"] * 0.8 + desc["store_all_memory"] * 0.2)
+    full = _solved(chain, memory, 12e9)
+    assert _solved(chain, memory, 12e9, window=chain.length) == full
+    for window in (1, 2, 4):
+        assert _solved(chain, memory, 12e9, window=window)[0] >= full[0] - 1e-6

@@ -11,23 +11,34 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import memplan
+import memplan.algorithms.timeline
+import memplan.api
 from memplan.algorithms.chain import Chain
 from memplan.algorithms.chain.rotor import dense_table, plan_rotor, slot_sizes
+from memplan.algorithms.combined import solve as combined_solve
 from memplan.algorithms.combined.pofo import PofoDP
-from memplan.algorithms.combined.solve import FINE_SLOTS, FINE_STAGES, solve_pofo
+from memplan.algorithms.combined.solve import (
+    EXACT_STAGES,
+    FINE_SLOTS,
+    FINE_STAGES,
+    pofo_window,
+    solve_pofo,
+)
 from memplan.algorithms.offload.model import OffloadInstance
 from memplan.errors import InputError
-from memplan.profile.model import Profile
+from memplan.profile.model import Profile, Stage
 from memplan.schedule import Op
 from memplan.simulator import simulate_combined
 from tests.oracles.combined import CombinedOracle, window_model_optimum
 from tests.oracles.exhaustive import ChainOracle
-from tests.strategies import integer_chain
+from tests.strategies import extreme_bandwidths, extreme_chains, integer_chain
 
 RATE = 1000.0  # one byte per ms
 
@@ -253,3 +264,144 @@ def test_transfers_of_hours_beside_computations_of_milliseconds():
         sched = memplan.solve(prof, "pofo", memory, optimizer="none", bandwidth=1e-3)
         assert sched.feasible, memory
         assert memplan.simulate(prof, sched).valid
+
+
+FUZZ = Path(__file__).with_name("fuzz.json")
+"""A fuzzed profile: times from 5e-324 to 1000 ms, sizes up to 2**40 bytes, 1e13 B/s in the file."""
+
+
+def test_fuzzed_profile_replays_valid():
+    """The fuzzed profile at 1e14 B/s: dynprog's schedule (which pofo returned) listed ``B 19``
+    before ``F_all 19`` (its backward times, computed from the end and shifted, were 1e-12 ms
+    early), and the Theorem 1 DP's realized schedule was dropped by the replay. Both now replay;
+    the command exits 0 with a plan within the budget."""
+    from typer.testing import CliRunner
+
+    from memplan.cli.app import app
+
+    prof = memplan.load_profile(FUZZ)
+    memory, rate = 6703252654674, 1e14
+    sched = memplan.solve(prof, "pofo", memory, optimizer="none", bandwidth=rate)
+    assert sched.feasible
+    result = memplan.simulate(prof, sched)
+    assert result.valid and result.peak_memory <= memory
+    plan = solve_pofo(
+        Chain.from_profile(prof),
+        memory,
+        bandwidth=rate,
+        offload_instance=OffloadInstance.from_profile(prof, rate),
+        profile=prof,
+    )
+    assert "frac_rejected" not in plan.details
+    cli = CliRunner().invoke(
+        app,
+        ["solve", str(FUZZ), "--algo", "pofo", "--mem", str(memory), "--optimizer", "none"]
+        + ["--bandwidth", "100000000000000", "--format", "json"],
+    )
+    assert cli.exit_code == 0, cli.stderr
+
+
+def test_prefetch_after_zero_duration_backwards():
+    """Every time 0, x[0] and g[2] of 1 MB, a budget of 1.5 MB: x[0] leaves while the forwards run
+    and comes back after B 2 and B 1, which hold g[2] at the instant the prefetch starts. The
+    combined simulator counted the prefetch during them (prefetches first at an instant) and
+    rejected dynprog's plan, which pofo returned (exit 70); an instant now runs in schedule order,
+    as in the offloading simulator, and the plan of greedy, dynprog and vdnn is pofo's."""
+    blank = dict(forward_time=0.0, backward_time=0.0, output_size=0, saved_size=0)
+    stages = [Stage(name=f"s{k}", **blank) for k in range(3)]
+    stages[1] = Stage(name="s1", grad_size=1_000_000, **blank)
+    prof = Profile(model="zero-times", input_size=1_000_000, stages=stages)
+    memory, rate = 1_500_000, 1e9
+    sched = memplan.solve(prof, "pofo", memory, optimizer="none", bandwidth=rate)
+    assert sched.feasible and memplan.simulate(prof, sched).valid
+    assert sched.peak_memory <= memory
+    for algo in ("greedy", "dynprog", "vdnn"):
+        other = memplan.solve(prof, algo, memory, optimizer="none", bandwidth=rate)
+        assert other.feasible and sched.makespan == pytest.approx(other.makespan)
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(prof=extreme_chains(), rate=extreme_bandwidths(), data=st.data())
+def test_extreme_profiles_replay_valid(prof, rate, data):
+    """Denormal and zero times, terabyte sizes, 1e3..1e14 B/s: every plan pofo returns replays
+    valid within the budget (``memplan.solve`` replays it and raises on any disagreement), and
+    every budget at which recomputing or offloading alone fits has one (recomputing and offloading
+    together may fit below both)."""
+    desc = memplan.api.describe(prof, "none")
+    least = min(desc["min_memory"]["chain"], OffloadInstance.from_profile(prof, rate).min_memory())
+    memory = data.draw(st.integers(max(0, least - 1), desc["store_all_memory"] + 1))
+    sched = memplan.solve(prof, "pofo", memory, optimizer="none", bandwidth=rate)
+    assert sched.feasible or memory < least
+    if sched.feasible:
+        result = memplan.simulate(prof, sched)
+        assert result.valid and result.peak_memory <= memory
+
+
+def long_chain(length: int = 60):
+    from memplan.profile.synthetic import random_chain
+
+    prof = random_chain(length, seed=3, max_size=10**8)
+    desc = memplan.api.describe(prof, "none")
+    low, high = desc["min_memory"]["chain"], desc["store_all_memory"]
+    return prof, low, high
+
+
+def test_long_chains_run_the_dp_on_a_window_and_are_never_slower():
+    """Beyond EXACT_STAGES stages the Theorem 1 DP runs on a window (NOTE [ pofo window ]) and
+    looks only for plans faster than rotor's and dynprog's: pofo is never slower than either,
+    and its plan replays."""
+    prof, low, high = long_chain()
+    assert prof.length > EXACT_STAGES
+    memory = low + (high - low) // 10
+    chain = Chain.from_profile(prof)
+    assert 4 <= pofo_window(chain, memory, 50) < prof.length
+    pofo = memplan.solve(prof, "pofo", memory, optimizer="none", bandwidth=12e9)
+    assert pofo.feasible and memplan.simulate(prof, pofo).valid
+    for algo in ("rotor", "dynprog"):
+        other = memplan.solve(prof, algo, memory, optimizer="none", bandwidth=12e9)
+        assert pofo.makespan <= other.makespan * (1 + 1e-9)
+
+
+def test_tables_beyond_the_limit_are_refused(monkeypatch, tmp_path):
+    """pofo's DP tables are bounded: beyond TABLE_LIMIT even at the narrowest window, the input is
+    refused (exit 2) with a line naming the limit and the --slots that fit."""
+    from typer.testing import CliRunner
+
+    from memplan.cli.app import app
+
+    prof, low, high = long_chain()
+    monkeypatch.setattr(combined_solve, "TABLE_LIMIT", 10**6)
+    with pytest.raises(
+        InputError, match=r"pofo: the DP tables for 60 stages would take .* GB at 50"
+    ):
+        memplan.solve(prof, "pofo", (low + high) // 2, optimizer="none", bandwidth=12e9)
+    path = tmp_path / "long.json"
+    path.write_text(prof.model_dump_json())
+    result = CliRunner().invoke(
+        app,
+        ["solve", str(path), "--algo", "pofo", "--mem", str((low + high) // 2)]
+        + ["--optimizer", "none", "--bandwidth", "12GB/s"],
+    )
+    assert result.exit_code == 2
+    assert "above the limit of 0.001 GB; use --slots" in result.stderr
+
+
+def test_time_limit_returns_the_best_plan_so_far():
+    """--time-limit: rotor first, then dynprog (its grids stop, GREEDY's set stands in), then the
+    DPs, which stop at once; the fastest plan found by then is returned and replays."""
+    prof, low, high = long_chain(30)
+    memory = low + (high - low) // 10
+    sched = memplan.solve(prof, "pofo", memory, optimizer="none", bandwidth=12e9, time_limit=1e-6)
+    assert sched.feasible and memplan.simulate(prof, sched).valid
+    assert sched.solver.status == "feasible"
+    plan = solve_pofo(
+        Chain.from_profile(prof),
+        memory,
+        bandwidth=12e9,
+        offload_instance=OffloadInstance.from_profile(prof, 12e9),
+        deadline=memplan.algorithms.timeline.Deadline.after(1e-6),
+    )
+    assert plan.details["stopped"] == "time limit"
+    assert plan.details["source"] in ("rotor", "dynprog")
+    with pytest.raises(InputError, match="--time-limit"):
+        memplan.solve(prof, "pofo", memory, optimizer="none", bandwidth=12e9, time_limit=0)

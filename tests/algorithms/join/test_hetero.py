@@ -150,3 +150,19 @@ def test_simulator_pebble_counts_slots_in_place() -> None:
     prof2 = random_join([2, 1], seed=3)
     bad = memplan.simulate(prof2, _schedule(prof2, persistent, "chain"))
     assert "memory persistency" in bad.violation
+
+
+def test_time_limit_returns_the_least_memory_plan():
+    """--time-limit: when the limit passes during the join DP, the least-memory canonical plan
+    (found first) is returned, feasible, and replays within the budget."""
+    prof = random_join([12, 12], seed=1, max_size=10**6)
+    desc = describe(prof, "none")
+    memory = (desc["min_memory"]["join"] + desc["store_all_memory"]) // 2
+    full = memplan.solve(prof, "join", memory, optimizer="none")
+    stopped = memplan.solve(prof, "join", memory, optimizer="none", time_limit=1e-6)
+    assert stopped.feasible and stopped.solver.status == "feasible"
+    assert "time limit" in stopped.solver.message
+    result = memplan.simulate(prof, stopped)
+    assert result.valid and result.peak_memory <= memory
+    assert stopped.makespan >= full.makespan - 1e-9
+    assert stopped.min_memory == full.min_memory

@@ -476,3 +476,21 @@ def test_slots_option():
     for bad in ("fine", 1, 100_001):
         with pytest.raises(InputError, match="from 2 to 100000 or .auto."):
             memplan.solve(prof, "dynprog", memory, slots=bad, optimizer="none", bandwidth=1e6)
+
+
+def test_time_limit_keeps_the_grids_done_and_falls_back_to_greedy():
+    """--time-limit: a grid still running when the limit passes is dropped; with none done, the
+    plan is GREEDY's set (it fits whenever anything does), and says so."""
+    from memplan.algorithms.timeline import Deadline
+
+    prof = random_chain(40, seed=5, max_size=10**6)
+    inst = OffloadInstance.from_profile(prof, 1e9)
+    memory = (inst.min_memory() + inst.peak()) // 2
+    plan = solve_dynprog(inst, memory, deadline=Deadline.after(1e-6))
+    assert plan.details["stopped"] == "time limit"
+    assert plan.details["fallback"] == "greedy" and "time limit" in plan.message
+    sched = memplan.solve(prof, "dynprog", memory, optimizer="none", bandwidth=1e9, time_limit=1e-6)
+    assert sched.feasible and memplan.simulate(prof, sched).valid
+    assert sched.makespan == pytest.approx(
+        memplan.solve(prof, "greedy", memory, optimizer="none", bandwidth=1e9).makespan
+    )

@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 
 import memplan
+import memplan.api
 from memplan.algorithms.chain import Chain
 from memplan.algorithms.offload.greedy import greedy_set, solve_greedy
 from memplan.algorithms.offload.lower_bound import lower_bound, peak_memory

@@ -18,7 +18,8 @@ from hypothesis import strategies as st
 
 import memplan
 from memplan.algorithms.offload.model import OffloadInstance
-from tests.strategies import chains
+from memplan.simulator import simulate_combined
+from tests.strategies import chains, extreme_bandwidths, extreme_chains
 
 ALGORITHMS = ("greedy", "dynprog", "dynprog-best", "vdnn")
 OPTIMIZERS = ("none", "sgd", "adam")
@@ -71,3 +72,26 @@ def test_json_round_trip(prof, rate, data):
     assert again == sched
     assert memplan.simulate(prof, again).valid
     assert all(("tensor" in op) == (op["stream"] == "transfer") for op in sched.to_dict()["ops"])
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(prof=extreme_chains(), rate=extreme_bandwidths(), data=st.data())
+def test_extreme_profiles_replay_valid(prof, rate, data):
+    """Denormal and zero times, terabyte sizes, 1e3..1e14 B/s: every schedule replays valid within
+    the budget in the offloading simulator and in the combined one (which pofo's candidates meet).
+    A backward of 1e12 ms put the no-wait backward times 1e-4 ms off (out of order, or not lasting
+    their duration), and a channel capacity of 1e23 bytes per operation overflowed dynprog's
+    slots."""
+    inst = OffloadInstance.from_profile(prof, rate)
+    least, peak = inst.min_memory(), inst.peak()
+    memory = data.draw(st.integers(max(0, least - 1), peak + 1))
+    for algo in ALGORITHMS:
+        sched = memplan.solve(prof, algo, memory, optimizer="none", bandwidth=rate)
+        assert sched.feasible == (memory >= least), algo
+        if not sched.feasible:
+            continue
+        result = memplan.simulate(prof, sched)
+        assert result.valid and result.peak_memory <= memory, f"{algo}: {result.violation}"
+        ops = sched.ops
+        combined = simulate_combined(prof, ops, memory=memory, bandwidth=rate)
+        assert combined.valid, f"{algo}: {combined.violation}"

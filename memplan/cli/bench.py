@@ -1,0 +1,257 @@
+"""``memplan bench``: train a model every way there is to save memory, and measure each way."""
+
+import csv
+import enum
+import io
+import json
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from memplan.cli.common import (
+    echo_err,
+    err_console,
+    guard,
+    print_table,
+    resolve_format,
+    write_output,
+)
+from memplan.cli.profile import (
+    CONFIG_HELP,
+    MODEL_HELP,
+    TORCH_HINT,
+    Device,
+    has_torch,
+    parse_config_option,
+    parse_shape,
+)
+from memplan.errors import InputError
+
+CSV_FIELDS = (
+    "name",
+    "family",
+    "setting",
+    "peak",
+    "peak_ratio",
+    "time_ratio",
+    "grads",
+    "grad_error",
+    "planned_peak",
+    "budget",
+    "skipped",
+)
+
+
+class BenchOptimizer(str, enum.Enum):
+    sgd = "sgd"
+    momentum = "momentum"
+    adam = "adam"
+
+
+class BenchFormat(str, enum.Enum):
+    table = "table"
+    json = "json"
+    csv = "csv"
+
+
+def _numbers(option: str, text: str | None, kind: type) -> list[Any] | None:
+    """``2,4,8`` -> ``[2, 4, 8]``; ``none`` -> ``[]``; None -> None (the default)."""
+    if text is None:
+        return None
+    if text.strip().lower() == "none":
+        return []
+    try:
+        values = [kind(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        example = "2,4,8" if kind is int else "0.2,0.5"
+        raise InputError(
+            f"{option} {text!r}: expected numbers separated by commas, e.g. {example}"
+        ) from None
+    if not values:
+        raise InputError(f"{option} {text!r}: expected at least one number (or none)")
+    return values
+
+
+def bench(
+    model: Annotated[str, typer.Argument(metavar="MODEL", help=MODEL_HELP)],
+    batch_size: Annotated[
+        int | None,
+        typer.Option("--batch-size", "-b", metavar="N", help="Batch size.  [default: the model's]"),
+    ] = None,
+    input_shape: Annotated[
+        str | None,
+        typer.Option(metavar="C,H,W", help="Shape of one sample.  [default: the model's]"),
+    ] = None,
+    config: Annotated[
+        str | None, typer.Option("--config", metavar="NAME=VALUE,...", help=CONFIG_HELP)
+    ] = None,
+    device: Annotated[Device, typer.Option(help="Where to train.")] = Device.auto,
+    threads: Annotated[
+        int,
+        typer.Option(metavar="N", help="torch's intra-op threads (the profile's too)."),
+    ] = 1,
+    rounds: Annotated[
+        int,
+        typer.Option(
+            metavar="N", help="Timed rounds: every way once per round, time as a ratio to plain."
+        ),
+    ] = 5,
+    segments: Annotated[
+        str | None,
+        typer.Option(
+            metavar="K,...",
+            help="checkpoint_sequential segment counts (none: skip).  [default: 2, 4, about the "
+            "square root of the stages, one per stage]",
+        ),
+    ] = None,
+    compile_budgets: Annotated[
+        str,
+        typer.Option(
+            "--compile-budgets",
+            metavar="B,...",
+            help="torch.compile's activation_memory_budget values (none: skip compiling).",
+        ),
+    ] = "0.2",
+    algos: Annotated[
+        str,
+        typer.Option(
+            metavar="A,...",
+            help="memplan's algorithms: store-all and rotor (at its least memory, and at each "
+            "other way's measured peak).",
+        ),
+    ] = "store-all,rotor",
+    profile: Annotated[
+        str | None,
+        typer.Option(
+            "--profile",
+            "-p",
+            metavar="FILE",
+            help="A profile of this model and batch instead of profiling it here.",
+        ),
+    ] = None,
+    repeats: Annotated[int, typer.Option(metavar="N", help="Profiler repetitions.")] = 3,
+    optimizer: Annotated[
+        BenchOptimizer,
+        typer.Option(help="The optimizer every way trains with (memplan plans for it)."),
+    ] = BenchOptimizer.sgd,
+    fmt: Annotated[
+        BenchFormat | None,
+        typer.Option("--format", "-f", help="table (stderr), json or csv.  [default: table]"),
+    ] = None,
+    output: Annotated[
+        Path | None,
+        typer.Option("--output", "-o", metavar="FILE", help="Write the json or csv to FILE."),
+    ] = None,
+) -> None:
+    """Train MODEL every way: plainly, with Hugging Face checkpointing, checkpoint_sequential,
+    torch.compile's memory budget and memplan's plans; measure each.
+
+    For each way: the measured peak of a training step (the allocator's own count), the step
+    time as a ratio to plain training's in the same round (median over --rounds), and whether
+    the gradients equal plain training's. Example:
+    `memplan bench hf:gpt2 --config n_layer=4,n_embd=256,n_head=4 -b 4 --input-shape 256`
+    """
+    from memplan.algorithms import REGISTRY
+
+    with guard():
+        form = resolve_format(fmt, output, ("table", "json", "csv"))
+        for option, value in (
+            ("--batch-size", batch_size),
+            ("--threads", threads),
+            ("--rounds", rounds),
+            ("--repeats", repeats),
+        ):
+            if value is not None and value < 1:
+                raise InputError(f"{option} {value}: expected a positive integer")
+        shape = None if input_shape is None else parse_shape(input_shape)
+        config_values = parse_config_option(model, config)
+        ks = _numbers("--segments", segments, int)
+        budgets = _numbers("--compile-budgets", compile_budgets, float) or []
+        for b in budgets:
+            if not 0.0 <= b <= 1.0:
+                raise InputError(f"--compile-budgets {b:g}: expected fractions from 0 to 1")
+        names = [a.strip() for a in algos.split(",") if a.strip()]
+        for name in names:
+            if name not in ("store-all", "rotor"):
+                known = "" if name in REGISTRY else " (unknown algorithm)"
+                raise InputError(
+                    f"--algos {name!r}{known}: memplan bench runs store-all and rotor plans"
+                )
+        if not has_torch():
+            raise InputError(f"memplan bench {TORCH_HINT}")
+        from memplan.torch.compare import compare_training
+
+        console = err_console()
+
+        def note(line: str) -> None:
+            echo_err(f"memplan: {line}")
+
+        result = compare_training(
+            model, batch_size=batch_size, input_shape=shape, config=config_values,
+            device=device.value, threads=threads, rounds=rounds, segments=ks,
+            compile_budgets=budgets, algos=names, profile=profile, repeats=repeats,
+            optimizer=optimizer.value, progress=note,
+        )  # fmt: skip
+        doc = result.to_dict()
+        if form == "json":
+            write_output(json.dumps(doc, indent=2), output)
+        elif form == "csv":
+            write_output(rows_to_csv(doc["rows"]), output)
+        else:
+            print_table(bench_table(doc), console)
+
+
+def _mb(nbytes: int | None) -> str:
+    return "-" if nbytes is None else f"{nbytes / 1e6:.1f}"
+
+
+def bench_table(doc: dict[str, Any]) -> Any:
+    """The rich table of a ``memplan-bench/1`` document."""
+    from rich.table import Table
+
+    shape = "x".join(str(d) for d in doc["input_shape"])
+    table = Table(
+        title=f"{doc['model']}, batch {doc['batch_size']} x {shape}, {doc['device']}, "
+        f"{doc['threads']} thread(s), time: median of {doc['rounds']} paired rounds"
+    )
+    for column, justify in (
+        ("way", "left"),
+        ("peak MB", "right"),
+        ("/ plain", "right"),
+        ("time / plain", "right"),
+        ("gradients", "left"),
+        ("planned MB", "right"),
+        ("note", "left"),
+    ):
+        table.add_column(column, justify=justify, no_wrap=column not in ("way", "note"))
+    for row in doc["rows"]:
+        ratio = "-" if row["peak_ratio"] is None else f"{row['peak_ratio']:.3f}"
+        time_ratio = "-" if row["time_ratio"] is None else f"{row['time_ratio']:.2f}"
+        grads = row["grads"]
+        if grads == "close" and row["grad_error"] is not None:
+            grads = f"close ({row['grad_error']:.1e})"
+        note = row["skipped"] or ""
+        if row["budget"] is not None and row["family"] == "memplan" and not row["skipped"]:
+            note = f"budget {_mb(row['budget'])} MB"
+        table.add_row(
+            row["name"], _mb(row["peak"]), ratio, time_ratio,
+            grads if row["peak"] is not None else "-", _mb(row["planned_peak"]), note,
+        )  # fmt: skip
+    return table
+
+
+def rows_to_csv(rows: list[dict[str, Any]]) -> str:
+    """One line per way; empty cells where there is nothing; ratios to 4 digits."""
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    writer.writerow(CSV_FIELDS)
+    for row in rows:
+        cells = []
+        for key in CSV_FIELDS:
+            value = row.get(key)
+            if isinstance(value, float):
+                value = f"{value:.4g}"
+            cells.append("" if value is None else value)
+        writer.writerow(cells)
+    return buffer.getvalue()

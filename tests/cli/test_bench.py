@@ -1,0 +1,59 @@
+"""`memplan bench`: usage errors (exit 2) and a small comparison as JSON and CSV."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from memplan.cli.app import app
+
+torch = pytest.importorskip("torch")
+
+pytestmark = pytest.mark.torch
+
+SMALL = ["gpt-tiny", "-b", "2", "--input-shape", "16", "--rounds", "1", "--repeats", "1"]
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--segments", "two"], "--segments 'two': expected numbers"),
+        (["--compile-budgets", "1.5"], "--compile-budgets 1.5: expected fractions"),
+        (["--algos", "dynprog"], "memplan bench runs store-all and rotor plans"),
+        (["--algos", "nope"], "unknown algorithm"),
+        (["--rounds", "0"], "--rounds 0: expected a positive integer"),
+        (["--threads", "0"], "--threads 0: expected a positive integer"),
+        (["--config", "n_layer=2"], "only hf: models take config values"),
+        (["--segments", "9", "--compile-budgets", "none"], "segments 9: expected 1..4"),
+    ],
+)
+def test_usage_errors_exit_2(args, message):
+    result = CliRunner().invoke(app, ["bench", *SMALL, *args])
+    assert result.exit_code == 2, result.output
+    assert message in result.stderr and "Traceback" not in result.output
+
+
+def test_a_small_comparison_as_json_and_csv(tmp_path):
+    args = ["bench", *SMALL, "--segments", "2", "--compile-budgets", "none"]
+    result = CliRunner().invoke(app, [*args, "--algos", "store-all", "--format", "json"])
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.stdout)
+    assert doc["format"] == "memplan-bench/1" and doc["model"] == "gpt-tiny"
+    names = [row["name"] for row in doc["rows"]]
+    assert names == ["plain", "hf checkpointing", "checkpoint_sequential(2)", "memplan store-all"]
+    assert all(row["grads"] == "equal" for row in doc["rows"] if row["peak"] is not None)
+    out = tmp_path / "bench.csv"
+    again = CliRunner().invoke(app, [*args, "--algos", "store-all", "-o", str(out)])
+    assert again.exit_code == 0, again.output
+    lines = out.read_text().splitlines()
+    assert lines[0].startswith("name,family,setting,peak") and len(lines) == 5
+
+
+def test_the_table_goes_to_stderr():
+    args = ["bench", *SMALL, "--segments", "none", "--compile-budgets", "none"]
+    result = CliRunner().invoke(app, [*args, "--algos", "store-all"])
+    assert result.exit_code == 0, result.output
+    assert result.stdout == ""
+    assert "memplan store-all" in result.stderr and "time / plain" in result.stderr

@@ -1,0 +1,142 @@
+"""memplan.torch.compare and its meter: every way of training measured on the same footing."""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from torch import nn  # noqa: E402
+
+from memplan.errors import InputError  # noqa: E402
+from memplan.torch import compare as compare_module  # noqa: E402
+from memplan.torch.allocator_peak import allocator_peak, profiled_copy  # noqa: E402
+from memplan.torch.compare import compare_training, default_segments  # noqa: E402
+from memplan.torch.measure import measure_step  # noqa: E402
+
+pytestmark = pytest.mark.torch
+
+F32 = 4
+
+
+def _mlp() -> tuple[nn.Module, torch.Tensor]:
+    torch.manual_seed(0)
+    model = nn.Sequential(
+        nn.Linear(64, 256), nn.ReLU(), nn.Linear(256, 256), nn.Tanh(), nn.Linear(256, 10)
+    )
+    return model, torch.randn(32, 64)
+
+
+class _Loss(nn.Module):
+    def __init__(self, model: nn.Module) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, x):
+        return self.model(x).square().mean()
+
+
+@pytest.mark.parametrize("set_to_none", [True, False])
+def test_the_two_meters_agree(set_to_none):
+    """The allocator's running total (compare's meter) and the replay of its events by address
+    (measure_step's) are two readings of one step: the same peak."""
+    model, x = _mlp()
+    loss = _Loss(model)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    measure_step(loss, x, optimizer, set_to_none=set_to_none)  # the loop's steady state
+    optimizer.zero_grad(set_to_none=set_to_none)
+    batch = profiled_copy(x)
+    held = [*model.parameters(), batch, *(p.grad for p in model.parameters())]
+
+    def step():
+        loss(batch).backward()
+        optimizer.step()
+
+    peak, _ = allocator_peak(step, held, x.device)
+    again = measure_step(loss, x, optimizer, set_to_none=set_to_none)  # the same state
+    assert peak == again.peak
+
+
+def test_default_segments():
+    assert default_segments(1) == []
+    assert default_segments(4) == [2, 4]
+    assert default_segments(10) == [2, 3, 4, 10]
+    assert default_segments(36) == [2, 4, 6, 36]
+
+
+@pytest.fixture(scope="module")
+def mlp_comparison():
+    model, x = _mlp()
+    return compare_training(
+        model, example_input=x, rounds=2, segments=[2], compile_budgets=(), repeats=1
+    )
+
+
+def test_every_way_is_measured_or_says_why(mlp_comparison):
+    rows = {o.name: o for o in mlp_comparison.outcomes}
+    plain = rows["plain"]
+    assert plain.peak_ratio == 1.0 and plain.time_ratio == 1.0 and plain.grads == "equal"
+    weights = sum(p.numel() for p in _mlp()[0].parameters()) * F32
+    assert plain.peak >= 2 * weights + 32 * 64 * F32  # weights, gradients, the batch at least
+    assert rows["hf checkpointing"].skipped == "not a Hugging Face model"
+    for name in ("checkpoint_sequential(2)", "memplan store-all", "memplan rotor (least memory)"):
+        row = rows[name]
+        assert row.skipped is None and row.peak > 0, name
+        assert row.grads == "equal", name  # recomputation reproduces plain training bit for bit
+        assert len(row.time_ratios) == 2 and row.time_ratio > 0
+    assert rows["memplan store-all"].planned_peak > 0
+    # rotor is also planned at every other way's measured peak (feasible or not: it says)
+    at = [o for o in mlp_comparison.outcomes if o.setting and o.setting.startswith("at ")]
+    assert {o.budget for o in at} == {plain.peak, rows["checkpoint_sequential(2)"].peak}
+    assert all(o.peak is not None or "no rotor plan fits" in o.skipped for o in at)
+    doc = mlp_comparison.to_dict()
+    assert doc["format"] == "memplan-bench/1" and doc["threads"] == 1
+    assert [r["name"] for r in doc["rows"]] == [o.name for o in mlp_comparison.outcomes]
+
+
+def test_a_way_that_cannot_compile_is_skipped_with_its_reason(monkeypatch):
+    def broken(budget):
+        def backend(graph, example_inputs):
+            raise RuntimeError("no C++ compiler here")
+
+        return backend
+
+    monkeypatch.setattr(compare_module, "_compile_backend", broken)
+    model, x = _mlp()
+    found = compare_training(
+        model, example_input=x, rounds=1, segments=(), compile_budgets=(0.5,),
+        algos=("store-all",), repeats=1,
+    )  # fmt: skip
+    row = next(o for o in found.outcomes if o.family == "compile")
+    assert row.peak is None and "no C++ compiler here" in row.skipped
+
+
+def test_hugging_face_checkpointing_is_compared():
+    pytest.importorskip("transformers")
+    found = compare_training(
+        "hf:gpt2",
+        config="n_layer=2,n_embd=32,n_head=2,vocab_size=128,n_positions=32",
+        batch_size=2,
+        input_shape=(16,),
+        rounds=1,
+        segments=[2],
+        compile_budgets=(),
+        algos=("store-all",),
+        repeats=1,
+    )
+    rows = {o.name: o for o in found.outcomes}
+    hf = rows["hf checkpointing"]
+    assert hf.skipped is None and hf.grads == "equal" and hf.peak > 0
+    assert rows["memplan store-all"].grads == "equal"
+
+
+def test_bad_options_are_input_errors():
+    model, x = _mlp()
+    with pytest.raises(InputError, match="rounds"):
+        compare_training(model, example_input=x, rounds=0)
+    with pytest.raises(InputError, match="compile budget"):
+        compare_training(model, example_input=x, compile_budgets=(1.5,))
+    with pytest.raises(InputError, match="example_input"):
+        compare_training(model)
+    with pytest.raises(InputError, match="segments 9"):
+        compare_training(model, example_input=x, segments=[9], repeats=1)
