@@ -24,11 +24,21 @@ import numpy as np
 
 from memplan.alloc.engine import FOUND, NOT_FOUND, PREORDERS, PartSearch
 from memplan.alloc.greedy import ArenaTooLarge, best_greedy
+from memplan.alloc.instance import count_incidences
 
-__all__ = ["first_guess", "least_arena"]
+__all__ = ["descent_first", "first_guess", "least_arena"]
 
 PROBE_BUDGET = 10
 """Nodes per buffer of a part in each probe of the first round (x4 every round)."""
+
+DESCENT_COST = 100
+"""Without the list of overlaps the greedy first fit scans the buffers placed for each buffer
+(about n^2 / 2 steps) and a descent refreshes the minimum offsets of each buffer's sections
+(about P steps for P section incidences); a descent step costs about 50 to 90 times a scan's.
+Measured in CPU seconds, one at a time (load 7): 50,000 random buffers (P = 0.0043 n^2) a
+descent 3.4 s, the first fit 8.6 s; 50,000 short-lived ones (P = 0.0005 n^2) 0.7 s and 7.6 s;
+50,000 nested training lifetimes (P = 0.063 n^2) a descent more than 28 s, the first fit 14 s.
+So the descent is expected the quicker when ``DESCENT_COST * P <= n^2``."""
 
 
 def least_arena(
@@ -115,13 +125,15 @@ def first_guess(
     """The first placement of the skyline search (None with the compiled search: the caller's
     greedy first fit is its first guess): per part the best of the descents of the three
     preorders (:meth:`PartSearch.descend`) and of the greedy first fits by size and by area
-    (:func:`memplan.alloc.greedy.best_greedy`, anytime) that end in time. Either can take the
-    whole time where the other is quick: on 50,000 random buffers a descent takes 3.5 s of CPU
-    and the first fit 15 s, on 50,000 nested training lifetimes a descent 100 s and the first fit
-    5 s. So the first descent has a quarter of the time left, the first fit half of what is then
-    left, the other descents the rest. The descents place MiniMalloc's kind of instances near
-    their peak (a 62,185-buffer compiler trace at it); the first fits do better where sizes vary
-    a lot."""
+    (:func:`memplan.alloc.greedy.best_greedy`, anytime) that end in time. A descent stopped by
+    its time gives nothing, a first fit stopped stacks the buffers it has not placed above the
+    others, so whichever :func:`descent_first` expects to be the quicker goes first. The descent
+    first: it has a quarter of the time left (half without the list of overlaps ``graph``, when
+    the first fit is slow too), the first fit half of what is then left, the other descents the
+    rest. The first fit first (nested training lifetimes: a descent takes minutes): it has the
+    whole time, as when no descent ran, the descents what it leaves. The descents place
+    MiniMalloc's kind of instances near their peak (a 62,185-buffer compiler trace at it); the
+    first fits do better where sizes vary a lot."""
     if not engine.skyline:
         return None
     parts = engine.parts
@@ -150,15 +162,22 @@ def first_guess(
             if offsets is not None:
                 keep(k, offsets)
 
-    descend(0, share(0.25))
-    if deadline is None or time.perf_counter() < deadline:
+    def first_fit(until: float | None) -> None:
+        if until is not None and time.perf_counter() >= until:
+            return
         try:
-            greedy = best_greedy(lower, upper, size, share(0.5), graph if graph else None)
+            greedy = best_greedy(lower, upper, size, until, graph if graph else None)
         except ArenaTooLarge:
-            greedy = None
-        if greedy is not None:
-            for k, part in enumerate(parts):
-                keep(k, greedy[part.buffers])
+            return
+        for k, part in enumerate(parts):
+            keep(k, greedy[part.buffers])
+
+    if descent_first(lower, upper, graph):
+        descend(0, share(0.25 if graph else 0.5))
+        first_fit(share(0.5))
+    else:
+        first_fit(deadline)
+        descend(0, deadline)
     for preorder in range(1, len(PREORDERS)):
         descend(preorder, deadline)
     if any(placed is None for placed in best):
@@ -167,6 +186,18 @@ def first_guess(
     for part, placed in zip(parts, best, strict=True):
         offsets[part.buffers] = placed
     return offsets
+
+
+def descent_first(
+    lower: np.ndarray, upper: np.ndarray, graph: tuple[np.ndarray, np.ndarray] | None
+) -> bool:
+    """Whether the first descent is expected to end before the greedy first fit: always with the
+    list of overlaps ``graph`` (the first fit then takes O(pairs log pairs)), without it when
+    ``DESCENT_COST`` times the section incidences is at most n^2 (n buffers)."""
+    if graph is not None:
+        return True
+    n = len(lower)
+    return DESCENT_COST * count_incidences(lower, upper) <= n * n
 
 
 def _gather(engine: PartSearch, best: list[np.ndarray], n: int) -> np.ndarray:
