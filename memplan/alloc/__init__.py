@@ -110,7 +110,7 @@ def place(
     arithmetic ]).
     """
     from memplan.alloc.engine import PartSearch, uses_skyline
-    from memplan.alloc.least import first_guess, least_arena
+    from memplan.alloc.least import descent_first, first_guess, least_arena
     from memplan.alloc.lifetimes import overlaps_in_time
     from memplan.alloc.search import search
 
@@ -231,8 +231,13 @@ def place(
     # their peak in 2 s of CPU; without the list it did not finish within its share of 20 s).
     graph = overlaps_in_time(lower_k, upper_k, deadline)
     large = uses_skyline(lower_k, upper_k, least=True)
+    greedy = None
+    if large and not descent_first(lower_k, upper_k, graph):
+        # The first fit first, with the whole time, before the skyline search's tables are built
+        # (memplan.alloc.least.first_guess): as when no descent runs.
+        greedy = _greedy(buffers.source, lower_k, upper_k, size_k, deadline, graph)
     engine = PartSearch(lower_k, upper_k, size_k, graph, skyline=large)
-    first = first_guess(engine, lower_k, upper_k, size_k, deadline, graph)
+    first = first_guess(engine, lower_k, upper_k, size_k, deadline, graph, greedy)
     if first is None:
         first = _greedy(buffers.source, lower_k, upper_k, size_k, deadline, graph)
     best, lo, hi, nodes = least_arena(engine, size_k, first, peak, left, on_progress)

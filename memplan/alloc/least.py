@@ -121,6 +121,7 @@ def first_guess(
     size: np.ndarray,
     deadline: float | None,
     graph: tuple[np.ndarray, np.ndarray] | None,
+    greedy: np.ndarray | None = None,
 ) -> np.ndarray | None:
     """The first placement of the skyline search (None with the compiled search: the caller's
     greedy first fit is its first guess): per part the best of the descents of the three
@@ -131,7 +132,8 @@ def first_guess(
     first: it has a quarter of the time left (half without the list of overlaps ``graph``, when
     the first fit is slow too), the first fit half of what is then left, the other descents the
     rest. The first fit first (nested training lifetimes: a descent takes minutes): it has the
-    whole time, as when no descent ran, the descents what it leaves. The descents place
+    whole time, as when no descent ran, the descents what it leaves; ``greedy``, when given, is
+    its placement (the caller ran it first). The descents place
     MiniMalloc's kind of instances near their peak (a 62,185-buffer compiler trace at it); the
     first fits do better where sizes vary a lot."""
     if not engine.skyline:
@@ -172,7 +174,11 @@ def first_guess(
         for k, part in enumerate(parts):
             keep(k, greedy[part.buffers])
 
-    if descent_first(lower, upper, graph):
+    if greedy is not None:
+        for k, part in enumerate(parts):
+            keep(k, greedy[part.buffers])
+        descend(0, deadline)
+    elif descent_first(lower, upper, graph):
         descend(0, share(0.25 if graph else 0.5))
         first_fit(share(0.5))
     else:
