@@ -85,7 +85,7 @@ def least_arena(
                 status, nodes, offsets = engine.solve(
                     part,
                     probe,
-                    factor * len(part.buffers),
+                    nodes + factor * len(part.buffers),  # the core caps the nodes counted
                     nodes,
                     tight=False,  # the lower bound is the first probe
                     time_limit=remaining,

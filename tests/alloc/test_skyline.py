@@ -147,3 +147,26 @@ def test_the_first_guess_with_the_first_fit_first_is_valid_and_no_worse() -> Non
     assert check.valid, check.violation
     greedy = best_greedy(b.lower, b.upper, b.size, None, None)
     assert check.arena <= int((greedy + b.size).max())
+
+
+@pytest.mark.parametrize("skyline", [False, True])
+def test_every_probe_of_the_least_arena_has_nodes_of_its_own(
+    skyline: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The core caps the nodes counted since the least arena began: each probe's budget is
+    given on top of them (a budget below them would end every later probe at once)."""
+    budgets: list[int] = []
+    solve = PartSearch.solve
+
+    def recording(self, part, capacity, node_budget=None, nodes=0, *args, **kwargs):
+        budgets.append(node_budget - nodes)
+        return solve(self, part, capacity, node_budget, nodes, *args, **kwargs)
+
+    monkeypatch.setattr(PartSearch, "solve", recording)
+    monkeypatch.setattr(engine_module, "uses_skyline", lambda *args, **kwargs: skyline)
+    for seed in range(6):
+        b = positive(random_buffers(np.random.default_rng(900 + seed), 60, horizon=30, big=50))
+        result = place(b, None, None)
+        assert result.status == "optimal"
+    assert len(budgets) > 6
+    assert min(budgets) > 0
