@@ -61,12 +61,7 @@ constexpr RunSpec RUNS[6] = {
 
 int64_t stack_size(int64_t part) { return 5 * part * (part + 1) / 2 + 5 * part + 1; }
 
-inline uint64_t mix(uint64_t h, int64_t x) {
-  uint64_t z = (h ^ static_cast<uint64_t>(x)) * 0x9E3779B97F4A7C15ULL;
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
-  return z ^ (z >> 31);
-}
+inline uint64_t mix(uint64_t h, int64_t x) { return hash_mix(h, x); }
 
 // A stable sort of a[0..n) by ``less`` (insertion runs, then merges through tmp): the order that
 // numpy's stable sorts give.
@@ -477,10 +472,12 @@ struct WorkStack {
   }
 };
 
-// A zeroed table for the failed-state memo. Its slots are hit at random, so on Linux it asks for
-// transparent huge pages (as numpy does for large arrays): a 16 MiB table then costs 8 page faults
-// instead of thousands, each of which would zero a 4 KiB page.
-uint64_t* zeroed(int64_t slots) {
+}  // namespace
+
+// Its slots are hit at random, so on Linux it asks for transparent huge pages (as numpy does for
+// large arrays): a 16 MiB table then costs 8 page faults instead of thousands, each of which would
+// zero a 4 KiB page.
+uint64_t* zeroed_table(int64_t slots) {
   const std::size_t bytes = static_cast<std::size_t>(slots) * sizeof(uint64_t);
   void* p = nullptr;
 #if defined(__linux__) && defined(MADV_HUGEPAGE)
@@ -495,15 +492,13 @@ uint64_t* zeroed(int64_t slots) {
   return static_cast<uint64_t*>(p);
 }
 
-}  // namespace
-
 Search::Search(Instance instance, int64_t memo_slots)
     : inst_(std::move(instance)), memo1_(nullptr, std::free), memo2_(nullptr, std::free) {
   memo_slots_ = memo_slots > 0 ? memo_slots : inst_.n >= 64 ? int64_t(1) << 20 : int64_t(1) << 12;
   if (memo_slots_ < 4 || (memo_slots_ & (memo_slots_ - 1)) != 0)
     throw std::invalid_argument("AllocSearch: memo_slots must be a power of two >= 4");
-  memo1_.reset(zeroed(memo_slots_));
-  memo2_.reset(zeroed(memo_slots_));
+  memo1_.reset(zeroed_table(memo_slots_));
+  memo2_.reset(zeroed_table(memo_slots_));
 }
 
 namespace {

@@ -55,6 +55,18 @@ class Search {
   int64_t memo_slots_ = 0;
 };
 
+// A zeroed table of ``slots`` 64-bit entries for a failed-state memo (NOTE [ compiled failed-state
+// memo ] in alloc.cpp), freed with std::free.
+uint64_t* zeroed_table(int64_t slots);
+
+// One step of the hashes of the failed-state memo (splitmix64 of h ^ x).
+inline uint64_t hash_mix(uint64_t h, int64_t x) {
+  uint64_t z = (h ^ static_cast<uint64_t>(x)) * 0x9E3779B97F4A7C15ULL;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+  return z ^ (z >> 31);
+}
+
 // First fit of the buffers in ``order``, each at its lowest free address (memplan/alloc/greedy.py):
 // fills ``offsets`` (-1 for buffers not placed) and returns how many of ``order`` it placed
 // (fewer when stopped; -1 - that count when an arena would pass ``limit``). With an overlap CSR

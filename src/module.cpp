@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "alloc.hpp"
+#include "alloc_skyline.hpp"
 #include "rotor.hpp"
 #include "rotor_dense.hpp"
 #include "rotor_exact.hpp"
@@ -377,6 +378,114 @@ NB_MODULE(_core, m) {
           "part"_a, "lo"_a, "hi"_a, "capacity"_a, "run"_a, "salt"_a, "node_limit"_a,
           "stack_entries"_a = 0,
           "One run of the round robin alone (for the tests): (status, nodes, offsets).");
+
+  nb::class_<alloc::Skyline>(m, "AllocSkyline",
+                             "The skyline search of an instance (alloc_skyline.cpp): the exact "
+                             "search for large parts, O(log n) per node, O(n + sections) memory.")
+      .def(
+          "__init__",
+          [](alloc::Skyline* self, int64_t sections, const I64& first, const I64& end,
+             const I64& size, const I64& section_total, const I64& cuts, const I64& tw_start,
+             const I64& tw_buf, const I64& rank_twa, const I64& rank_taw, const I64& rank_wat,
+             int64_t memo_slots) {
+            const std::size_t n = size.shape(0);
+            expect(first.shape(0) == n && end.shape(0) == n && tw_start.shape(0) == n + 1 &&
+                       rank_twa.shape(0) == n && rank_taw.shape(0) == n &&
+                       rank_wat.shape(0) == n,
+                   "AllocSkyline: the per-buffer arrays do not match");
+            expect(sections >= 0 && section_total.shape(0) == std::size_t(sections) &&
+                       cuts.shape(0) == std::size_t(std::max<int64_t>(sections - 1, 0)),
+                   "AllocSkyline: the per-section arrays do not match");
+            alloc::SkylineInstance inst;
+            inst.n = int64_t(n);
+            inst.sections = sections;
+            inst.first = to_vector(first);
+            inst.end = to_vector(end);
+            inst.size = to_vector(size);
+            inst.section_total = to_vector(section_total);
+            inst.cuts = to_vector(cuts);
+            inst.tw_start = to_vector(tw_start);
+            inst.tw_buf = to_vector(tw_buf);
+            for (std::size_t b = 0; b < n; ++b)
+              expect(0 <= inst.first[b] && inst.first[b] < inst.end[b] &&
+                         inst.end[b] <= sections && inst.size[b] > 0,
+                     "AllocSkyline: a buffer's sections or size");
+            expect(inst.tw_start[0] == 0 && inst.tw_start[n] == int64_t(tw_buf.shape(0)),
+                   "AllocSkyline: tw_start");
+            for (std::size_t b = 0; b < n; ++b)
+              expect(inst.tw_start[b] <= inst.tw_start[b + 1], "AllocSkyline: tw_start");
+            for (int64_t u : inst.tw_buf)
+              expect(0 <= u && u < int64_t(n), "AllocSkyline: tw_buf index");
+            const I64* ranks[3] = {&rank_twa, &rank_taw, &rank_wat};
+            for (int k = 0; k < 3; ++k) {
+              inst.ranks[k] = to_vector(*ranks[k]);
+              std::vector<char> seen(n, 0);
+              for (int64_t r : inst.ranks[k]) {
+                expect(0 <= r && r < int64_t(n) && !seen[std::size_t(r)],
+                       "AllocSkyline: a rank array is not a permutation of 0..n-1");
+                seen[std::size_t(r)] = 1;
+              }
+            }
+            new (self) alloc::Skyline(std::move(inst), memo_slots);
+          },
+          "sections"_a, "first"_a, "end"_a, "size"_a, "section_total"_a, "cuts"_a, "tw_start"_a,
+          "tw_buf"_a, "rank_twa"_a, "rank_taw"_a, "rank_wat"_a, "memo_slots"_a = 0)
+      .def("parts", &alloc::Skyline::parts,
+           "The static parts: section ranges (lo, hi) that no buffer crosses.")
+      .def(
+          "part_buffers",
+          [](const alloc::Skyline& sky, int64_t lo, int64_t hi) {
+            expect(0 <= lo && lo <= hi && hi <= sky.instance().sections,
+                   "part_buffers: section range");
+            return to_numpy(sky.part_buffers(lo, hi));
+          },
+          "lo"_a, "hi"_a, "The buffers that start in sections [lo, hi), in the order of offsets.")
+      .def(
+          "solve_part",
+          [](alloc::Skyline& sky, int64_t lo, int64_t hi, int64_t capacity, int64_t node_budget,
+             int64_t nodes, bool tight, double time_limit) {
+            const alloc::SkylineInstance& inst = sky.instance();
+            expect(0 <= lo && lo <= hi && hi <= inst.sections, "solve_part: section range");
+            memplan::Stop stop(time_limit, false);
+            alloc::PartResult result;
+            {
+              nb::gil_scoped_release release;
+              memplan::run_on_thread(
+                  [&] {
+                    result = sky.solve_part(lo, hi, capacity, node_budget, nodes, tight, stop);
+                  },
+                  alloc::skyline_stack_bytes(inst.n, inst.sections), stop);
+            }
+            stop.raise_if_interrupted();
+            return std::make_tuple(result.status, result.nodes,
+                                   to_numpy(std::move(result.solution)));
+          },
+          "lo"_a, "hi"_a, "capacity"_a, "node_budget"_a, "nodes"_a, "tight"_a, "time_limit"_a,
+          "Search part [lo, hi): (status, nodes counted so far, offsets of part_buffers).")
+      .def(
+          "run_once",
+          [](alloc::Skyline& sky, int64_t lo, int64_t hi, int64_t capacity, int preorder,
+             bool twins, int64_t salt, int64_t node_limit, double time_limit) {
+            const alloc::SkylineInstance& inst = sky.instance();
+            expect(0 <= lo && lo <= hi && hi <= inst.sections, "run_once: section range");
+            memplan::Stop stop(time_limit, false);
+            alloc::PartResult result;
+            {
+              nb::gil_scoped_release release;
+              memplan::run_on_thread(
+                  [&] {
+                    result = sky.run_once(lo, hi, capacity, preorder, twins, salt, node_limit,
+                                          stop);
+                  },
+                  alloc::skyline_stack_bytes(inst.n, inst.sections), stop);
+            }
+            stop.raise_if_interrupted();
+            return std::make_tuple(result.status, result.nodes,
+                                   to_numpy(std::move(result.solution)));
+          },
+          "lo"_a, "hi"_a, "capacity"_a, "preorder"_a, "twins"_a, "salt"_a, "node_limit"_a,
+          "time_limit"_a = -1.0,
+          "One run (preorder 0 TWA, 1 TAW, 2 WAT): (status, nodes, offsets of part_buffers).");
 
   m.def(
       "alloc_first_fit",

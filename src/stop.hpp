@@ -2,8 +2,9 @@
 //
 // NOTE [ stopping a kernel ]
 // Every kernel releases the GIL while it works and calls Stop::due() in its loops (every row of a
-// DP table, every 256 nodes of a search). due() is true once the stop flag is set: by the time
-// limit (a steady clock, checked there), or by a SIGINT. Python's C-level handler only records a
+// DP table, every 256 nodes of the compiled search, every node of the skyline search, whose nodes
+// can take milliseconds). due() is true once the stop flag is set: by the time limit (a steady
+// clock, checked there), or by a SIGINT. Python's C-level handler only records a
 // SIGINT; the KeyboardInterrupt is raised when the main thread next runs PyErr_CheckSignals().
 // A kernel running in the calling thread does so itself from due(), at most every 20 ms, taking
 // the GIL for that moment (Stop::Mode::poll_signals); a kernel running on its own thread (the

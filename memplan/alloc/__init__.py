@@ -31,7 +31,6 @@ from memplan.alloc.buffers import (
     peak_live_load,
     read_buffers_csv,
 )
-from memplan.alloc.lifetimes import overlaps_in_time
 from memplan.alloc.validate import Check, check_placement
 from memplan.errors import InputError, InternalError
 
@@ -76,10 +75,6 @@ class Placement:
         return self.offsets is not None
 
 
-def _arena(offsets: np.ndarray, size: np.ndarray) -> int:
-    return int((offsets + size).max(initial=0))
-
-
 # NOTE [ exact arithmetic ]
 # Sizes, times and offsets are int64. A CSV value is at most 2^60 (buffers.MAX_VALUE); place()
 # computes the peak live load exactly (Python integers when the sizes add up to 2^62 or more)
@@ -114,7 +109,9 @@ def place(
     limit that is not a finite number >= 0, or a peak live load above 2^61 bytes (NOTE [ exact
     arithmetic ]).
     """
-    from memplan.alloc.greedy import ArenaTooLarge, best_greedy
+    from memplan.alloc.engine import PartSearch, uses_skyline
+    from memplan.alloc.least import descent_first, first_guess, least_arena
+    from memplan.alloc.lifetimes import overlaps_in_time
     from memplan.alloc.search import search
 
     started = time.perf_counter()
@@ -179,19 +176,24 @@ def place(
         offsets[keep] = offsets_k
         return offsets
 
-    graph = overlaps_in_time(lower_k, upper_k, deadline)
-    try:
-        greedy = best_greedy(lower_k, upper_k, size_k, deadline, graph)
-    except ArenaTooLarge:
-        raise InputError(
-            f"{buffers.source}: size: a placement would need an arena above 2^61 bytes: too "
-            f"large to place exactly"
-        ) from None
-    greedy_arena = _arena(greedy, size_k)
     if capacity is not None:
+        large = uses_skyline(lower_k, upper_k)
+        # A greedy first fit, then the search (NOTE [ compiled restarts ]). On instances for the
+        # skyline search the greedy has half the time left (anytime: what it has not
+        # placed then is stacked on top), the search's own descents being its other greedy: they
+        # place compiler traces near their peak, but take 100 s on 50,000 nested lifetimes,
+        # which the first fit places within 1.02x their peak in about 5 s of CPU.
+        graph = overlaps_in_time(lower_k, upper_k, deadline)
+        share = deadline
+        if large and deadline is not None:
+            share = time.perf_counter() + max(deadline - time.perf_counter(), 0.0) / 2
+        greedy = _greedy(buffers.source, lower_k, upper_k, size_k, share, graph)
+        greedy_arena = _arena(greedy, size_k)
         if greedy_arena <= capacity:
             status = "optimal" if greedy_arena == peak else "placed"
             return done(status, spread(greedy), peak, "placed by greedy first fit")
+        greedy_note = f", greedy first fit needs {greedy_arena}"
+        engine = PartSearch(lower_k, upper_k, size_k, graph, skyline=large)
         result = search(
             lower_k,
             upper_k,
@@ -199,7 +201,8 @@ def place(
             capacity,
             left(),
             on_progress,
-            graph=graph,
+            tight=not large,
+            engine=engine,
         )
         nodes += result.nodes
         if result.status == "placed":
@@ -215,21 +218,29 @@ def place(
                 f"no placement fits the capacity {capacity} (proven by exhaustive search; "
                 f"peak live load {peak})",
             )
-        why = result.note or "found in the time limit"
         return done(
             "gave-up",
             None,
             peak,
-            f"no placement within the capacity {capacity} {why} (not proven infeasible; peak "
-            f"live load {peak}, greedy first fit needs {greedy_arena})",
+            f"no placement within the capacity {capacity} found in the time limit (not proven "
+            f"infeasible; peak live load {peak}{greedy_note})",
         )
-    best, lo, hi, nodes = _least_arena(
-        (lower_k, upper_k, size_k, graph),
-        peak,
-        greedy,
-        left,
-        on_progress,
-    )
+    # The list of buffers live at the same time, when small enough to build in time: the compiled
+    # search reads it, and the greedy first fit (a first guess on large instances too) takes
+    # O(pairs) with it instead of O(n^2) (main's first fit placed 10,000 short-lived buffers at
+    # their peak in 2 s of CPU; without the list it did not finish within its share of 20 s).
+    graph = overlaps_in_time(lower_k, upper_k, deadline)
+    large = uses_skyline(lower_k, upper_k, least=True)
+    greedy = None
+    if large and not descent_first(lower_k, upper_k, graph):
+        # The first fit first, with the whole time, before the skyline search's tables are built
+        # (memplan.alloc.least.first_guess): as when no descent runs.
+        greedy = _greedy(buffers.source, lower_k, upper_k, size_k, deadline, graph)
+    engine = PartSearch(lower_k, upper_k, size_k, graph, skyline=large)
+    first = first_guess(engine, lower_k, upper_k, size_k, deadline, graph, greedy)
+    if first is None:
+        first = _greedy(buffers.source, lower_k, upper_k, size_k, deadline, graph)
+    best, lo, hi, nodes = least_arena(engine, size_k, first, peak, left, on_progress)
     if lo >= hi:
         return done("optimal", spread(best), hi, f"least arena {hi} (peak live load {peak})")
     return done(
@@ -240,76 +251,25 @@ def place(
     )
 
 
-def _least_arena(
-    problem: tuple[np.ndarray, np.ndarray, np.ndarray, tuple[np.ndarray, np.ndarray] | None],
-    peak: int,
-    greedy: np.ndarray,
-    left: Callable[[], float | None],
-    on_progress: Callable[[str], None] | None,
-) -> tuple[np.ndarray, int, int, int]:
-    """NOTE [ least arena ]: the best placement found, a proven lower bound, its arena, nodes.
+def _greedy(
+    source: str,
+    lower: np.ndarray,
+    upper: np.ndarray,
+    size: np.ndarray,
+    deadline: float | None,
+    graph: tuple[np.ndarray, np.ndarray] | None,
+) -> np.ndarray:
+    """:func:`memplan.alloc.greedy.best_greedy`; an arena above 2^61 is bad input."""
+    from memplan.alloc.greedy import ArenaTooLarge, best_greedy
 
-    Rounds of bisection between the proven lower bound ``lo`` (first the peak live load) and the
-    best arena ``hi`` (first the greedy's), in steps of the sizes' greatest common divisor (every
-    arena of a placement pushed down is a sum of sizes: a multiple of it). Each probe is a search
-    under a node budget; a probe that gives up sends the bisection up, as if the capacity were
-    too small, without proving anything. The budget grows fourfold every round, so the least
-    arena is found (and proven) when time allows, and every round ends with the best placement
-    any probe found.
-    """
-    from memplan.alloc.search import search
-
-    lower, upper, size, graph = problem
-    step = int(np.gcd.reduce(size)) if len(size) else 1
-    best, hi = greedy, _arena(greedy, size)
-    lo = peak
-    nodes = 0
-    budget = _PROBE_BUDGET * len(size)
-    probe = lo  # the first probe is at the peak live load, every later round bisects at once
-    while lo < hi:
-        floor = lo  # lowest capacity not yet tried in this round
-        while floor < hi:
-            remaining = left()
-            if remaining is not None and remaining <= 0:
-                return best, lo, hi, nodes
-            result = search(
-                lower,
-                upper,
-                size,
-                probe,
-                remaining,
-                on_progress,
-                node_budget=budget,
-                tight=False,  # the peak is the first probe
-                graph=graph,
-            )
-            nodes += result.nodes
-            if result.note:  # too large to search: the greedy placement stands
-                return best, lo, hi, nodes
-            if result.status == "placed":
-                assert result.offsets is not None
-                best, hi = result.offsets, _arena(result.offsets, size)
-            elif result.status == "infeasible":
-                lo = floor = _round_up(probe + 1, step)
-            else:
-                floor = _round_up(probe + 1, step)
-            if on_progress is not None:
-                on_progress(f"arena between {lo} and {hi}")
-            probe = _bisect(floor, hi, step)
-        budget *= 4
-        probe = _bisect(lo, hi, step)
-    return best, lo, hi, nodes
+    try:
+        return best_greedy(lower, upper, size, deadline, graph)
+    except ArenaTooLarge:
+        raise InputError(
+            f"{source}: size: a placement would need an arena above 2^61 bytes: too large to "
+            f"place exactly"
+        ) from None
 
 
-def _bisect(floor: int, hi: int, step: int) -> int:
-    """The next probe in [floor, hi): the midpoint rounded up to a multiple of ``step``."""
-    probe = _round_up(floor + (hi - floor) // 2, step)
-    return probe if probe < hi else floor
-
-
-def _round_up(value: int, step: int) -> int:
-    return -(-value // step) * step
-
-
-_PROBE_BUDGET = 10
-"""Nodes per buffer of each probe in the first round of NOTE [ least arena ] (x4 every round)."""
+def _arena(offsets: np.ndarray, size: np.ndarray) -> int:
+    return int((offsets + size).max(initial=0))

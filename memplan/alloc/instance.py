@@ -118,3 +118,82 @@ def count_incidences(lower: np.ndarray, upper: np.ndarray) -> int:
     """How many (section, buffer) incidences the instance has (its size P)."""
     points = _distinct(np.concatenate([lower, upper]))
     return int((np.searchsorted(points, upper) - np.searchsorted(points, lower)).sum())
+
+
+class SkylineTables:
+    """The static data of the skyline search (src/alloc_skyline.cpp, NOTE [ skyline search ]):
+    per buffer its sections and size, per section its total, per boundary the buffers crossing
+    it, the stacked twins and the ranks of the preorders TWA, TAW and WAT (the same ranks as
+    :meth:`Instance.preorder`). No pairs or incidences are listed: O(n log n + S log S) time and
+    O(n + S log S) memory for S sections, however many buffers live at the same time."""
+
+    def __init__(self, lower: np.ndarray, upper: np.ndarray, size: np.ndarray) -> None:
+        self.n = len(size)
+        self.lower, self.upper, self.size = lower, upper, size
+        points = _distinct(np.concatenate([lower, upper]))
+        self.first = np.searchsorted(points, lower).astype(np.int64)
+        self.end = np.searchsorted(points, upper).astype(np.int64)
+        self.sections = S = max(len(points) - 1, 0)
+        delta = np.zeros(S + 1, dtype=np.int64)
+        np.add.at(delta, self.first, size)
+        np.add.at(delta, self.end, -size)
+        self.section_total = np.cumsum(delta)[:S]
+        cuts = np.zeros(S + 1, dtype=np.int64)
+        np.add.at(cuts, self.first, 1)
+        np.add.at(cuts, self.end - 1, -1)
+        self.cuts = np.cumsum(cuts)[: max(S - 1, 0)]
+        self.buffer_total = _range_max(self.section_total, self.first, self.end)
+        self.tw_start, self.tw_buf = _twins(lower, upper)
+
+    def preorder(self, heuristic: str) -> np.ndarray:
+        """Ranks under MiniMalloc's W, A, T keys, descending, the index breaking ties."""
+        width = self.upper - self.lower
+        keys = {"W": width, "A": width * self.size, "T": self.buffer_total}
+        order = np.lexsort((np.arange(self.n),) + tuple(-keys[c] for c in reversed(heuristic)))
+        rank = np.empty(self.n, dtype=np.int64)
+        rank[order] = np.arange(self.n)
+        return rank
+
+
+def _range_max(values: np.ndarray, first: np.ndarray, end: np.ndarray) -> np.ndarray:
+    """``values[first[b]:end[b]].max()`` for every b (ranges not empty), by a sparse table."""
+    if len(first) == 0:
+        return np.zeros(0, dtype=np.int64)
+    span = end - first
+    level = np.floor(np.log2(span)).astype(np.int64)
+    out = np.empty(len(first), dtype=np.int64)
+    table = values
+    for k in range(int(level.max()) + 1):
+        if k:
+            table = np.maximum(table[: -(1 << (k - 1))], table[1 << (k - 1) :])
+        at = np.flatnonzero(level == k)
+        if at.size:
+            out[at] = np.maximum(table[first[at]], table[end[at] - (1 << k)])
+    return out
+
+
+def _twins(lower: np.ndarray, upper: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """CSR of the buffers with the same lifetime as each buffer (NOTE [ stacked twins ])."""
+    n = len(lower)
+    order = np.lexsort((np.arange(n), upper, lower))
+    head = np.ones(n, dtype=bool)
+    if n:
+        head[1:] = (lower[order][1:] != lower[order][:-1]) | (upper[order][1:] != upper[order][:-1])
+    group = np.cumsum(head) - 1  # the group of each position of ``order``
+    starts = np.flatnonzero(head)
+    sizes = np.diff(np.append(starts, n))
+    count = np.zeros(n, dtype=np.int64)
+    count[order] = sizes[group] - 1
+    tw_start = np.concatenate([[0], np.cumsum(count)]).astype(np.int64)
+    # Each member lists its group in order, itself left out.
+    member = np.repeat(np.arange(n), sizes[group] - 1)  # positions in ``order``
+    g = group[member]
+    k = np.arange(len(member)) - np.repeat(
+        np.cumsum(sizes[group] - 1) - (sizes[group] - 1), sizes[group] - 1
+    )
+    other = starts[g] + k + (k >= member - starts[g])
+    buf = np.empty(len(member), dtype=np.int64)
+    # Entries grouped by buffer: position p of ``order`` holds buffer order[p].
+    by_buffer = np.argsort(order[member], kind="stable")
+    buf[:] = order[other][by_buffer]
+    return tw_start, buf

@@ -77,21 +77,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from memplan.alloc.buffers import MAX_ARENA
-from memplan.alloc.instance import Instance, count_incidences
-from memplan.alloc.lifetimes import SEARCH_PAIRS, count_overlaps
-from memplan.core import kernels
+from memplan.alloc.engine import FOUND, NOT_FOUND, PREORDERS, PartSearch
 
 __all__ = ["PREORDERS", "SearchResult", "search"]
-
-FOUND, NOT_FOUND, ABORTED, TIMEOUT = (
-    kernels.ALLOC_FOUND,
-    kernels.ALLOC_NOT_FOUND,
-    kernels.ALLOC_ABORTED,
-    kernels.ALLOC_TIMEOUT,
-)
-PREORDERS = ("TWA", "TAW", "WAT")
-"""MiniMalloc's static preorders of the round robin (NOTE [ compiled restarts ]): keys W lifetime
-width, A area, T largest section total, descending, the index breaking ties."""
 
 
 @dataclass
@@ -99,50 +87,10 @@ class SearchResult:
     """Outcome of one feasibility search at a fixed capacity."""
 
     status: str
-    """``placed``, ``infeasible`` (proven) or ``gave-up`` (time limit)."""
+    """``placed``, ``infeasible`` (proven) or ``gave-up`` (time limit or node budget)."""
     offsets: np.ndarray | None
     nodes: int
     seconds: float
-    note: str = ""
-    """Why the search gave up without searching, when it did (an instance too large)."""
-
-
-def compiled_search(inst: Instance, memo_slots: int = 0) -> kernels.AllocSearch:
-    """The core's search of ``inst``: its static data and preorders, and a fresh failed-state
-    memo of ``memo_slots`` entries (0: the core's default; NOTE [ compiled failed-state memo ],
-    src/alloc.cpp)."""
-    return kernels.AllocSearch(
-        inst.sections,
-        inst.first,
-        inst.end,
-        np.ascontiguousarray(inst.size, dtype=np.int64),
-        inst.sec_start,
-        inst.sec_buf,
-        np.ascontiguousarray(inst.ov_start, dtype=np.int64),
-        np.ascontiguousarray(inst.ov_buf, dtype=np.int64),
-        inst.tw_start,
-        inst.tw_buf,
-        np.ascontiguousarray(inst.section_total, dtype=np.int64),
-        np.ascontiguousarray(inst.cuts, dtype=np.int64),
-        (inst.upper - inst.lower).astype(np.float64),
-        *(inst.preorder(name) for name in PREORDERS),
-        memo_slots,
-    )
-
-
-def static_parts(inst: Instance) -> list[tuple[np.ndarray, int, int]]:
-    """Static decomposition (NOTE [ decomposition ]): the buffers and section range of each
-    independent part, split where no buffer crosses a section boundary."""
-    zero = np.flatnonzero(inst.cuts == 0)
-    bounds = [0, *(zero + 1).tolist(), inst.sections]
-    by_first = np.argsort(inst.first, kind="stable")
-    first = inst.first[by_first]
-    parts = []
-    for lo, hi in zip(bounds[:-1], bounds[1:], strict=False):
-        sub = by_first[(first >= lo) & (first < hi)]
-        if sub.size:
-            parts.append((sub, lo, hi))
-    return parts
 
 
 def search(
@@ -155,6 +103,7 @@ def search(
     node_budget: int | None = None,
     tight: bool = True,
     graph: tuple[np.ndarray, np.ndarray] | None = None,
+    engine: PartSearch | None = None,
 ) -> SearchResult:
     """Find offsets with every buffer inside ``[0, capacity)``, or prove there are none.
 
@@ -162,7 +111,8 @@ def search(
     hit the status is ``gave-up`` (so is running out of ``node_budget``, a cap on the nodes). Each
     part is first tried at its own peak live load when ``tight`` (NOTE [ compiled restarts ]).
     ``graph``, when every size is positive, is the CSR of :func:`memplan.alloc.lifetimes.overlaps`
-    (built here if not given). See the module's NOTEs for the algorithm.
+    (built here if needed and not given); ``engine``, the :class:`PartSearch` of the buffers of
+    positive size, when already built. See the module's NOTEs for the algorithm.
     """
     started = time.perf_counter()
     deadline = None if time_limit is None else started + float(time_limit)
@@ -182,36 +132,24 @@ def search(
     capacity = min(int(capacity), sum(size[keep].tolist()))
     if capacity > MAX_ARENA:
         raise ValueError(f"capacity {capacity}: above 2^61 bytes, too large to search exactly")
-    pairs = count_overlaps(lower[keep], upper[keep])
-    if pairs > SEARCH_PAIRS or count_incidences(lower[keep], upper[keep]) > SEARCH_PAIRS:
-        return SearchResult(
-            "gave-up",
-            None,
-            0,
-            time.perf_counter() - started,
-            f"found: too large for the exact search ({pairs} pairs of buffers live at the same "
-            f"time)",
+    if engine is None:
+        engine = PartSearch(
+            lower[keep], upper[keep], size[keep], graph if len(keep) == len(size) else None
         )
-    if len(keep) < len(size):
-        graph = None
-    inst = Instance(lower[keep], upper[keep], size[keep], graph)
     if deadline is not None and time.perf_counter() > deadline:
         return result("gave-up", None, 0)
-    if inst.n and int(inst.section_total.max()) > capacity:
+    if engine.section_peak > capacity:
         return result("infeasible", None, 0)
-    core = compiled_search(inst)
-    parts = static_parts(inst)
     nodes = 0
-    for k, (part, lo, hi) in enumerate(parts):
-        left = -1.0 if deadline is None else max(deadline - time.perf_counter(), 0.0)
-        status, nodes, solution = core.solve_part(
-            part, lo, hi, capacity, -1 if node_budget is None else node_budget, nodes, tight, left
-        )
+    for k, part in enumerate(engine.parts):
+        left = None if deadline is None else max(deadline - time.perf_counter(), 0.0)
+        status, nodes, solution = engine.solve(part, capacity, node_budget, nodes, tight, left)
         if status == NOT_FOUND:
             return result("infeasible", None, nodes)
         if status != FOUND:
             return result("gave-up", None, nodes)
-        offsets[keep[part]] = solution[part]
-        if on_progress is not None:
-            on_progress(f"placed part {k + 1} of {len(parts)} ({len(part)} buffers)")
+        assert solution is not None
+        offsets[keep[part.buffers]] = solution
+        if on_progress is not None and len(engine.parts) > 1:
+            on_progress(f"placed part {k + 1} of {len(engine.parts)} ({len(part.buffers)} buffers)")
     return result("placed", offsets, nodes)

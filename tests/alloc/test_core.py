@@ -16,12 +16,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import memplan.alloc.search as search_module
+import memplan.alloc.engine as engine_module
 from memplan.alloc import Buffers, check_placement, place, read_buffers_csv
+from memplan.alloc.engine import compiled_search, static_parts
 from memplan.alloc.greedy import best_greedy, first_fit
 from memplan.alloc.instance import Instance
 from memplan.alloc.lifetimes import overlaps
-from memplan.alloc.search import compiled_search, search, static_parts
+from memplan.alloc.search import search
 from tests.alloc.test_search import cpsat_least_arena, perfect_tiling, random_buffers
 from tests.oracles import alloc as oracle
 from tests.paths import MINIMALLOC, ROOT
@@ -194,7 +195,7 @@ def test_each_run_of_the_round_robin_alone_is_exact(run: int, seed: int) -> None
 def test_a_four_slot_memo_keeps_the_verdict(seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
     """NOTE [ compiled failed-state memo ]: a table that forgets almost everything costs nodes,
     never the answer."""
-    monkeypatch.setattr(search_module, "compiled_search", lambda inst: compiled_search(inst, 4))
+    monkeypatch.setattr(engine_module, "compiled_search", lambda inst: compiled_search(inst, 4))
     rng = np.random.default_rng(9000 + seed)
     b = random_buffers(rng, int(rng.integers(8, 14)), horizon=14, big=12)
     verdict_matches_cpsat(b, capacity_between(b, rng))

@@ -284,23 +284,23 @@ def test_the_search_checks_its_deadline() -> None:
 def test_least_arena_never_ends_worse_than_the_greedy_or_its_probes() -> None:
     """NOTE [ least arena ]: whatever the budget, the arena returned is the best any probe found,
     at most the greedy's and at least the peak."""
-    import memplan.alloc as alloc_module
+    import memplan.alloc.least as least_module
 
     b = generated(300, seed=5, width=30)
     greedy = int((best_greedy(b.lower, b.upper, b.size) + b.size).max())
     found: list[int] = []
-    original = alloc_module._arena
+    original = least_module._arena
 
     def record(offsets: np.ndarray, size: np.ndarray) -> int:
         arena = original(offsets, size)
         found.append(arena)
         return arena
 
-    alloc_module._arena = record
+    least_module._arena = record
     try:
         result = place(b, time_limit=1.0)
     finally:
-        alloc_module._arena = original
+        least_module._arena = original
     assert result.offsets is not None
     assert b.peak_live_load() <= result.arena <= greedy
     assert result.arena == min(found)

@@ -1,0 +1,227 @@
+"""The least arena: the best placement found within the time limit, improved while time remains.
+
+NOTE [ least arena ]
+Without a capacity the arena is searched between the proven lower bound ``lo`` (first the peak
+live load) and the best arena ``hi`` (first the best of the first guesses), by rounds of
+bisection in steps of the sizes' greatest common divisor (every arena of a placement pushed down
+is a sum of sizes: a multiple of it). Each probe at a capacity C searches, part by part (the
+static parts of NOTE [ decomposition ] are independent: the arena is the largest of theirs), the
+parts whose best arena is above C, each under a node budget; a part placed keeps its better
+placement, a part proven infeasible proves C + 1 a lower bound, and one that gives up sends the
+bisection up without proving anything. The budget per buffer grows fourfold every round, so the
+least arena is found (and proven) when time allows, and every round ends with the best placement
+any probe found. It runs until the bounds meet or the time is up (anytime), saying each new
+bound through ``on_progress``.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+
+import numpy as np
+
+from memplan.alloc.engine import FOUND, NOT_FOUND, PREORDERS, PartSearch
+from memplan.alloc.greedy import ArenaTooLarge, best_greedy
+from memplan.alloc.instance import count_incidences
+
+__all__ = ["descent_first", "first_guess", "least_arena"]
+
+PROBE_BUDGET = 10
+"""Nodes per buffer of a part in each probe of the first round (x4 every round)."""
+
+DESCENT_COST = 100
+"""Without the list of overlaps the greedy first fit scans the buffers placed for each buffer
+(about n^2 / 2 steps) and a descent refreshes the minimum offsets of each buffer's sections
+(about P steps for P section incidences); a descent step costs about 50 to 90 times a scan's.
+Measured in CPU seconds, one at a time (load 7): 50,000 random buffers (P = 0.0043 n^2) a
+descent 3.4 s, the first fit 8.6 s; 50,000 short-lived ones (P = 0.0005 n^2) 0.7 s and 7.6 s;
+50,000 nested training lifetimes (P = 0.063 n^2) a descent more than 28 s, the first fit 14 s.
+So the descent is expected the quicker when ``DESCENT_COST * P <= n^2``."""
+
+
+def least_arena(
+    engine: PartSearch,
+    size: np.ndarray,
+    first_guess: np.ndarray,
+    peak: int,
+    left: Callable[[], float | None],
+    on_progress: Callable[[str], None] | None = None,
+) -> tuple[np.ndarray, int, int, int]:
+    """NOTE [ least arena ]: the best placement found (offsets of the buffers of ``engine``, of
+    sizes ``size``), a proven lower bound, its arena, and the nodes searched. ``first_guess`` is
+    a placement of all of them; ``left()`` the seconds left (None: no limit)."""
+    started = time.perf_counter()
+    parts = engine.parts
+    best = [first_guess[p.buffers].copy() for p in parts]
+    arena = [_arena(best[k], size[p.buffers]) for k, p in enumerate(parts)]
+    hi = max(arena, default=0)
+    lo = max(peak, engine.section_peak)
+    step = math.gcd(*size.tolist()) if len(size) else 1
+    nodes = 0
+    factor = PROBE_BUDGET
+
+    def report() -> None:
+        if on_progress is not None:
+            over = 100.0 * (hi - peak) / peak if peak else 0.0
+            on_progress(
+                f"arena {hi} (+{over:.2f}% over the peak live load {peak}; at least {lo}) after "
+                f"{time.perf_counter() - started:.1f} s"
+            )
+
+    report()
+    probe = lo  # the first probe is at the lower bound, every later round bisects at once
+    while lo < hi:
+        floor = lo  # lowest capacity not yet tried in this round
+        while floor < hi:
+            placed, proven = True, False
+            for k, part in enumerate(parts):
+                if arena[k] <= probe:
+                    continue
+                remaining = left()
+                if remaining is not None and remaining <= 0:
+                    return _gather(engine, best, len(size)), lo, hi, nodes
+                status, nodes, offsets = engine.solve(
+                    part,
+                    probe,
+                    nodes + factor * len(part.buffers),  # the core caps the nodes counted
+                    nodes,
+                    tight=False,  # the lower bound is the first probe
+                    time_limit=remaining,
+                    fresh=True,
+                )
+                if status == FOUND:
+                    assert offsets is not None
+                    best[k] = offsets
+                    arena[k] = _arena(offsets, size[part.buffers])
+                    continue
+                placed = False
+                proven = status == NOT_FOUND
+                break
+            before = (lo, hi)
+            if placed:
+                hi = max(arena)
+            elif proven:
+                lo = floor = _round_up(probe + 1, step)
+            else:
+                floor = _round_up(probe + 1, step)
+            if (lo, hi) != before:
+                report()
+            probe = _bisect(floor, hi, step)
+        factor *= 4
+        probe = _bisect(lo, hi, step)
+    return _gather(engine, best, len(size)), lo, hi, nodes
+
+
+def first_guess(
+    engine: PartSearch,
+    lower: np.ndarray,
+    upper: np.ndarray,
+    size: np.ndarray,
+    deadline: float | None,
+    graph: tuple[np.ndarray, np.ndarray] | None,
+    greedy: np.ndarray | None = None,
+) -> np.ndarray | None:
+    """The first placement of the skyline search (None with the compiled search: the caller's
+    greedy first fit is its first guess): per part the best of the descents of the three
+    preorders (:meth:`PartSearch.descend`) and of the greedy first fits by size and by area
+    (:func:`memplan.alloc.greedy.best_greedy`, anytime) that end in time. A descent stopped by
+    its time gives nothing, a first fit stopped stacks the buffers it has not placed above the
+    others, so whichever :func:`descent_first` expects to be the quicker goes first. The descent
+    first: it has a quarter of the time left (half without the list of overlaps ``graph``, when
+    the first fit is slow too), the first fit half of what is then left, the other descents the
+    rest. The first fit first (nested training lifetimes: a descent takes minutes): it has the
+    whole time, as when no descent ran, the descents what it leaves; ``greedy``, when given, is
+    its placement (the caller ran it first). The descents place
+    MiniMalloc's kind of instances near their peak (a 62,185-buffer compiler trace at it); the
+    first fits do better where sizes vary a lot."""
+    if not engine.skyline:
+        return None
+    parts = engine.parts
+    best: list[np.ndarray | None] = [None] * len(parts)
+    arena = [0] * len(parts)
+
+    def keep(k: int, offsets: np.ndarray) -> None:
+        top = _arena(offsets, size[parts[k].buffers])
+        if best[k] is None or top < arena[k]:
+            best[k], arena[k] = offsets, top
+
+    def share(fraction: float) -> float | None:
+        """The deadline ``fraction`` of the time left from now."""
+        if deadline is None:
+            return None
+        return time.perf_counter() + fraction * max(deadline - time.perf_counter(), 0.0)
+
+    def descend(preorder: int, until: float | None) -> None:
+        for k, part in enumerate(parts):
+            if best[k] is not None and arena[k] <= part.peak:
+                continue  # at its peak: nothing to improve
+            remaining = None if until is None else until - time.perf_counter()
+            if remaining is not None and remaining <= 0:
+                return
+            offsets = engine.descend(part, preorder, remaining)
+            if offsets is not None:
+                keep(k, offsets)
+
+    def first_fit(until: float | None) -> None:
+        if until is not None and time.perf_counter() >= until:
+            return
+        try:
+            greedy = best_greedy(lower, upper, size, until, graph if graph else None)
+        except ArenaTooLarge:
+            return
+        for k, part in enumerate(parts):
+            keep(k, greedy[part.buffers])
+
+    if greedy is not None:
+        for k, part in enumerate(parts):
+            keep(k, greedy[part.buffers])
+        descend(0, deadline)
+    elif descent_first(lower, upper, graph):
+        descend(0, share(0.25 if graph else 0.5))
+        first_fit(share(0.5))
+    else:
+        first_fit(deadline)
+        descend(0, deadline)
+    for preorder in range(1, len(PREORDERS)):
+        descend(preorder, deadline)
+    if any(placed is None for placed in best):
+        return None
+    offsets = np.zeros(len(size), dtype=np.int64)
+    for part, placed in zip(parts, best, strict=True):
+        offsets[part.buffers] = placed
+    return offsets
+
+
+def descent_first(
+    lower: np.ndarray, upper: np.ndarray, graph: tuple[np.ndarray, np.ndarray] | None
+) -> bool:
+    """Whether the first descent is expected to end before the greedy first fit: always with the
+    list of overlaps ``graph`` (the first fit then takes O(pairs log pairs)), without it when
+    ``DESCENT_COST`` times the section incidences is at most n^2 (n buffers)."""
+    if graph is not None:
+        return True
+    n = len(lower)
+    return DESCENT_COST * count_incidences(lower, upper) <= n * n
+
+
+def _gather(engine: PartSearch, best: list[np.ndarray], n: int) -> np.ndarray:
+    offsets = np.zeros(n, dtype=np.int64)
+    for part, placed in zip(engine.parts, best, strict=True):
+        offsets[part.buffers] = placed
+    return offsets
+
+
+def _arena(offsets: np.ndarray, size: np.ndarray) -> int:
+    return int((offsets + size).max(initial=0))
+
+
+def _bisect(floor: int, hi: int, step: int) -> int:
+    """The next probe in [floor, hi): the midpoint rounded up to a multiple of ``step``."""
+    probe = _round_up(floor + (hi - floor) // 2, step)
+    return probe if probe < hi else floor
+
+
+def _round_up(value: int, step: int) -> int:
+    return -(-value // step) * step
