@@ -34,6 +34,7 @@ from memplan.algorithms.timeline import (
 )
 from memplan.errors import BudgetWarning, InputError, InternalError
 from memplan.profile.io import load_profile
+from memplan.profile.memory import check_gradients, resolve_gradients
 from memplan.profile.model import Profile
 from memplan.schedule import Budget, ProfileRef, Schedule, load_schedule
 from memplan.simulator import claims
@@ -114,20 +115,24 @@ def schedule_from_sequence(
     algorithm: str = "custom",
     memory: int | str | None = None,
     optimizer: str = "sgd",
+    gradients: str | None = None,
 ) -> Schedule:
     """Wrap a hand-written operation sequence (``[("F_ck", 0), ...]``) as a schedule to simulate.
 
-    The figures (makespan, peak) are left for :func:`simulate` to compute.
+    The figures (makespan, peak) are left for :func:`simulate` to compute. ``gradients``
+    (``at-backward``, ``kept`` or ``auto``) replays it under the training loop's terms
+    (docs/model.md); None: the model before them.
     """
     prof = load_profile(profile)
     budget = None if memory is None else memory_budget(prof, memory)
+    loop = None if gradients is None else resolve_gradients(prof, gradients)
     return Schedule(
         algorithm=algorithm,
         profile=ProfileRef(model=prof.model, sha256=prof.sha256(), stages=prof.length),
-        budget=Budget(memory=budget, optimizer=optimizer),
+        budget=Budget(memory=budget, optimizer=optimizer, gradients=loop),
         feasible=True,
         lower_bound=prof.lower_bound,
-        static_memory=static_memory(prof, optimizer),
+        static_memory=static_memory(prof, optimizer, loop),
         ops=timed_ops(prof, sequence),
     )
 
@@ -151,6 +156,7 @@ def solve(
     memory: int | str | None = None,
     *,
     optimizer: str = "sgd",
+    gradients: str = "auto",
     progress: Callable[[str], None] | None = None,
     **options: Any,
 ) -> Schedule:
@@ -168,6 +174,13 @@ def solve(
         :data:`memplan.units.DEVICE_RESERVE`) or ``"90%"`` of that (see :func:`memory_budget`).
     optimizer : {"none", "sgd", "momentum", "adam"}
         Which static memory is counted (docs/model.md).
+    gradients : {"auto", "at-backward", "kept"}
+        The training loop a chain plan is made for (docs/model.md): ``at-backward``, PyTorch's
+        default ``zero_grad(set_to_none=True)``, where each stage's weight gradients appear at its
+        backward; ``kept``, a loop that keeps them for the whole step
+        (``zero_grad(set_to_none=False)``, gradient accumulation). ``auto``: ``at-backward`` on a
+        profile measured with ``weight_grad_size``, ``kept`` on one without. The other families
+        plan with the gradients kept.
     progress : callable, optional
         Long solvers (CP-SAT) call it with one line of live progress at a time (the CLI prints
         them on stderr).
@@ -199,7 +212,13 @@ def solve(
         The budget is more than the profile's GPU can give a plan (the plan is still made).
     """
     return solve_and_replay(
-        profile, algo, memory, optimizer=optimizer, progress=progress, **options
+        profile,
+        algo,
+        memory,
+        optimizer=optimizer,
+        gradients=gradients,
+        progress=progress,
+        **options,
     ).schedule
 
 
@@ -209,6 +228,7 @@ def solve_and_replay(
     memory: int | str | None = None,
     *,
     optimizer: str = "sgd",
+    gradients: str = "auto",
     progress: Callable[[str], None] | None = None,
     **options: Any,
 ) -> Solved:
@@ -217,7 +237,9 @@ def solve_and_replay(
     The arguments are checked (:func:`check_arguments`) before the profile is read (a profile
     piped in may take minutes to arrive), then :func:`solve_checked` runs the algorithm.
     """
-    arguments = check_arguments(algo, memory, optimizer=optimizer, **options)
+    arguments = check_arguments(
+        algo, memory, optimizer=optimizer, gradients=gradients, **options
+    )
     return solve_checked(load_profile(profile), arguments, progress)
 
 
@@ -233,10 +255,17 @@ class SolveArguments:
     options: Any
     """The family's options object (:func:`memplan.algorithms.options_for`)."""
     optimizer: str
+    gradients: str = "auto"
+    """``auto``, ``at-backward`` or ``kept`` (resolved against the profile when it is read)."""
 
 
 def check_arguments(
-    algo: str, memory: int | str | None, *, optimizer: str = "sgd", **options: Any
+    algo: str,
+    memory: int | str | None,
+    *,
+    optimizer: str = "sgd",
+    gradients: str | None = "auto",
+    **options: Any,
 ) -> SolveArguments:
     """The one place a solve's arguments are validated (InputError naming the option): the
     algorithm, the budget, the family's options and the optimizer. The command line calls this,
@@ -247,7 +276,8 @@ def check_arguments(
     budget = check_budget(memory)
     family_options = options_for(info.name, options)
     check_optimizer(optimizer)
-    return SolveArguments(info, budget, str(memory).strip(), family_options, optimizer)
+    loop = check_gradients(gradients)
+    return SolveArguments(info, budget, str(memory).strip(), family_options, optimizer, loop)
 
 
 def solve_checked(
@@ -260,14 +290,17 @@ def solve_checked(
     info = arguments.algorithm
     family = FAMILIES[info.family]
     check_family(prof, family, info.name)
+    # Only the chain family plans under the training loop's terms (docs/model.md).
+    loop = resolve_gradients(prof, arguments.gradients) if family.name == "chain" else None
     request = SolveRequest(
         memory=memory_budget(prof, arguments.memory, given=arguments.memory_text),
         algorithm=info.name,
         family=family.name,
         options=arguments.options,
-        static_memory=static_memory(prof, arguments.optimizer),
+        static_memory=static_memory(prof, arguments.optimizer, loop),
         optimizer=arguments.optimizer,
         progress=progress,
+        gradients=loop,
     )
     started = time.perf_counter()
     schedule = info.solve(prof, request)
@@ -475,6 +508,7 @@ def compare(
     budgets: Iterable[int | str],
     *,
     optimizer: str = "sgd",
+    gradients: str = "auto",
     on_progress: Callable[[int, int], None] | None = None,
     **options: Any,
 ) -> list[CompareRow]:
@@ -500,7 +534,7 @@ def compare(
     total, done = len(names) * len(sizes), 0
     for memory in sizes:
         for name in names:
-            sched = solve(prof, name, memory, optimizer=optimizer, **options)
+            sched = solve(prof, name, memory, optimizer=optimizer, gradients=gradients, **options)
             rows.append(
                 CompareRow(
                     memory=memory,

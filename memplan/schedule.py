@@ -79,6 +79,9 @@ class Budget(_Model):
     bandwidth: Rate | None = None
     gpus: int | None = Field(default=None, ge=1)
     optimizer: OptimizerName | None = None
+    gradients: Literal["at-backward", "kept"] | None = None
+    """The training loop a chain plan was made for (docs/model.md); None: the model before the
+    loop's terms (schedules written before them, and the other families')."""
 
 
 class SolverInfo(_Model):

@@ -21,7 +21,10 @@ constexpr int F_ALL = 0, F_CK = 1, F_N = 2, B = 3;  // operation codes: 4 * stag
 constexpr int32_t CHOICE_F_ALL = -1, CHOICE_NONE = -2;
 
 // The sizes (bytes or slots) and times of a chain of L stages: x[0..L], s, fo, bo [0..L-1],
-// g[0..L], ft, bt [0..L-1] (docs/model.md).
+// g[0..L], ft, bt [0..L-1] (docs/model.md), and the terms of the training loop (NOTE
+// [ training-loop memory terms ], memplan/profile/memory.py), null in the model before them:
+// fa[0..L-1] what F_all a adds beyond s[a] (else fo), wh[0..L] the weight gradients held once
+// B k has run (else 0), fr[0..L-1] the bytes of x[a] that F_all a frees (else 0).
 struct ChainRules {
   int L = 0;
   const int64_t* x = nullptr;
@@ -31,13 +34,34 @@ struct ChainRules {
   const int64_t* bo = nullptr;
   const double* ft = nullptr;
   const double* bt = nullptr;
+  const int64_t* fa = nullptr;
+  const int64_t* wh = nullptr;
+  const int64_t* fr = nullptr;
 
-  // Memory of B a besides x[a]: g[a+1] + s[a] + g[a] + bo[a].
-  int64_t own_backward(int a) const { return g[a + 1] + s[a] + g[a] + bo[a]; }
-  // Least budget of F_all a in the sub-chain (a, b): its forward runs while g[b+1] is held
-  // (pitfall 1), and its backward needs own_backward(a).
+  // What F_all a adds beyond s[a].
+  int64_t fall_overhead(int a) const { return fa ? fa[a] : fo[a]; }
+  // The bytes of x[a] F_all a frees (the caller's x[a] counts them until then).
+  int64_t freed(int a) const { return fr ? fr[a] : 0; }
+  // The gradients held while the sub-chain (a, b) runs: g[b+1] (pitfall 1) and the weight
+  // gradients of the stages after b, whose backwards have run.
+  int64_t held_grads(int b) const { return g[b + 1] + (wh ? wh[b + 1] : 0); }
+  // Memory of B a besides x[a]: held_grads(a) + s[a] + g[a] + stage a's weight gradients +
+  // bo[a], less what F_all a freed of x[a].
+  int64_t own_backward(int a) const {
+    return g[a + 1] + s[a] + g[a] + bo[a] + (wh ? wh[a] : 0) - freed(a);
+  }
+  // What F_all a takes from the budget of the rest of its sub-chain: s[a], less the freed x[a]
+  // (negative when a stage saves less than the input it frees).
+  int64_t held_after(int a) const { return s[a] - freed(a); }
+  // Memory of B a besides x[a] as the last operation of the sub-chain (a, b): when a < b, F_all
+  // a+1 ran while s[a] was held and freed x[a+1] from it.
+  int64_t backward_need(int a, int b) const {
+    return own_backward(a) - (a < b ? freed(a + 1) : 0);
+  }
+  // Least budget of F_all a in the sub-chain (a, b): its forward runs while held_grads(b) is
+  // held (pitfall 1), and its backward needs backward_need(a, b).
   int64_t fall_need(int a, int b) const {
-    return std::max(g[b + 1] + s[a] + fo[a], own_backward(a));
+    return std::max(held_grads(b) + s[a] + fall_overhead(a), backward_need(a, b));
   }
   // Memory of F_ck a (r = 0) or F_n a+r (r >= 1) besides the held gradient, as needed to reach
   // the checkpoint x[a+1+r]: x[a+1] + fo[a], then x[a+r] + x[a+r+1] + fo[a+r].
@@ -46,10 +70,13 @@ struct ChainRules {
   }
   // The lowest budget of the sub-chain (a, b) below which no plan exists (a lower bound of its
   // least memory: the backward peaks of its stages and the forward of its last stage).
-  // ``floor`` is the running max of own_backward over a..b (the caller walks a down from b).
+  // ``floor`` is the running max of backward_need(k, b) over k = a..b (the caller walks a down
+  // from b).
   int64_t least_bound(int64_t floor, int b) const {
-    return std::max(floor, g[b + 1] + s[b] + fo[b]);
+    return std::max(floor, held_grads(b) + s[b] + fall_overhead(b));
   }
+  // Whether any term of the training loop is given.
+  bool has_terms() const { return fa != nullptr || wh != nullptr || fr != nullptr; }
 };
 
 }  // namespace memplan::rotor

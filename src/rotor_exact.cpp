@@ -4,7 +4,9 @@
 // opt(a, b)(m) is a non-increasing step function of the budget m; this DP keeps its steps, the
 // frontier of (a, b): the budgets M_0 < M_1 < ... at which the least makespan drops, with those
 // makespans and the option taken. The options act on frontiers exactly: F_all a shifts the
-// frontier of (a+1, b) by s[a] (raised to what F_all a needs) and adds ft[a] + bt[a]; the split
+// frontier of (a+1, b) by held_after(a) (raised to what F_all a needs; the shift is negative
+// when F_all a frees more of x[a] than it saves, and then the steps of (a+1, b) above the budget
+// that were dropped are only asked at budgets no plan of the top problem reaches) and adds ft[a] + bt[a]; the split
 // x[j] adds opt(j, b)(m - x[j]) + fprefix[j] and opt(a, j-1)(m), a sum that can only drop at a
 // step of one of them, so it is evaluated at the steps of both (raised to what its forward
 // needs), minus fprefix[a]. The frontier of (a, b) is the lower envelope of all these points:
@@ -104,14 +106,14 @@ int exact_plan(const ChainRules& c, int64_t budget, double work_limit, Stop& sto
         points.clear();
         const Frontier& next = front(a + 1, b);
         for (std::size_t i = 0; i < next.memory.size(); ++i)
-          points.push_back({std::max(next.memory[i] + c.s[a], need_fa), next.time[i] + fa_time,
+          points.push_back({std::max(next.memory[i] + c.held_after(int(a)), need_fa), next.time[i] + fa_time,
                             CHOICE_F_ALL});
         row_steps = 0;
         for (int64_t cseg = a; cseg < b; ++cseg) row_steps += int64_t(front(a, cseg).memory.size());
         int64_t run = 0;
         for (int64_t r = 0; r < b - a; ++r) {
           run = r == 0 ? c.forward_step(int(a), 0) : std::max(run, c.forward_step(int(a), int(r)));
-          fwd[r] = run + c.g[b + 1];
+          fwd[r] = run + c.held_grads(int(b));
         }
         for (int64_t j = a + 1; j <= b; ++j) {
           const Frontier& right = front(j, b);
@@ -167,7 +169,7 @@ int exact_plan(const ChainRules& c, int64_t budget, double work_limit, Stop& sto
     } else if (pick == CHOICE_F_ALL) {
       ops.push_back(4 * it.a + F_ALL);
       stack.push_back({0, it.a, it.a, 0});
-      stack.push_back({1, it.a + 1, it.b, it.m - c.s[it.a]});
+      stack.push_back({1, it.a + 1, it.b, it.m - c.held_after(int(it.a))});
     } else {
       const int64_t j = pick;
       ops.push_back(4 * it.a + F_CK);

@@ -62,3 +62,27 @@ def integer_chain(
             )
         )
     return Profile(model=model, input_size=rng.randint(1, max_input), stages=stages)
+
+
+def with_loop_terms(profile: Profile, seed: int) -> Profile:
+    """``profile`` with the fields of a measured profile drawn at random (``weight_size``,
+    ``weight_grad_size``, ``backward_overhead_fresh``, ``forward_overhead_all``, ``input_saved``,
+    ``output_saved``): about half the stages free their input after ``F_all`` (docs/model.md,
+    "The training loop")."""
+    rng = random.Random(seed)
+    stages = []
+    for st in profile.stages:
+        weights = rng.randint(0, 6)
+        stages.append(
+            st.model_copy(
+                update={
+                    "weight_size": weights,
+                    "weight_grad_size": rng.randint(0, weights),
+                    "backward_overhead_fresh": rng.randint(0, 4),
+                    "forward_overhead_all": rng.randint(0, st.forward_overhead + 2),
+                    "input_saved": rng.random() < 0.4,
+                    "output_saved": rng.random() < 0.3,
+                }
+            )
+        )
+    return profile.model_copy(update={"stages": stages})

@@ -60,6 +60,10 @@ class SolveRequest:
     defaulted from its declaration (:mod:`memplan.algorithms.options`)."""
     progress: Callable[[str], None] | None = None
     """Where long solvers report live progress (one line at a time); None: silent."""
+    gradients: str | None = None
+    """The training loop a chain plan is made for, ``at-backward`` or ``kept``
+    (NOTE [ training-loop memory terms ], memplan/profile/memory.py); None for the families that
+    plan in the model before the loop's terms (offloading, combined, join, graph, pipeline)."""
 
     @property
     def activation_memory(self) -> int:

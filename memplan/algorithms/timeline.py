@@ -16,6 +16,7 @@ from typing import Any
 
 from memplan.algorithms.base import ChainPlan, OffloadPlan, SolveRequest
 from memplan.errors import InputError
+from memplan.profile.memory import static_bytes
 from memplan.profile.model import Profile
 from memplan.schedule import Budget, Op, ProfileRef, Schedule, SolverInfo
 
@@ -31,16 +32,18 @@ def check_optimizer(optimizer: str) -> None:
         )
 
 
-def static_memory(profile: Profile, optimizer: str = "sgd") -> int:
+def static_memory(profile: Profile, optimizer: str = "sgd", gradients: str | None = None) -> int:
     """Bytes present during the whole iteration: weights, their gradients, optimizer state.
 
-    A graph profile holds its own weights, gradients and optimizer state (docs/graph.md): its
-    static memory is its ``weight_size`` whatever the optimizer.
+    With ``gradients`` ``at-backward`` the gradients are not static: each stage's appear at its
+    backward (NOTE [ training-loop memory terms ], memplan/profile/memory.py). A graph profile
+    holds its own weights, gradients and optimizer state (docs/graph.md): its static memory is its
+    ``weight_size`` whatever the optimizer.
     """
     check_optimizer(optimizer)
     if profile.kind == "graph":
         return profile.weight_size
-    return OPTIMIZER_FACTORS[optimizer] * profile.weight_size
+    return static_bytes(profile.weight_size, optimizer, gradients)
 
 
 def timed_ops(profile: Profile, sequence: Iterable[tuple[str, int]]) -> list[Op]:
@@ -69,7 +72,9 @@ def chain_schedule(profile: Profile, request: SolveRequest, plan: ChainPlan) -> 
         family=request.family,
         algorithm=request.algorithm,
         profile=profile_ref(profile),
-        budget=Budget(memory=request.memory, optimizer=request.optimizer),
+        budget=Budget(
+            memory=request.memory, optimizer=request.optimizer, gradients=request.gradients
+        ),
         lower_bound=profile.lower_bound,
         static_memory=request.static_memory,
         min_memory=_with_static(plan.min_memory, request),
