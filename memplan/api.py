@@ -237,9 +237,7 @@ def solve_and_replay(
     The arguments are checked (:func:`check_arguments`) before the profile is read (a profile
     piped in may take minutes to arrive), then :func:`solve_checked` runs the algorithm.
     """
-    arguments = check_arguments(
-        algo, memory, optimizer=optimizer, gradients=gradients, **options
-    )
+    arguments = check_arguments(algo, memory, optimizer=optimizer, gradients=gradients, **options)
     return solve_checked(load_profile(profile), arguments, progress)
 
 
@@ -406,6 +404,21 @@ def _checked(prof: Profile, schedule: Schedule, budget: int, algo: str) -> Simul
             f"{algo}: solver value {claimed} != simulated makespan {check.makespan}"
         )
     return check
+
+
+def with_gradients(profile: Profile, schedule: Schedule, gradients: str | None) -> Schedule:
+    """``schedule`` as planned for another training loop (``simulate --gradients``): a chain
+    schedule's ``budget.gradients`` replaced by ``gradients`` resolved on ``profile`` (``auto``,
+    ``at-backward``, ``kept``), its static memory recomputed; other families' as they are."""
+    if gradients is None or schedule.family != "chain":
+        return schedule
+    loop = resolve_gradients(profile, gradients)
+    budget = schedule.budget.model_copy(update={"gradients": loop})
+    optimizer = schedule.budget.optimizer or claims.DEFAULT_OPTIMIZER
+    static = static_memory(profile, optimizer, loop)
+    return schedule.model_copy(
+        update={"budget": budget, "static_memory": static, "peak_memory": None}
+    )
 
 
 def simulate(

@@ -71,15 +71,15 @@ def with_loop_terms(profile: Profile, seed: int) -> Profile:
     "The training loop")."""
     rng = random.Random(seed)
     stages = []
-    for st in profile.stages:
+    for stage in profile.stages:
         weights = rng.randint(0, 6)
         stages.append(
-            st.model_copy(
+            stage.model_copy(
                 update={
                     "weight_size": weights,
                     "weight_grad_size": rng.randint(0, weights),
                     "backward_overhead_fresh": rng.randint(0, 4),
-                    "forward_overhead_all": rng.randint(0, st.forward_overhead + 2),
+                    "forward_overhead_all": rng.randint(0, stage.forward_overhead + 2),
                     "input_saved": rng.random() < 0.4,
                     "output_saved": rng.random() < 0.3,
                 }

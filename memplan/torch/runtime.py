@@ -1038,13 +1038,21 @@ def solve_feasible(
     slots: int | None = None,
     optimizer: str = "sgd",
     bandwidth: float | str | None = None,
+    gradients: str = "at-backward",
 ) -> Schedule:
     """:func:`memplan.solve`, with no plan as an :class:`InputError` that says the least memory
-    that fits (what :func:`fit` and :func:`memplan.torch.enable` need: a plan to run)."""
+    that fits (what :func:`fit` and :func:`memplan.torch.enable` need: a plan to run). The
+    training loop is PyTorch's default (``gradients``, docs/model.md) unless said otherwise."""
     import memplan
 
     sched = memplan.solve(
-        profile, algo=algo, memory=memory, slots=slots, optimizer=optimizer, bandwidth=bandwidth
+        profile,
+        algo=algo,
+        memory=memory,
+        slots=slots,
+        optimizer=optimizer,
+        bandwidth=bandwidth,
+        gradients=gradients,
     )
     if not sched.feasible:
         least = "" if sched.min_memory is None else "; the least memory that fits is "

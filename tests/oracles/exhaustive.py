@@ -98,7 +98,9 @@ class _Chain:
                 if fresh and st.backward_overhead_fresh is not None:
                     self.bo[k] = st.backward_overhead_fresh
                 if fresh and optimizer != "none":
-                    self.wg[k] = st.weight_size if st.weight_grad_size is None else st.weight_grad_size
+                    self.wg[k] = (
+                        st.weight_size if st.weight_grad_size is None else st.weight_grad_size
+                    )
                 if k > 0:
                     self.frees[k] = stages[k - 1].output_saved is False and st.input_saved is False
         # weight gradients held once B k has run: those of stages k..L-1
@@ -136,7 +138,9 @@ class _Chain:
         persistent = self.persistent
 
         def available(k: int) -> bool:  # standalone x[k] held, or s[k-1] held with x[k]
-            return bool(xs >> k & 1) or (k > 0 and bool(ss >> (k - 1) & 1) and not cut >> (k - 1) & 1)
+            return bool(xs >> k & 1) or (
+                k > 0 and bool(ss >> (k - 1) & 1) and not cut >> (k - 1) & 1
+            )
 
         for k in range(self.length):
             if not available(k):
