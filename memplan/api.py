@@ -289,7 +289,7 @@ def solve_checked(
     family = FAMILIES[info.family]
     check_family(prof, family, info.name)
     # Only the chain family plans under the training loop's terms (docs/model.md).
-    loop = resolve_gradients(prof, arguments.gradients) if family.name == "chain" else None
+    loop = resolve_gradients(prof, arguments.gradients) if family.loop_terms else None
     request = SolveRequest(
         memory=memory_budget(prof, arguments.memory, given=arguments.memory_text),
         algorithm=info.name,
@@ -410,7 +410,8 @@ def with_gradients(profile: Profile, schedule: Schedule, gradients: str | None) 
     """``schedule`` as planned for another training loop (``simulate --gradients``): a chain
     schedule's ``budget.gradients`` replaced by ``gradients`` resolved on ``profile`` (``auto``,
     ``at-backward``, ``kept``), its static memory recomputed; other families' as they are."""
-    if gradients is None or schedule.family != "chain":
+    family = FAMILIES.get(schedule.family)
+    if gradients is None or family is None or not family.loop_terms:
         return schedule
     loop = resolve_gradients(profile, gradients)
     budget = schedule.budget.model_copy(update={"gradients": loop})

@@ -133,6 +133,9 @@ class Family:
     algorithms: tuple[AlgorithmInfo, ...]
     options: type
     describe: Callable[[Any, int], dict[str, Any]] | None = field(default=None, compare=False)
+    loop_terms: bool = False
+    """Whether its plans follow the training loop's terms (``--gradients``, NOTE [ training-loop
+    memory terms ] in memplan/profile/memory.py); the others plan with the gradients kept."""
 
     def __post_init__(self) -> None:
         stamped = tuple(dataclasses.replace(info, family=self.name) for info in self.algorithms)

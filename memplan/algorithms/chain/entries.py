@@ -95,6 +95,7 @@ FAMILY = Family(
     profile_kind="chain",
     options=ChainOptions,
     describe=describe_chain,
+    loop_terms=True,
     algorithms=(
         AlgorithmInfo(
             name="store-all",

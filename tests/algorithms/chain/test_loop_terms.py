@@ -96,9 +96,10 @@ def test_solver_peaks_are_the_simulators(length, seed, loop):
         replay = simulate_chain(prof, plan, static_memory=static, gradients=loop)
         assert replay.valid, replay.violation
         assert chain.peak(plan) + static == replay.peak_memory
-    assert chain.store_all_peak() + static == simulate_chain(
-        prof, plans[0], static_memory=static, gradients=loop
-    ).peak_memory
+    assert (
+        chain.store_all_peak() + static
+        == simulate_chain(prof, plans[0], static_memory=static, gradients=loop).peak_memory
+    )
 
 
 def test_the_loops_differ_by_the_gradients_not_yet_created():
