@@ -78,7 +78,7 @@ def with_loop_terms(profile: Profile, seed: int) -> Profile:
                 update={
                     "weight_size": weights,
                     "weight_grad_size": rng.randint(0, weights),
-                    "backward_overhead_fresh": rng.randint(0, 4),
+                    "backward_overhead_fresh": rng.randint(-stage.saved_size, 4),
                     "forward_overhead_all": rng.randint(0, stage.forward_overhead + 2),
                     "input_saved": rng.random() < 0.4,
                     "output_saved": rng.random() < 0.3,

@@ -112,8 +112,8 @@ def test_the_loops_differ_by_the_gradients_not_yet_created():
         fresh = memplan.solve(prof, "store-all", 2**40, gradients="at-backward")
         grads = sum(st.weight_grad_size for st in prof.stages)
         assert fresh.static_memory == kept.static_memory - prof.weight_size
-        # backward_overhead_fresh may exceed backward_overhead by the random draw
-        extra = sum(st.backward_overhead_fresh for st in prof.stages)
+        # backward_overhead_fresh may exceed backward_overhead by the random draw (or be below 0)
+        extra = sum(max(0, st.backward_overhead_fresh) for st in prof.stages)
         assert fresh.peak_memory <= kept.peak_memory + extra + grads
 
 
