@@ -1,8 +1,8 @@
-"""pofo (recomputation + offloading) against rotor and dynprog alone (issue #5, papers/000).
+"""pofo (recomputation + offloading) against rotor and dynprog alone (Efficient Combination of Rematerialization and Offloading (NeurIPS 2021)).
 
 For each profile, 20 budgets from the least memory of rotor (recomputing everything) to the
 store-all need, at 12 GB/s and ``--optimizer none`` (activations only, as in the papers), every
-algorithm at its defaults (rotor and dynprog 500 slots; pofo 50 slots for its DPs as in papers/000,
+algorithm at its defaults (rotor and dynprog 500 slots; pofo 50 slots for its DPs as in Efficient Combination of Rematerialization and Offloading (NeurIPS 2021),
 its rotor candidate at rotor's 500). Prints a markdown table per profile: makespans (ms) of rotor,
 dynprog and pofo, the candidate pofo returned, the value of the Theorem 1 DP (fractional transfers)
 next to the simulated makespan of the whole-tensor schedule realizing it, the window DP's value,

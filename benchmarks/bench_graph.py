@@ -1,4 +1,4 @@
-"""Graph family (papers/002, OLLA) on the bundled training graphs.
+"""Graph family (OLLA, Steiner et al. 2022) on the bundled training graphs.
 
 Two commands:
 

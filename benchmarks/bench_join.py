@@ -1,4 +1,4 @@
-"""Join networks (papers/003): the paper's Figures 7 and 9, the SNN timing, heterogeneous gaps.
+"""Join networks (Optimal Memory-aware Backpropagation of Deep Join Networks, Phil. Trans. R. Soc. A 2020): the paper's Figures 7 and 9, the SNN timing, heterogeneous gaps.
 
 Usage::
 
@@ -108,7 +108,7 @@ def fig7() -> None:
     axes[0].set_ylabel("makespan / Span*")
     axes[0].legend()
     fig.suptitle(
-        "Optimal join schedules (papers/003, Figure 7), u_f = u_b = u_t = 1\n"
+        "Optimal join schedules (Deep Join Networks paper, Figure 7), u_f = u_b = u_t = 1\n"
         "solid: exact pebble game; dashed: Opt_0 in Griewank's checkpoint convention",
         fontsize=10,
     )
@@ -143,7 +143,7 @@ def fig9() -> None:
     ax.set_ylabel("EQUIV-CHAIN / Opt")
     ax.grid(alpha=0.3)
     ax.legend()
-    ax.set_title("EQUIV-CHAIN / optimal join (papers/003, Fig. 9b)")
+    ax.set_title("EQUIV-CHAIN / optimal join (Deep Join Networks paper, Fig. 9b)")
     fig.tight_layout()
     fig.savefig(DOCS / "join_fig9.png", dpi=110)
     print("### Figure 9: EQUIV-CHAIN / Opt on SNN\n")

@@ -88,12 +88,11 @@ def run_model(
     torch.set_num_threads(1) if device == "cpu" else None
     dev = resolve_device(device)
     config = MODELS[name]
-    module, x, _ = build_model(name, **config)
-    module.to(dev)
-    x = x.to(dev)
+    module, x, _ = build_model(name, **config)  # kept on the CPU: each point trains a copy on
+    x = x.to(dev)  # the device, where the allocator counts every tensor (an idle original too)
     started = time.perf_counter()
     measured_prof = profile_model(
-        copy.deepcopy(module), example_input=x, device=str(dev), repeats=1, name=name
+        copy.deepcopy(module).to(dev), example_input=x, device=str(dev), repeats=1, name=name
     )
     profile_seconds = time.perf_counter() - started
     data = measured_prof.model_dump(exclude_none=True)
@@ -116,7 +115,9 @@ def run_model(
                 sched = memplan.solve(prof, algo, budget, optimizer=optimizer)
                 point["feasible"] = sched.feasible
                 if sched.feasible:
-                    doc = train_under_plan(copy.deepcopy(module), x, prof, sched, steps=steps)
+                    trained = copy.deepcopy(module).to(dev)
+                    doc = train_under_plan(trained, x, prof, sched, steps=steps)
+                    del trained
                     point.update(
                         planned=sched.peak_memory,
                         measured=doc["measured_peak_memory"],
@@ -160,7 +161,7 @@ def report(results: list[dict[str, Any]]) -> str:
     points = [p for r in results for p in r["points"] if p["feasible"]]
     total = [p for r in results for p in r["points"]]
     within = sum(p["measured"] <= p["budget"] for p in points)
-    close = sum(p["measured"] >= (1 - GOAL) * p["planned"] for p in points)
+    close = sum(abs(p["measured"] - p["planned"]) <= GOAL * p["planned"] for p in points)
     out.append(
         f"{len(total)} points, {len(points)} with a plan: measured <= budget at {within} "
         f"({100 * within / max(1, len(points)):.1f}%), measured within 5% of the plan's peak at "

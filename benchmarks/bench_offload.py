@@ -1,4 +1,4 @@
-"""Offloading algorithms on the bundled A100 CNN profiles (papers/004, Figure 5), and their gap.
+"""Offloading algorithms on the bundled A100 CNN profiles (Optimal GPU-CPU Offloading Strategies, Euro-Par 2020; Figure 5), and their gap.
 
 Usage::
 
@@ -108,7 +108,7 @@ def point_table(res: dict) -> str:
 
 
 def plot(results: list[dict], directory: Path) -> list[Path]:
-    """One figure per profile, one panel per bandwidth, in the style of Figure 5 of papers/004."""
+    """One figure per profile, one panel per bandwidth, in the style of Figure 5 of Optimal GPU-CPU Offloading Strategies (Euro-Par 2020)."""
     import matplotlib
 
     matplotlib.use("Agg", force=True)

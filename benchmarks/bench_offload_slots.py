@@ -1,4 +1,4 @@
-"""Slot rounding of dynprog and pofo (issue 18 item 4), and dynprog on long chains (issue 17 item 12).
+"""Slot rounding of dynprog and pofo, and dynprog on long chains.
 
 Usage::
 
@@ -19,7 +19,7 @@ need, 20 budgets), 12 and 25 GB/s: pofo before (its DPs at 50 slots, its dynprog
 pofo now (``--slots auto``: 50, and 64 for the Theorem 1 DP on chains of at most 24 stages or when
 50 gives no schedule; dynprog candidate at ``auto``), and pofo with its DPs at 57 and at 64 slots
 (the Theorem 1 DP's most; dynprog at ``auto``); the loss is against the best of the four. Rotor's
-candidate stays at 500 slots in all four: its own rounding is issue 18 items 2-3.
+candidate stays at 500 slots in all four (rotor's own rounding is measured by bench_rotor.py).
 
 ``scale``: random chains ``random_chain(L, seed=L, max_size=10**8)`` (sizes up to 100 MB, times
 0.1-10 ms), written to a YAML file and solved by the command a user types, ``memplan solve FILE

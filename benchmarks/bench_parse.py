@@ -1,4 +1,4 @@
-"""Time parsing large profiles and schedules (issue 17 item 4; docs/benchmarks.md).
+"""Time parsing large profiles and schedules (docs/benchmarks.md).
 
 Usage: ``python benchmarks/bench_parse.py [--sizes 1,5,50] [--skip-pure-above 6]``
 

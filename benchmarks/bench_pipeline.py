@@ -1,6 +1,6 @@
 """Pipeline family on the bundled ResNet A100 profiles: pipeline-ilp vs pipedream vs gpipe.
 
-The experiment of papers/001 §7 (Figures 11-16): for ResNet-18/34/50 on 4 and 8 GPUs and a range
+The experiment of Pipelined Model Parallelism (Euro-Par 2021) §7 (Figures 11-16): for ResNet-18/34/50 on 4 and 8 GPUs and a range
 of per-GPU memory limits, the period found by ``pipeline-ilp`` within ``--time-limit`` seconds
 (CP-SAT's own plan and the plan returned, the better of it and PipeDream's), the best valid
 PipeDream plan (all candidates replayed by the simulator, NOAM swept) and GPipe's.

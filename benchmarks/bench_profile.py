@@ -1,4 +1,4 @@
-"""What profiling costs (issue 14 item 2), and the user's own commands end to end (item 1).
+"""What profiling costs, and the user's own commands end to end.
 
 Subcommands (each prints the machine and its load, then a markdown table for docs/benchmarks.md):
 

@@ -1,4 +1,4 @@
-"""Start-up time of the memplan command (issue 14 item 7).
+"""Start-up time of the memplan command.
 
 Times fresh processes of the installed ``memplan`` script, as CI pipelines call it:
 

@@ -1,4 +1,4 @@
-"""How well the CP-SAT algorithms keep to ``--time-limit`` (issue 17 item 10; docs/benchmarks.md).
+"""How well the CP-SAT algorithms keep to ``--time-limit`` (docs/benchmarks.md).
 
 Usage: ``python benchmarks/bench_time_limits.py [--limits 2,10]``
 

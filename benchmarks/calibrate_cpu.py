@@ -1,4 +1,4 @@
-"""Calibrate the roofline estimator against this machine's CPU (docs/benchmarks.md, issue #3).
+"""Calibrate the roofline estimator against this machine's CPU (docs/benchmarks.md).
 
 The estimator (docs/estimation.md) turns per-operator FLOP and byte counts into times with a
 device spec. Here the device is this CPU: its spec comes from two micro-benchmarks (a float32

@@ -57,6 +57,17 @@ def _cli(args: list[str]) -> tuple[int, str, str]:
     return result.exit_code, result.stdout, result.stderr
 
 
+def _released(torch: Any) -> int:
+    """Free what earlier points left for the garbage collector (a command stopped by an exit
+    keeps its frames, the model among them, in a reference cycle) and return the bytes still
+    allocated on the GPU: each point is measured as in a process of its own."""
+    import gc
+
+    gc.collect()
+    torch.cuda.empty_cache()
+    return int(torch.cuda.memory_allocated())
+
+
 def catalog_key(device_name: str) -> str | None:
     """The catalog key whose ``name`` is the CUDA device name, if any."""
     for key, spec in gpu_catalog().items():
@@ -266,6 +277,7 @@ def main() -> int:
                         str(measured_path), "--device", "cuda", "--optimizer", optimizer,
                         "--steps", str(args.steps), "--format", "json",
                     ]  # fmt: skip
+                    leftover = _released(torch)
                     code, stdout, err = _cli(command)
                     point: dict[str, Any] = {
                         "model": name,
@@ -274,6 +286,7 @@ def main() -> int:
                         "budget": budget,
                         "feasible": code in (0, 1) and bool(stdout.strip()),
                         "command": "memplan " + " ".join(command),
+                        "leftover": leftover,
                     }
                     if code not in (0, 1):
                         point["error"] = err.strip()
@@ -295,6 +308,8 @@ def main() -> int:
                         if "measured" not in point
                         else f"{format_size(point['measured'])} ({point['over_budget']:.3f})"
                     )
+                    if leftover:
+                        status += f"; {format_size(leftover)} left on the GPU by earlier points"
                     print(f"{name} {optimizer} {algo} {format_size(budget)}: {status}", flush=True)
         results.append(
             {

@@ -1,4 +1,4 @@
-"""The two plan figures of the README: a rotor plan and a pofo plan (issue #9).
+"""The two plan figures of the README: a rotor plan and a pofo plan.
 
 * ``docs/plan_rotor_resnet50.png``: rotor on the bundled ``resnet50`` at 1 GB (recomputation only,
   one compute strip);
@@ -26,7 +26,7 @@ from memplan.views.plot import plot_schedule
 
 BANDWIDTH = 12e9
 SLOTS = None
-"""pofo's default (50 slots, as in papers/000)."""
+"""pofo's default (50 slots, as in Efficient Combination of Rematerialization and Offloading (NeurIPS 2021))."""
 
 
 def _mixes(sched: memplan.Schedule) -> bool:

@@ -77,7 +77,7 @@ PROFILES: dict[str, tuple[str, int, tuple[int, ...] | None, str | None]] = {
     "bert-base@h100": ("hf:bert", 8, (512,), "h100"),
     "vit-b-16@a100": ("hf:vit-b-16", 16, IMAGE, "a100"),
     "vit-b-16@h100": ("hf:vit-b-16", 16, IMAGE, "h100"),
-    # Join networks (papers/003, docs/join.md), measured on this machine; their factories give
+    # Join networks (Optimal Memory-aware Backpropagation of Deep Join Networks, Phil. Trans. R. Soc. A 2020; docs/join.md), measured on this machine; their factories give
     # the inputs (images 3x224x224, 64 tokens). Run with --threads 1.
     "siamese-resnet18": ("siamese-resnet18", 8, None, None),
     "cross-modal-resnet18": ("cross-modal-resnet18", 8, None, None),

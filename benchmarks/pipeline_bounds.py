@@ -1,4 +1,4 @@
-"""Where can pipeline-ilp find plans PipeDream has none? Per-GPU memory bounds (papers/001, §6.2).
+"""Where can pipeline-ilp find plans PipeDream has none? Per-GPU memory bounds (Pipelined Model Parallelism, Euro-Par 2021; §6.2).
 
 For the bundled ResNet A100 profiles on 4 and 8 GPUs (SGD, 100 GB/s links), prints:
 

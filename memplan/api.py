@@ -501,7 +501,7 @@ def auto_budgets(
     """``steps`` budgets from the least memory any of ``algos`` runs with to the store-all need.
 
     The store-all need is M_peak (plus static memory): above it nothing is recomputed or
-    offloaded. This is the range of Figure 5 of papers/004 (``compare --mem auto:20``).
+    offloaded. This is the range of Figure 5 of Optimal GPU-CPU Offloading Strategies (Euro-Par 2020) (``compare --mem auto:20``).
     """
     if not 1 <= steps <= MAX_STEPS:
         raise InputError(f"--mem auto:{steps}: STEPS must be from 1 to {MAX_STEPS}, e.g. auto:20")
@@ -530,7 +530,7 @@ def compare(
 
     Within one family the lower bound is each schedule's own: for the offloading family, LB of
     Proposition 3 at each budget and at ``bandwidth`` (default: the profile's), so the ratios are
-    those of Figure 5 of papers/004. When the algorithms span several families, every ratio uses
+    those of Figure 5 of Optimal GPU-CPU Offloading Strategies (Euro-Par 2020). When the algorithms span several families, every ratio uses
     the one bound valid for all of them, the compute lower bound (every forward and backward
     once, ``profile.lower_bound``), so that the columns compare. ``options`` are the families'
     options as for :func:`solve`, given to every algorithm (each takes those its family declares;
@@ -575,7 +575,7 @@ def describe(profile: Profile | Mapping[str, Any] | str, optimizer: str = "sgd")
 
     ``store_all_memory`` is the budget store-all needs (no recomputation); ``min_memory`` the least
     budget with which any plan of a family exists: ``chain``, everything recomputed from the
-    input; ``offload``, every activation offloaded (papers/004). ``offload_peak`` is M_peak, the
+    input; ``offload``, every activation offloaded (Optimal GPU-CPU Offloading Strategies, Euro-Par 2020). ``offload_peak`` is M_peak, the
     budget above which nothing needs offloading (the store-all need). All include the static
     memory of ``optimizer``. Each family that fits the profile adds its own figures
     (``Family.describe``).

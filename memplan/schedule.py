@@ -114,7 +114,7 @@ _PIPELINE_FIELDS = (
 
 
 class PatternOp(_Model):
-    """One compute operation of a pipeline pattern (papers/001, Definition 1).
+    """One compute operation of a pipeline pattern (Pipelined Model Parallelism, Euro-Par 2021; Definition 1).
 
     In the ``i``-th copy of the pattern (times shifted by ``i * period``) it runs on mini-batch
     ``batches_per_period * i - shift``.
@@ -172,7 +172,7 @@ class Schedule(_Model):
     solver: SolverInfo = SolverInfo()
     ops: list[Op] = []
 
-    # -- join family (papers/003): its fields go here --
+    # -- join family (Optimal Memory-aware Backpropagation of Deep Join Networks, Phil. Trans. R. Soc. A 2020): its fields go here --
     join_model: Literal["pebble", "chain"] | None = Field(
         default=None,
         description="join schedules: the memory model of the ops (docs/join.md): 'pebble' (the "
@@ -183,7 +183,7 @@ class Schedule(_Model):
         description="join schedules, pebble model: the budget in the paper's memory slots (c)",
     )
 
-    # -- graph family (papers/002): its fields go here --
+    # -- graph family (OLLA, Steiner et al. 2022): its fields go here --
     order: list[str] | None = Field(
         default=None, description="graph family: every node name once, in execution order"
     )
@@ -203,7 +203,7 @@ class Schedule(_Model):
         default=None, description="graph family: the solver's proven lower bound on its objective"
     )
 
-    # -- pipeline family (papers/001): its fields go here --
+    # -- pipeline family (Pipelined Model Parallelism, Euro-Par 2021): its fields go here --
     assignment: list[NonNegativeInt] | None = Field(
         default=None, description="pipeline: the GPU of each stage (forward and backward)"
     )

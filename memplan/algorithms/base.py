@@ -148,7 +148,7 @@ Transfer = tuple[str, int, float, float, str, "str | None"]
 
 @dataclass
 class OffloadPlan:
-    """An offloading algorithm's answer: a timed schedule (papers/004), before simulation.
+    """An offloading algorithm's answer: a timed schedule (Optimal GPU-CPU Offloading Strategies, Euro-Par 2020), before simulation.
 
     ``ops`` is None when no schedule of the algorithm fits; ``min_memory`` is then the least
     activation memory (bytes, static memory excluded) with which it finds one. ``lower_bound`` is

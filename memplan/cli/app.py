@@ -65,7 +65,7 @@ def split_size_error(args: list[str]) -> str | None:
 
 
 class MemplanCommand(TyperCommand):
-    """A typer command with memplan's messages for two usage mistakes (issue 14).
+    """A typer command with memplan's messages for two usage mistakes.
 
     ``--mem 8 GB`` (a size split in two words) is one line ``write 8GB`` instead of typer's
     "unexpected extra argument (GB)"; a value outside an option's choices (``--optimizer adamw``)

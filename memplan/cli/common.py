@@ -423,7 +423,7 @@ def size_text(nbytes: int | float | None) -> str:
 # --------------------------------------------------------------------------- tables
 
 # NOTE [ table width ]
-# A table never drops characters of a cell (issue 14: at 80 columns rich cut a weight of ``300K``
+# A table never drops characters of a cell (at 80 columns rich cut a weight of ``300K``
 # to ``300``). Number columns do not wrap; text columns wrap at spaces. When stderr is not a
 # terminal (a CI log, ``2> log``) a table that does not fit is printed at its full width, every
 # cell on one line; on a terminal it gets at least the width of its longest words, so text wraps

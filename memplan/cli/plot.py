@@ -1,7 +1,7 @@
 """The ``compare --plot`` figure: makespan / lower bound against the memory budget.
 
 Drawn in the style of Figure 5 of Beaumont, Eyraud-Dubois & Shilova (Euro-Par 2020,
-papers/004): x the memory budget in GB, y the ratio of each algorithm's makespan to the lower
+Optimal GPU-CPU Offloading Strategies (Euro-Par 2020)): x the memory budget in GB, y the ratio of each algorithm's makespan to the lower
 bound, one curve per algorithm. matplotlib (the ``plot`` extra) is imported only here, with the Agg
 backend, and the file is written atomically.
 """

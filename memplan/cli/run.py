@@ -192,6 +192,14 @@ def _train(
         dtype = prof.dtype
     dtype = dtype or "float32"
     dev = resolve_device(device)
+    sched = None
+    if prof is not None:  # no model is built (nor moved to the GPU) for a budget with no plan
+        sched = memplan.solve(
+            prof, algo, memory, optimizer=optimizer, gradients=gradients, **options
+        )
+        if not sched.feasible:
+            common.echo_err(infeasible_line(sched))
+            return None
     module, x, label = build_model(name, batch_size=batch_size, input_shape=shape, config=config)
     module.to(device=dev, dtype=DTYPES[dtype])
     x = x.to(device=dev, dtype=DTYPES[dtype]) if x.is_floating_point() else x.to(dev)
@@ -204,10 +212,13 @@ def _train(
             "name": label,
         }  # fmt: skip
         prof = _run_with_progress(profile_model, module, kwargs, f"profiling {label}")
-    sched = memplan.solve(prof, algo, memory, optimizer=optimizer, gradients=gradients, **options)
-    if not sched.feasible:
-        common.echo_err(infeasible_line(sched))
-        return None
+    if sched is None:
+        sched = memplan.solve(
+            prof, algo, memory, optimizer=optimizer, gradients=gradients, **options
+        )
+        if not sched.feasible:
+            common.echo_err(infeasible_line(sched))
+            return None
     if trace is not None:
         from memplan.cli.solve import write_trace_file
 

@@ -1,4 +1,4 @@
-"""docs/cli.md's synopsis, generated from the typer app so that it cannot drift (issue 14).
+"""docs/cli.md's synopsis, generated from the typer app so that it cannot drift.
 
 :func:`synopsis` writes one entry per command of :data:`memplan.cli.app.COMMANDS`: its arguments
 and every option with its metavar or choices (``[--format table|json|yaml|torch-csv]``), required

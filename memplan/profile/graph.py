@@ -1,4 +1,4 @@
-"""The ``graph:`` section of a profile: an operator-level training graph (papers/002, OLLA).
+"""The ``graph:`` section of a profile: an operator-level training graph (OLLA, Steiner et al. 2022).
 
 The format is documented in docs/formats.md ("Graph profiles"); in short:
 
@@ -11,7 +11,7 @@ The format is documented in docs/formats.md ("Graph profiles"); in short:
   lives from its producer to its last consumer, both included; a tensor produced by a ``weight``
   node is resident during the whole step (it persists from one step to the next). A tensor of
   size 0 is a *control edge*: it orders its producer before its consumers and holds no memory
-  (papers/002 section 4.3 encodes control edges the same way).
+  (OLLA (Steiner et al. 2022) section 4.3 encodes control edges the same way).
 
 The validator checks what the solvers and the simulator rely on: unique names, known producer and
 consumer names, an acyclic graph, and nodes listed in an order that runs every producer before its

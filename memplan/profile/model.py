@@ -6,8 +6,8 @@ A profile holds one of three network shapes, and says which algorithm families c
 - a *chain* (``stages``, forward order, the last stage being the loss): the chain, offload,
   combined and pipeline families;
 - a *join network* (``branches``, each a chain with its own input, and the ``turn`` stage that
-  joins them, papers/003): the join family;
-- an operator-level *training graph* (``graph``, papers/002): the graph family. A graph may come
+  joins them, Optimal Memory-aware Backpropagation of Deep Join Networks (Phil. Trans. R. Soc. A 2020)): the join family;
+- an operator-level *training graph* (``graph``, OLLA (Steiner et al. 2022)): the graph family. A graph may come
   alongside ``stages`` (``memplan profile --graph`` writes a graph-only profile).
 
 The pydantic models below hold every check (strict types, non-negative sizes and times, no unknown
@@ -171,7 +171,7 @@ class Measured(_Strict):
 
 
 class Branch(_Strict):
-    """One branch of a join network: a chain from its own input to the turn (papers/003)."""
+    """One branch of a join network: a chain from its own input to the turn (Optimal Memory-aware Backpropagation of Deep Join Networks, Phil. Trans. R. Soc. A 2020)."""
 
     name: str
     input_size: Bytes = Field(description="bytes of the branch input")

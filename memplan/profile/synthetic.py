@@ -84,7 +84,7 @@ def homogeneous_join(
     ut: float = 1.0,
     model: str | None = None,
 ) -> Profile:
-    """A uniform join network (papers/003): branches of ``lengths`` unit stages and a turn.
+    """A uniform join network (Optimal Memory-aware Backpropagation of Deep Join Networks, Phil. Trans. R. Soc. A 2020): branches of ``lengths`` unit stages and a turn.
 
     Every branch input, activation, saved tensor and gradient has ``size`` bytes, every forward
     step costs ``uf``, every backward ``ub`` and the turn ``ut`` (its forward time; its backward

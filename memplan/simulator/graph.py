@@ -1,6 +1,6 @@
 """Replay a graph-family schedule: an execution order and an address for every tensor.
 
-This is the independent check of the graph family (papers/002, OLLA): it shares no code with
+This is the independent check of the graph family (OLLA, Steiner et al. 2022): it shares no code with
 :mod:`memplan.algorithms` and must not import it. From the profile's graph and the schedule's
 ``order`` and ``addresses`` alone it
 
@@ -9,7 +9,7 @@ This is the independent check of the graph family (papers/002, OLLA): it shares 
 2. derives each tensor's lifetime ``[step of its producer, step of its last consumer]`` (both
    included; a tensor without consumers lives at its producer's step only; a tensor produced by a
    ``weight`` node lives during the whole step);
-3. computes the resident bytes at every step, hence ``peak_resident`` (eq. 13 of papers/002);
+3. computes the resident bytes at every step, hence ``peak_resident`` (eq. 13 of OLLA (Steiner et al. 2022));
 4. checks every tensor of positive size has an offset ``>= 0``, and that no two tensors whose
    lifetimes share a step overlap in memory (eqs. 6-7);
 5. computes the arena ``max(offset + size)`` (eq. 8), which is the memory the plan needs: the

@@ -1,4 +1,4 @@
-"""Replay a join-network schedule (papers/003) operation by operation, per docs/join.md.
+"""Replay a join-network schedule (Optimal Memory-aware Backpropagation of Deep Join Networks, Phil. Trans. R. Soc. A 2020) operation by operation, per docs/join.md.
 
 Independent of the solvers (imports nothing from :mod:`memplan.algorithms`). Two memory models,
 named by the schedule's ``join_model``:

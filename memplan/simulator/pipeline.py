@@ -1,4 +1,4 @@
-"""Replay a periodic pipeline pattern over many mini-batches (independent check, papers/001).
+"""Replay a periodic pipeline pattern over many mini-batches (independent check, Pipelined Model Parallelism (Euro-Par 2021)).
 
 This module shares no code with :mod:`memplan.algorithms` and must not import it. Given a
 ``pipeline`` schedule (``assignment``, ``period``, per-GPU ``pattern``, ``transfers``), it:

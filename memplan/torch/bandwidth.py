@@ -1,7 +1,7 @@
 """Host<->device bandwidth of a profile: the copy the runtime makes when it offloads.
 
 A profile's ``bandwidth`` (bytes/s) is what the offloading and combined algorithms divide the
-bytes of a transfer by (papers/004, assumption C: transferring x_i takes |x_i| / beta). It is
+bytes of a transfer by (Optimal GPU-CPU Offloading Strategies, Euro-Par 2020; assumption C: transferring x_i takes |x_i| / beta). It is
 measured on the device that profiles:
 
 * **CUDA**: copies between a pinned host buffer and a device buffer of 256 MiB (capped at a

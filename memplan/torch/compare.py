@@ -370,7 +370,9 @@ class _Bench:
         self.seed = seed
         self.params = [p for p in setup.module.parameters() if p.requires_grad]
         self.optimizer = make_optimizer(optimizer, self.params, lr=0.01)
-        self.initial = [t.detach().clone() for t in self._state()]
+        # Kept in host memory: on a GPU, the allocator counts every tensor on the device, and
+        # copies of the weights and of plain training's gradients are not training's memory.
+        self.initial = [_host_copy(t) for t in self._state()]
         self.reference: list[Tensor | None] | None = None
 
     def _state(self) -> list[Tensor]:
@@ -410,7 +412,7 @@ class _Bench:
         return time.perf_counter() - start
 
     def gradients(self) -> list[Tensor | None]:
-        return [None if p.grad is None else p.grad.detach().clone() for p in self.params]
+        return [None if p.grad is None else _host_copy(p.grad) for p in self.params]
 
     def compare_gradients(self) -> tuple[str, float | None]:
         assert self.reference is not None
@@ -421,14 +423,20 @@ class _Bench:
                 return "differ", None
             if ref is None or p.grad is None:
                 continue
-            if torch.equal(p.grad, ref):
+            grad = _host_copy(p.grad)
+            if torch.equal(grad, ref):
                 continue
             exact = False
             scale = float(ref.abs().max()) or 1.0
-            worst = max(worst, float((p.grad - ref).abs().max()) / scale)
+            worst = max(worst, float((grad - ref).abs().max()) / scale)
         if exact:
             return "equal", 0.0
         return ("close" if worst <= GRAD_TOLERANCE else "differ"), worst
+
+
+def _host_copy(tensor: Tensor) -> Tensor:
+    """A copy of ``tensor`` in host memory (a copy on the CPU too: the original changes)."""
+    return tensor.detach().to("cpu", copy=True)
 
 
 def _first_line(exc: BaseException) -> str:

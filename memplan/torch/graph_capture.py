@@ -1,4 +1,4 @@
-"""Capture a whole training step as an operator-level graph (the graph family, papers/002).
+"""Capture a whole training step as an operator-level graph (the graph family, OLLA (Steiner et al. 2022)).
 
 :func:`capture_graph` traces one step of training, forward + ``loss.backward()`` +
 ``optimizer.step()`` (SGD), with ``make_fx`` under ``FakeTensorMode``: no memory is allocated and

@@ -1,4 +1,4 @@
-"""Profiling join networks (papers/003): several branches, each a chain, joined by a loss.
+"""Profiling join networks (Optimal Memory-aware Backpropagation of Deep Join Networks, Phil. Trans. R. Soc. A 2020): several branches, each a chain, joined by a loss.
 
 The protocol (docs/profiling.md): a factory (a name of :data:`JOIN_MODELS` or a
 ``package.module:factory`` spec) returns a :class:`JoinModel`, or any object with

@@ -558,8 +558,8 @@ def linearize(
 
 
 # torch.testing.assert_close's default tolerances (rtol, atol) per dtype. assert_close itself is
-# not called: its first call imports torch.distributed.tensor, 1-2 s of every `memplan profile`
-# (issue 14 item 7), for the same test that torch.allclose makes with these tolerances.
+# not called: its first call imports torch.distributed.tensor, 1-2 s of every `memplan profile`,
+# for the same test that torch.allclose makes with these tolerances.
 _TOLERANCES = {
     torch.float16: (1e-3, 1e-5),
     torch.bfloat16: (1.6e-2, 1e-5),

@@ -961,7 +961,7 @@ def _profile_model(
     config: str | Mapping[str, Any] | None,
     dedupe: bool,
 ) -> Profile:
-    if isinstance(model, str):  # a join network (papers/003): branches + turn, docs/profiling.md
+    if isinstance(model, str):  # a join network: branches + turn, docs/profiling.md
         from memplan.torch.join import profile_join, resolve_join
 
         join = resolve_join(model, batch_size)

@@ -2,7 +2,7 @@
 
 Beaumont, Herrmann, Pallez, Shilova (2019), *Optimal checkpointing for heterogeneous chains: how to
 train deep neural networks with limited memory*, the persistent dynamic program, in the memory model
-of docs/model.md (the operations F_all / F_ck / F_n / B of Table 1 of papers/000, without offloading).
+of docs/model.md (the operations F_all / F_ck / F_n / B of Table 1 of Efficient Combination of Rematerialization and Offloading (NeurIPS 2021), without offloading).
 
 This module is rotor's one public solver API: :func:`plan_rotor` (the plan within a budget),
 :func:`dense_table` (the table of every sub-chain at every budget, which pofo and join read),

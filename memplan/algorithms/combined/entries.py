@@ -1,4 +1,4 @@
-"""The combined family (papers/000, POFO): its options and algorithm, declared once.
+"""The combined family (Efficient Combination of Rematerialization and Offloading, NeurIPS 2021: POFO): its options and algorithm, declared once.
 
 One adapter per algorithm, as in every family (:mod:`memplan.algorithms.chain.entries`):
 ``solve_pofo`` resolves the bandwidth (the option, else the profile's), runs

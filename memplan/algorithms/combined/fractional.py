@@ -1,4 +1,4 @@
-"""The dynamic program of Theorem 1 of papers/000 (POFO), appendix B, with Lemma 1's transfers.
+"""The dynamic program of Theorem 1 of Efficient Combination of Rematerialization and Offloading (NeurIPS 2021) (POFO), appendix B, with Lemma 1's transfers.
 
 Transfers are *fractional* here, as in the paper: the channel moves ``beta`` bytes per ms, the bytes
 of an offload free GPU memory as they leave and those of a prefetch take GPU memory as they arrive,

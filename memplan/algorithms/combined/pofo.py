@@ -1,6 +1,6 @@
-"""``pofo``: rematerialization and offloading together, after papers/000 (POFO), appendix B.
+"""``pofo``: rematerialization and offloading together, after Efficient Combination of Rematerialization and Offloading (NeurIPS 2021) (POFO), appendix B.
 
-This is a dynamic program in the structure of Theorem 1 of papers/000 with a *whole-tensor*
+This is a dynamic program in the structure of Theorem 1 of Efficient Combination of Rematerialization and Offloading (NeurIPS 2021) with a *whole-tensor*
 transfer model that every schedule it outputs realizes exactly (docs/combined.md, docs/algorithms.md
 "pofo"). It is not the paper's DP verbatim: the paper's Lemma 1 lets the channel's bytes flow
 fractionally across operations (state ``Delta_F``, ``Delta_B``), which a schedule of whole tensors

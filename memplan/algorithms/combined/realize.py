@@ -6,7 +6,7 @@ reads them) and when each is needed again. This module decides *when*, in the wh
 docs/combined.md, so that the schedule replays valid and within budget:
 
 * one channel, first every offload in the order of its trigger, then every prefetch in the order of
-  need (offloads in the forward phase, prefetches after the last offload, as papers/000 §3.2);
+  need (offloads in the forward phase, prefetches after the last offload, as Efficient Combination of Rematerialization and Offloading (NeurIPS 2021) §3.2);
 * an offload starts at ``max(start of its trigger, channel free)``; its GPU copy is freed at its
   end, or at the end of the trigger if that is later (rule T2);
 * a computation starts when the one before it has ended, its prefetched inputs have arrived and

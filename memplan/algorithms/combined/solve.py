@@ -1,8 +1,8 @@
-"""``pofo``: the fastest schedule of the combined model (papers/000, docs/combined.md).
+"""``pofo``: the fastest schedule of the combined model (Efficient Combination of Rematerialization and Offloading, NeurIPS 2021; docs/combined.md).
 
 It returns the fastest of four valid combined schedules:
 
-* ``frac``: the dynamic program of Theorem 1 of papers/000 with Lemma 1's fractional transfers
+* ``frac``: the dynamic program of Theorem 1 of Efficient Combination of Rematerialization and Offloading (NeurIPS 2021) with Lemma 1's fractional transfers
   (:class:`FractionalDP`, NOTE [ pofo fractional recurrences ]), its decisions timed with whole
   tensors by :func:`realize` (its DP value is ``details["frac_value"]``, its simulated makespan
   ``details["frac"]``);
@@ -40,7 +40,7 @@ from memplan.algorithms.combined.realize import plan_peak, realize
 from memplan.algorithms.offload.dynprog import solve_dynprog
 
 DEFAULT_SLOTS = 50
-"""Slots of the pofo DP (papers/000 §5: 50 values are enough in its experiments)."""
+"""Slots of the pofo DP (Efficient Combination of Rematerialization and Offloading (NeurIPS 2021) §5: 50 values are enough in its experiments)."""
 FINE_SLOTS = FRACTIONAL_MAX_SLOTS
 """With ``slots="auto"``, chains of at most :data:`FINE_STAGES` stages also run the Theorem 1 DP
 on its finest grid (NOTE [ pofo slots auto ])."""
@@ -86,7 +86,7 @@ def solve_pofo(
     bandwidth : float
         Host<->device bytes/s; 0 forbids transfers.
     slots : int or "auto"
-        Slots of the DPs (2 to 10000). ``"auto"`` (the default): 50 as in papers/000 §5, and on
+        Slots of the DPs (2 to 10000). ``"auto"`` (the default): 50 as in Efficient Combination of Rematerialization and Offloading (NeurIPS 2021) §5, and on
         chains of at most :data:`FINE_STAGES` stages the Theorem 1 DP on its finest grid
         (:data:`FINE_SLOTS`) too, the faster schedule kept (NOTE [ pofo slots auto ]).
     rotor_slots : int or "auto", optional

@@ -1,4 +1,4 @@
-"""The graph family (papers/002, OLLA): its options and algorithms, declared once.
+"""The graph family (OLLA, Steiner et al. 2022): its options and algorithms, declared once.
 
 One adapter per algorithm, as in every family (:mod:`memplan.algorithms.chain.entries`); the
 graph solvers (:func:`.solvers.run`) return finished schedules.
@@ -25,7 +25,7 @@ class GraphOptions:
     time_limit: float = time_limit_option(DEFAULT_TIME_LIMIT)
 
 
-REFERENCE = "Steiner et al., OLLA (papers/002)"
+REFERENCE = "Steiner et al. 2022, OLLA: Optimizing the Lifetime and Location of Arrays"
 
 
 def solve_olla(profile: Profile, request: SolveRequest) -> Schedule:

@@ -1,4 +1,4 @@
-"""OLLA's joint ILP (eq. 9 of papers/002): order and addresses in one CP-SAT model.
+"""OLLA's joint ILP (eq. 9 of OLLA (Steiner et al. 2022)): order and addresses in one CP-SAT model.
 
 Section 3 of the paper: the lifetime variables of section 3.2 (built by
 :func:`memplan.algorithms.graph.olla._build_model`, with the spans of section 4.1 and the control
@@ -73,7 +73,7 @@ def solve_joint(
     progress: Callable[[str], None] | None = None,
     label: str = "olla (joint)",
 ) -> JointResult | None:
-    """Minimize the arena over the orders and the addresses together (eq. 9 of papers/002).
+    """Minimize the arena over the orders and the addresses together (eq. 9 of OLLA (Steiner et al. 2022)).
 
     Returns None when the model would exceed :data:`JOINT_MAX_PAIRS` constraints of eq. 6.
     The result is never worse than the hint (order and offsets), which is returned when CP-SAT

@@ -1,4 +1,4 @@
-"""OLLA node reordering: the lifetime ILP of papers/002 (eq. 14) with CP-SAT.
+"""OLLA node reordering: the lifetime ILP of OLLA (Steiner et al. 2022) (eq. 14) with CP-SAT.
 
 Steiner et al., *OLLA: Optimizing the Lifetime and Location of Arrays to Reduce the Memory Usage of
 Neural Networks*, section 3.2 (constraints 1-5), section 4.4 (eq. 13-14: peak resident memory
@@ -38,7 +38,7 @@ from memplan.algorithms.graph.problem import GraphProblem
 
 def levels(problem: GraphProblem, nodes: Sequence[int], extra: Sequence[tuple[int, int]] = ()):
     """Levelization of the subgraph on ``nodes`` (forward: longest path from a source; backward:
-    longest path to a sink), as ``ComputeLevelization`` in Function 3 of papers/002."""
+    longest path to a sink), as ``ComputeLevelization`` in Function 3 of OLLA (Steiner et al. 2022)."""
     keep = set(nodes)
     succ = {v: [w for w in problem.succ[v] if w in keep] for v in nodes}
     for v, w in extra:
@@ -73,7 +73,7 @@ def _topo(nodes: Sequence[int], succ: dict[int, list[int]]) -> list[int]:
 
 
 def early_update_edges(problem: GraphProblem) -> list[tuple[int, int]]:
-    """Control edges ``(update node, anchor)`` of section 4.3 (Functions 3 and 4 of papers/002).
+    """Control edges ``(update node, anchor)`` of section 4.3 (Functions 3 and 4 of OLLA (Steiner et al. 2022)).
 
     For each optimizer node ``v`` the search starts at the sources of its fanin and widens one
     hop at a time; an anchor is a node of forward level above ``v``'s (so the edge closes no
@@ -116,7 +116,7 @@ def _find_candidate(
     min_level: int,
     visited: dict[int, tuple[int | None, int]],
 ) -> tuple[int | None, int]:
-    """Function 4 of papers/002 (``FindCandidate``), iteratively: the best anchor reachable from
+    """Function 4 of OLLA (Steiner et al. 2022) (``FindCandidate``), iteratively: the best anchor reachable from
     ``start`` through nodes of forward level ``<= min_level``, and its backward level."""
     stack = [start]
     while stack:
@@ -179,7 +179,7 @@ def solve_order(
     progress: Callable[[str], None] | None = None,
     label: str = "olla-order",
 ) -> OrderResult:
-    """Minimize the peak resident memory over the topological orders (eq. 14 of papers/002).
+    """Minimize the peak resident memory over the topological orders (eq. 14 of OLLA (Steiner et al. 2022)).
 
     Parameters
     ----------
@@ -451,7 +451,7 @@ def _build_model(
 def _read_order(
     solver: Any, var: _Vars, problem: GraphProblem, extra: Sequence[tuple[int, int]]
 ) -> list[int]:
-    """Function 1 of papers/002: the ILP's nodes by step; weight and memory-neutral nodes as
+    """Function 1 of OLLA (Steiner et al. 2022): the ILP's nodes by step; weight and memory-neutral nodes as
     soon as their dependencies allow (they change no lifetime)."""
     priority = [-1] * problem.n_nodes
     for v in var.nodes:

@@ -1,4 +1,4 @@
-"""Tensor address assignment for a fixed order: two baselines and OLLA's eq. 15 (papers/002).
+"""Tensor address assignment for a fixed order: two baselines and OLLA's eq. 15 (OLLA, Steiner et al. 2022).
 
 Every function takes the lifetimes ``start[i] .. end[i]`` (steps, both included) and ``sizes`` of
 the tensors and returns their byte offsets; two tensors live at a common step must not overlap.
@@ -164,7 +164,7 @@ def stack_persistent(sizes: np.ndarray, persistent: np.ndarray) -> dict[int, int
 def preplace(
     sizes: np.ndarray, start: np.ndarray, end: np.ndarray, base: int, skip: np.ndarray
 ) -> dict[int, int]:
-    """Function 5 of papers/002 (section 4.5): stack long-lived tensors as a pyramid.
+    """Function 5 of OLLA (Steiner et al. 2022) (section 4.5): stack long-lived tensors as a pyramid.
 
     Repeatedly take the longest-lived tensor whose lifetime nests in the previous one's and place
     it right above it, from address ``base``. ``skip`` masks tensors not to consider (persistent
@@ -213,7 +213,7 @@ def solve_placement(
     label: str = "olla-address",
     pyramid: bool = True,
 ) -> PlacementResult:
-    """Eq. 15 of papers/002 with CP-SAT, for fixed lifetimes (see the module docstring).
+    """Eq. 15 of OLLA (Steiner et al. 2022) with CP-SAT, for fixed lifetimes (see the module docstring).
 
     Parameters
     ----------

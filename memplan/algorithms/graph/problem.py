@@ -1,4 +1,4 @@
-"""The graph family's view of a training graph: indices, lifetimes, resident memory (papers/002).
+"""The graph family's view of a training graph: indices, lifetimes, resident memory (OLLA, Steiner et al. 2022).
 
 :class:`GraphProblem` turns the profile's ``graph`` (names) into integer arrays that the
 heuristics and the CP-SAT models share: tensor sizes, producers, consumers, dependencies between
@@ -94,7 +94,7 @@ class GraphProblem:
         return start, end
 
     def resident(self, order: Sequence[int]) -> np.ndarray:
-        """Bytes resident at each step of ``order`` (eq. 13 of papers/002 for one order)."""
+        """Bytes resident at each step of ``order`` (eq. 13 of OLLA (Steiner et al. 2022) for one order)."""
         start, end = self.lifetimes(order)
         delta = np.zeros(len(order) + 1, dtype=np.int64)
         np.add.at(delta, start, self.sizes)

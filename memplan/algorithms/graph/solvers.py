@@ -1,5 +1,5 @@
 """The five graph-family algorithms as schedules: ``olla``, ``olla-order``, ``olla-address``,
-``framework`` and ``greedy-by-size`` (papers/002; docs/graph.md).
+``framework`` and ``greedy-by-size`` (OLLA, Steiner et al. 2022; docs/graph.md).
 
 Every schedule holds the ``order`` (every node once), the ``addresses`` (byte offset of every
 tensor of positive size), the ``arena`` (max offset + size, eq. 8: the memory the plan needs),

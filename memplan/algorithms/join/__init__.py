@@ -1,4 +1,4 @@
-"""Join networks (papers/003): Siamese and cross-modal networks joined by a loss.
+"""Join networks (Optimal Memory-aware Backpropagation of Deep Join Networks, Phil. Trans. R. Soc. A 2020): Siamese and cross-modal networks joined by a loss.
 
 ``join`` (the optimal canonical schedule, Theorem 3 of Beaumont, Herrmann, Pallez & Shilova) and
 ``equiv-chain`` (the paper's baseline). Uniform profiles are solved in the paper's pebble model

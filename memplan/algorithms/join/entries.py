@@ -1,4 +1,4 @@
-"""The join family (papers/003): its options and algorithms, declared once.
+"""The join family (Optimal Memory-aware Backpropagation of Deep Join Networks, Phil. Trans. R. Soc. A 2020): its options and algorithms, declared once.
 
 One adapter per algorithm, as in every family (:mod:`memplan.algorithms.chain.entries`); the
 join solvers (:mod:`.solve`) return finished schedules.

@@ -1,4 +1,4 @@
-"""EQUIV-CHAIN in the chain model: the join as one chain of levels (papers/003, Figure 9a).
+"""EQUIV-CHAIN in the chain model: the join as one chain of levels (Optimal Memory-aware Backpropagation of Deep Join Networks, Phil. Trans. R. Soc. A 2020; Figure 9a).
 
 Stages at equal distance from the turn are grouped into one *level*: a join whose longest branch
 has ``n`` stages becomes a chain of ``n + 1`` stages, the last one being the turn (the loss). A

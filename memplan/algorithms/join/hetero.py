@@ -1,4 +1,4 @@
-"""Join networks with heterogeneous stages: the canonical-form DP of papers/003 on docs/model.md.
+"""Join networks with heterogeneous stages: the canonical-form DP of Optimal Memory-aware Backpropagation of Deep Join Networks (Phil. Trans. R. Soc. A 2020) on docs/model.md.
 
 The generalization the paper points to (footnote 1, Section 5): branches whose stages have their
 own times and sizes, memory in bytes. Every branch follows the chain model of docs/model.md

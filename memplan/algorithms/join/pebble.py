@@ -1,7 +1,7 @@
 """The paper's exact model of join networks: unit-size data, uniform costs, ``c`` memory slots.
 
 Beaumont, Herrmann, Pallez, Shilova, *Optimal Memory-aware Backpropagation of Deep Join Networks*
-(papers/003): ``c_min`` of Theorem 2, ``Opt_join`` of Theorem 3 built on ``Opt_0`` = Revolve, the
+(Optimal Memory-aware Backpropagation of Deep Join Networks, Phil. Trans. R. Soc. A 2020): ``c_min`` of Theorem 2, ``Opt_join`` of Theorem 3 built on ``Opt_0`` = Revolve, the
 canonical schedule it implies, and the EQUIV-CHAIN baseline of Section 4.
 
 NOTE [ join pebble model ]

@@ -3,7 +3,7 @@
 A profile whose branches are *uniform* (docs/join.md: every branch input, stage output, saved
 tensor and gradient of one size ``s``, no overheads, one forward time ``u_f`` and one backward time
 ``u_b`` on every branch stage) is solved in the paper's pebble model with ``c = (M - static) // s``
-slots, exactly as papers/003 (``join_model: pebble``). Any other join profile is solved in the
+slots, exactly as Optimal Memory-aware Backpropagation of Deep Join Networks (Phil. Trans. R. Soc. A 2020) (``join_model: pebble``). Any other join profile is solved in the
 chain model of docs/model.md on every branch (``join_model: chain``), memory discretized in
 ``--slots`` (NOTE [ heterogeneous join recurrences ] in :mod:`memplan.algorithms.join.hetero`).
 """

@@ -1,4 +1,4 @@
-"""GPU-CPU activation offloading (Beaumont, Eyraud-Dubois & Shilova, Euro-Par 2020, papers/004).
+"""GPU-CPU activation offloading (Beaumont, Eyraud-Dubois & Shilova, Euro-Par 2020).
 
 The model of §3 (:mod:`.model`), its lower bound (:mod:`.lower_bound`), the no-wait ordered
 schedule of a chosen set (:mod:`.nowait`) and the three algorithms that choose the set:

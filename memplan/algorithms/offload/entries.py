@@ -1,4 +1,4 @@
-"""The offloading family (papers/004): its options and algorithms, declared once.
+"""The offloading family (Optimal GPU-CPU Offloading Strategies, Euro-Par 2020): its options and algorithms, declared once.
 
 One adapter per algorithm, as in every family (:mod:`memplan.algorithms.chain.entries`): it
 resolves the bandwidth (the option, else the profile's), runs its solver on the offloading

@@ -1,4 +1,4 @@
-"""The offloading model of Beaumont, Eyraud-Dubois & Shilova (Euro-Par 2020, papers/004, §3).
+"""The offloading model of Beaumont, Eyraud-Dubois & Shilova (Euro-Par 2020, §3).
 
 One compute stream runs the forwards ``F_0 .. F_{n-1}`` then the backwards ``B_{n-1} .. B_0``; one
 transfer channel moves activations between the GPU and the host, one transfer at a time, at

@@ -1,4 +1,4 @@
-"""The no-wait, ordered schedule of a given set of offloaded activations (Problem 1 of papers/004).
+"""The no-wait, ordered schedule of a given set of offloaded activations (Problem 1 of Optimal GPU-CPU Offloading Strategies (Euro-Par 2020)).
 
 Every offloading algorithm (greedy, dynprog, vdnn) chooses *which* activations to offload; this
 module turns the choice into a timed schedule with real, non-interruptible transfers (assumptions

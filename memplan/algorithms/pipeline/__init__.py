@@ -1,1 +1,1 @@
-"""Pipelined model parallelism under memory limits (papers/001)."""
+"""Pipelined model parallelism under memory limits (Pipelined Model Parallelism, Euro-Par 2021)."""

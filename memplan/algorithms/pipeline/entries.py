@@ -1,4 +1,4 @@
-"""The pipeline family (papers/001): its options and algorithms, declared once.
+"""The pipeline family (Pipelined Model Parallelism, Euro-Par 2021): its options and algorithms, declared once.
 
 One adapter per algorithm, as in every family (:mod:`memplan.algorithms.chain.entries`); the
 pipeline solvers (:func:`.ilp.run_ilp`, :func:`.heuristics.run`) return finished schedules.

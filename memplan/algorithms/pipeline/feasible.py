@@ -1,4 +1,4 @@
-"""Feasibility first: a least-memory pattern for any allocation (papers/001, §6.2, Lemma 2).
+"""Feasibility first: a least-memory pattern for any allocation (Pipelined Model Parallelism, Euro-Par 2021; §6.2, Lemma 2).
 
 NOTE [ pipeline feasibility first ]
 Below PipeDream's least simulated peak the ILP has to find a plan from nothing, which CP-SAT may

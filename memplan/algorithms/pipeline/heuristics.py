@@ -1,4 +1,4 @@
-"""The pipeline family's heuristics as schedules: ``pipedream`` and ``gpipe`` (papers/001 §7).
+"""The pipeline family's heuristics as schedules: ``pipedream`` and ``gpipe`` (Pipelined Model Parallelism (Euro-Par 2021) §7).
 
 :func:`run` builds the instance of a request (the GPUs, link bandwidth and optimizer of its
 options), runs one heuristic (``solve(profile, instance, memory, optimizer) -> (plan or None,

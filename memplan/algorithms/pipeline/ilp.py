@@ -1,4 +1,4 @@
-"""The period-minimizing ILP of papers/001 §6, as a CP-SAT model (``pipeline-ilp``).
+"""The period-minimizing ILP of Pipelined Model Parallelism (Euro-Par 2021) §6, as a CP-SAT model (``pipeline-ilp``).
 
 NOTE [ pipeline ILP in CP-SAT ]
 Tasks ``T_1 .. T_2L`` are ``F_0 .. F_{L-1}, B_{L-1} .. B_0`` (0-based stages); transfer ``c_j``

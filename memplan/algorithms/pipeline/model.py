@@ -1,4 +1,4 @@
-"""The time and memory model of pipelined model parallelism (papers/001, sections 3 and 6.2).
+"""The time and memory model of pipelined model parallelism (Pipelined Model Parallelism, Euro-Par 2021; sections 3 and 6.2).
 
 NOTE [ pipeline memory model ]
 A chain of ``L`` stages (``stages[k]`` reads ``x[k]``, writes ``x[k+1]``) is split over ``P`` GPUs

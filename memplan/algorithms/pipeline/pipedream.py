@@ -1,4 +1,4 @@
-"""PipeDream: contiguous partition by dynamic programming, 1F1B schedule (papers/001, §4, §7).
+"""PipeDream: contiguous partition by dynamic programming, 1F1B schedule (Pipelined Model Parallelism, Euro-Par 2021; §4, §7).
 
 The partition is PipeDream's (Narayanan et al. 2019) restricted to model parallelism: a chain
 load-balancing dynamic program over contiguous groups of stages, one group per GPU, minimizing the

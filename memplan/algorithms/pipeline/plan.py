@@ -19,7 +19,7 @@ CommOp = tuple[str, int, int, int, float, float, int]
 
 @dataclass
 class PipelinePlan:
-    """A periodic pattern (papers/001, Definition 1) before it becomes a schedule."""
+    """A periodic pattern (Pipelined Model Parallelism, Euro-Par 2021; Definition 1) before it becomes a schedule."""
 
     assignment: list[int]
     period: float
