@@ -570,15 +570,18 @@ def compare(
     return rows
 
 
-def describe(profile: Profile | Mapping[str, Any] | str, optimizer: str = "sgd") -> dict[str, Any]:
+def describe(
+    profile: Profile | Mapping[str, Any] | str, optimizer: str = "sgd", gradients: str = "auto"
+) -> dict[str, Any]:
     """What ``memplan info`` shows: the profile's metadata, totals and the memory each family needs.
 
     ``store_all_memory`` is the budget store-all needs (no recomputation); ``min_memory`` the least
     budget with which any plan of a family exists: ``chain``, everything recomputed from the
     input; ``offload``, every activation offloaded (Optimal GPU-CPU Offloading Strategies, Euro-Par 2020). ``offload_peak`` is M_peak, the
     budget above which nothing needs offloading (the store-all need). All include the static
-    memory of ``optimizer``. Each family that fits the profile adds its own figures
-    (``Family.describe``).
+    memory of ``optimizer``; the chain family's figures are those of its plans for the training
+    loop ``gradients`` (docs/model.md), the others' with the gradients kept. Each family that fits
+    the profile adds its own figures (``Family.describe``).
     """
     prof = load_profile(profile)
     static = static_memory(prof, optimizer)
@@ -604,7 +607,9 @@ def describe(profile: Profile | Mapping[str, Any] | str, optimizer: str = "sgd")
     for name in prof.families:
         family = FAMILIES[name]
         if family.describe is not None:
-            found = _merge(found, family.describe(prof, static))
+            loop = resolve_gradients(prof, gradients) if family.loop_terms else None
+            own = static_memory(prof, optimizer, loop)
+            found = _merge(found, family.describe(prof, own, loop, optimizer))
     return {**common, **found}
 
 

@@ -132,7 +132,8 @@ class Family:
     """The profile shape it serves: a key of :data:`PROFILE_SHAPES` (``Profile.families``)."""
     algorithms: tuple[AlgorithmInfo, ...]
     options: type
-    describe: Callable[[Any, int], dict[str, Any]] | None = field(default=None, compare=False)
+    describe: Callable[..., dict[str, Any]] | None = field(default=None, compare=False)
+    """``describe(profile, static_memory, gradients, optimizer) -> dict``."""
     loop_terms: bool = False
     """Whether its plans follow the training loop's terms (``--gradients``, NOTE [ training-loop
     memory terms ] in memplan/profile/memory.py); the others plan with the gradients kept."""

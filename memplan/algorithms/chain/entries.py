@@ -76,12 +76,15 @@ def solve_rotor(profile: Profile, request: SolveRequest) -> Schedule:
     return chain_schedule(profile, request, plan)
 
 
-def describe_chain(profile: Profile, static_memory: int) -> dict[str, Any]:
-    """What ``memplan info`` shows for a chain: store-all need, least memory, the stage table."""
+def describe_chain(
+    profile: Profile, static_memory: int, gradients: str | None = None, optimizer: str = "sgd"
+) -> dict[str, Any]:
+    """What ``memplan info`` shows for a chain: store-all need, least memory, the stage table,
+    for the training loop ``gradients`` (docs/model.md)."""
     from memplan.algorithms.chain import rotor
     from memplan.algorithms.chain.problem import Chain
 
-    chain = Chain.from_profile(profile)
+    chain = Chain.from_profile(profile, gradients, optimizer)
     return {
         "input_size": profile.input_size,
         "store_all_memory": static_memory + chain.store_all_peak(),
