@@ -1076,6 +1076,7 @@ def fit(
     input_shape: tuple[int, ...] | None = None,
     labels: Tensor | None = None,
     config: str | Mapping[str, Any] | None = None,
+    gradients: str = "at-backward",
 ) -> tuple[CheckpointedChain, Schedule]:
     """Profile a model, solve for a budget and wrap it: ``profile -> solve -> checkpointed``.
 
@@ -1146,7 +1147,7 @@ def fit(
     else:
         prof = memplan.load_profile(profile)
         check_conditions(prof, x.device)  # a warning where it was measured otherwise
-    sched = solve_feasible(prof, algo, memory, slots, optimizer, bandwidth)
+    sched = solve_feasible(prof, algo, memory, slots, optimizer, bandwidth, gradients)
     with model_errors(label or type(module).__name__, FIRST_FORWARD):  # NOTE [ whose error ]
         chain = linearize(module, x, labels=labels)
     return checkpointed(chain, sched, profile=prof), sched
