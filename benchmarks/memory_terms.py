@@ -10,8 +10,10 @@ measured profile: ``weight_grad_size``, ``backward_overhead_fresh``, ``forward_o
 ``input_saved``, ``output_saved``), the measured peak of plain training and of memplan's
 store-all and rotor (least memory) plans under the runtime
 (:func:`memplan.torch.compare.compare_training`, PyTorch's default loop:
-``zero_grad(set_to_none=True)``, SGD), memplan's planned peaks, and the peaks of
-:func:`replay_proposed`, the chain model with the changes that docs/model.md does not have yet:
+``zero_grad(set_to_none=True)``, SGD), memplan's planned peaks (docs/model.md, "The training loop": PyTorch's default loop), and the
+peaks of :func:`replay_proposed`, the prototype those terms were made from, kept as a second
+reading written apart from the simulator (it does not free a standalone checkpoint, which
+memplan's model and runtime do):
 
 1. **weight gradients**: static memory is the weights, buffers and optimizer state only; stage
    ``k``'s parameter gradients (``weight_grad_size[k]``) appear at the start of ``B k`` and stay

@@ -55,6 +55,9 @@ def rotor_grid(
     trace: bool = True,
     reach: bool = True,
     memory: int = -1,
+    fa: NDArray[np.int64] | None = None,
+    wh: NDArray[np.int64] | None = None,
+    fr: NDArray[np.int64] | None = None,
 ) -> RotorGrid: ...
 def rotor_dense(
     x: NDArray[np.int64],
@@ -76,6 +79,9 @@ def rotor_exact(
     bt: NDArray[np.float64],
     budget: int,
     work_limit: float,
+    fa: NDArray[np.int64] | None = None,
+    wh: NDArray[np.int64] | None = None,
+    fr: NDArray[np.int64] | None = None,
 ) -> tuple[int, NDArray[np.int64], float]: ...
 def rotor_exact_options(
     x: NDArray[np.int64],

@@ -29,6 +29,7 @@ from memplan.algorithms.options import resolve_bandwidth
 from memplan.algorithms.timeline import check_optimizer, static_memory, timed_ops
 from memplan.errors import BudgetWarning, InputError, InternalError
 from memplan.profile.io import load_profile
+from memplan.profile.memory import check_gradients, resolve_gradients
 from memplan.profile.model import Profile
 from memplan.schedule import (
     OPTIMIZER_FACTORS,
@@ -117,21 +118,25 @@ def schedule_from_sequence(
     algorithm: str = "custom",
     memory: int | str | None = None,
     optimizer: str = "sgd",
+    gradients: str | None = None,
 ) -> Schedule:
     """Wrap a hand-written operation sequence (``[("F_ck", 0), ...]``) as a schedule to simulate.
 
-    The figures (makespan, peak) are left for :func:`simulate` to compute.
+    The figures (makespan, peak) are left for :func:`simulate` to compute. ``gradients``
+    (``at-backward``, ``kept`` or ``auto``) replays it under the training loop's terms
+    (docs/model.md); None: the model before them.
     """
     prof = load_profile(profile)
     name = check_optimizer(optimizer)
     budget = None if memory is None else memory_budget(prof, memory)
+    loop = None if gradients is None else resolve_gradients(prof, gradients)
     return Schedule(
         algorithm=algorithm,
         profile=ProfileRef(model=prof.model, sha256=prof.sha256(), stages=prof.length),
-        budget=Budget(memory=budget, optimizer=name),
+        budget=Budget(memory=budget, optimizer=name, gradients=loop),
         feasible=True,
         lower_bound=prof.lower_bound,
-        static_memory=static_memory(prof, name),
+        static_memory=static_memory(prof, name, loop),
         ops=timed_ops(prof, sequence),
     )
 
@@ -155,6 +160,7 @@ def solve(
     memory: int | str | None = None,
     *,
     optimizer: str = "sgd",
+    gradients: str = "auto",
     progress: Callable[[str], None] | None = None,
     **options: Any,
 ) -> Schedule:
@@ -172,6 +178,13 @@ def solve(
         :data:`memplan.units.DEVICE_RESERVE`) or ``"90%"`` of that (see :func:`memory_budget`).
     optimizer : {"none", "sgd", "momentum", "adam"}
         Which static memory is counted (docs/model.md).
+    gradients : {"auto", "at-backward", "kept"}
+        The training loop a chain plan is made for (docs/model.md): ``at-backward``, PyTorch's
+        default ``zero_grad(set_to_none=True)``, where each stage's weight gradients appear at its
+        backward; ``kept``, a loop that keeps them for the whole step
+        (``zero_grad(set_to_none=False)``, gradient accumulation). ``auto``: ``at-backward`` on a
+        profile measured with ``weight_grad_size``, ``kept`` on one without. The other families
+        plan with the gradients kept.
     progress : callable, optional
         Long solvers (CP-SAT) call it with one line of live progress at a time (the CLI prints
         them on stderr).
@@ -203,7 +216,13 @@ def solve(
         The budget is more than the profile's GPU can give a plan (the plan is still made).
     """
     return solve_and_replay(
-        profile, algo, memory, optimizer=optimizer, progress=progress, **options
+        profile,
+        algo,
+        memory,
+        optimizer=optimizer,
+        gradients=gradients,
+        progress=progress,
+        **options,
     ).schedule
 
 
@@ -213,6 +232,7 @@ def solve_and_replay(
     memory: int | str | None = None,
     *,
     optimizer: str = "sgd",
+    gradients: str = "auto",
     progress: Callable[[str], None] | None = None,
     **options: Any,
 ) -> Solved:
@@ -221,7 +241,7 @@ def solve_and_replay(
     The arguments are checked (:func:`check_arguments`) before the profile is read (a profile
     piped in may take minutes to arrive), then :func:`solve_checked` runs the algorithm.
     """
-    arguments = check_arguments(algo, memory, optimizer=optimizer, **options)
+    arguments = check_arguments(algo, memory, optimizer=optimizer, gradients=gradients, **options)
     return solve_checked(load_profile(profile), arguments, progress)
 
 
@@ -237,10 +257,17 @@ class SolveArguments:
     options: Any
     """The family's options object (:func:`memplan.algorithms.options_for`)."""
     optimizer: OptimizerName
+    gradients: str = "auto"
+    """``auto``, ``at-backward`` or ``kept`` (resolved against the profile when it is read)."""
 
 
 def check_arguments(
-    algo: str, memory: int | str | None, *, optimizer: str = "sgd", **options: Any
+    algo: str,
+    memory: int | str | None,
+    *,
+    optimizer: str = "sgd",
+    gradients: str | None = "auto",
+    **options: Any,
 ) -> SolveArguments:
     """Validate a solve's arguments, the one place that does (InputError naming the option).
 
@@ -254,7 +281,8 @@ def check_arguments(
     budget = check_budget(memory)
     family_options = options_for(info.name, options)
     name = check_optimizer(optimizer)
-    return SolveArguments(info, budget, str(memory).strip(), family_options, name)
+    loop = check_gradients(gradients)
+    return SolveArguments(info, budget, str(memory).strip(), family_options, name, loop)
 
 
 def solve_checked(
@@ -270,14 +298,17 @@ def solve_checked(
     info = arguments.algorithm
     family = FAMILIES[info.family]
     check_family(prof, family, info.name)
+    # Only the chain family plans under the training loop's terms (docs/model.md).
+    loop = resolve_gradients(prof, arguments.gradients) if family.loop_terms else None
     request = SolveRequest(
         memory=memory_budget(prof, arguments.memory, given=arguments.memory_text),
         algorithm=info.name,
         family=family.name,
         options=arguments.options,
-        static_memory=static_memory(prof, arguments.optimizer),
+        static_memory=static_memory(prof, arguments.optimizer, loop),
         optimizer=arguments.optimizer,
         progress=progress,
+        gradients=loop,
     )
     started = time.perf_counter()
     schedule = info.solve(prof, request)
@@ -392,6 +423,25 @@ def _checked(prof: Profile, schedule: Schedule, budget: int, algo: str) -> Simul
     return check
 
 
+def with_gradients(profile: Profile, schedule: Schedule, gradients: str | None) -> Schedule:
+    """``schedule`` as planned for another training loop (``simulate --gradients``).
+
+    A chain schedule's ``budget.gradients`` is replaced by ``gradients`` resolved on ``profile``
+    (``auto``, ``at-backward``, ``kept``), its static memory recomputed; other families' as they
+    are.
+    """
+    family = FAMILIES.get(schedule.family)
+    if gradients is None or family is None or not family.loop_terms:
+        return schedule
+    loop = resolve_gradients(profile, gradients)
+    budget = schedule.budget.model_copy(update={"gradients": loop})
+    optimizer = schedule.budget.optimizer or claims.DEFAULT_OPTIMIZER
+    static = static_memory(profile, optimizer, loop)
+    return schedule.model_copy(
+        update={"budget": budget, "static_memory": static, "peak_memory": None}
+    )
+
+
 def simulate(
     profile: Profile | Mapping[str, Any] | str,
     schedule: Schedule | Mapping[str, Any] | str,
@@ -493,6 +543,7 @@ def compare(
     budgets: Iterable[int | str],
     *,
     optimizer: str = "sgd",
+    gradients: str = "auto",
     on_progress: Callable[[int, int], None] | None = None,
     **options: Any,
 ) -> list[CompareRow]:
@@ -518,7 +569,7 @@ def compare(
     total, done = len(names) * len(sizes), 0
     for memory in sizes:
         for name in names:
-            sched = solve(prof, name, memory, optimizer=optimizer, **options)
+            sched = solve(prof, name, memory, optimizer=optimizer, gradients=gradients, **options)
             rows.append(
                 CompareRow(
                     memory=memory,
@@ -540,15 +591,18 @@ def compare(
     return rows
 
 
-def describe(profile: Profile | Mapping[str, Any] | str, optimizer: str = "sgd") -> dict[str, Any]:
+def describe(
+    profile: Profile | Mapping[str, Any] | str, optimizer: str = "sgd", gradients: str = "auto"
+) -> dict[str, Any]:
     """What ``memplan info`` shows: the profile's metadata, totals and the memory each family needs.
 
     ``store_all_memory`` is the budget store-all needs (no recomputation); ``min_memory`` the least
     budget with which any plan of a family exists: ``chain``, everything recomputed from the
     input; ``offload``, every activation offloaded (*Optimal GPU-CPU Offloading Strategies*, Euro-Par 2020). ``offload_peak`` is M_peak, the
     budget above which nothing needs offloading (the store-all need). All include the static
-    memory of ``optimizer``. Each family that fits the profile adds its own figures
-    (``Family.describe``).
+    memory of ``optimizer``; the chain family's figures are those of its plans for the training
+    loop ``gradients`` (docs/model.md), the others' with the gradients kept. Each family that fits
+    the profile adds its own figures (``Family.describe``).
     """
     prof = load_profile(profile)
     static = static_memory(prof, optimizer)
@@ -574,7 +628,9 @@ def describe(profile: Profile | Mapping[str, Any] | str, optimizer: str = "sgd")
     for name in prof.families:
         family = FAMILIES[name]
         if family.describe is not None:
-            found = _merge(found, family.describe(prof, static))
+            loop = resolve_gradients(prof, gradients) if family.loop_terms else None
+            own = static_memory(prof, optimizer, loop)
+            found = _merge(found, family.describe(prof, own, loop, optimizer))
     return {**common, **found}
 
 

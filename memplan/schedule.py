@@ -88,6 +88,17 @@ class Budget(_Model):
     bandwidth: Rate | None = None
     gpus: int | None = Field(default=None, ge=1)
     optimizer: OptimizerName | None = None
+    gradients: Literal["at-backward", "kept"] | None = None
+    """The training loop a chain plan was made for (docs/model.md); None: the model before the
+    loop's terms (schedules written before them, and the other families'), left out of the
+    document."""
+
+    @model_serializer(mode="wrap")
+    def _drop_unset_gradients(self, handler: Any) -> dict[str, Any]:
+        data: dict[str, Any] = handler(self)
+        if data.get("gradients") is None:
+            data.pop("gradients", None)
+        return data
 
 
 class SolverInfo(_Model):

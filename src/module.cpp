@@ -88,6 +88,24 @@ memplan::rotor::ChainRules chain_of(const I64& x, const I64& s, const I64& g, co
   return c;
 }
 
+using Terms = std::optional<I64>;
+
+// The chain with the training loop's terms (rotor.hpp; all three or none): fa and fr L entries,
+// wh L + 1.
+memplan::rotor::ChainRules with_terms(memplan::rotor::ChainRules c, const Terms& fa,
+                                      const Terms& wh, const Terms& fr) {
+  const std::size_t L = std::size_t(c.L);
+  expect(fa.has_value() == wh.has_value() && wh.has_value() == fr.has_value(),
+         "rotor: fa, wh and fr go together");
+  if (!fa) return c;
+  expect(fa->shape(0) == L && wh->shape(0) == L + 1 && fr->shape(0) == L,
+         "rotor: fa and fr need L entries, wh L + 1");
+  c.fa = fa->data();
+  c.wh = wh->data();
+  c.fr = fr->data();
+  return c;
+}
+
 nb::object ops_or_none(const memplan::rotor::GridResult& grid, int status) {
   if (status != memplan::rotor::OK) return nb::none();
   std::vector<int64_t> ops(grid.ops);
@@ -157,8 +175,8 @@ NB_MODULE(_core, m) {
       "rotor_grid",
       [](const I64& x, const I64& s, const I64& g, const I64& fo, const I64& bo, const F64& ft,
          const F64& bt, int64_t budget, int64_t slots, int64_t extra, bool single, bool trace,
-         bool reach, int64_t memory) {
-        rotor::ChainRules chain = chain_of(x, s, g, fo, bo, ft, bt);
+         bool reach, int64_t memory, const Terms& fa, const Terms& wh, const Terms& fr) {
+        rotor::ChainRules chain = with_terms(chain_of(x, s, g, fo, bo, ft, bt), fa, wh, fr);
         expect(slots >= 1 && extra >= 0, "rotor_grid: slots >= 1 and extra >= 0");
         rotor::GridRequest request;
         request.budget = budget;
@@ -181,6 +199,7 @@ NB_MODULE(_core, m) {
       },
       "x"_a, "s"_a, "g"_a, "fo"_a, "bo"_a, "ft"_a, "bt"_a, "budget"_a, "slots"_a, "extra"_a = 0,
       "single"_a = false, "trace"_a = true, "reach"_a = true, "memory"_a = -1,
+      "fa"_a = nb::none(), "wh"_a = nb::none(), "fr"_a = nb::none(),
       "The rotor DP on a grid of ``slots`` slots of the activation ``budget`` (bytes).");
 
   m.def(
@@ -213,8 +232,9 @@ NB_MODULE(_core, m) {
   m.def(
       "rotor_exact",
       [](const I64& x, const I64& s, const I64& g, const I64& fo, const I64& bo, const F64& ft,
-         const F64& bt, int64_t budget, double work_limit) {
-        rotor::ChainRules chain = chain_of(x, s, g, fo, bo, ft, bt);
+         const F64& bt, int64_t budget, double work_limit, const Terms& fa, const Terms& wh,
+         const Terms& fr) {
+        rotor::ChainRules chain = with_terms(chain_of(x, s, g, fo, bo, ft, bt), fa, wh, fr);
         memplan::Stop stop(-1.0, true);
         std::vector<int64_t> ops;
         std::vector<int32_t> options;
@@ -229,14 +249,16 @@ NB_MODULE(_core, m) {
         return std::make_tuple(status, to_numpy(std::move(ops)), makespan);
       },
       "x"_a, "s"_a, "g"_a, "fo"_a, "bo"_a, "ft"_a, "bt"_a, "budget"_a, "work_limit"_a,
+      "fa"_a = nb::none(), "wh"_a = nb::none(), "fr"_a = nb::none(),
       "The rotor DP in bytes: (status, operations, makespan); status 1 past the work limit.");
 
   m.def(
       "rotor_exact_options",
       [](const I64& x, const I64& s, const I64& g, const I64& fo, const I64& bo, const F64& ft,
          const F64& bt, const I64& ostart, const I64& os, const I64& ofo, const I64& obo,
-         const F64& obt, int64_t budget, double work_limit) {
-        rotor::ChainRules chain = chain_of(x, s, g, fo, bo, ft, bt);
+         const F64& obt, int64_t budget, double work_limit, const Terms& fa, const Terms& wh,
+         const Terms& fr) {
+        rotor::ChainRules chain = with_terms(chain_of(x, s, g, fo, bo, ft, bt), fa, wh, fr);
         const std::size_t L = s.shape(0), n = os.shape(0);
         expect(ostart.shape(0) == L + 1 && ofo.shape(0) == n && obo.shape(0) == n &&
                    obt.shape(0) == n,
@@ -266,6 +288,7 @@ NB_MODULE(_core, m) {
       },
       "x"_a, "s"_a, "g"_a, "fo"_a, "bo"_a, "ft"_a, "bt"_a, "option_start"_a, "option_s"_a,
       "option_fo"_a, "option_bo"_a, "option_bt"_a, "budget"_a, "work_limit"_a,
+      "fa"_a = nb::none(), "wh"_a = nb::none(), "fr"_a = nb::none(),
       "The rotor DP in bytes with options of F_all (selective checkpointing): (status, "
       "operations, the option of each operation, makespan, least budget within the budget or -1).");
 

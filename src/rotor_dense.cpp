@@ -36,7 +36,7 @@ bool dense_table(const ChainRules& c, int64_t capacity, double* opt, int32_t* ch
     int64_t backward_floor = 0;
     for (int64_t a = b; a >= 0; --a) {
       if (stop.due()) return false;
-      backward_floor = std::max(backward_floor, c.own_backward(int(a)));
+      backward_floor = std::max(backward_floor, c.backward_need(int(a), int(b)));
       const int64_t need_fa = c.fall_need(int(a), int(b));
       hi[a * L + b] = a == b ? need_fa : std::max(need_fa, c.s[a] + hi[(a + 1) * L + b]);
       const int64_t lo = c.least_bound(backward_floor, int(b));

@@ -4,8 +4,11 @@
 // opt(a, b)(m) is a non-increasing step function of the budget m; this DP keeps its steps, the
 // frontier of (a, b): the budgets M_0 < M_1 < ... at which the least makespan drops, with those
 // makespans and the option taken. The options act on frontiers exactly: F_all a shifts the
-// frontier of (a+1, b) by s[a] (raised to what F_all a needs) and adds ft[a] + bt[a], once for
-// each option of stage a (its saved bytes, overheads and backward time: ChainRules); the split
+// frontier of (a+1, b) by held_after(a, o) (raised to what F_all a needs; the shift is negative
+// when F_all a frees more of x[a] than it saves, and then the steps of (a+1, b) above the budget
+// that were dropped are only asked at budgets no plan of the top problem reaches) and adds
+// ft[a] + bt[a], once for each option o of stage a (its saved bytes, overheads and backward
+// time: ChainRules); the split
 // x[j] adds opt(j, b)(m - x[j]) + fprefix[j] and opt(a, j-1)(m), a sum that can only drop at a
 // step of one of them, so it is evaluated at the steps of both (raised to what its forward
 // needs), minus fprefix[a]. The frontier of (a, b) is the lower envelope of all these points:
@@ -119,13 +122,13 @@ int exact_plan(const ChainRules& c, int64_t budget, double work_limit, Stop& sto
       } else {
         points.clear();
         const Frontier& next = front(a + 1, b);
-        // F_all a under each option: the frontier of (a+1, b) shifted by its saved bytes.
+        // F_all a under each option: the frontier of (a+1, b) shifted by what it holds after.
         for (int o = 0; o < options; ++o) {
           const int64_t need_fa = c.fall_need(int(a), int(b), o);
-          const int64_t sa = c.saved(int(a), o);
+          const int64_t held = c.held_after(int(a), o);
           const double fa_time = c.ft[a] + c.backward_time(int(a), o);
           for (std::size_t i = 0; i < next.memory.size(); ++i)
-            points.push_back({std::max(next.memory[i] + sa, need_fa), next.time[i] + fa_time,
+            points.push_back({std::max(next.memory[i] + held, need_fa), next.time[i] + fa_time,
                               fall_choice(o)});
         }
         row_steps = 0;
@@ -133,7 +136,7 @@ int exact_plan(const ChainRules& c, int64_t budget, double work_limit, Stop& sto
         int64_t run = 0;
         for (int64_t r = 0; r < b - a; ++r) {
           run = r == 0 ? c.forward_step(int(a), 0) : std::max(run, c.forward_step(int(a), int(r)));
-          fwd[r] = run + c.g[b + 1];
+          fwd[r] = run + c.held_grads(int(b));
         }
         for (int64_t j = a + 1; j <= b; ++j) {
           const Frontier& right = front(j, b);
@@ -194,7 +197,7 @@ int exact_plan(const ChainRules& c, int64_t budget, double work_limit, Stop& sto
       ops.push_back(4 * it.a + F_ALL);
       option_of_op.push_back(option_of(pick));
       stack.push_back({0, it.a, it.a, 0});
-      stack.push_back({1, it.a + 1, it.b, it.m - c.saved(int(it.a), option_of(pick))});
+      stack.push_back({1, it.a + 1, it.b, it.m - c.held_after(int(it.a), option_of(pick))});
     } else {
       const int64_t j = pick;
       ops.push_back(4 * it.a + F_CK);

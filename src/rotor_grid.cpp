@@ -37,6 +37,7 @@ void round_sizes(const int64_t* raw, int64_t* out, int64_t count, int64_t num, i
 
 bool chain_bounds(const ChainRules& c, int64_t out[3]) {
   const int L = c.L;
+  if (c.has_terms()) return false;  // the bounds are those of the model before the loop's terms
   int64_t total = 0;
   auto add = [&](const int64_t* v, int n) {
     for (int i = 0; i < n; ++i) {
@@ -96,13 +97,13 @@ inline uint64_t span(int64_t w, int64_t first, int64_t end) {
   return below(high) & ~below(low);
 }
 
-// Word w of the bit set at bits[src..] shifted down by k budgets.
+// Word w of the bit set at bits[src..] shifted down by k budgets (up when k < 0).
 inline uint64_t shifted_word(const uint64_t* bits, int64_t k, int64_t words, int64_t w) {
-  int64_t i = w + (k >> 6);
-  if (i >= words) return 0;
+  int64_t i = w + (k >> 6);  // floor(k / 64)
+  if (i >= words || i < -1) return 0;
   unsigned r = static_cast<unsigned>(k & 63);
-  uint64_t v = bits[i] >> r;
-  if (r != 0 && i + 1 < words) v |= bits[i + 1] << (64 - r);
+  uint64_t v = i >= 0 ? bits[i] >> r : 0;
+  if (r != 0 && i + 1 < words && i + 1 >= 0) v |= bits[i + 1] << (64 - r);
   return v;
 }
 
@@ -114,13 +115,22 @@ class Grid final : public GridResult {
  public:
   Grid(const ChainRules& raw, const GridRequest& request) : request_(request) {
     L_ = raw.L;
-    const int64_t n = 5 * int64_t(L_) + 2;
+    terms_ = raw.has_terms();
+    // x, s, g, fo, bo, then (with the loop's terms) fa, wh, fr: rounded up but fr, rounded down.
+    const int64_t n = (terms_ ? 8 : 5) * int64_t(L_) + (terms_ ? 3 : 2);
     raw_.assign(n, 0);
     std::copy(raw.x, raw.x + L_ + 1, raw_.begin());
     std::copy(raw.s, raw.s + L_, raw_.begin() + L_ + 1);
     std::copy(raw.g, raw.g + L_ + 1, raw_.begin() + 2 * L_ + 1);
     std::copy(raw.fo, raw.fo + L_, raw_.begin() + 3 * L_ + 2);
     std::copy(raw.bo, raw.bo + L_, raw_.begin() + 4 * L_ + 2);
+    if (terms_) {
+      for (int k = 0; k < L_; ++k) {
+        raw_[5 * L_ + 2 + k] = raw.fall_overhead(k);
+        raw_[7 * L_ + 3 + k] = raw.freed(k);
+      }
+      for (int k = 0; k <= L_; ++k) raw_[6 * L_ + 2 + k] = raw.wh ? raw.wh[k] : 0;
+    }
     ft_.assign(raw.ft, raw.ft + L_);
     bt_.assign(raw.bt, raw.bt + L_);
     extra = request.extra;
@@ -143,7 +153,10 @@ class Grid final : public GridResult {
     }
     W_ = capacity + extra + 1;
     sizes_.assign(raw_.size(), 0);
-    round_sizes(raw_.data(), sizes_.data(), int64_t(raw_.size()), num, den);
+    const int64_t up = terms_ ? 7 * int64_t(L_) + 3 : int64_t(raw_.size());
+    round_sizes(raw_.data(), sizes_.data(), up, num, den);
+    for (int64_t i = up; i < int64_t(raw_.size()); ++i)  // the freed bytes: rounded down
+      sizes_[i] = static_cast<int64_t>(static_cast<__int128>(raw_[i]) * den / num);
     c_ = rules(sizes_);
     const int64_t LL = int64_t(L_) * L_;
     lo_.assign(LL, 0);
@@ -200,6 +213,11 @@ class Grid final : public GridResult {
     r.bo = v.data() + 4 * L_ + 2;
     r.ft = ft_.data();
     r.bt = bt_.data();
+    if (terms_) {
+      r.fa = v.data() + 5 * L_ + 2;
+      r.wh = v.data() + 6 * L_ + 2;
+      r.fr = v.data() + 7 * L_ + 3;
+    }
     return r;
   }
 
@@ -208,9 +226,9 @@ class Grid final : public GridResult {
     for (int b = 0; b < L_; ++b) {
       int64_t floor = 0, above = 0;
       for (int a = b; a >= 0; --a) {
-        floor = std::max(floor, c_.own_backward(a));
+        floor = std::max(floor, c_.backward_need(a, b));
         int64_t need_fa = c_.fall_need(a, b);
-        above = a == b ? need_fa : std::max(need_fa, c_.s[a] + above);
+        above = a == b ? need_fa : std::max(need_fa, c_.held_after(a) + above);
         lo_[int64_t(a) * L_ + b] = c_.least_bound(floor, b);
         hi_[int64_t(a) * L_ + b] = above;
       }
@@ -253,7 +271,7 @@ class Grid final : public GridResult {
                 if (b == L - 1) asked = span(w, ask_from, ask_to + 1);
               } else {
                 asked = shifted_word(&bits_[before], c_.x[a], words, w);
-                asked |= shifted_word(&bits_[up], c_.s[a - 1], words, w);
+                asked |= shifted_word(&bits_[up], c_.held_after(int(a - 1)), words, w);
               }
               uint64_t direct = asked & window;
               v = direct | (bits_[inh + w] & window);
@@ -273,6 +291,13 @@ class Grid final : public GridResult {
       }
     }
     return true;
+  }
+
+  // The value of (a + 1, b) after F_all a at budget m of (a, b): at m - held_after(a), clamped
+  // to the largest budget of the table (pessimistic, hence a plan that fits; only budgets that no
+  // plan of the top problem reaches are clamped, NOTE [ rotor in bytes ] in rotor.py).
+  T read_after_fall(int64_t a, int64_t b, int64_t m) const {
+    return read((a + 1) * L_ + b, std::min(m - c_.held_after(int(a)), W_ - 1));
   }
 
   // The value of pair ab at budget m (NOTE [ rotor grid layout ]).
@@ -365,15 +390,17 @@ class Grid final : public GridResult {
   void row(int64_t a, int64_t b) {
     const int64_t L = L_;
     const int64_t ab = a * L + b;
-    const int64_t grad = c_.g[b + 1];
+    const int64_t grad = c_.held_grads(int(b));
     const int64_t st = start_[ab], en = last_[ab] + 1;
     T* out = table_.data() + base_[ab];
     std::fill(out + (en - st), out + (top_[ab] - st), inf());
-    // Option 1: F_all a, then a+1..b with m - s[a] slots.
-    const int64_t sa = c_.s[a];
+    // Option 1: F_all a, then a+1..b with m - held_after(a) slots.
+    const int64_t sa = c_.held_after(int(a));
     const int64_t fa_from = std::min(std::max(st, std::max(sa, c_.fall_need(a, b))), en);
     std::fill(out, out + (fa_from - st), inf());
-    if (fa_from < en) {
+    if (fa_from < en && sa < 0) {  // F_all a frees more than it saves: read (a + 1, b) clamped
+      for (int64_t m = fa_from; m < en; ++m) out[m - st] = read_after_fall(a, b, m) + fa_times_[a];
+    } else if (fa_from < en) {
       const int64_t ch = ab + L;  // (a + 1, b)
       const int64_t cs = start_[ch], ct = top_[ch];
       const T ctp = tp_[ch];
@@ -445,13 +472,13 @@ class Grid final : public GridResult {
         continue;
       }
       const T target = read(ab, m);
-      const int64_t sa = c_.s[a];
+      const int64_t sa = c_.held_after(int(a));
       if (m >= c_.fall_need(int(a), int(b)) && m >= sa) {
-        T fa = read(ab + L, m - sa) + fa_times_[a];
+        T fa = read_after_fall(a, b, m) + fa_times_[a];
         if (fa == target) {
           ops.push_back(4 * a + F_ALL);
           stack.push_back({0, a, a, 0});
-          stack.push_back({1, a + 1, b, m - sa});
+          stack.push_back({1, a + 1, b, std::min(m - sa, W_ - 1)});
           continue;
         }
       }
@@ -459,7 +486,7 @@ class Grid final : public GridResult {
       for (int64_t r = 0; r < b - a; ++r) {
         const int64_t j = a + 1 + r;
         run = r == 0 ? c_.forward_step(int(a), 0) : std::max(run, c_.forward_step(int(a), int(r)));
-        if (run + c_.g[b + 1] <= m && m - c_.x[j] >= 0) {
+        if (run + c_.held_grads(int(b)) <= m && m - c_.x[j] >= 0) {
           T right = read(j * L + b, m - c_.x[j]);
           T left = read(ab - b + j - 1, m);
           T option = ((right + fprefix_[j]) + left) - fprefix_[a];
@@ -480,6 +507,7 @@ class Grid final : public GridResult {
 
   GridRequest request_;
   int L_ = 0;
+  bool terms_ = false;
   int64_t W_ = 1;
   std::vector<int64_t> raw_, sizes_;
   std::vector<double> ft_, bt_;

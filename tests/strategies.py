@@ -133,3 +133,27 @@ def with_options(profile: Profile, seed: int, most: int = 2) -> Profile:
     data = profile.model_dump(exclude_none=True)
     data["stages"] = stages
     return Profile.model_validate(data)
+
+
+def with_loop_terms(profile: Profile, seed: int) -> Profile:
+    """``profile`` with the fields of a measured profile drawn at random (``weight_size``,
+    ``weight_grad_size``, ``backward_overhead_fresh``, ``forward_overhead_all``, ``input_saved``,
+    ``output_saved``): about half the stages free their input after ``F_all`` (docs/model.md,
+    "The training loop")."""
+    rng = random.Random(seed)
+    stages = []
+    for stage in profile.stages:
+        weights = rng.randint(0, 6)
+        stages.append(
+            stage.model_copy(
+                update={
+                    "weight_size": weights,
+                    "weight_grad_size": rng.randint(0, weights),
+                    "backward_overhead_fresh": rng.randint(-stage.saved_size, 4),
+                    "forward_overhead_all": rng.randint(0, stage.forward_overhead + 2),
+                    "input_saved": rng.random() < 0.4,
+                    "output_saved": rng.random() < 0.3,
+                }
+            )
+        )
+    return profile.model_copy(update={"stages": stages})

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from memplan.profile.memory import Gradients
 from memplan.schedule import OpName, OptimizerName, Status, Stream
 
 Sequence = list[tuple[OpName, int]]
@@ -66,6 +67,10 @@ class SolveRequest:
     defaulted from its declaration (:mod:`memplan.algorithms.options`)."""
     progress: Callable[[str], None] | None = None
     """Where long solvers report live progress (one line at a time); None: silent."""
+    gradients: Gradients | None = None
+    """The training loop a chain plan is made for, ``at-backward`` or ``kept``
+    (NOTE [ training-loop memory terms ], memplan/profile/memory.py); None for the families that
+    plan in the model before the loop's terms (offloading, combined, join, graph, pipeline)."""
 
     @property
     def activation_memory(self) -> int:
@@ -134,7 +139,11 @@ class Family:
     """The profile shape it serves: a key of :data:`PROFILE_SHAPES` (``Profile.families``)."""
     algorithms: tuple[AlgorithmInfo, ...]
     options: type
-    describe: Callable[[Any, int], dict[str, Any]] | None = field(default=None, compare=False)
+    describe: Callable[..., dict[str, Any]] | None = field(default=None, compare=False)
+    """``describe(profile, static_memory, gradients, optimizer) -> dict``."""
+    loop_terms: bool = False
+    """Whether its plans follow the training loop's terms (``--gradients``, NOTE [ training-loop
+    memory terms ] in memplan/profile/memory.py); the others plan with the gradients kept."""
 
     def __post_init__(self) -> None:
         stamped = tuple(dataclasses.replace(info, family=self.name) for info in self.algorithms)

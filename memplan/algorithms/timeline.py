@@ -18,6 +18,7 @@ from typing import TypedDict, TypeGuard
 
 from memplan.algorithms.base import ChainPlan, OffloadPlan, SolveRequest
 from memplan.errors import InputError
+from memplan.profile.memory import static_bytes
 from memplan.profile.model import Profile
 from memplan.schedule import (
     OPTIMIZER_FACTORS,
@@ -78,16 +79,18 @@ class Deadline:
         return None if self.at is None else max(0.0, self.at - time.monotonic())
 
 
-def static_memory(profile: Profile, optimizer: str = "sgd") -> int:
+def static_memory(profile: Profile, optimizer: str = "sgd", gradients: str | None = None) -> int:
     """Bytes present during the whole iteration: weights, their gradients, optimizer state.
 
-    A graph profile holds its own weights, gradients and optimizer state (docs/graph.md): its
-    static memory is its ``weight_size`` whatever the optimizer.
+    With ``gradients`` ``at-backward`` the gradients are not static: each stage's appear at its
+    backward (NOTE [ training-loop memory terms ], memplan/profile/memory.py). A graph profile
+    holds its own weights, gradients and optimizer state (docs/graph.md): its static memory is its
+    ``weight_size`` whatever the optimizer.
     """
     name = check_optimizer(optimizer)
     if profile.kind == "graph":
         return profile.weight_size
-    return OPTIMIZER_FACTORS[name] * profile.weight_size
+    return static_bytes(profile.weight_size, name, gradients)
 
 
 def timed_ops(
@@ -139,7 +142,9 @@ def chain_schedule(profile: Profile, request: SolveRequest, plan: ChainPlan) -> 
         family=request.family,
         algorithm=request.algorithm,
         profile=profile_ref(profile),
-        budget=Budget(memory=request.memory, optimizer=request.optimizer),
+        budget=Budget(
+            memory=request.memory, optimizer=request.optimizer, gradients=request.gradients
+        ),
         lower_bound=profile.lower_bound,
         static_memory=request.static_memory,
         min_memory=_with_static(plan.min_memory, request),

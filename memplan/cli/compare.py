@@ -20,7 +20,14 @@ from memplan.cli.common import (
     write_output,
 )
 from memplan.cli.options import family_options
-from memplan.cli.solve import OPTIMIZER_HELP, OUTPUT_HELP, PROFILE_HELP, Optimizer
+from memplan.cli.solve import (
+    GRADIENTS_HELP,
+    OPTIMIZER_HELP,
+    OUTPUT_HELP,
+    PROFILE_HELP,
+    Gradients,
+    Optimizer,
+)
 from memplan.errors import InputError
 
 if TYPE_CHECKING:
@@ -58,6 +65,7 @@ def compare(
     ] = None,
     family_options: dict[str, Any] | None = None,
     optimizer: Annotated[Optimizer, typer.Option(help=OPTIMIZER_HELP)] = Optimizer.sgd,
+    gradients: Annotated[Gradients, typer.Option(help=GRADIENTS_HELP)] = Gradients.auto,
     fmt: Annotated[
         CompareFormat | None,
         typer.Option("--format", "-f", help="table (stderr), csv or json.  [default: table]"),
@@ -109,7 +117,15 @@ def compare(
             from memplan.api import auto_budgets
 
             budgets = auto_budgets(prof, names, auto_steps, optimizer.value)
-        rows = _sweep(memplan.compare, prof, names, budgets, optimizer=optimizer.value, **options)
+        rows = _sweep(
+            memplan.compare,
+            prof,
+            names,
+            budgets,
+            optimizer=optimizer.value,
+            gradients=gradients.value,
+            **options,
+        )
         if form == "table":
             from memplan.cli.render import compare_table
 
@@ -131,6 +147,7 @@ def compare(
                 "profile": {"model": prof.model, "sha256": prof.sha256(), "stages": prof.length},
                 "lower_bound": prof.lower_bound,
                 "optimizer": optimizer.value,
+                "gradients": gradients.value,
                 "slots": options.get("slots", "auto"),
                 "bandwidth": rate,
                 "algorithms": names,

@@ -20,7 +20,7 @@ from memplan.cli.profile import (
     parse_config_option,
     parse_shape,
 )
-from memplan.cli.solve import MEM_HELP, Optimizer, infeasible_line
+from memplan.cli.solve import GRADIENTS_HELP, MEM_HELP, Gradients, Optimizer, infeasible_line
 from memplan.errors import InputError
 
 
@@ -83,6 +83,13 @@ def run(
             "fused Adam (none: SGD, the budget for the activations alone)."
         ),
     ] = Optimizer.sgd,
+    gradients: Annotated[
+        Gradients,
+        typer.Option(
+            help=GRADIENTS_HELP + " The steps train in that loop (auto: PyTorch's, the profile "
+            "memplan run measures has weight_grad_size)."
+        ),
+    ] = Gradients.auto,
     repeats: Annotated[int, typer.Option(metavar="N", help="Profiler repetitions.")] = 2,
     fmt: Annotated[
         RunFormat | None,
@@ -132,7 +139,7 @@ def run(
         doc = _train(
             model, algo, mem, steps, batch_size, shape, profile, device.value, lr, options,
             optimizer.value, repeats, trace, None if dtype is None else dtype.value,
-            config_values,
+            config_values, gradients.value,
         )  # fmt: skip
         if doc is None:
             raise typer.Exit(EXIT_INFEASIBLE)
@@ -165,6 +172,7 @@ def _train(
     trace: Path | None,
     dtype: str | None,
     config: str | None,
+    gradients: str = "auto",
 ) -> dict[str, Any] | None:
     import memplan
     from memplan.torch.conditions import training_as_profiled
@@ -186,7 +194,9 @@ def _train(
     dev = resolve_device(device)
     sched = None
     if prof is not None:  # no model is built (nor moved to the GPU) for a budget with no plan
-        sched = memplan.solve(prof, algo, memory, optimizer=optimizer, **options)
+        sched = memplan.solve(
+            prof, algo, memory, optimizer=optimizer, gradients=gradients, **options
+        )
         if not sched.feasible:
             common.echo_err(infeasible_line(sched))
             return None
@@ -203,7 +213,9 @@ def _train(
         }  # fmt: skip
         prof = run_with_progress(profile_model, module, kwargs, f"profiling {label}")
     if sched is None:
-        sched = memplan.solve(prof, algo, memory, optimizer=optimizer, **options)
+        sched = memplan.solve(
+            prof, algo, memory, optimizer=optimizer, gradients=gradients, **options
+        )
         if not sched.feasible:
             common.echo_err(infeasible_line(sched))
             return None

@@ -32,6 +32,12 @@ class Optimizer(str, enum.Enum):
     adam = "adam"
 
 
+class Gradients(str, enum.Enum):
+    auto = "auto"
+    at_backward = "at-backward"
+    kept = "kept"
+
+
 class SolveFormat(str, enum.Enum):
     table = "table"
     json = "json"
@@ -55,6 +61,12 @@ MEM_HELP = (
 )
 OPTIMIZER_HELP = (
     "Static memory counted in the budget: none 0, sgd 2W, momentum 3W, adam 4W (W = weights)."
+)
+GRADIENTS_HELP = (
+    "The training loop a chain plan is made for: at-backward (zero_grad(set_to_none=True), "
+    "PyTorch's default: each stage's weight gradients appear at its backward), kept "
+    "(zero_grad(set_to_none=False), gradient accumulation: counted for the whole step); auto: "
+    "at-backward on a profile measured with weight_grad_size, else kept."
 )
 TRACE_OPTION = typer.Option(
     "--trace",
@@ -97,6 +109,7 @@ def solve(
         ),
     ] = None,
     optimizer: Annotated[Optimizer, typer.Option(help=OPTIMIZER_HELP)] = Optimizer.sgd,
+    gradients: Annotated[Gradients, typer.Option(help=GRADIENTS_HELP)] = Gradients.auto,
     fmt: Annotated[
         SolveFormat | None,
         typer.Option(
@@ -124,7 +137,13 @@ def solve(
             names = ", ".join(a["name"] for a in list_algorithms())
             raise InputError(f"--algo: an algorithm is required, one of: {names}")
         # the budget and the options are checked before the profile is read
-        arguments = check_arguments(algo, mem, optimizer=optimizer.value, **(family_options or {}))
+        arguments = check_arguments(
+            algo,
+            mem,
+            optimizer=optimizer.value,
+            gradients=gradients.value,
+            **(family_options or {}),
+        )
         common.check_positive("--micro-batches", micro_batches)
         prof = memplan.load_profile(profile_source(profile))
         with _spinner(f"solving with {algo}"):
@@ -203,6 +222,13 @@ def simulate(
             help="Budget to check against: a size (8GB), gpu or 90%.  [default: the schedule's]",
         ),
     ] = None,
+    gradients: Annotated[
+        Gradients | None,
+        typer.Option(
+            help="Replay a chain plan for this training loop (see solve --gradients).  "
+            "[default: the schedule's budget.gradients]"
+        ),
+    ] = None,
     fmt: Annotated[
         SimulateFormat | None,
         typer.Option("--format", "-f", help="table (stderr) or a json document.  [default: table]"),
@@ -226,6 +252,10 @@ def simulate(
         given = None if mem is None else check_budget(mem)  # before the files are read
         sched = memplan.load_schedule(schedule)
         prof = memplan.load_profile(profile)
+        if gradients is not None:
+            from memplan.api import with_gradients
+
+            sched = with_gradients(prof, sched, gradients.value)
         budget = sched.budget.memory if given is None else memory_budget(prof, given, given=mem)
         if not sched.feasible:
             doc = _simulation_doc(sched, prof, budget, None)

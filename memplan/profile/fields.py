@@ -12,6 +12,8 @@ MAX_MS = 1e12
 """The longest time a profile may state (about 30 years, in ms)."""
 
 Bytes = Annotated[int, Field(ge=0, le=MAX_BYTES)]
+SignedBytes = Annotated[int, Field(ge=-MAX_BYTES, le=MAX_BYTES)]
+"""A difference of sizes (a backward's peak beyond what it keeps, which can be below it)."""
 Milliseconds = Annotated[float, Field(ge=0, le=MAX_MS, allow_inf_nan=False)]
 
 

@@ -23,7 +23,7 @@ from typing import Any, Final, Literal
 
 from pydantic import Field, NonNegativeInt, PositiveInt, field_validator, model_validator
 
-from memplan.profile.fields import MAX_BYTES, MAX_MS, Bytes, Milliseconds
+from memplan.profile.fields import MAX_BYTES, MAX_MS, Bytes, Milliseconds, SignedBytes
 from memplan.profile.fields import Strict as _Strict
 from memplan.profile.graph import Graph
 from memplan.units import MAX_RATE, MIN_RATE
@@ -83,10 +83,11 @@ class Stage(_Strict):
         description="bytes of the parameter gradients this stage's backward creates when they "
         "are None before it (zero_grad(set_to_none=True)); unknown when omitted",
     )
-    backward_overhead_fresh: Bytes | None = Field(
+    backward_overhead_fresh: SignedBytes | None = Field(
         default=None,
-        description="temporary bytes of that backward beyond the input gradient and the "
-        "weight_grad_size bytes it creates; unknown when omitted",
+        description="the peak of that backward beyond the input gradient and the "
+        "weight_grad_size bytes it creates; negative when the backward frees what the forward "
+        "saved before it has created them all; unknown when omitted",
     )
     forward_overhead_all: Bytes | None = Field(
         default=None,

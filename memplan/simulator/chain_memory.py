@@ -11,6 +11,10 @@ from the start; a computation reserves its output (``s[k]`` for ``F_all``, ``x[k
 ``F_ck``/``F_n``, ``g[k]`` for ``B``) and its overhead when it starts (:meth:`ChainMemory.reserved`)
 and frees its overhead and what it consumes when it ends (:meth:`ChainMemory.finish`: ``B k``
 frees ``g[k+1]``, ``s[k]`` and the standalone ``x[k]``; ``F_n k`` frees the standalone ``x[k]``);
+under the training loop's terms (NOTE [ training-loop memory terms ], memplan/profile/memory.py)
+``B k`` also reserves the weight gradients it creates, which stay, ``F_all k`` reserves its own
+overhead and, where autograd frees ``x[k]``, frees it at its end (the standalone checkpoint, or
+its part of ``s[k-1]``, which then counts without it until ``B k-1``);
 an offloaded tensor leaves the GPU when its offload ends, or at the end of the computation that
 reads it then (T2); a prefetched one is reserved from the start of its prefetch (T3). The replay
 adds the static memory (weights, gradients, optimizer state) to every figure.
@@ -18,6 +22,7 @@ adds the static memory (weights, gradients, optimizer state) to every figure.
 
 from __future__ import annotations
 
+from memplan.profile.memory import stage_terms
 from memplan.profile.model import Profile
 from memplan.simulator.operations import Step, stored_sizes
 
@@ -36,17 +41,28 @@ _PLACE = {
 class ChainMemory:
     """Where every stored tensor is and the bytes on the GPU (NOTE [ chain-model memory ])."""
 
-    def __init__(self, profile: Profile, channel: list[Step]) -> None:
+    def __init__(
+        self,
+        profile: Profile,
+        channel: list[Step],
+        gradients: str | None = None,
+        optimizer: str = "sgd",
+    ) -> None:
         stages = profile.stages
+        terms = stage_terms(stages, gradients, optimizer)
         self.length = len(stages)
         self.size = stored_sizes(profile)
         self.x = [f"x[{k}]" for k in range(self.length + 1)]  # the names, made once
         self.s = [f"s[{k}]" for k in range(self.length)]
         self.g = [0] + [st.gradient_size for st in stages]
         self.fo = [st.forward_overhead for st in stages]
-        self.bo = [st.backward_overhead for st in stages]
+        self.fa = list(terms.forward_all)  # F_all k's overhead (under its option: the option's)
+        self.bo = list(terms.backward)  # B k's overhead (under F_all k's option: the option's)
+        self.wg = terms.weight_grads
+        self.fr = terms.freed_input
+        self.cut: set[int] = set()  # k: s[k] is held without x[k+1], which F_all k+1 freed
         self.stages = stages
-        self.fall_fo = list(self.fo)  # F_all k's overhead under its option (F_ck/F_n: fo[k])
+        self.option_zero = (list(self.fa), list(self.bo))  # the stages' own overheads
         self.options = [0] * self.length  # the option of each stage's latest F_all
         self.place: dict[str, str | None] = dict.fromkeys(self.size)
         self.place["x[0]"] = _GPU
@@ -70,9 +86,9 @@ class ChainMemory:
     def reserved(self, name: str, k: int) -> int:
         """Bytes a computation reserves when it starts: its output (or ``g[k]``) and overhead."""
         if name == "B":
-            return self.g[k] + self.bo[k]
+            return self.g[k] + self.wg[k] + self.bo[k]
         if name == "F_all":
-            return self.size[self.s[k]] + self.fall_fo[k]
+            return self.size[self.s[k]] + self.fa[k]
         return self.size[self.x[k + 1]] + self.fo[k]
 
     def choose(self, k: int, option: int) -> None:
@@ -83,8 +99,17 @@ class ChainMemory:
         self.options[k] = option
         chosen = self.stages[k].option(option)
         self.size[self.s[k]] = chosen.saved_size
-        self.fall_fo[k] = chosen.forward_overhead
-        self.bo[k] = chosen.backward_overhead
+        if option == 0:
+            self.fa[k], self.bo[k] = self.option_zero[0][k], self.option_zero[1][k]
+        else:
+            self.fa[k], self.bo[k] = chosen.forward_overhead, chosen.backward_overhead
+
+    def bytes_of(self, tensor: str) -> int:
+        """The bytes ``tensor`` holds now (``s[k]`` less the ``x[k+1]`` freed from it)."""
+        size = self.size[tensor]
+        if tensor[0] == "s" and int(tensor[2:-1]) in self.cut:
+            size -= self.size[f"x[{int(tensor[2:-1]) + 1}]"]
+        return size
 
     def start(self, step: Step, when: float) -> str | None:
         """Start a computation; why it cannot start now (docs/model.md, T4), or None."""
@@ -126,11 +151,17 @@ class ChainMemory:
                     )
                 if self.place[inp] not in (_GPU, _HOST):
                     return f"would free {inp} while it is {_PLACE[self.place[inp]]}"
-        if self.place[self.x[k]] in _ON_GPU or (k > 0 and self.place[self.s[k - 1]] in _ON_GPU):
+        if name == "B" and self.fr[k]:
+            return None  # the backward does not read x[k] (autograd freed it after F_all k)
+        if self.place[self.x[k]] in _ON_GPU or (
+            k > 0 and self.place[self.s[k - 1]] in _ON_GPU and k - 1 not in self.cut
+        ):
             return None
         if k == 0:
             return self.missing("x[0]", step, when, "the chain input cannot be recomputed")
-        if self.place[self.x[k]] is None and self.place[self.s[k - 1]] is None:
+        if self.place[self.x[k]] is None and (
+            self.place[self.s[k - 1]] is None or k - 1 in self.cut
+        ):
             return f"x[{k}] is not in memory (neither x[{k}] nor s[{k - 1}] is held)"
         away = self.x[k] if self.place[self.x[k]] is not None else self.s[k - 1]
         return self.missing(away, step, when)
@@ -162,10 +193,7 @@ class ChainMemory:
     def finish(self, step: Step) -> str | None:
         """End of a computation: keep its output, free its overhead and what it consumes."""
         name, k = step.name, step.stage
-        if name == "B":
-            self.held -= self.bo[k]
-        else:
-            self.held -= self.fall_fo[k] if name == "F_all" else self.fo[k]
+        self.held -= self.bo[k] if name == "B" else self.fa[k] if name == "F_all" else self.fo[k]
         for tensor in self.leaving:
             self.held -= self.size[tensor]
             self.place[tensor] = _HOST
@@ -181,6 +209,18 @@ class ChainMemory:
         self.made.add(made)
         if name == "F_n" and self.place[self.x[k]] is not None:
             return self.drop(self.x[k])
+        if name == "F_all" and self.fr[k]:
+            return self.free_input(k)
+        return None
+
+    def free_input(self, k: int) -> str | None:
+        """After ``F_all k``, autograd's free of ``x[k]`` (NOTE [ training-loop memory terms ]):
+        the standalone checkpoint, and ``s[k-1]``'s part, when on the GPU."""
+        if self.place[self.x[k]] == _GPU:
+            self.drop(self.x[k])
+        if self.place[self.s[k - 1]] == _GPU and k - 1 not in self.cut:
+            self.cut.add(k - 1)
+            self.held -= self.size[self.x[k]]
         return None
 
     def drop(self, tensor: str) -> str | None:
@@ -189,8 +229,10 @@ class ChainMemory:
         if where in (_OUT, _IN):
             return f"frees {tensor} while it is {where}"
         if where in (_GPU, _LEAVING):
-            self.held -= self.size[tensor]
+            self.held -= self.bytes_of(tensor)
         self.place[tensor] = None
+        if tensor[0] == "s":
+            self.cut.discard(int(tensor[2:-1]))
         if tensor in self.leaving:
             self.leaving.remove(tensor)
         return None

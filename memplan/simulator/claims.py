@@ -29,6 +29,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from memplan.profile.memory import static_bytes
 from memplan.profile.model import Profile
 
 OPTIMIZER_FACTORS = {"none": 0, "sgd": 2, "momentum": 3, "adam": 4}
@@ -49,7 +50,8 @@ def replay_static_memory(profile: Profile, schedule: Any) -> int | None:
     """The static memory the replay counts, from the profile and ``budget.optimizer``.
 
     Chain, offload, combined and join schedules: the optimizer's factor times the weight bytes
-    (docs/model.md). Graph schedules: the bytes of the graph's ``weight`` tensors, which the
+    (docs/model.md), less the gradients when ``budget.gradients`` is ``at-backward`` (they are
+    counted from each stage's backward on). Graph schedules: the bytes of the graph's ``weight`` tensors, which the
     replay counts in the arena. Pipelines: None (the pipeline simulator adds each GPU's own
     weights, weight versions included, and reports their total).
     """
@@ -57,7 +59,7 @@ def replay_static_memory(profile: Profile, schedule: Any) -> int | None:
         return None
     if schedule.family == "graph":
         return profile.graph.weight_size if profile.graph is not None else 0
-    return OPTIMIZER_FACTORS[optimizer_of(schedule)] * profile.weight_size
+    return static_bytes(profile.weight_size, optimizer_of(schedule), schedule.budget.gradients)
 
 
 def with_replay_static_memory(profile: Profile, schedule: Any) -> Any:

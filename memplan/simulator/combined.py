@@ -54,6 +54,8 @@ def simulate_ops(
     static_memory: int = 0,
     memory: int | None = None,
     bandwidth: float | None = None,
+    gradients: str | None = None,
+    optimizer: str = "sgd",
 ) -> SimulationResult:
     """Replay the operations of a chain, offloading or combined schedule (``rules``).
 
@@ -75,6 +77,11 @@ def simulate_ops(
     bandwidth : float, optional
         Host<->device bytes/s (a transfer of ``b`` bytes lasts ``b / bandwidth`` s); required by
         the families with transfers.
+    gradients : {"at-backward", "kept"}, optional
+        The training loop the plan was made for (NOTE [ training-loop memory terms ],
+        memplan/profile/memory.py); None: the model before the loop's terms.
+    optimizer : str
+        With ``none`` the replay counts no weight gradients (the budget is for activations).
 
     Returns
     -------
@@ -93,7 +100,7 @@ def simulate_ops(
     if steps is None:
         return result
     if rules.back_to_back:  # computations only (checked per operation), in the schedule's order
-        started = _replay(profile, _in_order(steps), [], result, memory)
+        started = _replay(profile, _in_order(steps), [], result, memory, gradients, optimizer)
         result.makespan = started[-1].end if started else 0.0
         return result
     length = len(profile.stages)
@@ -108,7 +115,9 @@ def simulate_ops(
             return result
     if prefetch_problem(channel, result):
         return result
-    _replay(profile, _in_time(compute, channel, instant), channel, result, memory)
+    _replay(
+        profile, _in_time(compute, channel, instant), channel, result, memory, gradients, optimizer
+    )
     result.makespan = max((s.end for s in steps), default=0.0)
     result.idle_time = max(0.0, result.makespan - sum(s.duration for s in compute))
     return result
@@ -154,10 +163,12 @@ def _replay(
     channel: list[Step],
     result: SimulationResult,
     memory: int | None,
+    gradients: str | None = None,
+    optimizer: str = "sgd",
 ) -> list[Step]:
     """Run the events on :class:`ChainMemory` (``channel``: the transfers in time); the operations
     that started."""
-    state = ChainMemory(profile, channel)
+    state = ChainMemory(profile, channel, gradients, optimizer)
     static = result.static_memory
     peak = level = static + state.held
     curve = result.memory_curve
@@ -218,13 +229,23 @@ def simulate_chain(
     *,
     static_memory: int = 0,
     memory: int | None = None,
+    gradients: str | None = None,
+    optimizer: str = "sgd",
 ) -> SimulationResult:
     """Replay a chain (rematerialization) plan: :func:`simulate_ops` with :data:`CHAIN`.
 
     ``ops`` may be :class:`memplan.schedule.Op` (their times are checked: back to back from time
     0, each lasting its profile duration) or ``(op_name, stage)`` pairs (laid back to back).
     """
-    return simulate_ops(profile, ops, rules=CHAIN, static_memory=static_memory, memory=memory)
+    return simulate_ops(
+        profile,
+        ops,
+        rules=CHAIN,
+        static_memory=static_memory,
+        memory=memory,
+        gradients=gradients,
+        optimizer=optimizer,
+    )
 
 
 def simulate_offload(

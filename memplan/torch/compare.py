@@ -353,7 +353,10 @@ def _memplan_way(
 
     name = f"memplan {algo}{suffix}" + ("" if setting == "no recomputation" else f" ({setting})")
     outcome = Outcome(name, "memplan", setting, budget=memory)
-    sched = memplan.solve(prof, algo=algo, memory=memory, optimizer=optimizer)
+    # every way trains in PyTorch's default loop (zero_grad() sets the gradients to None)
+    sched = memplan.solve(
+        prof, algo=algo, memory=memory, optimizer=optimizer, gradients="at-backward"
+    )
     if not sched.feasible:
         least = "" if sched.min_memory is None else f"; least memory {sched.min_memory} bytes"
         outcome.skipped = f"no {algo} plan fits in {memory} bytes{least}"
@@ -366,7 +369,7 @@ def _memplan_way(
 def _least_memory(prof: Any, algo: str, optimizer: str) -> int | None:
     import memplan
 
-    probe = memplan.solve(prof, algo=algo, memory=1, optimizer=optimizer)
+    probe = memplan.solve(prof, algo=algo, memory=1, optimizer=optimizer, gradients="at-backward")
     return probe.min_memory
 
 
@@ -485,6 +488,7 @@ def compare_training(
     compile_budgets: Sequence[float] = DEFAULT_COMPILE_BUDGETS,
     algos: Sequence[str] = ("store-all", "rotor"),
     at_alternatives: bool = True,
+    budgets: Sequence[int] = (),
     profile: Any = None,
     repeats: int = 3,
     seed: int = 0,
@@ -518,6 +522,8 @@ def compare_training(
     algos : sequence of str
         memplan's algorithms: ``store-all`` (no recomputation) and ``rotor`` (at its least
         memory, and at each alternative's measured peak when ``at_alternatives``).
+    budgets : sequence of int
+        Budgets (bytes) at which memplan's rotor is planned and measured too (``at N bytes``).
     profile : optional
         A profile of this model and batch (default: profiled here, ``repeats`` timed runs).
     optimizer : str
@@ -590,7 +596,9 @@ def compare_training(
                 ways.append(_memplan_way(setup, prof, algo, least, "least memory", optimizer, SAC))
         if fractions and "rotor" in algos:
             least = _least_memory(blocks, "rotor", optimizer)
-            top = memplan.solve(blocks, "store-all", 2**50, optimizer=optimizer).peak_memory
+            top = memplan.solve(
+                blocks, "store-all", 2**50, optimizer=optimizer, gradients="at-backward"
+            ).peak_memory
             for f in fractions:
                 if least is None or top is None or not 0.0 <= f <= 1.0:
                     raise InputError(f"fractions {f!r}: expected 0..1 (and a rotor plan)")
@@ -599,6 +607,9 @@ def compare_training(
                 ways.append(_memplan_way(setup, blocks, "rotor", budget, setting, optimizer))
                 if with_sac:
                     ways.append(_memplan_way(setup, prof, "rotor", budget, setting, optimizer, SAC))
+        for budget in budgets:
+            setting = f"at {budget} bytes"
+            ways.append(_memplan_way(setup, blocks, "rotor", budget, setting, optimizer))
         bench = _Bench(setup, seed, optimizer)
         dropout = _has_dropout(setup.module)
         for way in ways:

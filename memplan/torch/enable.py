@@ -590,6 +590,7 @@ def enable(
     bandwidth: float | str | None = None,
     slots: int | None = None,
     repeats: int = 3,
+    gradients: str = "at-backward",
 ) -> nn.Module:
     """Plan the memory of a model's training and apply the plan: profile, solve, install.
 
@@ -624,6 +625,11 @@ def enable(
         As in :func:`memplan.solve`.
     repeats : int
         Timed repetitions per stage when profiling.
+    gradients : str
+        The training loop (docs/model.md): ``at-backward`` (PyTorch's default
+        ``zero_grad()``, each stage's weight gradients appear at its backward), ``kept``
+        (``zero_grad(set_to_none=False)``, gradient accumulation: the gradients are counted for
+        the whole step) or ``auto`` (``at-backward`` when the profile has ``weight_grad_size``).
 
     Returns
     -------
@@ -661,7 +667,7 @@ def enable(
     else:
         prof = memplan.load_profile(profile)
     _check_profile(prof, names)
-    sched = solve_feasible(prof, algo, memory, slots, optimizer, bandwidth)
+    sched = solve_feasible(prof, algo, memory, slots, optimizer, bandwidth, gradients)
     return _install(model, sched, prof, how, layout, names, inplace, input_key)
 
 

@@ -285,17 +285,18 @@ def train_under_plan(
     *,
     steps: int = 2,
     lr: float = 0.01,
-    set_to_none: bool = False,
+    set_to_none: bool | None = None,
 ) -> dict[str, Any]:
     """Train ``steps`` iterations of ``module`` under ``schedule`` and measure each one.
 
     What ``memplan run`` does once it has a plan (and what the benchmark of docs/benchmarks.md
     runs per point): the model, linearized on ``x``, is wrapped with
     :func:`~memplan.torch.checkpointed`, trained with :func:`make_optimizer` of the schedule's
-    ``--optimizer`` and ``lr``, each iteration measured by :func:`measure_step`, by default in a
-    loop that keeps its gradient buffers (``set_to_none=False``): the steady state the plan's
-    static memory counts (the gradients for the whole step), the most any step needs.
-    ``set_to_none=True`` measures PyTorch's default loop instead.
+    ``--optimizer`` and ``lr``, each iteration measured by :func:`measure_step`, by default in the
+    loop the plan was made for (``budget.gradients``, docs/model.md): ``at-backward``, PyTorch's
+    default ``zero_grad()`` (``set_to_none=True``); otherwise a loop that keeps its gradient
+    buffers (``set_to_none=False``), the steady state whose static memory counts the gradients
+    for the whole step.
 
     Returns
     -------
@@ -316,6 +317,8 @@ def train_under_plan(
     from memplan.torch.runtime import checkpointed, planned_activation_peak
 
     optimizer_name = schedule.budget.optimizer
+    if set_to_none is None:
+        set_to_none = schedule.budget.gradients == "at-backward"
     module.train()
     wrapped = checkpointed(linearize(module, x), schedule, profile=profile)
     optimizer = make_optimizer(optimizer_name, module.parameters(), lr=lr)

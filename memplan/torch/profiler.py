@@ -387,8 +387,9 @@ def _fresh_backward(
     -------
     (int, int)
         ``(weight_grad_size, backward_overhead_fresh)``: the bytes of the gradients created, and
-        the peak beyond them and the input gradient (clamped at 0; all of the gradients are
-        counted from the backward's start, so the sum of the two is never short of the peak).
+        the peak beyond them and the input gradient, relative to the backward's start (what the
+        forward saved included). Negative when the backward frees saved tensors before it has
+        created every gradient: the sum of the two is the peak, neither short of it nor above.
     """
     device = runner.x.device
     leaf, inp = runner.fresh_input()
@@ -419,7 +420,7 @@ def _fresh_backward(
     input_grad_size = allocation_bytes(_storage_bytes(None if leaf is None else leaf.grad), device)
     weight_grads = sum(created.values())
     _clear_grads(runner.module)
-    return weight_grads, max(0, peak - input_grad_size - weight_grads)
+    return weight_grads, peak - input_grad_size - weight_grads
 
 
 def measure_option(

@@ -1145,13 +1145,21 @@ def solve_feasible(
     slots: int | None = None,
     optimizer: str = "sgd",
     bandwidth: float | str | None = None,
+    gradients: str = "at-backward",
 ) -> Schedule:
     """:func:`memplan.solve`, with no plan as an :class:`InputError` that says the least memory
-    that fits (what :func:`fit` and :func:`memplan.torch.enable` need: a plan to run)."""
+    that fits (what :func:`fit` and :func:`memplan.torch.enable` need: a plan to run). The
+    training loop is PyTorch's default (``gradients``, docs/model.md) unless said otherwise."""
     import memplan
 
     sched = memplan.solve(
-        profile, algo=algo, memory=memory, slots=slots, optimizer=optimizer, bandwidth=bandwidth
+        profile,
+        algo=algo,
+        memory=memory,
+        slots=slots,
+        optimizer=optimizer,
+        bandwidth=bandwidth,
+        gradients=gradients,
     )
     if not sched.feasible:
         least = "" if sched.min_memory is None else "; the least memory that fits is "
@@ -1175,6 +1183,7 @@ def fit(
     input_shape: tuple[int, ...] | None = None,
     labels: Tensor | None = None,
     config: str | Mapping[str, Any] | None = None,
+    gradients: str = "at-backward",
 ) -> tuple[CheckpointedChain, Schedule]:
     """Profile a model, solve for a budget and wrap it: ``profile -> solve -> checkpointed``.
 
@@ -1245,7 +1254,7 @@ def fit(
     else:
         prof = memplan.load_profile(profile)
         check_conditions(prof, x.device)  # a warning where it was measured otherwise
-    sched = solve_feasible(prof, algo, memory, slots, optimizer, bandwidth)
+    sched = solve_feasible(prof, algo, memory, slots, optimizer, bandwidth, gradients)
     with model_errors(label or type(module).__name__, FIRST_FORWARD):  # NOTE [ whose error ]
         chain = linearize(module, x, labels=labels)
     return checkpointed(chain, sched, profile=prof), sched

@@ -30,6 +30,16 @@ sub-problems after it, and freed by its backward). The relaxed search (``persist
 a non-persistent plan may use a checkpoint ``x[k]`` for one more sub-chain and free it with
 ``F_n k``, recomputing ``x[k]`` from an earlier checkpoint when its own backward comes.
 
+The training loop's terms (``gradients="at-backward"`` or ``"kept"``)
+-------------------------------------------------------------------
+Written from docs/model.md ("The training loop"): ``B k`` also creates stage ``k``'s weight
+gradients (``weight_grad_size``, else ``weight_size``; under ``at-backward`` with an optimizer),
+which stay; its temporaries are ``backward_overhead_fresh`` under ``at-backward`` (when given);
+``F_all k`` adds ``forward_overhead_all`` (when given) and, when stage ``k-1`` does not keep its
+output nor stage ``k`` its input, frees the standalone ``x[k]`` and ``s[k-1]``'s copy of it at its
+end (``s[k-1]`` then holds ``x[k]`` less until its backward); ``B k`` does not read ``x[k]`` then.
+The state then also records the set ``C`` of ``k`` whose ``s[k]`` lost its ``x[k+1]``.
+
 Functions
 ---------
 optimal_makespan
@@ -51,17 +61,24 @@ from collections.abc import Callable, Iterator
 
 from memplan.profile.model import Profile
 
-State = tuple[int, int, int, int]
-"""``(b, X, S, fresh)``, the sets ``X`` and ``S`` as bit masks (bit ``k`` set: ``k`` in the set);
-``fresh`` is the ``k`` of the standalone ``x[k]`` the last operation produced, in a persistent
-search only (always -1 otherwise, so that the state space is as described)."""
+State = tuple[int, int, int, int, int]
+"""``(b, X, S, fresh, C)``, the sets ``X``, ``S`` and ``C`` as bit masks (bit ``k`` set: ``k`` in
+the set); ``fresh`` is the ``k`` of the standalone ``x[k]`` the last operation produced, in a
+persistent search only (always -1 otherwise, so that the state space is as described); ``C`` the
+``k`` whose ``s[k]`` is held without ``x[k+1]`` (always empty without the loop's terms)."""
 Step = tuple[str, int]
 
 
 class _Chain:
     """The sizes, overheads and times of a profile, indexed as in docs/model.md, and the moves."""
 
-    def __init__(self, profile: Profile, persistent: bool = True) -> None:
+    def __init__(
+        self,
+        profile: Profile,
+        persistent: bool = True,
+        gradients: str | None = None,
+        optimizer: str = "sgd",
+    ) -> None:
         self.persistent = persistent
         stages = profile.stages
         self.length = length = len(stages)
@@ -70,6 +87,24 @@ class _Chain:
         self.g = [0] + [st.gradient_size for st in stages]  # g[0..L], g[0] = 0
         self.fo = [st.forward_overhead for st in stages]
         self.bo = [st.backward_overhead for st in stages]
+        self.fa = list(self.fo)  # what F_all adds beyond s[k]
+        self.wg = [0] * length  # weight gradients B k creates
+        self.frees = [False] * length  # F_all k frees x[k]
+        if gradients is not None:
+            fresh = gradients == "at-backward"
+            for k, st in enumerate(stages):
+                if st.forward_overhead_all is not None:
+                    self.fa[k] = st.forward_overhead_all
+                if fresh and st.backward_overhead_fresh is not None:
+                    self.bo[k] = st.backward_overhead_fresh
+                if fresh and optimizer != "none":
+                    self.wg[k] = (
+                        st.weight_size if st.weight_grad_size is None else st.weight_grad_size
+                    )
+                if k > 0:
+                    self.frees[k] = stages[k - 1].output_saved is False and st.input_saved is False
+        # weight gradients held once B k has run: those of stages k..L-1
+        self.wh = [sum(self.wg[k:]) for k in range(length + 1)]
         self.ft = [st.forward_time for st in stages]
         self.bt = [st.backward_time for st in stages]
         # Bytes of every set of standalone x's and of every set of s's, by bit mask.
@@ -78,11 +113,12 @@ class _Chain:
         self._moves: dict[State, list[tuple[Step, float, int, State]]] = {}
 
     def start(self) -> State:
-        return (self.length - 1, 1, 0, -1)  # X = {0}, S = {}
+        return (self.length - 1, 1, 0, -1, 0)  # X = {0}, S = {}, C = {}
 
     def held(self, state: State) -> int:
-        b, xs, ss, _ = state
-        return self.x_bytes[xs] + self.s_bytes[ss] + self.g[b + 1]
+        b, xs, ss, _, cut = state
+        lost = sum(self.x[k + 1] for k in range(self.length) if cut >> k & 1)
+        return self.x_bytes[xs] + self.s_bytes[ss] - lost + self.g[b + 1] + self.wh[b + 1]
 
     def moves(self, state: State) -> list[tuple[Step, float, int, State]]:
         """Every valid operation from ``state``: (op, duration, peak without static, next state).
@@ -95,32 +131,41 @@ class _Chain:
         return found
 
     def _valid_moves(self, state: State) -> Iterator[tuple[Step, float, int, State]]:
-        b, xs, ss, fresh = state
+        b, xs, ss, fresh, cut = state
         if b < 0:
             return
         held = self.held(state)
         persistent = self.persistent
 
-        def available(k: int) -> bool:  # standalone x[k] held, or s[k-1] held
-            return bool(xs >> k & 1) or (k > 0 and bool(ss >> (k - 1) & 1))
+        def available(k: int) -> bool:  # standalone x[k] held, or s[k-1] held with x[k]
+            return bool(xs >> k & 1) or (
+                k > 0 and bool(ss >> (k - 1) & 1) and not cut >> (k - 1) & 1
+            )
 
         for k in range(self.length):
             if not available(k):
                 continue
             if not ss >> k & 1:
-                peak = held + self.s[k] + self.fo[k]
-                yield ("F_all", k), self.ft[k], peak, (b, xs, ss | 1 << k, -1)
+                peak = held + self.s[k] + self.fa[k]
+                after_x, after_cut = xs, cut
+                if self.frees[k]:  # autograd frees x[k] at the end of F_all k
+                    after_x &= ~(1 << k)
+                    if ss >> (k - 1) & 1:
+                        after_cut |= 1 << (k - 1)
+                yield ("F_all", k), self.ft[k], peak, (b, after_x, ss | 1 << k, -1, after_cut)
             if not xs >> (k + 1) & 1:
                 peak = held + self.x[k + 1] + self.fo[k]
                 produced = xs | 1 << (k + 1)
                 new_fresh = k + 1 if persistent else -1
-                yield ("F_ck", k), self.ft[k], peak, (b, produced, ss, new_fresh)
+                yield ("F_ck", k), self.ft[k], peak, (b, produced, ss, new_fresh, cut)
                 # A persistent plan frees a standalone x[k] only right after producing it.
                 if not persistent or not xs >> k & 1 or fresh == k:
-                    yield ("F_n", k), self.ft[k], peak, (b, produced & ~(1 << k), ss, new_fresh)
-        if ss >> b & 1 and available(b):
-            peak = held + self.g[b] + self.bo[b]
-            yield ("B", b), self.bt[b], peak, (b - 1, xs & ~(1 << b), ss & ~(1 << b), -1)
+                    after = (b, produced & ~(1 << k), ss, new_fresh, cut)
+                    yield ("F_n", k), self.ft[k], peak, after
+        if ss >> b & 1 and (available(b) or self.frees[b]):
+            peak = held + self.g[b] + self.wg[b] + self.bo[b]
+            after = (b - 1, xs & ~(1 << b), ss & ~(1 << b), -1, cut & ~(1 << b))
+            yield ("B", b), self.bt[b], peak, after
 
 
 def _mask_sum(sizes: list[int], mask: int) -> int:
@@ -183,8 +228,15 @@ class ChainOracle:
         False, every plan of the relaxed model without the persistency rule.
     """
 
-    def __init__(self, profile: Profile, static_memory: int = 0, persistent: bool = True) -> None:
-        self.chain = _Chain(profile, persistent)
+    def __init__(
+        self,
+        profile: Profile,
+        static_memory: int = 0,
+        persistent: bool = True,
+        gradients: str | None = None,
+        optimizer: str = "sgd",
+    ) -> None:
+        self.chain = _Chain(profile, persistent, gradients, optimizer)
         self.static_memory = static_memory
 
     def optimal_makespan(self, memory: int) -> tuple[float, list[Step]] | None:

@@ -56,7 +56,7 @@ def _budgets(prof, algo: str, optimizer: str = "sgd") -> list[int]:
     to the store-all need. pofo: the least memory, then the smallest and the largest of 16
     budgets evenly spread up to the store-all need where its plan offloads (searched: whether
     and where it offloads depends on the sizes and temporaries measured on this machine)."""
-    desc = describe(prof, optimizer)
+    desc = describe(prof, optimizer, "kept")  # the steps keep their gradients (set_to_none=False)
     family = "offload" if algo == "dynprog" else "chain"
     least, most = desc["min_memory"][family], desc["store_all_memory"]
     if algo != "pofo":
@@ -71,11 +71,11 @@ def _budgets(prof, algo: str, optimizer: str = "sgd") -> list[int]:
 
 
 def _solve(prof, algo: str, budget: int, optimizer: str = "sgd"):
-    """The plan at ``budget``; where the solver's discretization finds none at exactly the least
+    """The plan at ``budget``, for the loop the steps train in (gradients kept); where the solver's discretization finds none at exactly the least
     memory, the plan at the least budget it says fits."""
-    sched = memplan.solve(prof, algo, budget, optimizer=optimizer)
+    sched = memplan.solve(prof, algo, budget, optimizer=optimizer, gradients="kept")
     if not sched.feasible and sched.min_memory is not None:
-        sched = memplan.solve(prof, algo, sched.min_memory, optimizer=optimizer)
+        sched = memplan.solve(prof, algo, sched.min_memory, optimizer=optimizer, gradients="kept")
     assert sched.feasible, (prof.model, algo, budget, sched.min_memory)
     return sched
 

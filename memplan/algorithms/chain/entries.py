@@ -35,49 +35,56 @@ class ChainOptions:
     )
 
 
+def _chain(profile: Profile, request: SolveRequest) -> Any:
+    """The chain the request plans for: the profile's, under the training loop's terms of
+    ``request.gradients`` (NOTE [ training-loop memory terms ], memplan/profile/memory.py)."""
+    from memplan.algorithms.chain.problem import Chain
+
+    return Chain.from_profile(profile, request.gradients, request.optimizer)
+
+
 def solve_store_all(profile: Profile, request: SolveRequest) -> Schedule:
     """``store-all``: every forward saves everything (:mod:`.store_all`)."""
     from memplan.algorithms.chain import store_all
-    from memplan.algorithms.chain.problem import Chain
 
-    plan = store_all.solve_store_all(Chain.from_profile(profile), request.activation_memory)
+    plan = store_all.solve_store_all(_chain(profile, request), request.activation_memory)
     return chain_schedule(profile, request, plan)
 
 
 def solve_periodic(profile: Profile, request: SolveRequest) -> Schedule:
     """``periodic``: equal segments (:mod:`.periodic`)."""
     from memplan.algorithms.chain import periodic
-    from memplan.algorithms.chain.problem import Chain
 
-    plan = periodic.solve_periodic(Chain.from_profile(profile), request.activation_memory)
+    plan = periodic.solve_periodic(_chain(profile, request), request.activation_memory)
     return chain_schedule(profile, request, plan)
 
 
 def solve_revolve(profile: Profile, request: SolveRequest) -> Schedule:
     """``revolve``: binomial checkpointing (:mod:`.revolve`)."""
     from memplan.algorithms.chain import revolve
-    from memplan.algorithms.chain.problem import Chain
 
-    plan = revolve.solve_revolve(Chain.from_profile(profile), request.activation_memory)
+    plan = revolve.solve_revolve(_chain(profile, request), request.activation_memory)
     return chain_schedule(profile, request, plan)
 
 
 def solve_rotor(profile: Profile, request: SolveRequest) -> Schedule:
     """``rotor``: the DP for heterogeneous chains, in bytes or ``request.options.slots`` (:mod:`.rotor`)."""
     from memplan.algorithms.chain import rotor
-    from memplan.algorithms.chain.problem import Chain
 
-    chain = Chain.from_profile(profile)
+    chain = _chain(profile, request)
     plan = rotor.plan_rotor(chain, request.activation_memory, slots=request.options.slots)
     return chain_schedule(profile, request, plan)
 
 
-def describe_chain(profile: Profile, static_memory: int) -> dict[str, Any]:
-    """What ``memplan info`` shows for a chain: store-all need, least memory, the stage table."""
+def describe_chain(
+    profile: Profile, static_memory: int, gradients: str | None = None, optimizer: str = "sgd"
+) -> dict[str, Any]:
+    """What ``memplan info`` shows for a chain: store-all need, least memory, the stage table,
+    for the training loop ``gradients`` (docs/model.md)."""
     from memplan.algorithms.chain import rotor
     from memplan.algorithms.chain.problem import Chain
 
-    chain = Chain.from_profile(profile)
+    chain = Chain.from_profile(profile, gradients, optimizer)
     return {
         "input_size": profile.input_size,
         "store_all_memory": static_memory + chain.store_all_peak(),
@@ -91,6 +98,7 @@ FAMILY = Family(
     profile_kind="chain",
     options=ChainOptions,
     describe=describe_chain,
+    loop_terms=True,
     algorithms=(
         AlgorithmInfo(
             name="store-all",

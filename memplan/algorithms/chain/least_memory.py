@@ -36,11 +36,17 @@ INT64_SAFE = 2**62
 def least_memory_bounds(chain: Chain) -> tuple[int, int]:
     """``(lower, upper)`` bounds of the least activation memory (bytes, ``x[0]`` included).
 
-    ``upper`` is the peak of :func:`recompute_all_sequence`; see NOTE [ least memory ].
+    ``upper`` is the peak of :func:`recompute_all_sequence`; see NOTE [ least memory ]. Under the
+    training loop's terms (weight gradients created by the backwards, frees) the lower bound is
+    only ``x[0]``, so that :func:`least_memory_plan` decides.
     """
     x, s, g, fo, bo = (a.tolist() for a in (chain.x, chain.s, chain.g, chain.fo, chain.bo))
     L = chain.length
     x0 = x[0]
+    if chain.has_terms:
+        upper = chain.peak(recompute_all_sequence(chain))
+        assert upper is not None  # the recompute-all plan is valid in every chain
+        return x0, upper
     own = [g[k + 1] + s[k] + g[k] + bo[k] for k in range(L)]
     least_later_gradient = [0] * L  # min over c > k of g[c+1] (unused for k = L - 1)
     smallest = g[L]
@@ -110,8 +116,13 @@ def least_memory_tables(chain: Chain) -> tuple[np.ndarray, np.ndarray]:
     exact_int64 = chain.total_bytes < INT64_SAFE
     dtype = np.int64 if exact_int64 else object
     x, s, g, fo, bo = (a.astype(dtype) for a in (chain.x, chain.s, chain.g, chain.fo, chain.bo))
+    fa, wh, fr = (a.astype(dtype) for a in (chain.fall, chain.held_grads, chain.freed))
     pair = x[:-1] + x[1:] + fo
-    own_backward = g[1:] + s + g[:-1] + bo
+    # The rules of the DPs (ChainRules, src/rotor.hpp): the gradients held during a sub-chain
+    # ending at b, what B a needs besides x[a], what F_all a takes from the rest.
+    held_grads = g[1:] + wh[1:]
+    own_backward = g[1:] + s + g[:-1] + bo + wh[:-1] - fr
+    held_after = s - fr
     fprefix = np.concatenate(([0.0], np.cumsum(chain.ft)))
     need = np.zeros((L, L), dtype=dtype)
     cost = np.zeros((L, L))
@@ -119,17 +130,19 @@ def least_memory_tables(chain: Chain) -> tuple[np.ndarray, np.ndarray]:
     for d in range(L):
         a = np.arange(L - d)
         b = a + d
-        need_fa = np.maximum(g[b + 1] + s[a] + fo[a], own_backward[a])
+        # B a after F_all a+1 freed x[a+1] from s[a] (when a < b: ChainRules::backward_need)
+        backward = own_backward[a] - (fr[np.minimum(a + 1, L - 1)] if d > 0 else 0)
+        need_fa = np.maximum(held_grads[b] + s[a] + fa[a], backward)
         if d == 0:
             need[a, b], cost[a, b] = need_fa, chain.ft[a] + chain.bt[a]
             continue
-        fa_need = np.maximum(need_fa, s[a] + need[a + 1, b])
+        fa_need = np.maximum(need_fa, held_after[a] + need[a + 1, b])
         fa_cost = chain.ft[a] + chain.bt[a] + cost[a + 1, b]
         A, R = a[:, None], np.arange(d)[None, :]
         J, Bm = A + 1 + R, b[:, None]
         steps = pair[np.minimum(A + R, L - 1)]  # pair[a+r] for r >= 1
         steps[:, 0] = x[a + 1] + fo[a]
-        fwd_need = g[b + 1][:, None] + np.maximum.accumulate(steps, axis=1)
+        fwd_need = held_grads[b][:, None] + np.maximum.accumulate(steps, axis=1)
         needs = np.maximum(np.maximum(fwd_need, x[J] + need[J, Bm]), need[A, J - 1])
         costs = fprefix[J] - fprefix[A] + cost[J, Bm] + cost[A, J - 1]
         low = needs.min(axis=1)

@@ -23,7 +23,9 @@ minutes at 10,000 stages). With ``S[j] = s[0] + .. + s[j-1]`` and, for segment `
 * ``B j`` of segment ``i``, with ``s[f..j]`` and ``g[j+1]`` held:
   ``X_i - S[f] + max_{f<=j<=l} S[j+1] + g[j+1] + g[j] + bo[j]``;
 
-and ``x[0] + g[L]`` before anything runs. These are :meth:`Chain.peak`'s rules (the tests compare
+and ``x[0] + g[L]`` before anything runs (under the training loop's terms, NOTE [ training-loop
+memory terms ], each plan is laid out and replayed by :meth:`Chain.peak` instead). These are
+:meth:`Chain.peak`'s rules (the tests compare
 every ``k`` with it). Every ``k`` with the same ``size = L // k`` cuts the same leading segments, so
 their figures are computed once per size (``O(sqrt(L))`` sizes, ``L / size`` segments each, range
 maxima from sparse tables) and each ``k`` takes a prefix maximum of them and its last segment, a
@@ -98,6 +100,11 @@ def periodic_figures(chain: Chain) -> tuple[list[float], list[int]]:
     """Makespan (ms, in closed form) and peak (bytes) of the plan with ``k`` segments, for ``k``
     from 1 to L (NOTE [ periodic in closed form ])."""
     L = chain.length
+    if chain.has_terms:  # the training loop's terms: each plan laid out and replayed (O(L^2))
+        sequences = [periodic_sequence(L, k) for k in range(1, L + 1)]
+        peaks = [chain.peak(seq) for seq in sequences]
+        assert all(p is not None for p in peaks)  # periodic plans are valid
+        return [chain.makespan(seq) for seq in sequences], [int(p or 0) for p in peaks]
     exact = chain.total_bytes < INT64_SAFE
 
     def ints(values: np.ndarray) -> np.ndarray:

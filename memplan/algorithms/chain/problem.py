@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from memplan.algorithms.base import ChainPlan, Sequence
+from memplan.profile.memory import stage_terms
 from memplan.profile.model import Profile, Stage
 
 
@@ -44,7 +45,11 @@ class Chain:
     """Sizes (bytes) and times (ms) of a chain in the notation of docs/model.md.
 
     ``x[k]`` for k = 0..L (x[0] is the input), ``s[k]``, ``fo[k]``, ``bo[k]``, ``ft[k]``, ``bt[k]``
-    for stages k = 0..L-1, ``g[k]`` for k = 0..L with ``g[0] = 0``.
+    for stages k = 0..L-1, ``g[k]`` for k = 0..L with ``g[0] = 0``. The terms of the training
+    loop (NOTE [ training-loop memory terms ], memplan/profile/memory.py), None in the model
+    before them: ``fa[k]``, what ``F_all k`` adds beyond ``s[k]`` (else ``fo[k]``); ``wh[k]`` for
+    k = 0..L, the weight gradients held once ``B k`` has run (those of stages k..L-1; else 0);
+    ``fr[k]``, the bytes of ``x[k]`` that ``F_all k`` frees (else 0).
     """
 
     x: np.ndarray
@@ -57,6 +62,9 @@ class Chain:
     names: list[str] = field(default_factory=list)
     options: ChainOptions | None = None
     """More ways to run each stage's ``F_all`` (selective checkpointing); None: option 0 only."""
+    fa: np.ndarray | None = None
+    wh: np.ndarray | None = None
+    fr: np.ndarray | None = None
 
     @property
     def length(self) -> int:
@@ -79,7 +87,35 @@ class Chain:
 
     def without_options(self) -> Chain:
         """The same chain with option 0 only (the solvers that do not read options)."""
-        return Chain(self.x, self.s, self.g, self.fo, self.bo, self.ft, self.bt, self.names)
+        return Chain(
+            self.x, self.s, self.g, self.fo, self.bo, self.ft, self.bt, self.names,
+            fa=self.fa, wh=self.wh, fr=self.fr,
+        )  # fmt: skip
+
+    @property
+    def has_terms(self) -> bool:
+        """Whether the chain has any term of the training loop that differs from the model
+        before them (a weight gradient, an F_all overhead of its own, a free)."""
+        return bool(
+            (self.fa is not None and (self.fa != self.fo).any())
+            or (self.wh is not None and self.wh.any())
+            or (self.fr is not None and self.fr.any())
+        )
+
+    @property
+    def fall(self) -> np.ndarray:
+        """``fa``, or ``fo`` in the model before the loop's terms."""
+        return self.fo if self.fa is None else self.fa
+
+    @property
+    def held_grads(self) -> np.ndarray:
+        """``wh`` (L + 1 entries), or zeros."""
+        return np.zeros(self.length + 1, dtype=np.int64) if self.wh is None else self.wh
+
+    @property
+    def freed(self) -> np.ndarray:
+        """``fr``, or zeros."""
+        return np.zeros(self.length, dtype=np.int64) if self.fr is None else self.fr
 
     @property
     def total_bytes(self) -> int:
@@ -91,8 +127,30 @@ class Chain:
         return sum(int(a.sum(dtype=object)) for a in arrays)
 
     @classmethod
-    def from_profile(cls, profile: Profile) -> Chain:
-        return cls.from_stages(profile.input_size, profile.stages)
+    def from_profile(
+        cls, profile: Profile, gradients: str | None = None, optimizer: str = "sgd"
+    ) -> Chain:
+        """The chain of a chain profile, under the training loop's terms for ``gradients``
+        (``at-backward`` or ``kept``; None: the model before them)."""
+        chain = cls.from_stages(profile.input_size, profile.stages)
+        if gradients is None:
+            return chain
+        terms = stage_terms(profile.stages, gradients, optimizer)
+        held = np.concatenate((np.cumsum(terms.weight_grads[::-1])[::-1], [0]))
+        return cls(
+            x=chain.x,
+            s=chain.s,
+            g=chain.g,
+            fo=chain.fo,
+            bo=np.array(terms.backward, dtype=np.int64),
+            ft=chain.ft,
+            bt=chain.bt,
+            names=chain.names,
+            options=chain.options,
+            fa=np.array(terms.forward_all, dtype=np.int64),
+            wh=held.astype(np.int64),
+            fr=np.array(terms.freed_input, dtype=np.int64),
+        )
 
     @classmethod
     def from_stages(cls, input_size: int, stages: Seq[Stage]) -> Chain:
@@ -141,16 +199,24 @@ class Chain:
         """Peak activation bytes of :meth:`store_all_sequence` (x[0] and g[L] included).
 
         Forward of stage k holds x[0], s[0..k-1], g[L] plus s[k] and its overhead; the backward of
-        stage k holds x[0], s[0..k], g[k+1] plus g[k] and its overhead. Summed in Python ints, so
-        exact whatever the sizes (int64 would overflow on thousands of 2**50-byte stages).
+        stage k holds x[0], s[0..k], g[k+1] and the weight gradients of stages k+1.. plus g[k],
+        stage k's weight gradients and its overhead; ``F_all k`` frees ``fr[k]`` of ``s[k-1]``.
+        Summed in Python ints, so exact whatever the sizes (int64 would overflow on thousands of
+        2**50-byte stages).
         """
-        x, s, g, fo, bo = (a.tolist() for a in (self.x, self.s, self.g, self.fo, self.bo))
+        x, s, g, fa, bo, wh, fr = (
+            a.tolist()
+            for a in (self.x, self.s, self.g, self.fall, self.bo, self.held_grads, self.freed)
+        )
         L = self.length
         held = x[0]  # x[0] and s[0..k-1]: what is held before F_all k (without gradients)
         peak = held + g[L]
         for k in range(L):
-            peak = max(peak, held + g[L] + s[k] + fo[k], held + s[k] + g[k + 1] + g[k] + bo[k])
-            held += s[k]
+            peak = max(peak, held + g[L] + s[k] + fa[k])
+            held += s[k] - fr[k]
+        for k in reversed(range(L)):
+            peak = max(peak, held + g[k + 1] + g[k] + bo[k] + wh[k])
+            held -= s[k] - (fr[k + 1] if k + 1 < L else 0)
         return peak
 
     def peak(self, sequence: Sequence, options: Mapping[int, int] | None = None) -> int | None:
@@ -161,9 +227,13 @@ class Chain:
         is checked again by :mod:`memplan.simulator`, which is written independently of this.
         """
         x, s, g, fo, bo = (a.tolist() for a in (self.x, self.s, self.g, self.fo, self.bo))
+        fa, wh, fr = (a.tolist() for a in (self.fall, self.held_grads, self.freed))
         for k, option in (options or {}).items():
-            s[k], fo[k], bo[k], _ = self.option_sizes(k, option)
+            if option:  # an option's own F_all overhead replaces fa[k]
+                s[k], fa[k], bo[k], _ = self.option_sizes(k, option)
         L = self.length
+        cut = [False] * L  # s[k] held without x[k+1], freed by F_all k+1 (NOTE [ training-loop
+        # memory terms ], memplan/profile/memory.py)
         has_x = [False] * (L + 1)
         has_s = [False] * L
         has_x[0] = True
@@ -172,15 +242,19 @@ class Chain:
         next_b = L - 1
         last_output = -1  # index of the standalone x produced by the previous op (persistency)
         for op, k in sequence:
-            available = has_x[k] or (k > 0 and has_s[k - 1])
-            if not available:
+            available = has_x[k] or (k > 0 and has_s[k - 1] and not cut[k - 1])
+            if not available and not (op == "B" and fr[k]):
                 return None
             if op == "B":
                 if k != next_b or not has_s[k]:
                     return None
-                peak = max(peak, held + g[k] + bo[k])
-                held += g[k] - g[k + 1] - s[k]
+                weights = wh[k] - wh[k + 1]
+                peak = max(peak, held + g[k] + weights + bo[k])
+                held += g[k] + weights - g[k + 1] - s[k]
                 has_s[k] = False
+                if cut[k]:
+                    cut[k] = False
+                    held += x[k + 1]  # s[k] was held without x[k+1]
                 if has_x[k]:
                     has_x[k] = False
                     held -= x[k]
@@ -188,9 +262,16 @@ class Chain:
             elif op == "F_all":
                 if has_s[k]:
                     return None
-                peak = max(peak, held + s[k] + fo[k])
+                peak = max(peak, held + s[k] + fa[k])
                 held += s[k]
                 has_s[k] = True
+                if fr[k]:
+                    if has_x[k]:
+                        has_x[k] = False
+                        held -= x[k]
+                    if has_s[k - 1] and not cut[k - 1]:
+                        cut[k - 1] = True
+                        held -= x[k]
             else:  # F_ck, F_n
                 if has_x[k + 1]:
                     return None

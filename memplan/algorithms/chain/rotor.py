@@ -162,6 +162,17 @@ def _chain_arrays(
     return ints + times
 
 
+def _chain_terms(chain: Chain) -> dict[str, np.ndarray]:
+    """The training loop's terms as the core's keywords ``fa, wh, fr`` (int64, contiguous), or
+    none when the chain has none (the model before them, NOTE [ training-loop memory terms ])."""
+    if not chain.has_terms:
+        return {}
+    return {
+        name: np.ascontiguousarray(a, dtype=np.int64)
+        for name, a in (("fa", chain.fall), ("wh", chain.held_grads), ("fr", chain.freed))
+    }
+
+
 @dataclass(frozen=True)
 class DenseTable:
     """rotor's table on a slot grid, for every sub-chain and every budget (what pofo and join read).
@@ -282,7 +293,9 @@ def plan_rotor(chain: Chain, memory: int, *, slots: int | str | None = AUTO) -> 
         )
     budget = memory - int(chain.x[0])
     if auto:
-        status, codes, _ = kernels.rotor_exact(*_chain_arrays(chain), budget, float(EXACT_WORK))
+        status, codes, _ = kernels.rotor_exact(
+            *_chain_arrays(chain), budget, float(EXACT_WORK), **_chain_terms(chain)
+        )
         if status == 0 and len(codes):
             sequence = _sequence(codes, chain.length)
             return ChainPlan(
@@ -351,7 +364,7 @@ def _exact_with_options(chain: Chain, budget: int) -> tuple[int, Sequence, dict[
         np.ascontiguousarray(options.bt, dtype=np.float64),
     )
     status, codes, chosen, _, least = kernels.rotor_exact_options(
-        *_chain_arrays(chain), *arrays, budget, float(EXACT_WORK)
+        *_chain_arrays(chain), *arrays, budget, float(EXACT_WORK), **_chain_terms(chain)
     )
     sequence = _sequence(codes, chain.length)
     per_stage = {k: int(o) for (name, k), o in zip(sequence, chosen.tolist(), strict=True) if o}
@@ -430,7 +443,7 @@ def _grid_with_bounds(chain: Chain, memory: int, slots: object) -> kernels.Rotor
     exact int64 sums)."""
     if isinstance(slots, bool) or not isinstance(slots, int) or slots < 1:
         return None
-    if not 0 <= memory < INT64_SAFE:
+    if not 0 <= memory < INT64_SAFE or chain.has_terms:
         return None
     budget = memory - int(chain.x[0])
     _, _, _, dtype, refused = _grid_shape(chain, max(budget, 0), slots, tighten=False)
@@ -461,6 +474,7 @@ def _on_grid(
         extra=extra,
         single=dtype is np.float32,
         trace=extra == 0,
+        **_chain_terms(chain),
     )
     if extra == 0:  # the core traced the grid's own budget already
         return None if grid.ops is None else (_sequence(grid.ops, chain.length), capacity, exact)

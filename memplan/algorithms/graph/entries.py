@@ -63,7 +63,7 @@ def solve_greedy_by_size(profile: Profile, request: SolveRequest) -> Schedule:
     return solvers.run("greedy-by-size", profile, request)
 
 
-def describe_graph(profile: Profile, static_memory: int) -> dict[str, Any]:
+def describe_graph(profile: Profile, static_memory: int, *_loop: Any) -> dict[str, Any]:
     """What ``memplan info`` adds for a graph profile.
 
     ``store_all_memory`` is the arena of the ``framework`` baseline (PyTorch's order and a

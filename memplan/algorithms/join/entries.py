@@ -43,7 +43,7 @@ def solve_equiv_chain(profile: Profile, request: SolveRequest) -> Schedule:
     return solve.run_equiv_chain(profile, request)
 
 
-def describe_join(profile: Profile, static_memory: int) -> dict[str, Any]:
+def describe_join(profile: Profile, static_memory: int, *_loop: Any) -> dict[str, Any]:
     """What ``memplan info`` adds for a join profile: least memory, store-all need, c_min.
 
     For a uniform profile (docs/join.md) ``c_min`` is Theorem 2's, in slots of ``slot_size``

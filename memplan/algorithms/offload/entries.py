@@ -101,7 +101,7 @@ def solve_vdnn(profile: Profile, request: SolveRequest) -> Schedule:
     return offload_schedule(profile, request, plan, rate)
 
 
-def describe_offload(profile: Profile, static_memory: int) -> dict[str, Any]:
+def describe_offload(profile: Profile, static_memory: int, *_loop: Any) -> dict[str, Any]:
     """What ``memplan info`` adds: the least memory with every activation offloaded, M_peak."""
     from memplan.algorithms.offload.model import OffloadInstance
 
