@@ -82,6 +82,7 @@ class Deadline:
 def static_memory(profile: Profile, optimizer: str = "sgd", gradients: str | None = None) -> int:
     """Bytes present during the whole iteration: weights, their gradients, optimizer state.
 
+    The profile's ``workspace_size`` (the math libraries' workspaces on a GPU) is static too.
     With ``gradients`` ``at-backward`` the gradients are not static: each stage's appear at its
     backward (NOTE [ training-loop memory terms ], memplan/profile/memory.py). A graph profile
     holds its own weights, gradients and optimizer state (docs/graph.md): its static memory is its
@@ -90,7 +91,7 @@ def static_memory(profile: Profile, optimizer: str = "sgd", gradients: str | Non
     name = check_optimizer(optimizer)
     if profile.kind == "graph":
         return profile.weight_size
-    return static_bytes(profile.weight_size, name, gradients)
+    return static_bytes(profile.weight_size, name, gradients, profile.workspace_size)
 
 
 def timed_ops(

@@ -76,16 +76,20 @@ def resolve_gradients(profile: Profile, gradients: str | None) -> Gradients:
     return chosen  # type: ignore[return-value]
 
 
-def static_bytes(weight_size: int, optimizer: str, gradients: str | None) -> int:
+def static_bytes(
+    weight_size: int, optimizer: str, gradients: str | None, workspace: int | None = None
+) -> int:
     """Static memory of a chain-model schedule.
 
-    The weights, the optimizer state, and the gradients when they are kept for the whole step
-    (``gradients`` ``kept`` or None).
+    The weights, the optimizer state, the gradients when they are kept for the whole step
+    (``gradients`` ``kept`` or None) and the math libraries' ``workspace`` (the profile's
+    ``workspace_size``: cuBLAS keeps it from the first step on). ``optimizer`` ``none``: a budget
+    for the activations alone.
     """
     if optimizer == "none":
         return 0
     copies = 1 + OPTIMIZER_STATE[optimizer] + (0 if gradients == "at-backward" else 1)
-    return copies * weight_size
+    return copies * weight_size + (workspace or 0)
 
 
 @dataclass(frozen=True)

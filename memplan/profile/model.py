@@ -252,6 +252,11 @@ class Profile(_Strict):
         default=None, ge=MIN_RATE, le=MAX_RATE, allow_inf_nan=False, description="bytes/s"
     )
     measured: Measured | None = None
+    workspace_size: Bytes | None = Field(
+        default=None,
+        description="bytes the device's math libraries keep once a training step has run (the "
+        "cuBLAS workspaces of the forward's and the backward's threads): static memory",
+    )
     input_size: Bytes | None = Field(default=None, description="bytes of x_0 (chain profiles)")
     stages: list[Stage] | None = Field(default=None, min_length=1, max_length=10_000)
     branches: list[Branch] | None = Field(default=None, min_length=1, max_length=1_000)

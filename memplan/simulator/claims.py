@@ -59,7 +59,12 @@ def replay_static_memory(profile: Profile, schedule: Any) -> int | None:
         return None
     if schedule.family == "graph":
         return profile.graph.weight_size if profile.graph is not None else 0
-    return static_bytes(profile.weight_size, optimizer_of(schedule), schedule.budget.gradients)
+    return static_bytes(
+        profile.weight_size,
+        optimizer_of(schedule),
+        schedule.budget.gradients,
+        profile.workspace_size,
+    )
 
 
 def with_replay_static_memory(profile: Profile, schedule: Any) -> Any:
