@@ -7,6 +7,7 @@ when known, ``min_memory``, the least budget with which the algorithm finds a pl
 from __future__ import annotations
 
 import json
+import math
 from typing import Annotated, Any, Final, Literal
 
 from pydantic import (
@@ -159,6 +160,17 @@ class PatternTransfer(_Model):
     start: float = Field(allow_inf_nan=False)
     end: float = Field(allow_inf_nan=False)
     shift: int = Field(ge=-MAX_SHIFT, le=MAX_SHIFT)
+
+
+def overhead_ratio(makespan: float, lower_bound: float) -> float | None:
+    """A schedule's ``overhead``: ``makespan / lower_bound``, 1.0 without a bound.
+
+    None when the ratio is too large for a float (a denormal lower bound).
+    """
+    if lower_bound <= 0:
+        return 1.0
+    ratio = makespan / lower_bound
+    return ratio if math.isfinite(ratio) else None
 
 
 class Schedule(_Model):

@@ -256,3 +256,13 @@ def test_a_share_of_no_gpu_is_bad_input():
     del bare["device"]
     with pytest.raises(memplan.InputError, match="names no device"):
         memplan.solve(bare, "rotor", "gpu")
+
+
+def test_a_denormal_lower_bound_leaves_the_overhead_unset():
+    """An offloading plan waits for its transfers: its makespan over a denormal lower bound (the
+    stages' times) overflows a float, and the schedule then has no overhead, not inf."""
+    from memplan.schedule import overhead_ratio
+
+    assert overhead_ratio(1e-9, 5e-324) is None
+    assert overhead_ratio(3.0, 2.0) == 1.5
+    assert overhead_ratio(3.0, 0.0) == 1.0

@@ -30,6 +30,7 @@ from memplan.schedule import (
     Schedule,
     SolverInfo,
     Status,
+    overhead_ratio,
 )
 
 
@@ -190,7 +191,7 @@ def _schedule(plan: ChainPlan | OffloadPlan, ops: list[Op] | None, common: _Comm
     schedule = Schedule(
         feasible=True,
         makespan=makespan,
-        overhead=makespan / lower if lower > 0 else 1.0,
+        overhead=overhead_ratio(makespan, lower),
         solver=SolverInfo(status=plan.status, slots=plan.slots, message=plan.message),
         ops=ops,
         **common,

@@ -22,7 +22,16 @@ from memplan.algorithms.join.pebble import JoinOp
 from memplan.algorithms.timeline import Deadline, TimeLimitReached
 from memplan.errors import InputError
 from memplan.profile.model import Profile
-from memplan.schedule import Budget, Op, OpName, ProfileRef, Schedule, SolverInfo, Status
+from memplan.schedule import (
+    Budget,
+    Op,
+    OpName,
+    ProfileRef,
+    Schedule,
+    SolverInfo,
+    Status,
+    overhead_ratio,
+)
 
 TABLE_LIMIT = 2 * 10**9
 """Bytes the chain-model join table may take (states x slots x 12); beyond, --slots is refused."""
@@ -105,7 +114,7 @@ def _schedule(
             clock = end
         makespan = clock if claimed is None else claimed
         lower = profile.lower_bound
-        overhead = makespan / lower if lower > 0 else 1.0
+        overhead = overhead_ratio(makespan, lower)
     return Schedule(
         family="join",
         algorithm=algorithm,

@@ -20,6 +20,7 @@ from memplan.schedule import (
     Schedule,
     SolverInfo,
     Status,
+    overhead_ratio,
 )
 from memplan.simulator.pipeline import PipelineSimulationResult, simulate_pipeline
 
@@ -213,7 +214,7 @@ def to_schedule(
         link_bandwidth=inst.link_bandwidth,
         feasible=True,
         makespan=float(plan.period),
-        overhead=plan.time_per_batch / lb if lb > 0 else 1.0,
+        overhead=overhead_ratio(plan.time_per_batch, lb),
         static_memory=int(static),
         solver=SolverInfo(seconds=seconds, status=status, message=message),
         assignment=list(plan.assignment),
