@@ -69,6 +69,23 @@ def exit_status(exc: KeyboardInterrupt) -> int:
     return 128 + getattr(exc, "signum", signal.SIGINT)
 
 
+def interrupt_within(exc: BaseException) -> KeyboardInterrupt | None:
+    """The Ctrl-C or stop signal that ``exc`` wraps, if any.
+
+    Python 3.11 and older wrap what a ``__set_name__`` raises, a signal's exception included, in
+    a RuntimeError (an interrupt that lands while a class body runs, as in a lazy import): such an
+    error is the interrupt, not the model's or the input's fault.
+    """
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        if isinstance(current, KeyboardInterrupt):
+            return current
+        seen.add(id(current))
+        current = current.__cause__ or current.__context__
+    return None
+
+
 def _raise(signum: int, _frame: Any) -> None:
     """The CLI's handler of :data:`STOP_SIGNALS` (NOTE [ interrupts ])."""
     if _state.finished:

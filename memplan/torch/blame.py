@@ -27,6 +27,7 @@ from pathlib import Path
 from types import TracebackType
 
 from memplan.errors import InputError, MemplanError
+from memplan.interrupt import interrupt_within
 
 BUILDING = "cannot be built"
 """The phase that builds the model (factory, config class, constructor, example input)."""
@@ -68,6 +69,9 @@ def model_errors(model: str, phase: str, given: str = "") -> Iterator[None]:
     except MemplanError:
         raise
     except Exception as exc:
+        stop = interrupt_within(exc)
+        if stop is not None:
+            raise stop from None
         if not raised_by_model(exc, through_module_call=phase == FIRST_FORWARD):
             raise
         raise InputError(f"model {model!r}{given} {phase}: {describe(exc)}") from exc

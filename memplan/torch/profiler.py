@@ -59,6 +59,7 @@ from torch import Tensor, nn
 import memplan
 from memplan.errors import InputError
 from memplan.gpu import GpuSpec, gpu_catalog, gpu_from_dict, load_gpu, load_gpu_file
+from memplan.interrupt import interrupt_within
 from memplan.profile.model import Device, Measured, Noise, Profile, Stage, StageOption
 from memplan.torch.bandwidth import measure_bandwidth, offload_copy_bytes, profile_bandwidth
 from memplan.torch.blame import FIRST_FORWARD, model_errors
@@ -917,6 +918,9 @@ def _measure_or_explain(
             creates_grads=creates, policies=policies,
         )  # fmt: skip
     except (RuntimeError, ValueError) as exc:
+        stop = interrupt_within(exc)
+        if stop is not None:  # Ctrl-C or a stop signal, wrapped by Python (__set_name__)
+            raise stop from None
         # The model itself refuses these sizes in training mode (e.g. batch norm on a
         # single value per channel): a problem of the input, not of memplan.
         what = " ".join(str(exc).split())

@@ -164,3 +164,23 @@ def test_every_cp_sat_solve_goes_through_the_interrupt_relay():
         assert not direct, f"{path}: call memplan.interrupt.solve(solver, model, callback)"
         assert "interrupt.solve(" in text, path
     assert {"olla.py", "placement.py", "joint.py", "ilp.py", "feasible.py"} <= set(users)
+
+
+def test_an_interrupt_wrapped_by_python_is_still_an_interrupt():
+    """Python 3.11 wraps what ``__set_name__`` raises in a RuntimeError: a signal that lands while
+    a class body runs (a lazy import inside the profiler) must stop memplan, not be reported as
+    the model's error (exit 2)."""
+    from memplan.interrupt import Terminated, interrupt_within
+
+    def wrapped() -> RuntimeError:
+        try:
+            raise Terminated(15)
+        except Terminated as stop:
+            try:
+                raise RuntimeError("Error calling __set_name__ on ...") from stop
+            except RuntimeError as exc:
+                return exc
+
+    exc = wrapped()
+    assert isinstance(interrupt_within(exc), Terminated)
+    assert interrupt_within(RuntimeError("the model's own")) is None
