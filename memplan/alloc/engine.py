@@ -16,6 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+import numpy.typing as npt
 
 from memplan.alloc.buffers import MAX_ARENA
 from memplan.alloc.instance import Instance, SkylineTables, count_incidences
@@ -58,6 +59,14 @@ it (NOTE [ compiled restarts ]): with more slack that run fails on instances nea
 of MiniMalloc's eleven only C (0.9% of slack: 1,015 nodes instead of 24,563) gains from it."""
 
 
+def _preorders(
+    tables: Instance | SkylineTables,
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+    """The ranks of the buffers under each of :data:`PREORDERS`, in its order."""
+    twa, taw, wat = (tables.preorder(name) for name in PREORDERS)
+    return twa, taw, wat
+
+
 def compiled_search(inst: Instance, memo_slots: int = 0) -> kernels.AllocSearch:
     """The core's search of ``inst``: its static data and preorders, and a fresh failed-state
     memo of ``memo_slots`` entries (0: the core's default; NOTE [ compiled failed-state memo ],
@@ -76,7 +85,7 @@ def compiled_search(inst: Instance, memo_slots: int = 0) -> kernels.AllocSearch:
         np.ascontiguousarray(inst.section_total, dtype=np.int64),
         np.ascontiguousarray(inst.cuts, dtype=np.int64),
         (inst.upper - inst.lower).astype(np.float64),
-        *(inst.preorder(name) for name in PREORDERS),
+        *_preorders(inst),
         memo_slots,
     )
 
@@ -93,7 +102,7 @@ def skyline_search(tables: SkylineTables, memo_slots: int = 0) -> kernels.AllocS
         np.ascontiguousarray(tables.cuts, dtype=np.int64),
         tables.tw_start,
         tables.tw_buf,
-        *(tables.preorder(name) for name in PREORDERS),
+        *_preorders(tables),
         memo_slots,
     )
 

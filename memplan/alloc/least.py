@@ -186,10 +186,11 @@ def first_guess(
         descend(0, deadline)
     for preorder in range(1, len(PREORDERS)):
         descend(preorder, deadline)
-    if any(placed is None for placed in best):
+    found = [placed for placed in best if placed is not None]
+    if len(found) < len(best):
         return None
     offsets = np.zeros(len(size), dtype=np.int64)
-    for part, placed in zip(parts, best, strict=True):
+    for part, placed in zip(parts, found, strict=True):
         offsets[part.buffers] = placed
     return offsets
 
