@@ -89,7 +89,7 @@ def describe_chain(
         "input_size": profile.input_size,
         "store_all_memory": static_memory + chain.store_all_peak(),
         "min_memory": {"chain": static_memory + rotor.chain_min_memory(chain)},
-        "stage_table": [s.model_dump(exclude_none=True) for s in profile.stages],
+        "stage_table": [s.model_dump(exclude_none=True) for s in profile.chain_stages],
     }
 
 

@@ -132,10 +132,12 @@ class Chain:
     ) -> Chain:
         """The chain of a chain profile, under the training loop's terms for ``gradients``
         (``at-backward`` or ``kept``; None: the model before them)."""
-        chain = cls.from_stages(profile.input_size, profile.stages)
+        stages = profile.chain_stages
+        assert profile.input_size is not None  # a chain profile has one (Profile's validation)
+        chain = cls.from_stages(profile.input_size, stages)
         if gradients is None:
             return chain
-        terms = stage_terms(profile.stages, gradients, optimizer)
+        terms = stage_terms(stages, gradients, optimizer)
         held = np.concatenate((np.cumsum(terms.weight_grads[::-1])[::-1], [0]))
         return cls(
             x=chain.x,
@@ -209,8 +211,8 @@ class Chain:
             for a in (self.x, self.s, self.g, self.fall, self.bo, self.held_grads, self.freed)
         )
         L = self.length
-        held = x[0]  # x[0] and s[0..k-1]: what is held before F_all k (without gradients)
-        peak = held + g[L]
+        held: int = x[0]  # x[0] and s[0..k-1]: what is held before F_all k (without gradients)
+        peak: int = held + g[L]
         for k in range(L):
             peak = max(peak, held + g[L] + s[k] + fa[k])
             held += s[k] - fr[k]
