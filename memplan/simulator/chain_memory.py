@@ -48,7 +48,7 @@ class ChainMemory:
         gradients: str | None = None,
         optimizer: str = "sgd",
     ) -> None:
-        stages = profile.stages
+        stages = profile.chain_stages
         terms = stage_terms(stages, gradients, optimizer)
         self.length = len(stages)
         self.size = stored_sizes(profile)
@@ -67,7 +67,7 @@ class ChainMemory:
         self.place: dict[str, str | None] = dict.fromkeys(self.size)
         self.place["x[0]"] = _GPU
         self.made = {"x[0]"}  # the tensors held at some time, to tell "not yet" from "freed"
-        self.held = profile.input_size + self.g[self.length]  # bytes on the GPU
+        self.held = self.size["x[0]"] + self.g[self.length]  # bytes on the GPU
         self.next_backward = self.length - 1
         self.fresh = -1  # k of the standalone x[k] the previous computation produced
         self.running: Step | None = None
@@ -137,20 +137,22 @@ class ChainMemory:
             if self.place[self.s[k]] not in _ON_GPU:
                 return self.missing(self.s[k], step, when)
         elif name == "F_all":
-            if self.place[self.s[k]] is not None:
-                return f"s[{k}] is already {_PLACE[self.place[self.s[k]]]}"
+            saved = self.place[self.s[k]]
+            if saved is not None:
+                return f"s[{k}] is already {_PLACE[saved]}"
         else:
             out, inp = self.x[k + 1], self.x[k]
-            if self.place[out] is not None:
-                return f"{out} is already {_PLACE[self.place[out]]}"
-            if name == "F_n" and self.place[inp] is not None:
+            produced, consumed = self.place[out], self.place[inp]
+            if produced is not None:
+                return f"{out} is already {_PLACE[produced]}"
+            if name == "F_n" and consumed is not None:
                 if self.fresh != k:
                     return (
                         f"would free the stored checkpoint {inp} (memory persistency: F_n may "
                         "only consume the activation the previous operation produced; use F_ck)"
                     )
-                if self.place[inp] not in (_GPU, _HOST):
-                    return f"would free {inp} while it is {_PLACE[self.place[inp]]}"
+                if consumed not in (_GPU, _HOST):
+                    return f"would free {inp} while it is {_PLACE[consumed]}"
         if name == "B" and self.fr[k]:
             return None  # the backward does not read x[k] (autograd freed it after F_all k)
         if self.place[self.x[k]] in _ON_GPU or (

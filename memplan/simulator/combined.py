@@ -103,7 +103,7 @@ def simulate_ops(
         started = _replay(profile, _in_order(steps), [], result, memory, gradients, optimizer)
         result.makespan = started[-1].end if started else 0.0
         return result
-    length = len(profile.stages)
+    length = len(profile.chain_stages)
     instant = instants(t for step in steps for t in (step.start, step.end))
     by_time = sorted(steps, key=lambda s: (instant[s.start], s.index))
     compute = [s for s in by_time if s.compute]
@@ -179,7 +179,11 @@ def _replay(
     started: list[Step] = []
     for when, is_end, step in events:
         if is_end:
-            problem = state.finish(step) if step.compute else state.transfer_end(step)
+            if step.compute:
+                problem = state.finish(step)
+            else:
+                state.transfer_end(step)  # a transfer always ends
+                problem = None
         elif step.compute:
             problem = state.start(step, when)
         else:

@@ -53,7 +53,9 @@ def graph_lifetimes(profile: Profile, order: list[str]) -> tuple[np.ndarray, np.
     return start, end
 
 
-def resident_per_step(sizes: np.ndarray, start: np.ndarray, end: np.ndarray, steps: int):
+def resident_per_step(
+    sizes: np.ndarray, start: np.ndarray, end: np.ndarray, steps: int
+) -> np.ndarray:
     """Bytes live at each step (a difference array over the lifetimes)."""
     delta = np.zeros(steps + 1, dtype=np.int64)
     np.add.at(delta, start, sizes)

@@ -44,6 +44,7 @@ class _Branches:
     def duration(self, name: str, branch: int | None, stage: int) -> float:
         if name == "turn":
             return self.turn.forward_time + self.turn.backward_time
+        assert branch is not None  # every operation but the turn names its branch
         return (self.bt if name == "B" else self.ft)[branch][stage]
 
 

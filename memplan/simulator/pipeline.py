@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from memplan.profile.model import Profile
+from memplan.schedule import Schedule
 from memplan.simulator.claims import OPTIMIZER_FACTORS, optimizer_of
 from memplan.simulator.result import SimulationResult
 
@@ -51,7 +52,7 @@ class PipelineSimulationResult(SimulationResult):
 
 
 def simulate_pipeline(
-    profile: Profile, schedule, memory: int | None = None
+    profile: Profile, schedule: Schedule, memory: int | None = None
 ) -> PipelineSimulationResult:
     """Replay ``schedule`` (family ``pipeline``) on ``profile``; ``memory`` is the per-GPU budget."""
     result = PipelineSimulationResult(budget=memory)
@@ -62,6 +63,10 @@ def simulate_pipeline(
     return result
 
 
+_Spans = dict[tuple[str, int], list[tuple[float, float, int]]]
+"""Per operation or transfer ``(kind, stage)``: its ``(start, end, shift)`` in the pattern."""
+
+
 class _Invalid(Exception):
     pass
 
@@ -70,7 +75,9 @@ def _tol(period: float) -> float:
     return TOLERANCE * max(1.0, period)
 
 
-def _replay(profile: Profile, sched, memory: int | None, result: PipelineSimulationResult) -> None:
+def _replay(
+    profile: Profile, sched: Schedule, memory: int | None, result: PipelineSimulationResult
+) -> None:
     stages = profile.stages
     if stages is None:
         raise _Invalid("the pipeline simulator needs a chain profile (stages)")
@@ -98,7 +105,7 @@ def _replay(profile: Profile, sched, memory: int | None, result: PipelineSimulat
     _check_load(sched, fwd, bwd, period, r, tol)
 
     # -- 1. shape of the pattern: op (F/B, k) -> list of (start, end, shift)
-    comp: dict[tuple[str, int], list[tuple[float, float, int]]] = {}
+    comp: _Spans = {}
     for gp in sched.pattern:
         for op in gp.ops:
             where = f"pattern gpu {gp.gpu} {op.op} stage {op.stage}"
@@ -114,7 +121,7 @@ def _replay(profile: Profile, sched, memory: int | None, result: PipelineSimulat
         for k in range(L):
             _check_cover(comp.get((kind, k), []), r, f"{kind} stage {k}")
     bw = sched.link_bandwidth
-    comm: dict[tuple[str, int], list[tuple[float, float, int]]] = {}
+    comm: _Spans = {}
     comm_link: dict[tuple[str, int], tuple[int, int]] = {}
     for tr in sched.transfers or []:
         where = f"transfer {tr.tensor}[{tr.stage}]"
@@ -142,7 +149,7 @@ def _replay(profile: Profile, sched, memory: int | None, result: PipelineSimulat
     result.batches = N
     m = np.arange(N)
 
-    def times(table, key) -> tuple[np.ndarray, np.ndarray]:
+    def times(table: _Spans, key: tuple[str, int]) -> tuple[np.ndarray, np.ndarray]:
         """Start and end of ``key`` for mini-batches 0..N-1."""
         start = np.empty(N)
         end = np.empty(N)
@@ -239,12 +246,15 @@ def _replay(profile: Profile, sched, memory: int | None, result: PipelineSimulat
                 raise _Invalid(f"GPU {g}: needs {int(p)} bytes, budget {memory} per GPU")
 
 
-def _check_load(sched, fwd: list[float], bwd: list[float], period: float, r: int, tol: float):
+def _check_load(
+    sched: Schedule, fwd: list[float], bwd: list[float], period: float, r: int, tol: float
+) -> None:
     """Every GPU and link is busy at most ``period`` ms per period (else two copies overlap).
 
     Checked before the unrolling, this also bounds the period from below by the work of the
     pattern: a ``period: 1e-300`` fails here, naming the GPU, instead of unrolling 10^300 copies.
     """
+    assert sched.pattern is not None  # checked by the caller
     for index, gp in enumerate(sched.pattern):
         busy = sum((fwd if op.op == "F" else bwd)[op.stage] for op in gp.ops if op.stage < len(fwd))
         if busy > period + tol:
@@ -264,7 +274,7 @@ def _check_load(sched, fwd: list[float], bwd: list[float], period: float, r: int
             )
 
 
-def _mini_batches(sched, comp, comm, period: float, r: int) -> int:
+def _mini_batches(sched: Schedule, comp: _Spans, comm: _Spans, period: float, r: int) -> int:
     """How many mini-batches the replay unrolls to reach the steady state (at most MAX_UNROLLED
     operations, else the schedule is invalid, naming its farthest operation)."""
     entries = [
