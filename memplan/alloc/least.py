@@ -51,7 +51,8 @@ def least_arena(
 ) -> tuple[np.ndarray, int, int, int]:
     """NOTE [ least arena ]: the best placement found (offsets of the buffers of ``engine``, of
     sizes ``size``), a proven lower bound, its arena, and the nodes searched. ``first_guess`` is
-    a placement of all of them; ``left()`` the seconds left (None: no limit)."""
+    a placement of all of them; ``left()`` the seconds left (None: no limit).
+    """
     started = time.perf_counter()
     parts = engine.parts
     best = [first_guess[p.buffers].copy() for p in parts]
@@ -135,7 +136,8 @@ def first_guess(
     whole time, as when no descent ran, the descents what it leaves; ``greedy``, when given, is
     its placement (the caller ran it first). The descents place
     MiniMalloc's kind of instances near their peak (a 62,185-buffer compiler trace at it); the
-    first fits do better where sizes vary a lot."""
+    first fits do better where sizes vary a lot.
+    """
     if not engine.skyline:
         return None
     parts = engine.parts
@@ -200,7 +202,8 @@ def descent_first(
 ) -> bool:
     """Whether the first descent is expected to end before the greedy first fit: always with the
     list of overlaps ``graph`` (the first fit then takes O(pairs log pairs)), without it when
-    ``DESCENT_COST`` times the section incidences is at most n^2 (n buffers)."""
+    ``DESCENT_COST`` times the section incidences is at most n^2 (n buffers).
+    """
     if graph is not None:
         return True
     n = len(lower)

@@ -93,7 +93,8 @@ class ChainMemory:
 
     def choose(self, k: int, option: int) -> None:
         """``F_all k`` runs under ``option`` (docs/model.md, "Options of a stage"): what it saves,
-        its overhead and that of ``B k`` are the option's. ``s[k]`` is not held when it starts."""
+        its overhead and that of ``B k`` are the option's. ``s[k]`` is not held when it starts.
+        """
         if option == self.options[k]:
             return  # the figures in force already (option 0 from the start)
         self.options[k] = option
@@ -217,7 +218,8 @@ class ChainMemory:
 
     def free_input(self, k: int) -> str | None:
         """After ``F_all k``, autograd's free of ``x[k]`` (NOTE [ training-loop memory terms ]):
-        the standalone checkpoint, and ``s[k-1]``'s part, when on the GPU."""
+        the standalone checkpoint, and ``s[k-1]``'s part, when on the GPU.
+        """
         if self.place[self.x[k]] == _GPU:
             self.drop(self.x[k])
         if self.place[self.s[k - 1]] == _GPU and k - 1 not in self.cut:

@@ -167,7 +167,8 @@ def _replay(
     optimizer: str = "sgd",
 ) -> list[Step]:
     """Run the events on :class:`ChainMemory` (``channel``: the transfers in time); the operations
-    that started."""
+    that started.
+    """
     state = ChainMemory(profile, channel, gradients, optimizer)
     static = result.static_memory
     peak = level = static + state.held

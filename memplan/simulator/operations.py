@@ -121,7 +121,8 @@ def read_steps(
     result: SimulationResult,
 ) -> list[Step] | None:
     """Every operation checked on its own, with its duration and the times the replay runs it
-    at; None after the first malformed one (``result`` says which)."""
+    at; None after the first malformed one (``result`` says which).
+    """
     stages = profile.chain_stages
     length = len(stages)
     size = stored_sizes(profile)
@@ -211,7 +212,8 @@ def store_all_problem(compute: list[Step], length: int, result: SimulationResult
 
 def prefetch_problem(channel: list[Step], result: SimulationResult) -> bool:
     """Whether a prefetch has no offload of its tensor before it (only an offload puts a tensor
-    on the host)."""
+    on the host).
+    """
     offloaded: dict[str, int] = {}
     pending: dict[str, int] = {}
     for step in channel:

@@ -276,7 +276,8 @@ def _check_load(
 
 def _mini_batches(sched: Schedule, comp: _Spans, comm: _Spans, period: float, r: int) -> int:
     """How many mini-batches the replay unrolls to reach the steady state (at most MAX_UNROLLED
-    operations, else the schedule is invalid, naming its farthest operation)."""
+    operations, else the schedule is invalid, naming its farthest operation).
+    """
     entries = [
         (key, a, b, s) for table in (comp, comm) for key, v in table.items() for (a, b, s) in v
     ]

@@ -100,7 +100,8 @@ def _suffix_max(values: np.ndarray) -> np.ndarray:
 
 def periodic_figures(chain: Chain) -> tuple[list[float], list[int]]:
     """Makespan (ms, in closed form) and peak (bytes) of the plan with ``k`` segments, for ``k``
-    from 1 to L (NOTE [ periodic in closed form ])."""
+    from 1 to L (NOTE [ periodic in closed form ]).
+    """
     L = chain.length
     if chain.has_terms:  # the training loop's terms: each plan laid out and replayed (O(L^2))
         sequences = [periodic_sequence(L, k) for k in range(1, L + 1)]

@@ -172,7 +172,8 @@ def _chain_arrays(
     sizes: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None = None,
 ) -> _ChainArrays:
     """The arrays the core reads: sizes ``x, s, g, fo, bo`` (int64; the chain's unless given) and
-    times ``ft, bt`` (float64), contiguous."""
+    times ``ft, bt`` (float64), contiguous.
+    """
     x, s, g, fo, bo = (
         sizes if sizes is not None else (chain.x, chain.s, chain.g, chain.fo, chain.bo)
     )
@@ -183,7 +184,8 @@ def _chain_arrays(
 
 def _chain_terms(chain: Chain) -> _ChainTerms:
     """The training loop's terms as the core's keywords ``fa, wh, fr`` (int64, contiguous), or
-    none when the chain has none (the model before them, NOTE [ training-loop memory terms ])."""
+    none when the chain has none (the model before them, NOTE [ training-loop memory terms ]).
+    """
     if not chain.has_terms:
         return {}
     return _ChainTerms(
@@ -246,7 +248,7 @@ def dense_table(
     fo: np.ndarray,
     bo: np.ndarray,
 ) -> DenseTable:
-    """rotor's dense table (:class:`DenseTable`) for budgets ``0..capacity`` slots, the sizes
+    """The dense table of rotor (:class:`DenseTable`) for budgets ``0..capacity`` slots, the sizes
     ``x, s, g, fo, bo`` in slots (:func:`slot_sizes`) and the chain's times.
 
     Only the budgets between a lower bound of each sub-chain's least memory and its store-all need
@@ -375,7 +377,8 @@ def plan_rotor(chain: Chain, memory: int, *, slots: int | str | None = AUTO) -> 
 def _exact_with_options(chain: Chain, budget: int) -> tuple[int, Sequence, dict[int, int], int]:
     """The DP in bytes with the options of every ``F_all``: its status, the plan (empty: none
     within ``budget``), the option of each stage's ``F_all`` (the nonzero ones) and the least
-    budget of the chain (-1: above ``budget``)."""
+    budget of the chain (-1: above ``budget``).
+    """
     options = chain.options
     assert options is not None
     start, option_s, option_fo, option_bo = (
@@ -400,10 +403,12 @@ def _exact_with_options(chain: Chain, budget: int) -> tuple[int, Sequence, dict[
 
 
 def _plan_with_options(chain: Chain, memory: int) -> ChainPlan | None:
-    """rotor with the options of every stage's ``F_all`` (selective checkpointing, docs/model.md
-    "Options of a stage"): the DP in bytes, each ``F_all a`` taking the best of its options (NOTE
-    [ rotor in bytes ]: the frontier of ``(a+1, b)`` shifted by each option's saved bytes). None
-    where that DP is past :data:`EXACT_WORK` (the caller then plans with option 0 only)."""
+    """The rotor plan with the options of every stage's ``F_all`` (selective checkpointing,
+    docs/model.md "Options of a stage"): the DP in bytes, each ``F_all a`` taking the best of its
+    options (NOTE [ rotor in bytes ]: the frontier of ``(a+1, b)`` shifted by each option's saved
+    bytes). None where that DP is past :data:`EXACT_WORK` (the caller then plans with option 0
+    only).
+    """
     if chain.total_bytes >= INT64_SAFE:
         return None
     x0 = int(chain.x[0])
@@ -435,7 +440,8 @@ def _plan_with_options(chain: Chain, memory: int) -> ChainPlan | None:
 def auto_slots(length: int) -> int:
     """The slots of ``--slots auto`` when the byte-level DP is too costly: the finest grid whose
     table (about L^3 S / 6 cells) stays within :data:`AUTO_CELLS`, between :data:`AUTO_SLOTS` and
-    :data:`MAX_AUTO_SLOTS`, and whose values fit in :data:`AUTO_TABLE_BYTES`."""
+    :data:`MAX_AUTO_SLOTS`, and whose values fit in :data:`AUTO_TABLE_BYTES`.
+    """
     by_time = int(AUTO_CELLS * 6 // max(1, length**3))
     pairs = length * (length + 1) // 2
     by_memory = int(AUTO_TABLE_BYTES // (4 * pairs)) - 1
@@ -446,7 +452,8 @@ def _grid_shape(
     chain: Chain, budget: int, slots: int, tighten: bool
 ) -> tuple[int, bool, int, type, str | None]:
     """The grid of :func:`_on_grid`: its budget in slots, whether it is exact, the extra slots
-    of tightening, the table's dtype, and why the table is refused (None: it is not)."""
+    of tightening, the table's dtype, and why the table is refused (None: it is not).
+    """
     exact = budget <= slots
     capacity = budget if exact else slots
     extra = _extra_slots(capacity) if tighten and not exact else 0
@@ -468,7 +475,8 @@ def _grid_with_bounds(chain: Chain, memory: int, slots: object) -> kernels.Rotor
     """With ``--slots N``: the chain's least-memory bounds, its store-all peak and the grid's plan,
     in one call of the core (the grid only when the bounds do not settle the answer), or None where
     :func:`plan_rotor` takes the usual path (an invalid or too large grid, or sizes too large for
-    exact int64 sums)."""
+    exact int64 sums).
+    """
     if isinstance(slots, bool) or not isinstance(slots, int) or slots < 1:
         return None
     if not 0 <= memory < INT64_SAFE or chain.has_terms:

@@ -243,9 +243,7 @@ class FractionalDP:
         return table
 
     def _ca_choice(self, a: int, b: int) -> np.ndarray:
-        table: np.ndarray = (
-            self.last_choice[a] if b == self.L - 1 else self.near_choice[a, b - a]
-        )
+        table: np.ndarray = self.last_choice[a] if b == self.L - 1 else self.near_choice[a, b - a]
         return table
 
     def _backward_tables(self) -> None:
