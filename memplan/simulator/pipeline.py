@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from memplan.profile.model import Profile
+from memplan.profile.model import Profile, Stage
 from memplan.schedule import Schedule
 from memplan.simulator.claims import OPTIMIZER_FACTORS, optimizer_of
 from memplan.simulator.result import SimulationResult
@@ -63,6 +63,8 @@ def simulate_pipeline(
     return result
 
 
+_Times = tuple[np.ndarray, np.ndarray]
+"""Start and end of one operation or transfer for each mini-batch."""
 _Spans = dict[tuple[str, int], list[tuple[float, float, int]]]
 """Per operation or transfer ``(kind, stage)``: its ``(start, end, shift)`` in the pattern."""
 
@@ -105,44 +107,8 @@ def _replay(
     _check_load(sched, fwd, bwd, period, r, tol)
 
     # -- 1. shape of the pattern: op (F/B, k) -> list of (start, end, shift)
-    comp: _Spans = {}
-    for gp in sched.pattern:
-        for op in gp.ops:
-            where = f"pattern gpu {gp.gpu} {op.op} stage {op.stage}"
-            if op.stage >= L:
-                raise _Invalid(f"{where}: no such stage")
-            if assign[op.stage] != gp.gpu:
-                raise _Invalid(f"{where}: stage {op.stage} is assigned to GPU {assign[op.stage]}")
-            want = fwd[op.stage] if op.op == "F" else bwd[op.stage]
-            if abs((op.end - op.start) - want) > tol:
-                raise _Invalid(f"{where}: lasts {op.end - op.start} ms, the profile says {want}")
-            comp.setdefault((op.op, op.stage), []).append((op.start, op.end, op.shift))
-    for kind in ("F", "B"):
-        for k in range(L):
-            _check_cover(comp.get((kind, k), []), r, f"{kind} stage {k}")
-    bw = sched.link_bandwidth
-    comm: _Spans = {}
-    comm_link: dict[tuple[str, int], tuple[int, int]] = {}
-    for tr in sched.transfers or []:
-        where = f"transfer {tr.tensor}[{tr.stage}]"
-        k = tr.stage
-        if k >= L:
-            raise _Invalid(f"{where}: no such stage boundary")
-        src, dst = (assign[k - 1], assign[k]) if tr.tensor == "x" else (assign[k], assign[k - 1])
-        if (tr.src, tr.dst) != (src, dst):
-            raise _Invalid(f"{where}: goes {tr.src}->{tr.dst}, the assignment says {src}->{dst}")
-        if src == dst:
-            raise _Invalid(f"{where}: stages {k - 1} and {k} are on the same GPU")
-        size = stages[k - 1].output_size if tr.tensor == "x" else stages[k - 1].gradient_size
-        want = 0.0 if bw is None else size / bw * 1e3
-        if abs((tr.end - tr.start) - want) > tol:
-            raise _Invalid(f"{where}: lasts {tr.end - tr.start} ms, {size} bytes need {want}")
-        comm.setdefault((tr.tensor, k), []).append((tr.start, tr.end, tr.shift))
-        comm_link[(tr.tensor, k)] = (min(src, dst), max(src, dst))
-    for k in range(1, L):
-        if assign[k - 1] != assign[k]:
-            for t in ("x", "g"):
-                _check_cover(comm.get((t, k), []), r, f"transfer {t}[{k}]")
+    comp = _compute_spans(sched, assign, fwd, bwd, r, tol)
+    comm, comm_link = _transfer_spans(sched, stages, assign, r, tol)
 
     # -- 2. unroll over N mini-batches (bounded first: MAX_UNROLLED)
     N = _mini_batches(sched, comp, comm, period, r)
@@ -166,42 +132,99 @@ def _replay(
     X = {k: times(comm, ("x", k)) for k in range(1, L) if assign[k - 1] != assign[k]}
     G = {k: times(comm, ("g", k)) for k in range(1, L) if assign[k - 1] != assign[k]}
 
-    def after(first: np.ndarray, then: np.ndarray, what: str) -> None:
-        bad = np.nonzero(then < first - tol)[0]
-        if len(bad):
-            b = int(bad[0])
-            raise _Invalid(f"mini-batch {b}: {what} starts at {then[b]:.6g} before {first[b]:.6g}")
-
-    for k in range(1, L):
-        if k in X:
-            after(F[k - 1][1], X[k][0], f"transfer x[{k}] (after F {k - 1})")
-            after(X[k][1], F[k][0], f"F {k} (after transfer x[{k}])")
-        else:
-            after(F[k - 1][1], F[k][0], f"F {k} (after F {k - 1})")
-    after(F[L - 1][1], B[L - 1][0], f"B {L - 1} (after F {L - 1})")
-    for k in range(L - 1, 0, -1):
-        if k in G:
-            after(B[k][1], G[k][0], f"transfer g[{k}] (after B {k})")
-            after(G[k][1], B[k - 1][0], f"B {k - 1} (after transfer g[{k}])")
-        else:
-            after(B[k][1], B[k - 1][0], f"B {k - 1} (after B {k})")
-
+    _check_order(F, B, X, G, tol)
     used = sorted(set(assign))
-    for g in used:
-        mine = [k for k in range(L) if assign[k] == g]
-        s = np.concatenate([F[k][0] for k in mine] + [B[k][0] for k in mine])
-        e = np.concatenate([F[k][1] for k in mine] + [B[k][1] for k in mine])
-        _exclusive(s, e, tol, f"GPU {g}")
-    links: dict[tuple[int, int], list[tuple[np.ndarray, np.ndarray]]] = {}
-    for key, link in comm_link.items():
-        t, k = key
-        links.setdefault(link, []).append(X[k] if t == "x" else G[k])
-    for link, spans in links.items():
-        s = np.concatenate([a for a, _ in spans])
-        e = np.concatenate([b for _, b in spans])
-        _exclusive(s, e, tol, f"link {link[0]}-{link[1]}")
+    _check_exclusive(assign, used, F, B, X, G, comm_link, tol)
 
     # -- 3. memory per GPU
+    per_weight, peaks = _gpu_memory(profile, sched, assign, used, F, B, X, G)
+    gpu_peaks = [0] * (max(used) + 1)
+    for g, p in zip(used, peaks, strict=True):
+        gpu_peaks[g] = int(p)
+    result.gpu_peaks = gpu_peaks
+    result.peak_memory = int(max(peaks))
+    result.static_memory = int(per_weight * profile.weight_size)
+    result.makespan = float(period)
+    busy = sum(fwd) + sum(bwd)
+    result.idle_time = float(len(used) * period * r - r * busy) / r
+    if memory is not None:
+        for g, p in zip(used, peaks, strict=True):
+            if p > memory:
+                raise _Invalid(f"GPU {g}: needs {int(p)} bytes, budget {memory} per GPU")
+
+
+def _compute_spans(
+    sched: Schedule, assign: list[int], fwd: list[float], bwd: list[float], r: int, tol: float
+) -> _Spans:
+    """The pattern's computations, checked against the profile and the assignment."""
+    L = len(fwd)
+    assert sched.pattern is not None  # checked by the caller
+    comp: _Spans = {}
+    for gp in sched.pattern:
+        for op in gp.ops:
+            where = f"pattern gpu {gp.gpu} {op.op} stage {op.stage}"
+            if op.stage >= L:
+                raise _Invalid(f"{where}: no such stage")
+            if assign[op.stage] != gp.gpu:
+                raise _Invalid(f"{where}: stage {op.stage} is assigned to GPU {assign[op.stage]}")
+            want = fwd[op.stage] if op.op == "F" else bwd[op.stage]
+            if abs((op.end - op.start) - want) > tol:
+                raise _Invalid(f"{where}: lasts {op.end - op.start} ms, the profile says {want}")
+            comp.setdefault((op.op, op.stage), []).append((op.start, op.end, op.shift))
+    for kind in ("F", "B"):
+        for k in range(L):
+            _check_cover(comp.get((kind, k), []), r, f"{kind} stage {k}")
+    return comp
+
+
+def _transfer_spans(
+    sched: Schedule, stages: list[Stage], assign: list[int], r: int, tol: float
+) -> tuple[_Spans, dict[tuple[str, int], tuple[int, int]]]:
+    """The pattern's transfers, checked against the profile and the assignment, and the link of
+    each one.
+    """
+    L = len(stages)
+    bw = sched.link_bandwidth
+    comm: _Spans = {}
+    comm_link: dict[tuple[str, int], tuple[int, int]] = {}
+    for tr in sched.transfers or []:
+        where = f"transfer {tr.tensor}[{tr.stage}]"
+        k = tr.stage
+        if k >= L:
+            raise _Invalid(f"{where}: no such stage boundary")
+        src, dst = (assign[k - 1], assign[k]) if tr.tensor == "x" else (assign[k], assign[k - 1])
+        if (tr.src, tr.dst) != (src, dst):
+            raise _Invalid(f"{where}: goes {tr.src}->{tr.dst}, the assignment says {src}->{dst}")
+        if src == dst:
+            raise _Invalid(f"{where}: stages {k - 1} and {k} are on the same GPU")
+        size = stages[k - 1].output_size if tr.tensor == "x" else stages[k - 1].gradient_size
+        want = 0.0 if bw is None else size / bw * 1e3
+        if abs((tr.end - tr.start) - want) > tol:
+            raise _Invalid(f"{where}: lasts {tr.end - tr.start} ms, {size} bytes need {want}")
+        comm.setdefault((tr.tensor, k), []).append((tr.start, tr.end, tr.shift))
+        comm_link[(tr.tensor, k)] = (min(src, dst), max(src, dst))
+    for k in range(1, L):
+        if assign[k - 1] != assign[k]:
+            for t in ("x", "g"):
+                _check_cover(comm.get((t, k), []), r, f"transfer {t}[{k}]")
+    return comm, comm_link
+
+
+def _gpu_memory(
+    profile: Profile,
+    sched: Schedule,
+    assign: list[int],
+    used: list[int],
+    F: list[_Times],
+    B: list[_Times],
+    X: dict[int, _Times],
+    G: dict[int, _Times],
+) -> tuple[int, list[int]]:
+    """Bytes per weight byte (weights, gradients, optimizer state) and the peak of each GPU of
+    ``used``: its weights and the live bytes of its unrolled operations.
+    """
+    stages = profile.chain_stages
+    L = len(stages)
     versions = sched.weight_versions or 2
     factor = OPTIMIZER_FACTORS[optimizer_of(sched)]
     per_weight = factor + versions - 1 if factor > 0 else 0
@@ -231,19 +254,62 @@ def _replay(
     for g in used:
         static = per_weight * sum(stages[k].weight_size for k in range(L) if assign[k] == g)
         peaks.append(static + _peak(events[g]))
-    gpu_peaks = [0] * (max(used) + 1)
-    for g, p in zip(used, peaks, strict=True):
-        gpu_peaks[g] = int(p)
-    result.gpu_peaks = gpu_peaks
-    result.peak_memory = int(max(peaks))
-    result.static_memory = int(per_weight * profile.weight_size)
-    result.makespan = float(period)
-    busy = sum(fwd) + sum(bwd)
-    result.idle_time = float(len(used) * period * r - r * busy) / r
-    if memory is not None:
-        for g, p in zip(used, peaks, strict=True):
-            if p > memory:
-                raise _Invalid(f"GPU {g}: needs {int(p)} bytes, budget {memory} per GPU")
+    return per_weight, peaks
+
+
+def _after(first: np.ndarray, then: np.ndarray, what: str, tol: float) -> None:
+    """Every mini-batch starts ``then`` after ``first`` ends."""
+    bad = np.nonzero(then < first - tol)[0]
+    if len(bad):
+        b = int(bad[0])
+        raise _Invalid(f"mini-batch {b}: {what} starts at {then[b]:.6g} before {first[b]:.6g}")
+
+
+def _check_order(
+    F: list[_Times], B: list[_Times], X: dict[int, _Times], G: dict[int, _Times], tol: float
+) -> None:
+    """Each mini-batch's forwards, then its backwards, with the transfers between GPUs."""
+    L = len(F)
+    for k in range(1, L):
+        if k in X:
+            _after(F[k - 1][1], X[k][0], f"transfer x[{k}] (after F {k - 1})", tol)
+            _after(X[k][1], F[k][0], f"F {k} (after transfer x[{k}])", tol)
+        else:
+            _after(F[k - 1][1], F[k][0], f"F {k} (after F {k - 1})", tol)
+    _after(F[L - 1][1], B[L - 1][0], f"B {L - 1} (after F {L - 1})", tol)
+    for k in range(L - 1, 0, -1):
+        if k in G:
+            _after(B[k][1], G[k][0], f"transfer g[{k}] (after B {k})", tol)
+            _after(G[k][1], B[k - 1][0], f"B {k - 1} (after transfer g[{k}])", tol)
+        else:
+            _after(B[k][1], B[k - 1][0], f"B {k - 1} (after B {k})", tol)
+
+
+def _check_exclusive(
+    assign: list[int],
+    used: list[int],
+    F: list[_Times],
+    B: list[_Times],
+    X: dict[int, _Times],
+    G: dict[int, _Times],
+    comm_link: dict[tuple[str, int], tuple[int, int]],
+    tol: float,
+) -> None:
+    """One computation at a time on each GPU, one transfer at a time on each link."""
+    L = len(F)
+    for g in used:
+        mine = [k for k in range(L) if assign[k] == g]
+        s = np.concatenate([F[k][0] for k in mine] + [B[k][0] for k in mine])
+        e = np.concatenate([F[k][1] for k in mine] + [B[k][1] for k in mine])
+        _exclusive(s, e, tol, f"GPU {g}")
+    links: dict[tuple[int, int], list[_Times]] = {}
+    for key, link in comm_link.items():
+        t, k = key
+        links.setdefault(link, []).append(X[k] if t == "x" else G[k])
+    for link, spans in links.items():
+        s = np.concatenate([a for a, _ in spans])
+        e = np.concatenate([b for _, b in spans])
+        _exclusive(s, e, tol, f"link {link[0]}-{link[1]}")
 
 
 def _check_load(
