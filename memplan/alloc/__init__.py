@@ -88,7 +88,7 @@ _VALIDATE_RESERVE = 0.05
 the peak live load took to compute (the sorts of the check cost about that)."""
 
 
-def place(
+def place(  # noqa: C901 - checks, greedy, search or least arena, in order
     buffers: Buffers,
     capacity: int | None = None,
     time_limit: float | None = None,

@@ -115,7 +115,7 @@ def least_arena(
     return _gather(engine, best, len(size)), lo, hi, nodes
 
 
-def first_guess(
+def first_guess(  # noqa: C901 - one schedule of the time over closures sharing the best
     engine: PartSearch,
     lower: np.ndarray,
     upper: np.ndarray,

@@ -157,7 +157,7 @@ def _in_time(compute: list[Step], channel: list[Step], instant: dict[float, floa
     return [(when, bool(is_end), step) for when, _, _, _, is_end, step in keyed]
 
 
-def _replay(
+def _replay(  # noqa: C901 - one event loop (T1-T4) over shared state
     profile: Profile,
     events: list[Event],
     channel: list[Step],

@@ -227,7 +227,9 @@ class Chain:
             held -= s[k] - (fr[k + 1] if k + 1 < L else 0)
         return peak
 
-    def peak(self, sequence: Sequence, options: Mapping[int, int] | None = None) -> int | None:
+    def peak(  # noqa: C901 - one replay loop, a branch per operation on shared state
+        self, sequence: Sequence, options: Mapping[int, int] | None = None
+    ) -> int | None:
         """Peak activation bytes of a sequence (x[0] and g[L] included), or None if it is invalid;
         ``options``: the option of each stage's ``F_all`` (default 0).
 

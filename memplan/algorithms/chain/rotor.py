@@ -261,7 +261,9 @@ def dense_table(
     return DenseTable(opt, choice, np.asarray(x, dtype=np.int64), np.asarray(s, dtype=np.int64))
 
 
-def plan_rotor(chain: Chain, memory: int, *, slots: int | str | None = AUTO) -> ChainPlan:
+def plan_rotor(  # noqa: C901 - NOTE [ rotor guarantees ]'s cases in the order tried
+    chain: Chain, memory: int, *, slots: int | str | None = AUTO
+) -> ChainPlan:
     """Optimal checkpointing plan within ``memory`` activation bytes.
 
     Parameters
