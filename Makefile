@@ -55,6 +55,7 @@ run: $(CORE)
 test: $(CORE)
 	$(BIN)/ruff check memplan tests benchmarks
 	$(BIN)/ruff format --check memplan tests benchmarks
+	$(BIN)/mypy
 	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
 
 # Everything, the slow end-to-end tests too (full-size models, README commands that profile,
@@ -100,8 +101,8 @@ golden: $(CORE)
 lint: $(CORE)
 	$(BIN)/ruff check memplan tests benchmarks
 
-# mypy --strict on memplan/ except the torch layer (pyproject.toml's [tool.mypy]). Not yet a step
-# of `make test`: the modules being reorganized on other branches still have errors.
+# mypy --strict on memplan/ except the torch layer (pyproject.toml's [tool.mypy]); also a step of
+# `make test`.
 typecheck: $(CORE)
 	$(BIN)/mypy
 

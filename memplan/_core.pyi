@@ -98,6 +98,9 @@ def rotor_exact_options(
     option_bt: NDArray[np.float64],
     budget: int,
     work_limit: float,
+    fa: NDArray[np.int64] | None = None,
+    wh: NDArray[np.int64] | None = None,
+    fr: NDArray[np.int64] | None = None,
 ) -> tuple[int, NDArray[np.int64], NDArray[np.int32], float, int]: ...
 
 class AllocSearch:
@@ -144,6 +147,48 @@ class AllocSearch:
         salt: int,
         node_limit: int,
         stack_entries: int = 0,
+    ) -> tuple[int, int, NDArray[np.int64]]: ...
+
+class AllocSkyline:
+    """The skyline search of an instance: the exact search for large parts, O(log n) per node."""
+
+    def __init__(
+        self,
+        sections: int,
+        first: NDArray[np.int64],
+        end: NDArray[np.int64],
+        size: NDArray[np.int64],
+        section_total: NDArray[np.int64],
+        cuts: NDArray[np.int64],
+        tw_start: NDArray[np.int64],
+        tw_buf: NDArray[np.int64],
+        rank_twa: NDArray[np.int64],
+        rank_taw: NDArray[np.int64],
+        rank_wat: NDArray[np.int64],
+        memo_slots: int = 0,
+    ) -> None: ...
+    def parts(self) -> list[tuple[int, int]]: ...
+    def part_buffers(self, lo: int, hi: int) -> NDArray[np.int64]: ...
+    def solve_part(
+        self,
+        lo: int,
+        hi: int,
+        capacity: int,
+        node_budget: int,
+        nodes: int,
+        tight: bool,
+        time_limit: float,
+    ) -> tuple[int, int, NDArray[np.int64]]: ...
+    def run_once(
+        self,
+        lo: int,
+        hi: int,
+        capacity: int,
+        preorder: int,
+        twins: bool,
+        salt: int,
+        node_limit: int,
+        time_limit: float = -1.0,
     ) -> tuple[int, int, NDArray[np.int64]]: ...
 
 def alloc_first_fit(

@@ -88,7 +88,7 @@ _VALIDATE_RESERVE = 0.05
 the peak live load took to compute (the sorts of the check cost about that)."""
 
 
-def place(
+def place(  # noqa: C901 - checks, greedy, search or least arena, in order
     buffers: Buffers,
     capacity: int | None = None,
     time_limit: float | None = None,
@@ -231,13 +231,13 @@ def place(
     # their peak in 2 s of CPU; without the list it did not finish within its share of 20 s).
     graph = overlaps_in_time(lower_k, upper_k, deadline)
     large = uses_skyline(lower_k, upper_k, least=True)
-    greedy = None
+    greedy_first: np.ndarray | None = None
     if large and not descent_first(lower_k, upper_k, graph):
         # The first fit first, with the whole time, before the skyline search's tables are built
         # (memplan.alloc.least.first_guess): as when no descent runs.
-        greedy = _greedy(buffers.source, lower_k, upper_k, size_k, deadline, graph)
+        greedy_first = _greedy(buffers.source, lower_k, upper_k, size_k, deadline, graph)
     engine = PartSearch(lower_k, upper_k, size_k, graph, skyline=large)
-    first = first_guess(engine, lower_k, upper_k, size_k, deadline, graph, greedy)
+    first = first_guess(engine, lower_k, upper_k, size_k, deadline, graph, greedy_first)
     if first is None:
         first = _greedy(buffers.source, lower_k, upper_k, size_k, deadline, graph)
     best, lo, hi, nodes = least_arena(engine, size_k, first, peak, left, on_progress)

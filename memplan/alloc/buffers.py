@@ -275,7 +275,7 @@ def format_buffers_csv(table: BufferTable | Buffers, offsets: np.ndarray) -> str
     if isinstance(table, Buffers):
         b = table
         header: tuple[str, ...] = COLUMNS
-        rows = tuple(
+        rows: tuple[tuple[str, ...], ...] = tuple(
             (b.ids[k], str(int(b.lower[k])), str(int(b.upper[k])), str(int(b.size[k])))
             for k in range(len(b))
         )

@@ -16,6 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+import numpy.typing as npt
 
 from memplan.alloc.buffers import MAX_ARENA
 from memplan.alloc.instance import Instance, SkylineTables, count_incidences
@@ -58,10 +59,19 @@ it (NOTE [ compiled restarts ]): with more slack that run fails on instances nea
 of MiniMalloc's eleven only C (0.9% of slack: 1,015 nodes instead of 24,563) gains from it."""
 
 
+def _preorders(
+    tables: Instance | SkylineTables,
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+    """The ranks of the buffers under each of :data:`PREORDERS`, in its order."""
+    twa, taw, wat = (tables.preorder(name) for name in PREORDERS)
+    return twa, taw, wat
+
+
 def compiled_search(inst: Instance, memo_slots: int = 0) -> kernels.AllocSearch:
     """The core's search of ``inst``: its static data and preorders, and a fresh failed-state
     memo of ``memo_slots`` entries (0: the core's default; NOTE [ compiled failed-state memo ],
-    src/alloc.cpp). Its memo holds for one capacity."""
+    src/alloc.cpp). Its memo holds for one capacity.
+    """
     return kernels.AllocSearch(
         inst.sections,
         inst.first,
@@ -76,14 +86,15 @@ def compiled_search(inst: Instance, memo_slots: int = 0) -> kernels.AllocSearch:
         np.ascontiguousarray(inst.section_total, dtype=np.int64),
         np.ascontiguousarray(inst.cuts, dtype=np.int64),
         (inst.upper - inst.lower).astype(np.float64),
-        *(inst.preorder(name) for name in PREORDERS),
+        *_preorders(inst),
         memo_slots,
     )
 
 
 def skyline_search(tables: SkylineTables, memo_slots: int = 0) -> kernels.AllocSkyline:
     """The core's skyline search of ``tables`` (its memo keys the capacity: it holds across
-    capacities)."""
+    capacities).
+    """
     return kernels.AllocSkyline(
         tables.sections,
         tables.first,
@@ -93,14 +104,15 @@ def skyline_search(tables: SkylineTables, memo_slots: int = 0) -> kernels.AllocS
         np.ascontiguousarray(tables.cuts, dtype=np.int64),
         tables.tw_start,
         tables.tw_buf,
-        *(tables.preorder(name) for name in PREORDERS),
+        *_preorders(tables),
         memo_slots,
     )
 
 
 def static_parts(inst: Instance) -> list[tuple[np.ndarray, int, int]]:
     """Static decomposition (NOTE [ decomposition ]): the buffers and section range of each
-    independent part, split where no buffer crosses a section boundary."""
+    independent part, split where no buffer crosses a section boundary.
+    """
     zero = np.flatnonzero(inst.cuts == 0)
     bounds = [0, *(zero + 1).tolist(), inst.sections]
     by_first = np.argsort(inst.first, kind="stable")
@@ -119,7 +131,8 @@ def uses_skyline(lower: np.ndarray, upper: np.ndarray, least: bool = False) -> b
     ``SKYLINE_BUFFERS`` buffers. The least-arena search (``least``) keeps the compiled search
     wherever its lists fit: its probes below the first guess need the stronger rules (residual
     preorders, least-offset inference); on 10,000 short-lived random buffers (590,000 pairs) it
-    proved the peak least in 2 s of CPU where the skyline search ended 0.52% above it after 9 s."""
+    proved the peak least in 2 s of CPU where the skyline search ended 0.52% above it after 9 s.
+    """
     return (
         (not least and len(lower) > SKYLINE_BUFFERS)
         or count_overlaps(lower, upper) > SEARCH_PAIRS
@@ -130,7 +143,8 @@ def uses_skyline(lower: np.ndarray, upper: np.ndarray, least: bool = False) -> b
 @dataclass(frozen=True)
 class Part:
     """One static part: its buffers (indices of the instance, in the order of the offsets that
-    :meth:`PartSearch.solve` returns), its sections [lo, hi) and its peak live load."""
+    :meth:`PartSearch.solve` returns), its sections [lo, hi) and its peak live load.
+    """
 
     buffers: np.ndarray
     lo: int
@@ -141,7 +155,8 @@ class Part:
 class PartSearch:
     """The exact search of one instance (buffers of positive size), part by part: the skyline
     search when ``skyline`` (None: :func:`uses_skyline` decides), else the compiled search.
-    ``graph`` is the CSR of :func:`memplan.alloc.lifetimes.overlaps`, when already built."""
+    ``graph`` is the CSR of :func:`memplan.alloc.lifetimes.overlaps`, when already built.
+    """
 
     def __init__(
         self,
@@ -187,7 +202,8 @@ class PartSearch:
         and the capacity is within 1/``TIGHT_SLACK`` of it, NOTE [ compiled restarts ]):
         (status, nodes counted so far, offsets of ``part.buffers`` when FOUND). ``fresh``: the
         compiled search starts from an empty failed-state memo (the skyline search keeps its
-        memo: its keys hold the capacity)."""
+        memo: its keys hold the capacity).
+        """
         left = -1.0 if time_limit is None else max(float(time_limit), 0.0)
         budget = -1 if node_budget is None else int(node_budget)
         tight = tight and capacity - part.peak <= part.peak // TIGHT_SLACK
@@ -208,7 +224,8 @@ class PartSearch:
     ) -> np.ndarray | None:
         """One descent of the skyline search on ``part`` under ``PREORDERS[preorder]`` with no
         capacity: every buffer in turn at the least minimum offset (the preorder breaking ties),
-        a greedy placement in as many nodes as buffers. None when stopped by ``time_limit``."""
+        a greedy placement in as many nodes as buffers. None when stopped by ``time_limit``.
+        """
         assert self.skyline
         left = -1.0 if time_limit is None else max(float(time_limit), 0.0)
         roomy = min(int(self._size[part.buffers].sum()), MAX_ARENA)

@@ -76,7 +76,8 @@ def best_greedy(
     """The best of first fit by size (then lifetime) and by area (size x lifetime), descending;
     the second only when the first finished before ``deadline``. ``graph`` is the CSR of
     :func:`memplan.alloc.lifetimes.overlaps`, None for none, True (the default) to build it when
-    time allows."""
+    time allows.
+    """
     keep = size > 0
     if deadline is not None and time.perf_counter() >= deadline:
         return np.where(keep, np.cumsum(size) - size, 0)  # no time: everything stacked

@@ -22,7 +22,8 @@ class Instance:
     """The static data of one instance (buffers of positive size only), built with numpy in
     O(n log n + P + Q) for P (section, buffer) incidences and Q pairs of buffers live at the same
     time (both are counted first: :func:`count_incidences`,
-    :func:`memplan.alloc.lifetimes.count_overlaps`)."""
+    :func:`memplan.alloc.lifetimes.count_overlaps`).
+    """
 
     def __init__(
         self,
@@ -104,7 +105,8 @@ class Instance:
 
 def _distinct(values: np.ndarray) -> np.ndarray:
     """The distinct values, sorted: ``np.unique(values)`` for an int64 array, without the
-    import of ``numpy.ma`` that np.unique's first call costs (a hundredth of a second)."""
+    import of ``numpy.ma`` that np.unique's first call costs (a hundredth of a second).
+    """
     ordered = np.sort(values)
     if len(ordered) < 2:
         return ordered
@@ -125,7 +127,8 @@ class SkylineTables:
     per buffer its sections and size, per section its total, per boundary the buffers crossing
     it, the stacked twins and the ranks of the preorders TWA, TAW and WAT (the same ranks as
     :meth:`Instance.preorder`). No pairs or incidences are listed: O(n log n + S log S) time and
-    O(n + S log S) memory for S sections, however many buffers live at the same time."""
+    O(n + S log S) memory for S sections, however many buffers live at the same time.
+    """
 
     def __init__(self, lower: np.ndarray, upper: np.ndarray, size: np.ndarray) -> None:
         self.n = len(size)

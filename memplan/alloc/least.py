@@ -51,7 +51,8 @@ def least_arena(
 ) -> tuple[np.ndarray, int, int, int]:
     """NOTE [ least arena ]: the best placement found (offsets of the buffers of ``engine``, of
     sizes ``size``), a proven lower bound, its arena, and the nodes searched. ``first_guess`` is
-    a placement of all of them; ``left()`` the seconds left (None: no limit)."""
+    a placement of all of them; ``left()`` the seconds left (None: no limit).
+    """
     started = time.perf_counter()
     parts = engine.parts
     best = [first_guess[p.buffers].copy() for p in parts]
@@ -114,7 +115,7 @@ def least_arena(
     return _gather(engine, best, len(size)), lo, hi, nodes
 
 
-def first_guess(
+def first_guess(  # noqa: C901 - one schedule of the time over closures sharing the best
     engine: PartSearch,
     lower: np.ndarray,
     upper: np.ndarray,
@@ -135,7 +136,8 @@ def first_guess(
     whole time, as when no descent ran, the descents what it leaves; ``greedy``, when given, is
     its placement (the caller ran it first). The descents place
     MiniMalloc's kind of instances near their peak (a 62,185-buffer compiler trace at it); the
-    first fits do better where sizes vary a lot."""
+    first fits do better where sizes vary a lot.
+    """
     if not engine.skyline:
         return None
     parts = engine.parts
@@ -186,10 +188,11 @@ def first_guess(
         descend(0, deadline)
     for preorder in range(1, len(PREORDERS)):
         descend(preorder, deadline)
-    if any(placed is None for placed in best):
+    found = [placed for placed in best if placed is not None]
+    if len(found) < len(best):
         return None
     offsets = np.zeros(len(size), dtype=np.int64)
-    for part, placed in zip(parts, best, strict=True):
+    for part, placed in zip(parts, found, strict=True):
         offsets[part.buffers] = placed
     return offsets
 
@@ -199,7 +202,8 @@ def descent_first(
 ) -> bool:
     """Whether the first descent is expected to end before the greedy first fit: always with the
     list of overlaps ``graph`` (the first fit then takes O(pairs log pairs)), without it when
-    ``DESCENT_COST`` times the section incidences is at most n^2 (n buffers)."""
+    ``DESCENT_COST`` times the section incidences is at most n^2 (n buffers).
+    """
     if graph is not None:
         return True
     n = len(lower)

@@ -24,7 +24,8 @@ the time left allows."""
 
 def _runs(lower: np.ndarray, upper: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Buffers by start time, the position of each in that list, and how many start after it
-    (later in the list) before it ends."""
+    (later in the list) before it ends.
+    """
     by_lower = np.argsort(lower, kind="stable")
     pos = np.empty(len(lower), dtype=np.int64)
     pos[by_lower] = np.arange(len(lower))
@@ -45,7 +46,8 @@ def count_overlaps(lower: np.ndarray, upper: np.ndarray) -> int:
 def overlaps(lower: np.ndarray, upper: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """CSR of the buffers live at the same time as each buffer: those of ``b`` are
     ``buf[start[b]:start[b + 1]]``, first the ones starting after it, then the others.
-    O(n log n + Q log Q)."""
+    O(n log n + Q log Q).
+    """
     n = len(lower)
     by_lower, pos, later = _runs(lower, upper)
     # Pairs (b, u) with u starting after b, grouped by b (np.repeat keeps b in order) ...
@@ -68,7 +70,8 @@ def overlaps_in_time(
     lower: np.ndarray, upper: np.ndarray, deadline: float | None
 ) -> tuple[np.ndarray, np.ndarray] | None:
     """:func:`overlaps` when there are at most ``MAX_PAIRS`` pairs and building the list should
-    end well before ``deadline``; None otherwise."""
+    end well before ``deadline``; None otherwise.
+    """
     import time
 
     if deadline is not None and time.perf_counter() >= deadline:

@@ -146,7 +146,8 @@ def _first_clash(
 
 def _candidates(start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Intervals by start, the position of each in that order, and how many start after it (later
-    in the order) before it ends: the intervals it overlaps that it is listed before."""
+    in the order) before it ends: the intervals it overlaps that it is listed before.
+    """
     order = np.argsort(start, kind="stable")
     pos = np.empty(len(start), dtype=np.int64)
     pos[order] = np.arange(len(start))

@@ -48,7 +48,7 @@ class ChainMemory:
         gradients: str | None = None,
         optimizer: str = "sgd",
     ) -> None:
-        stages = profile.stages
+        stages = profile.chain_stages
         terms = stage_terms(stages, gradients, optimizer)
         self.length = len(stages)
         self.size = stored_sizes(profile)
@@ -67,7 +67,7 @@ class ChainMemory:
         self.place: dict[str, str | None] = dict.fromkeys(self.size)
         self.place["x[0]"] = _GPU
         self.made = {"x[0]"}  # the tensors held at some time, to tell "not yet" from "freed"
-        self.held = profile.input_size + self.g[self.length]  # bytes on the GPU
+        self.held = self.size["x[0]"] + self.g[self.length]  # bytes on the GPU
         self.next_backward = self.length - 1
         self.fresh = -1  # k of the standalone x[k] the previous computation produced
         self.running: Step | None = None
@@ -93,7 +93,8 @@ class ChainMemory:
 
     def choose(self, k: int, option: int) -> None:
         """``F_all k`` runs under ``option`` (docs/model.md, "Options of a stage"): what it saves,
-        its overhead and that of ``B k`` are the option's. ``s[k]`` is not held when it starts."""
+        its overhead and that of ``B k`` are the option's. ``s[k]`` is not held when it starts.
+        """
         if option == self.options[k]:
             return  # the figures in force already (option 0 from the start)
         self.options[k] = option
@@ -137,20 +138,22 @@ class ChainMemory:
             if self.place[self.s[k]] not in _ON_GPU:
                 return self.missing(self.s[k], step, when)
         elif name == "F_all":
-            if self.place[self.s[k]] is not None:
-                return f"s[{k}] is already {_PLACE[self.place[self.s[k]]]}"
+            saved = self.place[self.s[k]]
+            if saved is not None:
+                return f"s[{k}] is already {_PLACE[saved]}"
         else:
             out, inp = self.x[k + 1], self.x[k]
-            if self.place[out] is not None:
-                return f"{out} is already {_PLACE[self.place[out]]}"
-            if name == "F_n" and self.place[inp] is not None:
+            produced, consumed = self.place[out], self.place[inp]
+            if produced is not None:
+                return f"{out} is already {_PLACE[produced]}"
+            if name == "F_n" and consumed is not None:
                 if self.fresh != k:
                     return (
                         f"would free the stored checkpoint {inp} (memory persistency: F_n may "
                         "only consume the activation the previous operation produced; use F_ck)"
                     )
-                if self.place[inp] not in (_GPU, _HOST):
-                    return f"would free {inp} while it is {_PLACE[self.place[inp]]}"
+                if consumed not in (_GPU, _HOST):
+                    return f"would free {inp} while it is {_PLACE[consumed]}"
         if name == "B" and self.fr[k]:
             return None  # the backward does not read x[k] (autograd freed it after F_all k)
         if self.place[self.x[k]] in _ON_GPU or (
@@ -215,7 +218,8 @@ class ChainMemory:
 
     def free_input(self, k: int) -> str | None:
         """After ``F_all k``, autograd's free of ``x[k]`` (NOTE [ training-loop memory terms ]):
-        the standalone checkpoint, and ``s[k-1]``'s part, when on the GPU."""
+        the standalone checkpoint, and ``s[k-1]``'s part, when on the GPU.
+        """
         if self.place[self.x[k]] == _GPU:
             self.drop(self.x[k])
         if self.place[self.s[k - 1]] == _GPU and k - 1 not in self.cut:

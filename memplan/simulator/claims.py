@@ -77,7 +77,8 @@ def with_replay_static_memory(profile: Profile, schedule: Any) -> Any:
 
 def check(profile: Profile, schedule: Any, result: Any) -> None:
     """Compare what ``schedule`` (as loaded) claims with the replay; fail ``result`` on the first
-    difference (see NOTE [ schedule claims ])."""
+    difference (see NOTE [ schedule claims ]).
+    """
     if not (result.valid and schedule.feasible):
         return
     static = replay_static_memory(profile, schedule)

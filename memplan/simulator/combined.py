@@ -103,7 +103,7 @@ def simulate_ops(
         started = _replay(profile, _in_order(steps), [], result, memory, gradients, optimizer)
         result.makespan = started[-1].end if started else 0.0
         return result
-    length = len(profile.stages)
+    length = len(profile.chain_stages)
     instant = instants(t for step in steps for t in (step.start, step.end))
     by_time = sorted(steps, key=lambda s: (instant[s.start], s.index))
     compute = [s for s in by_time if s.compute]
@@ -157,7 +157,7 @@ def _in_time(compute: list[Step], channel: list[Step], instant: dict[float, floa
     return [(when, bool(is_end), step) for when, _, _, _, is_end, step in keyed]
 
 
-def _replay(
+def _replay(  # noqa: C901 - one event loop (T1-T4) over shared state
     profile: Profile,
     events: list[Event],
     channel: list[Step],
@@ -167,7 +167,8 @@ def _replay(
     optimizer: str = "sgd",
 ) -> list[Step]:
     """Run the events on :class:`ChainMemory` (``channel``: the transfers in time); the operations
-    that started."""
+    that started.
+    """
     state = ChainMemory(profile, channel, gradients, optimizer)
     static = result.static_memory
     peak = level = static + state.held
@@ -179,7 +180,11 @@ def _replay(
     started: list[Step] = []
     for when, is_end, step in events:
         if is_end:
-            problem = state.finish(step) if step.compute else state.transfer_end(step)
+            if step.compute:
+                problem = state.finish(step)
+            else:
+                state.transfer_end(step)  # a transfer always ends
+                problem = None
         elif step.compute:
             problem = state.start(step, when)
         else:

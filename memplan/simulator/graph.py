@@ -53,7 +53,9 @@ def graph_lifetimes(profile: Profile, order: list[str]) -> tuple[np.ndarray, np.
     return start, end
 
 
-def resident_per_step(sizes: np.ndarray, start: np.ndarray, end: np.ndarray, steps: int):
+def resident_per_step(
+    sizes: np.ndarray, start: np.ndarray, end: np.ndarray, steps: int
+) -> np.ndarray:
     """Bytes live at each step (a difference array over the lifetimes)."""
     delta = np.zeros(steps + 1, dtype=np.int64)
     np.add.at(delta, start, sizes)
@@ -61,7 +63,9 @@ def resident_per_step(sizes: np.ndarray, start: np.ndarray, end: np.ndarray, ste
     return np.cumsum(delta[:-1])
 
 
-def simulate_graph(profile: Profile, schedule: Any, memory: int | None = None) -> SimulationResult:
+def simulate_graph(  # noqa: C901 - the replay's checks in its docstring's order
+    profile: Profile, schedule: Any, memory: int | None = None
+) -> SimulationResult:
     """Replay ``schedule.order`` and ``schedule.addresses`` on ``profile.graph``.
 
     Parameters

@@ -44,6 +44,7 @@ class _Branches:
     def duration(self, name: str, branch: int | None, stage: int) -> float:
         if name == "turn":
             return self.turn.forward_time + self.turn.backward_time
+        assert branch is not None  # every operation but the turn names its branch
         return (self.bt if name == "B" else self.ft)[branch][stage]
 
 
@@ -71,28 +72,41 @@ class _State:
         return self.model == "chain" and i > 0 and self.s_held[j][i - 1]
 
     def problem(self, name: str, j: int | None, i: int) -> str | None:
-        net = self.net
+        """Why operation ``name`` of stage ``i`` of branch ``j`` cannot run now, or None."""
         if name == "turn":
-            if self.turned:
-                return "the turn has already run"
-            for b in range(self.k):
-                if not self.available(b, net.lengths[b]):
-                    return f"x[{b}][{net.lengths[b]}] (output of branch {b}) is not in memory"
-            return None
+            return self.turn_problem()
         assert j is not None
         if name == "B":
-            if not self.turned:
-                return "backward before the turn"
-            if self.grad[j] != i + 1:
-                nxt = self.grad[j] - 1
-                if nxt < 0:
-                    return f"every backward of branch {j} has already run"
-                return f"backward out of order: the next backward of branch {j} is stage {nxt}"
-            if self.model == "chain" and not self.s_held[j][i]:
-                return f"s[{j}][{i}] is not in memory"
-            if not self.available(j, i):
-                return f"x[{j}][{i}] is not in memory"
-            return None
+            return self.backward_problem(j, i)
+        return self.forward_problem(name, j, i)
+
+    def turn_problem(self) -> str | None:
+        """Why the turn cannot run now, or None."""
+        net = self.net
+        if self.turned:
+            return "the turn has already run"
+        for b in range(self.k):
+            if not self.available(b, net.lengths[b]):
+                return f"x[{b}][{net.lengths[b]}] (output of branch {b}) is not in memory"
+        return None
+
+    def backward_problem(self, j: int, i: int) -> str | None:
+        """Why ``B`` of stage ``i`` of branch ``j`` cannot run now, or None."""
+        if not self.turned:
+            return "backward before the turn"
+        if self.grad[j] != i + 1:
+            nxt = self.grad[j] - 1
+            if nxt < 0:
+                return f"every backward of branch {j} has already run"
+            return f"backward out of order: the next backward of branch {j} is stage {nxt}"
+        if self.model == "chain" and not self.s_held[j][i]:
+            return f"s[{j}][{i}] is not in memory"
+        if not self.available(j, i):
+            return f"x[{j}][{i}] is not in memory"
+        return None
+
+    def forward_problem(self, name: str, j: int, i: int) -> str | None:
+        """Why forward ``name`` of stage ``i`` of branch ``j`` cannot run now, or None."""
         if not self.available(j, i):
             if i == 0:
                 return f"x[{j}][0] is not in memory (a branch input cannot be recomputed)"

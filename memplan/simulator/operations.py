@@ -73,8 +73,9 @@ class Step:
 
 def stored_sizes(profile: Profile) -> dict[str, int]:
     """Bytes of every stored tensor: ``x[0]`` .. ``x[L]`` and ``s[0]`` .. ``s[L-1]``."""
+    assert profile.input_size is not None  # a chain profile has one (Profile's validation)
     size = {"x[0]": profile.input_size}
-    for k, st in enumerate(profile.stages):
+    for k, st in enumerate(profile.chain_stages):
         size[f"x[{k + 1}]"] = st.output_size
         size[f"s[{k}]"] = st.saved_size
     return size
@@ -120,16 +121,18 @@ def read_steps(
     result: SimulationResult,
 ) -> list[Step] | None:
     """Every operation checked on its own, with its duration and the times the replay runs it
-    at; None after the first malformed one (``result`` says which)."""
-    stages = profile.stages
+    at; None after the first malformed one (``result`` says which).
+    """
+    stages = profile.chain_stages
     length = len(stages)
     size = stored_sizes(profile)
     steps: list[Step] = []
     clock = previous_end = 0.0
     chosen = [0] * length  # the option of each stage's latest F_all: its B's time
     for index, item in enumerate(ops):
-        timed = isinstance(item, Op)
-        if timed:
+        name: str
+        stage: int
+        if isinstance(item, Op):
             name, stage, stream, tensor = item.op, item.stage, item.stream, item.tensor
             option = item.option or 0
         else:
@@ -145,6 +148,7 @@ def read_steps(
             return None
         if name in TRANSFER_OPS:
             tensor = tensor or f"s[{stage}]"
+            assert bandwidth is not None  # the rules transfer: the caller checked it is positive
             duration = size[tensor] / (bandwidth / 1000.0)
         else:
             st = stages[stage]
@@ -158,7 +162,7 @@ def read_steps(
                 duration = st.backward_time
         step = Step(index, name, stage, tensor, tensor is None, duration, clock, clock + duration)
         step.option = option
-        if timed:
+        if isinstance(item, Op):
             start, end = item.start, item.end
             if rules.back_to_back:
                 step.timing = back_to_back_problem(
@@ -208,7 +212,8 @@ def store_all_problem(compute: list[Step], length: int, result: SimulationResult
 
 def prefetch_problem(channel: list[Step], result: SimulationResult) -> bool:
     """Whether a prefetch has no offload of its tensor before it (only an offload puts a tensor
-    on the host)."""
+    on the host).
+    """
     offloaded: dict[str, int] = {}
     pending: dict[str, int] = {}
     for step in channel:

@@ -26,7 +26,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from memplan.profile.model import Profile
+from memplan.profile.model import Profile, Stage
+from memplan.schedule import Schedule
 from memplan.simulator.claims import OPTIMIZER_FACTORS, optimizer_of
 from memplan.simulator.result import SimulationResult
 
@@ -51,7 +52,7 @@ class PipelineSimulationResult(SimulationResult):
 
 
 def simulate_pipeline(
-    profile: Profile, schedule, memory: int | None = None
+    profile: Profile, schedule: Schedule, memory: int | None = None
 ) -> PipelineSimulationResult:
     """Replay ``schedule`` (family ``pipeline``) on ``profile``; ``memory`` is the per-GPU budget."""
     result = PipelineSimulationResult(budget=memory)
@@ -62,6 +63,12 @@ def simulate_pipeline(
     return result
 
 
+_Times = tuple[np.ndarray, np.ndarray]
+"""Start and end of one operation or transfer for each mini-batch."""
+_Spans = dict[tuple[str, int], list[tuple[float, float, int]]]
+"""Per operation or transfer ``(kind, stage)``: its ``(start, end, shift)`` in the pattern."""
+
+
 class _Invalid(Exception):
     pass
 
@@ -70,7 +77,9 @@ def _tol(period: float) -> float:
     return TOLERANCE * max(1.0, period)
 
 
-def _replay(profile: Profile, sched, memory: int | None, result: PipelineSimulationResult) -> None:
+def _replay(
+    profile: Profile, sched: Schedule, memory: int | None, result: PipelineSimulationResult
+) -> None:
     stages = profile.stages
     if stages is None:
         raise _Invalid("the pipeline simulator needs a chain profile (stages)")
@@ -98,7 +107,59 @@ def _replay(profile: Profile, sched, memory: int | None, result: PipelineSimulat
     _check_load(sched, fwd, bwd, period, r, tol)
 
     # -- 1. shape of the pattern: op (F/B, k) -> list of (start, end, shift)
-    comp: dict[tuple[str, int], list[tuple[float, float, int]]] = {}
+    comp = _compute_spans(sched, assign, fwd, bwd, r, tol)
+    comm, comm_link = _transfer_spans(sched, stages, assign, r, tol)
+
+    # -- 2. unroll over N mini-batches (bounded first: MAX_UNROLLED)
+    N = _mini_batches(sched, comp, comm, period, r)
+    result.batches = N
+    m = np.arange(N)
+
+    def times(table: _Spans, key: tuple[str, int]) -> tuple[np.ndarray, np.ndarray]:
+        """Start and end of ``key`` for mini-batches 0..N-1."""
+        start = np.empty(N)
+        end = np.empty(N)
+        for a, b, s in table[key]:
+            # batch m = r i - s  <=>  i = (m + s) / r
+            sel = (m + s) % r == 0
+            i = (m[sel] + s) // r
+            start[sel] = a + i * period
+            end[sel] = b + i * period
+        return start, end
+
+    F = [times(comp, ("F", k)) for k in range(L)]
+    B = [times(comp, ("B", k)) for k in range(L)]
+    X = {k: times(comm, ("x", k)) for k in range(1, L) if assign[k - 1] != assign[k]}
+    G = {k: times(comm, ("g", k)) for k in range(1, L) if assign[k - 1] != assign[k]}
+
+    _check_order(F, B, X, G, tol)
+    used = sorted(set(assign))
+    _check_exclusive(assign, used, F, B, X, G, comm_link, tol)
+
+    # -- 3. memory per GPU
+    per_weight, peaks = _gpu_memory(profile, sched, assign, used, F, B, X, G)
+    gpu_peaks = [0] * (max(used) + 1)
+    for g, p in zip(used, peaks, strict=True):
+        gpu_peaks[g] = int(p)
+    result.gpu_peaks = gpu_peaks
+    result.peak_memory = int(max(peaks))
+    result.static_memory = int(per_weight * profile.weight_size)
+    result.makespan = float(period)
+    busy = sum(fwd) + sum(bwd)
+    result.idle_time = float(len(used) * period * r - r * busy) / r
+    if memory is not None:
+        for g, p in zip(used, peaks, strict=True):
+            if p > memory:
+                raise _Invalid(f"GPU {g}: needs {int(p)} bytes, budget {memory} per GPU")
+
+
+def _compute_spans(
+    sched: Schedule, assign: list[int], fwd: list[float], bwd: list[float], r: int, tol: float
+) -> _Spans:
+    """The pattern's computations, checked against the profile and the assignment."""
+    L = len(fwd)
+    assert sched.pattern is not None  # checked by the caller
+    comp: _Spans = {}
     for gp in sched.pattern:
         for op in gp.ops:
             where = f"pattern gpu {gp.gpu} {op.op} stage {op.stage}"
@@ -113,8 +174,18 @@ def _replay(profile: Profile, sched, memory: int | None, result: PipelineSimulat
     for kind in ("F", "B"):
         for k in range(L):
             _check_cover(comp.get((kind, k), []), r, f"{kind} stage {k}")
+    return comp
+
+
+def _transfer_spans(
+    sched: Schedule, stages: list[Stage], assign: list[int], r: int, tol: float
+) -> tuple[_Spans, dict[tuple[str, int], tuple[int, int]]]:
+    """The pattern's transfers, checked against the profile and the assignment, and the link of
+    each one.
+    """
+    L = len(stages)
     bw = sched.link_bandwidth
-    comm: dict[tuple[str, int], list[tuple[float, float, int]]] = {}
+    comm: _Spans = {}
     comm_link: dict[tuple[str, int], tuple[int, int]] = {}
     for tr in sched.transfers or []:
         where = f"transfer {tr.tensor}[{tr.stage}]"
@@ -136,65 +207,24 @@ def _replay(profile: Profile, sched, memory: int | None, result: PipelineSimulat
         if assign[k - 1] != assign[k]:
             for t in ("x", "g"):
                 _check_cover(comm.get((t, k), []), r, f"transfer {t}[{k}]")
+    return comm, comm_link
 
-    # -- 2. unroll over N mini-batches (bounded first: MAX_UNROLLED)
-    N = _mini_batches(sched, comp, comm, period, r)
-    result.batches = N
-    m = np.arange(N)
 
-    def times(table, key) -> tuple[np.ndarray, np.ndarray]:
-        """Start and end of ``key`` for mini-batches 0..N-1."""
-        start = np.empty(N)
-        end = np.empty(N)
-        for a, b, s in table[key]:
-            # batch m = r i - s  <=>  i = (m + s) / r
-            sel = (m + s) % r == 0
-            i = (m[sel] + s) // r
-            start[sel] = a + i * period
-            end[sel] = b + i * period
-        return start, end
-
-    F = [times(comp, ("F", k)) for k in range(L)]
-    B = [times(comp, ("B", k)) for k in range(L)]
-    X = {k: times(comm, ("x", k)) for k in range(1, L) if assign[k - 1] != assign[k]}
-    G = {k: times(comm, ("g", k)) for k in range(1, L) if assign[k - 1] != assign[k]}
-
-    def after(first: np.ndarray, then: np.ndarray, what: str) -> None:
-        bad = np.nonzero(then < first - tol)[0]
-        if len(bad):
-            b = int(bad[0])
-            raise _Invalid(f"mini-batch {b}: {what} starts at {then[b]:.6g} before {first[b]:.6g}")
-
-    for k in range(1, L):
-        if k in X:
-            after(F[k - 1][1], X[k][0], f"transfer x[{k}] (after F {k - 1})")
-            after(X[k][1], F[k][0], f"F {k} (after transfer x[{k}])")
-        else:
-            after(F[k - 1][1], F[k][0], f"F {k} (after F {k - 1})")
-    after(F[L - 1][1], B[L - 1][0], f"B {L - 1} (after F {L - 1})")
-    for k in range(L - 1, 0, -1):
-        if k in G:
-            after(B[k][1], G[k][0], f"transfer g[{k}] (after B {k})")
-            after(G[k][1], B[k - 1][0], f"B {k - 1} (after transfer g[{k}])")
-        else:
-            after(B[k][1], B[k - 1][0], f"B {k - 1} (after B {k})")
-
-    used = sorted(set(assign))
-    for g in used:
-        mine = [k for k in range(L) if assign[k] == g]
-        s = np.concatenate([F[k][0] for k in mine] + [B[k][0] for k in mine])
-        e = np.concatenate([F[k][1] for k in mine] + [B[k][1] for k in mine])
-        _exclusive(s, e, tol, f"GPU {g}")
-    links: dict[tuple[int, int], list[tuple[np.ndarray, np.ndarray]]] = {}
-    for key, link in comm_link.items():
-        t, k = key
-        links.setdefault(link, []).append(X[k] if t == "x" else G[k])
-    for link, spans in links.items():
-        s = np.concatenate([a for a, _ in spans])
-        e = np.concatenate([b for _, b in spans])
-        _exclusive(s, e, tol, f"link {link[0]}-{link[1]}")
-
-    # -- 3. memory per GPU
+def _gpu_memory(
+    profile: Profile,
+    sched: Schedule,
+    assign: list[int],
+    used: list[int],
+    F: list[_Times],
+    B: list[_Times],
+    X: dict[int, _Times],
+    G: dict[int, _Times],
+) -> tuple[int, list[int]]:
+    """Bytes per weight byte (weights, gradients, optimizer state) and the peak of each GPU of
+    ``used``: its weights and the live bytes of its unrolled operations.
+    """
+    stages = profile.chain_stages
+    L = len(stages)
     versions = sched.weight_versions or 2
     factor = OPTIMIZER_FACTORS[optimizer_of(sched)]
     per_weight = factor + versions - 1 if factor > 0 else 0
@@ -224,27 +254,73 @@ def _replay(profile: Profile, sched, memory: int | None, result: PipelineSimulat
     for g in used:
         static = per_weight * sum(stages[k].weight_size for k in range(L) if assign[k] == g)
         peaks.append(static + _peak(events[g]))
-    gpu_peaks = [0] * (max(used) + 1)
-    for g, p in zip(used, peaks, strict=True):
-        gpu_peaks[g] = int(p)
-    result.gpu_peaks = gpu_peaks
-    result.peak_memory = int(max(peaks))
-    result.static_memory = int(per_weight * profile.weight_size)
-    result.makespan = float(period)
-    busy = sum(fwd) + sum(bwd)
-    result.idle_time = float(len(used) * period * r - r * busy) / r
-    if memory is not None:
-        for g, p in zip(used, peaks, strict=True):
-            if p > memory:
-                raise _Invalid(f"GPU {g}: needs {int(p)} bytes, budget {memory} per GPU")
+    return per_weight, peaks
 
 
-def _check_load(sched, fwd: list[float], bwd: list[float], period: float, r: int, tol: float):
+def _after(first: np.ndarray, then: np.ndarray, what: str, tol: float) -> None:
+    """Every mini-batch starts ``then`` after ``first`` ends."""
+    bad = np.nonzero(then < first - tol)[0]
+    if len(bad):
+        b = int(bad[0])
+        raise _Invalid(f"mini-batch {b}: {what} starts at {then[b]:.6g} before {first[b]:.6g}")
+
+
+def _check_order(
+    F: list[_Times], B: list[_Times], X: dict[int, _Times], G: dict[int, _Times], tol: float
+) -> None:
+    """Each mini-batch's forwards, then its backwards, with the transfers between GPUs."""
+    L = len(F)
+    for k in range(1, L):
+        if k in X:
+            _after(F[k - 1][1], X[k][0], f"transfer x[{k}] (after F {k - 1})", tol)
+            _after(X[k][1], F[k][0], f"F {k} (after transfer x[{k}])", tol)
+        else:
+            _after(F[k - 1][1], F[k][0], f"F {k} (after F {k - 1})", tol)
+    _after(F[L - 1][1], B[L - 1][0], f"B {L - 1} (after F {L - 1})", tol)
+    for k in range(L - 1, 0, -1):
+        if k in G:
+            _after(B[k][1], G[k][0], f"transfer g[{k}] (after B {k})", tol)
+            _after(G[k][1], B[k - 1][0], f"B {k - 1} (after transfer g[{k}])", tol)
+        else:
+            _after(B[k][1], B[k - 1][0], f"B {k - 1} (after B {k})", tol)
+
+
+def _check_exclusive(
+    assign: list[int],
+    used: list[int],
+    F: list[_Times],
+    B: list[_Times],
+    X: dict[int, _Times],
+    G: dict[int, _Times],
+    comm_link: dict[tuple[str, int], tuple[int, int]],
+    tol: float,
+) -> None:
+    """One computation at a time on each GPU, one transfer at a time on each link."""
+    L = len(F)
+    for g in used:
+        mine = [k for k in range(L) if assign[k] == g]
+        s = np.concatenate([F[k][0] for k in mine] + [B[k][0] for k in mine])
+        e = np.concatenate([F[k][1] for k in mine] + [B[k][1] for k in mine])
+        _exclusive(s, e, tol, f"GPU {g}")
+    links: dict[tuple[int, int], list[_Times]] = {}
+    for key, link in comm_link.items():
+        t, k = key
+        links.setdefault(link, []).append(X[k] if t == "x" else G[k])
+    for link, spans in links.items():
+        s = np.concatenate([a for a, _ in spans])
+        e = np.concatenate([b for _, b in spans])
+        _exclusive(s, e, tol, f"link {link[0]}-{link[1]}")
+
+
+def _check_load(
+    sched: Schedule, fwd: list[float], bwd: list[float], period: float, r: int, tol: float
+) -> None:
     """Every GPU and link is busy at most ``period`` ms per period (else two copies overlap).
 
     Checked before the unrolling, this also bounds the period from below by the work of the
     pattern: a ``period: 1e-300`` fails here, naming the GPU, instead of unrolling 10^300 copies.
     """
+    assert sched.pattern is not None  # checked by the caller
     for index, gp in enumerate(sched.pattern):
         busy = sum((fwd if op.op == "F" else bwd)[op.stage] for op in gp.ops if op.stage < len(fwd))
         if busy > period + tol:
@@ -264,9 +340,10 @@ def _check_load(sched, fwd: list[float], bwd: list[float], period: float, r: int
             )
 
 
-def _mini_batches(sched, comp, comm, period: float, r: int) -> int:
+def _mini_batches(sched: Schedule, comp: _Spans, comm: _Spans, period: float, r: int) -> int:
     """How many mini-batches the replay unrolls to reach the steady state (at most MAX_UNROLLED
-    operations, else the schedule is invalid, naming its farthest operation)."""
+    operations, else the schedule is invalid, naming its farthest operation).
+    """
     entries = [
         (key, a, b, s) for table in (comp, comm) for key, v in table.items() for (a, b, s) in v
     ]

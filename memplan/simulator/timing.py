@@ -60,7 +60,8 @@ def back_to_back_problem(
 ) -> str | None:
     """Why the timed ``ops[index]`` does not run right after the previous one for exactly its
     ``duration`` (a chain's or a join's operations run back to back), or None; ``operation``
-    names the operation in the message on its duration."""
+    names the operation in the message on its duration.
+    """
     if not close(start, previous_end):
         before = f"the end {previous_end} of ops[{index - 1}]" if index else "time 0"
         if start < previous_end:

@@ -37,7 +37,8 @@ class ChainOptions:
 
 def _chain(profile: Profile, request: SolveRequest) -> Any:
     """The chain the request plans for: the profile's, under the training loop's terms of
-    ``request.gradients`` (NOTE [ training-loop memory terms ], memplan/profile/memory.py)."""
+    ``request.gradients`` (NOTE [ training-loop memory terms ], memplan/profile/memory.py).
+    """
     from memplan.algorithms.chain.problem import Chain
 
     return Chain.from_profile(profile, request.gradients, request.optimizer)
@@ -80,7 +81,8 @@ def describe_chain(
     profile: Profile, static_memory: int, gradients: str | None = None, optimizer: str = "sgd"
 ) -> dict[str, Any]:
     """What ``memplan info`` shows for a chain: store-all need, least memory, the stage table,
-    for the training loop ``gradients`` (docs/model.md)."""
+    for the training loop ``gradients`` (docs/model.md).
+    """
     from memplan.algorithms.chain import rotor
     from memplan.algorithms.chain.problem import Chain
 
@@ -89,7 +91,7 @@ def describe_chain(
         "input_size": profile.input_size,
         "store_all_memory": static_memory + chain.store_all_peak(),
         "min_memory": {"chain": static_memory + rotor.chain_min_memory(chain)},
-        "stage_table": [s.model_dump(exclude_none=True) for s in profile.stages],
+        "stage_table": [s.model_dump(exclude_none=True) for s in profile.chain_stages],
     }
 
 

@@ -111,7 +111,8 @@ def least_memory_tables(chain: Chain) -> tuple[np.ndarray, np.ndarray]:
     """``need[a, b]`` of :func:`least_memory_plan` for every sub-chain ``a..b`` (beyond ``x[a]``,
     ``g[b+1]`` held), and the choice reaching it, ``pick[a, b]`` (for
     :func:`least_memory_sequence`): the least memory of stages ``a..b`` alone is ``x[a] +
-    need[a, b]``, with the plan of the sub-chain."""
+    need[a, b]``, with the plan of the sub-chain.
+    """
     L = chain.length
     exact_int64 = chain.total_bytes < INT64_SAFE
     dtype = np.int64 if exact_int64 else object
@@ -157,7 +158,8 @@ def least_memory_tables(chain: Chain) -> tuple[np.ndarray, np.ndarray]:
 
 def least_memory_sequence(pick: np.ndarray, first: int, last: int) -> Sequence:
     """The least-memory plan of stages ``first..last`` from :func:`least_memory_tables`'s
-    choices (stage numbers of the whole chain)."""
+    choices (stage numbers of the whole chain).
+    """
     sequence: Sequence = []
     stack: list[tuple[str, int, int]] = [("solve", first, last)]
     while stack:

@@ -88,23 +88,26 @@ class _RangeMax:
         """``max(values[lo[i] .. lo[i] + width - 1])`` for each ``i``."""
         level = width.bit_length() - 1
         table = self.levels[level]
-        return np.maximum(table[lo], table[lo + width - (1 << level)])
+        out: np.ndarray = np.maximum(table[lo], table[lo + width - (1 << level)])
+        return out
 
 
 def _suffix_max(values: np.ndarray) -> np.ndarray:
     """``out[j] = max(values[j:])``."""
-    return np.maximum.accumulate(values[::-1])[::-1]
+    out: np.ndarray = np.maximum.accumulate(values[::-1])[::-1]
+    return out
 
 
 def periodic_figures(chain: Chain) -> tuple[list[float], list[int]]:
     """Makespan (ms, in closed form) and peak (bytes) of the plan with ``k`` segments, for ``k``
-    from 1 to L (NOTE [ periodic in closed form ])."""
+    from 1 to L (NOTE [ periodic in closed form ]).
+    """
     L = chain.length
     if chain.has_terms:  # the training loop's terms: each plan laid out and replayed (O(L^2))
         sequences = [periodic_sequence(L, k) for k in range(1, L + 1)]
-        peaks = [chain.peak(seq) for seq in sequences]
-        assert all(p is not None for p in peaks)  # periodic plans are valid
-        return [chain.makespan(seq) for seq in sequences], [int(p or 0) for p in peaks]
+        replayed = [chain.peak(seq) for seq in sequences]
+        assert all(p is not None for p in replayed)  # periodic plans are valid
+        return [chain.makespan(seq) for seq in sequences], [int(p or 0) for p in replayed]
     exact = chain.total_bytes < INT64_SAFE
 
     def ints(values: np.ndarray) -> np.ndarray:

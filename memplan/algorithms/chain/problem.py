@@ -16,7 +16,8 @@ from memplan.profile.model import Profile, Stage
 @dataclass(frozen=True)
 class ChainOptions:
     """The options of every stage's ``F_all`` beyond option 0, flattened: stage ``k``'s option
-    ``o >= 1`` is entry ``start[k] + o - 1`` of ``s, fo, bo`` (bytes) and ``bt`` (ms)."""
+    ``o >= 1`` is entry ``start[k] + o - 1`` of ``s, fo, bo`` (bytes) and ``bt`` (ms).
+    """
 
     start: np.ndarray
     s: np.ndarray
@@ -95,7 +96,8 @@ class Chain:
     @property
     def has_terms(self) -> bool:
         """Whether the chain has any term of the training loop that differs from the model
-        before them (a weight gradient, an F_all overhead of its own, a free)."""
+        before them (a weight gradient, an F_all overhead of its own, a free).
+        """
         return bool(
             (self.fa is not None and (self.fa != self.fo).any())
             or (self.wh is not None and self.wh.any())
@@ -120,7 +122,8 @@ class Chain:
     @property
     def total_bytes(self) -> int:
         """Every size of the chain added up (a Python int, exact): no sum the algorithms form
-        exceeds it, so int64 arithmetic is exact when it is below 2**62."""
+        exceeds it, so int64 arithmetic is exact when it is below 2**62.
+        """
         arrays = [self.x, self.s, self.g, self.fo, self.bo]
         if self.options is not None:
             arrays += [self.options.s, self.options.fo, self.options.bo]
@@ -131,11 +134,14 @@ class Chain:
         cls, profile: Profile, gradients: str | None = None, optimizer: str = "sgd"
     ) -> Chain:
         """The chain of a chain profile, under the training loop's terms for ``gradients``
-        (``at-backward`` or ``kept``; None: the model before them)."""
-        chain = cls.from_stages(profile.input_size, profile.stages)
+        (``at-backward`` or ``kept``; None: the model before them).
+        """
+        stages = profile.chain_stages
+        assert profile.input_size is not None  # a chain profile has one (Profile's validation)
+        chain = cls.from_stages(profile.input_size, stages)
         if gradients is None:
             return chain
-        terms = stage_terms(profile.stages, gradients, optimizer)
+        terms = stage_terms(stages, gradients, optimizer)
         held = np.concatenate((np.cumsum(terms.weight_grads[::-1])[::-1], [0]))
         return cls(
             x=chain.x,
@@ -155,7 +161,8 @@ class Chain:
     @classmethod
     def from_stages(cls, input_size: int, stages: Seq[Stage]) -> Chain:
         """The chain of ``stages`` (forward order) reading an input of ``input_size`` bytes: a
-        chain profile's, or one branch of a join network's."""
+        chain profile's, or one branch of a join network's.
+        """
         st = stages
         return cls(
             **cls._arrays(input_size, st), names=[s.name for s in st], options=ChainOptions.of(st)
@@ -178,7 +185,8 @@ class Chain:
 
     def makespan(self, sequence: Sequence, options: Mapping[int, int] | None = None) -> float:
         """The sequence's time; ``options``: the option of each stage's ``F_all`` (default 0),
-        which sets the time of its ``B``."""
+        which sets the time of its ``B``.
+        """
         # The durations of duration() added in the same order (the same float), without a call
         # per operation.
         ft, bt = self.ft.tolist(), self.bt.tolist()
@@ -209,8 +217,8 @@ class Chain:
             for a in (self.x, self.s, self.g, self.fall, self.bo, self.held_grads, self.freed)
         )
         L = self.length
-        held = x[0]  # x[0] and s[0..k-1]: what is held before F_all k (without gradients)
-        peak = held + g[L]
+        held: int = x[0]  # x[0] and s[0..k-1]: what is held before F_all k (without gradients)
+        peak: int = held + g[L]
         for k in range(L):
             peak = max(peak, held + g[L] + s[k] + fa[k])
             held += s[k] - fr[k]
@@ -219,7 +227,9 @@ class Chain:
             held -= s[k] - (fr[k + 1] if k + 1 < L else 0)
         return peak
 
-    def peak(self, sequence: Sequence, options: Mapping[int, int] | None = None) -> int | None:
+    def peak(  # noqa: C901 - one replay loop, a branch per operation on shared state
+        self, sequence: Sequence, options: Mapping[int, int] | None = None
+    ) -> int | None:
         """Peak activation bytes of a sequence (x[0] and g[L] included), or None if it is invalid;
         ``options``: the option of each stage's ``F_all`` (default 0).
 

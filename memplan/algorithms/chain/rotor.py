@@ -65,8 +65,10 @@ from __future__ import annotations
 import functools
 import math
 from dataclasses import dataclass
+from typing import TypedDict
 
 import numpy as np
+import numpy.typing as npt
 
 from memplan.algorithms.base import ChainPlan, Sequence
 from memplan.algorithms.chain.least_memory import (
@@ -79,6 +81,7 @@ from memplan.algorithms.chain.least_memory import (
 from memplan.algorithms.chain.problem import Chain
 from memplan.core import kernels
 from memplan.errors import InputError
+from memplan.schedule import OpName
 
 __all__ = [
     "AUTO",
@@ -117,7 +120,7 @@ LEAST_PLAN_STAGES = 200
 """Up to this length, the least-memory fallback is the fastest least-memory plan (an O(L^3) DP,
 0.05 s at 200 stages); beyond, the recompute-all plan (least memory when the bounds of
 NOTE [ least memory ] meet)."""
-_OPERATIONS = ("F_all", "F_ck", "F_n", "B")
+_OPERATIONS: tuple[OpName, ...] = ("F_all", "F_ck", "F_n", "B")
 """Operation names by the core's code: operation ``code`` on ``stage`` is ``4 * stage + code``."""
 
 
@@ -140,37 +143,56 @@ def slot_sizes(chain: Chain, budget: int, slots: int) -> tuple[int, dict[str, np
 
 
 @functools.lru_cache(maxsize=32)
-def _operation_names(length: int) -> list[tuple[str, int]]:
+def _operation_names(length: int) -> Sequence:
     """The core's operation ``4 * stage + code`` as ``(name, stage)``."""
     return [(name, stage) for stage in range(length) for name in _OPERATIONS]
 
 
-def _sequence(codes: np.ndarray, length: int) -> Sequence:
-    return list(map(_operation_names(length).__getitem__, codes.tolist()))
+def _sequence(codes: npt.NDArray[np.int64], length: int) -> Sequence:
+    names = _operation_names(length)
+    return [names[code] for code in codes.tolist()]
+
+
+_Ints = npt.NDArray[np.int64]
+_Floats = npt.NDArray[np.float64]
+_ChainArrays = tuple[_Ints, _Ints, _Ints, _Ints, _Ints, _Floats, _Floats]
+"""The arrays :func:`_chain_arrays` returns: ``x, s, g, fo, bo, ft, bt``."""
+
+
+class _ChainTerms(TypedDict, total=False):
+    """The training loop's terms as the core's keywords (all three or none)."""
+
+    fa: _Ints
+    wh: _Ints
+    fr: _Ints
 
 
 def _chain_arrays(
-    chain: Chain, sizes: tuple[np.ndarray, ...] | None = None
-) -> tuple[np.ndarray, ...]:
+    chain: Chain,
+    sizes: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None = None,
+) -> _ChainArrays:
     """The arrays the core reads: sizes ``x, s, g, fo, bo`` (int64; the chain's unless given) and
-    times ``ft, bt`` (float64), contiguous."""
+    times ``ft, bt`` (float64), contiguous.
+    """
     x, s, g, fo, bo = (
         sizes if sizes is not None else (chain.x, chain.s, chain.g, chain.fo, chain.bo)
     )
-    ints = tuple(np.ascontiguousarray(a, dtype=np.int64) for a in (x, s, g, fo, bo))
-    times = tuple(np.ascontiguousarray(a, dtype=np.float64) for a in (chain.ft, chain.bt))
-    return ints + times
+    x, s, g, fo, bo = (np.ascontiguousarray(a, dtype=np.int64) for a in (x, s, g, fo, bo))
+    ft, bt = (np.ascontiguousarray(a, dtype=np.float64) for a in (chain.ft, chain.bt))
+    return x, s, g, fo, bo, ft, bt
 
 
-def _chain_terms(chain: Chain) -> dict[str, np.ndarray]:
+def _chain_terms(chain: Chain) -> _ChainTerms:
     """The training loop's terms as the core's keywords ``fa, wh, fr`` (int64, contiguous), or
-    none when the chain has none (the model before them, NOTE [ training-loop memory terms ])."""
+    none when the chain has none (the model before them, NOTE [ training-loop memory terms ]).
+    """
     if not chain.has_terms:
         return {}
-    return {
-        name: np.ascontiguousarray(a, dtype=np.int64)
-        for name, a in (("fa", chain.fall), ("wh", chain.held_grads), ("fr", chain.freed))
-    }
+    return _ChainTerms(
+        fa=np.ascontiguousarray(chain.fall, dtype=np.int64),
+        wh=np.ascontiguousarray(chain.held_grads, dtype=np.int64),
+        fr=np.ascontiguousarray(chain.freed, dtype=np.int64),
+    )
 
 
 @dataclass(frozen=True)
@@ -226,7 +248,7 @@ def dense_table(
     fo: np.ndarray,
     bo: np.ndarray,
 ) -> DenseTable:
-    """rotor's dense table (:class:`DenseTable`) for budgets ``0..capacity`` slots, the sizes
+    """The dense table of rotor (:class:`DenseTable`) for budgets ``0..capacity`` slots, the sizes
     ``x, s, g, fo, bo`` in slots (:func:`slot_sizes`) and the chain's times.
 
     Only the budgets between a lower bound of each sub-chain's least memory and its store-all need
@@ -239,7 +261,9 @@ def dense_table(
     return DenseTable(opt, choice, np.asarray(x, dtype=np.int64), np.asarray(s, dtype=np.int64))
 
 
-def plan_rotor(chain: Chain, memory: int, *, slots: int | str | None = AUTO) -> ChainPlan:
+def plan_rotor(  # noqa: C901 - NOTE [ rotor guarantees ]'s cases in the order tried
+    chain: Chain, memory: int, *, slots: int | str | None = AUTO
+) -> ChainPlan:
     """Optimal checkpointing plan within ``memory`` activation bytes.
 
     Parameters
@@ -355,16 +379,25 @@ def plan_rotor(chain: Chain, memory: int, *, slots: int | str | None = AUTO) -> 
 def _exact_with_options(chain: Chain, budget: int) -> tuple[int, Sequence, dict[int, int], int]:
     """The DP in bytes with the options of every ``F_all``: its status, the plan (empty: none
     within ``budget``), the option of each stage's ``F_all`` (the nonzero ones) and the least
-    budget of the chain (-1: above ``budget``)."""
+    budget of the chain (-1: above ``budget``).
+    """
     options = chain.options
     assert options is not None
-    arrays = (
-        np.ascontiguousarray(options.start, dtype=np.int64),
-        *(np.ascontiguousarray(a, dtype=np.int64) for a in (options.s, options.fo, options.bo)),
-        np.ascontiguousarray(options.bt, dtype=np.float64),
+    start, option_s, option_fo, option_bo = (
+        np.ascontiguousarray(a, dtype=np.int64)
+        for a in (options.start, options.s, options.fo, options.bo)
     )
+    option_bt = np.ascontiguousarray(options.bt, dtype=np.float64)
     status, codes, chosen, _, least = kernels.rotor_exact_options(
-        *_chain_arrays(chain), *arrays, budget, float(EXACT_WORK), **_chain_terms(chain)
+        *_chain_arrays(chain),
+        start,
+        option_s,
+        option_fo,
+        option_bo,
+        option_bt,
+        budget,
+        float(EXACT_WORK),
+        **_chain_terms(chain),
     )
     sequence = _sequence(codes, chain.length)
     per_stage = {k: int(o) for (name, k), o in zip(sequence, chosen.tolist(), strict=True) if o}
@@ -372,10 +405,12 @@ def _exact_with_options(chain: Chain, budget: int) -> tuple[int, Sequence, dict[
 
 
 def _plan_with_options(chain: Chain, memory: int) -> ChainPlan | None:
-    """rotor with the options of every stage's ``F_all`` (selective checkpointing, docs/model.md
-    "Options of a stage"): the DP in bytes, each ``F_all a`` taking the best of its options (NOTE
-    [ rotor in bytes ]: the frontier of ``(a+1, b)`` shifted by each option's saved bytes). None
-    where that DP is past :data:`EXACT_WORK` (the caller then plans with option 0 only)."""
+    """The rotor plan with the options of every stage's ``F_all`` (selective checkpointing,
+    docs/model.md "Options of a stage"): the DP in bytes, each ``F_all a`` taking the best of its
+    options (NOTE [ rotor in bytes ]: the frontier of ``(a+1, b)`` shifted by each option's saved
+    bytes). None where that DP is past :data:`EXACT_WORK` (the caller then plans with option 0
+    only).
+    """
     if chain.total_bytes >= INT64_SAFE:
         return None
     x0 = int(chain.x[0])
@@ -407,7 +442,8 @@ def _plan_with_options(chain: Chain, memory: int) -> ChainPlan | None:
 def auto_slots(length: int) -> int:
     """The slots of ``--slots auto`` when the byte-level DP is too costly: the finest grid whose
     table (about L^3 S / 6 cells) stays within :data:`AUTO_CELLS`, between :data:`AUTO_SLOTS` and
-    :data:`MAX_AUTO_SLOTS`, and whose values fit in :data:`AUTO_TABLE_BYTES`."""
+    :data:`MAX_AUTO_SLOTS`, and whose values fit in :data:`AUTO_TABLE_BYTES`.
+    """
     by_time = int(AUTO_CELLS * 6 // max(1, length**3))
     pairs = length * (length + 1) // 2
     by_memory = int(AUTO_TABLE_BYTES // (4 * pairs)) - 1
@@ -418,7 +454,8 @@ def _grid_shape(
     chain: Chain, budget: int, slots: int, tighten: bool
 ) -> tuple[int, bool, int, type, str | None]:
     """The grid of :func:`_on_grid`: its budget in slots, whether it is exact, the extra slots
-    of tightening, the table's dtype, and why the table is refused (None: it is not)."""
+    of tightening, the table's dtype, and why the table is refused (None: it is not).
+    """
     exact = budget <= slots
     capacity = budget if exact else slots
     extra = _extra_slots(capacity) if tighten and not exact else 0
@@ -440,7 +477,8 @@ def _grid_with_bounds(chain: Chain, memory: int, slots: object) -> kernels.Rotor
     """With ``--slots N``: the chain's least-memory bounds, its store-all peak and the grid's plan,
     in one call of the core (the grid only when the bounds do not settle the answer), or None where
     :func:`plan_rotor` takes the usual path (an invalid or too large grid, or sizes too large for
-    exact int64 sums)."""
+    exact int64 sums).
+    """
     if isinstance(slots, bool) or not isinstance(slots, int) or slots < 1:
         return None
     if not 0 <= memory < INT64_SAFE or chain.has_terms:

@@ -84,17 +84,24 @@ the value and the plan are the same (the tests compare them).
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import numpy as np
 
+from memplan.algorithms.base import Sequence
 from memplan.algorithms.chain.problem import Chain
 from memplan.algorithms.chain.rotor import slot_sizes
 from memplan.algorithms.timeline import Deadline
+from memplan.schedule import OpName
 
 INF = np.inf
 MAX_SLOTS = 64
 """Slots of the fractional DP at most (its forward states are (C + 1)^3 per stage)."""
+_Option = tuple[int, tuple[int, int], np.ndarray, np.ndarray, np.ndarray]
+"""An option of :meth:`FractionalDP._options`: its choice, next state, mask, indices and times."""
+_States = list[list[np.ndarray | None]]
+"""Per segment and input kind: the flat indices of its states reached (None: none)."""
 _MAX_WIDTH = 72  # capacity + x[0] credit + 1, at most
 _EPS = 1e-9
 _F_ALL = -1
@@ -133,7 +140,7 @@ class FractionalPlan:
     ``(tensor, need)`` (needed by computation ``need``), in the order of ``need``.
     """
 
-    sequence: list[tuple[str, int]] = field(default_factory=list)
+    sequence: Sequence = field(default_factory=list)
     offloads: list[tuple[str, int]] = field(default_factory=list)
     prefetches: list[tuple[str, int]] = field(default_factory=list)
 
@@ -213,11 +220,16 @@ class FractionalDP:
         self.evaluated = 0  # forward states evaluated (the reachable ones)
 
     # -- Lemma 1 ---------------------------------------------------------------------------------
-    def _idle(self, excess):
+    def _idle(self, excess: np.ndarray) -> np.ndarray:
         """``max(0, excess) / beta`` (Lemma 1); with no bandwidth only ``excess <= 0`` is free."""
         if self.beta > 0:
-            return np.maximum(excess, 0.0) / self.beta
+            idle: np.ndarray = np.maximum(excess, 0.0) / self.beta
+            return idle
         return np.where(excess > 0, INF, 0.0)
+
+    def _idle_one(self, excess: float) -> float:
+        """:meth:`_idle` of one excess."""
+        return float(self._idle(np.asarray(excess, dtype=np.float64)))
 
     def _fwd_needs(self, a: int, j: int, grad: int) -> list[int]:
         """Memory of ``F_ck a, F_n a+1 .. j-1`` (beyond ``x[a]``) with ``grad`` held."""
@@ -227,10 +239,12 @@ class FractionalDP:
     # -- B.3 -------------------------------------------------------------------------------------
     def _ca(self, a: int, b: int) -> np.ndarray:
         """``CA[a][b]`` (``(W, D)``: every ``m`` and ``D``), for ``b - a < window`` or ``b = L-1``."""
-        return self.last[a] if b == self.L - 1 else self.near[a, b - a]
+        table: np.ndarray = self.last[a] if b == self.L - 1 else self.near[a, b - a]
+        return table
 
     def _ca_choice(self, a: int, b: int) -> np.ndarray:
-        return self.last_choice[a] if b == self.L - 1 else self.near_choice[a, b - a]
+        table: np.ndarray = self.last_choice[a] if b == self.L - 1 else self.near_choice[a, b - a]
+        return table
 
     def _backward_tables(self) -> None:
         """``CA[a][b]`` for ``b - a < window`` (``near[a, b - a]``) and ``CA[a][L-1]`` for every
@@ -334,7 +348,9 @@ class FractionalDP:
     def _t_size(self, a: int, kind: int) -> int:
         return self.x[a] if kind == 0 else self.s[a - 1]
 
-    def _options(self, a: int, t: int, K, F, B):
+    def _options(
+        self, a: int, t: int, K: np.ndarray, F: np.ndarray, B: np.ndarray
+    ) -> Iterator[_Option]:
         """Every first operation of segment ``a < L - 1`` from states ``(K, F, B)`` (1-D arrays),
         in the order ``F_all a``, then ``F_ck a .. F_n j-1`` for ``j = a+1 .. a + window``, each
         with the input kept (``v = 0``) and offloaded (``v = 1``, when the bandwidth allows).
@@ -378,7 +394,20 @@ class FractionalDP:
                 js, [(j, 0) for j in js], t, K, F, B, lems, windows, fit0, fit1, backs
             )
 
-    def _versions(self, js, nexts, t, K, F, B, lems, windows, fit0, fit1, back):
+    def _versions(
+        self,
+        js: list[int],
+        nexts: list[tuple[int, int]],
+        t: int,
+        K: np.ndarray,
+        F: np.ndarray,
+        B: np.ndarray,
+        lems: list[float],
+        windows: list[float],
+        fit0: list[np.ndarray],
+        fit1: list[np.ndarray],
+        back: np.ndarray,
+    ) -> Iterator[_Option]:
         """:meth:`_options` for the options ``js`` (``back``: one row per option), in the order
         ``js[0]`` kept, ``js[0]`` offloaded, ``js[1]`` kept...
         """
@@ -411,7 +440,7 @@ class FractionalDP:
             for v in versions:
                 yield 2 * j + v, nxt, oks[v][row], indices[v][row], cost[row]
 
-    def _last(self, a: int, t: int, K, F, B):
+    def _last(self, a: int, t: int, K: np.ndarray, F: np.ndarray, B: np.ndarray) -> np.ndarray:
         """The loss (B.2) at ``a = L - 1``, or the tail ``CA[a][L-1]`` before it: time and mask."""
         L, C, beta = self.L, self.C, self.beta
         avail = C - t - K
@@ -461,7 +490,7 @@ class FractionalDP:
             relaxed[a] = best
         return relaxed
 
-    def _reach(self, limit: float, beam: int | None) -> tuple[list[list], float]:
+    def _reach(self, limit: float, beam: int | None) -> tuple[_States, float]:
         """The forward pass: the states that some choice of the segments before reaches, in time
         at most ``limit`` with the lower bound :meth:`_relaxed` of the time after them (the others
         are on no plan within ``limit``); with ``beam``, only the ``beam`` most promising states of
@@ -477,7 +506,7 @@ class FractionalDP:
         best = INF
         reach: dict[tuple[int, int], np.ndarray] = {(0, 0): np.full(size, INF)}
         reach[(0, 0)][0] = 0.0
-        states: list[list[np.ndarray | None]] = [[None, None] for _ in range(L)]
+        states: _States = [[None, None] for _ in range(L)]
         for a in range(L):
             self.deadline.check()
             for kind in (0, 1):
@@ -512,7 +541,7 @@ class FractionalDP:
                     np.minimum.at(reach[nxt], index[keep], total[keep])
         return states, best
 
-    def _reachable(self) -> list[list]:
+    def _reachable(self) -> _States:
         """Every state that some choice of the segments before reaches (sorted flat indices, per
         segment and input kind): :meth:`_reach` without a bound, with boolean marks.
         """
@@ -520,7 +549,7 @@ class FractionalDP:
         size = W * D * D
         reached: dict[tuple[int, int], np.ndarray] = {(0, 0): np.zeros(size, dtype=bool)}
         reached[(0, 0)][0] = True
-        states: list[list[np.ndarray | None]] = [[None, None] for _ in range(L)]
+        states: _States = [[None, None] for _ in range(L)]
         for a in range(L):
             self.deadline.check()
             for kind in (0, 1):
@@ -606,10 +635,10 @@ class FractionalDP:
         return self.value
 
     # -- decisions -------------------------------------------------------------------------------
-    def _ca_ops(self, a: int, b: int, m: int, d: int, out: list) -> None:
+    def _ca_ops(self, a: int, b: int, m: int, d: int, out: Sequence) -> None:
         """Append the computations of ``CA[a][b][m][d]`` (along its choices)."""
         beta = self.beta
-        stack: list[tuple] = [(a, b, m, d)]
+        stack: list[tuple[int, int, int, int] | tuple[OpName, int]] = [(a, b, m, d)]
         while stack:
             item = stack.pop()
             if len(item) == 2:  # an operation
@@ -623,7 +652,7 @@ class FractionalDP:
                 out += [("F_all", a), ("B", a)]
                 continue
             if c == _F_ALL:
-                eps_b = float(self._idle(np.float64(self.own_b[a] - m + d)))
+                eps_b = self._idle_one(self.own_b[a] - m + d)
                 d1 = int(_ceil(np.array([d - beta * (self.bt[a] + eps_b)]))[0]) if beta > 0 else 0
                 out.append(("F_all", a))
                 stack += [("B", a), (a + 1, b, m - self.s[a], d1)]
@@ -643,14 +672,16 @@ class FractionalDP:
         at = int(np.searchsorted(S, state))
         if at == len(S) or S[at] != state:
             return _NONE
-        return int(self.choice[a][kind][at])
+        chosen = self.choice[a][kind]
+        assert chosen is not None  # kept beside its states
+        return int(chosen[at])
 
     def plan(self) -> FractionalPlan:
         """The decisions of ``OC[0][x[0]][0][0][0]`` (call after a finite :meth:`solve`)."""
         beta, C, L, D = self.beta, self.C, self.L, self.D
         plan = FractionalPlan()
         a, kind, K, F, B = 0, 0, 0, 0, 0
-        backs: list[tuple[list, str | None]] = []  # per segment: its backward ops, prefetched T
+        backs: list[tuple[Sequence, str | None]] = []  # per segment: its backward ops, prefetched T
         while True:
             c = self._choice_at(a, kind, (K * D + F) * D + B)
             if c == _NONE:  # pragma: no cover - the forward pass reached every state visited here
@@ -670,17 +701,17 @@ class FractionalDP:
                 plan.offloads.append((name, first))
             if j == a:  # F_all a
                 nF = self.g[L] + self.s[a] + self.fo[a]
-                eps_f = float(self._idle(np.float64(nF - avail + F)))
-                eps_b = float(self._idle(np.float64(self.own_b[a] - avail + B)))
+                eps_f = self._idle_one(nF - avail + F)
+                eps_b = self._idle_one(self.own_b[a] - avail + B)
                 window, d_back = self.ft[a], self.bt[a] + eps_b
                 plan.sequence.append(("F_all", a))
-                back = [("B", a)]
+                back: Sequence = [("B", a)]
                 nxt, nkind = a + 1, 1
             else:
                 needs = self._fwd_needs(a, j, self.g[L])
                 fp = self.fprefix
                 lem = max(needs[i] - beta * (fp[a + i] - fp[a]) for i in range(len(needs)))
-                eps_f = float(self._idle(np.float64(lem - avail + F)))
+                eps_f = self._idle_one(lem - avail + F)
                 window = fp[j] - fp[a]
                 d_back = float(self._ca(a, j - 1)[avail, B])
                 plan.sequence.append(("F_ck", a))

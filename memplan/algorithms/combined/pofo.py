@@ -37,14 +37,20 @@ from __future__ import annotations
 import math
 import sys
 from dataclasses import dataclass
+from typing import Literal
 
 import numpy as np
 
-from memplan.algorithms.base import Transfer
+from memplan.algorithms.base import Sequence, Transfer
 from memplan.algorithms.chain.problem import Chain
 from memplan.algorithms.chain.rotor import F_ALL, dense_table, slot_sizes
 
 INF = math.inf
+
+
+_Decision = tuple[Literal["none", "tail", "all", "ck"], int, bool]
+"""How ``V(a, K, T, P)`` is reached: its kind, the checkpoint ``j`` (``ck``) and whether ``T`` is
+offloaded."""
 
 
 @dataclass(frozen=True, eq=False)  # hashed by identity: one object per tensor
@@ -82,7 +88,7 @@ class PofoDP:
         self.fprefix = np.concatenate(([0.0], np.cumsum(chain.ft))).tolist()
         x0 = int(chain.x[0])
         self.x0 = _Tensor("x[0]", x0, 0, int(x0 // self.unit) if budget > 0 else 0)
-        self.memo: dict = {}
+        self.memo: dict[tuple[int, int, _Tensor, _Tensor | None], tuple[float, _Decision]] = {}
         self._tensors = {"x": [self.x0], "s": []}
         for k in range(self.L):
             if k > 0:
@@ -109,9 +115,9 @@ class PofoDP:
         # Beyond the capacity (x[0] offloaded), rotor's plan at the capacity still fits.
         return INF if m < 0 else self._opt_list[a][b][min(m, self.capacity)]
 
-    def value(self, a: int, K: int, T: _Tensor, P: _Tensor | None) -> tuple[float, tuple]:
-        """``V(a, K, T, P)`` and the decision reaching it (``("tail",)``, ``("all", off)``,
-        ``("ck", j, off)``).
+    def value(self, a: int, K: int, T: _Tensor, P: _Tensor | None) -> tuple[float, _Decision]:
+        """``V(a, K, T, P)`` and the decision reaching it (``("tail", 0, False)``,
+        ``("all", 0, off)``, ``("ck", j, off)``; ``("none", 0, False)`` where nothing fits).
         """
         key = (a, K, T, P)
         found = self.memo.get(key)
@@ -123,10 +129,10 @@ class PofoDP:
         pslots = 0 if P is None else P.keep + P.credit  # reserved while P is prefetched
         pf_time = 0.0 if P is None else self.move(P)
         room = self.capacity - K - T.keep - pslots  # slots for the backward of this segment
-        best: tuple[float, tuple] = (INF, ())
+        best: tuple[float, _Decision] = (INF, ("none", 0, False))
         tail = self._opt(a, L - 1, room)
         if tail < INF:
-            best = (tail + max(0.0, pf_time - tail), ("tail",))
+            best = (tail + max(0.0, pf_time - tail), ("tail", 0, False))
         fwd_room = self.capacity - K - T.keep - g[L]
         # Checkpoints x[j] the forward can reach, with rotor's recomputation of a..j-1 (B.3).
         ck: list[tuple[int, float, float]] = []
@@ -154,7 +160,7 @@ class PofoDP:
                     ft, bt = self._ft[a], self._bt[a]
                     total = ft + max(0.0, off_time - ft) + sub + bt + max(0.0, pf_time - bt)
                     if total < best[0]:
-                        best = (total, ("all", off))
+                        best = (total, ("all", 0, off))
             for j, window, back in ck:  # F_ck a, F_n .. j-1 (B.1 case 2)
                 sub = self.value(j, K2, xt[j], P2)[0]
                 if sub < INF:
@@ -172,9 +178,9 @@ class PofoDP:
         finally:
             sys.setrecursionlimit(limit)
 
-    def _rotor_ops(self, a: int, b: int, m: int) -> list[tuple[str, int]]:
+    def _rotor_ops(self, a: int, b: int, m: int) -> Sequence:
         """Rotor's plan of stages ``a..b`` with ``m`` slots (its table's choices)."""
-        seq: list[tuple[str, int]] = []
+        seq: Sequence = []
         stack: list[tuple[str, int, int, int]] = [("solve", a, b, m)]
         x, s = self.r["x"], self.r["s"]
         while stack:
@@ -200,14 +206,14 @@ class PofoDP:
         ops: list[Transfer] = []
         clock = 0.0
 
-        def run(seq: list[tuple[str, int]]) -> None:
+        def run(seq: Sequence) -> None:
             nonlocal clock
             for name, k in seq:
                 d = float(c.bt[k] if name == "B" else c.ft[k])
                 ops.append((name, k, clock, clock + d, "compute", None))
                 clock += d
 
-        def transfer(kind: str, t: _Tensor, start: float) -> float:
+        def transfer(kind: Literal["offload", "prefetch"], t: _Tensor, start: float) -> float:
             end = start + self.move(t)
             stage = min(int(t.name[2:-1]), self.L - 1)
             ops.append((kind, stage, start, end, "transfer", t.name))
@@ -215,7 +221,7 @@ class PofoDP:
 
         # Forward phase: walk the decisions; keep what each segment's backward needs.
         a, K, T, P = 0, 0, self.x0, None
-        pending: list[tuple[list[tuple[str, int]], _Tensor | None]] = []
+        pending: list[tuple[Sequence, _Tensor | None]] = []
         while True:
             _, decision = self.value(a, K, T, P)
             room = self.capacity - K - T.keep - (0 if P is None else P.keep + P.credit)
@@ -228,12 +234,14 @@ class PofoDP:
             off = decision[-1]
             begin = clock
             end = transfer("offload", T, begin) if off else begin
+            back: Sequence
             if decision[0] == "all":
                 run([("F_all", a)])
                 back, nxt, new = [("B", a)], a + 1, self.tensor("s", a)
             else:
                 j = decision[1]
-                run([("F_ck", a)] + [("F_n", k) for k in range(a + 1, j)])
+                forward: Sequence = [("F_ck", a)]
+                run(forward + [("F_n", k) for k in range(a + 1, j)])
                 back = self._rotor_ops(a, j - 1, min(room, self.capacity))
                 nxt, new = j, self.tensor("x", j)
             clock = max(clock, end)

@@ -22,7 +22,7 @@ The result is valid by construction; :func:`memplan.solve` replays it anyway.
 
 from __future__ import annotations
 
-from memplan.algorithms.base import Transfer
+from memplan.algorithms.base import Sequence, Transfer
 from memplan.algorithms.chain.problem import Chain
 
 _TOL = 1e-9
@@ -39,7 +39,7 @@ def _stage(chain: Chain, name: str) -> int:
 
 def _peaks(
     chain: Chain,
-    sequence: list[tuple[str, int]],
+    sequence: Sequence,
     offloaded_after: dict[int, list[str]],
     fetched_before: dict[int, list[str]],
 ) -> list[int] | None:
@@ -82,7 +82,7 @@ def _peaks(
 
 def plan_peak(
     chain: Chain,
-    sequence: list[tuple[str, int]],
+    sequence: Sequence,
     offloads: list[tuple[str, int]],
     prefetches: list[tuple[str, int]],
 ) -> int | None:
@@ -93,7 +93,7 @@ def plan_peak(
 
 def _plan_peaks(
     chain: Chain,
-    sequence: list[tuple[str, int]],
+    sequence: Sequence,
     offloads: list[tuple[str, int]],
     prefetches: list[tuple[str, int]],
 ) -> tuple[dict[int, list[str]], dict[int, list[str]], list[int] | None]:
@@ -111,7 +111,7 @@ def _plan_peaks(
 
 def realize(
     chain: Chain,
-    sequence: list[tuple[str, int]],
+    sequence: Sequence,
     offloads: list[tuple[str, int]],
     prefetches: list[tuple[str, int]],
     memory: int,
