@@ -91,7 +91,7 @@ def ratio(args: argparse.Namespace) -> None:
 
     from memplan.torch.linearize import linearize
     from memplan.torch.models import build_model
-    from memplan.torch.profiler import _training_state, profile_model
+    from memplan.torch.profiler import profile_model, training_state
 
     print(
         "| model | batch | stages | plain iteration s (wall / cpu) | iterations timed "
@@ -103,7 +103,7 @@ def ratio(args: argparse.Namespace) -> None:
         model, x, _ = build_model(name, batch_size=int(batch))
         chain = linearize(model, x)
         samples = []
-        with _training_state(chain.modules):
+        with training_state(chain.modules):
             _plain_iteration(chain, x)  # warm-up
             samples += [_plain_iteration(chain, x) for _ in range(3)]
         wall, cpu = _clocks()
@@ -111,7 +111,7 @@ def ratio(args: argparse.Namespace) -> None:
             model, example_input=x, repeats=args.repeats, name=name, threads=args.threads
         )
         end_wall, end_cpu = _clocks()
-        with _training_state(chain.modules):
+        with training_state(chain.modules):
             samples += [_plain_iteration(chain, x) for _ in range(3)]
         plain_wall = statistics.median(s[0] for s in samples)
         plain_cpu = statistics.median(s[1] for s in samples)

@@ -252,7 +252,7 @@ def profile_join(
     """
     import memplan
     from memplan.torch.device import describe_device, resolve_device
-    from memplan.torch.profiler import DTYPES, _storage_bytes, measure_stage, profile_chain
+    from memplan.torch.profiler import DTYPES, measure_stage, profile_chain, storage_bytes
 
     if dtype not in DTYPES:
         raise InputError(f"--dtype {dtype!r}: expected one of {', '.join(DTYPES)}")
@@ -286,7 +286,7 @@ def profile_join(
             module.train()
             out = chain.forward(x)
         outputs.append(out.detach())
-        profiled.append(Branch(name=branch_name, input_size=_storage_bytes(x), stages=fixed))
+        profiled.append(Branch(name=branch_name, input_size=storage_bytes(x), stages=fixed))
     turn_module = join.turn.to(device=dev, dtype=torch_dtype)
     flat = torch.cat([o.reshape(-1) for o in outputs])
     m = measure_stage(

@@ -107,7 +107,7 @@ ProgressCallback = Callable[[str, int, int], None]
 # --------------------------------------------------------------------------------------------
 
 
-def _storage_bytes(tensor: Tensor | None) -> int:
+def storage_bytes(tensor: Tensor | None) -> int:
     key = None if tensor is None else storage_key(tensor)
     return 0 if key is None else key[1]
 
@@ -348,7 +348,7 @@ def _instrumented(runner: _StageRunner, probe: MemoryProbe, static: set[int]) ->
         _allocate_grads(runner.module, lambda _param: True)
         runner.sync()
         backward_peak = probe.peak(lambda: out.backward(grad), dict)
-        input_grad_size = _storage_bytes(None if leaf is None else leaf.grad)
+        input_grad_size = storage_bytes(None if leaf is None else leaf.grad)
         backward_overhead = max(0, backward_peak - allocation_bytes(input_grad_size, device))
         _clear_grads(runner.module)
     forward_all = max(0, forward_peak - saved_size)
@@ -418,7 +418,7 @@ def _fresh_backward(
         key = None if id(param) not in creates or param.grad is None else storage_key(param.grad)
         if key is not None:
             created[key[0]] = allocation_bytes(key[1], device)
-    input_grad_size = allocation_bytes(_storage_bytes(None if leaf is None else leaf.grad), device)
+    input_grad_size = allocation_bytes(storage_bytes(None if leaf is None else leaf.grad), device)
     weight_grads = sum(created.values())
     _clear_grads(runner.module)
     return weight_grads, peak - input_grad_size - weight_grads
@@ -503,7 +503,7 @@ def measure_option(
         runner.sync()
         if measure:
             backward_peak = probe.peak(backward, dict)
-            input_grad = _storage_bytes(None if leaf is None else leaf.grad)
+            input_grad = storage_bytes(None if leaf is None else leaf.grad)
             sizes["saved"] = saved
             sizes["forward"] = max(0, peak - saved)
             sizes["backward"] = max(0, backward_peak - allocation_bytes(input_grad, device))
@@ -697,7 +697,7 @@ def linearize_on_sample(model: nn.Module, x: Tensor, samples: int = LINEARIZE_SA
 
 
 @contextmanager
-def _training_state(modules: list[nn.Module]) -> Iterator[None]:
+def training_state(modules: list[nn.Module]) -> Iterator[None]:
     """Train mode during profiling; restore the training flags and buffers (BN statistics)."""
     flags = [(m, m.training) for module in modules for m in module.modules()]
     seen: set[int] = set()
@@ -831,7 +831,7 @@ def _profile_stages(
     last_user = _last_users(chain)
     measured: dict[Any, tuple[str, StageMeasurement, dict[str, Any] | None]] = {}
     summaries: dict[str, tuple[str, Summary, float]] = {}
-    with _training_state(chain.modules), torch.enable_grad():
+    with training_state(chain.modules), torch.enable_grad():
         for k, (name, module) in enumerate(chain.stages):
             params = [p for p in module.parameters() if id(p) not in counted]
             counted.update(id(p) for p in params)
@@ -1204,7 +1204,7 @@ def _profile_model(
     extra: dict[str, Any] = {"threads": threads, "overheads": probe_method}
     if gpu is None:
         device_block = describe_device(dev)
-        largest = max([_storage_bytes(x), *(s.saved_size for s in stages)])
+        largest = max([storage_bytes(x), *(s.saved_size for s in stages)])
         copied = None if dev.type == "cuda" else offload_copy_bytes(largest)
         bandwidth, extra["bandwidth"] = profile_bandwidth(dev, copied)
         estimated = None
@@ -1235,6 +1235,6 @@ def _profile_model(
             extra=extra,
             estimate=estimated,
         ),
-        input_size=allocation_bytes(_storage_bytes(x), dev),
+        input_size=allocation_bytes(storage_bytes(x), dev),
         stages=stages,
     )
