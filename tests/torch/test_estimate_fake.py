@@ -21,10 +21,10 @@ from memplan.torch.fake import OVERHEADS_METHOD, TensorLevelRun  # noqa: E402
 from memplan.torch.linearize import linearize  # noqa: E402
 from memplan.torch.models import build_model  # noqa: E402
 from memplan.torch.profiler import (  # noqa: E402
-    _training_state,
     linearize_on_sample,
     measure_stage,
     profile_model,
+    training_state,
 )
 
 pytestmark = pytest.mark.torch
@@ -97,7 +97,7 @@ def _tensor_level(chain, x, fake: bool) -> list[tuple[int, ...]]:
     run = TensorLevelRun(fake=fake)
     x = run.fake(x)
     found = []
-    with _training_state(chain.modules), torch.enable_grad():
+    with training_state(chain.modules), torch.enable_grad():
         for k, (_, module) in enumerate(chain.stages):
             m = run.measure_stage(module, x, input_grad=k > 0, counter=OpCounter())
             found.append(
