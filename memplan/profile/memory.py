@@ -32,17 +32,16 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, cast
 
 from memplan.errors import InputError
 from memplan.profile.model import Profile, Stage
+from memplan.schedule import OPTIMIZER_FACTORS, OptimizerName
 
 Gradients = Literal["at-backward", "kept"]
 GRADIENTS: tuple[str, ...] = ("at-backward", "kept")
 """The two loops a chain plan can be made for (NOTE [ training-loop memory terms ])."""
 AUTO = "auto"
-OPTIMIZER_STATE = {"none": 0, "sgd": 0, "momentum": 1, "adam": 2}
-"""Optimizer state per weight byte (momentum's buffer, Adam's two moments)."""
 
 
 def check_gradients(gradients: str | None) -> str:
@@ -88,7 +87,9 @@ def static_bytes(
     """
     if optimizer == "none":
         return 0
-    copies = 1 + OPTIMIZER_STATE[optimizer] + (0 if gradients == "at-backward" else 1)
+    # OPTIMIZER_FACTORS counts the gradients among the copies of the weights
+    factor = OPTIMIZER_FACTORS[cast(OptimizerName, optimizer)]  # checked by the callers
+    copies = factor - (1 if gradients == "at-backward" else 0)
     return copies * weight_size + (workspace or 0)
 
 
