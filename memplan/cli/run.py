@@ -192,14 +192,21 @@ def _train(
         dtype = prof.dtype
     dtype = dtype or "float32"
     dev = resolve_device(device)
-    sched = None
-    if prof is not None:  # no model is built (nor moved to the GPU) for a budget with no plan
-        sched = memplan.solve(
+
+    def plan(prof: Any) -> Any:
+        """The feasible schedule, or None with the reason on stderr."""
+        found = memplan.solve(
             prof, algo, memory, optimizer=optimizer, gradients=gradients, **options
         )
-        if not sched.feasible:
-            common.echo_err(infeasible_line(sched))
+        if not found.feasible:
+            common.echo_err(infeasible_line(found))
             return None
+        return found
+
+    # a given profile is solved first: no model is built (nor moved to the GPU) for no plan
+    sched = None if prof is None else plan(prof)
+    if prof is not None and sched is None:
+        return None
     module, x, label = build_model(name, batch_size=batch_size, input_shape=shape, config=config)
     module.to(device=dev, dtype=DTYPES[dtype])
     x = x.to(device=dev, dtype=DTYPES[dtype]) if x.is_floating_point() else x.to(dev)
@@ -212,12 +219,8 @@ def _train(
             "name": label,
         }  # fmt: skip
         prof = run_with_progress(profile_model, module, kwargs, f"profiling {label}")
-    if sched is None:
-        sched = memplan.solve(
-            prof, algo, memory, optimizer=optimizer, gradients=gradients, **options
-        )
-        if not sched.feasible:
-            common.echo_err(infeasible_line(sched))
+        sched = plan(prof)
+        if sched is None:
             return None
     if trace is not None:
         from memplan.cli.solve import write_trace_file
