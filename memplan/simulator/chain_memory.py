@@ -62,7 +62,7 @@ class ChainMemory:
         self.fr = terms.freed_input
         self.cut: set[int] = set()  # k: s[k] is held without x[k+1], which F_all k+1 freed
         self.stages = stages
-        self.option_zero = (list(self.fa), list(self.bo))  # the stages' own overheads
+        self.terms = terms  # the stages' own overheads (option 0)
         self.options = [0] * self.length  # the option of each stage's latest F_all
         self.place: dict[str, str | None] = dict.fromkeys(self.size)
         self.place["x[0]"] = _GPU
@@ -101,7 +101,7 @@ class ChainMemory:
         chosen = self.stages[k].option(option)
         self.size[self.s[k]] = chosen.saved_size
         if option == 0:
-            self.fa[k], self.bo[k] = self.option_zero[0][k], self.option_zero[1][k]
+            self.fa[k], self.bo[k] = self.terms.forward_all[k], self.terms.backward[k]
         else:
             self.fa[k], self.bo[k] = chosen.forward_overhead, chosen.backward_overhead
 
