@@ -15,12 +15,17 @@ try:
 except ImportError as exc:  # pragma: no cover - depends on the environment
     raise ImportError("memplan.torch needs PyTorch: pip install 'memplan[torch]'") from exc
 
-from memplan.torch.enable import PlannedModel, disable, enable, planned
-from memplan.torch.linearize import Chain, linearize, split_model
-from memplan.torch.measure import StepMeasurement, make_optimizer, measure_step, train_under_plan
-from memplan.torch.models import MODELS, build_model, example_input, model_names
-from memplan.torch.profiler import measure_stage, profile_chain, profile_model
-from memplan.torch.runtime import CheckpointedChain, RuntimeCounters, checkpointed, fit
+from memplan.torch.runtime.planned import PlannedModel, disable, enable, planned
+from memplan.torch.split.linearize import Chain, linearize, split_model
+from memplan.torch.measure.step import (
+    StepMeasurement,
+    make_optimizer,
+    measure_step,
+    train_under_plan,
+)
+from memplan.torch.models.registry import MODELS, build_model, example_input, model_names
+from memplan.torch.profiler.model import measure_stage, profile_chain, profile_model
+from memplan.torch.runtime.iteration import CheckpointedChain, RuntimeCounters, checkpointed, fit
 
 __all__ = [
     "MODELS",

@@ -1,4 +1,4 @@
-"""memplan.torch.compare and its meter: every way of training measured on the same footing."""
+"""memplan.torch.compare.training and its meter: every way of training measured on the same footing."""
 
 from __future__ import annotations
 
@@ -9,10 +9,10 @@ torch = pytest.importorskip("torch")
 from torch import nn  # noqa: E402
 
 from memplan.errors import InputError  # noqa: E402
-from memplan.torch import compare as compare_module  # noqa: E402
-from memplan.torch.allocator_peak import allocator_peak, profiled_copy  # noqa: E402
-from memplan.torch.compare import compare_training, default_segments  # noqa: E402
-from memplan.torch.measure import measure_step  # noqa: E402
+from memplan.torch.compare import training as compare_module  # noqa: E402
+from memplan.torch.measure.allocator_peak import allocator_peak, profiled_copy  # noqa: E402
+from memplan.torch.compare.training import compare_training, default_segments  # noqa: E402
+from memplan.torch.measure.step import measure_step  # noqa: E402
 
 pytestmark = pytest.mark.torch
 

@@ -12,7 +12,7 @@ torch = pytest.importorskip("torch")
 from torch import nn  # noqa: E402
 
 from memplan.errors import InputError  # noqa: E402
-from memplan.torch.linearize import (  # noqa: E402
+from memplan.torch.split.linearize import (  # noqa: E402
     ClassificationLoss,
     MeanSquareLoss,
     NextTokenLoss,
@@ -20,7 +20,7 @@ from memplan.torch.linearize import (  # noqa: E402
     outputs_match,
     split_model,
 )
-from memplan.torch.models import MODELS, Inception3, InceptionOutputs, build_model  # noqa: E402
+from memplan.torch.models.registry import MODELS, Inception3, InceptionOutputs, build_model  # noqa: E402
 
 pytestmark = pytest.mark.torch
 

@@ -1,4 +1,4 @@
-"""Models memplan cuts without a memplan_stages(): repeated blocks (memplan.torch.repeated),
+"""Models memplan cuts without a memplan_stages(): repeated blocks (memplan.torch.split.repeated),
 DenseNet per dense layer, and timm / torchvision models where those packages load.
 
 Which combination runs here: torch 2.13.0 (CPU build) without torchvision and timm. torchvision's
@@ -24,14 +24,14 @@ import memplan  # noqa: E402
 from memplan.api import describe  # noqa: E402
 from memplan.errors import InputError  # noqa: E402
 from memplan.torch import build_model, checkpointed, linearize, profile_model  # noqa: E402
-from memplan.torch.linearize import DenseLayerStage, NextTokenLoss  # noqa: E402
-from memplan.torch.models import DenseNet  # noqa: E402
-from memplan.torch.repeated import (  # noqa: E402
+from memplan.torch.split.linearize import DenseLayerStage, NextTokenLoss  # noqa: E402
+from memplan.torch.models.registry import DenseNet  # noqa: E402
+from memplan.torch.split.repeated import (  # noqa: E402
     BlockCall,
     PrefixStage,
     find_repeated_blocks,
 )
-from memplan.torch.runtime import planned_forward_counts  # noqa: E402
+from memplan.torch.runtime.iteration import planned_forward_counts  # noqa: E402
 
 pytestmark = pytest.mark.torch
 

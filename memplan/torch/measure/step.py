@@ -177,7 +177,7 @@ def _iteration(
 
 
 def _measure_cpu(run: Callable[[], Tensor], resident: dict[int, int]) -> tuple[int, int, Tensor]:
-    from memplan.torch.memory_probe import CpuProbe
+    from memplan.torch.measure.probe import CpuProbe
 
     activities = [torch.profiler.ProfilerActivity.CPU]
     with torch.profiler.profile(activities=activities, profile_memory=True) as prof:
@@ -239,7 +239,7 @@ def measure_step(
         after = torch.cuda.memory_allocated(device)
         method = _CUDA_METHOD
     else:
-        from memplan.torch.memory_probe import CpuProbe
+        from memplan.torch.measure.probe import CpuProbe
 
         CpuProbe.quiet()
         # The allocator reports the free of a block only when it saw its allocation (under a
@@ -313,8 +313,8 @@ def train_under_plan(
     """
     import memplan
     from memplan.api import static_memory
-    from memplan.torch.linearize import linearize
-    from memplan.torch.runtime import checkpointed, planned_activation_peak
+    from memplan.torch.split.linearize import linearize
+    from memplan.torch.runtime.iteration import checkpointed, planned_activation_peak
 
     optimizer_name = schedule.budget.optimizer
     if set_to_none is None:

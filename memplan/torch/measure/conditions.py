@@ -28,7 +28,7 @@ from typing import Any
 import torch
 
 from memplan.profile.model import Conditions, Profile
-from memplan.torch.device import cpu_name
+from memplan.torch.base.device import cpu_name
 
 __all__ = [
     "KERNEL_VARIABLES",

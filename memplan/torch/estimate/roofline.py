@@ -1,7 +1,7 @@
 """Estimate GPU times from operator counts: a roofline per aten operator (``roofline/1``).
 
 A stage's forward and backward run once under :class:`OpCounter` (on fake tensors by default,
-:mod:`memplan.torch.fake`; on real CPU or CUDA tensors with ``--device``), a ``TorchDispatchMode``
+:mod:`memplan.torch.measure.fake`; on real CPU or CUDA tensors with ``--device``), a ``TorchDispatchMode``
 that records, for every aten operator call that launches a kernel:
 
 * FLOPs, from ``torch.utils.flop_counter.flop_registry`` (matrix products, convolutions, fused
@@ -222,7 +222,7 @@ def _tensor_key(tensor: Tensor) -> tuple[Any, ...]:
     """Identity of the memory a tensor addresses, so that each is counted once per call.
 
     The storage is told apart by its identity, not its data pointer: fake tensors
-    (:mod:`memplan.torch.fake`) have no data, and a real storage has one pointer anyway.
+    (:mod:`memplan.torch.measure.fake`) have no data, and a real storage has one pointer anyway.
     """
     try:
         storage: Any = tensor.untyped_storage()._cdata

@@ -1,8 +1,8 @@
 """What a recomputation of a stage does: the same RNG draws, the buffers updated once.
 
-:func:`recomputing` is the one definition shared by the runtime (:mod:`memplan.torch.runtime`
+:func:`recomputing` is the one definition shared by the runtime (:mod:`memplan.torch.runtime.iteration`
 runs every later forward of a stage the plan runs more than once inside it, with the RNG state
-:func:`rng_snapshot` kept at its first forward) and the profiler (:mod:`memplan.torch.profiler`
+:func:`rng_snapshot` kept at its first forward) and the profiler (:mod:`memplan.torch.profiler.model`
 measures every forward inside it, so that what a recomputation holds is part of the stage's
 ``forward_overhead``). docs/runtime.md, "What the wrapper does".
 """

@@ -6,8 +6,8 @@ measured on the device that profiles:
 
 * **CUDA**: copies between a pinned host buffer and a device buffer of 256 MiB (capped at a
   quarter of the free device memory), ``non_blocking`` then ``torch.cuda.synchronize``;
-* **CPU**: the copy :mod:`memplan.torch.runtime` makes for an ``offload`` and a ``prefetch`` on a
-  CPU (its :class:`~memplan.torch.transfers.Mover`): an offload allocates a host buffer and copies the tensor's storage into it
+* **CPU**: the copy :mod:`memplan.torch.runtime.iteration` makes for an ``offload`` and a ``prefetch`` on a
+  CPU (its :class:`~memplan.torch.runtime.transfers.Mover`): an offload allocates a host buffer and copies the tensor's storage into it
   (``torch.empty`` + ``copy_``), a prefetch gives the storage its bytes back and copies the data in
   (``resize_`` + ``copy_``). Both allocate fresh memory, so the rate includes the first touch of
   its pages, as every offload of a plan does. The buffer is the largest tensor the plan could move
@@ -75,8 +75,8 @@ def _pinned_copy_rate(device: torch.device, nbytes: int, repeats: int) -> tuple[
 
 
 def _runtime_copy_rate(device: torch.device, nbytes: int, repeats: int) -> float:
-    """The runtime's own offload and prefetch of one ``nbytes`` tensor (its :class:`~memplan.torch.transfers.Mover`)."""
-    from memplan.torch.transfers import Mover, make_stored
+    """The runtime's own offload and prefetch of one ``nbytes`` tensor (its :class:`~memplan.torch.runtime.transfers.Mover`)."""
+    from memplan.torch.runtime.transfers import Mover, make_stored
 
     tensor = torch.ones(nbytes, dtype=torch.uint8, device=device)
     stored = make_stored("x[0]", tensor, [tensor.untyped_storage()])
@@ -124,7 +124,7 @@ def profile_bandwidth(
         nbytes = nbytes or CPU_BANDWIDTH_BYTES[1]
         rate = _runtime_copy_rate(device, nbytes, repeats)
         what = (
-            f"the runtime's CPU offload copy of {_mib(nbytes)} (memplan.torch.runtime: "
+            f"the runtime's CPU offload copy of {_mib(nbytes)} (memplan.torch.runtime.iteration: "
             "torch.empty + copy_ to offload, resize_ + copy_ to prefetch)"
         )
     return float(rate), f"{what}, median of {max(1, repeats)} each way, the slower direction"

@@ -16,7 +16,7 @@ stage the output of stage ``k-1`` and runs one warm-up iteration, one instrument
 ``forward_overhead`` / ``backward_overhead``
     Temporary memory. On CPU, from the allocator events of ``torch.profiler`` (``profile_memory``);
     on CUDA, from ``torch.cuda.max_memory_allocated``. The forward is measured twice, inside the
-    runtime's recomputation context (:func:`memplan.torch.recompute.recomputing`): with autograd
+    runtime's recomputation context (:func:`memplan.torch.runtime.recompute.recomputing`): with autograd
     (the peak beyond ``saved_size``, as ``F_all`` runs) and without (the peak beyond the output,
     as ``F_ck``/``F_n`` run); the larger counts. The backward's peak beyond the gradient of the
     input, measured with the weight gradients already allocated (the per-operator weight
@@ -26,17 +26,17 @@ stage the output of stage ``k-1`` and runs one warm-up iteration, one instrument
     in the first one), its buffers, 4 bytes per parameter tensor (Adam's step count), and for
     the loss stage the loss and its gradient (:func:`kept_bytes`, docs/runtime.md).
 ``bandwidth`` (of the profile)
-    The host<->device copy rate (:mod:`memplan.torch.bandwidth`): pinned copies on CUDA, the
+    The host<->device copy rate (:mod:`memplan.torch.measure.bandwidth`): pinned copies on CUDA, the
     runtime's own offload copy on CPU.
 
 On CUDA every size is rounded up to the caching allocator's 512-byte blocks
-(:func:`memplan.torch.memory_probe.allocation_bytes`).
+(:func:`memplan.torch.measure.probe.allocation_bytes`).
 
 The chain is checked against the model on one sample (:func:`linearize_on_sample`).
 
 With ``estimate=GPU`` (or ``gpu_spec=FILE``) the times are estimated for that GPU from
-per-operator FLOP and byte counts (:mod:`memplan.torch.estimate`) and the timed iterations are
-skipped; with ``device="auto"`` the stages run on fake tensors (:mod:`memplan.torch.fake`): the
+per-operator FLOP and byte counts (:mod:`memplan.torch.estimate.roofline`) and the timed iterations are
+skipped; with ``device="auto"`` the stages run on fake tensors (:mod:`memplan.torch.measure.fake`): the
 same sizes as on CPU without computing anything.
 
 docs/profiling.md describes the method and its approximations; docs/estimation.md the estimate.
@@ -61,25 +61,25 @@ from memplan.errors import InputError
 from memplan.gpu import GpuSpec, gpu_catalog, gpu_from_dict, load_gpu, load_gpu_file
 from memplan.interrupt import interrupt_within
 from memplan.profile.model import Device, Measured, Noise, Profile, Stage, StageOption
-from memplan.torch.bandwidth import measure_bandwidth, offload_copy_bytes, profile_bandwidth
-from memplan.torch.blame import FIRST_FORWARD, model_errors
-from memplan.torch.conditions import current_conditions, intra_op_threads
-from memplan.torch.device import describe_device, resolve_device
-from memplan.torch.estimate import OpCounter, estimate_info, estimate_stage, tf32_flags
-from memplan.torch.identical import stage_signature
-from memplan.torch.linearize import Chain, linearize, make_loss, traces_its_input
-from memplan.torch.memory_probe import (
+from memplan.torch.measure.bandwidth import measure_bandwidth, offload_copy_bytes, profile_bandwidth
+from memplan.torch.base.blame import FIRST_FORWARD, model_errors
+from memplan.torch.measure.conditions import current_conditions, intra_op_threads
+from memplan.torch.base.device import describe_device, resolve_device
+from memplan.torch.estimate.roofline import OpCounter, estimate_info, estimate_stage, tf32_flags
+from memplan.torch.profiler.identical import stage_signature
+from memplan.torch.split.linearize import Chain, linearize, make_loss, traces_its_input
+from memplan.torch.measure.probe import (
     CpuProbe,
     CudaProbe,
     MemoryProbe,
     allocation_bytes,
     storage_key,
 )
-from memplan.torch.models import build_model
-from memplan.torch.models import example_input as default_example_input
-from memplan.torch.recompute import recomputing
-from memplan.torch.selective import POLICIES, cached_storages, contexts
-from memplan.torch.timing import Summary, profile_noise, summarize
+from memplan.torch.models.registry import build_model
+from memplan.torch.models.registry import example_input as default_example_input
+from memplan.torch.runtime.recompute import recomputing
+from memplan.torch.runtime.selective import POLICIES, cached_storages, contexts
+from memplan.torch.measure.timing import Summary, profile_noise, summarize
 
 __all__ = [
     "DTYPES",
@@ -276,7 +276,7 @@ class _Sizes:
 def _instrumented(runner: _StageRunner, probe: MemoryProbe, static: set[int]) -> _Sizes:
     """One iteration under the memory probe and ``saved_tensors_hooks``, as the runtime runs it.
 
-    The forward runs twice, both times inside :func:`memplan.torch.recompute.recomputing` (the
+    The forward runs twice, both times inside :func:`memplan.torch.runtime.recompute.recomputing` (the
     copies of the buffers and the RNG state a recomputation holds count): without autograd, as
     ``F_ck``/``F_n`` run, and with it, as ``F_all`` runs; the forward overhead covers both. The
     backward runs with the weight gradients already allocated (zeros), as in a training loop that
@@ -286,7 +286,7 @@ def _instrumented(runner: _StageRunner, probe: MemoryProbe, static: set[int]) ->
     Returns
     -------
     _Sizes
-        Sizes as the allocator counts them (:func:`memplan.torch.memory_probe.allocation_bytes`);
+        Sizes as the allocator counts them (:func:`memplan.torch.measure.probe.allocation_bytes`);
         ``forward_overhead_all`` is the forward with autograd's alone; ``input_saved`` and
         ``output_saved`` say whether autograd saved the storage of the stage's input or output.
     """
@@ -427,7 +427,7 @@ def _fresh_backward(
 def measure_option(
     runner: _StageRunner, probe: MemoryProbe, static: set[int], policy: str, repeats: int
 ) -> StageOption:
-    """One stage run as an ``F_all`` under a selective policy (:mod:`memplan.torch.selective`),
+    """One stage run as an ``F_all`` under a selective policy (:mod:`memplan.torch.runtime.selective`),
     as the runtime runs it: the forward keeps the policy's outputs (the SAC cache) and none of
     what autograd saves; the backward starts by running the forward again under the
     recomputation context, which fills what autograd saved, then runs.
@@ -578,13 +578,13 @@ def measure_stage(
         when omitted.
     counter : OpCounter, optional
         Records the operators of the warm-up forward and backward
-        (:mod:`memplan.torch.estimate`); ``repeats`` is then ignored.
+        (:mod:`memplan.torch.estimate.roofline`); ``repeats`` is then ignored.
     creates_grads : collection of int, optional
         Ids of the parameters whose gradients this stage's backward creates in a loop that sets
         them to None before each iteration (its own, less those shared with a later stage):
         measures ``weight_grad_size`` and ``backward_overhead_fresh``. Not measured when omitted.
     policies : sequence of str
-        Selective checkpointing policies (:data:`memplan.torch.selective.POLICIES`) to measure
+        Selective checkpointing policies (:data:`memplan.torch.runtime.selective.POLICIES`) to measure
         the stage's ``F_all`` under (:func:`measure_option`): its ``options``, in that order.
 
     Returns
@@ -669,12 +669,12 @@ LINEARIZE_SAMPLES = 1
 
 
 def linearize_on_sample(model: nn.Module, x: Tensor, samples: int = LINEARIZE_SAMPLES) -> Chain:
-    """:func:`~memplan.torch.linearize.linearize`, checked on the first ``samples`` samples only.
+    """:func:`~memplan.torch.split.linearize.linearize`, checked on the first ``samples`` samples only.
 
     The check (the chain reproduces the model's output, in eval mode) is about the model's
     structure, not its batch size: running it on the whole batch costs two forwards, more than
     half a training iteration, for nothing more. Chains found by tracing the model (Hugging Face
-    models, the generic repeated-block cut: :func:`~memplan.torch.linearize.traces_its_input`) are
+    models, the generic repeated-block cut: :func:`~memplan.torch.split.linearize.traces_its_input`) are
     built on the whole batch, their stages being tied to the traced shapes. The loss stage is
     built for the whole batch, as
     ``linearize(model, x)`` builds it (same targets). A model whose output on the sample has no
@@ -732,9 +732,9 @@ def profile_chain(
 ) -> list[Stage]:
     """Measure every stage of a chain, feeding each the previous one's output.
 
-    With ``gpu``, the times are estimated for that GPU (:mod:`memplan.torch.estimate`) instead
+    With ``gpu``, the times are estimated for that GPU (:mod:`memplan.torch.estimate.roofline`) instead
     of measured, the sizes are measured as usual, and each stage's ``extra.estimate`` holds its
-    operator counts. With ``fake`` too, the stages run on fake tensors (:mod:`memplan.torch.fake`):
+    operator counts. With ``fake`` too, the stages run on fake tensors (:mod:`memplan.torch.measure.fake`):
     no computation, the same sizes, overheads without the kernels' own buffers.
 
     Parameters
@@ -757,7 +757,7 @@ def profile_chain(
         instrumented iteration per measured stage). The gradient of a parameter shared by
         several stages is created by the last of them (the first to run its backward).
     dedupe : bool
-        Measure identical stages once (:func:`memplan.torch.identical.stage_signature`): the
+        Measure identical stages once (:func:`memplan.torch.profiler.identical.stage_signature`): the
         later ones reuse the first one's figures (``extra.same_as`` names it) and only run a
         forward without autograd, for the next stage's input.
 
@@ -824,7 +824,7 @@ def _profile_stages(
     tf32 = tf32_flags()
     runner = None
     if fake and gpu is not None:
-        from memplan.torch.fake import TensorLevelRun
+        from memplan.torch.measure.fake import TensorLevelRun
 
         runner = TensorLevelRun()
         x = runner.fake(x)
@@ -959,7 +959,7 @@ def resolve_gpu(
 def _module_label(model: nn.Module) -> str:
     """A module's name in its profile: its class name, lower case (``hf:`` + the model type for
     a Hugging Face model)."""
-    from memplan.torch.hf import is_hf_model
+    from memplan.torch.models.hf import is_hf_model
 
     if is_hf_model(model):
         return f"hf:{model.config.model_type}"
@@ -996,7 +996,7 @@ def profile_model(
     Parameters
     ----------
     model : str or nn.Module
-        A model name (``resnet50``, ``gpt-small``, see :data:`memplan.torch.models.MODELS`), a
+        A model name (``resnet50``, ``gpt-small``, see :data:`memplan.torch.models.registry.MODELS`), a
         ``package.module:factory`` spec, or a module. A module is moved to ``device`` and
         ``dtype`` in place; its training flags and buffers are restored afterwards.
     example_input : Tensor, optional
@@ -1024,7 +1024,7 @@ def profile_model(
         and ``gpu_spec``.
     config : str or dict, optional
         Config values of an ``hf:`` model, e.g. ``"n_layer=24,n_embd=1024"``
-        (:func:`memplan.torch.hf.build_hf_model`).
+        (:func:`memplan.torch.models.hf.build_hf_model`).
     threads : int, optional
         torch's intra-op threads while measuring (restored afterwards). By default one thread
         on the CPU (:data:`CPU_THREADS`: steady times, and the CPU kernels' per-thread scratch
@@ -1034,7 +1034,7 @@ def profile_model(
         Measure identical stages once (``profile_chain``).
     selective : bool
         Also measure every stage but the loss under each selective checkpointing policy
-        (:data:`memplan.torch.selective.POLICIES`): the stages' ``options``, which rotor chooses
+        (:data:`memplan.torch.runtime.selective.POLICIES`): the stages' ``options``, which rotor chooses
         from (docs/model.md, "Options of a stage"). Measured runs only (not estimates).
 
     Returns
@@ -1139,7 +1139,7 @@ def _profile_model(
     selective: bool = False,
 ) -> Profile:
     if isinstance(model, str):  # a join network: branches + turn, docs/profiling.md
-        from memplan.torch.join import profile_join, resolve_join
+        from memplan.torch.profiler.join import profile_join, resolve_join
 
         join = resolve_join(model, batch_size)
         if join is not None:
@@ -1209,7 +1209,7 @@ def _profile_model(
         bandwidth, extra["bandwidth"] = profile_bandwidth(dev, copied)
         estimated = None
     else:
-        from memplan.torch.fake import OVERHEADS_METHOD
+        from memplan.torch.measure.fake import OVERHEADS_METHOD
 
         device_block = Device(kind="estimated", name=gpu.name, memory=gpu.memory)
         bandwidth = gpu.host_bandwidth

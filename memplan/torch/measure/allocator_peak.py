@@ -1,7 +1,7 @@
 """The peak of a training step from the allocator's own running total, for comparisons.
 
-:func:`allocator_peak` is the meter of :mod:`memplan.torch.compare`. It shares no code with the
-profiler's probes nor with :func:`memplan.torch.measure.measure_step` (which replays the
+:func:`allocator_peak` is the meter of :mod:`memplan.torch.compare.training`. It shares no code with the
+profiler's probes nor with :func:`memplan.torch.measure.step.measure_step` (which replays the
 allocator's events by address): a benchmark that pits memplan against other ways of training
 should not measure them with memplan's own bookkeeping.
 

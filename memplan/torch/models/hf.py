@@ -2,7 +2,7 @@
 
 ``memplan profile hf:gpt2`` builds the model from the library's config class with random weights
 (nothing is downloaded: the weights' values change neither memory nor time), and
-:mod:`memplan.torch.repeated` cuts it: ``embedding`` (everything before the first block, by the
+:mod:`memplan.torch.split.repeated` cuts it: ``embedding`` (everything before the first block, by the
 model's own forward), one stage per decoder or encoder block, ``head`` (final norm and output
 layer), then the loss the model's own ``forward`` computes from ``labels``:
 
@@ -14,7 +14,7 @@ layer), then the loss the model's own ``forward`` computes from ``labels``:
 
 For the profile and the chain API (:func:`memplan.torch.checkpointed`, ``fit``), the blocks'
 other inputs (attention masks, rotary position embeddings, position ids) are held by the stage
-wrappers (NOTE [ Stage wrappers ] in :mod:`memplan.torch.repeated`); the models run with
+wrappers (NOTE [ Stage wrappers ] in :mod:`memplan.torch.split.repeated`); the models run with
 ``use_cache=False`` and without padding (an attention mask with zeros is an input error there:
 the masks would differ from batch to batch). :func:`memplan.torch.enable` runs the model's own
 forward with each batch's arguments: padding, position ids and labels as the caller gives them.
@@ -389,7 +389,7 @@ def _logits(output: Any) -> Any:
 
 
 def hf_stages(model: nn.Module, example_input: Tensor) -> Any:
-    """Cut an HF model with :func:`memplan.torch.repeated.find_repeated_blocks`.
+    """Cut an HF model with :func:`memplan.torch.split.repeated.find_repeated_blocks`.
 
     Returns
     -------
@@ -401,7 +401,7 @@ def hf_stages(model: nn.Module, example_input: Tensor) -> Any:
     InputError
         An encoder-decoder, or a model the generic linearizer cannot cut.
     """
-    from memplan.torch.repeated import find_repeated_blocks
+    from memplan.torch.split.repeated import find_repeated_blocks
 
     kind = type(model).__name__
     if getattr(model.config, "is_encoder_decoder", False):

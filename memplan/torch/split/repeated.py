@@ -11,7 +11,7 @@ blocks by running the model once and cuts it into
 * ``head``: everything after the last block, up to the model's output;
 
 with no help from the model's author (no ``memplan_stages()``). The caller
-(:func:`memplan.torch.linearize.linearize`) adds the loss and checks that the chain reproduces the
+(:func:`memplan.torch.split.linearize.linearize`) adds the loss and checks that the chain reproduces the
 model's output.
 
 NOTE [ Finding the run of blocks ]
@@ -875,7 +875,7 @@ def _chain_output(
     kind: str, stages: list[tuple[str, nn.Module]], x: Tensor, inplace: list[bool]
 ) -> Tensor:
     """Run the stages in eval mode without gradients; each must return a floating tensor."""
-    from memplan.torch.linearize import eval_mode, run_stages
+    from memplan.torch.split.linearize import eval_mode, run_stages
 
     with eval_mode(*(m for _, m in stages)), torch.no_grad():
         return run_stages(kind, stages, x.clone(), inplace)
@@ -922,7 +922,7 @@ def find_repeated_blocks(
     See NOTE [ Finding the run of blocks ] and NOTE [ Stage wrappers ]. The model runs once, in
     eval mode without gradients (its training flags are restored), then the stages of the best
     run (longest; runs inside a single block last) run once and must give the model's output
-    (:func:`memplan.torch.linearize.outputs_match`); if they do not, or the run does not make a chain, the next
+    (:func:`memplan.torch.split.linearize.outputs_match`); if they do not, or the run does not make a chain, the next
     run is tried.
 
     Parameters
@@ -948,7 +948,7 @@ def find_repeated_blocks(
         block that also reads tensors computed from parameters, activations or the input's values;
         no way to cut what follows the last block; a chain that does not give the model's output.
     """
-    from memplan.torch.linearize import eval_mode, outputs_match
+    from memplan.torch.split.linearize import eval_mode, outputs_match
 
     kind = type(model).__name__
     call = call or _call_model

@@ -34,7 +34,7 @@ BUILDING = "cannot be built"
 FIRST_FORWARD = "fails on its example input"
 """The phase that runs the model the first time (cutting and checking its chain)."""
 
-_MEMPLAN = Path(__file__).resolve().parents[1]
+_MEMPLAN = Path(__file__).resolve().parents[2]  # memplan/, above torch/base/
 _MODULE_CALL = ("torch", "nn", "modules", "module.py")
 _LIBRARIES = tuple(
     {

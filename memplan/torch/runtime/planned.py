@@ -8,12 +8,12 @@ Lightning) train under the plan, with every batch's own inputs, labels and loss.
 
 NOTE [ Following the model's own forward ]
 ------------------------------------------
-The runtime (:class:`memplan.torch.runtime.PlannedIteration`) needs the boundaries of the chain's
+The runtime (:class:`memplan.torch.runtime.iteration.PlannedIteration`) needs the boundaries of the chain's
 stages in the model's forward. Two ways, chosen by how the model was cut
-(:func:`memplan.torch.linearize.linearize`):
+(:func:`memplan.torch.split.linearize.linearize`):
 
 * **Hooks** (Hugging Face models and every model cut at a run of repeated blocks,
-  :mod:`memplan.torch.repeated`): the model's own ``forward`` runs, with every argument the
+  :mod:`memplan.torch.split.repeated`): the model's own ``forward`` runs, with every argument the
   caller gives (attention masks with padding, position ids, labels, ``num_items_in_batch``...);
   module hooks mark the stages: the part before the first block (``embedding``/``stem``: from
   the model's call to the first block's), each block (its call), the head (from the last
@@ -54,9 +54,9 @@ from torch import Tensor, nn
 
 from memplan.errors import InputError
 from memplan.schedule import Schedule
-from memplan.torch.linearize import traces_its_input
-from memplan.torch.memory_probe import storage_key
-from memplan.torch.repeated import (
+from memplan.torch.split.linearize import traces_its_input
+from memplan.torch.measure.probe import storage_key
+from memplan.torch.split.repeated import (
     PrefixStage,
     RepeatedBlocks,
     ViewSpec,
@@ -67,7 +67,7 @@ from memplan.torch.repeated import (
     replace_primary,
     view_relation,
 )
-from memplan.torch.runtime import (
+from memplan.torch.runtime.iteration import (
     PlannedIteration,
     RuntimeCounters,
     RuntimePlan,
@@ -523,7 +523,7 @@ def _with_primary(output: Any, value: Tensor) -> Any:
 
 def _example(model: nn.Module, example_input: Any) -> tuple[Tensor, Tensor | None, int | str]:
     """The chain input, the labels and where the model takes its input, from an example."""
-    from memplan.torch.hf import is_hf_model
+    from memplan.torch.models.hf import is_hf_model
 
     main = getattr(model, "main_input_name", None) if is_hf_model(model) else None
     if isinstance(example_input, Tensor):
@@ -552,11 +552,11 @@ def _example(model: nn.Module, example_input: Any) -> tuple[Tensor, Tensor | Non
 def _layout(model: nn.Module, x0: Tensor) -> tuple[str, Any, list[str], list[bool]]:
     """How to follow the model: ``("hooks", RepeatedBlocks, ...)`` or ``("stages", stages,
     ...)``, with the chain's stage names (the loss last) and in-place flags."""
-    from memplan.torch.linearize import linearize
+    from memplan.torch.split.linearize import linearize
 
     if traces_its_input(model):
-        from memplan.torch.hf import hf_stages, is_hf_model
-        from memplan.torch.repeated import find_repeated_blocks
+        from memplan.torch.models.hf import hf_stages, is_hf_model
+        from memplan.torch.split.repeated import find_repeated_blocks
 
         found = hf_stages(model, x0) if is_hf_model(model) else find_repeated_blocks(model, x0)
         names = [name for name, _ in found.stages] + ["loss"]
@@ -644,7 +644,7 @@ def enable(
         in the message).
     """
     import memplan
-    from memplan.torch.profiler import profile_model
+    from memplan.torch.profiler.model import profile_model
 
     _check_model(model)
     disable(model)

@@ -1,7 +1,7 @@
 """The runtime's offload copy engine: moves stored tensors between device and host memory.
 
 :class:`Mover` carries out the plan's ``offload`` and ``prefetch`` operations for
-:mod:`memplan.torch.runtime` (and :mod:`memplan.torch.bandwidth` times it, as the CPU profile's
+:mod:`memplan.torch.runtime.iteration` (and :mod:`memplan.torch.measure.bandwidth` times it, as the CPU profile's
 bandwidth): each storage of a stored tensor (:class:`Stored`, ``x[k]`` or ``s[k]``) is copied whole
 to a host buffer and resized to 0 bytes (freed, every tensor on it stays valid); a prefetch resizes
 it back and copies the data in. On CUDA the host buffers are pinned, the copies run on a side

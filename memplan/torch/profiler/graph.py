@@ -85,10 +85,10 @@ def capture_graph(
     Parameters
     ----------
     model : str or nn.Module
-        A name of :data:`memplan.torch.models.MODELS` (or a ``package.module:factory`` spec), or a
+        A name of :data:`memplan.torch.models.registry.MODELS` (or a ``package.module:factory`` spec), or a
         module (its parameters become fake copies; the module is left untouched).
     batch_size, input_shape :
-        As for :func:`memplan.torch.models.build_model`.
+        As for :func:`memplan.torch.models.registry.build_model`.
     dtype : str
         ``float32``, ``bfloat16`` or ``float16``.
 
@@ -101,7 +101,7 @@ def capture_graph(
     from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.fx.experimental.proxy_tensor import make_fx
 
-    from memplan.torch.models import MODELS, build_model, example_input
+    from memplan.torch.models.registry import MODELS, build_model, example_input
 
     torch_dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
     if dtype not in torch_dtype:

@@ -22,7 +22,7 @@
     budget.
 
 Each way is measured on the same footing (NOTE [ comparison protocol ]): one measured step for the
-memory (:func:`memplan.torch.allocator_peak.allocator_peak`, the allocator's own count, no code
+memory (:func:`memplan.torch.measure.allocator_peak.allocator_peak`, the allocator's own count, no code
 shared with memplan's runtime or its other meters) and the gradients (compared with plain
 training's on the same batch, weights and random state), then ``rounds`` timed steps, each way
 once per round; times are ratios to plain training's step in the same round (median over the
@@ -57,8 +57,8 @@ import torch
 from torch import Tensor, nn
 
 from memplan.errors import InputError
-from memplan.torch.allocator_peak import allocator_peak, profiled_copy
-from memplan.torch.linearize import Chain, linearize
+from memplan.torch.measure.allocator_peak import allocator_peak, profiled_copy
+from memplan.torch.split.linearize import Chain, linearize
 
 __all__ = [
     "DEFAULT_COMPILE_BUDGETS",
@@ -203,8 +203,8 @@ def _setup(
     config: str | None,
     device: torch.device,
 ) -> _Setup:
-    from memplan.torch.hf import default_labels, is_hf_model
-    from memplan.torch.models import build_model
+    from memplan.torch.models.hf import default_labels, is_hf_model
+    from memplan.torch.models.registry import build_model
 
     if isinstance(model, str):
         module, x, label = build_model(
@@ -349,7 +349,7 @@ def _memplan_way(
     suffix: str = "",
 ) -> _Way:
     import memplan
-    from memplan.torch.runtime import checkpointed
+    from memplan.torch.runtime.iteration import checkpointed
 
     name = f"memplan {algo}{suffix}" + ("" if setting == "no recomputation" else f" ({setting})")
     outcome = Outcome(name, "memplan", setting, budget=memory)
@@ -382,7 +382,7 @@ class _Bench:
     """The model, its optimizer and its initial state; runs one way's step as the protocol says."""
 
     def __init__(self, setup: _Setup, seed: int, optimizer: str) -> None:
-        from memplan.torch.measure import make_optimizer
+        from memplan.torch.measure.step import make_optimizer
 
         self.setup = setup
         self.seed = seed
@@ -506,7 +506,7 @@ def compare_training(
         A model name (the zoo's, ``hf:NAME``, ``package.module:factory``) or a module.
     example_input, labels : Tensor, optional
         The batch (required with a module); ``labels`` for a Hugging Face model (default: its
-        task's, :func:`memplan.torch.hf.default_labels`).
+        task's, :func:`memplan.torch.models.hf.default_labels`).
     batch_size, input_shape, config
         For a model given by name, as ``memplan profile`` takes them.
     device : str
@@ -527,7 +527,7 @@ def compare_training(
     profile : optional
         A profile of this model and batch (default: profiled here, ``repeats`` timed runs).
     optimizer : str
-        ``sgd``, ``momentum`` or ``adam`` (:func:`memplan.torch.measure.make_optimizer`), for
+        ``sgd``, ``momentum`` or ``adam`` (:func:`memplan.torch.measure.step.make_optimizer`), for
         every way; memplan plans for it.
     progress : callable, optional
         Called with a line saying what is being done.
@@ -552,8 +552,8 @@ def compare_training(
         A bad model, input or option.
     """
     import memplan
-    from memplan.torch.device import resolve_device
-    from memplan.torch.profiler import profile_model
+    from memplan.torch.base.device import resolve_device
+    from memplan.torch.profiler.model import profile_model
 
     if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < 1:
         raise InputError(f"rounds {rounds!r}: expected a positive integer")

@@ -25,7 +25,7 @@ name               parameters      architecture
 
 Examples
 --------
->>> from memplan.torch.models import build_model
+>>> from memplan.torch.models.registry import build_model
 >>> model, x, name = build_model("resnet18", batch_size=2, input_shape=(3, 64, 64))
 >>> tuple(x.shape)
 (2, 3, 64, 64)
@@ -50,7 +50,7 @@ from torch import Tensor, nn
 from torch.nn.utils import skip_init
 
 from memplan.errors import InputError, did_you_mean
-from memplan.torch.blame import BUILDING, model_errors
+from memplan.torch.base.blame import BUILDING, model_errors
 
 __all__ = [
     "DEFAULT_BATCH_SIZE",
@@ -1031,8 +1031,8 @@ def _import_user_module(name: str) -> object:
 
 def import_factory(spec: str) -> Callable[..., object]:
     """The callable that a ``package.module:factory`` spec names (NOTE [ whose error ] for what
-    importing it may raise: :func:`build_model` and :func:`memplan.torch.join.resolve_join` import
-    it inside :func:`~memplan.torch.blame.model_errors`)."""
+    importing it may raise: :func:`build_model` and :func:`memplan.torch.profiler.join.resolve_join` import
+    it inside :func:`~memplan.torch.base.blame.model_errors`)."""
     module_name, _, attr = spec.partition(":")
     if not module_name or not attr:
         raise InputError(f"model {spec!r}: expected package.module:factory")
@@ -1084,7 +1084,7 @@ def example_input(
     own = getattr(model, "memplan_example_input", None)
     if callable(own):
         return own(batch_size, input_shape)
-    from memplan.torch.hf import hf_example_input, is_hf_model
+    from memplan.torch.models.hf import hf_example_input, is_hf_model
 
     if is_hf_model(model):
         return hf_example_input(model, batch_size, input_shape)
@@ -1109,7 +1109,7 @@ def build_model(
     ----------
     spec : str
         A name of :data:`MODELS` (``resnet50``, ``gpt-small``), ``hf:NAME`` (a Hugging Face
-        ``transformers`` model built from its config class, :mod:`memplan.torch.hf`),
+        ``transformers`` model built from its config class, :mod:`memplan.torch.models.hf`),
         ``timm:NAME`` (a timm model, when timm is installed), a torchvision model name when
         torchvision is installed, or ``package.module:factory`` where ``factory()`` returns an
         ``nn.Module`` or a tuple ``(module, example_input)``.
@@ -1132,7 +1132,7 @@ def build_model(
     InputError
         Unknown name, unimportable factory, a factory returning something else, or any error
         that the model's own code raises while it is built (a factory's ``ValueError``, a config
-        the model rejects): NOTE [ whose error ] in :mod:`memplan.torch.blame`.
+        the model rejects): NOTE [ whose error ] in :mod:`memplan.torch.base.blame`.
     """
     given = ""
     if config:
@@ -1152,7 +1152,7 @@ def _build_model(
     config: str | dict[str, Any] | None,
 ) -> tuple[nn.Module, Tensor, str]:
     if spec.startswith("hf:"):
-        from memplan.torch.hf import build_hf_model
+        from memplan.torch.models.hf import build_hf_model
 
         return build_hf_model(
             spec, config, batch_size=batch_size, input_shape=input_shape, seed=seed

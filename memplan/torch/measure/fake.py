@@ -4,7 +4,7 @@ An estimate (``memplan profile MODEL --estimate GPU``, docs/estimation.md) needs
 sizes and its operators' FLOP and byte counts, not its values. Under PyTorch's
 ``FakeTensorMode`` every operator computes only the shape, strides, data type and storage of its
 result (meta kernels), so a ResNet-50 at batch 64 "runs" forward and backward in about a second
-instead of minutes. The stage runs exactly as :func:`memplan.torch.profiler.measure_stage`'s
+instead of minutes. The stage runs exactly as :func:`memplan.torch.profiler.model.measure_stage`'s
 instrumented iteration does (same fresh input copy, same ``saved_tensors_hooks``, same gradient
 of ones), with:
 
@@ -12,11 +12,11 @@ of ones), with:
   storages told apart by their identity instead of their data pointer (fake storages have none):
   the same numbers, byte for byte (``tests/torch/test_estimate_fake.py`` compares them with a real CPU
   profile's);
-* :class:`~memplan.torch.estimate.OpCounter` around the forward and the backward: the same
+* :class:`~memplan.torch.estimate.roofline.OpCounter` around the forward and the backward: the same
   operators as the real run's warm-up iteration, hence the same estimated times;
 * ``forward_overhead`` as the profiler defines it: the larger of the forward with autograd and
   without (as ``F_ck`` / ``F_n`` run), plus the copies of the stage's buffers that
-  :func:`memplan.torch.recompute.recomputing` holds; not the forked CPU RNG state a CPU run also
+  :func:`memplan.torch.runtime.recompute.recomputing` holds; not the forked CPU RNG state a CPU run also
   counts (on a GPU it is host memory);
 * ``forward_overhead`` / ``backward_overhead`` from :class:`AllocationTracker`: the storages the
   operators allocate and free, replayed as the CPU probe replays the allocator's events. It sees
@@ -48,7 +48,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
 from memplan.errors import InputError
-from memplan.torch.estimate import OpCounter
+from memplan.torch.estimate.roofline import OpCounter
 
 __all__ = ["OVERHEADS_METHOD", "AllocationTracker", "TensorLevelRun", "storage_id"]
 
@@ -73,7 +73,7 @@ class AllocationTracker(TorchDispatchMode):
     in-place results are not); a storage is freed when no tensor holds it any more (a weak
     reference to it expires), noticed before the next operator runs and at :meth:`mark`.
     ``events[a:b]`` between two marks is the window of one phase, replayed like the CPU probe's
-    allocator events (:meth:`memplan.torch.memory_probe.CpuProbe.replay`).
+    allocator events (:meth:`memplan.torch.measure.probe.CpuProbe.replay`).
     """
 
     def __init__(self) -> None:
@@ -118,7 +118,7 @@ class AllocationTracker(TorchDispatchMode):
 
 
 def _replay(events: list[tuple[int, int]], ignore: list[int]) -> int:
-    from memplan.torch.memory_probe import CpuProbe
+    from memplan.torch.measure.probe import CpuProbe
 
     return CpuProbe.replay(events, ignore)
 
@@ -146,11 +146,11 @@ class TensorLevelRun:
     ) -> Any:
         """One instrumented iteration of ``module`` on the fake input ``x``.
 
-        Returns a :class:`memplan.torch.profiler.StageMeasurement` with times 0 and ``output``
+        Returns a :class:`memplan.torch.profiler.model.StageMeasurement` with times 0 and ``output``
         the fake, detached stage output. With ``counter``, the forward and the backward run under
         ``counter.counting("forward")`` and ``counter.counting("backward")``.
         """
-        from memplan.torch.profiler import StageMeasurement
+        from memplan.torch.profiler.model import StageMeasurement
 
         buffers = {name: self.fake(b) for name, b in module.named_buffers()}
         state = {name: self.fake(p) for name, p in module.named_parameters()}
@@ -175,7 +175,7 @@ class TensorLevelRun:
                 saved.setdefault(*storage_id(tensor))
                 return tensor
 
-            # As F_ck / F_n run (memplan.torch.recompute.recomputing): without autograd.
+            # As F_ck / F_n run (memplan.torch.runtime.recompute.recomputing): without autograd.
             plain_input = x.clone()
             begin = tracker.mark()
             with torch.no_grad():

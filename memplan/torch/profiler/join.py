@@ -4,7 +4,7 @@ The protocol (docs/profiling.md): a factory (a name of :data:`JOIN_MODELS` or a
 ``package.module:factory`` spec) returns a :class:`JoinModel`, or any object with
 
 * ``branches``: a list of ``(name, module, example_input)``, each module cut into stages like a
-  chain model (:func:`memplan.torch.linearize.split_model`: ResNet, ``nn.Sequential``, or a
+  chain model (:func:`memplan.torch.split.linearize.split_model`: ResNet, ``nn.Sequential``, or a
   ``memplan_stages()`` method), without a loss;
 * ``turn``: a module called as ``turn(out_0, out_1, ...)`` on the branch outputs, returning the
   scalar loss.
@@ -26,9 +26,9 @@ from torch import Tensor, nn
 
 from memplan.errors import InputError
 from memplan.profile.model import Branch, Measured, Profile, Stage
-from memplan.torch.blame import BUILDING, model_errors
-from memplan.torch.linearize import Chain, split_model
-from memplan.torch.models import BasicBlock, ResNet
+from memplan.torch.base.blame import BUILDING, model_errors
+from memplan.torch.split.linearize import Chain, split_model
+from memplan.torch.models.registry import BasicBlock, ResNet
 
 DEFAULT_JOIN_BATCH = 8
 
@@ -172,7 +172,7 @@ JOIN_MODELS: dict[str, Callable[..., JoinModel]] = {
 
 def resolve_join(spec: str, batch_size: int | None = None) -> Any | None:
     """The join network a model spec names, or None when it is not a join network."""
-    from memplan.torch.models import import_factory
+    from memplan.torch.models.registry import import_factory
 
     if spec in JOIN_MODELS:
         factory: Callable[..., Any] = JOIN_MODELS[spec]
@@ -245,14 +245,14 @@ def profile_join(
 ) -> Profile:
     """Measure every branch stage and the turn of a join network: a ``branches`` + ``turn`` profile.
 
-    Each branch is cut into stages (:func:`memplan.torch.linearize.split_model`) and measured as a
-    chain by :func:`memplan.torch.profiler.profile_chain` (times, output, saved and temporary
+    Each branch is cut into stages (:func:`memplan.torch.split.linearize.split_model`) and measured as a
+    chain by :func:`memplan.torch.profiler.model.profile_chain` (times, output, saved and temporary
     sizes); the turn is measured as one stage reading the branch outputs (flattened and
     concatenated: a view per branch, so no extra bytes are saved).
     """
     import memplan
-    from memplan.torch.device import describe_device, resolve_device
-    from memplan.torch.profiler import DTYPES, measure_stage, profile_chain, storage_bytes
+    from memplan.torch.base.device import describe_device, resolve_device
+    from memplan.torch.profiler.model import DTYPES, measure_stage, profile_chain, storage_bytes
 
     if dtype not in DTYPES:
         raise InputError(f"--dtype {dtype!r}: expected one of {', '.join(DTYPES)}")

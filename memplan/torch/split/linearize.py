@@ -20,8 +20,8 @@ stage's output) and writing one tensor. :func:`split_model` knows how to cut
 * any module with a ``memplan_stages()`` method returning ``[(name, module), ...]`` (the built-in
   GPT: ``embedding``, ``block0`` ..., ``head``);
 * any ``nn.Sequential``: its children;
-* Hugging Face ``transformers`` models (:mod:`memplan.torch.hf`) and any other model made of a
-  run of repeated blocks (:mod:`memplan.torch.repeated`): ``embedding``/``stem``, one stage per
+* Hugging Face ``transformers`` models (:mod:`memplan.torch.models.hf`) and any other model made of a
+  run of repeated blocks (:mod:`memplan.torch.split.repeated`): ``embedding``/``stem``, one stage per
   block, ``head``, found by tracing the forward once (this needs the example input).
 
 :func:`linearize` appends the loss stage and checks, with the model in eval mode, that running
@@ -29,7 +29,7 @@ the chain gives the model's output.
 
 Examples
 --------
->>> from memplan.torch.models import build_model
+>>> from memplan.torch.models.registry import build_model
 >>> model, x, _ = build_model("resnet18", batch_size=1, input_shape=(3, 32, 32))
 >>> chain = linearize(model, x)
 >>> chain.names[:3], chain.names[-2:], len(chain)
@@ -47,7 +47,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from memplan.errors import InputError
-from memplan.torch.models import inception_transform_input
+from memplan.torch.models.registry import inception_transform_input
 
 __all__ = [
     "Chain",
@@ -400,7 +400,7 @@ def _kind(model: nn.Module) -> str:
     ``densenet``, ``features``, ``sequential`` or ``repeated``."""
     if callable(getattr(model, "memplan_stages", None)):
         return "custom"
-    from memplan.torch.hf import is_hf_model
+    from memplan.torch.models.hf import is_hf_model
 
     if is_hf_model(model):
         return "hf"
@@ -430,7 +430,7 @@ def _split(model: nn.Module, example_input: Tensor | None, labels: Tensor | None
     if how == "custom":
         return _Split(_custom_stages(model, kind))
     if how == "hf":
-        from memplan.torch.hf import hf_loss, hf_stages
+        from memplan.torch.models.hf import hf_loss, hf_stages
 
         if example_input is None:
             raise InputError(f"cannot linearize {kind}: an example input is needed to trace it")
@@ -453,7 +453,7 @@ def _split(model: nn.Module, example_input: Tensor | None, labels: Tensor | None
             "(features + classifier) or nn.Sequential, and no example input to find its "
             "repeated blocks; give it a memplan_stages() method returning [(name, module), ...]"
         )
-    from memplan.torch.repeated import find_repeated_blocks
+    from memplan.torch.split.repeated import find_repeated_blocks
 
     found = find_repeated_blocks(model, example_input)
     return _Split(found.stages, found.output, inplace=found.inplace)
@@ -531,7 +531,7 @@ def linearize(
         Compare the chain's output with ``model(example_input)``.
     labels : Tensor, optional
         Targets of the loss stage, as the model's own training loss takes them (Hugging Face's
-        ``labels``); see :func:`make_loss` and :mod:`memplan.torch.hf` for the defaults.
+        ``labels``); see :func:`make_loss` and :mod:`memplan.torch.models.hf` for the defaults.
 
     Returns
     -------

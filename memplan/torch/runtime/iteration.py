@@ -31,7 +31,7 @@ the stages in :class:`CheckpointedChain`, the model's own code between module ho
 
 Recomputations are exact: the first forward of each stage the plan runs more than once records
 the RNG state and the autocast state; every later forward runs in
-:func:`memplan.torch.recompute.recomputing` (the same RNG draws, the buffers updated once) under
+:func:`memplan.torch.runtime.recompute.recomputing` (the same RNG draws, the buffers updated once) under
 the same autocast state, on an input that requires gradients as the original one did (ops save
 what they save for that case). A stage that modifies its input in place is run on a copy when the
 plan holds that input for a later recomputation.
@@ -40,7 +40,7 @@ Transfers (``offload``/``prefetch`` of ``x[k]`` or ``s[k]``, offloading and comb
 run at the plan's points, in the order of the combined simulator (docs/combined.md, rule T5): an
 offload copies the tensor's storages to host memory and frees them
 (``UntypedStorage.resize_(0)``: every tensor and autograd saved tensor on them stays valid); a
-prefetch resizes them back and copies the data in (:class:`memplan.torch.transfers.Mover`).
+prefetch resizes them back and copies the data in (:class:`memplan.torch.runtime.transfers.Mover`).
 
 Every iteration fills :class:`RuntimeCounters` (docs/runtime.md): forward computations per stage,
 and the bytes of device memory the activations the plan holds occupy (``x[0]``, standalone
@@ -61,12 +61,12 @@ from torch import Tensor, nn
 
 from memplan.errors import InputError
 from memplan.schedule import Schedule, load_schedule
-from memplan.torch.blame import FIRST_FORWARD, model_errors
-from memplan.torch.linearize import Chain, linearize
-from memplan.torch.memory_probe import storage_key
-from memplan.torch.recompute import RngSnapshot, recomputing, rng_snapshot
-from memplan.torch.selective import POLICIES, cached_storages, contexts
-from memplan.torch.transfers import (
+from memplan.torch.base.blame import FIRST_FORWARD, model_errors
+from memplan.torch.split.linearize import Chain, linearize
+from memplan.torch.measure.probe import storage_key
+from memplan.torch.runtime.recompute import RngSnapshot, recomputing, rng_snapshot
+from memplan.torch.runtime.selective import POLICIES, cached_storages, contexts
+from memplan.torch.runtime.transfers import (
     GPU,
     HOST,
     LEAVING,
@@ -289,7 +289,7 @@ class RuntimePlan:
 
 def _policies(schedule: Schedule) -> dict[int, str]:
     """The selective policy of each stage whose ``F_all`` runs under an option (option ``i`` is
-    :data:`memplan.torch.selective.POLICIES` ``[i - 1]``, the profiler's order)."""
+    :data:`memplan.torch.runtime.selective.POLICIES` ``[i - 1]``, the profiler's order)."""
     names = list(POLICIES)
     chosen: dict[int, str] = {}
     for index, op in enumerate(schedule.ops):
@@ -892,7 +892,7 @@ class PlannedIteration:
 class _SelectiveForward:
     """A forward of a stage under a selective policy: autograd's saved tensors go to ``pack``
     (the slots), the policy's outputs to the SAC cache, whose recomputation context the stage's
-    run keeps (:mod:`memplan.torch.selective`)."""
+    run keeps (:mod:`memplan.torch.runtime.selective`)."""
 
     def __init__(self, policy: str, pack: Callable[[Tensor], Any], run: _StageRun) -> None:
         self.caching, recompute = contexts(policy)
@@ -922,7 +922,7 @@ class CheckpointedChain(nn.Module):
     ``module(x)`` runs the stages and returns the scalar loss of the chain's loss stage;
     ``module(x, target)`` gives ``target`` to the loss stage: the batch's own labels (a language
     model's loss built without labels predicts the tokens of the batch it is called on; the
-    other losses of :func:`~memplan.torch.linearize.make_loss` otherwise use the targets fixed
+    other losses of :func:`~memplan.torch.split.linearize.make_loss` otherwise use the targets fixed
     when the chain was made, which is what ``memplan run`` measures with). ``loss.backward()``
     follows the plan. Without gradients (evaluation), the stages run plainly.
     :func:`memplan.torch.enable` is the way to train a model in one's own loop.
@@ -1190,12 +1190,12 @@ def fit(
     Parameters
     ----------
     model : str or nn.Module
-        A model name of :data:`memplan.torch.models.MODELS`, ``hf:NAME``, ``timm:NAME``, or a
+        A model name of :data:`memplan.torch.models.registry.MODELS`, ``hf:NAME``, ``timm:NAME``, or a
         module (a Hugging Face ``transformers`` model included).
     example_input : Tensor or mapping, optional
         The chain input (built from ``batch_size``/``input_shape`` for a name when omitted), or a
         Hugging Face batch: ``{"input_ids" or "pixel_values": ..., "labels": ...,
-        "attention_mask": all ones}`` (:func:`memplan.torch.hf.hf_batch`).
+        "attention_mask": all ones}`` (:func:`memplan.torch.models.hf.hf_batch`).
     memory, algo, slots, optimizer, bandwidth
         As in :func:`memplan.solve` (slots: 500 by default, pofo 50; bandwidth: the
         profile's by default, needed by the offloading algorithms and pofo).
@@ -1223,13 +1223,13 @@ def fit(
         Bad input, or no plan of ``algo`` fits ``memory`` (the message says the least memory).
     """
     import memplan
-    from memplan.torch.conditions import check_conditions
-    from memplan.torch.models import build_model
-    from memplan.torch.profiler import profile_model
+    from memplan.torch.measure.conditions import check_conditions
+    from memplan.torch.models.registry import build_model
+    from memplan.torch.profiler.model import profile_model
 
     x: Tensor | None
     if isinstance(example_input, Mapping):
-        from memplan.torch.hf import hf_batch
+        from memplan.torch.models.hf import hf_batch
 
         x, batch_labels = hf_batch(example_input)
         labels = batch_labels if labels is None else labels

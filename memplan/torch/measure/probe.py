@@ -6,7 +6,7 @@ tensors (docs/profiling.md):
 
 * :class:`CpuProbe` replays the CPU allocator's events that ``torch.profiler`` records with
   ``profile_memory=True`` (:meth:`CpuProbe.events`, :meth:`CpuProbe.replay`); the whole-step
-  measure of :mod:`memplan.torch.measure` and the fake-tensor tracker of :mod:`memplan.torch.fake`
+  measure of :mod:`memplan.torch.measure.step` and the fake-tensor tracker of :mod:`memplan.torch.measure.fake`
   use the same reading and replay;
 * :class:`CudaProbe` reads ``torch.cuda.max_memory_allocated`` around the call;
 * :func:`allocation_bytes` is the size the allocator counts for a block (CUDA rounds every block
