@@ -89,9 +89,10 @@ def _plain_iteration(chain, x) -> tuple[float, float]:
 def ratio(args: argparse.Namespace) -> None:
     import torch
 
-    from memplan.torch.split.linearize import linearize
     from memplan.torch.models.registry import build_model
-    from memplan.torch.profiler.model import profile_model, training_state
+    from memplan.torch.profiler.chain import training_state
+    from memplan.torch.profiler.model import profile_model
+    from memplan.torch.split.linearize import linearize
 
     print(
         "| model | batch | stages | plain iteration s (wall / cpu) | iterations timed "

@@ -34,8 +34,8 @@ from bench_alternatives import MODELS
 from torch.utils.checkpoint import checkpoint
 
 from memplan.torch.measure.allocator_peak import allocator_peak, profiled_copy
-from memplan.torch.models.hf import default_labels
 from memplan.torch.models.registry import build_model
+from memplan.torch.split.hf import default_labels
 
 
 def _chunk_loss(hidden: torch.Tensor, weight: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:

@@ -27,7 +27,7 @@ MODEL_NAMES = (
 """The built-in models, for --help without importing torch (tests/cli/test_docs.py checks them
 against :data:`memplan.torch.models.registry.MODELS`)."""
 JOIN_NAMES = "siamese-resnet18, cross-modal-resnet18, tiny-join"
-"""The built-in join networks (:data:`memplan.torch.profiler.join.JOIN_MODELS`)."""
+"""The built-in join networks (:data:`memplan.torch.models.join.JOIN_MODELS`)."""
 DEFAULT_REPEATS = 5
 """The profiler's timed repetitions per stage (``profile_model(repeats=...)``), for --help."""
 MODEL_HELP = (

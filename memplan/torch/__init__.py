@@ -15,8 +15,7 @@ try:
 except ImportError as exc:  # pragma: no cover - depends on the environment
     raise ImportError("memplan.torch needs PyTorch: pip install 'memplan[torch]'") from exc
 
-from memplan.torch.runtime.planned import PlannedModel, disable, enable, planned
-from memplan.torch.split.linearize import Chain, linearize, split_model
+from memplan.torch.measure.stage import measure_stage
 from memplan.torch.measure.step import (
     StepMeasurement,
     make_optimizer,
@@ -24,8 +23,14 @@ from memplan.torch.measure.step import (
     train_under_plan,
 )
 from memplan.torch.models.registry import MODELS, build_model, example_input, model_names
-from memplan.torch.profiler.model import measure_stage, profile_chain, profile_model
-from memplan.torch.runtime.iteration import CheckpointedChain, RuntimeCounters, checkpointed, fit
+from memplan.torch.planner import enable, fit
+from memplan.torch.profiler.chain import profile_chain
+from memplan.torch.profiler.model import profile_model
+from memplan.torch.runtime.checkpointed import CheckpointedChain, checkpointed
+from memplan.torch.runtime.plan import RuntimeCounters
+from memplan.torch.runtime.planned import apply_plan, disable, planned
+from memplan.torch.runtime.planned_model import PlannedModel
+from memplan.torch.split.linearize import Chain, linearize, split_model
 
 __all__ = [
     "MODELS",
@@ -34,6 +39,7 @@ __all__ = [
     "PlannedModel",
     "RuntimeCounters",
     "StepMeasurement",
+    "apply_plan",
     "build_model",
     "checkpointed",
     "disable",

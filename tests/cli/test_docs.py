@@ -53,7 +53,7 @@ def test_every_command_has_help():
 @pytest.mark.torch
 def test_profile_help_lists_the_models_and_defaults():
     pytest.importorskip("torch")
-    from memplan.torch.profiler.join import JOIN_MODELS
+    from memplan.torch.models.join import JOIN_MODELS
     from memplan.torch.models.registry import DEFAULT_BATCH_SIZE, MODELS
     from memplan.torch.profiler.model import profile_model
 

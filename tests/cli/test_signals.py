@@ -190,7 +190,7 @@ def tiny():
     [
         (
             ["profile", "tinyfactory:tiny", "--repeats", "1", "-o", "p.yaml"],
-            "memplan.torch.profiler.model:measure_stage",
+            "memplan.torch.profiler.chain:measure_stage",
             "before",
             "SIGINT",
         ),  # fmt: skip

@@ -150,7 +150,7 @@ def test_memplans_own_error_after_the_first_forward_is_a_bug(factories, monkeypa
         chain.stages[0][1](x[:, :3])  # a wrong input, given by memplan
 
     monkeypatch.setattr(
-        "memplan.torch.profiler.model._profile_stages", broken
+        "memplan.torch.profiler.model.profile_stages", broken
     )  # after the first forward
     result = run("profile", f"{factories}:tiny", "--repeats", "1")
     _one_line(result, 70, "internal error: RuntimeError", BUG_NOTE)

@@ -39,7 +39,7 @@ def test_profile_a_join_model_from_a_factory(tmp_path) -> None:
     pytest.importorskip("torch")
     from memplan.torch.profiler.model import profile_model
 
-    prof = profile_model("memplan.torch.profiler.join:tiny_join", batch_size=2, repeats=1)
+    prof = profile_model("memplan.torch.models.join:tiny_join", batch_size=2, repeats=1)
     assert prof.kind == "join" and [b.name for b in prof.branches] == ["left", "right"]
     assert [len(b.stages) for b in prof.branches] == [3, 4]
     assert prof.branches[0].input_size == 2 * 16 * 4  # float32 inputs (2, 16)

@@ -31,7 +31,7 @@ from memplan.torch.measure.step import (  # noqa: E402
     measure_step,
     replay_peak,
 )
-from memplan.torch.runtime.iteration import checkpointed  # noqa: E402
+from memplan.torch.runtime.checkpointed import checkpointed  # noqa: E402
 
 pytestmark = pytest.mark.torch
 

@@ -24,14 +24,14 @@ import memplan  # noqa: E402
 from memplan.api import describe  # noqa: E402
 from memplan.errors import InputError  # noqa: E402
 from memplan.torch import build_model, checkpointed, linearize, profile_model  # noqa: E402
+from memplan.torch.runtime.plan import planned_forward_counts  # noqa: E402
 from memplan.torch.split.linearize import DenseLayerStage, NextTokenLoss  # noqa: E402
-from memplan.torch.models.registry import DenseNet  # noqa: E402
 from memplan.torch.split.repeated import (  # noqa: E402
     BlockCall,
     PrefixStage,
     find_repeated_blocks,
 )
-from memplan.torch.runtime.iteration import planned_forward_counts  # noqa: E402
+from memplan.torch.zoo.densenet import DenseNet  # noqa: E402
 
 pytestmark = pytest.mark.torch
 

@@ -34,9 +34,9 @@ from memplan.api import describe  # noqa: E402
 from memplan.cli.app import app  # noqa: E402
 from memplan.errors import InputError  # noqa: E402
 from memplan.torch import build_model, linearize, profile_model  # noqa: E402
-from memplan.torch.runtime.iteration import (  # noqa: E402
-    checkpointed,
-    fit,
+from memplan.torch.planner import fit
+from memplan.torch.runtime.checkpointed import checkpointed
+from memplan.torch.runtime.plan import (
     planned_activation_curve,
     planned_activation_peak,
     planned_forward_counts,
@@ -481,7 +481,7 @@ def test_every_runnable_algorithm_plans_one_forward_sweep(family):
     """The runtime follows the model's own forward: it needs a plan whose forward phase computes
     every stage once, in order, the loss last (RuntimePlan refuses others). Every algorithm of
     the families it runs makes such plans, at low, middle and store-all budgets."""
-    from memplan.torch.runtime.iteration import RuntimePlan
+    from memplan.torch.runtime.plan import RuntimePlan
 
     prof = memplan.load_profile("resnet50").model_copy(update={"bandwidth": 1e8})
     desc = describe(prof)

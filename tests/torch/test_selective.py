@@ -21,7 +21,7 @@ from memplan.algorithms.timeline import timed_ops  # noqa: E402
 from memplan.schedule import Schedule  # noqa: E402
 from memplan.torch import linearize, profile_model  # noqa: E402
 from memplan.torch.measure.conditions import intra_op_threads  # noqa: E402
-from memplan.torch.runtime.iteration import checkpointed  # noqa: E402
+from memplan.torch.runtime.checkpointed import checkpointed  # noqa: E402
 from memplan.torch.runtime.selective import POLICIES  # noqa: E402
 
 pytestmark = pytest.mark.torch

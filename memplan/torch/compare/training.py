@@ -45,20 +45,37 @@ forward to the end of the optimizer step.
 
 from __future__ import annotations
 
-import math
 import statistics
 import time
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager, nullcontext
-from dataclasses import asdict, dataclass, field
+from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 from torch import Tensor, nn
 
+import memplan
 from memplan.errors import InputError
+from memplan.torch.base.device import resolve_device
+from memplan.torch.compare.ways import (
+    SAC,
+    Outcome,
+    Setup,
+    Way,
+    compile_way,
+    default_segments,
+    has_dropout,
+    hf_way,
+    least_memory,
+    make_setup,
+    memplan_way,
+    sequential_way,
+    without_options,
+)
 from memplan.torch.measure.allocator_peak import allocator_peak, profiled_copy
-from memplan.torch.split.linearize import Chain, linearize
+from memplan.torch.measure.step import make_optimizer
+from memplan.torch.profiler.model import profile_model
 
 __all__ = [
     "DEFAULT_COMPILE_BUDGETS",
@@ -74,58 +91,6 @@ GRAD_TOLERANCE = 1e-4
 """``close``: the largest difference of a gradient, relative to that gradient's largest value."""
 
 Progress = Callable[[str], None]
-
-
-@dataclass
-class Outcome:
-    """One way of training, measured (sizes in bytes).
-
-    Attributes
-    ----------
-    name : str
-        As the table shows it: ``plain``, ``checkpoint_sequential(4)``, ``memplan rotor``...
-    family : str
-        ``plain``, ``hf-checkpointing``, ``checkpoint_sequential``, ``compile``, ``memplan``.
-    setting : str or None
-        The way's parameter: ``k=4``, ``budget=0.2``, ``least memory``, ``at plain's peak``...
-    peak : int or None
-        Measured peak of the step, everything included (None when skipped).
-    peak_ratio : float or None
-        ``peak`` over plain training's.
-    time_ratio : float or None
-        Median over the rounds of the step time over plain training's in the same round.
-    time_ratios : list of float
-        Every round's ratio.
-    step_ms : float or None
-        Median step time (ms), for scale.
-    grads : str
-        ``equal``, ``close``, ``differ`` or ``n/a`` (see NOTE [ comparison protocol ]).
-    grad_error : float or None
-        The largest relative difference found.
-    planned_peak : int or None
-        memplan's planned peak (its schedule's ``peak_memory``).
-    budget : int or None
-        The budget memplan planned for.
-    skipped : str or None
-        Why the way was not measured.
-    """
-
-    name: str
-    family: str
-    setting: str | None = None
-    peak: int | None = None
-    peak_ratio: float | None = None
-    time_ratio: float | None = None
-    time_ratios: list[float] = field(default_factory=list)
-    step_ms: float | None = None
-    grads: str = "n/a"
-    grad_error: float | None = None
-    planned_peak: int | None = None
-    budget: int | None = None
-    skipped: str | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 @dataclass
@@ -159,221 +124,6 @@ class Comparison:
 
 
 # --------------------------------------------------------------------------------------------
-# The model, its batch and its plain step
-# --------------------------------------------------------------------------------------------
-
-
-@dataclass
-class _Setup:
-    module: nn.Module
-    x: Tensor
-    labels: Tensor | None
-    chain: Chain
-    label: str
-    hf: bool
-
-    def plain_loss(self) -> Callable[[Tensor], Tensor]:
-        if self.hf:
-            return _hf_loss_call(self.module, self.labels)
-        loss_stage = self.chain.stages[-1][1]
-        module = self.module
-        return lambda x: loss_stage(module(x))
-
-
-def _hf_loss_call(model: nn.Module, labels: Tensor | None) -> Callable[[Tensor], Tensor]:
-    import inspect
-
-    input_name = getattr(model, "main_input_name", "input_ids")
-    extra = (
-        {"use_cache": False} if "use_cache" in inspect.signature(model.forward).parameters else {}
-    )
-
-    def call(x: Tensor) -> Tensor:
-        return model(**{input_name: x}, labels=labels, **extra).loss
-
-    return call
-
-
-def _setup(
-    model: str | nn.Module,
-    example_input: Tensor | None,
-    labels: Tensor | None,
-    batch_size: int | None,
-    input_shape: tuple[int, ...] | None,
-    config: str | None,
-    device: torch.device,
-) -> _Setup:
-    from memplan.torch.models.hf import default_labels, is_hf_model
-    from memplan.torch.models.registry import build_model
-
-    if isinstance(model, str):
-        module, x, label = build_model(
-            model, batch_size=batch_size, input_shape=input_shape, config=config
-        )
-        x = x if example_input is None else example_input
-    elif isinstance(model, nn.Module):
-        if example_input is None:
-            raise InputError("compare_training: give example_input with a module")
-        module, x, label = model, example_input, type(model).__name__.lower()
-    else:
-        raise InputError(f"model: expected a name or an nn.Module, got {type(model).__name__}")
-    module.to(device)
-    x = x.to(device)
-    hf = is_hf_model(module)
-    if hf and labels is None:
-        labels = default_labels(module, x)
-    if labels is not None:
-        labels = labels.to(device)
-    module.train()
-    chain = linearize(module, x, labels=labels)
-    for _, stage in chain.stages:
-        stage.to(device)
-    return _Setup(module, x, labels, chain, label, hf)
-
-
-# --------------------------------------------------------------------------------------------
-# The ways
-# --------------------------------------------------------------------------------------------
-
-
-@dataclass
-class _Way:
-    outcome: Outcome
-    loss: Callable[[Tensor], Tensor] | None = None
-    holds: nn.Module | None = None  # what the step keeps besides the model (stage wrappers)
-    active: Callable[[], Any] = nullcontext
-    warmups: int = 1
-
-
-def default_segments(stages: int) -> list[int]:
-    """``checkpoint_sequential`` segment counts tried over a chain of ``stages`` stages before
-    the loss: 2, 4, about the square root (the classic choice) and one segment per stage."""
-    if stages < 2:
-        return []
-    found = {2, 4, max(2, round(math.sqrt(stages))), stages}
-    return sorted(k for k in found if 2 <= k <= stages)
-
-
-@contextmanager
-def _hf_checkpointing(model: nn.Module) -> Iterator[None]:
-    """Hugging Face's checkpointing of every layer: ``activation_checkpointing_enable`` (the
-    name since transformers 5.x), else ``gradient_checkpointing_enable``; non-reentrant."""
-    kwargs = {"use_reentrant": False}
-    hooked = bool(getattr(model, "_require_grads_hooks", None))
-    if hasattr(model, "activation_checkpointing_enable"):
-        model.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
-    else:
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
-    try:
-        yield
-    finally:
-        if hasattr(model, "activation_checkpointing_disable"):
-            model.activation_checkpointing_disable()
-        else:
-            model.gradient_checkpointing_disable()
-        # enabling also hooks the input embeddings (their output requires grad), and disabling
-        # leaves the hook: another hook at every step would make a compiled model recompile
-        if not hooked and hasattr(model, "disable_input_require_grads"):
-            model.disable_input_require_grads()
-
-
-def _hf_way(setup: _Setup) -> _Way:
-    outcome = Outcome("hf checkpointing", "hf-checkpointing", "every layer")
-    if not setup.hf:
-        outcome.skipped = "not a Hugging Face model"
-        return _Way(outcome)
-    if not getattr(setup.module, "supports_gradient_checkpointing", False):
-        outcome.skipped = f"{type(setup.module).__name__} does not support gradient checkpointing"
-        return _Way(outcome)
-    model = setup.module
-    return _Way(outcome, setup.plain_loss(), active=lambda: _hf_checkpointing(model))
-
-
-def _sequential_way(setup: _Setup, k: int) -> _Way:
-    from torch.utils.checkpoint import checkpoint_sequential
-
-    body = nn.Sequential(*(module for _, module in setup.chain.stages[:-1]))
-    loss_stage = setup.chain.stages[-1][1]
-
-    def loss(x: Tensor) -> Tensor:
-        return loss_stage(checkpoint_sequential(body, k, x, use_reentrant=False))
-
-    holds = nn.ModuleList(module for _, module in setup.chain.stages)
-    return _Way(
-        Outcome(f"checkpoint_sequential({k})", "checkpoint_sequential", f"k={k}"), loss, holds
-    )
-
-
-def _compile_backend(budget: float) -> Callable[..., Any]:
-    from torch._inductor.compile_fx import compile_fx
-
-    def backend(graph: Any, example_inputs: Any) -> Any:
-        with torch._functorch.config.patch(activation_memory_budget=budget):
-            return compile_fx(graph, example_inputs)
-
-    return backend
-
-
-def _compile_way(setup: _Setup, budget: float) -> _Way:
-    outcome = Outcome(
-        f"torch.compile, activation_memory_budget={budget:g}", "compile", f"budget={budget:g}"
-    )
-    plain = setup.plain_loss()
-    compiled = torch.compile(plain, backend=_compile_backend(budget))
-    return _Way(outcome, compiled, warmups=2)
-
-
-def _has_dropout(module: nn.Module) -> bool:
-    return any(isinstance(m, nn.modules.dropout._DropoutNd) and m.p > 0 for m in module.modules())
-
-
-SAC = "+sac"
-"""The suffix of memplan's plans that choose the stages' selective checkpointing options."""
-
-
-def _without_options(prof: Any) -> Any:
-    """The profile without the stages' options (itself when it has none)."""
-    if not any(st.options for st in prof.stages):
-        return prof
-    stages = [st.model_copy(update={"options": None}) for st in prof.stages]
-    return prof.model_copy(update={"stages": stages})
-
-
-def _memplan_way(
-    setup: _Setup,
-    prof: Any,
-    algo: str,
-    memory: int,
-    setting: str,
-    optimizer: str,
-    suffix: str = "",
-) -> _Way:
-    import memplan
-    from memplan.torch.runtime.iteration import checkpointed
-
-    name = f"memplan {algo}{suffix}" + ("" if setting == "no recomputation" else f" ({setting})")
-    outcome = Outcome(name, "memplan", setting, budget=memory)
-    # every way trains in PyTorch's default loop (zero_grad() sets the gradients to None)
-    sched = memplan.solve(
-        prof, algo=algo, memory=memory, optimizer=optimizer, gradients="at-backward"
-    )
-    if not sched.feasible:
-        least = "" if sched.min_memory is None else f"; least memory {sched.min_memory} bytes"
-        outcome.skipped = f"no {algo} plan fits in {memory} bytes{least}"
-        return _Way(outcome)
-    outcome.planned_peak = sched.peak_memory
-    wrapped = checkpointed(setup.chain, sched, profile=prof)
-    return _Way(outcome, wrapped, holds=wrapped)
-
-
-def _least_memory(prof: Any, algo: str, optimizer: str) -> int | None:
-    import memplan
-
-    probe = memplan.solve(prof, algo=algo, memory=1, optimizer=optimizer, gradients="at-backward")
-    return probe.min_memory
-
-
-# --------------------------------------------------------------------------------------------
 # Measuring
 # --------------------------------------------------------------------------------------------
 
@@ -381,9 +131,7 @@ def _least_memory(prof: Any, algo: str, optimizer: str) -> int | None:
 class _Bench:
     """The model, its optimizer and its initial state; runs one way's step as the protocol says."""
 
-    def __init__(self, setup: _Setup, seed: int, optimizer: str) -> None:
-        from memplan.torch.measure.step import make_optimizer
-
+    def __init__(self, setup: Setup, seed: int, optimizer: str) -> None:
         self.setup = setup
         self.seed = seed
         self.params = [p for p in setup.module.parameters() if p.requires_grad]
@@ -403,14 +151,14 @@ class _Bench:
         self.optimizer.zero_grad(set_to_none=True)
         torch.manual_seed(self.seed)
 
-    def step(self, way: _Way, x: Tensor) -> None:
+    def step(self, way: Way, x: Tensor) -> None:
         assert way.loss is not None
         with way.active():
             loss = way.loss(x)
             loss.backward()
             self.optimizer.step()
 
-    def measured(self, way: _Way) -> int:
+    def measured(self, way: Way) -> int:
         self.reset()
         batch = profiled_copy(self.setup.x)
         held: list[Any] = [*self._state(), batch]
@@ -423,7 +171,7 @@ class _Bench:
         peak, _ = allocator_peak(lambda: self.step(way, batch), held, self.setup.x.device)
         return peak
 
-    def timed(self, way: _Way) -> float:
+    def timed(self, way: Way) -> float:
         self.reset()
         start = time.perf_counter()
         self.step(way, self.setup.x)
@@ -551,10 +299,6 @@ def compare_training(
     InputError
         A bad model, input or option.
     """
-    import memplan
-    from memplan.torch.base.device import resolve_device
-    from memplan.torch.profiler.model import profile_model
-
     if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < 1:
         raise InputError(f"rounds {rounds!r}: expected a positive integer")
     for b in compile_budgets:
@@ -563,7 +307,7 @@ def compare_training(
     note = progress or (lambda _line: None)
     dev = resolve_device(device)
     with _threads(threads) as used_threads:
-        setup = _setup(model, example_input, labels, batch_size, input_shape, config, dev)
+        setup = make_setup(model, example_input, labels, batch_size, input_shape, config, dev)
         n = len(setup.chain.stages) - 1
         for k in segments or ():
             if not 1 <= k <= n:
@@ -576,26 +320,26 @@ def compare_training(
             )  # fmt: skip
         else:
             prof = memplan.load_profile(profile)
-        blocks = _without_options(prof)  # what rotor plans on without the options
-        ways = [_Way(Outcome("plain", "plain"), setup.plain_loss())]
-        ways.append(_hf_way(setup))
-        ways += [_sequential_way(setup, k) for k in (segments or default_segments(n))]
-        ways += [_compile_way(setup, b) for b in compile_budgets]
+        blocks = without_options(prof)  # what rotor plans on without the options
+        ways = [Way(Outcome("plain", "plain"), setup.plain_loss())]
+        ways.append(hf_way(setup))
+        ways += [sequential_way(setup, k) for k in (segments or default_segments(n))]
+        ways += [compile_way(setup, b) for b in compile_budgets]
         with_sac = selective and blocks is not prof
         for algo in algos:
             if algo == "store-all":
                 ways.append(
-                    _memplan_way(setup, blocks, "store-all", 2**50, "no recomputation", optimizer)
+                    memplan_way(setup, blocks, "store-all", 2**50, "no recomputation", optimizer)
                 )
                 continue
-            least = _least_memory(blocks, algo, optimizer)
+            least = least_memory(blocks, algo, optimizer)
             if least is not None:
-                ways.append(_memplan_way(setup, blocks, algo, least, "least memory", optimizer))
-            least = _least_memory(prof, algo, optimizer) if with_sac else None
+                ways.append(memplan_way(setup, blocks, algo, least, "least memory", optimizer))
+            least = least_memory(prof, algo, optimizer) if with_sac else None
             if least is not None:
-                ways.append(_memplan_way(setup, prof, algo, least, "least memory", optimizer, SAC))
+                ways.append(memplan_way(setup, prof, algo, least, "least memory", optimizer, SAC))
         if fractions and "rotor" in algos:
-            least = _least_memory(blocks, "rotor", optimizer)
+            least = least_memory(blocks, "rotor", optimizer)
             top = memplan.solve(
                 blocks, "store-all", 2**50, optimizer=optimizer, gradients="at-backward"
             ).peak_memory
@@ -604,14 +348,14 @@ def compare_training(
                     raise InputError(f"fractions {f!r}: expected 0..1 (and a rotor plan)")
                 budget = int(least + f * (top - least))
                 setting = f"{budget / 1e6:.1f} MB"
-                ways.append(_memplan_way(setup, blocks, "rotor", budget, setting, optimizer))
+                ways.append(memplan_way(setup, blocks, "rotor", budget, setting, optimizer))
                 if with_sac:
-                    ways.append(_memplan_way(setup, prof, "rotor", budget, setting, optimizer, SAC))
+                    ways.append(memplan_way(setup, prof, "rotor", budget, setting, optimizer, SAC))
         for budget in budgets:
             setting = f"at {budget} bytes"
-            ways.append(_memplan_way(setup, blocks, "rotor", budget, setting, optimizer))
+            ways.append(memplan_way(setup, blocks, "rotor", budget, setting, optimizer))
         bench = _Bench(setup, seed, optimizer)
-        dropout = _has_dropout(setup.module)
+        dropout = has_dropout(setup.module)
         for way in ways:
             if way.loss is None:
                 continue
@@ -623,7 +367,7 @@ def compare_training(
                 o = way.outcome
                 if o.family in ("memplan",) or o.peak is None:
                     continue
-                at = _memplan_way(
+                at = memplan_way(
                     setup, prof if with_sac else blocks, "rotor", o.peak,
                     f"at {o.name}'s peak", optimizer, SAC if with_sac else "",
                 )  # fmt: skip
@@ -653,7 +397,7 @@ def compare_training(
     )
 
 
-def _measure(bench: _Bench, way: _Way, dropout: bool) -> None:
+def _measure(bench: _Bench, way: Way, dropout: bool) -> None:
     """Warm-up, then the measured step and the gradient check (NOTE [ comparison protocol ])."""
     o = way.outcome
     try:
@@ -676,7 +420,7 @@ def _measure(bench: _Bench, way: _Way, dropout: bool) -> None:
         o.grads, o.grad_error = bench.compare_gradients()
 
 
-def _time_rounds(bench: _Bench, ways: list[_Way], rounds: int, note: Progress) -> None:
+def _time_rounds(bench: _Bench, ways: list[Way], rounds: int, note: Progress) -> None:
     """``rounds`` rounds, each way once, the order rotated; ratios to plain in the same round."""
     samples: list[list[float]] = [[] for _ in ways]
     for r in range(rounds):

@@ -26,6 +26,8 @@ from collections.abc import Callable
 
 import torch
 
+from memplan.torch.runtime.transfers import Mover, make_stored
+
 __all__ = [
     "CPU_BANDWIDTH_BYTES",
     "CUDA_BANDWIDTH_BYTES",
@@ -76,8 +78,6 @@ def _pinned_copy_rate(device: torch.device, nbytes: int, repeats: int) -> tuple[
 
 def _runtime_copy_rate(device: torch.device, nbytes: int, repeats: int) -> float:
     """The runtime's own offload and prefetch of one ``nbytes`` tensor (its :class:`~memplan.torch.runtime.transfers.Mover`)."""
-    from memplan.torch.runtime.transfers import Mover, make_stored
-
     tensor = torch.ones(nbytes, dtype=torch.uint8, device=device)
     stored = make_stored("x[0]", tensor, [tensor.untyped_storage()])
     mover = Mover(device, {})

@@ -4,7 +4,7 @@ An estimate (``memplan profile MODEL --estimate GPU``, docs/estimation.md) needs
 sizes and its operators' FLOP and byte counts, not its values. Under PyTorch's
 ``FakeTensorMode`` every operator computes only the shape, strides, data type and storage of its
 result (meta kernels), so a ResNet-50 at batch 64 "runs" forward and backward in about a second
-instead of minutes. The stage runs exactly as :func:`memplan.torch.profiler.model.measure_stage`'s
+instead of minutes. The stage runs exactly as :func:`memplan.torch.measure.stage.measure_stage`'s
 instrumented iteration does (same fresh input copy, same ``saved_tensors_hooks``, same gradient
 of ones), with:
 
@@ -49,6 +49,8 @@ from torch.utils._pytree import tree_flatten
 
 from memplan.errors import InputError
 from memplan.torch.estimate.roofline import OpCounter
+from memplan.torch.measure.probe import CpuProbe
+from memplan.torch.measure.runner import StageMeasurement
 
 __all__ = ["OVERHEADS_METHOD", "AllocationTracker", "TensorLevelRun", "storage_id"]
 
@@ -118,8 +120,6 @@ class AllocationTracker(TorchDispatchMode):
 
 
 def _replay(events: list[tuple[int, int]], ignore: list[int]) -> int:
-    from memplan.torch.measure.probe import CpuProbe
-
     return CpuProbe.replay(events, ignore)
 
 
@@ -146,12 +146,10 @@ class TensorLevelRun:
     ) -> Any:
         """One instrumented iteration of ``module`` on the fake input ``x``.
 
-        Returns a :class:`memplan.torch.profiler.model.StageMeasurement` with times 0 and ``output``
+        Returns a :class:`memplan.torch.measure.runner.StageMeasurement` with times 0 and ``output``
         the fake, detached stage output. With ``counter``, the forward and the backward run under
         ``counter.counting("forward")`` and ``counter.counting("backward")``.
         """
-        from memplan.torch.profiler.model import StageMeasurement
-
         buffers = {name: self.fake(b) for name, b in module.named_buffers()}
         state = {name: self.fake(p) for name, p in module.named_parameters()}
         state.update(buffers)

@@ -11,7 +11,7 @@ tensors (docs/profiling.md):
 * :class:`CudaProbe` reads ``torch.cuda.max_memory_allocated`` around the call;
 * :func:`allocation_bytes` is the size the allocator counts for a block (CUDA rounds every block
   up to :data:`CUDA_BLOCK` bytes);
-* :func:`storage_key` names the storage a tensor holds (shared by views), for counting it once.
+* :func:`memplan.torch.base.storage.storage_key` names the storage a tensor holds (shared by views), for counting it once.
 """
 
 from __future__ import annotations
@@ -30,7 +30,6 @@ __all__ = [
     "CudaProbe",
     "MemoryProbe",
     "allocation_bytes",
-    "storage_key",
 ]
 
 CUDA_BLOCK = 512  # the CUDA caching allocator rounds every block up to this
@@ -137,14 +136,3 @@ def allocation_bytes(nbytes: int, device: torch.device) -> int:
     if nbytes <= 0 or device.type != "cuda":
         return max(0, nbytes)
     return -(-nbytes // CUDA_BLOCK) * CUDA_BLOCK
-
-
-def storage_key(tensor: torch.Tensor) -> tuple[int, int] | None:
-    """(data pointer, bytes) of a tensor's storage; None for tensors without real storage (fake
-    and meta tensors, tensor subclasses without one)."""
-    try:
-        storage = tensor.untyped_storage()
-        ptr = storage.data_ptr()
-    except (RuntimeError, NotImplementedError, AttributeError):
-        return None
-    return (ptr, storage.nbytes()) if ptr else None

@@ -25,7 +25,13 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+import memplan
+from memplan.api import static_memory
 from memplan.errors import InputError
+from memplan.torch.measure.probe import CpuProbe
+from memplan.torch.runtime.checkpointed import checkpointed
+from memplan.torch.runtime.plan import planned_activation_peak
+from memplan.torch.split.linearize import linearize
 
 __all__ = [
     "OPTIMIZERS",
@@ -177,8 +183,6 @@ def _iteration(
 
 
 def _measure_cpu(run: Callable[[], Tensor], resident: dict[int, int]) -> tuple[int, int, Tensor]:
-    from memplan.torch.measure.probe import CpuProbe
-
     activities = [torch.profiler.ProfilerActivity.CPU]
     with torch.profiler.profile(activities=activities, profile_memory=True) as prof:
         loss = run()
@@ -239,8 +243,6 @@ def measure_step(
         after = torch.cuda.memory_allocated(device)
         method = _CUDA_METHOD
     else:
-        from memplan.torch.measure.probe import CpuProbe
-
         CpuProbe.quiet()
         # The allocator reports the free of a block only when it saw its allocation (under a
         # profiler): the iteration reads a copy of the input made under one, so that a plan
@@ -311,11 +313,6 @@ def train_under_plan(
         weights and gradients out: the measure is compared with ``budget_measured`` = the budget
         plus the static memory of SGD.
     """
-    import memplan
-    from memplan.api import static_memory
-    from memplan.torch.split.linearize import linearize
-    from memplan.torch.runtime.iteration import checkpointed, planned_activation_peak
-
     optimizer_name = schedule.budget.optimizer
     if set_to_none is None:
         set_to_none = schedule.budget.gradients == "at-backward"

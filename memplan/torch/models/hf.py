@@ -49,7 +49,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
 from memplan.errors import InputError
@@ -57,12 +56,12 @@ from memplan.units import parse_config
 
 __all__ = [
     "HF_PRESETS",
-    "HFLoss",
     "HFPreset",
     "build_hf_model",
-    "hf_batch",
     "hf_example_input",
-    "hf_stages",
+    "hf_task",
+    "import_transformers",
+    "quiet_transformers",
     "is_hf_model",
     "parse_config",
 ]
@@ -143,7 +142,7 @@ _TASK_SUFFIXES = {
 }
 
 
-def _transformers() -> Any:
+def import_transformers() -> Any:
     try:
         import transformers
     except ImportError:
@@ -157,7 +156,7 @@ def is_hf_model(model: object) -> bool:
     return module is not None and isinstance(model, module.PreTrainedModel)
 
 
-def _task(model: nn.Module) -> str | None:
+def hf_task(model: nn.Module) -> str | None:
     name = type(model).__name__
     for task, suffixes in _TASK_SUFFIXES.items():
         if name.endswith(suffixes):
@@ -182,7 +181,7 @@ def _config_class_kwargs(config_class: type, overrides: Mapping[str, Any]) -> di
 
 
 @contextmanager
-def _quiet_transformers(transformers: Any) -> Any:
+def quiet_transformers(transformers: Any) -> Any:
     """Silence transformers' warnings (e.g. on token ids of a shrunk vocabulary) while building."""
     logging = transformers.utils.logging
     level = logging.get_verbosity()
@@ -271,7 +270,7 @@ def build_hf_model(
         transformers missing, an unknown name or config field, an encoder-decoder, a model whose
         float32 weights would not fit in this machine's memory, or a bad input shape.
     """
-    transformers = _transformers()
+    transformers = import_transformers()
     key = name.removeprefix("hf:")
     preset = HF_PRESETS.get(key)
     model_type = preset.model_type if preset else key
@@ -285,7 +284,7 @@ def build_hf_model(
     config_class = transformers.CONFIG_MAPPING[model_type]
     overrides = parse_config(config)
     kwargs = {**(preset.config if preset else {}), **_config_class_kwargs(config_class, overrides)}
-    with _quiet_transformers(transformers):
+    with quiet_transformers(transformers):
         try:
             cfg = config_class(**kwargs)
         except (TypeError, ValueError) as exc:
@@ -365,150 +364,3 @@ def hf_example_input(
         )
     batch = TEXT_BATCH if batch_size is None else batch_size
     return torch.randint(0, config.vocab_size, (batch, seq), generator=generator)
-
-
-# ------------------------------------------------------------------------------------------------
-# The chain and its loss
-# ------------------------------------------------------------------------------------------------
-
-
-def _call(model: nn.Module) -> Any:
-    input_name = getattr(model, "main_input_name", "input_ids")
-    params = inspect.signature(model.forward).parameters
-    extra = {"use_cache": False} if "use_cache" in params else {}
-
-    def call(m: nn.Module, x: Tensor) -> Any:
-        return m(**{input_name: x}, **extra)
-
-    return call
-
-
-def _logits(output: Any) -> Any:
-    logits = getattr(output, "logits", None)
-    return logits if logits is not None else output
-
-
-def hf_stages(model: nn.Module, example_input: Tensor) -> Any:
-    """Cut an HF model with :func:`memplan.torch.split.repeated.find_repeated_blocks`.
-
-    Returns
-    -------
-    RepeatedBlocks
-        ``embedding``/``stem``, one stage per block, ``head``; checked against the model's logits.
-
-    Raises
-    ------
-    InputError
-        An encoder-decoder, or a model the generic linearizer cannot cut.
-    """
-    from memplan.torch.split.repeated import find_repeated_blocks
-
-    kind = type(model).__name__
-    if getattr(model.config, "is_encoder_decoder", False):
-        raise InputError(
-            f"cannot linearize {kind}: an encoder-decoder's decoder blocks read the encoder's "
-            "output besides the previous block's, so it is not one chain"
-        )
-    return find_repeated_blocks(model, example_input, call=_call(model), output=_logits)
-
-
-def default_labels(model: nn.Module, example_input: Tensor, seed: int = 0) -> Tensor | None:
-    """The labels of the loss stage when none are given (see the module docstring)."""
-    task = _task(model)
-    generator = torch.Generator().manual_seed(seed)
-    if task == "causal-lm":
-        return example_input.clone()
-    if task == "masked-lm":
-        picked = torch.rand(example_input.shape, generator=generator) < MASKED_FRACTION
-        picked.view(-1)[0] = True  # at least one position
-        return torch.where(picked.to(example_input.device), example_input, IGNORE_INDEX)
-    if task == "image-classification":
-        labels = torch.randint(
-            0, model.config.num_labels, (example_input.shape[0],), generator=generator
-        )
-        return labels.to(example_input.device)
-    return None
-
-
-class HFLoss(nn.Module):
-    """The loss an HF model's ``forward(..., labels=labels)`` computes, as the last stage.
-
-    The model is held without being registered (the loss owns no parameters).
-    """
-
-    def __init__(
-        self, model: nn.Module, labels: Tensor, task: str, from_input: bool = False
-    ) -> None:
-        super().__init__()
-        object.__setattr__(self, "_model", model)
-        self.task = task
-        self.labels_from_input = from_input  # causal LM without labels: the batch's own tokens
-        self.register_buffer("labels", labels, persistent=False)
-        self._loss_function = None
-        if task != "masked-lm":
-            with _quiet_transformers(_transformers()):  # "loss_type=None ... default loss"
-                self._loss_function = model.loss_function
-
-    def follow_input(self, tokens: Tensor) -> None:
-        """A causal LM without labels: its labels are the tokens of this batch from now on (in
-        place when the shape is the same: the labels stay the buffer the profile counted)."""
-        if tokens.shape == self.labels.shape:
-            self.labels.copy_(tokens)
-        else:
-            self.labels = tokens.clone()
-
-    def forward(self, logits: Tensor, labels: Tensor | None = None) -> Tensor:
-        """The model's loss against ``labels`` (the batch's) or the fixed ones."""
-        model = self._model
-        labels = self.labels if labels is None else labels
-        if self.task == "causal-lm":
-            return self._loss_function(
-                logits=logits, labels=labels, vocab_size=model.config.vocab_size
-            )
-        if self.task == "masked-lm":  # BertForMaskedLM.forward: CrossEntropyLoss on the scores
-            return F.cross_entropy(logits.view(-1, model.config.vocab_size), labels.view(-1))
-        return self._loss_function(labels, logits, model.config)
-
-
-def hf_loss(model: nn.Module, example_input: Tensor, labels: Tensor | None) -> nn.Module | None:
-    """The loss stage of an HF model (None when its head is not one memplan knows)."""
-    task = _task(model)
-    if task is None:
-        return None
-    from_input = labels is None and task == "causal-lm"
-    if labels is None:
-        labels = default_labels(model, example_input)
-    assert labels is not None
-    return HFLoss(model, labels.to(example_input.device), task, from_input)
-
-
-def hf_batch(batch: Mapping[str, Any]) -> tuple[Tensor, Tensor | None]:
-    """``(input, labels)`` from an HF-style batch (``input_ids`` or ``pixel_values``, ``labels``).
-
-    Raises
-    ------
-    InputError
-        No input, an attention mask with zeros (padding), or other inputs the chain cannot pass.
-    """
-    names = [k for k in ("input_ids", "pixel_values") if batch.get(k) is not None]
-    if len(names) != 1:
-        raise InputError("batch: expected one of input_ids or pixel_values")
-    x = batch[names[0]]
-    mask = batch.get("attention_mask")
-    if mask is not None and not bool(torch.as_tensor(mask).all()):
-        raise InputError(
-            "batch.attention_mask: padding (zeros) is not supported by the chain API: its stage "
-            "wrappers hold one mask for every batch; train with memplan.torch.enable(model, "
-            "memory, example_input=batch), which takes each batch's mask"
-        )
-    token_types = batch.get("token_type_ids")
-    if token_types is not None and bool(torch.as_tensor(token_types).any()):
-        raise InputError("batch.token_type_ids: only all-zero token types are supported")
-    known = {"input_ids", "pixel_values", "attention_mask", "token_type_ids", "labels"}
-    for key, value in batch.items():
-        if key not in known and value is not None:
-            raise InputError(
-                f"batch.{key}: not supported (a chain stage reads one tensor); give "
-                "input_ids or pixel_values, labels, and an all-ones attention_mask"
-            )
-    return x, batch.get("labels")

@@ -36,8 +36,11 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+import memplan
 from memplan.errors import InputError
 from memplan.profile.graph import Graph, GraphNode, GraphTensor
+from memplan.profile.model import Device, Measured, Profile
+from memplan.torch.models.registry import MODELS, build_model, example_input
 
 SKIP_TARGETS = ("profiler._record_function",)
 """Operators that touch no tensor memory (dropped)."""
@@ -100,8 +103,6 @@ def capture_graph(
     """
     from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.fx.experimental.proxy_tensor import make_fx
-
-    from memplan.torch.models.registry import MODELS, build_model, example_input
 
     torch_dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
     if dtype not in torch_dtype:
@@ -342,9 +343,6 @@ def profile_graph(
     profile's metadata (``device.kind`` is ``cpu``: fake tensors on the CPU; nothing is timed).
     """
     from datetime import datetime, timezone
-
-    import memplan
-    from memplan.profile.model import Device, Measured, Profile
 
     graph, info = capture_graph(model, batch_size=batch_size, input_shape=input_shape, dtype=dtype)
     return Profile(

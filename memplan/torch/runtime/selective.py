@@ -21,7 +21,7 @@ from typing import Any
 import torch
 from torch.utils.checkpoint import CheckpointPolicy, create_selective_checkpoint_contexts
 
-from memplan.torch.measure.probe import storage_key
+from memplan.torch.base.storage import storage_key
 
 __all__ = ["POLICIES", "cached_storages", "contexts", "policy_of"]
 

@@ -38,8 +38,6 @@ Examples
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import torch
@@ -47,7 +45,11 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from memplan.errors import InputError
-from memplan.torch.models.registry import inception_transform_input
+from memplan.torch.models.hf import is_hf_model
+from memplan.torch.split.hf import hf_loss, hf_stages
+from memplan.torch.split.repeated import find_repeated_blocks
+from memplan.torch.split.stages import eval_mode, first_line, outputs_match, run_stages
+from memplan.torch.zoo.inception import inception_transform_input
 
 __all__ = [
     "Chain",
@@ -400,8 +402,6 @@ def _kind(model: nn.Module) -> str:
     ``densenet``, ``features``, ``sequential`` or ``repeated``."""
     if callable(getattr(model, "memplan_stages", None)):
         return "custom"
-    from memplan.torch.models.hf import is_hf_model
-
     if is_hf_model(model):
         return "hf"
     if _has(model, "conv1", "bn1", "relu", "maxpool", "layer1", "layer2", "layer3", "layer4",
@@ -430,8 +430,6 @@ def _split(model: nn.Module, example_input: Tensor | None, labels: Tensor | None
     if how == "custom":
         return _Split(_custom_stages(model, kind))
     if how == "hf":
-        from memplan.torch.models.hf import hf_loss, hf_stages
-
         if example_input is None:
             raise InputError(f"cannot linearize {kind}: an example input is needed to trace it")
         found = hf_stages(model, example_input)
@@ -453,8 +451,6 @@ def _split(model: nn.Module, example_input: Tensor | None, labels: Tensor | None
             "(features + classifier) or nn.Sequential, and no example input to find its "
             "repeated blocks; give it a memplan_stages() method returning [(name, module), ...]"
         )
-    from memplan.torch.split.repeated import find_repeated_blocks
-
     found = find_repeated_blocks(model, example_input)
     return _Split(found.stages, found.output, inplace=found.inplace)
 
@@ -487,24 +483,6 @@ def split_model(
     if not stages:
         raise InputError(f"cannot linearize {type(model).__name__}: it has no stages")
     return stages
-
-
-@contextmanager
-def eval_mode(*modules: nn.Module) -> Iterator[None]:
-    """Put modules in eval mode and restore each submodule's own training flag afterwards."""
-    flags = [(m, m.training) for module in modules for m in module.modules()]
-    try:
-        for module in modules:
-            module.eval()
-        yield
-    finally:
-        for m, training in flags:
-            m.training = training
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return text[0] if text else type(exc).__name__
 
 
 def linearize(
@@ -557,56 +535,6 @@ def linearize(
     return Chain(stages=[*stages, ("loss", loss)], inplace=[*inplace, False])
 
 
-# torch.testing.assert_close's default tolerances (rtol, atol) per dtype. assert_close itself is
-# not called: its first call imports torch.distributed.tensor, 1-2 s of every `memplan profile`,
-# for the same test that torch.allclose makes with these tolerances.
-_TOLERANCES = {
-    torch.float16: (1e-3, 1e-5),
-    torch.bfloat16: (1.6e-2, 1e-5),
-    torch.float32: (1.3e-6, 1e-5),
-    torch.float64: (1e-7, 1e-7),
-}
-
-
-def outputs_match(actual: Tensor, expected: Tensor) -> bool:
-    """Whether ``actual`` equals ``expected`` as ``torch.testing.assert_close`` judges it by
-    default (same dtype and shape, ``|a - e| <= atol + rtol * |e|``, NaN equal to NaN)."""
-    if actual.dtype != expected.dtype or actual.shape != expected.shape:
-        return False
-    rtol, atol = _TOLERANCES.get(expected.dtype, _TOLERANCES[torch.float32])
-    return bool(torch.allclose(actual, expected, rtol=rtol, atol=atol, equal_nan=True))
-
-
-def run_stages(
-    kind: str,
-    stages: list[tuple[str, nn.Module]],
-    x: Tensor,
-    inplace: list[bool] | None = None,
-) -> Tensor:
-    """Run ``stages`` one after the other on ``x`` (the caller sets eval mode and no_grad); each
-    must return one floating-point tensor, else an :class:`InputError` names the stage. With
-    ``inplace``, append for each stage whether it modified its input in place (its version
-    counter moved)."""
-    for name, module in stages:
-        version = x._version
-        try:
-            out = module(x)
-        except (RuntimeError, ValueError, TypeError, IndexError) as exc:
-            raise InputError(
-                f"cannot linearize {kind}: stage {name!r} failed: {_first_line(exc)}"
-            ) from None
-        if inplace is not None:
-            inplace.append(x._version != version)
-        x = out
-        if not isinstance(x, Tensor) or not x.is_floating_point():
-            what = x.dtype if isinstance(x, Tensor) else type(x).__name__
-            raise InputError(
-                f"cannot linearize {kind}: stage {name!r} returns {what}; every stage must "
-                "return one floating-point tensor"
-            )
-    return x
-
-
 def _checked_output(
     model: nn.Module, stages: list[tuple[str, nn.Module]], example_input: Tensor, verify: bool
 ) -> tuple[Tensor, list[bool]]:
@@ -620,7 +548,7 @@ def _checked_output(
             try:
                 expected = model(example_input)
             except (RuntimeError, ValueError, TypeError, IndexError) as exc:
-                raise InputError(f"{kind} fails on the example input: {_first_line(exc)}") from None
+                raise InputError(f"{kind} fails on the example input: {first_line(exc)}") from None
             if not isinstance(expected, Tensor) or expected.shape != x.shape:
                 shape = tuple(expected.shape) if isinstance(expected, Tensor) else type(expected)
                 raise InputError(

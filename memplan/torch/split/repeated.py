@@ -102,6 +102,7 @@ from torch.utils import _pytree as pytree
 from torch.utils.weak import WeakIdKeyDictionary
 
 from memplan.errors import InputError
+from memplan.torch.split.stages import eval_mode, first_line, outputs_match, run_stages
 
 __all__ = [
     "BlockCall",
@@ -821,11 +822,6 @@ def _head_by_fx(model: nn.Module, blocks: list[str], last: str) -> nn.Module | N
     return fx.GraphModule(model, head, class_name="Head")
 
 
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return text[0] if text else type(exc).__name__
-
-
 def _cut(
     kind: str,
     model: nn.Module,
@@ -875,8 +871,6 @@ def _chain_output(
     kind: str, stages: list[tuple[str, nn.Module]], x: Tensor, inplace: list[bool]
 ) -> Tensor:
     """Run the stages in eval mode without gradients; each must return a floating tensor."""
-    from memplan.torch.split.linearize import eval_mode, run_stages
-
     with eval_mode(*(m for _, m in stages)), torch.no_grad():
         return run_stages(kind, stages, x.clone(), inplace)
 
@@ -948,8 +942,6 @@ def find_repeated_blocks(
         block that also reads tensors computed from parameters, activations or the input's values;
         no way to cut what follows the last block; a chain that does not give the model's output.
     """
-    from memplan.torch.split.linearize import eval_mode, outputs_match
-
     kind = type(model).__name__
     call = call or _call_model
     pick = output or model_output
@@ -959,7 +951,7 @@ def find_repeated_blocks(
             with tracer.tracing(example_input):
                 result = pick(call(model, example_input))
         except (RuntimeError, ValueError, TypeError, IndexError) as exc:
-            raise InputError(f"{kind} fails on the example input: {_first_line(exc)}") from None
+            raise InputError(f"{kind} fails on the example input: {first_line(exc)}") from None
         if not isinstance(result, Tensor):
             raise InputError(
                 f"cannot linearize {kind}: its output is {type(result).__name__}, not a tensor"
