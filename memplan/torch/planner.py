@@ -86,7 +86,7 @@ def fit(
     example_input : Tensor or mapping, optional
         The chain input (built from ``batch_size``/``input_shape`` for a name when omitted), or a
         Hugging Face batch: ``{"input_ids" or "pixel_values": ..., "labels": ...,
-        "attention_mask": all ones}`` (:func:`memplan.torch.models.hf.hf_batch`).
+        "attention_mask": all ones}`` (:func:`memplan.torch.split.hf.hf_batch`).
     memory, algo, slots, optimizer, bandwidth
         As in :func:`memplan.solve` (slots: 500 by default, pofo 50; bandwidth: the
         profile's by default, needed by the offloading algorithms and pofo).

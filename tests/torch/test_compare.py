@@ -10,7 +10,8 @@ from torch import nn  # noqa: E402
 
 from memplan.errors import InputError  # noqa: E402
 from memplan.torch.compare import ways as compare_ways  # noqa: E402
-from memplan.torch.compare.training import compare_training, default_segments  # noqa: E402
+from memplan.torch.compare.training import compare_training  # noqa: E402
+from memplan.torch.compare.ways import default_segments  # noqa: E402
 from memplan.torch.measure.allocator_peak import allocator_peak, profiled_copy  # noqa: E402
 from memplan.torch.measure.step import measure_step  # noqa: E402
 

@@ -18,10 +18,10 @@ from torch import nn  # noqa: E402
 from memplan.errors import InputError  # noqa: E402
 from memplan.torch.estimate.roofline import OpCounter  # noqa: E402
 from memplan.torch.measure.fake import OVERHEADS_METHOD, TensorLevelRun  # noqa: E402
-from memplan.torch.measure.stage import measure_stage
+from memplan.torch.measure.stage import measure_stage  # noqa: E402
 from memplan.torch.models.registry import build_model  # noqa: E402
-from memplan.torch.profiler.chain import linearize_on_sample, training_state
-from memplan.torch.profiler.model import profile_model
+from memplan.torch.profiler.chain import linearize_on_sample, training_state  # noqa: E402
+from memplan.torch.profiler.model import profile_model  # noqa: E402
 from memplan.torch.split.linearize import linearize  # noqa: E402
 
 pytestmark = pytest.mark.torch

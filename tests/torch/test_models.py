@@ -13,14 +13,14 @@ from torch import nn  # noqa: E402
 
 from memplan.errors import InputError  # noqa: E402
 from memplan.torch.models.registry import MODELS, build_model  # noqa: E402
-from memplan.torch.split.linearize import (
+from memplan.torch.split.linearize import (  # noqa: E402
     ClassificationLoss,
     MeanSquareLoss,
     NextTokenLoss,
     linearize,
     split_model,
 )
-from memplan.torch.split.stages import outputs_match
+from memplan.torch.split.stages import outputs_match  # noqa: E402
 from memplan.torch.zoo.inception import Inception3, InceptionOutputs  # noqa: E402
 
 pytestmark = pytest.mark.torch

@@ -26,11 +26,8 @@ from memplan.errors import InputError  # noqa: E402
 from memplan.torch import build_model, checkpointed, linearize, profile_model  # noqa: E402
 from memplan.torch.runtime.plan import planned_forward_counts  # noqa: E402
 from memplan.torch.split.linearize import DenseLayerStage, NextTokenLoss  # noqa: E402
-from memplan.torch.split.repeated import (  # noqa: E402
-    BlockCall,
-    PrefixStage,
-    find_repeated_blocks,
-)
+from memplan.torch.split.repeated import find_repeated_blocks  # noqa: E402
+from memplan.torch.split.wrappers import BlockCall, PrefixStage  # noqa: E402
 from memplan.torch.zoo.densenet import DenseNet  # noqa: E402
 
 pytestmark = pytest.mark.torch

@@ -34,9 +34,9 @@ from memplan.api import describe  # noqa: E402
 from memplan.cli.app import app  # noqa: E402
 from memplan.errors import InputError  # noqa: E402
 from memplan.torch import build_model, linearize, profile_model  # noqa: E402
-from memplan.torch.planner import fit
-from memplan.torch.runtime.checkpointed import checkpointed
-from memplan.torch.runtime.plan import (
+from memplan.torch.planner import fit  # noqa: E402
+from memplan.torch.runtime.checkpointed import checkpointed  # noqa: E402
+from memplan.torch.runtime.plan import (  # noqa: E402
     planned_activation_curve,
     planned_activation_peak,
     planned_forward_counts,

@@ -254,7 +254,7 @@ def compare_training(
         A model name (the zoo's, ``hf:NAME``, ``package.module:factory``) or a module.
     example_input, labels : Tensor, optional
         The batch (required with a module); ``labels`` for a Hugging Face model (default: its
-        task's, :func:`memplan.torch.models.hf.default_labels`).
+        task's, :func:`memplan.torch.split.hf.default_labels`).
     batch_size, input_shape, config
         For a model given by name, as ``memplan profile`` takes them.
     device : str

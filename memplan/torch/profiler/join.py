@@ -66,7 +66,7 @@ def profile_join(
     """Measure every branch stage and the turn of a join network: a ``branches`` + ``turn`` profile.
 
     Each branch is cut into stages (:func:`memplan.torch.split.linearize.split_model`) and measured as a
-    chain by :func:`memplan.torch.profiler.model.profile_chain` (times, output, saved and temporary
+    chain by :func:`memplan.torch.profiler.chain.profile_chain` (times, output, saved and temporary
     sizes); the turn is measured as one stage reading the branch outputs (flattened and
     concatenated: a view per branch, so no extra bytes are saved).
     """

@@ -12,17 +12,16 @@ from torch import Tensor, nn
 from memplan.errors import InputError
 from memplan.torch.runtime.iteration import PlannedIteration
 from memplan.torch.runtime.planned_model import PlannedModel
-from memplan.torch.split.repeated import (
-    PrefixStage,
-    RepeatedBlocks,
+from memplan.torch.split.repeated import RepeatedBlocks
+from memplan.torch.split.trace import (
     ViewSpec,
     model_output,
     primary_key,
     primary_output,
-    redo_view,
     replace_primary,
     view_relation,
 )
+from memplan.torch.split.wrappers import PrefixStage, redo_view
 
 
 @dataclass

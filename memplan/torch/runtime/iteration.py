@@ -45,6 +45,12 @@ prefetch resizes them back and copies the data in (:class:`memplan.torch.runtime
 Every iteration fills :class:`RuntimeCounters` (docs/runtime.md): forward computations per stage,
 and the bytes of device memory the activations the plan holds occupy (``x[0]``, standalone
 ``x[k]``, ``s[k]``) as the plan counts them.
+
+This module is longer than 600 lines on purpose: it is one class, a state machine whose
+methods (forward brackets, recomputation, transfers, the backward's hooks) share its state and
+follow the rules of the NOTE above together; the plan it reads, the slots and the chain that
+drives it are in :mod:`~memplan.torch.runtime.plan`, :mod:`~memplan.torch.runtime.slots` and
+:mod:`~memplan.torch.runtime.checkpointed`.
 """
 
 from __future__ import annotations

@@ -89,500 +89,29 @@ Examples
 
 from __future__ import annotations
 
-import weakref
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 from torch import Tensor, nn
-from torch.overrides import TorchFunctionMode
-from torch.utils import _pytree as pytree
-from torch.utils.weak import WeakIdKeyDictionary
 
 from memplan.errors import InputError
 from memplan.torch.split.stages import eval_mode, first_line, outputs_match, run_stages
-
-__all__ = [
-    "BlockCall",
-    "ModelCall",
-    "PrefixStage",
-    "RepeatedBlocks",
-    "find_repeated_blocks",
-    "ViewSpec",
-    "model_output",
-    "primary_key",
-    "primary_output",
-    "redo_view",
-    "replace_primary",
-    "view_relation",
-    "repeated_block_stages",
-]
-
-ModelCall = Callable[[nn.Module, Tensor], Any]
-"""How to call a model on the chain input: ``call(model, x)`` (default ``model(x)``)."""
-
-_PARAM = 1  # computed from a parameter (or from anything computed from one: activations)
-_INPUT = 2  # computed from the values of the model's input
-_MAX_RUNS_TRIED = 8
-
-
-def _call_model(model: nn.Module, x: Tensor) -> Any:
-    return model(x)
-
-
-def primary_output(value: Any) -> Tensor | None:
-    """The tensor a call returns: itself, the first element of a tuple/list whose other elements
-    are not tensors, or the first tensor value of a mapping (HF model outputs). None otherwise."""
-    if isinstance(value, Tensor):
-        return value
-    if isinstance(value, (tuple, list)) and value and isinstance(value[0], Tensor):
-        rest = pytree.tree_leaves(list(value[1:]))
-        return None if any(isinstance(v, Tensor) for v in rest) else value[0]
-    if isinstance(value, dict):
-        for item in value.values():
-            if isinstance(item, Tensor):
-                return item
-    return None
-
-
-def model_output(value: Any) -> Tensor | None:
-    """The output of a model that a loss reads: a tensor itself; of a mapping (a dict, an HF
-    output), its ``logits`` or else its last tensor value (``{"features": h, "logits": y}``);
-    of a tuple or list, its first element when it is a tensor (``(logits, aux)``)."""
-    if isinstance(value, Tensor):
-        return value
-    if isinstance(value, dict):
-        logits = value.get("logits")
-        if isinstance(logits, Tensor):
-            return logits
-        tensors = [item for item in value.values() if isinstance(item, Tensor)]
-        return tensors[-1] if tensors else None
-    if isinstance(value, (tuple, list)) and value and isinstance(value[0], Tensor):
-        return value[0]
-    return None
-
-
-def primary_key(args: tuple[Any, ...], kwargs: dict[str, Any]) -> int | str | None:
-    """Where the primary input is: the index of the first tensor argument, else the name of the
-    first tensor keyword argument, else None."""
-    for i, arg in enumerate(args):
-        if isinstance(arg, Tensor):
-            return i
-    for key, value in kwargs.items():
-        if isinstance(value, Tensor):
-            return key
-    return None
-
-
-def replace_primary(
-    args: tuple[Any, ...], kwargs: dict[str, Any], key: int | str, value: Any
-) -> tuple[tuple[Any, ...], dict[str, Any]]:
-    """``(args, kwargs)`` with the argument at ``key`` (an index or a name) set to ``value``."""
-    if isinstance(key, int):
-        return (*args[:key], value, *args[key + 1 :]), kwargs
-    return args, {**kwargs, key: value}
-
-
-def _base(t: Tensor) -> Tensor:
-    return t if t._base is None else t._base
-
-
-def _geometry(t: Tensor) -> tuple[Any, ...]:
-    return (tuple(t.shape), tuple(t.stride()), t.storage_offset(), t.dtype)
-
-
-@dataclass(frozen=True)
-class ViewSpec:
-    """``x.as_strided(size, stride, x.storage_offset() + offset)``, checked against x's layout."""
-
-    source: tuple[Any, ...]  # the geometry of x when traced
-    size: tuple[int, ...]
-    stride: tuple[int, ...]
-    offset: int
-
-
-def _span(t: Tensor) -> tuple[int, int]:
-    """First and last element offsets of a tensor in its storage."""
-    last = t.storage_offset() + sum(
-        (n - 1) * s for n, s in zip(t.shape, t.stride(), strict=True) if n > 0
-    )
-    return t.storage_offset(), last
-
-
-def view_relation(produced: Tensor, consumed: Tensor) -> tuple[bool, ViewSpec | None]:
-    """Whether ``consumed`` is ``produced`` or a view of the memory it spans; the view to redo."""
-    if consumed is produced or _geometry(consumed) == _geometry(produced):
-        return True, None
-    if produced.numel() == 0 or consumed.numel() == 0 or consumed.dtype != produced.dtype:
-        return False, None
-    low, high = _span(produced)
-    first, last = _span(consumed)
-    dense = produced.numel() == high - low + 1
-    if not dense or first < low or last > high:
-        return False, None
-    spec = ViewSpec(
-        source=_geometry(produced),
-        size=tuple(consumed.shape),
-        stride=tuple(consumed.stride()),
-        offset=consumed.storage_offset() - produced.storage_offset(),
-    )
-    return True, spec
-
-
-@dataclass(eq=False)
-class _Call:
-    """One module call of the tracing pass (see NOTE [ Finding the run of blocks ])."""
-
-    start: int
-    name: str
-    module: nn.Module
-    parents: tuple[_Call, ...]
-    is_block: bool
-    key: int | str | None
-    args: tuple[Any, ...] = ()
-    kwargs: dict[str, Any] = field(default_factory=dict)
-    input_shape: tuple[int, ...] | None = None
-    input_id: int | None = None  # id() of the primary input (alive while the call runs)
-    producers: list[tuple[_Call | None, ViewSpec | None]] = field(default_factory=list)
-    end: int = -1
-    has_output: bool = False  # returns one tensor (registered, weakly, in _Tracer.produced)
-    # the calls whose output is this call's output too (the last child of an nn.Sequential...)
-    output_producers: list[tuple[_Call | None, ViewSpec | None]] = field(default_factory=list)
-    taints: dict[int, int] = field(default_factory=dict)  # leaf index -> kinds
-
-    @property
-    def depth(self) -> int:
-        return len(self.parents)
-
-
-class _Taint(TorchFunctionMode):
-    """Follows what every tensor of the tracing pass is computed from (see NOTE [ Stage
-    wrappers ]): a parameter (and so any activation) or the values of the model's input."""
-
-    # Results that depend on their tensor arguments' shape, dtype or device only.
-    VALUE_FREE = frozenset(
-        {
-            torch.zeros_like, torch.ones_like, torch.empty_like, torch.full_like,
-            torch.rand_like, torch.randn_like, torch.randint_like,
-            Tensor.new_zeros, Tensor.new_ones, Tensor.new_empty, Tensor.new_full,
-            Tensor.size, Tensor.dim, Tensor.numel, Tensor.element_size, Tensor.stride,
-            Tensor.storage_offset,
-        }
-    )  # fmt: skip
-
-    def __init__(self, tracer: _Tracer) -> None:
-        super().__init__()
-        self.kinds: WeakIdKeyDictionary = WeakIdKeyDictionary()
-        self.tracer = tracer
-
-    def kind(self, t: Tensor) -> int:
-        kind = self.kinds.get(t, 0)
-        if isinstance(t, nn.Parameter) and t.requires_grad:
-            kind |= _PARAM
-        base = t._base
-        if base is not None:
-            kind |= self.kinds.get(base, 0)
-        return kind
-
-    def __torch_function__(self, func, types, args=(), kwargs=None):  # type: ignore[override]
-        kwargs = kwargs or {}
-        out = func(*args, **kwargs)
-        if func in self.VALUE_FREE:
-            return out
-        kind = 0
-        for leaf in pytree.tree_leaves((args, kwargs)):
-            if isinstance(leaf, Tensor):
-                kind |= self.kind(leaf)
-                self.tracer.note_use(leaf)
-        if kind:
-            for leaf in pytree.tree_leaves(out):
-                if isinstance(leaf, Tensor):
-                    self.kinds[leaf] = self.kinds.get(leaf, 0) | kind
-            in_place = getattr(func, "__name__", "").endswith("_")  # add_, __setitem__...
-            if in_place and args and isinstance(args[0], Tensor):
-                self.kinds[args[0]] = self.kinds.get(args[0], 0) | kind
-        return out
-
-
-class _Tracer:
-    """The tracing pass: hooks on every module and a :class:`_Taint` mode."""
-
-    def __init__(self, model: nn.Module) -> None:
-        self.model = model
-        self.names: dict[int, str] = {}
-        self.blocks: set[int] = set()
-        for name, module in model.named_modules(remove_duplicate=False):
-            self.names.setdefault(id(module), name)
-            if isinstance(module, (nn.ModuleList, nn.Sequential)):
-                self.blocks.update(id(child) for child in module.children())
-        self.params = {id(p): p for p in model.parameters()}
-        self.buffers = {id(b): b for b in model.buffers()}
-        self.calls: list[_Call] = []
-        self.stack: list[_Call] = []
-        self.counter = 0
-        # id(base tensor) -> [(call, weakref to its output)]; None as call: the model's input
-        self.produced: dict[int, list[tuple[_Call | None, weakref.ref]]] = {}
-        self.direct: list[tuple[int, tuple[_Call, ...], Tensor]] = []  # (time, open calls, p)
-        self.taint = _Taint(self)
-
-    # -- bookkeeping -----------------------------------------------------------------------
-    def _tick(self) -> int:
-        self.counter += 1
-        return self.counter
-
-    def _keeps(self, parents: tuple[_Call, ...], is_block: bool) -> bool:
-        """Whether a call is recorded in full: the blocks, and the calls inside no block (the
-        inside of a block is not needed, except the blocks nested in it)."""
-        return is_block or not any(p.is_block for p in parents)
-
-    def register(self, call: _Call | None, tensor: Tensor) -> None:
-        self.produced.setdefault(id(_base(tensor)), []).append((call, weakref.ref(tensor)))
-
-    def producers_of(self, tensor: Tensor) -> list[tuple[_Call | None, ViewSpec | None]]:
-        found = []
-        for call, ref in self.produced.get(id(_base(tensor)), []):
-            produced = ref()
-            if produced is None or _base(produced) is not _base(tensor):
-                continue
-            related, spec = view_relation(produced, tensor)
-            if related:
-                found.append((call, spec))
-        return found
-
-    def note_use(self, tensor: Tensor) -> None:
-        """A parameter or buffer used directly by the forward of an open call (not a leaf)."""
-        if id(tensor) in self.params or id(tensor) in self.buffers:
-            self.direct.append((self.counter, tuple(self.stack), tensor))
-
-    # -- hooks ---------------------------------------------------------------------------------
-    def pre(self, module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
-        parents = tuple(self.stack)
-        is_block = id(module) in self.blocks
-        keep = self._keeps(parents, is_block)
-        key = primary_key(args, kwargs) if keep else None
-        call = _Call(
-            start=self._tick(),
-            name=self.names.get(id(module), type(module).__name__),
-            module=module,
-            parents=parents,
-            is_block=is_block,
-            key=key,
-        )
-        if keep and key is not None:
-            primary = args[key] if isinstance(key, int) else kwargs[key]
-            call.input_shape = tuple(primary.shape)
-            call.input_id = id(primary)
-            call.producers = self.producers_of(primary)
-            call.args = tuple(_PRIMARY if i == key else a for i, a in enumerate(args))
-            call.kwargs = {k: (_PRIMARY if k == key else v) for k, v in kwargs.items()}
-            leaves = pytree.tree_leaves((call.args, call.kwargs))
-            call.taints = {
-                i: self.taint.kind(leaf)
-                for i, leaf in enumerate(leaves)
-                if isinstance(leaf, Tensor)
-            }
-        self.calls.append(call)
-        self.stack.append(call)
-
-    def post(self, module: nn.Module, args: Any, kwargs: Any, output: Any) -> None:
-        call = self.stack.pop()
-        call.end = self._tick()
-        out = primary_output(output)
-        if out is not None and self._keeps(call.parents, call.is_block):
-            call.has_output = True
-            call.output_producers = self.producers_of(out)
-            self.register(call, out)
-
-    @contextmanager
-    def tracing(self, x: Tensor) -> Iterator[None]:
-        hooks = []
-        for module in self.model.modules():
-            hooks.append(module.register_forward_pre_hook(self.pre, with_kwargs=True))
-            hooks.append(module.register_forward_hook(self.post, with_kwargs=True))
-        self.register(None, x)
-        self.taint.kinds[x] = _INPUT
-        try:
-            with self.taint:
-                yield
-        finally:
-            for hook in hooks:
-                hook.remove()
-
-
-class _Primary:
-    def __repr__(self) -> str:
-        return "<hidden state>"
-
-
-_PRIMARY = _Primary()
-
-
-# ------------------------------------------------------------------------------------------------
-# Stage wrappers
-# ------------------------------------------------------------------------------------------------
-
-
-def redo_view(x: Tensor, spec: ViewSpec | None) -> Tensor:
-    if spec is None:
-        return x
-    if _geometry(x)[:2] != spec.source[:2]:
-        raise RuntimeError(
-            f"the chain was traced for a tensor of shape {spec.source[0]} and strides "
-            f"{spec.source[1]}, got {tuple(x.shape)} and {tuple(x.stride())}: linearize again"
-        )
-    return x.as_strided(spec.size, spec.stride, x.storage_offset() + spec.offset)
-
-
-class _ViewStage(nn.Module):
-    """The view of its input that the next module call reads (e.g. ``x[:, 0]``), redone."""
-
-    def __init__(self, spec: ViewSpec) -> None:
-        super().__init__()
-        self.spec = spec
-
-    def forward(self, x: Tensor) -> Tensor:
-        return redo_view(x, self.spec)
-
-    def extra_repr(self) -> str:
-        return f"size={self.spec.size}, stride={self.spec.stride}, offset={self.spec.offset}"
-
-
-class BlockCall(nn.Module):
-    """One module call of the model as a stage: ``module(*args, **kwargs)`` with the hidden state
-    in place of the traced primary input and the other arguments as traced (see NOTE [ Stage
-    wrappers ]); returns the call's primary output.
-
-    Parameters
-    ----------
-    module : nn.Module
-        The block (or head module); registered as ``block``.
-    args, kwargs
-        The traced arguments, the primary input replaced by a marker; their tensors become
-        non-persistent buffers ``extra0``, ``extra1``...
-    input_shape : tuple of int
-        The traced shape of the hidden state (checked when tensors are held).
-    view : ViewSpec, optional
-        A view to apply to the input first (the call read a view of the previous output).
-    """
-
-    def __init__(
-        self,
-        module: nn.Module,
-        args: tuple[Any, ...],
-        kwargs: dict[str, Any],
-        input_shape: tuple[int, ...] | None,
-        view: ViewSpec | None = None,
-    ) -> None:
-        super().__init__()
-        self.block = module
-        leaves, self._spec = pytree.tree_flatten((args, kwargs))
-        self._leaves: list[Any] = []
-        self._extras: list[tuple[int, str]] = []
-        for i, leaf in enumerate(leaves):
-            if isinstance(leaf, Tensor):
-                name = f"extra{len(self._extras)}"
-                self.register_buffer(name, leaf, persistent=False)
-                self._extras.append((i, name))
-                self._leaves.append(None)
-            else:
-                self._leaves.append(leaf)
-        self.input_shape = input_shape
-        self.view = view
-
-    def forward(self, x: Tensor) -> Tensor:
-        x = redo_view(x, self.view)
-        if self._extras and self.input_shape is not None and tuple(x.shape) != self.input_shape:
-            raise RuntimeError(
-                f"{type(self.block).__name__}: the chain was traced for hidden states of shape "
-                f"{self.input_shape} (its other inputs, e.g. attention masks, have that size); "
-                f"got {tuple(x.shape)}: linearize the model again for this input"
-            )
-        leaves = list(self._leaves)
-        for i, name in self._extras:
-            leaves[i] = getattr(self, name)
-        leaves = [x if leaf is _PRIMARY else leaf for leaf in leaves]
-        args, kwargs = pytree.tree_unflatten(leaves, self._spec)
-        out = primary_output(self.block(*args, **kwargs))
-        if out is None:
-            raise RuntimeError(f"{type(self.block).__name__} no longer returns one tensor")
-        return out
-
-
-class _Reached(BaseException):
-    """Raised by the first block's pre-hook to stop the model's forward (a BaseException, so that
-    the model's own ``except Exception`` clauses do not swallow it)."""
-
-    def __init__(self, value: Tensor) -> None:
-        super().__init__()
-        self.value = value
-
-
-class PrefixStage(nn.Module):
-    """Everything the model computes before its first block, by its own ``forward``.
-
-    The model is held without being registered (its parameters are not this stage's); the modules
-    called before the first block (``parts``) and the parameters and buffers the forward uses
-    directly (``direct_params``, ``direct_buffers``) are. While it runs, the training flag of the
-    modules whose ``forward`` is on the way to the first block (the model, ``transformer``...) is
-    this stage's.
-    """
-
-    def __init__(
-        self,
-        model: nn.Module,
-        call: ModelCall,
-        first: nn.Module,
-        key: int | str,
-        parts: dict[str, nn.Module],
-        params: list[nn.Parameter],
-        buffers: list[Tensor],
-        ancestors: list[nn.Module],
-    ) -> None:
-        super().__init__()
-        object.__setattr__(self, "_model", model)
-        object.__setattr__(self, "_first", first)
-        object.__setattr__(self, "_ancestors", ancestors)
-        self._call = call
-        self._key = key
-        self.parts = nn.ModuleDict({name.replace(".", "/"): m for name, m in parts.items()})
-        self.direct_params = nn.ParameterList(params)
-        for i, buffer in enumerate(buffers):
-            self.register_buffer(f"direct_buffer{i}", buffer, persistent=False)
-
-    @contextmanager
-    def calling(self, call: ModelCall) -> Iterator[None]:
-        """Call the model another way while inside (the arguments of one training step)."""
-        before = self._call
-        self._call = call
-        try:
-            yield
-        finally:
-            self._call = before
-
-    def _stop(self, module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
-        key = self._key
-        value = args[key] if isinstance(key, int) else kwargs.get(key)
-        if not isinstance(value, Tensor):  # called another way than traced
-            value = args[primary_key(args, kwargs) or 0]
-        raise _Reached(value)
-
-    def forward(self, x: Tensor) -> Tensor:
-        flags = [(m, m.training) for m in self._ancestors]
-        hook = self._first.register_forward_pre_hook(self._stop, with_kwargs=True, prepend=True)
-        try:
-            for module, _ in flags:
-                module.training = self.training
-            self._call(self._model, x)
-        except _Reached as reached:
-            return reached.value
-        finally:
-            hook.remove()
-            for module, training in flags:
-                module.training = training
-        raise RuntimeError("the model returned without calling its first block")
-
+from memplan.torch.split.trace import (
+    FROM_INPUT,
+    FROM_PARAM,
+    MAX_RUNS_TRIED,
+    ModelCall,
+    TracedCall,
+    Tracer,
+    ViewSpec,
+    call_model,
+    model_output,
+)
+from memplan.torch.split.wrappers import BlockCall, PrefixStage, ViewStage
+
+__all__ = ["RepeatedBlocks", "find_repeated_blocks", "repeated_block_stages"]
 
 # ------------------------------------------------------------------------------------------------
 # The run, the prefix and the head
@@ -629,7 +158,7 @@ class RepeatedBlocks:
     prefix: bool = False
 
 
-def _usable(run: list[_Call]) -> bool:
+def _usable(run: list[TracedCall]) -> bool:
     """A run inside one block call (an MLP ``nn.Sequential`` inside a transformer block) is a
     chain only when it is all that block does: the block's input is the run's input and its
     output the run's output (a wrapper around the blocks). Runs across blocks are kept."""
@@ -642,10 +171,10 @@ def _usable(run: list[_Call]) -> bool:
     return feeds_out and first.input_id is not None and first.input_id == inner.input_id
 
 
-def _runs(calls: list[_Call]) -> list[list[_Call]]:
+def _runs(calls: list[TracedCall]) -> list[list[TracedCall]]:
     """The usable runs of blocks (see :func:`_usable`): for each block call the longest run
     ending there; longest first, then outermost, then earliest."""
-    best: dict[int, tuple[int, _Call | None]] = {}
+    best: dict[int, tuple[int, TracedCall | None]] = {}
     for call in calls:
         if not call.is_block or not call.has_output or call.key is None:
             continue
@@ -666,13 +195,13 @@ def _runs(calls: list[_Call]) -> list[list[_Call]]:
             runs.append(run[::-1])
     # a run ending at a block and the same run ending earlier: only the longest is kept
     runs.sort(key=lambda r: (-len(r), r[0].depth, r[0].start))
-    kept: list[list[_Call]] = []
+    kept: list[list[TracedCall]] = []
     seen: set[int] = set()
     for run in runs:
         if id(run[-1]) not in seen:
             kept.append(run)
             seen.update(id(c) for c in run)
-    return kept[:_MAX_RUNS_TRIED]
+    return kept[:MAX_RUNS_TRIED]
 
 
 def _relative_names(names: list[str]) -> list[str]:
@@ -685,17 +214,17 @@ def _relative_names(names: list[str]) -> list[str]:
     return [".".join(p[common:]) for p in parts]
 
 
-def _leaf_kinds(call: _Call) -> list[str]:
+def _leaf_kinds(call: TracedCall) -> list[str]:
     what = []
     for kind in call.taints.values():
-        if kind & _PARAM:
+        if kind & FROM_PARAM:
             what.append("the parameters or activations")
-        elif kind & _INPUT:
+        elif kind & FROM_INPUT:
             what.append("the values of the input")
     return what
 
 
-def _check_extras(kind: str, call: _Call) -> None:
+def _check_extras(kind: str, call: TracedCall) -> None:
     what = _leaf_kinds(call)
     if what:
         raise InputError(
@@ -706,7 +235,7 @@ def _check_extras(kind: str, call: _Call) -> None:
 
 
 def _prefix(
-    kind: str, model: nn.Module, call: ModelCall, tracer: _Tracer, first: _Call
+    kind: str, model: nn.Module, call: ModelCall, tracer: Tracer, first: TracedCall
 ) -> PrefixStage:
     if any(c.module is first.module and c.start < first.start for c in tracer.calls):
         raise InputError(
@@ -741,7 +270,7 @@ def _prefix(
 
 
 def _head_by_calls(
-    kind: str, last: _Call, final: list[tuple[_Call | None, ViewSpec | None]]
+    kind: str, last: TracedCall, final: list[tuple[TracedCall | None, ViewSpec | None]]
 ) -> list[nn.Module] | None:
     """Module calls from the last block's output to the model's output, in forward order (each
     preceded by the view of the previous output it reads, if any); None when something other than
@@ -752,7 +281,7 @@ def _head_by_calls(
         for producer, view in producers:
             if producer is last:
                 if view is not None:
-                    backward.append(_ViewStage(view))
+                    backward.append(ViewStage(view))
                 return backward[::-1]
         options = [
             (c, v)
@@ -763,7 +292,7 @@ def _head_by_calls(
             return None
         call, view = min(options, key=lambda cv: (cv[0].depth, cv[0].start - cv[0].end))
         if view is not None:
-            backward.append(_ViewStage(view))
+            backward.append(ViewStage(view))
         _check_extras(kind, call)
         backward.append(BlockCall(call.module, call.args, call.kwargs, call.input_shape))
         producers = call.producers
@@ -780,12 +309,12 @@ def _head_by_fx(model: nn.Module, blocks: list[str], last: str) -> nn.Module | N
         on_path.update(".".join(parts[:i]) for i in range(1, len(parts)))
     leaves = set(blocks)
 
-    class _Tracer(fx.Tracer):
+    class Tracer(fx.Tracer):
         def is_leaf_module(self, m: nn.Module, qualname: str) -> bool:
             return qualname in leaves or qualname not in on_path
 
     try:
-        graph = _Tracer().trace(model)
+        graph = Tracer().trace(model)
     except Exception:  # any failure to trace: fall back to the error of the caller
         return None
     nodes = list(graph.nodes)
@@ -826,9 +355,9 @@ def _cut(
     kind: str,
     model: nn.Module,
     call: ModelCall,
-    tracer: _Tracer,
-    run: list[_Call],
-    final: list[tuple[_Call | None, ViewSpec | None]],
+    tracer: Tracer,
+    run: list[TracedCall],
+    final: list[tuple[TracedCall | None, ViewSpec | None]],
     floating_input: bool,
 ) -> RepeatedBlocks:
     """The stages for one run (InputError when it does not make a chain)."""
@@ -875,14 +404,14 @@ def _chain_output(
         return run_stages(kind, stages, x.clone(), inplace)
 
 
-def _leaf_calls(calls: list[_Call], start: int, end: int) -> int:
+def _leaf_calls(calls: list[TracedCall], start: int, end: int) -> int:
     """Calls of modules without children (the layers) that start within ``(start, end)``."""
     return sum(
         1 for c in calls if start < c.start < end and next(c.module.children(), None) is None
     )
 
 
-def _check_body(kind: str, tracer: _Tracer, run: list[_Call], prefix: bool, head: bool) -> None:
+def _check_body(kind: str, tracer: Tracer, run: list[TracedCall], prefix: bool, head: bool) -> None:
     """Refuse a cut whose blocks are not the body of the model: when the part before the first
     block or after the last one calls more layers than the blocks do (a U-Net, whose
     contracting path is one run of blocks and whose expanding path reads its outputs; an
@@ -943,9 +472,9 @@ def find_repeated_blocks(
         no way to cut what follows the last block; a chain that does not give the model's output.
     """
     kind = type(model).__name__
-    call = call or _call_model
+    call = call or call_model
     pick = output or model_output
-    tracer = _Tracer(model)
+    tracer = Tracer(model)
     with eval_mode(model), torch.no_grad():
         try:
             with tracer.tracing(example_input):
