@@ -42,7 +42,8 @@ def solve_feasible(
 ) -> Schedule:
     """:func:`memplan.solve`, with no plan as an :class:`InputError` that says the least memory
     that fits (what :func:`fit` and :func:`memplan.torch.enable` need: a plan to run). The
-    training loop is PyTorch's default (``gradients``, docs/model.md) unless said otherwise."""
+    training loop is PyTorch's default (``gradients``, docs/model.md) unless said otherwise.
+    """
     sched = memplan.solve(
         profile,
         algo=algo,
@@ -113,7 +114,6 @@ def fit(
     InputError
         Bad input, or no plan of ``algo`` fits ``memory`` (the message says the least memory).
     """
-
     x: Tensor | None
     if isinstance(example_input, Mapping):
         x, batch_labels = hf_batch(example_input)

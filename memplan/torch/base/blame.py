@@ -79,7 +79,8 @@ def model_errors(model: str, phase: str, given: str = "") -> Iterator[None]:
 
 def raised_by_model(exc: BaseException, *, through_module_call: bool) -> bool:
     """Whether ``exc`` came from code that memplan called rather than from memplan's own lines
-    (and, with ``through_module_call``, from code entered through ``nn.Module.__call__``)."""
+    (and, with ``through_module_call``, from code entered through ``nn.Module.__call__``).
+    """
     files = [_file(tb) for tb in _frames(exc.__traceback__)]
     ours = [i for i, name in enumerate(files) if _is_memplan(name)]
     below = files[ours[-1] + 1 :] if ours else files
@@ -93,7 +94,8 @@ def raised_by_model(exc: BaseException, *, through_module_call: bool) -> bool:
 def describe(exc: BaseException) -> str:
     """``KeyError: 'x' (model.py, line 10, in forward)``: the type, the first line of the message
     and the innermost line of the user's own code (not of an installed library), when there is
-    one."""
+    one.
+    """
     lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
     text = f"{type(exc).__name__}: {lines[0]}" if lines else type(exc).__name__
     for tb in reversed(list(_frames(exc.__traceback__))):

@@ -9,7 +9,8 @@ __all__ = ["storage_key"]
 
 def storage_key(tensor: torch.Tensor) -> tuple[int, int] | None:
     """(data pointer, bytes) of a tensor's storage; None for tensors without real storage (fake
-    and meta tensors, tensor subclasses without one)."""
+    and meta tensors, tensor subclasses without one).
+    """
     try:
         storage = tensor.untyped_storage()
         ptr = storage.data_ptr()

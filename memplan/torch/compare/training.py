@@ -221,7 +221,7 @@ def _threads(threads: int | None) -> Iterator[int]:
         torch.set_num_threads(before)
 
 
-def compare_training(
+def compare_training(  # noqa: C901 - the ways in NOTE [ comparison protocol ]'s order, one branch each
     model: str | nn.Module,
     *,
     example_input: Tensor | None = None,

@@ -164,7 +164,8 @@ class Way:
 
 def default_segments(stages: int) -> list[int]:
     """``checkpoint_sequential`` segment counts tried over a chain of ``stages`` stages before
-    the loss: 2, 4, about the square root (the classic choice) and one segment per stage."""
+    the loss: 2, 4, about the square root (the classic choice) and one segment per stage.
+    """
     if stages < 2:
         return []
     found = {2, 4, max(2, round(math.sqrt(stages))), stages}
@@ -174,7 +175,8 @@ def default_segments(stages: int) -> list[int]:
 @contextmanager
 def _hf_checkpointing(model: nn.Module) -> Iterator[None]:
     """Hugging Face's checkpointing of every layer: ``activation_checkpointing_enable`` (the
-    name since transformers 5.x), else ``gradient_checkpointing_enable``; non-reentrant."""
+    name since transformers 5.x), else ``gradient_checkpointing_enable``; non-reentrant.
+    """
     kwargs = {"use_reentrant": False}
     hooked = bool(getattr(model, "_require_grads_hooks", None))
     if hasattr(model, "activation_checkpointing_enable"):

@@ -89,7 +89,8 @@ def current_conditions(device: torch.device, dtype: str | None) -> Conditions:
 def recorded_conditions(prof: Profile) -> Conditions | None:
     """A profile's conditions: ``measured.conditions``, or for a profile made before it was
     recorded, what it says elsewhere (``measured.extra.threads``, ``measured.torch``, ``dtype``,
-    ``device``); None for a profile that says nothing (synthetic, hand-written)."""
+    ``device``); None for a profile that says nothing (synthetic, hand-written).
+    """
     measured = prof.measured
     if measured is not None and measured.conditions is not None:
         return measured.conditions
@@ -206,7 +207,8 @@ def training_as_profiled(
 def check_conditions(prof: Profile, device: torch.device | str = "cpu") -> dict[str, Any]:
     """Warn (:class:`ConditionsWarning`) when ``prof`` was measured under other conditions than
     this process's (threads included: set ``torch.set_num_threads`` to the profile's before
-    training). Returns the differences, ``field -> (the profile's, now)``."""
+    training). Returns the differences, ``field -> (the profile's, now)``.
+    """
     dev = torch.device(device)
     found = differences(prof, current_conditions(dev, prof.dtype))
     if found:

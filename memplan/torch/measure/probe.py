@@ -57,7 +57,8 @@ class CpuProbe(MemoryProbe):
     @staticmethod
     def quiet() -> None:
         """Kineto logs two lines per session on stderr, below every log level but the highest;
-        the variable is read when the profiler first starts in the process."""
+        the variable is read when the profiler first starts in the process.
+        """
         os.environ.setdefault("KINETO_LOG_LEVEL", "6")
 
     def peak(self, fn: Callable[[], object], ignore: Callable[[], dict[int, int]]) -> int:
@@ -88,7 +89,8 @@ class CpuProbe(MemoryProbe):
     @staticmethod
     def replay(events: list[tuple[int, int]], ignore: Iterable[int]) -> int:
         """Peak of the running total of ``events`` (in order), leaving out the allocations at the
-        ``ignore`` addresses that are still live at the end (not temporary)."""
+        ``ignore`` addresses that are still live at the end (not temporary).
+        """
         live: dict[int, int] = {}  # address -> index of the allocation still live
         for i, (addr, nbytes) in enumerate(events):
             if nbytes > 0:

@@ -59,7 +59,8 @@ def summarize(samples: Sequence[float]) -> Summary:
 
 def profile_noise(stages: Sequence[tuple[Summary, float]]) -> float:
     """The profile's spread: the stages' spreads weighted by ``weight`` (their share of the
-    time: median times the number of stages the measurement stands for)."""
+    time: median times the number of stages the measurement stands for).
+    """
     total = sum(weight for _, weight in stages)
     if total <= 0:
         return 0.0

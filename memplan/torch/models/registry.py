@@ -189,7 +189,8 @@ def _import_user_module(name: str) -> object:
 def import_factory(spec: str) -> Callable[..., object]:
     """The callable that a ``package.module:factory`` spec names (NOTE [ whose error ] for what
     importing it may raise: :func:`build_model` and :func:`memplan.torch.models.join.resolve_join` import
-    it inside :func:`~memplan.torch.base.blame.model_errors`)."""
+    it inside :func:`~memplan.torch.base.blame.model_errors`).
+    """
     module_name, _, attr = spec.partition(":")
     if not module_name or not attr:
         raise InputError(f"model {spec!r}: expected package.module:factory")

@@ -176,7 +176,8 @@ class ProfiledStages:
 
 def _last_users(chain: Chain) -> dict[int, int]:
     """Parameter id -> the last stage using it (whose backward, first to run, creates its
-    gradient)."""
+    gradient).
+    """
     last: dict[int, int] = {}
     for k, (_, module) in enumerate(chain.stages):
         for param in module.parameters():

@@ -47,7 +47,7 @@ SKIP_TARGETS = ("profiler._record_function",)
 
 
 def _train_step(model: nn.Module, lr: float = 0.01) -> Callable[..., None]:
-    """forward + loss.backward() + optimizer.step() on explicit parameters and buffers."""
+    """Forward + loss.backward() + optimizer.step() on explicit parameters and buffers."""
 
     def step(params: dict[str, Tensor], buffers: dict[str, Tensor], x: Tensor, y: Tensor) -> None:
         from torch.fx.experimental.proxy_tensor import get_proxy_mode
@@ -219,7 +219,7 @@ def _op_name(target: Any) -> str:
     return getattr(target, "__name__", str(target))
 
 
-def fx_to_graph(
+def fx_to_graph(  # noqa: C901 - one case per kind of FX node, in docs/formats.md's order
     fx_graph: torch.fx.Graph, state_names: list[str], n_params: int, marks: list[int]
 ) -> Graph:
     """Turn a traced training step into a :class:`Graph` (rules in the module docstring).

@@ -76,7 +76,8 @@ def resolve_gpu(
 
 def _module_label(model: nn.Module) -> str:
     """A module's name in its profile: its class name, lower case (``hf:`` + the model type for
-    a Hugging Face model)."""
+    a Hugging Face model).
+    """
     if is_hf_model(model):
         return f"hf:{model.config.model_type}"
     return type(model).__name__.lower()
@@ -254,17 +255,16 @@ def _profile_model(
     dedupe: bool,
     selective: bool = False,
 ) -> Profile:
-    if isinstance(model, str):  # a join network: branches + turn, docs/profiling.md
-        join = resolve_join(model, batch_size)
-        if join is not None:
-            if estimate is not None or gpu_spec is not None or input_shape is not None or config:
-                raise InputError(
-                    f"model {model!r} is a join network: --estimate, --gpu-spec, --config and "
-                    "--input-shape do not apply (its factory gives the inputs)"
-                )
-            return profile_join(
-                join, device=device, dtype=dtype, repeats=repeats, progress=progress, name=name
+    join = resolve_join(model, batch_size) if isinstance(model, str) else None
+    if join is not None:  # a join network: branches + turn, docs/profiling.md
+        if estimate is not None or gpu_spec is not None or input_shape is not None or config:
+            raise InputError(
+                f"model {model!r} is a join network: --estimate, --gpu-spec, --config and "
+                "--input-shape do not apply (its factory gives the inputs)"
             )
+        return profile_join(
+            join, device=device, dtype=dtype, repeats=repeats, progress=progress, name=name
+        )
     gpu, catalog_key = resolve_gpu(estimate, gpu_spec)
     fake = gpu is not None and device == "auto"  # an estimate on fake tensors: no computation
     if fake:

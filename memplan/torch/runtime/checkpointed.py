@@ -134,7 +134,9 @@ def _stages_of(model: Chain | nn.Module | Sequence[Any]) -> list[tuple[str, nn.M
     return out
 
 
-def check_schedule(schedule: Schedule, names: Sequence[str], profile: Any | None = None) -> None:
+def check_schedule(  # noqa: C901 - the checks in its docstring's order, one error each
+    schedule: Schedule, names: Sequence[str], profile: Any | None = None
+) -> None:
     """Check that a schedule was made for this chain (and this profile, when given).
 
     Raises

@@ -166,7 +166,8 @@ class PlannedIteration:
     def live(self) -> int:
         """Bytes of the stored tensors, as the plan counts them (shared storages once); an
         ``s[k]`` handed over to its backward counts by the sizes it had (autograd frees its
-        storages as the backward goes, and the allocator may reuse their addresses)."""
+        storages as the backward goes, and the allocator may reuse their addresses).
+        """
         total, seen = 0, set()
         for stored in self.held.values():
             if stored.handed:
@@ -186,7 +187,8 @@ class PlannedIteration:
 
     def source_of(self, k: int) -> Stored:
         """Where the input ``x[k]`` of stage ``k`` is (docs/model.md: held alone or in
-        ``s[k-1]``); a RuntimeError when the plan has it nowhere in device memory."""
+        ``s[k-1]``); a RuntimeError when the plan has it nowhere in device memory.
+        """
         found = self.resident(f"x[{k}]")
         if found is None and k > 0:
             found = self.resident(f"s[{k - 1}]")
@@ -223,7 +225,8 @@ class PlannedIteration:
 
     def abort(self) -> None:
         """After an error: put the input back in device memory (it is the caller's tensor),
-        leave the stage being computed, forget the plan's tensors."""
+        leave the stage being computed, forget the plan's tensors.
+        """
         if self.hooks is not None:
             self.hooks.__exit__(None, None, None)
             self.hooks = None
@@ -283,7 +286,8 @@ class PlannedIteration:
 
     def end(self, k: int, out: Tensor) -> None:
         """The model has computed stage ``k``: store what the plan stores, run the plan's events
-        up to the end of the computation, and wait for the backward to reach the stage."""
+        up to the end of the computation, and wait for the backward to reach the stage.
+        """
         if self.hooks is not None:
             self.hooks.__exit__(None, None, None)
             self.hooks = None
@@ -351,7 +355,8 @@ class PlannedIteration:
     ) -> None:
         """Hold what a forward of stage ``k`` stores: ``s[k]`` (the storages autograd saved,
         the output) or ``x[k+1]``; the output's data only when ``keep`` (a later recomputation
-        reads it, a transfer moves it)."""
+        reads it, a transfer moves it).
+        """
         target = stored_name(name, k)
         if target in self.held:
             raise RuntimeError(f"{name} {k}: {target} is already held (the plan is invalid)")
@@ -417,7 +422,8 @@ class PlannedIteration:
     @contextmanager
     def _replay(self, k: int) -> Iterator[None]:
         """A recomputation of stage ``k``: the RNG state and the autocast state of its first
-        forward, its buffers restored afterwards (:func:`recomputing`)."""
+        forward, its buffers restored afterwards (:func:`recomputing`).
+        """
         run = self.runs[k]
         with ExitStack() as stack:
             for kind, enabled, dtype, cache in run.autocast:
@@ -480,7 +486,8 @@ class PlannedIteration:
     ) -> Tensor:
         """Run stage ``k`` on ``inp`` with gradients (under its SAC recomputation context when
         it is selective) and put what autograd saves into the slots of its first forward;
-        returns the output, detached."""
+        returns the output, detached.
+        """
         run = self.runs[k]
         hooks = torch.autograd.graph.saved_tensors_hooks(pack, unpack_slot)
         replay = run.recompute.recompute if run.recompute is not None else nullcontext()
@@ -518,7 +525,8 @@ class PlannedIteration:
 
     def _recompute_selective(self, k: int) -> None:
         """The start of ``B k`` after a selective ``F_all k``: its forward again, the policy's
-        outputs taken from the cache, what autograd saves put into the slots."""
+        outputs taken from the cache, what autograd saves put into the slots.
+        """
         inp = self.input_of(k).detach()
         run = self.runs[k]
         if run.requires_grad:

@@ -193,7 +193,8 @@ class RuntimePlan:
     def _reads(self) -> set[int]:
         """The events producing a stored tensor the runtime must hold the data of: one a later
         recomputation reads, or one a transfer moves. The others are held by autograd or by the
-        model's own code as long as they are needed, as in plain training."""
+        model's own code as long as they are needed, as in plain training.
+        """
         held: dict[str, int] = {"x[0]": -1}
         keeps: set[int] = set()
         sweep_starts = {s.start for s in self.sweep}
@@ -224,7 +225,8 @@ class RuntimePlan:
 
 def _policies(schedule: Schedule) -> dict[int, str]:
     """The selective policy of each stage whose ``F_all`` runs under an option (option ``i`` is
-    :data:`memplan.torch.runtime.selective.POLICIES` ``[i - 1]``, the profiler's order)."""
+    :data:`memplan.torch.runtime.selective.POLICIES` ``[i - 1]``, the profiler's order).
+    """
     names = list(POLICIES)
     chosen: dict[int, str] = {}
     for index, op in enumerate(schedule.ops):
@@ -270,5 +272,6 @@ def planned_activation_curve(profile: Any, schedule: Schedule) -> list[int]:
 
 def planned_activation_peak(profile: Any, schedule: Schedule) -> int:
     """The plan's peak of held activations: the largest of :func:`planned_activation_curve`,
-    what ``RuntimeCounters.peak_live_bytes`` measures on CPU (docs/runtime.md)."""
+    what ``RuntimeCounters.peak_live_bytes`` measures on CPU (docs/runtime.md).
+    """
     return int(_activation_replay(profile, schedule).peak_memory)

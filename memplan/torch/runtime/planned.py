@@ -130,7 +130,8 @@ def _example(model: nn.Module, example_input: Any) -> tuple[Tensor, Tensor | Non
 
 def _layout(model: nn.Module, x0: Tensor) -> tuple[str, Any, list[str], list[bool]]:
     """How to follow the model: ``("hooks", RepeatedBlocks, ...)`` or ``("stages", stages,
-    ...)``, with the chain's stage names (the loss last) and in-place flags."""
+    ...)``, with the chain's stage names (the loss last) and in-place flags.
+    """
     if traces_its_input(model):
         found = hf_stages(model, x0) if is_hf_model(model) else find_repeated_blocks(model, x0)
         names = [name for name, _ in found.stages] + ["loss"]

@@ -23,7 +23,8 @@ RngSnapshot = tuple[bytes, "bytes | None"]
 
 def rng_snapshot(device: torch.device) -> RngSnapshot:
     """The RNG state now, kept as host bytes (not as tensors: on CPU they would hold device
-    memory for the whole iteration; on CUDA both states are host memory anyway)."""
+    memory for the whole iteration; on CUDA both states are host memory anyway).
+    """
     cpu = torch.get_rng_state().numpy().tobytes()
     cuda = torch.cuda.get_rng_state(device).numpy().tobytes() if device.type == "cuda" else None
     return cpu, cuda

@@ -20,7 +20,8 @@ from memplan.torch.runtime.selective import contexts
 class Slot:
     """What autograd holds, in place of a saved tensor, for a stage whose forward dropped it:
     the recomputation of the stage (``F_all``) puts the tensor back (NOTE [ Planned
-    iteration ])."""
+    iteration ]).
+    """
 
     __slots__ = ("stage", "value")
 
@@ -71,7 +72,8 @@ class StageRun:
 class SelectiveForward:
     """A forward of a stage under a selective policy: autograd's saved tensors go to ``pack``
     (the slots), the policy's outputs to the SAC cache, whose recomputation context the stage's
-    run keeps (:mod:`memplan.torch.runtime.selective`)."""
+    run keeps (:mod:`memplan.torch.runtime.selective`).
+    """
 
     def __init__(self, policy: str, pack: Callable[[Tensor], Any], run: StageRun) -> None:
         self.caching, recompute = contexts(policy)

@@ -128,14 +128,16 @@ class Mover:
     @property
     def compute(self) -> Any:
         """The stream the computations run on (the current one: autograd runs the backward on
-        the stream of the forward)."""
+        the stream of the forward).
+        """
         return torch.cuda.current_stream(self.device)
 
     def _host_buffer(self, nbytes: int) -> Tensor:
         """A host buffer: pinned on CUDA. On CPU, memory numpy allocates: the copy is real, and
         it lives outside torch's CPU allocator, which stands for the device's (the allocator
         measure of :func:`memplan.torch.measure_step` does not count it, as the CUDA
-        allocator does not count pinned host memory)."""
+        allocator does not count pinned host memory).
+        """
         if self.cuda:
             return torch.empty(nbytes, dtype=torch.uint8, pin_memory=True)
         return torch.from_numpy(numpy.empty(nbytes, dtype=numpy.uint8))

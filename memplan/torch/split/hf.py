@@ -105,7 +105,8 @@ class HFLoss(nn.Module):
 
     def follow_input(self, tokens: Tensor) -> None:
         """A causal LM without labels: its labels are the tokens of this batch from now on (in
-        place when the shape is the same: the labels stay the buffer the profile counted)."""
+        place when the shape is the same: the labels stay the buffer the profile counted).
+        """
         if tokens.shape == self.labels.shape:
             self.labels.copy_(tokens)
         else:

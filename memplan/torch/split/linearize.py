@@ -113,7 +113,8 @@ class NextTokenLoss(nn.Module):
 
     def follow_input(self, tokens: Tensor) -> None:
         """Predict the tokens of this batch from now on (in place when the shape is the same:
-        the targets stay the buffer the profile counted)."""
+        the targets stay the buffer the profile counted).
+        """
         targets = next_tokens(tokens)
         if targets.shape == self.targets.shape:
             self.targets.copy_(targets)
@@ -380,7 +381,8 @@ def _has(model: nn.Module, *names: str) -> bool:
 @dataclass
 class _Split:
     """What a cut gives: the stages, the chain's output when already checked against the
-    model's (the traced cuts), and the loss stage when the model's kind fixes it (HF models)."""
+    model's (the traced cuts), and the loss stage when the model's kind fixes it (HF models).
+    """
 
     stages: list[tuple[str, nn.Module]]
     output: Tensor | None = None
@@ -399,7 +401,8 @@ def _custom_stages(model: nn.Module, kind: str) -> list[tuple[str, nn.Module]]:
 
 def _kind(model: nn.Module) -> str:
     """How :func:`_split` cuts ``model``: ``custom``, ``hf``, ``resnet``, ``inception``,
-    ``densenet``, ``features``, ``sequential`` or ``repeated``."""
+    ``densenet``, ``features``, ``sequential`` or ``repeated``.
+    """
     if callable(getattr(model, "memplan_stages", None)):
         return "custom"
     if is_hf_model(model):
@@ -420,7 +423,8 @@ def _kind(model: nn.Module) -> str:
 def traces_its_input(model: nn.Module) -> bool:
     """Whether the chain of ``model`` is found by tracing it on an input (Hugging Face models, the
     generic repeated-block cut): its stages then hold what the trace saw (attention masks, position
-    ids, shapes) and serve inputs of that shape only."""
+    ids, shapes) and serve inputs of that shape only.
+    """
     return _kind(model) in ("hf", "repeated")
 
 
@@ -539,7 +543,8 @@ def _checked_output(
     model: nn.Module, stages: list[tuple[str, nn.Module]], example_input: Tensor, verify: bool
 ) -> tuple[Tensor, list[bool]]:
     """Run the chain in eval mode without gradients; compare with the model's output. Returns
-    the output and, per stage, whether it modified its input in place."""
+    the output and, per stage, whether it modified its input in place.
+    """
     kind = type(model).__name__
     inplace: list[bool] = []
     with eval_mode(model, *(m for _, m in stages)), torch.no_grad():

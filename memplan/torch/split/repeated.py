@@ -161,7 +161,8 @@ class RepeatedBlocks:
 def _usable(run: list[TracedCall]) -> bool:
     """A run inside one block call (an MLP ``nn.Sequential`` inside a transformer block) is a
     chain only when it is all that block does: the block's input is the run's input and its
-    output the run's output (a wrapper around the blocks). Runs across blocks are kept."""
+    output the run's output (a wrapper around the blocks). Runs across blocks are kept.
+    """
     shared = set.intersection(*({id(p) for p in c.parents if p.is_block} for c in run))
     if not shared:
         return True
@@ -173,7 +174,8 @@ def _usable(run: list[TracedCall]) -> bool:
 
 def _runs(calls: list[TracedCall]) -> list[list[TracedCall]]:
     """The usable runs of blocks (see :func:`_usable`): for each block call the longest run
-    ending there; longest first, then outermost, then earliest."""
+    ending there; longest first, then outermost, then earliest.
+    """
     best: dict[int, tuple[int, TracedCall | None]] = {}
     for call in calls:
         if not call.is_block or not call.has_output or call.key is None:
@@ -206,7 +208,8 @@ def _runs(calls: list[TracedCall]) -> list[list[TracedCall]]:
 
 def _relative_names(names: list[str]) -> list[str]:
     """Block paths without the dotted prefix they share above their container (``transformer.h.0``
-    -> ``h.0``; ``layer1.0`` .. ``layer4.2`` stay)."""
+    -> ``h.0``; ``layer1.0`` .. ``layer4.2`` stay).
+    """
     parts = [n.split(".") for n in names]
     common = 0
     while all(len(p) > common + 2 for p in parts) and len({p[common] for p in parts}) == 1:
@@ -274,7 +277,8 @@ def _head_by_calls(
 ) -> list[nn.Module] | None:
     """Module calls from the last block's output to the model's output, in forward order (each
     preceded by the view of the previous output it reads, if any); None when something other than
-    module calls and views stands between."""
+    module calls and views stands between.
+    """
     backward: list[nn.Module] = []  # the steps from the output back to the last block
     producers = final
     while True:
@@ -298,9 +302,12 @@ def _head_by_calls(
         producers = call.producers
 
 
-def _head_by_fx(model: nn.Module, blocks: list[str], last: str) -> nn.Module | None:
+def _head_by_fx(  # noqa: C901 - each way the traced head may read something else refuses it
+    model: nn.Module, blocks: list[str], last: str
+) -> nn.Module | None:
     """The nodes of a ``torch.fx`` trace after the last block, as a GraphModule; None when the
-    model cannot be traced or the part after the last block reads anything else."""
+    model cannot be traced or the part after the last block reads anything else.
+    """
     import torch.fx as fx
 
     on_path = {""}
@@ -416,7 +423,8 @@ def _check_body(kind: str, tracer: Tracer, run: list[TracedCall], prefix: bool, 
     block or after the last one calls more layers than the blocks do (a U-Net, whose
     contracting path is one run of blocks and whose expanding path reads its outputs; an
     encoder-decoder), the chain would be a few small stages and one holding most of the model,
-    which no plan can use."""
+    which no plan can use.
+    """
     first, last = run[0], run[-1]
     inside = _leaf_calls(tracer.calls, first.start - 1, last.end)
     before = _leaf_calls(tracer.calls, 0, first.start) if prefix else 0

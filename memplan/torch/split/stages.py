@@ -49,7 +49,8 @@ _TOLERANCES = {
 
 def outputs_match(actual: Tensor, expected: Tensor) -> bool:
     """Whether ``actual`` equals ``expected`` as ``torch.testing.assert_close`` judges it by
-    default (same dtype and shape, ``|a - e| <= atol + rtol * |e|``, NaN equal to NaN)."""
+    default (same dtype and shape, ``|a - e| <= atol + rtol * |e|``, NaN equal to NaN).
+    """
     if actual.dtype != expected.dtype or actual.shape != expected.shape:
         return False
     rtol, atol = _TOLERANCES.get(expected.dtype, _TOLERANCES[torch.float32])
@@ -65,7 +66,8 @@ def run_stages(
     """Run ``stages`` one after the other on ``x`` (the caller sets eval mode and no_grad); each
     must return one floating-point tensor, else an :class:`InputError` names the stage. With
     ``inplace``, append for each stage whether it modified its input in place (its version
-    counter moved)."""
+    counter moved).
+    """
     for name, module in stages:
         version = x._version
         try:

@@ -49,7 +49,8 @@ def call_model(model: nn.Module, x: Tensor) -> Any:
 
 def primary_output(value: Any) -> Tensor | None:
     """The tensor a call returns: itself, the first element of a tuple/list whose other elements
-    are not tensors, or the first tensor value of a mapping (HF model outputs). None otherwise."""
+    are not tensors, or the first tensor value of a mapping (HF model outputs). None otherwise.
+    """
     if isinstance(value, Tensor):
         return value
     if isinstance(value, (tuple, list)) and value and isinstance(value[0], Tensor):
@@ -65,7 +66,8 @@ def primary_output(value: Any) -> Tensor | None:
 def model_output(value: Any) -> Tensor | None:
     """The output of a model that a loss reads: a tensor itself; of a mapping (a dict, an HF
     output), its ``logits`` or else its last tensor value (``{"features": h, "logits": y}``);
-    of a tuple or list, its first element when it is a tensor (``(logits, aux)``)."""
+    of a tuple or list, its first element when it is a tensor (``(logits, aux)``).
+    """
     if isinstance(value, Tensor):
         return value
     if isinstance(value, dict):
@@ -81,7 +83,8 @@ def model_output(value: Any) -> Tensor | None:
 
 def primary_key(args: tuple[Any, ...], kwargs: dict[str, Any]) -> int | str | None:
     """Where the primary input is: the index of the first tensor argument, else the name of the
-    first tensor keyword argument, else None."""
+    first tensor keyword argument, else None.
+    """
     for i, arg in enumerate(args):
         if isinstance(arg, Tensor):
             return i
@@ -174,7 +177,8 @@ class TracedCall:
 
 class _Taint(TorchFunctionMode):
     """Follows what every tensor of the tracing pass is computed from (see NOTE [ Stage
-    wrappers ]): a parameter (and so any activation) or the values of the model's input."""
+    wrappers ]): a parameter (and so any activation) or the values of the model's input.
+    """
 
     # Results that depend on their tensor arguments' shape, dtype or device only.
     VALUE_FREE = frozenset(
@@ -249,7 +253,8 @@ class Tracer:
 
     def _keeps(self, parents: tuple[TracedCall, ...], is_block: bool) -> bool:
         """Whether a call is recorded in full: the blocks, and the calls inside no block (the
-        inside of a block is not needed, except the blocks nested in it)."""
+        inside of a block is not needed, except the blocks nested in it).
+        """
         return is_block or not any(p.is_block for p in parents)
 
     def register(self, call: TracedCall | None, tensor: Tensor) -> None:

@@ -112,7 +112,8 @@ class BlockCall(nn.Module):
 
 class _Reached(BaseException):
     """Raised by the first block's pre-hook to stop the model's forward (a BaseException, so that
-    the model's own ``except Exception`` clauses do not swallow it)."""
+    the model's own ``except Exception`` clauses do not swallow it).
+    """
 
     def __init__(self, value: Tensor) -> None:
         super().__init__()

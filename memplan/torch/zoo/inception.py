@@ -251,7 +251,7 @@ class Inception3(nn.Module):
 
 
 def inception_transform_input(x: Tensor) -> Tensor:
-    """torchvision's ``transform_input``: ImageNet-normalised images to [-1, 1] per channel."""
+    """Torchvision's ``transform_input``: ImageNet-normalised images to [-1, 1] per channel."""
     x_ch0 = x[:, 0:1] * (0.229 / 0.5) + (0.485 - 0.5) / 0.5
     x_ch1 = x[:, 1:2] * (0.224 / 0.5) + (0.456 - 0.5) / 0.5
     x_ch2 = x[:, 2:3] * (0.225 / 0.5) + (0.406 - 0.5) / 0.5
