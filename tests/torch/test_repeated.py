@@ -219,7 +219,7 @@ def test_a_view_between_head_modules_is_redone():
     assert names[0] == "stem" and names[-1] == "head" and found.head_by == "calls"
     assert id(model.cls) in {id(p) for p in found.stages[0][1].parameters()}
     head_types = [type(m).__name__ for m in found.stages[-1][1]]
-    assert head_types == ["BlockCall", "_ViewStage", "BlockCall"]  # norm, x[:, 0], classifier
+    assert head_types == ["BlockCall", "ViewStage", "BlockCall"]  # norm, x[:, 0], classifier
     prof = profile_model(copy.deepcopy(model), example_input=x, repeats=1, name="cls")
     sched = memplan.solve(prof, "rotor", _recomputing_budget(prof))
 

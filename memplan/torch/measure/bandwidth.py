@@ -6,7 +6,7 @@ measured on the device that profiles:
 
 * **CUDA**: copies between a pinned host buffer and a device buffer of 256 MiB (capped at a
   quarter of the free device memory), ``non_blocking`` then ``torch.cuda.synchronize``;
-* **CPU**: the copy :mod:`memplan.torch.runtime.iteration` makes for an ``offload`` and a ``prefetch`` on a
+* **CPU**: the copy :mod:`memplan.torch.runtime` makes for an ``offload`` and a ``prefetch`` on a
   CPU (its :class:`~memplan.torch.runtime.transfers.Mover`): an offload allocates a host buffer and copies the tensor's storage into it
   (``torch.empty`` + ``copy_``), a prefetch gives the storage its bytes back and copies the data in
   (``resize_`` + ``copy_``). Both allocate fresh memory, so the rate includes the first touch of
@@ -124,7 +124,7 @@ def profile_bandwidth(
         nbytes = nbytes or CPU_BANDWIDTH_BYTES[1]
         rate = _runtime_copy_rate(device, nbytes, repeats)
         what = (
-            f"the runtime's CPU offload copy of {_mib(nbytes)} (memplan.torch.runtime.iteration: "
+            f"the runtime's CPU offload copy of {_mib(nbytes)} (memplan.torch.runtime: "
             "torch.empty + copy_ to offload, resize_ + copy_ to prefetch)"
         )
     return float(rate), f"{what}, median of {max(1, repeats)} each way, the slower direction"
