@@ -143,8 +143,9 @@ _TASK_SUFFIXES = {
 
 
 def import_transformers() -> Any:
+    """``import transformers``, or an input error naming the ``hf`` extra when it is missing."""
     try:
-        import transformers
+        import transformers  # local: the optional hf extra, imported only for an hf: model
     except ImportError:
         raise InputError(f"hf: models {HF_HINT}") from None
     return transformers
@@ -200,7 +201,7 @@ def _physical_memory() -> int | None:
 
 
 def _model_class(transformers: Any, model_type: str, task: str | None) -> tuple[Any, str]:
-    from transformers.models.auto import modeling_auto as auto
+    from transformers.models.auto import modeling_auto as auto  # local: the optional hf extra
 
     mappings = {
         "causal-lm": (auto.MODEL_FOR_CAUSAL_LM_MAPPING_NAMES, transformers.AutoModelForCausalLM),
