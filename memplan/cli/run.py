@@ -175,11 +175,12 @@ def _train(
     gradients: str = "auto",
 ) -> dict[str, Any] | None:
     import memplan
-    from memplan.torch.conditions import training_as_profiled
-    from memplan.torch.device import resolve_device
-    from memplan.torch.measure import train_under_plan
-    from memplan.torch.models import build_model
-    from memplan.torch.profiler import DTYPES, profile_model
+    from memplan.torch.base.device import resolve_device
+    from memplan.torch.measure.conditions import training_as_profiled
+    from memplan.torch.measure.runner import DTYPES
+    from memplan.torch.measure.step import train_under_plan
+    from memplan.torch.models.registry import build_model
+    from memplan.torch.profiler.model import profile_model
 
     prof = None
     if profile is not None:

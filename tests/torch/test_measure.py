@@ -1,4 +1,4 @@
-"""memplan.torch.measure: the allocator's peak of a whole training step stays within the budget.
+"""memplan.torch.measure.step: the allocator's peak of a whole training step stays within the budget.
 
 On small models (resnet18 on 2 images of 3x32x32, gpt-tiny on 2 sequences of 16 tokens), profiled
 here, on the machine that runs the test: rotor, dynprog and pofo plans at 3 budgets each, from
@@ -26,12 +26,12 @@ from memplan.api import describe  # noqa: E402
 from memplan.cli.app import app  # noqa: E402
 from memplan.errors import InputError  # noqa: E402
 from memplan.torch import build_model, linearize, profile_model  # noqa: E402
-from memplan.torch.measure import (  # noqa: E402
+from memplan.torch.measure.step import (  # noqa: E402
     make_optimizer,
     measure_step,
     replay_peak,
 )
-from memplan.torch.runtime import checkpointed  # noqa: E402
+from memplan.torch.runtime.checkpointed import checkpointed  # noqa: E402
 
 pytestmark = pytest.mark.torch
 

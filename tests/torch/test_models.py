@@ -12,15 +12,16 @@ torch = pytest.importorskip("torch")
 from torch import nn  # noqa: E402
 
 from memplan.errors import InputError  # noqa: E402
-from memplan.torch.linearize import (  # noqa: E402
+from memplan.torch.models.registry import MODELS, build_model  # noqa: E402
+from memplan.torch.split.linearize import (  # noqa: E402
     ClassificationLoss,
     MeanSquareLoss,
     NextTokenLoss,
     linearize,
-    outputs_match,
     split_model,
 )
-from memplan.torch.models import MODELS, Inception3, InceptionOutputs, build_model  # noqa: E402
+from memplan.torch.split.stages import outputs_match  # noqa: E402
+from memplan.torch.zoo.inception import Inception3, InceptionOutputs  # noqa: E402
 
 pytestmark = pytest.mark.torch
 

@@ -1,0 +1,1 @@
+"""Cut a model into a chain of stages: linearize, repeated blocks, Hugging Face cutting."""
