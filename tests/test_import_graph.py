@@ -1,7 +1,10 @@
 """The import graph of memplan/: imports point one way (no circle, no private name crossing a module).
 
 Read from the source with :mod:`ast` (nothing is imported): every ``import`` statement, at the top
-of a module or inside a function, is an arrow from the module that holds it to the module it names.
+of a module or inside a function, is an arrow from the module that holds it to the module it names
+(except under ``if TYPE_CHECKING:``, which never runs: type checkers read annotations lazily).
+The compiled kernels, ``memplan._core`` (an extension module, private by the usual convention), are
+imported by their one public wrapper, :mod:`memplan.core`, alone.
 A package's ``__init__`` is not an arrow target when a submodule is named (importing
 ``memplan.torch.split.linearize`` runs ``memplan/torch/__init__.py`` first, as for any package).
 The torch layer is also held to its floors, lowest first, as ``memplan/torch/__init__.py`` states.
@@ -50,11 +53,28 @@ def _target(name: str) -> str | None:
     return name or None
 
 
+COMPILED = "memplan._core"
+"""The compiled kernels' extension module (src/module.cpp), wrapped by :mod:`memplan.core`."""
+
+
+def _type_checking_only(tree: ast.Module) -> set[int]:
+    """The ``id`` of every node under an ``if TYPE_CHECKING:`` block."""
+    hidden: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            hidden |= {id(sub) for stmt in node.body for sub in ast.walk(stmt)}
+    return hidden
+
+
 def _imports(name: str) -> list[tuple[str, list[str], int]]:
-    """``(module, names imported from it, line)`` for every import statement of module ``name``."""
+    """``(module, names imported from it, line)`` for every import statement of module ``name``
+    that runs (not those under ``if TYPE_CHECKING:``)."""
     tree = ast.parse(MODULES[name].read_text(), filename=str(MODULES[name]))
+    hidden = _type_checking_only(tree)
     found = []
     for node in ast.walk(tree):
+        if id(node) in hidden:
+            continue
         if isinstance(node, ast.Import):
             found += [(alias.name, [], node.lineno) for alias in node.names]
         elif isinstance(node, ast.ImportFrom):
@@ -73,7 +93,10 @@ def _arrows(name: str) -> set[str]:
     for module, names, _ in _imports(name):
         if not module.startswith("memplan"):
             continue
-        targets = [_target(f"{module}.{n}") for n in names] or [_target(module)]
+        full = [f"{module}.{n}" for n in names]
+        if COMPILED in full or module == COMPILED:
+            continue  # an extension module, not a source module that could import back
+        targets = [_target(f) for f in full] or [_target(module)]
         arrows |= {t for t in targets if t and t != name}
     return arrows
 
@@ -116,6 +139,23 @@ def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     return found
 
 
+def test_memplan_has_no_import_circle() -> None:
+    assert _cycles(GRAPH) == []
+
+
+def test_no_private_name_is_imported_from_another_module() -> None:
+    crossing = [
+        f"{name}:{line} imports {module}.{n}"
+        for name in MODULES
+        for module, names, line in _imports(name)
+        if module.startswith("memplan")
+        for n in names
+        if n.startswith("_") and not n.startswith("__")
+        if not (name == "memplan.core" and f"{module}.{n}" == COMPILED)
+    ]
+    assert crossing == []
+
+
 def test_the_torch_layer_has_no_import_circle() -> None:
     torch_graph = {
         name: {t for t in arrows if t.startswith("memplan.torch")}
@@ -123,19 +163,6 @@ def test_the_torch_layer_has_no_import_circle() -> None:
         if name.startswith("memplan.torch")
     }
     assert _cycles(torch_graph) == []
-
-
-def test_no_private_name_is_imported_from_another_torch_module() -> None:
-    crossing = [
-        f"{name}:{line} imports {module}.{n}"
-        for name in MODULES
-        if name.startswith("memplan.torch")
-        for module, names, line in _imports(name)
-        if module.startswith("memplan")
-        for n in names
-        if n.startswith("_") and not n.startswith("__")
-    ]
-    assert crossing == []
 
 
 def _floor(name: str) -> int | None:
