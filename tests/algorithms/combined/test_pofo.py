@@ -38,7 +38,7 @@ from memplan.schedule import Op
 from memplan.simulator import simulate_combined
 from tests.oracles.combined import CombinedOracle, window_model_optimum
 from tests.oracles.exhaustive import ChainOracle
-from tests.strategies import extreme_bandwidths, extreme_chains, integer_chain
+from tests.strategies import examples, extreme_bandwidths, extreme_chains, integer_chain
 
 RATE = 1000.0  # one byte per ms
 
@@ -133,7 +133,7 @@ def test_dp_against_the_oracles(seed, capsys):
         print(f"\nseed {seed}: (budget, DP value, simulated, general optimum)", rows)
 
 
-@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(100), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     seed=st.integers(0, 10**6),
     length=st.integers(1, 8),
@@ -320,7 +320,7 @@ def test_prefetch_after_zero_duration_backwards():
         assert other.feasible and sched.makespan == pytest.approx(other.makespan)
 
 
-@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(30), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(prof=extreme_chains(), rate=extreme_bandwidths(), data=st.data())
 def test_extreme_profiles_replay_valid(prof, rate, data):
     """Denormal and zero times, terabyte sizes, 1e3..1e14 B/s: every plan pofo returns replays
