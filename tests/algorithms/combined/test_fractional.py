@@ -106,7 +106,9 @@ def test_store_all_memory_reaches_the_lower_bound(seed):
     assert realized(prof, dp, memory, RATE) == pytest.approx(chain.lower_bound)
 
 
-@pytest.mark.parametrize("seed", range(8))
+@pytest.mark.parametrize(
+    "seed", [*range(4), *(pytest.param(seed, marks=pytest.mark.slow) for seed in range(4, 8))]
+)
 def test_dp_against_the_oracles(seed, capsys):
     prof = chain_profile(seed, 3)
     chain = Chain.from_profile(prof)

@@ -230,6 +230,7 @@ def test_auto_is_never_worse_than_50_slots(seed):
         assert memplan.simulate(prof, sched).valid
 
 
+@pytest.mark.slow  # a bundled full-size profile: make test-all
 def test_auto_recovers_rounding_loss_on_resnet34():
     """resnet34@a100 at 25 GB/s, 1.02 GB (the second budget of docs/benchmarks.md's sweep): the
     50-slot grid's best plan is rotor's (30.77 ms); the Theorem 1 DP at 64 slots finds a combined
