@@ -36,6 +36,7 @@ from memplan.torch.runtime.checkpointed import checkpointed  # noqa: E402
 pytestmark = pytest.mark.torch
 
 MODELS = {"resnet18": (2, (3, 32, 32)), "gpt-tiny": (2, (16,))}
+SLOW_RUNS = {("resnet18", "dynprog"), ("resnet18", "pofo")}
 
 
 @pytest.fixture(scope="module", params=sorted(MODELS))
@@ -103,7 +104,17 @@ def _assert_same(ref: nn.Module, got: nn.Module) -> None:
         torch.testing.assert_close(q, p, msg=lambda m, n=name: f"{n}: {m}")
 
 
-@pytest.mark.parametrize("algo", ["rotor", "dynprog", "pofo"])
+# Every algorithm on both models; resnet18's dynprog and pofo runs (about 7 s of CPU) are left to
+# make test-all: rotor on resnet18 and all three on gpt-tiny run by default.
+@pytest.mark.parametrize(
+    ("measured", "algo"),
+    [
+        pytest.param(name, algo, marks=[pytest.mark.slow] if (name, algo) in SLOW_RUNS else [])
+        for name in sorted(MODELS)
+        for algo in ("rotor", "dynprog", "pofo")
+    ],
+    indirect=["measured"],
+)
 def test_the_measured_step_holds_the_budget(measured, algo):
     name, model, x, prof = measured
     ref, plain = _steps(model, x, lambda module: linearize(module, x).forward, "sgd")

@@ -148,7 +148,17 @@ def test_torchvision_attribute_names():
     assert len(mobile.features) == 19 and isinstance(mobile.classifier[1], nn.Linear)
 
 
-@pytest.mark.parametrize("name", sorted(CHAIN_LENGTHS))
+# The deepest members of a family (resnet101/152 beside resnet50, vgg16 beside vgg11): make test-all.
+LARGE = {"resnet101", "resnet152", "vgg16"}
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        pytest.param(n, marks=[pytest.mark.slow] if n in LARGE else [])
+        for n in sorted(CHAIN_LENGTHS)
+    ],
+)
 def test_chain_reproduces_the_model(name):
     shape, length = CHAIN_LENGTHS[name]
     model, x, _ = build_model(name, batch_size=1, input_shape=shape)
