@@ -124,7 +124,7 @@ class CudaProbe(MemoryProbe):
         torch.cuda.reset_peak_memory_stats(self.device)
         fn()
         torch.cuda.synchronize(self.device)
-        peak = torch.cuda.max_memory_allocated(self.device) - base
+        peak = int(torch.cuda.max_memory_allocated(self.device)) - int(base)
         return max(0, peak - sum(ignore().values()))
 
 
