@@ -1,0 +1,326 @@
+// The forward phase of pofo's Theorem 1 DP: NOTE [ pofo fractional recurrences ] (B.1, B.2) and
+// NOTE [ pofo pruning ] in memplan/algorithms/combined/fractional.py. The operations, their
+// order and the float32 rounding of the tables are those of the reference
+// (tests/oracles/pofo_forward.py), so that values and decisions are the same, state for state:
+// per state, the options in the order F_all a (kept, offloaded), then F_ck a .. F_n j-1 for
+// j = a+1 .. a + window (kept, offloaded), the first of equals kept.
+#include "pofo_forward.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <utility>
+
+namespace memplan::pofo {
+
+namespace {
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+constexpr double kEps = 1e-9;
+constexpr int32_t kTail = -2;
+constexpr int32_t kNone = -3;
+
+// One first operation of a segment, what does not depend on the state.
+struct Option {
+  int64_t j;           // a for F_all a, else the checkpoint x[j]
+  int64_t next;        // 2 a' + kind' of the next segment
+  int64_t nt;          // slots of the next segment's input
+  double lem;          // Lemma 1's peak over the forwards (without the state)
+  double window;       // forward time of the segment
+  int64_t first, rest;  // F_ck: the first forward's need, the others' (F_all: both the need)
+  const double* back;  // F_ck: CA[a][j-1] (W x D); F_all: nullptr
+};
+
+class Forward {
+ public:
+  Forward(const FractionalChain& c, Stop& stop)
+      : c_(c), stop_(stop), size_(c.W * c.D * c.D), versions_(c.beta > 0 ? 2 : 1) {}
+
+  FractionalForward run(double bound, int64_t beam, double tolerance) {
+    FractionalForward out;
+    std::vector<std::vector<int64_t>> states;
+    if (bound == kInf) {
+      if (!reachable(states)) return stopped(out);
+    } else {
+      const double slack = 1 + tolerance;
+      double limit = bound * slack + tolerance;
+      double found = kInf;
+      if (!reach(limit, beam, states, found)) return stopped(out);
+      limit = std::min(limit, found * slack + tolerance);
+      if (!reach(limit, 0, states, found)) return stopped(out);
+    }
+    if (!evaluate(states, out)) return stopped(out);
+    out.offsets.assign(1, 0);
+    for (auto& S : states) {
+      out.states.insert(out.states.end(), S.begin(), S.end());
+      out.offsets.push_back(int64_t(out.states.size()));
+    }
+    return out;
+  }
+
+ private:
+  const FractionalChain& c_;
+  Stop& stop_;
+  const int64_t size_;
+  const int versions_;
+
+  static FractionalForward& stopped(FractionalForward& out) {
+    out.stopped = true;
+    return out;
+  }
+
+  int64_t t_size(int64_t a, int kind) const { return kind == 0 ? c_.x[a] : c_.s[a - 1]; }
+
+  double idle(double excess) const {
+    if (c_.beta > 0) return std::max(excess, 0.0) / c_.beta;
+    return excess > 0 ? kInf : 0.0;
+  }
+
+  static int64_t ceil_slots(double v) {
+    double out = std::ceil(v - kEps);
+    out = std::min(std::max(out, 0.0), double(int64_t(1) << 30));
+    return int64_t(out);
+  }
+
+  // The options of segment a < L - 1 (NOTE [ pofo fractional recurrences ], B.1).
+  std::vector<Option> options(int64_t a) const {
+    const int64_t L = c_.L, gL = c_.g[L];
+    std::vector<Option> found;
+    const int64_t nF = gL + c_.s[a] + c_.fo[a], nB = c_.own_b[a];
+    const int64_t need = std::max(nF, nB);
+    found.push_back({a, 2 * (a + 1) + 1, c_.s[a], double(nF), c_.ft[a], need, need, nullptr});
+    const int64_t top = std::min(L - 1, a + c_.window);
+    double lem = -kInf;
+    int64_t first = 0, rest = 0;
+    for (int64_t j = a + 1; j <= top; ++j) {
+      const int64_t i = j - a - 1;  // the forward of stage a + i joins the segment
+      const int64_t n = i == 0 ? gL + c_.x[a + 1] + c_.fo[a]
+                               : gL + c_.x[a + i] + c_.x[a + i + 1] + c_.fo[a + i];
+      if (i == 0) {
+        first = n;
+      } else {
+        rest = std::max(rest, n);
+      }
+      lem = std::max(lem, double(n) - c_.beta * (c_.fp[a + i] - c_.fp[a]));
+      const double* back = c_.near + ((a * c_.window) + (j - 1 - a)) * c_.W * c_.D;
+      found.push_back({j, 2 * j, c_.x[j], lem, c_.fp[j] - c_.fp[a], first, rest, back});
+    }
+    return found;
+  }
+
+  // Every option from state (K, F, B) of segment a with input t: visit(code, next, index, cost)
+  // for the valid ones, in order.
+  template <typename Visit>
+  void each(const std::vector<Option>& opts, int64_t t, int64_t K, int64_t F, int64_t B,
+            Visit&& visit) const {
+    const int64_t D = c_.D, C = c_.C, avail = C - t - K;
+    const int64_t row = std::min(std::max(avail, int64_t(0)), c_.W - 1) * D + B;
+    for (const Option& o : opts) {
+      bool fit[2];
+      double back;
+      if (o.back == nullptr) {  // F_all a: B a needs T back, kept or prefetched
+        const int64_t a = o.j;
+        back = c_.bt[a] + idle(double(c_.own_b[a] - avail + B));
+        fit[0] = fit[1] = avail >= o.first;
+      } else {
+        back = o.back[row];
+        fit[0] = avail >= std::max(o.first, o.rest);
+        fit[1] = avail >= o.first && avail + t >= o.rest;
+      }
+      const double eps_f = idle((o.lem - double(avail)) + double(F));
+      const double spent = o.window + eps_f;
+      const double cost = spent + back;
+      if (!std::isfinite(cost)) continue;
+      int64_t moved_b = 0;
+      double moved_f = 0.0;
+      if (c_.beta > 0) {
+        moved_f = c_.beta * spent;
+        moved_b = ceil_slots(double(B) - c_.beta * back);
+      }
+      for (int v = 0; v < versions_; ++v) {
+        const int64_t K2 = K + (1 - v) * t;
+        if (!fit[v] || K2 + o.nt > C) continue;
+        int64_t index = K2 * D * D;
+        if (c_.beta > 0) {
+          const int64_t F2 = ceil_slots((double(F) + double(v * t)) - moved_f);
+          const int64_t B2 = moved_b + v * t;
+          if (F2 >= D || B2 >= D) continue;
+          index = (K2 * D + F2) * D + B2;
+        }
+        visit(2 * o.j + v, o.next, index, cost);
+      }
+    }
+  }
+
+  // The loss (B.2) at a = L - 1, or the tail CA[a][L-1] before it.
+  double last(int64_t a, int64_t t, int64_t K, int64_t F, int64_t B) const {
+    const int64_t L = c_.L, avail = c_.C - t - K;
+    const double beta = c_.beta;
+    if (a == L - 1) {
+      const int64_t nF = c_.g[L] + c_.s[a] + c_.fo[a], nB = c_.own_b[a];
+      if (avail < std::max(nF, nB)) return kInf;
+      const double eps_f = idle(double(nF - avail) + double(F));
+      const double eps_b = idle(double(nB - avail) + double(B));
+      double val = ((c_.ft[a] + c_.bt[a]) + eps_f) + eps_b;
+      if (beta > 0)
+        val = val + (std::max(double(F) - beta * (c_.ft[a] + eps_f), 0.0) +
+                     std::max(double(B) - beta * (c_.bt[a] + eps_b), 0.0)) /
+                        beta;
+      return val;
+    }
+    if (avail < 0) return kInf;
+    const int64_t row = std::min(avail, c_.W - 1);
+    double tail = c_.last[(a * c_.W + row) * c_.D + B];
+    if (beta > 0) tail = tail + (double(F) + std::max(double(B) - beta * tail, 0.0)) / beta;
+    return tail;
+  }
+
+  void split(int64_t s, int64_t& K, int64_t& F, int64_t& B) const {
+    const int64_t D = c_.D;
+    K = s / (D * D);
+    F = (s / D) % D;
+    B = s % D;
+  }
+
+  // Every state that some choice of the segments before reaches.
+  bool reachable(std::vector<std::vector<int64_t>>& states) {
+    const int64_t L = c_.L;
+    states.assign(2 * L, {});
+    std::vector<std::vector<char>> marks(2 * L);
+    marks[0].assign(size_, 0);
+    marks[0][0] = 1;
+    for (int64_t a = 0; a < L; ++a) {
+      if (stop_.due()) return false;
+      const std::vector<Option> opts = a < L - 1 ? options(a) : std::vector<Option>{};
+      for (int kind = 0; kind < 2; ++kind) {
+        std::vector<char> mark = std::move(marks[2 * a + kind]);
+        if (mark.empty()) continue;
+        std::vector<int64_t>& S = states[2 * a + kind];
+        for (int64_t s = 0; s < size_; ++s)
+          if (mark[s]) S.push_back(s);
+        mark = {};
+        if (a == L - 1) continue;
+        const int64_t t = t_size(a, kind);
+        for (int64_t s : S) {
+          int64_t K, F, B;
+          split(s, K, F, B);
+          each(opts, t, K, F, B, [&](int64_t, int64_t next, int64_t index, double) {
+            if (marks[next].empty()) marks[next].assign(size_, 0);
+            marks[next][index] = 1;
+          });
+        }
+      }
+    }
+    return true;
+  }
+
+  // The states reached within ``limit`` (time so far plus the lower bound R); with ``beam``, the
+  // ``beam`` most promising of each segment only, and ``found`` the least time of a plan ended
+  // from one of them.
+  bool reach(double limit, int64_t beam, std::vector<std::vector<int64_t>>& states,
+             double& found) {
+    const int64_t L = c_.L, C = c_.C, W = c_.W, DD = c_.D * c_.D;
+    const double* R = c_.relaxed;
+    states.assign(2 * L, {});
+    std::vector<std::vector<double>> so_far(2 * L);
+    so_far[0].assign(size_, kInf);
+    so_far[0][0] = 0.0;
+    found = kInf;
+    std::vector<std::pair<double, int64_t>> ranked;
+    for (int64_t a = 0; a < L; ++a) {
+      if (stop_.due()) return false;
+      const std::vector<Option> opts = a < L - 1 ? options(a) : std::vector<Option>{};
+      for (int kind = 0; kind < 2; ++kind) {
+        std::vector<double> times = std::move(so_far[2 * a + kind]);
+        if (times.empty()) continue;
+        std::vector<int64_t>& S = states[2 * a + kind];
+        for (int64_t s = 0; s < size_; ++s) {
+          if (!std::isfinite(times[s])) continue;
+          const double promise = times[s] + R[a * W + C - s / DD];
+          if (promise <= limit && promise < kInf) S.push_back(s);
+        }
+        if (beam > 0 && int64_t(S.size()) > beam) {
+          ranked.clear();
+          for (int64_t s : S) ranked.emplace_back(times[s] + R[a * W + C - s / DD], s);
+          std::nth_element(ranked.begin(), ranked.begin() + beam, ranked.end());
+          S.clear();
+          for (int64_t r = 0; r < beam; ++r) S.push_back(ranked[r].second);
+          std::sort(S.begin(), S.end());
+        }
+        const int64_t t = t_size(a, kind);
+        for (int64_t s : S) {
+          int64_t K, F, B;
+          split(s, K, F, B);
+          const double before = times[s];
+          if (beam > 0) found = std::min(found, before + last(a, t, K, F, B));
+          if (a == L - 1) continue;
+          each(opts, t, K, F, B, [&](int64_t, int64_t next, int64_t index, double cost) {
+            const double total = before + cost;
+            const int64_t kept = std::min(std::max(index / DD, int64_t(0)), C);
+            const double promise = total + R[(next / 2) * W + C - kept];
+            if (!(promise <= limit && promise < kInf)) return;
+            std::vector<double>& into = so_far[next];
+            if (into.empty()) into.assign(size_, kInf);
+            into[index] = std::min(into[index], total);
+          });
+        }
+      }
+    }
+    return true;
+  }
+
+  // OC on the states found, from the last segment back (flat float32 tables, INF where absent).
+  bool evaluate(const std::vector<std::vector<int64_t>>& states, FractionalForward& out) {
+    const int64_t L = c_.L;
+    std::vector<std::vector<float>> flats(2 * L);
+    std::vector<std::vector<int32_t>> choices(2 * L);
+    out.value = kInf;
+    for (int64_t a = L - 1; a >= 0; --a) {
+      if (stop_.due()) return false;
+      const std::vector<Option> opts = a < L - 1 ? options(a) : std::vector<Option>{};
+      for (int kind = 0; kind < 2; ++kind) {
+        const std::vector<int64_t>& S = states[2 * a + kind];
+        if (S.empty()) continue;
+        out.evaluated += int64_t(S.size());
+        const int64_t t = t_size(a, kind);
+        std::vector<int32_t>& choice = choices[2 * a + kind];
+        choice.resize(S.size());
+        std::vector<float> flat(size_, std::numeric_limits<float>::infinity());
+        for (std::size_t i = 0; i < S.size(); ++i) {
+          int64_t K, F, B;
+          split(S[i], K, F, B);
+          double best = last(a, t, K, F, B);
+          int32_t picked = std::isfinite(best) ? kTail : kNone;
+          if (a < L - 1) {
+            each(opts, t, K, F, B, [&](int64_t code, int64_t next, int64_t index, double cost) {
+              const std::vector<float>& table = flats[next];
+              if (table.empty()) return;
+              const double total = cost + double(table[index]);
+              if (total < best) {
+                best = total;
+                picked = int32_t(code);
+              }
+            });
+          }
+          flat[S[i]] = float(best);
+          choice[i] = picked;
+        }
+        if (a == 0 && kind == 0) out.value = double(flat[0]);
+        flats[2 * a + kind] = std::move(flat);
+      }
+      for (int64_t k = a + c_.window; k < std::min(L, a + c_.window + 1); ++k)
+        flats[2 * k] = {}, flats[2 * k + 1] = {};  // no segment before a reaches it
+    }
+    for (auto& choice : choices) out.choices.insert(out.choices.end(), choice.begin(), choice.end());
+    return true;
+  }
+};
+
+}  // namespace
+
+FractionalForward fractional_forward(const FractionalChain& chain, double bound, int64_t beam,
+                                     double tolerance, Stop& stop) {
+  return Forward(chain, stop).run(bound, beam, tolerance);
+}
+
+}  // namespace memplan::pofo
