@@ -27,7 +27,7 @@
 #include "rotor_dense.hpp"
 #include "rotor_exact.hpp"
 #include "join_fill.hpp"
-#include "pofo_forward.hpp"
+#include "pofo_fractional.hpp"
 #include "rotor_grid.hpp"
 #include "stop.hpp"
 
@@ -299,6 +299,57 @@ NB_MODULE(_core, m) {
       "operations, the option of each operation, makespan, least budget within the budget or -1).");
 
   // ---- pofo -----------------------------------------------------------------------------------
+  m.def(
+      "pofo_backward",
+      [](const I64& x, const I64& s, const I64& g, const I64& fo, const I64& own_b, const F64& ft,
+         const F64& bt, const F64& fp, int64_t capacity, int64_t depth, int64_t window,
+         double beta, double time_limit) {
+        namespace pofo = memplan::pofo;
+        const std::size_t L = s.shape(0);
+        expect(L >= 1 && capacity >= 0 && depth >= 1 && window >= 1,
+               "pofo_backward: L >= 1, capacity >= 0, depth >= 1, window >= 1");
+        expect(x.shape(0) == L + 1 && g.shape(0) == L + 1 && fo.shape(0) == L &&
+                   own_b.shape(0) == L && ft.shape(0) == L && bt.shape(0) == L &&
+                   fp.shape(0) == L + 1,
+               "pofo_backward: x, g and fp need L + 1 entries, s, fo, own_b, ft and bt L");
+        pofo::FractionalChain c;
+        c.L = int64_t(L);
+        c.C = capacity;
+        c.W = capacity + 1;
+        c.D = depth;
+        c.window = window;
+        c.beta = beta;
+        c.x = x.data();
+        c.s = s.data();
+        c.g = g.data();
+        c.fo = fo.data();
+        c.own_b = own_b.data();
+        c.ft = ft.data();
+        c.bt = bt.data();
+        c.fp = fp.data();
+        memplan::Stop stop(time_limit, true);
+        auto* out = new pofo::FractionalBackward();
+        bool done;
+        {
+          nb::gil_scoped_release release;
+          done = pofo::fractional_backward(c, *out, stop);
+        }
+        nb::capsule owner(out, [](void* p) noexcept {
+          delete static_cast<pofo::FractionalBackward*>(p);
+        });
+        stop.raise_if_interrupted();
+        using OutD = nb::ndarray<nb::numpy, double, nb::ndim<1>>;
+        using OutS = nb::ndarray<nb::numpy, int16_t, nb::ndim<1>>;
+        return std::make_tuple(done, OutD(out->near.data(), {out->near.size()}, owner),
+                               OutS(out->near_choice.data(), {out->near_choice.size()}, owner),
+                               OutD(out->last.data(), {out->last.size()}, owner),
+                               OutS(out->last_choice.data(), {out->last_choice.size()}, owner));
+      },
+      "x"_a, "s"_a, "g"_a, "fo"_a, "own_b"_a, "ft"_a, "bt"_a, "fp"_a, "capacity"_a, "depth"_a,
+      "window"_a, "beta"_a, "time_limit"_a = -1.0,
+      "The backward tables of pofo's Theorem 1 DP: (done, near, its choices, last, its choices), "
+      "flat.");
+
   m.def(
       "pofo_forward",
       [](const I64& x, const I64& s, const I64& g, const I64& fo, const I64& own_b, const F64& ft,

@@ -1,13 +1,14 @@
-"""Python reference of the forward phase of pofo's Theorem 1 DP, which the compiled core
-(src/pofo_forward.cpp) is tested against state for state, value for value and decision for decision
+"""Python references of pofo's Theorem 1 DP, which the compiled core (src/pofo_fractional.cpp) is
+tested against entry for entry, state for state and decision for decision
 (tests/algorithms/combined/test_pofo_core.py).
 
 :class:`ForwardReference` wraps a :class:`~memplan.algorithms.combined.fractional.FractionalDP`
-whose backward tables are filled (and, for a bounded search, its ``_relaxed_bound``) and runs the
-forward phase of NOTE [ pofo fractional recurrences ] and NOTE [ pofo pruning ]
-(memplan/algorithms/combined/fractional.py) in numpy, vectorized over the states and the options:
-``_forward_tables`` sets ``states``, ``choice``, ``value`` and ``evaluated`` on the wrapper. This
-was memplan's implementation before the compiled core.
+and runs NOTE [ pofo fractional recurrences ] and NOTE [ pofo pruning ]
+(memplan/algorithms/combined/fractional.py) in numpy: ``_backward_tables`` sets ``near``,
+``last`` and their choices on the wrapper (vectorized over the budgets, the backlogs and the
+checkpoints); ``_forward_tables``, on the backward tables of the wrapped DP (or the wrapper's),
+sets ``states``, ``choice``, ``value`` and ``evaluated`` (vectorized over the states and the
+options). This was memplan's implementation before the compiled core.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import numpy as np
 from memplan.algorithms.combined.fractional import FractionalDP
 
 INF = np.inf
+_F_ALL = -1
 _NONE = -3
 _TAIL = -2
 _PRUNE_TOLERANCE = 1e-6
@@ -37,7 +39,7 @@ def _ceil(values: np.ndarray) -> np.ndarray:
 
 
 class ForwardReference:
-    """The forward phase of ``dp`` in numpy (every other attribute is read from ``dp``)."""
+    """The tables of ``dp`` in numpy (every other attribute is read from ``dp``)."""
 
     def __init__(self, dp: FractionalDP) -> None:
         self.dp = dp
@@ -46,6 +48,109 @@ class ForwardReference:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.dp, name)
+
+    def _ca(self, a: int, b: int) -> np.ndarray:
+        """``CA[a][b]`` of this reference's backward tables."""
+        table: np.ndarray = self.last[a] if b == self.L - 1 else self.near[a, b - a]
+        return table
+
+    def _backward_tables(self) -> None:
+        """``CA[a][b]`` for ``b - a < window`` (``near[a, b - a]``) and ``CA[a][L-1]`` for every
+        ``a`` (``last[a]``), split at ``j <= a + window`` (NOTE [ pofo window ]), on this wrapper.
+        """
+        L, W, D, w = self.L, self.W, self.D, self.window
+        beta = self.beta
+        # near[a, r] = CA[a][a + r] (b < L - 1): the splits of a..b are contiguous, CA[j][b] is
+        # gathered from the flat table.
+        self.near = np.full((max(L - 1, 0), w, W, D), INF)
+        self.near_choice = np.full(self.near.shape, _NONE, dtype=np.int16)
+        self.last = np.full((L, W, D), INF)
+        self.last_choice = np.full((L, W, D), _NONE, dtype=np.int16)
+        near_flat, last_flat = self.near.reshape(-1), self.last.reshape(-1)
+        m = np.arange(W, dtype=np.float64)[:, None]
+        mint = np.arange(W)[:, None]
+        delta = np.arange(D, dtype=np.float64)[None, :]
+        over = delta > m  # more to prefetch than the room: infeasible
+        ft, bt, s, x, g, fo = self.ft, self.bt, self.s, self.x, self.g, self.fo
+        fp = self.fprefix
+        plane = W * D
+        for b in range(L):
+            self.deadline.check()
+            floor = 0
+            tail = b == L - 1
+            for a in range(b, -1 if tail else max(-1, b - w), -1):
+                values, choices = (
+                    (self.last[a], self.last_choice[a])
+                    if tail
+                    else (self.near[a, b - a], self.near_choice[a, b - a])
+                )
+                nF = g[b + 1] + s[a] + fo[a]
+                nB = self.own_b[a]
+                floor = max(floor, nB)
+                lo = max(floor, g[b + 1] + s[b] + fo[b])  # no plan of a..b below (as rotor)
+                if lo >= W:
+                    continue
+                mm, mi_, ov = m[lo:], mint[lo:], over[lo:]
+                if a == b:
+                    eps = np.maximum(
+                        self._idle(nF - bt[a] * beta - mm + delta), self._idle(nB - mm + delta)
+                    )
+                    val = ft[a] + bt[a] + eps
+                    val[ov] = INF
+                    values[lo:] = val
+                    choices[lo:] = np.where(np.isfinite(val), _F_ALL, _NONE)
+                    continue
+                # F_all a, then a+1..b with m - s[a], then B a.
+                eps_b = self._idle(nB - mm + delta)
+                if beta > 0:
+                    d1 = _ceil(delta - beta * (bt[a] + eps_b))
+                else:
+                    d1 = np.zeros(mm.shape, np.int64)
+                mi = mi_ - s[a]
+                ok = (mi >= 0) & (d1 < D)
+                flat = self._ca(a + 1, b).reshape(-1)
+                sub = np.where(ok, flat[np.clip(mi, 0, W - 1) * D + np.minimum(d1, D - 1)], INF)
+                d2 = _ceil(d1 - beta * sub) if beta > 0 else d1
+                fa = ft[a] + bt[a] + sub + self._idle(nF - mm + d2) + eps_b
+                if max(nF, nB) > lo:
+                    fa[: max(nF, nB) - lo] = INF
+                # F_ck a, F_n .. j-1 keeping x[j], j = a+1..a+n (rows r = j - a - 1).
+                n = min(b, a + w) - a
+                js = np.arange(a + 1, a + n + 1)
+                t2 = self.near[a, :n, lo:]  # CA[a][j-1][m][D]
+                d1 = _ceil(delta[None] - beta * t2) if beta > 0 else np.zeros(t2.shape, np.int64)
+                xj = np.array([x[j] for j in js])[:, None, None]
+                mi = mi_[None] - xj
+                ok = (mi >= 0) & (d1 < D)
+                if tail:  # CA[j][L-1] = last[j]
+                    rows, table = js, last_flat
+                else:  # CA[j][b] = near[j, b - j]
+                    rows, table = js * w + (b - js), near_flat
+                idx = (rows[:, None, None] * plane + np.clip(mi, 0, W - 1) * D) + np.minimum(
+                    d1, D - 1
+                )
+                t1 = table[idx]
+                t1[~ok] = INF
+                d2 = _ceil(d1 - beta * t1) if beta > 0 else d1
+                needs = self._fwd_needs(a, a + n + 1, g[b + 1])[:n]  # F on stages a..j-1
+                # Lemma 1 over the forwards: max_k (n_k + beta fp[k+1]) - beta fp[j]
+                lem = np.maximum.accumulate([needs[i] + beta * fp[a + i + 1] for i in range(n)])
+                lem = lem - beta * fp[a + 1 : a + n + 1]
+                top = np.maximum.accumulate(needs)
+                ck = self._idle(lem[:, None, None] - mm[None] + d2)
+                ck += (fp[a + 1 : a + n + 1] - fp[a])[:, None, None]
+                ck += t1
+                ck += t2
+                ck[np.broadcast_to(mm[None] < top[:, None, None], ck.shape)] = INF
+                best = ck.argmin(axis=0)
+                bval = np.take_along_axis(ck, best[None], axis=0)[0]
+                take_fa = fa <= bval
+                val = np.where(take_fa, fa, bval)
+                val[ov] = INF
+                values[lo:] = val
+                choices[lo:] = np.where(
+                    np.isfinite(val), np.where(take_fa, _F_ALL, best + a + 1), _NONE
+                )
 
     def _options(
         self, a: int, t: int, K: np.ndarray, F: np.ndarray, B: np.ndarray

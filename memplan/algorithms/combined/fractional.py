@@ -243,101 +243,32 @@ class FractionalDP:
 
     def _backward_tables(self) -> None:
         """``CA[a][b]`` for ``b - a < window`` (``near[a, b - a]``) and ``CA[a][L-1]`` for every
-        ``a`` (``last[a]``), split at ``j <= a + window`` (NOTE [ pofo window ]).
+        ``a`` (``last[a]``), split at ``j <= a + window`` (NOTE [ pofo window ]), by the compiled
+        core (src/pofo_fractional.cpp; its numpy reference is tests/oracles/pofo_forward.py).
         """
         L, W, D, w = self.L, self.W, self.D, self.window
-        beta = self.beta
-        # near[a, r] = CA[a][a + r] (b < L - 1): the splits of a..b are contiguous, CA[j][b] is
-        # gathered from the flat table.
-        self.near = np.full((max(L - 1, 0), w, W, D), INF)
-        self.near_choice = np.full(self.near.shape, _NONE, dtype=np.int16)
-        self.last = np.full((L, W, D), INF)
-        self.last_choice = np.full((L, W, D), _NONE, dtype=np.int16)
-        near_flat, last_flat = self.near.reshape(-1), self.last.reshape(-1)
-        m = np.arange(W, dtype=np.float64)[:, None]
-        mint = np.arange(W)[:, None]
-        delta = np.arange(D, dtype=np.float64)[None, :]
-        over = delta > m  # more to prefetch than the room: infeasible
-        ft, bt, s, x, g, fo = self.ft, self.bt, self.s, self.x, self.g, self.fo
-        fp = self.fprefix
-        plane = W * D
-        for b in range(L):
-            self.deadline.check()
-            floor = 0
-            tail = b == L - 1
-            for a in range(b, -1 if tail else max(-1, b - w), -1):
-                values, choices = (
-                    (self.last[a], self.last_choice[a])
-                    if tail
-                    else (self.near[a, b - a], self.near_choice[a, b - a])
-                )
-                nF = g[b + 1] + s[a] + fo[a]
-                nB = self.own_b[a]
-                floor = max(floor, nB)
-                lo = max(floor, g[b + 1] + s[b] + fo[b])  # no plan of a..b below (as rotor)
-                if lo >= W:
-                    continue
-                mm, mi_, ov = m[lo:], mint[lo:], over[lo:]
-                if a == b:
-                    eps = np.maximum(
-                        self._idle(nF - bt[a] * beta - mm + delta), self._idle(nB - mm + delta)
-                    )
-                    val = ft[a] + bt[a] + eps
-                    val[ov] = INF
-                    values[lo:] = val
-                    choices[lo:] = np.where(np.isfinite(val), _F_ALL, _NONE)
-                    continue
-                # F_all a, then a+1..b with m - s[a], then B a.
-                eps_b = self._idle(nB - mm + delta)
-                if beta > 0:
-                    d1 = _ceil(delta - beta * (bt[a] + eps_b))
-                else:
-                    d1 = np.zeros(mm.shape, np.int64)
-                mi = mi_ - s[a]
-                ok = (mi >= 0) & (d1 < D)
-                flat = self._ca(a + 1, b).reshape(-1)
-                sub = np.where(ok, flat[np.clip(mi, 0, W - 1) * D + np.minimum(d1, D - 1)], INF)
-                d2 = _ceil(d1 - beta * sub) if beta > 0 else d1
-                fa = ft[a] + bt[a] + sub + self._idle(nF - mm + d2) + eps_b
-                if max(nF, nB) > lo:
-                    fa[: max(nF, nB) - lo] = INF
-                # F_ck a, F_n .. j-1 keeping x[j], j = a+1..a+n (rows r = j - a - 1).
-                n = min(b, a + w) - a
-                js = np.arange(a + 1, a + n + 1)
-                t2 = self.near[a, :n, lo:]  # CA[a][j-1][m][D]
-                d1 = _ceil(delta[None] - beta * t2) if beta > 0 else np.zeros(t2.shape, np.int64)
-                xj = np.array([x[j] for j in js])[:, None, None]
-                mi = mi_[None] - xj
-                ok = (mi >= 0) & (d1 < D)
-                if tail:  # CA[j][L-1] = last[j]
-                    rows, table = js, last_flat
-                else:  # CA[j][b] = near[j, b - j]
-                    rows, table = js * w + (b - js), near_flat
-                idx = (rows[:, None, None] * plane + np.clip(mi, 0, W - 1) * D) + np.minimum(
-                    d1, D - 1
-                )
-                t1 = table[idx]
-                t1[~ok] = INF
-                d2 = _ceil(d1 - beta * t1) if beta > 0 else d1
-                needs = self._fwd_needs(a, a + n + 1, g[b + 1])[:n]  # F on stages a..j-1
-                # Lemma 1 over the forwards: max_k (n_k + beta fp[k+1]) - beta fp[j]
-                lem = np.maximum.accumulate([needs[i] + beta * fp[a + i + 1] for i in range(n)])
-                lem = lem - beta * fp[a + 1 : a + n + 1]
-                top = np.maximum.accumulate(needs)
-                ck = self._idle(lem[:, None, None] - mm[None] + d2)
-                ck += (fp[a + 1 : a + n + 1] - fp[a])[:, None, None]
-                ck += t1
-                ck += t2
-                ck[np.broadcast_to(mm[None] < top[:, None, None], ck.shape)] = INF
-                best = ck.argmin(axis=0)
-                bval = np.take_along_axis(ck, best[None], axis=0)[0]
-                take_fa = fa <= bval
-                val = np.where(take_fa, fa, bval)
-                val[ov] = INF
-                values[lo:] = val
-                choices[lo:] = np.where(
-                    np.isfinite(val), np.where(take_fa, _F_ALL, best + a + 1), _NONE
-                )
+        left = self.deadline.left()
+        done, near, near_choice, last, last_choice = kernels.pofo_backward(
+            *self._kernel_chain(),
+            capacity=self.C,
+            depth=D,
+            window=w,
+            beta=self.beta,
+            time_limit=-1.0 if left is None else left,
+        )
+        if not done:
+            raise TimeLimitReached
+        shape = (max(L - 1, 0), w, W, D)
+        self.near, self.near_choice = near.reshape(shape), near_choice.reshape(shape)
+        self.last, self.last_choice = last.reshape(L, W, D), last_choice.reshape(L, W, D)
+
+    def _kernel_chain(self) -> tuple[np.ndarray, ...]:
+        """``x, s, g, fo, own_b, ft, bt, fprefix`` as the core's kernels take them."""
+        ints = (self.x, self.s, self.g, self.fo, self.own_b)
+        floats = (self.ft, self.bt, self.fprefix)
+        return tuple(np.array(v, dtype=np.int64) for v in ints) + tuple(
+            np.ascontiguousarray(v, dtype=np.float64) for v in floats
+        )
 
     # -- B.1, B.2 --------------------------------------------------------------------------------
     def _t_size(self, a: int, kind: int) -> int:
@@ -370,7 +301,7 @@ class FractionalDP:
 
     def _forward_tables(self) -> None:
         """``OC`` on the states that may lie on an optimal plan only (NOTE [ pofo pruning ]), by
-        the compiled core (src/pofo_forward.cpp; its numpy reference is
+        the compiled core (src/pofo_fractional.cpp; its numpy reference is
         tests/oracles/pofo_forward.py).
 
         A forward pass collects, stage by stage, the states ``(K, F, B)`` that some choice of the
@@ -386,14 +317,7 @@ class FractionalDP:
             relaxed = np.ascontiguousarray(self._relaxed(), dtype=np.float64)
         left = self.deadline.left()
         stopped, value, evaluated, states, offsets, choices = kernels.pofo_forward(
-            np.array(self.x, dtype=np.int64),
-            np.array(self.s, dtype=np.int64),
-            np.array(self.g, dtype=np.int64),
-            np.array(self.fo, dtype=np.int64),
-            np.array(self.own_b, dtype=np.int64),
-            np.array(self.ft, dtype=np.float64),
-            np.array(self.bt, dtype=np.float64),
-            np.ascontiguousarray(self.fprefix, dtype=np.float64),
+            *self._kernel_chain(),
             self.near,
             self.last,
             relaxed,

@@ -1,7 +1,7 @@
-"""The forward phase of pofo's Theorem 1 DP in the compiled core (src/pofo_forward.cpp) against its
-numpy reference (tests/oracles/pofo_forward.py): the same states for every segment and input kind,
-the same decision for every state and the same value, bit for bit, with and without a bound,
-a window and a bandwidth; and a time limit stops it.
+"""pofo's Theorem 1 DP in the compiled core (src/pofo_fractional.cpp) against its numpy references
+(tests/oracles/pofo_forward.py), with and without a bound, a window and a bandwidth: the same
+backward tables and choices, entry for entry; the same states for every segment and input kind,
+the same decision for every state and the same value, bit for bit; and a time limit stops it.
 """
 
 from __future__ import annotations
@@ -26,9 +26,12 @@ def _budget(prof, fraction: float) -> int:
 
 
 def _compare(dp: FractionalDP) -> float:
-    """Run both forward phases on ``dp`` (its backward tables filled); assert they agree."""
-    dp._backward_tables()
+    """Run both DPs on ``dp``; assert that they agree entry for entry and state for state."""
     reference = ForwardReference(dp)
+    reference._backward_tables()
+    dp._backward_tables()
+    for name in ("near", "near_choice", "last", "last_choice"):
+        np.testing.assert_array_equal(getattr(dp, name), getattr(reference, name), err_msg=name)
     reference._forward_tables()
     dp._forward_tables()
     assert dp.value == reference.value

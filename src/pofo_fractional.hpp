@@ -1,6 +1,7 @@
-// The forward phase of pofo's Theorem 1 DP (memplan/algorithms/combined/fractional.py, NOTE [ pofo
-// fractional recurrences ] and NOTE [ pofo pruning ] there): the states (K, F, B) that each top-level
-// segment reaches, and the value and decision of each, in slots.
+// pofo's Theorem 1 DP (memplan/algorithms/combined/fractional.py, NOTE [ pofo fractional
+// recurrences ] and NOTE [ pofo pruning ] there), in slots: the backward tables CA (B.3) and the
+// forward phase (B.1, B.2), the states (K, F, B) that each top-level segment reaches and the value
+// and decision of each.
 #pragma once
 
 #include <cstdint>
@@ -37,6 +38,15 @@ struct FractionalForward {
   std::vector<int64_t> offsets;
   std::vector<int32_t> choices;
 };
+
+// The backward tables CA[a][b][m][D] for b - a < window (``near``, (L - 1) x window x W x D) and
+// b = L - 1 (``last``, L x W x D), with their choices (-1 F_all, j the checkpoint x[j], -3 none);
+// ``near``, ``last`` of ``chain`` are ignored. False when stopped.
+struct FractionalBackward {
+  std::vector<double> near, last;
+  std::vector<int16_t> near_choice, last_choice;
+};
+bool fractional_backward(const FractionalChain& chain, FractionalBackward& out, Stop& stop);
 
 // bound = inf: every reachable state; otherwise the states within the bound (the beam search of
 // ``beam`` states per segment first tightens it). ``tolerance``: the relative and absolute slack.

@@ -1,10 +1,11 @@
-// The forward phase of pofo's Theorem 1 DP: NOTE [ pofo fractional recurrences ] (B.1, B.2) and
-// NOTE [ pofo pruning ] in memplan/algorithms/combined/fractional.py. The operations, their
-// order and the float32 rounding of the tables are those of the reference
-// (tests/oracles/pofo_forward.py), so that values and decisions are the same, state for state:
+// pofo's Theorem 1 DP: NOTE [ pofo fractional recurrences ] (B.1, B.2, B.3) and NOTE [ pofo
+// pruning ] in memplan/algorithms/combined/fractional.py. The operations, their order and the
+// float32 rounding of the forward tables are those of the references (tests/oracles/pofo_forward.py),
+// so that values and decisions are the same, entry for entry and state for state. Backward: per
+// (m, D), F_all a, then the checkpoints x[j] (the first of equals), F_all winning ties. Forward:
 // per state, the options in the order F_all a (kept, offloaded), then F_ck a .. F_n j-1 for
 // j = a+1 .. a + window (kept, offloaded), the first of equals kept.
-#include "pofo_forward.hpp"
+#include "pofo_fractional.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -19,6 +20,23 @@ constexpr double kInf = std::numeric_limits<double>::infinity();
 constexpr double kEps = 1e-9;
 constexpr int32_t kTail = -2;
 constexpr int32_t kNone = -3;
+constexpr int32_t kFAll = -1;
+
+// Lemma 1's idle time max(0, excess) / beta (with no bandwidth, only excess <= 0 is free).
+inline double idle_time(double excess, double beta) {
+  if (beta > 0) return excess > 0 ? excess / beta : 0.0;
+  return excess > 0 ? kInf : 0.0;
+}
+
+// Slots still to move: ceil(v - eps) clipped to [0, 2^30] (-inf is 0), without a call to ceil.
+inline int64_t slots_to_move(double v) {
+  const double o = v - kEps;
+  constexpr int64_t most = int64_t(1) << 30;
+  if (!(o > 0)) return 0;
+  if (o >= double(most)) return most;
+  int64_t i = int64_t(o);
+  return double(i) < o ? i + 1 : i;
+}
 
 // One first operation of a segment, what does not depend on the state.
 struct Option {
@@ -50,6 +68,7 @@ class Forward {
       if (!reach(limit, 0, states, found)) return stopped(out);
     }
     if (!evaluate(states, out)) return stopped(out);
+
     out.offsets.assign(1, 0);
     for (auto& S : states) {
       out.states.insert(out.states.end(), S.begin(), S.end());
@@ -71,16 +90,9 @@ class Forward {
 
   int64_t t_size(int64_t a, int kind) const { return kind == 0 ? c_.x[a] : c_.s[a - 1]; }
 
-  double idle(double excess) const {
-    if (c_.beta > 0) return std::max(excess, 0.0) / c_.beta;
-    return excess > 0 ? kInf : 0.0;
-  }
+  double idle(double excess) const { return idle_time(excess, c_.beta); }
 
-  static int64_t ceil_slots(double v) {
-    double out = std::ceil(v - kEps);
-    out = std::min(std::max(out, 0.0), double(int64_t(1) << 30));
-    return int64_t(out);
-  }
+  static int64_t ceil_slots(double v) { return slots_to_move(v); }
 
   // The options of segment a < L - 1 (NOTE [ pofo fractional recurrences ], B.1).
   std::vector<Option> options(int64_t a) const {
@@ -317,6 +329,116 @@ class Forward {
 };
 
 }  // namespace
+
+bool fractional_backward(const FractionalChain& c, FractionalBackward& out, Stop& stop) {
+  const int64_t L = c.L, W = c.W, D = c.D, w = c.window;
+  const double beta = c.beta;
+  const int64_t plane = W * D;
+  out.near.assign(std::max<int64_t>(L - 1, 0) * w * plane, kInf);
+  out.near_choice.assign(out.near.size(), int16_t(kNone));
+  out.last.assign(L * plane, kInf);
+  out.last_choice.assign(out.last.size(), int16_t(kNone));
+  auto idle = [&](double excess) { return idle_time(excess, beta); };
+  auto ceil_slots = [](double v) { return slots_to_move(v); };
+  // CA[a][b] (b - a < w, or b = L - 1).
+  auto table = [&](int64_t a, int64_t b) -> double* {
+    return b == L - 1 ? out.last.data() + a * plane : out.near.data() + (a * w + (b - a)) * plane;
+  };
+  auto picks = [&](int64_t a, int64_t b) -> int16_t* {
+    return b == L - 1 ? out.last_choice.data() + a * plane
+                      : out.near_choice.data() + (a * w + (b - a)) * plane;
+  };
+  std::vector<double> fa(plane), lem(w + 1);
+  std::vector<int64_t> top(w + 1);
+  std::vector<const double*> t2s(w + 1), t1s(w + 1);
+  for (int64_t b = 0; b < L; ++b) {
+    if (stop.due()) return false;
+    int64_t floor = 0;
+    const bool tail = b == L - 1;
+    const int64_t stop_a = tail ? -1 : std::max<int64_t>(-1, b - w);
+    for (int64_t a = b; a > stop_a; --a) {
+      double* values = table(a, b);
+      int16_t* choices = picks(a, b);
+      const int64_t nF = c.g[b + 1] + c.s[a] + c.fo[a], nB = c.own_b[a];
+      floor = std::max(floor, nB);
+      const int64_t lo = std::max(floor, c.g[b + 1] + c.s[b] + c.fo[b]);  // as rotor
+      if (lo >= W) continue;
+      if (a == b) {
+        const double own = c.ft[a] + c.bt[a];
+        const double nf = double(nF) - c.bt[a] * beta;
+        for (int64_t m = lo; m < W; ++m) {
+          for (int64_t d = 0; d < D; ++d) {
+            double val = own + std::max(idle((nf - double(m)) + double(d)),
+                                        idle((double(nB) - double(m)) + double(d)));
+            if (d > m) val = kInf;
+            values[m * D + d] = val;
+            choices[m * D + d] = int16_t(std::isfinite(val) ? kFAll : kNone);
+          }
+        }
+        continue;
+      }
+      // F_all a, then a+1..b with m - s[a], then B a.
+      const double* next = table(a + 1, b);
+      const int64_t need = std::max(nF, nB);
+      const double own = c.ft[a] + c.bt[a];
+      for (int64_t m = lo; m < W; ++m) {
+        for (int64_t d = 0; d < D; ++d) {
+          const double eps_b = idle((double(nB) - double(m)) + double(d));
+          const int64_t d1 = beta > 0 ? ceil_slots(double(d) - beta * (c.bt[a] + eps_b)) : 0;
+          const int64_t mi = m - c.s[a];
+          const double sub = (mi >= 0 && d1 < D) ? next[mi * D + d1] : kInf;
+          const int64_t d2 = beta > 0 ? ceil_slots(double(d1) - beta * sub) : d1;
+          double v = ((own + sub) + idle((double(nF) - double(m)) + double(d2))) + eps_b;
+          if (m < need) v = kInf;
+          fa[m * D + d] = v;
+        }
+      }
+      // F_ck a, F_n .. j-1 keeping x[j], j = a+1 .. a+n (row i = j - a - 1).
+      const int64_t n = std::min(b, a + w) - a;
+      double acc = -kInf;
+      int64_t run = 0;
+      for (int64_t i = 0; i < n; ++i) {
+        const int64_t need_i = i == 0 ? c.g[b + 1] + c.x[a + 1] + c.fo[a]
+                                      : c.g[b + 1] + c.x[a + i] + c.x[a + i + 1] + c.fo[a + i];
+        acc = std::max(acc, double(need_i) + beta * c.fp[a + i + 1]);
+        lem[i] = acc - beta * c.fp[a + i + 1];
+        run = i == 0 ? need_i : std::max(run, need_i);
+        top[i] = run;
+        t2s[i] = table(a, a + i);     // CA[a][j-1]
+        t1s[i] = table(a + 1 + i, b);  // CA[j][b]
+      }
+      for (int64_t m = lo; m < W; ++m) {
+        for (int64_t d = 0; d < D; ++d) {
+          double low = kInf;
+          int64_t at = 0;
+          bool first = true;
+          for (int64_t i = 0; i < n; ++i) {
+            const int64_t j = a + 1 + i;
+            const double t2 = t2s[i][m * D + d];
+            const int64_t d1 = beta > 0 ? ceil_slots(double(d) - beta * t2) : 0;
+            const int64_t mi = m - c.x[j];
+            const double t1 = (mi >= 0 && d1 < D) ? t1s[i][mi * D + d1] : kInf;
+            const int64_t d2 = beta > 0 ? ceil_slots(double(d1) - beta * t1) : d1;
+            double ck = idle((lem[i] - double(m)) + double(d2));
+            ck += c.fp[a + i + 1] - c.fp[a];
+            ck += t1;
+            ck += t2;
+            if (m < top[i]) ck = kInf;
+            if (first || ck < low) low = ck, at = i, first = false;
+          }
+          const double f = fa[m * D + d];
+          const bool take_fa = f <= low;
+          double val = take_fa ? f : low;
+          if (d > m) val = kInf;
+          values[m * D + d] = val;
+          choices[m * D + d] =
+              int16_t(std::isfinite(val) ? (take_fa ? kFAll : int32_t(at + a + 1)) : kNone);
+        }
+      }
+    }
+  }
+  return true;
+}
 
 FractionalForward fractional_forward(const FractionalChain& chain, double bound, int64_t beam,
                                      double tolerance, Stop& stop) {
