@@ -396,15 +396,23 @@ NB_MODULE(_core, m) {
           out = pofo::fractional_forward(c, bound, beam, tolerance, stop);
         }
         stop.raise_if_interrupted();
-        return std::make_tuple(out.stopped, out.value, out.evaluated,
-                               to_numpy(std::move(out.states)), to_numpy(std::move(out.offsets)),
-                               to_numpy(std::move(out.choices)));
+        nb::list states, choices;  // None where a segment has no state
+        for (std::size_t i = 0; i < out.states.size(); ++i) {
+          if (out.stopped || out.states[i].empty()) {
+            states.append(nb::none());
+            choices.append(nb::none());
+            continue;
+          }
+          states.append(to_numpy(std::move(out.states[i])));
+          choices.append(to_numpy(std::move(out.choices[i])));
+        }
+        return std::make_tuple(out.stopped, out.value, out.evaluated, states, choices);
       },
       "x"_a, "s"_a, "g"_a, "fo"_a, "own_b"_a, "ft"_a, "bt"_a, "fp"_a, "near"_a, "last"_a,
       "relaxed"_a.none(), "capacity"_a, "depth"_a, "window"_a, "beta"_a, "bound"_a, "beam"_a,
       "tolerance"_a, "time_limit"_a = -1.0,
       "The forward phase of pofo's Theorem 1 DP: (stopped, value, states evaluated, the states "
-      "of each segment and input kind, their offsets, their decisions).");
+      "of each segment and input kind (index 2 a + kind; None: none), their decisions).");
 
   // ---- join -----------------------------------------------------------------------------------
   m.def(

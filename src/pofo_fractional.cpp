@@ -56,24 +56,17 @@ class Forward {
 
   FractionalForward run(double bound, int64_t beam, double tolerance) {
     FractionalForward out;
-    std::vector<std::vector<int64_t>> states;
     if (bound == kInf) {
-      if (!reachable(states)) return stopped(out);
+      if (!reachable(out)) return stopped(out);
     } else {
       const double slack = 1 + tolerance;
       double limit = bound * slack + tolerance;
       double found = kInf;
-      if (!reach(limit, beam, states, found)) return stopped(out);
+      if (!reach(limit, beam, out, found)) return stopped(out);
       limit = std::min(limit, found * slack + tolerance);
-      if (!reach(limit, 0, states, found)) return stopped(out);
+      if (!reach(limit, 0, out, found)) return stopped(out);
     }
-    if (!evaluate(states, out)) return stopped(out);
-
-    out.offsets.assign(1, 0);
-    for (auto& S : states) {
-      out.states.insert(out.states.end(), S.begin(), S.end());
-      out.offsets.push_back(int64_t(out.states.size()));
-    }
+    if (!evaluate(out)) return stopped(out);
     return out;
   }
 
@@ -165,7 +158,7 @@ class Forward {
   }
 
   // The loss (B.2) at a = L - 1, or the tail CA[a][L-1] before it.
-  double last(int64_t a, int64_t t, int64_t K, int64_t F, int64_t B) const {
+  double last_time(int64_t a, int64_t t, int64_t K, int64_t F, int64_t B) const {
     const int64_t L = c_.L, avail = c_.C - t - K;
     const double beta = c_.beta;
     if (a == L - 1) {
@@ -195,9 +188,9 @@ class Forward {
   }
 
   // Every state that some choice of the segments before reaches.
-  bool reachable(std::vector<std::vector<int64_t>>& states) {
+  bool reachable(FractionalForward& out) {
     const int64_t L = c_.L;
-    states.assign(2 * L, {});
+    out.states.assign(2 * L, {});
     std::vector<std::vector<char>> marks(2 * L);
     marks[0].assign(size_, 0);
     marks[0][0] = 1;
@@ -205,12 +198,14 @@ class Forward {
       if (stop_.due()) return false;
       const std::vector<Option> opts = a < L - 1 ? options(a) : std::vector<Option>{};
       for (int kind = 0; kind < 2; ++kind) {
+        std::vector<int64_t>& S = out.states[2 * a + kind];
         std::vector<char> mark = std::move(marks[2 * a + kind]);
-        if (mark.empty()) continue;
-        std::vector<int64_t>& S = states[2 * a + kind];
-        for (int64_t s = 0; s < size_; ++s)
-          if (mark[s]) S.push_back(s);
-        mark = {};
+        if (!mark.empty()) {
+          S.reserve(std::count(mark.begin(), mark.end(), 1));
+          for (int64_t s = 0; s < size_; ++s)
+            if (mark[s]) S.push_back(s);
+          mark = std::vector<char>();
+        }
         if (a == L - 1) continue;
         const int64_t t = t_size(a, kind);
         for (int64_t s : S) {
@@ -229,11 +224,10 @@ class Forward {
   // The states reached within ``limit`` (time so far plus the lower bound R); with ``beam``, the
   // ``beam`` most promising of each segment only, and ``found`` the least time of a plan ended
   // from one of them.
-  bool reach(double limit, int64_t beam, std::vector<std::vector<int64_t>>& states,
-             double& found) {
+  bool reach(double limit, int64_t beam, FractionalForward& out, double& found) {
     const int64_t L = c_.L, C = c_.C, W = c_.W, DD = c_.D * c_.D;
     const double* R = c_.relaxed;
-    states.assign(2 * L, {});
+    out.states.assign(2 * L, {});
     std::vector<std::vector<double>> so_far(2 * L);
     so_far[0].assign(size_, kInf);
     so_far[0][0] = 0.0;
@@ -243,28 +237,35 @@ class Forward {
       if (stop_.due()) return false;
       const std::vector<Option> opts = a < L - 1 ? options(a) : std::vector<Option>{};
       for (int kind = 0; kind < 2; ++kind) {
+        std::vector<int64_t>& S = out.states[2 * a + kind];
         std::vector<double> times = std::move(so_far[2 * a + kind]);
-        if (times.empty()) continue;
-        std::vector<int64_t>& S = states[2 * a + kind];
-        for (int64_t s = 0; s < size_; ++s) {
-          if (!std::isfinite(times[s])) continue;
-          const double promise = times[s] + R[a * W + C - s / DD];
-          if (promise <= limit && promise < kInf) S.push_back(s);
-        }
-        if (beam > 0 && int64_t(S.size()) > beam) {
-          ranked.clear();
-          for (int64_t s : S) ranked.emplace_back(times[s] + R[a * W + C - s / DD], s);
-          std::nth_element(ranked.begin(), ranked.begin() + beam, ranked.end());
-          S.clear();
-          for (int64_t r = 0; r < beam; ++r) S.push_back(ranked[r].second);
-          std::sort(S.begin(), S.end());
+        if (!times.empty()) {
+          auto kept = [&](int64_t s) {
+            if (!std::isfinite(times[s])) return false;
+            const double promise = times[s] + R[a * W + C - s / DD];
+            return promise <= limit && promise < kInf;
+          };
+          int64_t count = 0;
+          for (int64_t s = 0; s < size_; ++s) count += kept(s);
+          S.reserve(beam > 0 ? std::min(count, beam) : count);
+          if (beam > 0 && count > beam) {
+            ranked.clear();
+            for (int64_t s = 0; s < size_; ++s)
+              if (kept(s)) ranked.emplace_back(times[s] + R[a * W + C - s / DD], s);
+            std::nth_element(ranked.begin(), ranked.begin() + beam, ranked.end());
+            for (int64_t r = 0; r < beam; ++r) S.push_back(ranked[r].second);
+            std::sort(S.begin(), S.end());
+          } else {
+            for (int64_t s = 0; s < size_; ++s)
+              if (kept(s)) S.push_back(s);
+          }
         }
         const int64_t t = t_size(a, kind);
         for (int64_t s : S) {
           int64_t K, F, B;
           split(s, K, F, B);
           const double before = times[s];
-          if (beam > 0) found = std::min(found, before + last(a, t, K, F, B));
+          if (beam > 0) found = std::min(found, before + last_time(a, t, K, F, B));
           if (a == L - 1) continue;
           each(opts, t, K, F, B, [&](int64_t, int64_t next, int64_t index, double cost) {
             const double total = before + cost;
@@ -282,26 +283,26 @@ class Forward {
   }
 
   // OC on the states found, from the last segment back (flat float32 tables, INF where absent).
-  bool evaluate(const std::vector<std::vector<int64_t>>& states, FractionalForward& out) {
+  bool evaluate(FractionalForward& out) {
     const int64_t L = c_.L;
     std::vector<std::vector<float>> flats(2 * L);
-    std::vector<std::vector<int32_t>> choices(2 * L);
+    out.choices.assign(2 * L, {});
     out.value = kInf;
     for (int64_t a = L - 1; a >= 0; --a) {
       if (stop_.due()) return false;
       const std::vector<Option> opts = a < L - 1 ? options(a) : std::vector<Option>{};
       for (int kind = 0; kind < 2; ++kind) {
-        const std::vector<int64_t>& S = states[2 * a + kind];
+        const std::vector<int64_t>& S = out.states[2 * a + kind];
         if (S.empty()) continue;
         out.evaluated += int64_t(S.size());
+        std::vector<int16_t>& choice = out.choices[2 * a + kind];
+        choice.assign(S.size(), int16_t(kNone));
         const int64_t t = t_size(a, kind);
-        std::vector<int32_t>& choice = choices[2 * a + kind];
-        choice.resize(S.size());
         std::vector<float> flat(size_, std::numeric_limits<float>::infinity());
         for (std::size_t i = 0; i < S.size(); ++i) {
           int64_t K, F, B;
           split(S[i], K, F, B);
-          double best = last(a, t, K, F, B);
+          double best = last_time(a, t, K, F, B);
           int32_t picked = std::isfinite(best) ? kTail : kNone;
           if (a < L - 1) {
             each(opts, t, K, F, B, [&](int64_t code, int64_t next, int64_t index, double cost) {
@@ -315,15 +316,16 @@ class Forward {
             });
           }
           flat[S[i]] = float(best);
-          choice[i] = picked;
+          choice[i] = int16_t(picked);
         }
         if (a == 0 && kind == 0) out.value = double(flat[0]);
         flats[2 * a + kind] = std::move(flat);
       }
+      // No segment before a reaches a + window: its tables are freed (a move, not ``= {}``,
+      // which would keep the capacity).
       for (int64_t k = a + c_.window; k < std::min(L, a + c_.window + 1); ++k)
-        flats[2 * k] = {}, flats[2 * k + 1] = {};  // no segment before a reaches it
+        flats[2 * k] = std::vector<float>(), flats[2 * k + 1] = std::vector<float>();
     }
-    for (auto& choice : choices) out.choices.insert(out.choices.end(), choice.begin(), choice.end());
     return true;
   }
 };

@@ -29,14 +29,13 @@ struct FractionalChain {
 };
 
 // What the forward phase found: per segment a and input kind (index 2 a + kind), the sorted flat
-// indices (K D + F) D + B of its states (offsets[i] .. offsets[i + 1]) and the decision of each.
+// indices (K D + F) D + B of its states and the decision of each (2 j + v, -2 the tail, -3 none).
 struct FractionalForward {
   bool stopped = false;
   double value = 0.0;  // OC[0][x[0]][0][0][0], rounded to float32 as the tables keep it
   int64_t evaluated = 0;
-  std::vector<int64_t> states;
-  std::vector<int64_t> offsets;
-  std::vector<int32_t> choices;
+  std::vector<std::vector<int64_t>> states;
+  std::vector<std::vector<int16_t>> choices;
 };
 
 // The backward tables CA[a][b][m][D] for b - a < window (``near``, (L - 1) x window x W x D) and

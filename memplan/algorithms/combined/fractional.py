@@ -316,7 +316,7 @@ class FractionalDP:
         if self.bound != INF:
             relaxed = np.ascontiguousarray(self._relaxed(), dtype=np.float64)
         left = self.deadline.left()
-        stopped, value, evaluated, states, offsets, choices = kernels.pofo_forward(
+        stopped, value, evaluated, states, choices = kernels.pofo_forward(
             *self._kernel_chain(),
             self.near,
             self.last,
@@ -334,13 +334,10 @@ class FractionalDP:
             raise TimeLimitReached
         self.value = float(value)
         self.evaluated = int(evaluated)
-        self.states: _States = [[None, None] for _ in range(L)]
-        self.choice: list[list[np.ndarray | None]] = [[None, None] for _ in range(L)]
-        for index in range(2 * L):
-            lo, hi = int(offsets[index]), int(offsets[index + 1])
-            if hi > lo:
-                self.states[index // 2][index % 2] = states[lo:hi]
-                self.choice[index // 2][index % 2] = choices[lo:hi]
+        self.states: _States = [[states[2 * a], states[2 * a + 1]] for a in range(L)]
+        self.choice: list[list[np.ndarray | None]] = [
+            [choices[2 * a], choices[2 * a + 1]] for a in range(L)
+        ]
 
     def solve(self) -> float:
         """The least time ``OC[0][x[0]][0][0][0]`` (inf when nothing fits)."""
