@@ -194,7 +194,8 @@ bool join_least(const std::vector<JoinBranch>& br, const std::vector<const int64
         p[j] = q;
         const int64_t sub = out.need[layout.id(p, flags | (1u << j))];
         p[j] = a;
-        const int64_t n_b = std::max(std::max(held + g_turn + c.fneed[a * (c.L + 1) + q], mine + sub),
+        const int64_t forward = held + g_turn + c.fneed[a * (c.L + 1) + q];
+        const int64_t n_b = std::max(std::max(forward, mine + sub),
                                      mine + others + lmt[j][a * c.L + (q - 1)]);
         if (at < 0 || n_b < least) least = n_b, at = q;
       }

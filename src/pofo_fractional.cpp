@@ -1,10 +1,11 @@
 // pofo's Theorem 1 DP: NOTE [ pofo fractional recurrences ] (B.1, B.2, B.3) and NOTE [ pofo
 // pruning ] in memplan/algorithms/combined/fractional.py. The operations, their order and the
-// float32 rounding of the forward tables are those of the references (tests/oracles/pofo_forward.py),
-// so that values and decisions are the same, entry for entry and state for state. Backward: per
-// (m, D), F_all a, then the checkpoints x[j] (the first of equals), F_all winning ties. Forward:
-// per state, the options in the order F_all a (kept, offloaded), then F_ck a .. F_n j-1 for
-// j = a+1 .. a + window (kept, offloaded), the first of equals kept.
+// float32 rounding of the forward tables are those of the references
+// (tests/oracles/pofo_forward.py), so that values and decisions are the same, entry for entry and
+// state for state. Backward: per (m, D), F_all a, then the checkpoints x[j] (the first of
+// equals), F_all winning ties. Forward: per state, the options in the order F_all a (kept,
+// offloaded), then F_ck a .. F_n j-1 for j = a+1 .. a + window (kept, offloaded), the first of
+// equals kept.
 #include "pofo_fractional.hpp"
 
 #include <algorithm>
