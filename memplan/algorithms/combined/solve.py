@@ -403,12 +403,15 @@ def _fractional(
     kept aside (less lost to rounding; the realization checks the bytes exactly); if that plan
     needs more bytes than the budget, once more with the excess kept aside too (on a ``window``,
     a long chain of many small tensors, up to :data:`LONG_RETRIES` times); then, if
-    ``round_up``, sizes rounded up (the DP's plan then fits by construction).
+    ``round_up`` or on a ``window``, sizes rounded up (the DP's plan then fits by construction).
+    On a window the last matters: where tensors are about half a slot (500 stages at 50 slots),
+    rounding to the nearest slot counts half of them as free, and the plans it finds need up to
+    twice the budget whatever is kept aside; rounded up, they fit.
     """
     margin = max(1, round(0.02 * slots))
     retries = 1 if window is None else LONG_RETRIES
     attempts: list[int | None] = [margin]  # a margin (nearest rounding), None: rounded up
-    if round_up:
+    if round_up or window is not None:
         attempts.append(None)
     while attempts:
         attempt = attempts.pop(0)
