@@ -9,7 +9,8 @@ synthetic profiles (:func:`memplan.profile.synthetic.random_chain` / ``random_jo
   10% of the way from rotor's least memory to the store-all need (where recomputing and
   offloading both matter);
 * ``dynprog`` on 100 to 2000 stages at the same budget;
-* ``join`` on two branches of 25 to 250 stages, half-way between its least memory and store-all;
+* ``join`` on two branches of 50 to 500 stages (100 to 1000 in all), half-way between its least
+  memory and store-all;
 * ``periodic`` against ``store-all`` on 1,000 and 10,000 stages.
 
 With ``--baseline PYTHON`` (another memplan's interpreter, e.g. ``/work/main/.venv/bin/python``:
@@ -154,7 +155,7 @@ def cases(directory: Path, only: set[str], sizes: set[str]) -> list[tuple[str, s
         path, memory, _ = chain_case(directory, length, 0.1)
         common = ["solve", path, "--mem", str(memory), "--optimizer", "none", "--format", "json"]
         add("dynprog", f"{length} stages", common + ["--algo", "dynprog", "--bandwidth", RATE])
-    for lengths in ((25, 25), (50, 50), (100, 100), (250, 250)):
+    for lengths in ((50, 50), (100, 100), (250, 250), (500, 500)):
         path, memory = join_case(directory, lengths)
         args = ["solve", path, "--algo", "join", "--mem", str(memory), "--optimizer", "none"]
         add("join", "+".join(map(str, lengths)) + " stages", args + ["--format", "json"])
