@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <tuple>
 
 namespace memplan::join {
 
@@ -57,6 +58,19 @@ struct Layout {
     return found;
   }
 };
+// At state (p, flags): the standalone starts held, the gradients held, whether every branch is
+// at its end (the turn is next).
+std::tuple<int64_t, int64_t, bool> at_state(const std::vector<JoinBranch>& br,
+                                            const std::vector<int64_t>& p, unsigned flags) {
+  int64_t held = 0, total_g = 0;
+  bool done = true;
+  for (std::size_t j = 0; j < br.size(); ++j) {
+    held += br[j].x[p[j]] * int64_t((flags >> j) & 1u);
+    total_g += br[j].g[p[j]];
+    done = done && p[j] == br[j].L;
+  }
+  return {held, total_g, done};
+}
 }  // namespace
 
 bool join_fill(const std::vector<JoinBranch>& br, int64_t g_turn, int64_t turn_need,
@@ -82,13 +96,7 @@ bool join_fill(const std::vector<JoinBranch>& br, int64_t g_turn, int64_t turn_n
     double* val = out.value.data() + r * W;
     int16_t* bch = out.branch.data() + r * W;
     int16_t* tgt = out.target.data() + r * W;
-    int64_t held = 0, total_g = 0;
-    bool done = true;
-    for (int j = 0; j < k; ++j) {
-      held += br[j].x[p[j]] * int64_t((flags >> j) & 1u);
-      total_g += br[j].g[p[j]];
-      done = done && p[j] == br[j].L;
-    }
+    const auto [held, total_g, done] = at_state(br, p, flags);
     if (done) {
       for (int64_t m = held + turn_need; m < W; ++m) val[m] = t_turn, bch[m] = kTurn;
       continue;
@@ -157,13 +165,7 @@ bool join_least(const std::vector<JoinBranch>& br, const std::vector<const int64
     if ((count++ & 255) == 0 && stop.due()) return false;
     layout.coordinates(position, p);
     const int64_t here = layout.id(p, flags);
-    int64_t held = 0, total_g = 0;
-    bool done = true;
-    for (int j = 0; j < k; ++j) {
-      held += br[j].x[p[j]] * int64_t((flags >> j) & 1u);
-      total_g += br[j].g[p[j]];
-      done = done && p[j] == br[j].L;
-    }
+    const auto [held, total_g, done] = at_state(br, p, flags);
     if (done) {
       out.need[here] = held + turn_need;
       out.kind[here] = 1;

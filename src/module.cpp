@@ -94,6 +94,65 @@ memplan::rotor::ChainRules chain_of(const I64& x, const I64& s, const I64& g, co
   return c;
 }
 
+// The branches of a join, checked (``what`` names the kernel): one array of each per branch, 1 to
+// 8 branches; x and g L + 1 entries, s, fo and bo L, fneed (L + 1)^2.
+std::vector<memplan::join::JoinBranch> join_branches(
+    const std::vector<I64>& x, const std::vector<I64>& s, const std::vector<I64>& g,
+    const std::vector<I64>& fo, const std::vector<I64>& bo, const std::vector<I64Flat>& fneed,
+    const std::string& what) {
+  const std::size_t k = x.size();
+  expect(k >= 1 && k <= 8 && s.size() == k && g.size() == k && fo.size() == k &&
+             bo.size() == k && fneed.size() == k,
+         (what + ": one array of each per branch, 1 to 8 branches").c_str());
+  std::vector<memplan::join::JoinBranch> branches(k);
+  for (std::size_t j = 0; j < k; ++j) {
+    const std::size_t L = s[j].shape(0);
+    expect(L >= 1 && L < 32767, (what + ": a branch has 1 to 32766 stages").c_str());
+    expect(x[j].shape(0) == L + 1 && g[j].shape(0) == L + 1 && fo[j].shape(0) == L &&
+               bo[j].shape(0) == L && fneed[j].size() == (L + 1) * (L + 1),
+           (what + ": x, g need L + 1 entries, s, fo, bo L, fneed (L + 1)^2").c_str());
+    memplan::join::JoinBranch& b = branches[j];
+    b.L = int64_t(L);
+    b.x = x[j].data();
+    b.s = s[j].data();
+    b.g = g[j].data();
+    b.fo = fo[j].data();
+    b.bo = bo[j].data();
+    b.fneed = fneed[j].data();
+  }
+  return branches;
+}
+
+// pofo's chain in slots (the pofo kernels; ``what`` names the kernel), checked: x, g and fp
+// L + 1 entries, s, fo, own_b, ft and bt L.
+memplan::pofo::FractionalChain pofo_chain(const I64& x, const I64& s, const I64& g, const I64& fo,
+                                          const I64& own_b, const F64& ft, const F64& bt,
+                                          const F64& fp, int64_t capacity, int64_t depth,
+                                          int64_t window, double beta, const std::string& what) {
+  const std::size_t L = s.shape(0);
+  expect(L >= 1 && capacity >= 0 && depth >= 1 && window >= 1,
+         (what + ": L >= 1, capacity >= 0, depth >= 1, window >= 1").c_str());
+  expect(x.shape(0) == L + 1 && g.shape(0) == L + 1 && fo.shape(0) == L &&
+             own_b.shape(0) == L && ft.shape(0) == L && bt.shape(0) == L && fp.shape(0) == L + 1,
+         (what + ": x, g and fp need L + 1 entries, s, fo, own_b, ft and bt L").c_str());
+  memplan::pofo::FractionalChain c;
+  c.L = int64_t(L);
+  c.C = capacity;
+  c.W = capacity + 1;
+  c.D = depth;
+  c.window = window;
+  c.beta = beta;
+  c.x = x.data();
+  c.s = s.data();
+  c.g = g.data();
+  c.fo = fo.data();
+  c.own_b = own_b.data();
+  c.ft = ft.data();
+  c.bt = bt.data();
+  c.fp = fp.data();
+  return c;
+}
+
 using Terms = std::optional<I64>;
 
 // The chain with the training loop's terms (rotor.hpp; all three or none): fa and fr L entries,
@@ -305,28 +364,8 @@ NB_MODULE(_core, m) {
          const F64& bt, const F64& fp, int64_t capacity, int64_t depth, int64_t window,
          double beta, double time_limit) {
         namespace pofo = memplan::pofo;
-        const std::size_t L = s.shape(0);
-        expect(L >= 1 && capacity >= 0 && depth >= 1 && window >= 1,
-               "pofo_backward: L >= 1, capacity >= 0, depth >= 1, window >= 1");
-        expect(x.shape(0) == L + 1 && g.shape(0) == L + 1 && fo.shape(0) == L &&
-                   own_b.shape(0) == L && ft.shape(0) == L && bt.shape(0) == L &&
-                   fp.shape(0) == L + 1,
-               "pofo_backward: x, g and fp need L + 1 entries, s, fo, own_b, ft and bt L");
-        pofo::FractionalChain c;
-        c.L = int64_t(L);
-        c.C = capacity;
-        c.W = capacity + 1;
-        c.D = depth;
-        c.window = window;
-        c.beta = beta;
-        c.x = x.data();
-        c.s = s.data();
-        c.g = g.data();
-        c.fo = fo.data();
-        c.own_b = own_b.data();
-        c.ft = ft.data();
-        c.bt = bt.data();
-        c.fp = fp.data();
+        const pofo::FractionalChain c = pofo_chain(x, s, g, fo, own_b, ft, bt, fp, capacity, depth,
+                                                   window, beta, "pofo_backward");
         memplan::Stop stop(time_limit, true);
         auto* out = new pofo::FractionalBackward();
         bool done;
@@ -357,35 +396,15 @@ NB_MODULE(_core, m) {
          std::optional<Flat> relaxed, int64_t capacity, int64_t depth, int64_t window,
          double beta, double bound, int64_t beam, double tolerance, double time_limit) {
         namespace pofo = memplan::pofo;
-        const std::size_t L = s.shape(0);
-        pofo::FractionalChain c;
-        c.L = int64_t(L);
-        c.C = capacity;
-        c.W = capacity + 1;
-        c.D = depth;
-        c.window = window;
-        c.beta = beta;
-        const std::size_t W = std::size_t(c.W), D = std::size_t(depth);
-        expect(L >= 1 && capacity >= 0 && depth >= 1 && window >= 1,
-               "pofo_forward: L >= 1, capacity >= 0, depth >= 1, window >= 1");
-        expect(x.shape(0) == L + 1 && g.shape(0) == L + 1 && fo.shape(0) == L &&
-                   own_b.shape(0) == L && ft.shape(0) == L && bt.shape(0) == L &&
-                   fp.shape(0) == L + 1,
-               "pofo_forward: x, g and fp need L + 1 entries, s, fo, own_b, ft and bt L");
+        pofo::FractionalChain c = pofo_chain(x, s, g, fo, own_b, ft, bt, fp, capacity, depth,
+                                             window, beta, "pofo_forward");
+        const std::size_t L = std::size_t(c.L), W = std::size_t(c.W), D = std::size_t(depth);
         expect(near.size() == (L - 1) * std::size_t(window) * W * D && last.size() == L * W * D,
                "pofo_forward: near needs (L-1) window W D values, last L W D");
         expect(!relaxed || relaxed->size() == (L + 1) * W,
                "pofo_forward: relaxed needs (L + 1) W values");
         expect(bound == std::numeric_limits<double>::infinity() || relaxed,
                "pofo_forward: a bound needs the relaxed times");
-        c.x = x.data();
-        c.s = s.data();
-        c.g = g.data();
-        c.fo = fo.data();
-        c.own_b = own_b.data();
-        c.ft = ft.data();
-        c.bt = bt.data();
-        c.fp = fp.data();
         c.near = near.data();
         c.last = last.data();
         c.relaxed = relaxed ? relaxed->data() : nullptr;
@@ -423,34 +442,18 @@ NB_MODULE(_core, m) {
          const std::vector<I64Flat>& fneed, int64_t g_turn, int64_t turn_need, double t_turn,
          int64_t width, double time_limit) {
         namespace join = memplan::join;
-        const std::size_t k = x.size();
-        expect(k >= 1 && k <= 8 && s.size() == k && g.size() == k && fo.size() == k &&
-                   bo.size() == k && ft.size() == k && bt.size() == k && opt.size() == k &&
-                   fneed.size() == k,
-               "join_fill: one array of each per branch, 1 to 8 branches");
-        expect(width >= 1, "join_fill: width >= 1");
-        std::vector<join::JoinBranch> branches(k);
-        std::size_t positions = 1;
+        std::vector<join::JoinBranch> branches =
+            join_branches(x, s, g, fo, bo, fneed, "join_fill");
+        const std::size_t k = branches.size(), W = std::size_t(width);
+        expect(width >= 1 && ft.size() == k && bt.size() == k && opt.size() == k,
+               "join_fill: width >= 1, one ft, bt and opt per branch");
         for (std::size_t j = 0; j < k; ++j) {
-          const std::size_t L = s[j].shape(0), W = std::size_t(width);
-          expect(L >= 1 && L < 32767, "join_fill: a branch has 1 to 32766 stages");
-          expect(x[j].shape(0) == L + 1 && g[j].shape(0) == L + 1 && fo[j].shape(0) == L &&
-                     bo[j].shape(0) == L && ft[j].shape(0) == L && bt[j].shape(0) == L &&
-                     opt[j].size() == L * L * W && fneed[j].size() == (L + 1) * (L + 1),
-                 "join_fill: x, g need L + 1 entries, s, fo, bo, ft, bt L, opt L L W, "
-                 "fneed (L + 1)^2");
-          positions *= L + 1;
-          join::JoinBranch& b = branches[j];
-          b.L = int64_t(L);
-          b.x = x[j].data();
-          b.s = s[j].data();
-          b.g = g[j].data();
-          b.fo = fo[j].data();
-          b.bo = bo[j].data();
-          b.ft = ft[j].data();
-          b.bt = bt[j].data();
-          b.opt = opt[j].data();
-          b.fneed = fneed[j].data();
+          const std::size_t L = std::size_t(branches[j].L);
+          expect(ft[j].shape(0) == L && bt[j].shape(0) == L && opt[j].size() == L * L * W,
+                 "join_fill: ft, bt need L entries, opt L L W");
+          branches[j].ft = ft[j].data();
+          branches[j].bt = bt[j].data();
+          branches[j].opt = opt[j].data();
         }
         memplan::Stop stop(time_limit, true);
         auto* tables = new join::JoinTables();
@@ -467,7 +470,6 @@ NB_MODULE(_core, m) {
         using Out1i = nb::ndarray<nb::numpy, int64_t, nb::ndim<1>>;
         using Out2d = nb::ndarray<nb::numpy, double, nb::ndim<2>>;
         using Out2s = nb::ndarray<nb::numpy, int16_t, nb::ndim<2>>;
-        const std::size_t W = std::size_t(width);
         return std::make_tuple(done, Out1i(tables->row.data(), {tables->row.size()}, owner),
                                Out2d(tables->value.data(), {rows, W}, owner),
                                Out2s(tables->branch.data(), {rows, W}, owner),
@@ -485,27 +487,14 @@ NB_MODULE(_core, m) {
          const std::vector<I64Flat>& fneed, const std::vector<I64Flat>& lmt, int64_t g_turn,
          int64_t turn_need, double time_limit) {
         namespace join = memplan::join;
-        const std::size_t k = x.size();
-        expect(k >= 1 && k <= 8 && s.size() == k && g.size() == k && fo.size() == k &&
-                   bo.size() == k && fneed.size() == k && lmt.size() == k,
-               "join_least: one array of each per branch, 1 to 8 branches");
-        std::vector<join::JoinBranch> branches(k);
+        std::vector<join::JoinBranch> branches =
+            join_branches(x, s, g, fo, bo, fneed, "join_least");
+        const std::size_t k = branches.size();
+        expect(lmt.size() == k, "join_least: one lmt per branch");
         std::vector<const int64_t*> least(k);
         for (std::size_t j = 0; j < k; ++j) {
-          const std::size_t L = s[j].shape(0);
-          expect(L >= 1 && L < 32767, "join_least: a branch has 1 to 32766 stages");
-          expect(x[j].shape(0) == L + 1 && g[j].shape(0) == L + 1 && fo[j].shape(0) == L &&
-                     bo[j].shape(0) == L && fneed[j].size() == (L + 1) * (L + 1) &&
-                     lmt[j].size() == L * L,
-                 "join_least: x, g need L + 1 entries, s, fo, bo L, fneed (L + 1)^2, lmt L^2");
-          join::JoinBranch& b = branches[j];
-          b.L = int64_t(L);
-          b.x = x[j].data();
-          b.s = s[j].data();
-          b.g = g[j].data();
-          b.fo = fo[j].data();
-          b.bo = bo[j].data();
-          b.fneed = fneed[j].data();
+          const std::size_t L = std::size_t(branches[j].L);
+          expect(lmt[j].size() == L * L, "join_least: lmt needs L^2 entries");
           least[j] = lmt[j].data();
         }
         memplan::Stop stop(time_limit, true);

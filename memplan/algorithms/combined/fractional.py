@@ -87,6 +87,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import numpy as np
+import numpy.typing as npt
 
 from memplan.algorithms.base import Sequence
 from memplan.algorithms.chain.problem import Chain
@@ -98,6 +99,17 @@ from memplan.schedule import OpName
 INF = np.inf
 MAX_SLOTS = 64
 """Slots of the fractional DP at most (its forward states are (C + 1)^3 per stage)."""
+_KernelChain = tuple[
+    npt.NDArray[np.int64],
+    npt.NDArray[np.int64],
+    npt.NDArray[np.int64],
+    npt.NDArray[np.int64],
+    npt.NDArray[np.int64],
+    npt.NDArray[np.float64],
+    npt.NDArray[np.float64],
+    npt.NDArray[np.float64],
+]
+"""``x, s, g, fo, own_b, ft, bt, fprefix`` of :meth:`FractionalDP._kernel_chain`."""
 _States = list[list[np.ndarray | None]]
 """Per segment and input kind: the flat indices of its states reached (None: none)."""
 _MAX_WIDTH = 72  # capacity + x[0] credit + 1, at most
@@ -262,12 +274,24 @@ class FractionalDP:
         self.near, self.near_choice = near.reshape(shape), near_choice.reshape(shape)
         self.last, self.last_choice = last.reshape(L, W, D), last_choice.reshape(L, W, D)
 
-    def _kernel_chain(self) -> tuple[np.ndarray, ...]:
+    def _kernel_chain(self) -> _KernelChain:
         """``x, s, g, fo, own_b, ft, bt, fprefix`` as the core's kernels take them."""
-        ints = (self.x, self.s, self.g, self.fo, self.own_b)
-        floats = (self.ft, self.bt, self.fprefix)
-        return tuple(np.array(v, dtype=np.int64) for v in ints) + tuple(
-            np.ascontiguousarray(v, dtype=np.float64) for v in floats
+
+        def ints(values: list[int]) -> npt.NDArray[np.int64]:
+            return np.array(values, dtype=np.int64)
+
+        def floats(values: list[float] | np.ndarray) -> npt.NDArray[np.float64]:
+            return np.ascontiguousarray(values, dtype=np.float64)
+
+        return (
+            ints(self.x),
+            ints(self.s),
+            ints(self.g),
+            ints(self.fo),
+            ints(self.own_b),
+            floats(self.ft),
+            floats(self.bt),
+            floats(self.fprefix),
         )
 
     # -- B.1, B.2 --------------------------------------------------------------------------------
