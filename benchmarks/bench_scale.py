@@ -9,17 +9,20 @@ synthetic profiles (:func:`memplan.profile.synthetic.random_chain` / ``random_jo
   10% of the way from rotor's least memory to the store-all need (where recomputing and
   offloading both matter);
 * ``dynprog`` on 100 to 2000 stages at the same budget;
-* ``join`` on two branches of 25 to 250 stages, half-way between its least memory and store-all;
+* ``join`` on two branches of 50 to 500 stages (100 to 1000 in all), half-way between its least
+  memory and store-all;
 * ``periodic`` against ``store-all`` on 1,000 and 10,000 stages.
 
 With ``--baseline PYTHON`` (another memplan's interpreter, e.g. ``/work/main/.venv/bin/python``:
 an editable install imports its own checkout whatever the import path), each command also runs
 with that memplan, alternated with this one, so that both columns come from the same run on the
-same machine. A command stopped by
-``--timeout`` (default 600 s of CPU) or ``--memory-cap`` (default 6 GB of address space: the machine is
-shared) shows as such.
+same machine. A command stopped by ``--timeout`` (default 600 s of CPU; ``--baseline-timeout``
+for the baseline's) or ``--memory-cap`` (default 6 GB of address space: the machine is shared)
+shows as such.
 
-Usage: ``python benchmarks/bench_scale.py [--baseline PYTHON] [--only pofo,join] [--sizes 50,100]``.
+It prints two tables, a row per command and a column per size (stages in all): CPU seconds and
+peak RSS (then the baseline's), and the makespans. Usage: ``python benchmarks/bench_scale.py
+[--baseline PYTHON] [--only pofo,join] [--sizes 50,100]``.
 """
 
 from __future__ import annotations
@@ -154,7 +157,7 @@ def cases(directory: Path, only: set[str], sizes: set[str]) -> list[tuple[str, s
         path, memory, _ = chain_case(directory, length, 0.1)
         common = ["solve", path, "--mem", str(memory), "--optimizer", "none", "--format", "json"]
         add("dynprog", f"{length} stages", common + ["--algo", "dynprog", "--bandwidth", RATE])
-    for lengths in ((25, 25), (50, 50), (100, 100), (250, 250)):
+    for lengths in ((50, 50), (100, 100), (250, 250), (500, 500)):
         path, memory = join_case(directory, lengths)
         args = ["solve", path, "--algo", "join", "--mem", str(memory), "--optimizer", "none"]
         add("join", "+".join(map(str, lengths)) + " stages", args + ["--format", "json"])
@@ -187,37 +190,87 @@ def main() -> None:
     parser.add_argument("--only", default="", help="commands to run, e.g. pofo,join")
     parser.add_argument("--sizes", default="", help="sizes to run, e.g. 50,100,50+50,10000")
     parser.add_argument("--timeout", type=float, default=600.0, help="CPU seconds per command")
+    parser.add_argument(
+        "--baseline-timeout",
+        type=float,
+        help="CPU seconds per baseline command (default: --timeout)",
+    )
     parser.add_argument("--memory-cap", type=float, default=6.0, help="GB of address space")
     args = parser.parse_args()
     only = {name for name in args.only.split(",") if name}
     sizes = {size for size in args.sizes.split(",") if size}
     cap = int(args.memory_cap * 2**30)
+    base_timeout = args.timeout if args.baseline_timeout is None else args.baseline_timeout
     print(f"{machine()}; load {os.getloadavg()[0]:.1f} at the start", flush=True)
     with tempfile.TemporaryDirectory() as tmp:
         rows = []
         for name, size, command in cases(Path(tmp), only, sizes):
             base = None
             if args.baseline and len(rows) % 2:  # alternated: every other row the baseline first
-                base = run_command(command, args.baseline, args.timeout, cap)
+                base = run_command(command, args.baseline, base_timeout, cap)
             mine = run_command(command, None, args.timeout, cap)
             if args.baseline and base is None:
-                base = run_command(command, args.baseline, args.timeout, cap)
+                base = run_command(command, args.baseline, base_timeout, cap)
             rows.append((name, size, mine, base))
             print(f"{name} {size}: {cell(mine)} | baseline {cell(base)}", file=sys.stderr)
     print(f"load {os.getloadavg()[0]:.1f} at the end\n")
-    head = "| command | size | CPU / wall / peak RSS"
-    head += (
-        " | baseline CPU / wall / peak RSS | makespan (ms) |"
-        if args.baseline
-        else " | makespan (ms) |"
-    )
-    print(head)
-    print("|---" * (head.count("|") - 1) + "|")
-    for name, size, mine, base in rows:
-        makespans = [r.makespan for r in (mine, base) if r is not None and r.makespan is not None]
-        shown = " / ".join(f"{m:.1f}" for m in makespans) or "-"
-        middle = f" | {cell(base)}" if args.baseline else ""
-        print(f"| `{name}` | {size} | {cell(mine)}{middle} | {shown} |")
+    print("\n".join(pivot(rows, args.baseline is not None)))
+
+
+def stages(size: str) -> int:
+    """Stages in all: ``"100 stages"`` is 100, ``"50+50 stages"`` 100."""
+    return sum(int(part) for part in size.split()[0].split("+"))
+
+
+def pivot(rows: list[tuple[str, str, Run, Run | None]], baseline: bool) -> list[str]:
+    """Two markdown tables, a row per command and a column per size (stages in all): CPU seconds
+    and peak RSS (then the baseline's), and the makespans (the baseline's where it differs)."""
+    columns = sorted({stages(size) for _, size, _, _ in rows})
+    names = list(dict.fromkeys(name for name, _, _, _ in rows))
+    found = {(name, stages(size)): (mine, base) for name, size, mine, base in rows}
+    head = "| command | " + " | ".join(f"{n:,}" for n in columns) + " |"
+    rule = "|---" * (len(columns) + 1) + "|"
+
+    def short(run: Run | None) -> str:
+        if run is None:
+            return "-"
+        if run.outcome == "timeout":
+            return f"> {run.cpu:.0f} s (stopped)"
+        if run.outcome != "ok":
+            return f"{run.outcome} ({run.cpu:.1f} s, {run.rss_mb:.0f} MB)"
+        return f"{run.cpu:.2f} s, {run.rss_mb:.0f} MB"
+
+    def timing(name: str, n: int) -> str:
+        if (name, n) not in found:
+            return ""
+        mine, base = found[(name, n)]
+        return short(mine) + (f"; {short(base)}" if baseline else "")
+
+    def makespan(name: str, n: int) -> str:
+        if (name, n) not in found:
+            return ""
+        mine, base = found[(name, n)]
+        text = "-" if mine.makespan is None else f"{mine.makespan:.1f}"
+        other = None if base is None else base.makespan
+        if other is not None and (mine.makespan is None or abs(other - mine.makespan) > 0.05):
+            text += f" ({other:.1f})"
+        return text
+
+    lines = [head, rule]
+    lines += [
+        f"| `{name}` | " + " | ".join(timing(name, n) for n in columns) + " |" for name in names
+    ]
+    lines += [
+        "",
+        "Makespans (ms)"
+        + (", the baseline's in parentheses where it differs:" if baseline else ":"),
+        "",
+    ]
+    lines += [head, rule]
+    lines += [
+        f"| `{name}` | " + " | ".join(makespan(name, n) for n in columns) + " |" for name in names
+    ]
+    return lines
 
 
 if __name__ == "__main__":

@@ -102,6 +102,72 @@ def rotor_exact_options(
     wh: NDArray[np.int64] | None = None,
     fr: NDArray[np.int64] | None = None,
 ) -> tuple[int, NDArray[np.int64], NDArray[np.int32], float, int]: ...
+def pofo_backward(
+    x: NDArray[np.int64],
+    s: NDArray[np.int64],
+    g: NDArray[np.int64],
+    fo: NDArray[np.int64],
+    own_b: NDArray[np.int64],
+    ft: NDArray[np.float64],
+    bt: NDArray[np.float64],
+    fp: NDArray[np.float64],
+    capacity: int,
+    depth: int,
+    window: int,
+    beta: float,
+    time_limit: float = -1.0,
+) -> tuple[
+    bool, NDArray[np.float64], NDArray[np.int16], NDArray[np.float64], NDArray[np.int16]
+]: ...
+def pofo_forward(
+    x: NDArray[np.int64],
+    s: NDArray[np.int64],
+    g: NDArray[np.int64],
+    fo: NDArray[np.int64],
+    own_b: NDArray[np.int64],
+    ft: NDArray[np.float64],
+    bt: NDArray[np.float64],
+    fp: NDArray[np.float64],
+    near: NDArray[np.float64],
+    last: NDArray[np.float64],
+    relaxed: NDArray[np.float64] | None,
+    capacity: int,
+    depth: int,
+    window: int,
+    beta: float,
+    bound: float,
+    beam: int,
+    tolerance: float,
+    time_limit: float = -1.0,
+) -> tuple[bool, float, int, list[NDArray[np.int64] | None], list[NDArray[np.int16] | None]]: ...
+def join_fill(
+    x: list[NDArray[np.int64]],
+    s: list[NDArray[np.int64]],
+    g: list[NDArray[np.int64]],
+    fo: list[NDArray[np.int64]],
+    bo: list[NDArray[np.int64]],
+    ft: list[NDArray[np.float64]],
+    bt: list[NDArray[np.float64]],
+    opt: list[NDArray[np.float64]],
+    fneed: list[NDArray[np.int64]],
+    g_turn: int,
+    turn_need: int,
+    t_turn: float,
+    width: int,
+    time_limit: float = -1.0,
+) -> tuple[bool, NDArray[np.int64], NDArray[np.float64], NDArray[np.int16], NDArray[np.int16]]: ...
+def join_least(
+    x: list[NDArray[np.int64]],
+    s: list[NDArray[np.int64]],
+    g: list[NDArray[np.int64]],
+    fo: list[NDArray[np.int64]],
+    bo: list[NDArray[np.int64]],
+    fneed: list[NDArray[np.int64]],
+    lmt: list[NDArray[np.int64]],
+    g_turn: int,
+    turn_need: int,
+    time_limit: float = -1.0,
+) -> tuple[bool, NDArray[np.int64], NDArray[np.int8], NDArray[np.int16], NDArray[np.int16]]: ...
 
 class AllocSearch:
     """One exact allocation search of an instance; its failed-state memo lives across calls."""

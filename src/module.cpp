@@ -14,6 +14,7 @@
 #include <nanobind/stl/vector.h>
 
 #include <cstring>
+#include <limits>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -25,6 +26,8 @@
 #include "rotor.hpp"
 #include "rotor_dense.hpp"
 #include "rotor_exact.hpp"
+#include "join_fill.hpp"
+#include "pofo_fractional.hpp"
 #include "rotor_grid.hpp"
 #include "stop.hpp"
 
@@ -47,6 +50,9 @@ template <typename T>
 using Vec = nb::ndarray<const T, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
 using I64 = Vec<int64_t>;
 using F64 = Vec<double>;
+// Any shape, read as its values in C order.
+using Flat = nb::ndarray<const double, nb::c_contig, nb::device::cpu>;
+using I64Flat = nb::ndarray<const int64_t, nb::c_contig, nb::device::cpu>;
 
 template <typename T>
 using Out1 = nb::ndarray<nb::numpy, T, nb::ndim<1>>;
@@ -85,6 +91,65 @@ memplan::rotor::ChainRules chain_of(const I64& x, const I64& s, const I64& g, co
   c.bo = bo.data();
   c.ft = ft.data();
   c.bt = bt.data();
+  return c;
+}
+
+// The branches of a join, checked (``what`` names the kernel): one array of each per branch, 1 to
+// 8 branches; x and g L + 1 entries, s, fo and bo L, fneed (L + 1)^2.
+std::vector<memplan::join::JoinBranch> join_branches(
+    const std::vector<I64>& x, const std::vector<I64>& s, const std::vector<I64>& g,
+    const std::vector<I64>& fo, const std::vector<I64>& bo, const std::vector<I64Flat>& fneed,
+    const std::string& what) {
+  const std::size_t k = x.size();
+  expect(k >= 1 && k <= 8 && s.size() == k && g.size() == k && fo.size() == k &&
+             bo.size() == k && fneed.size() == k,
+         (what + ": one array of each per branch, 1 to 8 branches").c_str());
+  std::vector<memplan::join::JoinBranch> branches(k);
+  for (std::size_t j = 0; j < k; ++j) {
+    const std::size_t L = s[j].shape(0);
+    expect(L >= 1 && L < 32767, (what + ": a branch has 1 to 32766 stages").c_str());
+    expect(x[j].shape(0) == L + 1 && g[j].shape(0) == L + 1 && fo[j].shape(0) == L &&
+               bo[j].shape(0) == L && fneed[j].size() == (L + 1) * (L + 1),
+           (what + ": x, g need L + 1 entries, s, fo, bo L, fneed (L + 1)^2").c_str());
+    memplan::join::JoinBranch& b = branches[j];
+    b.L = int64_t(L);
+    b.x = x[j].data();
+    b.s = s[j].data();
+    b.g = g[j].data();
+    b.fo = fo[j].data();
+    b.bo = bo[j].data();
+    b.fneed = fneed[j].data();
+  }
+  return branches;
+}
+
+// pofo's chain in slots (the pofo kernels; ``what`` names the kernel), checked: x, g and fp
+// L + 1 entries, s, fo, own_b, ft and bt L.
+memplan::pofo::FractionalChain pofo_chain(const I64& x, const I64& s, const I64& g, const I64& fo,
+                                          const I64& own_b, const F64& ft, const F64& bt,
+                                          const F64& fp, int64_t capacity, int64_t depth,
+                                          int64_t window, double beta, const std::string& what) {
+  const std::size_t L = s.shape(0);
+  expect(L >= 1 && capacity >= 0 && depth >= 1 && window >= 1,
+         (what + ": L >= 1, capacity >= 0, depth >= 1, window >= 1").c_str());
+  expect(x.shape(0) == L + 1 && g.shape(0) == L + 1 && fo.shape(0) == L &&
+             own_b.shape(0) == L && ft.shape(0) == L && bt.shape(0) == L && fp.shape(0) == L + 1,
+         (what + ": x, g and fp need L + 1 entries, s, fo, own_b, ft and bt L").c_str());
+  memplan::pofo::FractionalChain c;
+  c.L = int64_t(L);
+  c.C = capacity;
+  c.W = capacity + 1;
+  c.D = depth;
+  c.window = window;
+  c.beta = beta;
+  c.x = x.data();
+  c.s = s.data();
+  c.g = g.data();
+  c.fo = fo.data();
+  c.own_b = own_b.data();
+  c.ft = ft.data();
+  c.bt = bt.data();
+  c.fp = fp.data();
   return c;
 }
 
@@ -291,6 +356,162 @@ NB_MODULE(_core, m) {
       "fa"_a = nb::none(), "wh"_a = nb::none(), "fr"_a = nb::none(),
       "The rotor DP in bytes with options of F_all (selective checkpointing): (status, "
       "operations, the option of each operation, makespan, least budget within the budget or -1).");
+
+  // ---- pofo -----------------------------------------------------------------------------------
+  m.def(
+      "pofo_backward",
+      [](const I64& x, const I64& s, const I64& g, const I64& fo, const I64& own_b, const F64& ft,
+         const F64& bt, const F64& fp, int64_t capacity, int64_t depth, int64_t window,
+         double beta, double time_limit) {
+        namespace pofo = memplan::pofo;
+        const pofo::FractionalChain c = pofo_chain(x, s, g, fo, own_b, ft, bt, fp, capacity, depth,
+                                                   window, beta, "pofo_backward");
+        memplan::Stop stop(time_limit, true);
+        auto* out = new pofo::FractionalBackward();
+        bool done;
+        {
+          nb::gil_scoped_release release;
+          done = pofo::fractional_backward(c, *out, stop);
+        }
+        nb::capsule owner(out, [](void* p) noexcept {
+          delete static_cast<pofo::FractionalBackward*>(p);
+        });
+        stop.raise_if_interrupted();
+        using OutD = nb::ndarray<nb::numpy, double, nb::ndim<1>>;
+        using OutS = nb::ndarray<nb::numpy, int16_t, nb::ndim<1>>;
+        return std::make_tuple(done, OutD(out->near.data(), {out->near.size()}, owner),
+                               OutS(out->near_choice.data(), {out->near_choice.size()}, owner),
+                               OutD(out->last.data(), {out->last.size()}, owner),
+                               OutS(out->last_choice.data(), {out->last_choice.size()}, owner));
+      },
+      "x"_a, "s"_a, "g"_a, "fo"_a, "own_b"_a, "ft"_a, "bt"_a, "fp"_a, "capacity"_a, "depth"_a,
+      "window"_a, "beta"_a, "time_limit"_a = -1.0,
+      "The backward tables of pofo's Theorem 1 DP: (done, near, its choices, last, its choices), "
+      "flat.");
+
+  m.def(
+      "pofo_forward",
+      [](const I64& x, const I64& s, const I64& g, const I64& fo, const I64& own_b, const F64& ft,
+         const F64& bt, const F64& fp, const Flat& near, const Flat& last,
+         std::optional<Flat> relaxed, int64_t capacity, int64_t depth, int64_t window,
+         double beta, double bound, int64_t beam, double tolerance, double time_limit) {
+        namespace pofo = memplan::pofo;
+        pofo::FractionalChain c = pofo_chain(x, s, g, fo, own_b, ft, bt, fp, capacity, depth,
+                                             window, beta, "pofo_forward");
+        const std::size_t L = std::size_t(c.L), W = std::size_t(c.W), D = std::size_t(depth);
+        expect(near.size() == (L - 1) * std::size_t(window) * W * D && last.size() == L * W * D,
+               "pofo_forward: near needs (L-1) window W D values, last L W D");
+        expect(!relaxed || relaxed->size() == (L + 1) * W,
+               "pofo_forward: relaxed needs (L + 1) W values");
+        expect(bound == std::numeric_limits<double>::infinity() || relaxed,
+               "pofo_forward: a bound needs the relaxed times");
+        c.near = near.data();
+        c.last = last.data();
+        c.relaxed = relaxed ? relaxed->data() : nullptr;
+        memplan::Stop stop(time_limit, true);
+        pofo::FractionalForward out;
+        {
+          nb::gil_scoped_release release;
+          out = pofo::fractional_forward(c, bound, beam, tolerance, stop);
+        }
+        stop.raise_if_interrupted();
+        nb::list states, choices;  // None where a segment has no state
+        for (std::size_t i = 0; i < out.states.size(); ++i) {
+          if (out.stopped || out.states[i].empty()) {
+            states.append(nb::none());
+            choices.append(nb::none());
+            continue;
+          }
+          states.append(to_numpy(std::move(out.states[i])));
+          choices.append(to_numpy(std::move(out.choices[i])));
+        }
+        return std::make_tuple(out.stopped, out.value, out.evaluated, states, choices);
+      },
+      "x"_a, "s"_a, "g"_a, "fo"_a, "own_b"_a, "ft"_a, "bt"_a, "fp"_a, "near"_a, "last"_a,
+      "relaxed"_a.none(), "capacity"_a, "depth"_a, "window"_a, "beta"_a, "bound"_a, "beam"_a,
+      "tolerance"_a, "time_limit"_a = -1.0,
+      "The forward phase of pofo's Theorem 1 DP: (stopped, value, states evaluated, the states "
+      "of each segment and input kind (index 2 a + kind; None: none), their decisions).");
+
+  // ---- join -----------------------------------------------------------------------------------
+  m.def(
+      "join_fill",
+      [](const std::vector<I64>& x, const std::vector<I64>& s, const std::vector<I64>& g,
+         const std::vector<I64>& fo, const std::vector<I64>& bo, const std::vector<F64>& ft,
+         const std::vector<F64>& bt, const std::vector<Flat>& opt,
+         const std::vector<I64Flat>& fneed, int64_t g_turn, int64_t turn_need, double t_turn,
+         int64_t width, double time_limit) {
+        namespace join = memplan::join;
+        std::vector<join::JoinBranch> branches =
+            join_branches(x, s, g, fo, bo, fneed, "join_fill");
+        const std::size_t k = branches.size(), W = std::size_t(width);
+        expect(width >= 1 && ft.size() == k && bt.size() == k && opt.size() == k,
+               "join_fill: width >= 1, one ft, bt and opt per branch");
+        for (std::size_t j = 0; j < k; ++j) {
+          const std::size_t L = std::size_t(branches[j].L);
+          expect(ft[j].shape(0) == L && bt[j].shape(0) == L && opt[j].size() == L * L * W,
+                 "join_fill: ft, bt need L entries, opt L L W");
+          branches[j].ft = ft[j].data();
+          branches[j].bt = bt[j].data();
+          branches[j].opt = opt[j].data();
+        }
+        memplan::Stop stop(time_limit, true);
+        auto* tables = new join::JoinTables();
+        bool done;
+        {
+          nb::gil_scoped_release release;
+          done = join::join_fill(branches, g_turn, turn_need, t_turn, width, *tables, stop);
+        }
+        nb::capsule owner(tables, [](void* p) noexcept {
+          delete static_cast<join::JoinTables*>(p);
+        });
+        stop.raise_if_interrupted();
+        const std::size_t rows = tables->value.size() / std::size_t(width);
+        using Out1i = nb::ndarray<nb::numpy, int64_t, nb::ndim<1>>;
+        using Out2d = nb::ndarray<nb::numpy, double, nb::ndim<2>>;
+        using Out2s = nb::ndarray<nb::numpy, int16_t, nb::ndim<2>>;
+        return std::make_tuple(done, Out1i(tables->row.data(), {tables->row.size()}, owner),
+                               Out2d(tables->value.data(), {rows, W}, owner),
+                               Out2s(tables->branch.data(), {rows, W}, owner),
+                               Out2s(tables->target.data(), {rows, W}, owner));
+      },
+      "x"_a, "s"_a, "g"_a, "fo"_a, "bo"_a, "ft"_a, "bt"_a, "opt"_a, "fneed"_a, "g_turn"_a,
+      "turn_need"_a, "t_turn"_a, "width"_a, "time_limit"_a = -1.0,
+      "The chain-model join DP: (done, row of each state id, value, branch, target), "
+      "rows x width each.");
+
+  m.def(
+      "join_least",
+      [](const std::vector<I64>& x, const std::vector<I64>& s, const std::vector<I64>& g,
+         const std::vector<I64>& fo, const std::vector<I64>& bo,
+         const std::vector<I64Flat>& fneed, const std::vector<I64Flat>& lmt, int64_t g_turn,
+         int64_t turn_need, double time_limit) {
+        namespace join = memplan::join;
+        std::vector<join::JoinBranch> branches =
+            join_branches(x, s, g, fo, bo, fneed, "join_least");
+        const std::size_t k = branches.size();
+        expect(lmt.size() == k, "join_least: one lmt per branch");
+        std::vector<const int64_t*> least(k);
+        for (std::size_t j = 0; j < k; ++j) {
+          const std::size_t L = std::size_t(branches[j].L);
+          expect(lmt[j].size() == L * L, "join_least: lmt needs L^2 entries");
+          least[j] = lmt[j].data();
+        }
+        memplan::Stop stop(time_limit, true);
+        join::JoinLeast out;
+        bool done;
+        {
+          nb::gil_scoped_release release;
+          done = join::join_least(branches, least, g_turn, turn_need, out, stop);
+        }
+        stop.raise_if_interrupted();
+        return std::make_tuple(done, to_numpy(std::move(out.need)), to_numpy(std::move(out.kind)),
+                               to_numpy(std::move(out.branch)), to_numpy(std::move(out.target)));
+      },
+      "x"_a, "s"_a, "g"_a, "fo"_a, "bo"_a, "fneed"_a, "lmt"_a, "g_turn"_a, "turn_need"_a,
+      "time_limit"_a = -1.0,
+      "The least memory of a canonical join plan from every state id: (done, need, kind, "
+      "branch, target).");
 
   // ---- alloc ----------------------------------------------------------------------------------
   namespace alloc = memplan::alloc;

@@ -49,11 +49,15 @@ from memplan.algorithms.chain import rotor
 from memplan.algorithms.chain.least_memory import least_memory_sequence, least_memory_tables
 from memplan.algorithms.chain.problem import Chain
 from memplan.algorithms.join.pebble import JoinOp
-from memplan.algorithms.timeline import Deadline
+from memplan.algorithms.timeline import Deadline, TimeLimitReached
+from memplan.core import kernels
+from memplan.errors import InputError
 from memplan.profile.model import Profile
 
 INF = math.inf
 _TURN, _NONE = -2, -1
+_LEAST_TURN, _LEAST_F_ALL = 1, 2
+"""Decisions of the least-memory DP (``kind``): the turn, ``F_all``; 3 is a checkpointed segment."""
 
 _Task = (
     tuple[Literal["op"], JoinOp]
@@ -63,9 +67,6 @@ _Task = (
 """What :meth:`HeteroJoin.sequence` has left to do: one operation, a rotor segment of a branch
 (branch, first and last stage, slots), or a sub-join (positions, standalone-start flags, slots)."""
 
-_Decision = tuple[Literal["turn"]] | tuple[Literal["F_all"], int] | tuple[Literal["ck"], int, int]
-"""The first move of a least-memory state: the turn, ``F_all`` on a branch, or a checkpointed
-forward segment of a branch up to a stage."""
 
 _LeastTask = (
     tuple[Literal["ops"], list[JoinOp]] | tuple[Literal["solve"], tuple[int, ...], tuple[int, ...]]
@@ -223,7 +224,7 @@ class JoinNet:
         return peak
 
 
-def _states(shape: tuple[int, ...]) -> list[tuple[tuple[int, ...], tuple[int, ...]]]:
+def join_states(shape: tuple[int, ...]) -> list[tuple[tuple[int, ...], tuple[int, ...]]]:
     """Every ``(p, flags)``, sub-states first: ``p`` in decreasing lexicographic order."""
     k = len(shape)
     found = []
@@ -235,7 +236,7 @@ def _states(shape: tuple[int, ...]) -> list[tuple[tuple[int, ...], tuple[int, ..
     return found
 
 
-class _StateIndex:
+class StateIndex:
     """Dense ids of the states ``(p, flags)``: ``(sum_j p_j stride_j) << k`` plus the flag bits
     (bit ``j`` for branch ``j``), so that the states that move branch ``j`` to ``q = a+1 .. l_j``
     have ids in an arithmetic progression (gathered at once).
@@ -277,78 +278,32 @@ class HeteroJoin:
             rotor.dense_table(c, capacity, c.x, c.s, c.g, c.fo, c.bo) for c in net.chains
         ]
         self.fneeds = [net.forward_needs(j) for j in range(self.k)]
-        self.ids = _StateIndex(self.shape)
-        states = _states(self.shape)
-        self.row = np.full(self.ids.size, -1, dtype=np.int64)  # dense id -> row of the tables
-        for n, (p, flags) in enumerate(states):
-            self.row[self.ids.id(p, flags)] = n
-        self.value = np.full((len(states), width), INF)
-        self.branch = np.full((len(states), width), _NONE, dtype=np.int16)
-        self.target = np.zeros((len(states), width), dtype=np.int16)  # q, or 0 for F_all
+        self.ids = StateIndex(self.shape)
         deadline = deadline or Deadline()
-        for p, flags in states:
-            deadline.check()
-            self._fill(p, flags)
+        deadline.check()
+        left = deadline.left()
+        chains = net.chains
+        done, self.row, self.value, self.branch, self.target = kernels.join_fill(
+            [np.ascontiguousarray(c.x, dtype=np.int64) for c in chains],
+            [np.ascontiguousarray(c.s, dtype=np.int64) for c in chains],
+            [np.ascontiguousarray(c.g, dtype=np.int64) for c in chains],
+            [np.ascontiguousarray(c.fo, dtype=np.int64) for c in chains],
+            [np.ascontiguousarray(c.bo, dtype=np.int64) for c in chains],
+            [np.ascontiguousarray(c.ft, dtype=np.float64) for c in chains],
+            [np.ascontiguousarray(c.bt, dtype=np.float64) for c in chains],
+            [np.ascontiguousarray(t.opt, dtype=np.float64) for t in self.tables],
+            [np.ascontiguousarray(f, dtype=np.int64) for f in self.fneeds],
+            g_turn=int(net.g_turn),
+            turn_need=int(net.turn_need()),
+            t_turn=float(net.t_turn),
+            width=width,
+            time_limit=-1.0 if left is None else left,
+        )
+        if not done:
+            raise TimeLimitReached
 
     def _index(self, p: tuple[int, ...], flags: tuple[int, ...]) -> int:
         return int(self.row[self.ids.id(p, flags)])
-
-    def _fill(self, p: tuple[int, ...], flags: tuple[int, ...]) -> None:
-        net, width = self.net, self.capacity + 1
-        gT = net.g_turn
-        idx = self._index(p, flags)
-        val, br, tg = self.value[idx], self.branch[idx], self.target[idx]
-        starts = [int(c.x[p[j]]) * flags[j] for j, c in enumerate(net.chains)]
-        held = sum(starts)
-        if all(p[j] == net.chains[j].length for j in range(self.k)):
-            need = held + net.turn_need()
-            if need < width:
-                val[need:] = net.t_turn
-                br[need:] = _TURN
-            return
-        grads = [int(c.g[p[j]]) for j, c in enumerate(net.chains)]
-        total_g = sum(grads)
-        memory = np.arange(width)
-        for j, c in enumerate(net.chains):
-            a = p[j]
-            if a == c.length:
-                continue
-            others = total_g - grads[j]
-            mine = starts[j]
-            # (a) F_all a, the rest (branch j starting inside s[a]), B a
-            s = int(c.s[a])
-            need = max(
-                held + gT + s + int(c.fo[a]),
-                mine + s + others + int(c.g[a + 1] + c.g[a] + c.bo[a]),
-                mine + s,
-            )
-            if need < width:
-                sub = self.value[
-                    self._index(p[:j] + (a + 1,) + p[j + 1 :], flags[:j] + (0,) + flags[j + 1 :])
-                ]
-                shift = mine + s
-                cand = np.full(width, INF)
-                cand[need:] = sub[need - shift : width - shift] + float(c.ft[a] + c.bt[a])
-                better = cand < val
-                val[better], br[better], tg[better] = cand[better], j, 0
-            # (b) F_ck a, F_n .. up to the checkpoint x[q], q = a+1 .. l_j, every q at once
-            seg = mine + others  # held while rotor runs the segment a..q-1
-            targets = np.arange(a + 1, c.length + 1)
-            needs = np.maximum(np.maximum(held + gT + self.fneeds[j][a, a + 1 :], mine), seg)
-            keep = needs < width
-            if not keep.any():
-                continue
-            targets, needs = targets[keep], needs[keep]
-            forward = np.cumsum(c.ft[a:])[targets - a - 1]  # sum ft[a..q-1], as a running sum
-            rows = self.row[self.ids.moved(p, flags, j, targets, 1)]
-            subs = self.value[rows][:, np.clip(memory - mine, 0, width - 1)]
-            opts = self.tables[j].opt[a, targets - 1][:, np.clip(memory - seg, 0, width - 1)]
-            cand = forward[:, None] + subs + opts
-            cand[memory[None, :] < needs[:, None]] = INF
-            pick = cand.argmin(axis=0)
-            low = cand[pick, memory]
-            better = low < val
-            val[better], br[better], tg[better] = low[better], j, targets[pick[better]]
 
     def opt(self, m: int) -> float:
         """Least time of the whole join within ``m`` slots (the branch inputs included)."""
@@ -417,56 +372,42 @@ def least_memory_plan(net: JoinNet, deadline: Deadline | None = None) -> tuple[i
 
     The recurrences of :class:`HeteroJoin` with max/min instead of sum/min, the segments solved
     by the chain's own least-memory plan (one table per branch for all its segments,
-    :func:`least_memory_tables`), the checkpoints of one branch compared at once.
+    :func:`least_memory_tables`), the checkpoints of one branch compared in order (the first of
+    equals). The states are filled by the compiled core (src/join_fill.cpp; its numpy reference
+    is tests/oracles/join_table.py), in int64: a net whose sizes add up beyond it is refused.
+
+    Raises
+    ------
+    InputError
+        When the sizes of the net add up beyond what int64 holds exactly.
     """
+    if not net.exact_int64():
+        raise InputError(
+            "join: the sizes of the branches add up beyond 2**62 bytes; "
+            "the join DP counts memory in int64"
+        )
     k = len(net.chains)
     shape = tuple(c.length + 1 for c in net.chains)
-    dtype = np.int64 if net.exact_int64() else object
     tables = [least_memory_tables(c) for c in net.chains]  # need[a, b] beyond x[a], pick[a, b]
-    fneeds = [net.forward_needs(j, dtype) for j in range(k)]
-    ids = _StateIndex(shape)
-    need = np.zeros(ids.size, dtype=dtype)
-    how: dict[int, _Decision] = {}
-    gT = net.g_turn
+    ids = StateIndex(shape)
     deadline = deadline or Deadline()
-    for p, flags in _states(shape):
-        deadline.check()
-        here = ids.id(p, flags)
-        starts = [int(c.x[p[j]]) * flags[j] for j, c in enumerate(net.chains)]
-        held = sum(starts)
-        if all(p[j] == net.chains[j].length for j in range(k)):
-            need[here], how[here] = held + net.turn_need(), ("turn",)
-            continue
-        grads = [int(c.g[p[j]]) for j, c in enumerate(net.chains)]
-        best: tuple[int, _Decision] | None = None
-        for j, c in enumerate(net.chains):
-            a = p[j]
-            if a == c.length:
-                continue
-            others = sum(grads) - grads[j]
-            mine = starts[j]
-            s = int(c.s[a])
-            nxt = ids.id(p[:j] + (a + 1,) + p[j + 1 :], flags[:j] + (0,) + flags[j + 1 :])
-            n_a = max(
-                held + gT + s + int(c.fo[a]),
-                mine + s + int(need[nxt]),
-                mine + s + others + int(c.g[a + 1] + c.g[a] + c.bo[a]),
-            )
-            if best is None or n_a < best[0]:
-                best = (n_a, ("F_all", j))
-            targets = np.arange(a + 1, c.length + 1)
-            n_b = np.maximum(
-                np.maximum(
-                    held + gT + fneeds[j][a, a + 1 :],
-                    mine + need[ids.moved(p, flags, j, targets, 1)],
-                ),
-                mine + others + tables[j][0][a, a : c.length],
-            )
-            r = int(np.argmin(n_b))
-            if best is None or n_b[r] < best[0]:
-                best = (int(n_b[r]), ("ck", j, a + 1 + r))
-        assert best is not None
-        need[here], how[here] = best
+    deadline.check()
+    left = deadline.left()
+    chains = net.chains
+    done, need, kind, branch, target = kernels.join_least(
+        [np.ascontiguousarray(c.x, dtype=np.int64) for c in chains],
+        [np.ascontiguousarray(c.s, dtype=np.int64) for c in chains],
+        [np.ascontiguousarray(c.g, dtype=np.int64) for c in chains],
+        [np.ascontiguousarray(c.fo, dtype=np.int64) for c in chains],
+        [np.ascontiguousarray(c.bo, dtype=np.int64) for c in chains],
+        [net.forward_needs(j) for j in range(k)],
+        [np.ascontiguousarray(t[0], dtype=np.int64) for t in tables],
+        g_turn=int(net.g_turn),
+        turn_need=int(net.turn_need()),
+        time_limit=-1.0 if left is None else left,
+    )
+    if not done:
+        raise TimeLimitReached
     plan: list[JoinOp] = []
     stack: list[_LeastTask] = [("solve", (0,) * k, (1,) * k)]
     while stack:
@@ -475,12 +416,14 @@ def least_memory_plan(net: JoinNet, deadline: Deadline | None = None) -> tuple[i
             plan += item[1]
             continue
         _, p, flags = item
-        decision = how[ids.id(p, flags)]
-        if decision[0] == "turn":
+        here = ids.id(p, flags)
+        how = int(kind[here])
+        if how == _LEAST_TURN:
             plan.append(("turn", None, 0))
-        elif decision[0] == "F_all":
-            j = decision[1]
-            a = p[j]
+            continue
+        j = int(branch[here])
+        a = p[j]
+        if how == _LEAST_F_ALL:
             plan.append(("F_all", j, a))
             backward: list[JoinOp] = [("B", j, a)]
             stack.append(("ops", backward))
@@ -488,8 +431,7 @@ def least_memory_plan(net: JoinNet, deadline: Deadline | None = None) -> tuple[i
                 ("solve", p[:j] + (a + 1,) + p[j + 1 :], flags[:j] + (0,) + flags[j + 1 :])
             )
         else:
-            _, j, q = decision
-            a = p[j]
+            q = int(target[here])
             plan.append(("F_ck", j, a))
             plan += [("F_n", j, r) for r in range(a + 1, q)]
             segment = least_memory_sequence(tables[j][1], a, q - 1)

@@ -243,3 +243,29 @@ def test_a_window_as_long_as_the_chain_is_the_full_dp(seed):
     assert _solved(chain, memory, 12e9, window=chain.length) == full
     for window in (1, 2, 4):
         assert _solved(chain, memory, 12e9, window=window)[0] >= full[0] - 1e-6
+
+
+@pytest.mark.parametrize(
+    ("length", "seed", "slots", "fraction"), [(60, 1, 12, 0.05), (80, 2, 8, 0.1)]
+)
+def test_on_a_window_sizes_rounded_up_when_the_nearest_slot_gives_nothing_that_fits(
+    length, seed, slots, fraction
+):
+    """NOTE [ pofo on long chains ]: where tensors are a fraction of a slot, rounding them to the
+    nearest slot counts many as free and every plan it finds needs more than the budget; the DP
+    then runs with sizes rounded up (even beside rotor's finer grid: that DP only looks for plans
+    faster than rotor's), and such a plan fits (replayed by the combined simulator)."""
+    from memplan.algorithms.timeline import static_memory
+    from memplan.profile.synthetic import random_chain
+
+    prof = random_chain(length, seed=seed, max_size=10**8)
+    chain = Chain.from_profile(prof)
+    desc = memplan.api.describe(prof, "none")
+    low, high = desc["min_memory"]["chain"], desc["store_all_memory"]
+    memory = round(low + (high - low) * fraction) - static_memory(prof, "none")
+    plan = solve_pofo(chain, memory, bandwidth=12e9, slots=slots, rotor_slots="auto", profile=prof)
+    assert plan.details["window"] < length
+    assert plan.details["frac_rounding"] == "up"
+    assert "frac_rejected" not in plan.details
+    if "frac" in plan.details:  # a rounded-up plan faster than rotor's
+        assert plan.details["frac"] < math.inf
