@@ -26,6 +26,8 @@ README                             run here (why)
                                    minutes on 2 CPU cores.
 ``--time-limit N`` (CP-SAT)        ``--time-limit 2`` when N is larger: the solvers return their
                                    best plan at the limit, which must still be found (exit 0).
+``compare ... --mem A:B:N``        ``A:B:4`` when N is larger: the same range, every algorithm,
+                                   every output format, in fewer budgets.
 ``jq EXPR`` when jq is missing     the same field read by ``python -c`` (jq is not Python; the
                                    JSON memplan prints is what is tested).
 ``mypkg.models:make_net``          ``mypkg/models.py`` written by this test in the block's
@@ -83,6 +85,7 @@ SMALL_INPUTS: dict[str, tuple[str, ...]] = {
 }
 SIZE_OPTIONS = ("-b", "--batch-size", "--input-shape", "--config", "--repeats")
 TIME_LIMIT = 2
+COMPARE_STEPS = 4
 
 # README lines not run, with the reason (see the module docstring).
 EXCLUDED: dict[str, str] = {
@@ -205,6 +208,9 @@ def _shrink_memplan(words: list[str]) -> list[str]:
     for k, word in enumerate(out[:-1]):
         if word == "--time-limit" and float(out[k + 1]) > TIME_LIMIT:
             out[k + 1] = str(TIME_LIMIT)
+        if out[1] == "compare" and word == "--mem" and out[k + 1].count(":") == 2:
+            start, stop, steps = out[k + 1].split(":")
+            out[k + 1] = f"{start}:{stop}:{min(int(steps), COMPARE_STEPS)}"
     return out
 
 
@@ -379,6 +385,11 @@ def test_every_profiled_model_has_small_inputs():
             "memplan solve x --algo olla --mem 1GB --time-limit 2 > plan.csv",
         ),
         ("memplan solve x --time-limit 2", "memplan solve x --time-limit 2"),
+        (
+            "memplan compare x --mem 1GB:2GB:12 --plot s.png",
+            "memplan compare x --mem 1GB:2GB:4 --plot s.png",
+        ),
+        ("memplan compare x --mem 1GB:2GB:3", "memplan compare x --mem 1GB:2GB:3"),
     ],
 )
 def test_substitution(command, expected):

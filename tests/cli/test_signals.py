@@ -194,11 +194,12 @@ def tiny():
             "before",
             "SIGINT",
         ),  # fmt: skip
-        (
+        pytest.param(
             ["profile", "tinyfactory:tiny", "--repeats", "1", "-o", "p.yaml"],
             "memplan.torch.profiler.model:profile_model",
             "after",
             "SIGTERM",
+            marks=pytest.mark.slow,  # profile's SIGTERM: test_the_issues_timeout_pipe, by default
         ),  # fmt: skip
         (
             ["run", "tinyfactory:tiny", "--mem", "1GB", "--steps", "1", "--trace", "t.json"],
