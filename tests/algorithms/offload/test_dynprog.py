@@ -23,12 +23,11 @@ import memplan
 from memplan.algorithms.offload import dynprog
 from memplan.algorithms.offload.dynprog import (
     auto_grids,
-    discretize,
     fit_in_bytes,
     relaxation_bound,
-    run_dp,
     solve_dynprog,
 )
+from memplan.algorithms.offload.dynprog_table import discretize, run_dp
 from memplan.algorithms.offload.model import OffloadInstance
 from memplan.algorithms.offload.nowait import no_wait_makespan
 from memplan.api import auto_budgets
