@@ -240,7 +240,9 @@ def place(  # noqa: C901 - checks, greedy, search or least arena, in order
     first = first_guess(engine, lower_k, upper_k, size_k, deadline, graph, greedy_first)
     if first is None:
         first = _greedy(buffers.source, lower_k, upper_k, size_k, deadline, graph)
-    best, lo, hi, nodes = least_arena(engine, size_k, first, peak, left, on_progress)
+    best, lo, hi, nodes = least_arena(
+        engine, lower_k, upper_k, size_k, first, peak, left, on_progress
+    )
     if lo >= hi:
         return done("optimal", spread(best), hi, f"least arena {hi} (peak live load {peak})")
     return done(

@@ -22,13 +22,25 @@ from collections.abc import Callable
 
 import numpy as np
 
-from memplan.alloc.engine import FOUND, NOT_FOUND, PREORDERS, PartSearch
+from memplan.alloc.engine import FOUND, NOT_FOUND, PREORDERS, TIMEOUT, PartSearch
 from memplan.alloc.greedy import ArenaTooLarge, best_greedy
 from memplan.alloc.instance import count_incidences
+from memplan.alloc.repair import Repair
 
 __all__ = ["descent_first", "first_guess", "least_arena"]
 
 PROBE_BUDGET = 10
+TURN_SHARE = 0.05
+"""The bisection's rounds and the repair's turns (NOTE [ ruin and recreate ]) alternate in
+slices of time, the first ``TURN_SHARE`` of the time left (at least ``FIRST_TURN`` seconds),
+each next one twice as long; a round stops at its share of the slice (its next round then
+has the same node budget). The shares start equal; whichever improved the arena or the lower
+bound when the other did not gets twice the other's share next (up to ``MOST_RATIO`` times).
+Without a time limit a round runs to its end and the repair's turns are counted in moves (the
+same placement on every machine): ``REPAIR_MOVES`` per buffer, twice more every turn."""
+FIRST_TURN = 0.2
+MOST_RATIO = 16.0
+REPAIR_MOVES = 2
 """Nodes per buffer of a part in each probe of the first round (x4 every round)."""
 
 DESCENT_COST = 100
@@ -41,8 +53,10 @@ descent 3.4 s, the first fit 8.6 s; 50,000 short-lived ones (P = 0.0005 n^2) 0.7
 So the descent is expected the quicker when ``DESCENT_COST * P <= n^2``."""
 
 
-def least_arena(
+def least_arena(  # noqa: C901 - the bisection's rounds and the repair's turns share the bounds
     engine: PartSearch,
+    lower: np.ndarray,
+    upper: np.ndarray,
     size: np.ndarray,
     first_guess: np.ndarray,
     peak: int,
@@ -50,8 +64,9 @@ def least_arena(
     on_progress: Callable[[str], None] | None = None,
 ) -> tuple[np.ndarray, int, int, int]:
     """NOTE [ least arena ]: the best placement found (offsets of the buffers of ``engine``, of
-    sizes ``size``), a proven lower bound, its arena, and the nodes searched. ``first_guess`` is
-    a placement of all of them; ``left()`` the seconds left (None: no limit).
+    lifetimes ``lower``, ``upper`` and sizes ``size``), a proven lower bound, its arena, and the
+    nodes searched. ``first_guess`` is a placement of all of them; ``left()`` the seconds left
+    (None: no limit).
     """
     started = time.perf_counter()
     parts = engine.parts
@@ -62,6 +77,7 @@ def least_arena(
     step = math.gcd(*size.tolist()) if len(size) else 1
     nodes = 0
     factor = PROBE_BUDGET
+    repair = Repair(lower, upper, size, first_guess, step)
 
     def report() -> None:
         if on_progress is not None:
@@ -71,10 +87,37 @@ def least_arena(
                 f"{time.perf_counter() - started:.1f} s"
             )
 
+    def improve(seconds: float | None, moves: int | None) -> bool:
+        """The repair's turn (NOTE [ ruin and recreate ]): what it finds, part by part; whether
+        the arena fell.
+        """
+        nonlocal hi
+        if lo >= hi or (seconds is not None and seconds <= 0):
+            return False
+        repair.offer(_gather(engine, best, len(size)))
+        if repair.run(lo, seconds, moves) >= hi:
+            return False
+        placed = repair.best()
+        for k, part in enumerate(parts):
+            top = _arena(placed[part.buffers], size[part.buffers])
+            if top < arena[k]:
+                best[k], arena[k] = placed[part.buffers], top
+        hi = max(arena)
+        report()
+        return True
+
     report()
+    remaining = left()
+    turn = None if remaining is None else max(TURN_SHARE * remaining, FIRST_TURN)
+    moves = REPAIR_MOVES * len(size)  # without a time limit: the repair's turns in moves
+    ratio = 1.0  # the repair's time over the bisection's
     probe = lo  # the first probe is at the lower bound, every later round bisects at once
     while lo < hi:
+        round_started = time.perf_counter()
+        until = None if turn is None else round_started + turn / (1 + ratio)
+        before_round = (lo, hi)
         floor = lo  # lowest capacity not yet tried in this round
+        cut = False
         while floor < hi:
             placed, proven = True, False
             for k, part in enumerate(parts):
@@ -83,6 +126,8 @@ def least_arena(
                 remaining = left()
                 if remaining is not None and remaining <= 0:
                     return _gather(engine, best, len(size)), lo, hi, nodes
+                if until is not None and remaining is not None:
+                    remaining = min(remaining, until - time.perf_counter())
                 status, nodes, offsets = engine.solve(
                     part,
                     probe,
@@ -99,6 +144,9 @@ def least_arena(
                     continue
                 placed = False
                 proven = status == NOT_FOUND
+                cut = status == TIMEOUT
+                break
+            if cut:
                 break
             before = (lo, hi)
             if placed:
@@ -110,8 +158,22 @@ def least_arena(
             if (lo, hi) != before:
                 report()
             probe = _bisect(floor, hi, step)
-        factor *= 4
+        if not cut:
+            factor *= 4
         probe = _bisect(lo, hi, step)
+        searched = (lo, hi) != before_round
+        remaining = left()
+        if turn is None:
+            repaired = improve(None, moves)
+            moves *= 2
+        else:
+            assert remaining is not None
+            repaired = improve(min(turn * ratio / (1 + ratio), remaining), None)
+            turn *= 2
+        if repaired and not searched:
+            ratio = min(ratio * 2, MOST_RATIO)
+        elif searched and not repaired:
+            ratio = max(ratio / 2, 1 / MOST_RATIO)
     return _gather(engine, best, len(size)), lo, hi, nodes
 
 
