@@ -62,13 +62,15 @@ def least_arena(  # noqa: C901 - the bisection's rounds and the repair's turns s
     peak: int,
     left: Callable[[], float | None],
     on_progress: Callable[[str], None] | None = None,
+    started: float | None = None,
 ) -> tuple[np.ndarray, int, int, int]:
     """NOTE [ least arena ]: the best placement found (offsets of the buffers of ``engine``, of
     lifetimes ``lower``, ``upper`` and sizes ``size``), a proven lower bound, its arena, and the
     nodes searched. ``first_guess`` is a placement of all of them; ``left()`` the seconds left
-    (None: no limit).
+    (None: no limit); ``started``, the ``time.perf_counter()`` the progress counts from (None:
+    now).
     """
-    started = time.perf_counter()
+    started = time.perf_counter() if started is None else started
     parts = engine.parts
     best = [first_guess[p.buffers].copy() for p in parts]
     arena = [_arena(best[k], size[p.buffers]) for k, p in enumerate(parts)]
