@@ -25,7 +25,8 @@ from one instance to the next; every placement is checked by memplan's independe
   --output=OUT --timeout=Ts`` (capacity modes only: it has no least-arena mode of its own);
 * SuperMalloc (``pip install omnimalloc`` in a venv of its own): ``SupermallocAllocator(
   timeout=T)`` on the buffers, in a process that reads the CSV; it minimizes the arena, so in a
-  capacity mode it places when its arena fits.
+  capacity mode it places when its arena fits (with ``--least`` it runs in the least-arena mode
+  only: the same run, whose arena says which capacities it fits).
 """
 
 from __future__ import annotations
@@ -198,8 +199,8 @@ def main() -> None:
                 tools = list(memplans)
                 if args.minimalloc and capacity is not None:
                     tools.append("MiniMalloc")
-                if args.omnimalloc:
-                    tools.append("SuperMalloc")
+                if args.omnimalloc and (capacity is None or not args.least):
+                    tools.append("SuperMalloc")  # its least arena says if it fits a capacity
                 if index % 2:
                     tools.reverse()
                 for tool in tools:

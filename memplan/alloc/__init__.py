@@ -93,6 +93,8 @@ class Placement:
 # infeasible).
 FIRST_SHARE = 0.25
 REPAIR_SHARE = 0.5
+REPAIR_MOVES = 50
+"""Without a time limit the repair makes this many moves per buffer (it cannot prove anything)."""
 FIRST_GUESS_SHARE = 0.5
 """Without a capacity: the share of the time left that the first guess of an instance for the
 skyline search may take."""
@@ -221,7 +223,9 @@ def place(  # noqa: C901 - checks, greedy, search or least arena, in order
                 return done("placed", spread(start), peak, "placed by a descent of the search")
             step = math.gcd(*size_k.tolist())
             repair = Repair(lower_k, upper_k, size_k, start, step)
-            if repair.run(capacity, _share(left(), REPAIR_SHARE)) <= capacity:
+            seconds = _share(left(), REPAIR_SHARE)
+            moves = None if seconds is not None else REPAIR_MOVES * len(size_k)
+            if repair.run(capacity, seconds, moves) <= capacity:
                 return done(
                     "placed",
                     spread(repair.best()),
