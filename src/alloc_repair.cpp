@@ -73,18 +73,6 @@ TimeIndex::TimeIndex(const std::vector<int64_t>& lower, const std::vector<int64_
   }
 }
 
-template <class Visit>
-void TimeIndex::each(int64_t t0, int64_t t1, Visit&& visit) const {
-  for (const Group& g : groups_) {
-    // A buffer of the group starting at or before t0 - longest ends at or before t0.
-    auto k = std::upper_bound(g.lower.begin(), g.lower.end(), t0 - g.longest) - g.lower.begin();
-    for (; k < int64_t(g.lower.size()) && g.lower[std::size_t(k)] < t1; ++k) {
-      const int64_t b = g.id[std::size_t(k)];
-      if (upper_[std::size_t(b)] > t0) visit(b);
-    }
-  }
-}
-
 Repair::Repair(std::vector<int64_t> lower, std::vector<int64_t> upper, std::vector<int64_t> size,
                std::vector<int64_t> offsets, int64_t step, uint64_t seed)
     : lower_(std::move(lower)),

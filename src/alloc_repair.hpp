@@ -1,6 +1,7 @@
 // Ruin and recreate: local improvement of a placement (alloc_repair.cpp).
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <utility>
 #include <vector>
@@ -64,5 +65,17 @@ class Repair {
   std::vector<int64_t> ruin_, saved_, saved_ids_, near_, fits_;
   std::vector<std::vector<std::pair<int64_t, int64_t>>> lists_;
 };
+
+template <class Visit>
+void TimeIndex::each(int64_t t0, int64_t t1, Visit&& visit) const {
+  for (const Group& g : groups_) {
+    // A buffer of the group starting at or before t0 - longest ends at or before t0.
+    auto k = std::upper_bound(g.lower.begin(), g.lower.end(), t0 - g.longest) - g.lower.begin();
+    for (; k < int64_t(g.lower.size()) && g.lower[std::size_t(k)] < t1; ++k) {
+      const int64_t b = g.id[std::size_t(k)];
+      if (upper_[std::size_t(b)] > t0) visit(b);
+    }
+  }
+}
 
 }  // namespace memplan::alloc
