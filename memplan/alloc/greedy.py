@@ -35,8 +35,9 @@ def first_fit(
     """Offsets from placing the buffers in ``order``, each at its lowest free address.
 
     Run by the compiled core (src/alloc.cpp): O(Q log Q) for Q pairs of buffers live at the same
-    time with ``graph`` (the CSR of :func:`memplan.alloc.lifetimes.overlaps`), O(n) per buffer
-    without it. At ``deadline`` the rest are stacked above the arena. Raises
+    time with ``graph`` (the CSR of :func:`memplan.alloc.lifetimes.overlaps`); without it the
+    core finds them in an index of the lifetimes by length class (src/alloc_repair.hpp), about
+    as fast. At ``deadline`` the rest are stacked above the arena. Raises
     :class:`ArenaTooLarge` when the arena would pass ``MAX_ARENA``.
     """
     left = -1.0 if deadline is None else max(deadline - time.perf_counter(), 0.0)

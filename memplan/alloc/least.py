@@ -52,7 +52,9 @@ DESCENT_COST = 100
 Measured in CPU seconds, one at a time (load 7): 50,000 random buffers (P = 0.0043 n^2) a
 descent 3.4 s, the first fit 8.6 s; 50,000 short-lived ones (P = 0.0005 n^2) 0.7 s and 7.6 s;
 50,000 nested training lifetimes (P = 0.063 n^2) a descent more than 28 s, the first fit 14 s.
-So the descent is expected the quicker when ``DESCENT_COST * P <= n^2``."""
+So the descent is expected the quicker when ``DESCENT_COST * P <= n^2``. (Measured when the first
+fit scanned every buffer; it now reads an index of the lifetimes, and :func:`memplan.alloc.place`
+runs it first on every large instance, passing its placement to :func:`first_guess`.)"""
 
 
 def least_arena(  # noqa: C901 - the bisection's rounds and the repair's turns share the bounds
