@@ -128,14 +128,12 @@ void Repair::set_top(int64_t b, int64_t offset) {
 void Repair::retarget() {
   target_ = std::max(best_arena_ - cut_, goal_);
   over_.clear();
-  overflow_ = 0;
   for (int64_t b = 0; b < n_; ++b) {
     const int64_t top = offset_[b] + size_[b];
     over_pos_[b] = -1;
     if (top > target_) {
       over_pos_[b] = int64_t(over_.size());
       over_.push_back(b);
-      overflow_ += top - target_;
     }
   }
 }
@@ -269,7 +267,6 @@ bool Repair::move() {
     return false;
   }
   for (int64_t b : ruin_) set_top(b, offset_[b]);
-  overflow_ += after - before;
   return after < before;
 }
 

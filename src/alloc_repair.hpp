@@ -16,6 +16,7 @@ namespace memplan::alloc {
 // + the ones of about the same length that end just before the window).
 class TimeIndex {
  public:
+  // ``upper`` must outlive the index (it is read, not copied).
   TimeIndex(const std::vector<int64_t>& lower, const std::vector<int64_t>& upper);
   // Calls visit(b) for every buffer b with lower[b] < t1 and upper[b] > t0.
   template <class Visit>
@@ -37,6 +38,8 @@ class Repair {
  public:
   Repair(std::vector<int64_t> lower, std::vector<int64_t> upper, std::vector<int64_t> size,
          std::vector<int64_t> offsets, int64_t step, uint64_t seed);
+  Repair(const Repair&) = delete;  // index_ refers to upper_
+  Repair& operator=(const Repair&) = delete;
   // Returns the best arena.
   int64_t run(int64_t goal, int64_t max_moves, Stop& stop);
   // Starts again from ``offsets`` (a valid placement) when its arena is below the best.
@@ -55,8 +58,7 @@ class Repair {
   std::vector<int64_t> lower_, upper_, size_, offset_, best_;
   TimeIndex index_;
   int64_t n_ = 0, step_ = 1, best_arena_ = 0, goal_ = 0, target_ = 0, cut_ = 0, moves_ = 0;
-  int64_t since_better_ = 0;  // moves since the overflow last fell
-  __int128 overflow_ = 0;     // sum over the buffers of max(0, top - target)
+  int64_t since_better_ = 0;  // moves since the overflow (sum of max(0, top - target)) fell
   uint64_t rng_ = 0;
   std::vector<int64_t> over_, over_pos_;  // buffers above the target, where each sits there
   std::vector<int64_t> tree_;             // maximum top over ranges of buffers

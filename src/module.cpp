@@ -544,8 +544,12 @@ NB_MODULE(_core, m) {
           "offer",
           [](alloc::Repair& repair, const I64& offsets) { repair.offer(to_vector(offsets)); },
           "offsets"_a, "Start again from ``offsets`` when their arena is below the best.")
-      .def("best", [](const alloc::Repair& repair) { return to_numpy(std::vector<int64_t>(repair.best())); },
-           "The best placement found (offsets).")
+      .def(
+          "best",
+          [](const alloc::Repair& repair) {
+            return to_numpy(std::vector<int64_t>(repair.best()));
+          },
+          "The best placement found (offsets).")
       .def_prop_ro("best_arena", &alloc::Repair::best_arena)
       .def_prop_ro("moves", &alloc::Repair::moves);
 
