@@ -35,9 +35,11 @@ PROBE_BUDGET = 10
 TURN_SHARE = 0.05
 """The bisection's rounds and the repair's turns (NOTE [ ruin and recreate ]) alternate in
 slices of time, the first ``TURN_SHARE`` of the time left (at least ``FIRST_TURN`` seconds),
-each next one twice as long; a round stops at its share of the slice (its next round then
-has the same node budget). The shares start equal; whichever improved the arena or the lower
-bound when the other did not gets twice the other's share next (up to ``MOST_RATIO`` times).
+each next one twice as long; a round stops at its share of the slice (the next one goes on
+from its probe, with the same node budget). The shares start equal (the repair's a quarter of
+the bisection's with the compiled search); the repair's doubles when it lowered the arena and
+the round did not move a bound, and halves when it did not (within ``MOST_RATIO`` times either
+way).
 Without a time limit a round runs to its end and the repair's turns are counted in moves (the
 same placement on every machine): ``REPAIR_MOVES`` per buffer, twice more every turn."""
 FIRST_TURN = 0.2
@@ -116,13 +118,22 @@ def least_arena(  # noqa: C901 - the bisection's rounds and the repair's turns s
     remaining = left()
     turn = None if remaining is None else max(TURN_SHARE * remaining, FIRST_TURN)
     moves = REPAIR_MOVES * len(size)  # without a time limit: the repair's turns in moves
-    ratio = 1.0  # the repair's time over the bisection's
+    # The repair's time over the bisection's: equal with the skyline search, a quarter with the
+    # compiled search (its probes prove least arenas on hundreds to thousands of buffers).
+    ratio = 1.0 if engine.skyline else 0.25
     probe = lo  # the first probe is at the lower bound, every later round bisects at once
+    floor = lo  # lowest capacity not yet tried in this round
+    cut = False
     while lo < hi:
         round_started = time.perf_counter()
         until = None if turn is None else round_started + turn / (1 + ratio)
         before_round = (lo, hi)
-        floor = lo  # lowest capacity not yet tried in this round
+        if cut:  # the round cut short goes on at the probe it stopped at
+            floor = max(floor, lo)
+            if probe >= hi or probe < floor:
+                probe = _bisect(floor, hi, step)
+        else:
+            floor = lo
         cut = False
         while floor < hi:
             placed, proven = True, False
@@ -166,7 +177,7 @@ def least_arena(  # noqa: C901 - the bisection's rounds and the repair's turns s
             probe = _bisect(floor, hi, step)
         if not cut:
             factor *= 4
-        probe = _bisect(lo, hi, step)
+            probe = _bisect(lo, hi, step)
         searched = (lo, hi) != before_round
         remaining = left()
         if turn is None:
@@ -178,7 +189,7 @@ def least_arena(  # noqa: C901 - the bisection's rounds and the repair's turns s
             turn *= 2
         if repaired and not searched:
             ratio = min(ratio * 2, MOST_RATIO)
-        elif searched and not repaired:
+        elif not repaired:
             ratio = max(ratio / 2, 1 / MOST_RATIO)
     return _gather(engine, best, len(size)), lo, hi, nodes
 
