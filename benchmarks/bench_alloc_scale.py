@@ -150,8 +150,8 @@ def summary(records: list[dict]) -> str:
     """The scale tables of docs/benchmarks.md. Per generated shape and size, then per trace:
     the least arena over the peak live load in % (memplan / baseline / SuperMalloc), then after
     ``·`` the CPU seconds of a placement within the first capacity factor (memplan / baseline /
-    MiniMalloc; ``-`` when not placed, ``x`` when killed); and the peak RSS in MiB (memplan /
-    baseline / MiniMalloc / SuperMalloc, the largest of their runs on the instances of a column).
+    MiniMalloc; ``-`` when not placed, ``x`` when killed); in the header the peak RSS in MiB
+    (memplan / baseline / MiniMalloc / SuperMalloc, the largest of their runs in the column).
     """
 
     def run(name: str, tool: str, least: bool) -> dict | None:
@@ -198,20 +198,20 @@ def summary(records: list[dict]) -> str:
     lines = []
     if grid:
         sizes = sorted({n for by_size in grid.values() for n in by_size})
-        lines.append("| buffers | " + " | ".join(f"{n:,}" for n in sizes) + " |")
+        columns = [[by_size[n] for by_size in grid.values() if n in by_size] for n in sizes]
+        heads = [f"{n:,} · {rss(c)} MiB" for n, c in zip(sizes, columns, strict=True)]
+        lines.append("| buffers · peak RSS | " + " | ".join(heads) + " |")
         lines.append("|---|" + "---|" * len(sizes))
         for shape, by_size in grid.items():
             values = [cell(by_size[n]) if n in by_size else "" for n in sizes]
             lines.append(f"| {shape} | " + " | ".join(values) + " |")
-        columns = [[by_size[n] for by_size in grid.values() if n in by_size] for n in sizes]
-        lines.append("| peak RSS MiB | " + " | ".join(rss(c) for c in columns) + " |")
         lines.append("")
     if traces:
         count = {r["instance"]: r["buffers"] for r in records}
-        lines.append("| trace | " + " | ".join(f"{t} ({count[t]:,})" for t in traces) + " |")
+        heads = [f"{t} {count[t]:,} · {rss([t])} MiB" for t in traces]
+        lines.append("| trace | " + " | ".join(heads) + " |")
         lines.append("|---|" + "---|" * len(traces))
-        lines.append("| arena · CPU s | " + " | ".join(cell(t) for t in traces) + " |")
-        lines.append("| peak RSS MiB | " + " | ".join(rss([t]) for t in traces) + " |")
+        lines.append("| | " + " | ".join(cell(t) for t in traces) + " |")
     return "\n".join(lines)
 
 
