@@ -35,8 +35,9 @@ PROBE_BUDGET = 10
 TURN_SHARE = 0.05
 """The bisection's rounds and the repair's turns (NOTE [ ruin and recreate ]) alternate in
 slices of time, the first ``TURN_SHARE`` of the time left (at least ``FIRST_TURN`` seconds),
-each next one twice as long; a round stops at its share of the slice (the next one goes on
-from its probe, with the same node budget). The shares start equal (the repair's a quarter of
+each next one twice as long; a round of the skyline search stops at its share of the slice (the
+next one goes on from its probe, with the same node budget), one of the compiled search runs to
+its end. The shares start equal (the repair's a quarter of
 the bisection's with the compiled search); the repair's doubles when it lowered the arena and
 the round did not move a bound, and halves when it did not (within ``MOST_RATIO`` times either
 way).
@@ -126,7 +127,12 @@ def least_arena(  # noqa: C901 - the bisection's rounds and the repair's turns s
     cut = False
     while lo < hi:
         round_started = time.perf_counter()
-        until = None if turn is None else round_started + turn / (1 + ratio)
+        # A round of the compiled search runs to its end: a probe cut short starts over from an
+        # empty memo (10,000 short-lived buffers: the probe at the peak places them after 2 s of
+        # CPU, and never did in slices of 0.4 s, 0.8 s, ...).
+        until = None
+        if turn is not None and engine.skyline:
+            until = round_started + turn / (1 + ratio)
         before_round = (lo, hi)
         if cut:  # the round cut short goes on at the probe it stopped at
             floor = max(floor, lo)
