@@ -205,7 +205,7 @@ def place(  # noqa: C901 - checks, greedy, search or least arena, in order
         share = deadline
         if large and deadline is not None:
             share = time.perf_counter() + max(deadline - time.perf_counter(), 0.0) / 2
-        greedy = _greedy(buffers.source, lower_k, upper_k, size_k, share, graph)
+        greedy = _greedy(buffers.source, lower_k, upper_k, size_k, share, graph, capacity)
         greedy_arena = _arena(greedy, size_k)
         if greedy_arena <= capacity:
             status = "optimal" if greedy_arena == peak else "placed"
@@ -276,7 +276,7 @@ def place(  # noqa: C901 - checks, greedy, search or least arena, in order
         # core finds the buffers live at the same time in an index of the lifetimes: 50,000
         # random buffers in 1.5 s of CPU for both orders), before the skyline search's tables
         # are built (memplan.alloc.least.first_guess): a placement whatever the time allows.
-        greedy_first = _greedy(buffers.source, lower_k, upper_k, size_k, deadline, graph)
+        greedy_first = _greedy(buffers.source, lower_k, upper_k, size_k, deadline, graph, peak)
     # Then the descents, for a share of the time left: the rest goes to improving the best guess
     # (memplan.alloc.least.least_arena), where the repair gains more per second than further
     # descents (50,000 random buffers: the first guess took all of 30 s and came within 2.75%
@@ -313,12 +313,13 @@ def _greedy(
     size: np.ndarray,
     deadline: float | None,
     graph: tuple[np.ndarray, np.ndarray] | None,
+    floor: int = 0,
 ) -> np.ndarray:
     """:func:`memplan.alloc.greedy.best_greedy`; an arena above 2^61 is bad input."""
     from memplan.alloc.greedy import ArenaTooLarge, best_greedy
 
     try:
-        return best_greedy(lower, upper, size, deadline, graph)
+        return best_greedy(lower, upper, size, deadline, graph, floor)
     except ArenaTooLarge:
         raise InputError(
             f"{source}: size: a placement would need an arena above 2^61 bytes: too large to "
