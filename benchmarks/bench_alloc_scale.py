@@ -25,7 +25,8 @@ from one instance to the next; every placement is checked by memplan's independe
   --output=OUT --timeout=Ts`` (capacity modes only: it has no least-arena mode of its own);
 * SuperMalloc (``pip install omnimalloc`` in a venv of its own): ``SupermallocAllocator(
   timeout=T)`` on the buffers, in a process that reads the CSV; it minimizes the arena, so in a
-  capacity mode it places when its arena fits.
+  capacity mode it places when its arena fits (with ``--least`` it runs in the least-arena mode
+  only: the same run, whose arena says which capacities it fits).
 """
 
 from __future__ import annotations
@@ -145,6 +146,75 @@ def instances(args: argparse.Namespace, scratch: Path) -> list[tuple[str, Path, 
     return found
 
 
+def summary(records: list[dict]) -> str:
+    """The scale tables of docs/benchmarks.md. Per generated shape and size, then per trace:
+    the least arena over the peak live load in % (memplan / baseline / SuperMalloc), then after
+    ``·`` the CPU seconds of a placement within the first capacity factor (memplan / baseline /
+    MiniMalloc; ``-`` when not placed, ``x`` when killed); in the header the peak RSS in MiB
+    (memplan / baseline / MiniMalloc / SuperMalloc, the largest of their runs in the column).
+    """
+
+    def run(name: str, tool: str, least: bool) -> dict | None:
+        for r in records:
+            if r["instance"] == name and r["tool"] == tool and (r["capacity"] is None) == least:
+                return r
+        return None
+
+    def arena(r: dict | None) -> str | None:
+        if r is None:
+            return None
+        if r["result"] != "valid" or r["arena"] is None:
+            return "-"
+        return f"{100 * (r['arena'] - r['peak']) / r['peak']:+.2f}"
+
+    def cpu(r: dict | None) -> str | None:
+        if r is None:
+            return None
+        return "x" if r["exit"] == -9 else f"{r['cpu']:.1f}" if r["result"] == "valid" else "-"
+
+    def cell(name: str) -> str:
+        least = [arena(run(name, t, True)) for t in ("memplan", "baseline", "SuperMalloc")]
+        placed = [cpu(run(name, t, False)) for t in ("memplan", "baseline", "MiniMalloc")]
+        return " · ".join(
+            "/".join(x for x in part if x is not None) for part in (least, placed) if any(part)
+        )
+
+    def rss(names: list[str]) -> str:
+        most = []
+        for tool in ("memplan", "baseline", "MiniMalloc", "SuperMalloc"):
+            seen = [r["rss_mib"] for r in records if r["instance"] in names and r["tool"] == tool]
+            if seen:
+                most.append(f"{max(seen):.0f}")
+        return "/".join(most)
+
+    grid: dict[str, dict[int, str]] = {}
+    traces = []
+    for name in dict.fromkeys(r["instance"] for r in records):
+        shape, _, n = name.rpartition("-")
+        if shape in SHAPES and n.isdigit():
+            grid.setdefault(shape, {})[int(n)] = name
+        else:
+            traces.append(name)
+    lines = []
+    if grid:
+        sizes = sorted({n for by_size in grid.values() for n in by_size})
+        columns = [[by_size[n] for by_size in grid.values() if n in by_size] for n in sizes]
+        heads = [f"{n:,} · {rss(c)} MiB" for n, c in zip(sizes, columns, strict=True)]
+        lines.append("| buffers · peak RSS | " + " | ".join(heads) + " |")
+        lines.append("|---|" + "---|" * len(sizes))
+        for shape, by_size in grid.items():
+            values = [cell(by_size[n]) if n in by_size else "" for n in sizes]
+            lines.append(f"| {shape} | " + " | ".join(values) + " |")
+        lines.append("")
+    if traces:
+        count = {r["instance"]: r["buffers"] for r in records}
+        heads = [f"{t} {count[t]:,} · {rss([t])} MiB" for t in traces]
+        lines.append("| trace | " + " | ".join(heads) + " |")
+        lines.append("|---|" + "---|" * len(traces))
+        lines.append("| | " + " | ".join(cell(t) for t in traces) + " |")
+    return "\n".join(lines)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--baseline", help="another memplan's Python (e.g. main's venv)")
@@ -161,7 +231,13 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=1)
     parser.add_argument("--only", default="", help="comma-separated instance names")
     parser.add_argument("--json", type=Path, help="write every run here too")
+    parser.add_argument(
+        "--summary", type=Path, help="only print the summary tables of a --json file written before"
+    )
     args = parser.parse_args()
+    if args.summary:
+        print(summary(json.loads(args.summary.read_text())))
+        return
     args.sizes = [int(x) for x in args.sizes.split(",") if x]
     args.shapes = [x for x in args.shapes.split(",") if x]
     factors = [float(x) for x in args.factors.split(",") if x]
@@ -198,8 +274,8 @@ def main() -> None:
                 tools = list(memplans)
                 if args.minimalloc and capacity is not None:
                     tools.append("MiniMalloc")
-                if args.omnimalloc:
-                    tools.append("SuperMalloc")
+                if args.omnimalloc and (capacity is None or not args.least):
+                    tools.append("SuperMalloc")  # its least arena says if it fits a capacity
                 if index % 2:
                     tools.reverse()
                 for tool in tools:
@@ -266,6 +342,8 @@ def main() -> None:
     print(f"load average after: {' '.join(f'{x:.1f}' for x in os.getloadavg())}")
     if args.json:
         args.json.write_text(json.dumps(records, indent=1))
+    print()
+    print(summary(records))
 
 
 if __name__ == "__main__":

@@ -257,6 +257,26 @@ class AllocSkyline:
         time_limit: float = -1.0,
     ) -> tuple[int, int, NDArray[np.int64]]: ...
 
+class AllocRepair:
+    """Ruin and recreate (alloc_repair.cpp): local improvement of a placement."""
+
+    def __init__(
+        self,
+        lower: NDArray[np.int64],
+        upper: NDArray[np.int64],
+        size: NDArray[np.int64],
+        offsets: NDArray[np.int64],
+        step: int,
+        seed: int,
+    ) -> None: ...
+    def run(self, goal: int, max_moves: int, time_limit: float) -> int: ...
+    def offer(self, offsets: NDArray[np.int64]) -> None: ...
+    def best(self) -> NDArray[np.int64]: ...
+    @property
+    def best_arena(self) -> int: ...
+    @property
+    def moves(self) -> int: ...
+
 def alloc_first_fit(
     lower: NDArray[np.int64],
     upper: NDArray[np.int64],

@@ -31,7 +31,10 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <stdexcept>
+
+#include "alloc_repair.hpp"
 
 #if defined(__linux__)
 #include <sys/mman.h>
@@ -632,6 +635,15 @@ int64_t first_fit(const int64_t* lower, const int64_t* upper, const int64_t* siz
                   const int64_t* ov_buf, int64_t* offsets, int64_t limit, Stop& stop) {
   std::vector<int64_t> top(n, -1);
   std::vector<int64_t> starts, ends, spans, tmp;
+  // Without the list of overlaps, the buffers live at the same time come from an index of the
+  // lifetimes (alloc_repair.hpp), not from a scan of all n.
+  std::vector<int64_t> lows, ups;
+  std::unique_ptr<TimeIndex> window;
+  if (ov_start == nullptr) {
+    lows.assign(lower, lower + n);
+    ups.assign(upper, upper + n);
+    window = std::make_unique<TimeIndex>(lows, ups);
+  }
   for (int64_t b = 0; b < n; ++b) offsets[b] = -1;
   for (int64_t k = 0; k < n_order; ++k) {
     if ((k & (ov_start != nullptr ? 1023 : 63)) == 0 && stop.due()) return k;
@@ -651,8 +663,9 @@ int64_t first_fit(const int64_t* lower, const int64_t* upper, const int64_t* siz
     if (ov_start != nullptr) {
       for (int64_t t = ov_start[b]; t < ov_start[b + 1]; ++t) meet(ov_buf[t]);
     } else {
-      for (int64_t u = 0; u < n; ++u)
-        if (u != b && lower[u] < upper[b] && lower[b] < upper[u]) meet(u);
+      window->each(lower[b], upper[b], [&](int64_t u) {
+        if (u != b) meet(u);
+      });
     }
     const int64_t cnt = int64_t(starts.size());
     spans.resize(cnt);

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "alloc.hpp"
+#include "alloc_repair.hpp"
 #include "alloc_skyline.hpp"
 #include "rotor.hpp"
 #include "rotor_dense.hpp"
@@ -730,6 +731,48 @@ NB_MODULE(_core, m) {
           "lo"_a, "hi"_a, "capacity"_a, "preorder"_a, "twins"_a, "salt"_a, "node_limit"_a,
           "time_limit"_a = -1.0,
           "One run (preorder 0 TWA, 1 TAW, 2 WAT): (status, nodes, offsets of part_buffers).");
+
+  nb::class_<alloc::Repair>(m, "AllocRepair",
+                            "Ruin and recreate (alloc_repair.cpp): local improvement of a "
+                            "placement of buffers of positive size.")
+      .def(
+          "__init__",
+          [](alloc::Repair* self, const I64& lower, const I64& upper, const I64& size,
+             const I64& offsets, int64_t step, uint64_t seed) {
+            const std::size_t n = size.shape(0);
+            expect(lower.shape(0) == n && upper.shape(0) == n && offsets.shape(0) == n,
+                   "AllocRepair: lengths differ");
+            new (self) alloc::Repair(to_vector(lower), to_vector(upper), to_vector(size),
+                                     to_vector(offsets), step, seed);
+          },
+          "lower"_a, "upper"_a, "size"_a, "offsets"_a, "step"_a, "seed"_a)
+      .def(
+          "run",
+          [](alloc::Repair& repair, int64_t goal, int64_t max_moves, double time_limit) {
+            memplan::Stop stop(time_limit, true);
+            int64_t arena;
+            {
+              nb::gil_scoped_release release;
+              arena = repair.run(goal, max_moves, stop);
+            }
+            stop.raise_if_interrupted();
+            return arena;
+          },
+          "goal"_a, "max_moves"_a, "time_limit"_a,
+          "Improve until the arena is at most ``goal``, ``max_moves`` moves (< 0: no limit) or "
+          "``time_limit`` seconds (< 0: none): the best arena.")
+      .def(
+          "offer",
+          [](alloc::Repair& repair, const I64& offsets) { repair.offer(to_vector(offsets)); },
+          "offsets"_a, "Start again from ``offsets`` when their arena is below the best.")
+      .def(
+          "best",
+          [](const alloc::Repair& repair) {
+            return to_numpy(std::vector<int64_t>(repair.best()));
+          },
+          "The best placement found (offsets).")
+      .def_prop_ro("best_arena", &alloc::Repair::best_arena)
+      .def_prop_ro("moves", &alloc::Repair::moves);
 
   m.def(
       "alloc_first_fit",

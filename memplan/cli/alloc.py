@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated
 
@@ -60,7 +62,7 @@ def alloc(
     overlap (exact search after MiniMalloc, Moffitt, ASPLOS 2023).
 
     Writes the CSV with an `offset` column to stdout or `-o FILE`; a one-line summary goes to
-    stderr. Exit 0 placed (or valid), 1 no placement fits the capacity (proven, or not found in
+    stderr, after a line every few seconds on a long run (the best arena so far). Exit 0 placed (or valid), 1 no placement fits the capacity (proven, or not found in
     the time limit: the message says which, with the peak live load) or the placement is invalid,
     2 bad input.
 
@@ -94,7 +96,7 @@ def alloc(
             )
             return
         limit = 60.0 if time_limit is None else time_limit
-        result = place(bufs, capacity=cap, time_limit=limit)
+        result = place(bufs, capacity=cap, time_limit=limit, on_progress=_progress_lines())
         if result.offsets is None:
             word = "infeasible" if result.status == "infeasible" else "gave up"
             echo_err(f"memplan: {word}: {result.message}")
@@ -109,6 +111,27 @@ def alloc(
             f"memplan: placed {len(bufs)} buffers: arena {result.arena} ({proof}; {target}; "
             f"peak live load {result.peak}) in {result.seconds:.2f} s"
         )
+
+
+PROGRESS_EVERY = 2.0
+"""Seconds between two progress lines at least (the best arena so far, on stderr): a run shorter
+than that prints none."""
+
+
+def _progress_lines() -> Callable[[str], None]:
+    """What :func:`memplan.alloc.place` says about its progress, as ``memplan: alloc: ...``
+    lines on stderr, at most one every ``PROGRESS_EVERY`` seconds.
+    """
+    last = time.monotonic()
+
+    def say(message: str) -> None:
+        nonlocal last
+        now = time.monotonic()
+        if now - last >= PROGRESS_EVERY:
+            last = now
+            echo_err(f"memplan: alloc: {message}")
+
+    return say
 
 
 def _one_blas_thread() -> None:
