@@ -19,7 +19,9 @@
 ``memplan <algo>``
     memplan's plans, run by :func:`memplan.torch.checkpointed` on the chain: ``store-all``,
     ``rotor`` at its least memory, and ``rotor`` with each alternative's measured peak as its
-    budget.
+    budget. With ``loss_chunks``, memplan's chain ends with the language model's head and loss
+    computed in chunks of tokens (:mod:`memplan.torch.chunked_loss`) while every other way keeps
+    the model's own loss: what users have.
 
 Each way is measured on the same footing (NOTE [ comparison protocol ]): one measured step for the
 memory (:func:`memplan.torch.allocator_peak.allocator_peak`, the allocator's own count, no code
@@ -58,6 +60,7 @@ from torch import Tensor, nn
 
 from memplan.errors import InputError
 from memplan.torch.allocator_peak import allocator_peak, profiled_copy
+from memplan.torch.chunked_loss import chunk_loss, profile_loss_chunks
 from memplan.torch.linearize import Chain, linearize
 
 __all__ = [
@@ -142,6 +145,7 @@ class Comparison:
     outcomes: list[Outcome]
     optimizer: str = "sgd"
     profile: Any = None
+    loss_chunks: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -154,6 +158,7 @@ class Comparison:
             "rounds": self.rounds,
             "torch": self.torch,
             "optimizer": self.optimizer,
+            "loss_chunks": self.loss_chunks,
             "rows": [outcome.to_dict() for outcome in self.outcomes],
         }
 
@@ -171,6 +176,7 @@ class _Setup:
     chain: Chain
     label: str
     hf: bool
+    planned: Chain | None = None  # memplan's chain (the loss in chunks), else ``chain``
 
     def plain_loss(self) -> Callable[[Tensor], Tensor]:
         if self.hf:
@@ -362,7 +368,7 @@ def _memplan_way(
         outcome.skipped = f"no {algo} plan fits in {memory} bytes{least}"
         return _Way(outcome)
     outcome.planned_peak = sched.peak_memory
-    wrapped = checkpointed(setup.chain, sched, profile=prof)
+    wrapped = checkpointed(setup.planned or setup.chain, sched, profile=prof)
     return _Way(outcome, wrapped, holds=wrapped)
 
 
@@ -496,6 +502,7 @@ def compare_training(
     progress: Progress | None = None,
     selective: bool = False,
     fractions: Sequence[float] = (),
+    loss_chunks: int | None = None,
 ) -> Comparison:
     """Train ``model`` plainly, with Hugging Face checkpointing, ``checkpoint_sequential``,
     ``torch.compile``'s activation memory budget and memplan's plans; measure each.
@@ -540,6 +547,10 @@ def compare_training(
         Also ``rotor`` (and ``rotor+sac`` with ``selective``) at these fractions of the way
         from rotor's least planned memory to store-all's (0: the least, 1: store-all), the same
         budgets for both: what the options buy where both plan.
+    loss_chunks : int, optional
+        memplan's chain computes a language model's head and loss as one stage in this many
+        chunks of tokens (:mod:`memplan.torch.chunked_loss`); a given ``profile`` says its own.
+        The other ways keep the model's own loss.
 
     Returns
     -------
@@ -573,9 +584,12 @@ def compare_training(
             prof = profile_model(
                 setup.module, example_input=setup.x, device=str(dev), repeats=repeats,
                 name=setup.label, threads=used_threads, selective=selective,
+                loss_chunks=loss_chunks,
             )  # fmt: skip
         else:
             prof = memplan.load_profile(profile)
+        chunks = profile_loss_chunks(prof, loss_chunks)
+        setup.planned = chunk_loss(setup.chain, setup.x, chunks, setup.label)
         blocks = _without_options(prof)  # what rotor plans on without the options
         ways = [_Way(Outcome("plain", "plain"), setup.plain_loss())]
         ways.append(_hf_way(setup))
@@ -650,6 +664,7 @@ def compare_training(
         optimizer=optimizer,
         outcomes=[way.outcome for way in ways],
         profile=prof,
+        loss_chunks=chunks,
     )
 
 

@@ -63,6 +63,7 @@ from memplan.interrupt import interrupt_within
 from memplan.profile.model import Device, Measured, Noise, Profile, Stage, StageOption
 from memplan.torch.bandwidth import measure_bandwidth, offload_copy_bytes, profile_bandwidth
 from memplan.torch.blame import FIRST_FORWARD, model_errors
+from memplan.torch.chunked_loss import LOSS_CHUNKS, chunk_loss
 from memplan.torch.conditions import current_conditions, intra_op_threads
 from memplan.torch.device import describe_device, resolve_device
 from memplan.torch.estimate import OpCounter, estimate_info, estimate_stage, tf32_flags
@@ -983,6 +984,7 @@ def profile_model(
     threads: int | None = None,
     dedupe: bool = True,
     selective: bool = False,
+    loss_chunks: int | None = None,
 ) -> Profile:
     """Profile a model for the chain algorithms: one stage per block, the loss last.
 
@@ -1036,6 +1038,10 @@ def profile_model(
         Also measure every stage but the loss under each selective checkpointing policy
         (:data:`memplan.torch.selective.POLICIES`): the stages' ``options``, which rotor chooses
         from (docs/model.md, "Options of a stage"). Measured runs only (not estimates).
+    loss_chunks : int, optional
+        A language model's head and loss as one stage, ``head+loss``, computed in this many
+        chunks of tokens (:mod:`memplan.torch.chunked_loss`): no step holds more than one
+        chunk's logits. Recorded in ``measured.extra.loss_chunks``; the runtime follows it.
 
     Returns
     -------
@@ -1071,7 +1077,7 @@ def profile_model(
             model, example_input=example_input, batch_size=batch_size, input_shape=input_shape,
             device=device, dtype=dtype, repeats=repeats, progress=progress, name=name,
             estimate=estimate, gpu_spec=gpu_spec, config=config, dedupe=dedupe,
-            selective=selective,
+            selective=selective, loss_chunks=loss_chunks,
         )  # fmt: skip
         prof = _with_conditions(prof, dtype)
     if prof.device is not None and prof.device.kind == "cuda":
@@ -1137,6 +1143,7 @@ def _profile_model(
     config: str | Mapping[str, Any] | None,
     dedupe: bool,
     selective: bool = False,
+    loss_chunks: int | None = None,
 ) -> Profile:
     if isinstance(model, str):  # a join network: branches + turn, docs/profiling.md
         from memplan.torch.join import profile_join, resolve_join
@@ -1178,7 +1185,7 @@ def _profile_model(
     x = x.to(device=dev, dtype=torch_dtype) if x.is_floating_point() else x.to(device=dev)
 
     with model_errors(name or label, FIRST_FORWARD):  # the model's first run: NOTE [ whose error ]
-        chain = linearize_on_sample(module, x)
+        chain = chunk_loss(linearize_on_sample(module, x), x, loss_chunks, name or label)
     for _, stage in chain.stages:
         stage.to(device=dev)
     fake_failed = None
@@ -1202,6 +1209,8 @@ def _profile_model(
     threads = torch.get_num_threads()
     probe_method = CudaProbe.method if dev.type == "cuda" else CpuProbe.method
     extra: dict[str, Any] = {"threads": threads, "overheads": probe_method}
+    if loss_chunks is not None:
+        extra[LOSS_CHUNKS] = loss_chunks
     if gpu is None:
         device_block = describe_device(dev)
         largest = max([storage_bytes(x), *(s.saved_size for s in stages)])
