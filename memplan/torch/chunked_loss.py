@@ -6,9 +6,8 @@ them: the log-softmax it keeps for its backward, their gradient. No checkpointin
 removes them, so they set the least memory of every plan. :func:`chunk_loss` replaces the chain's
 last two stages, ``head`` (final norm and output projection) and ``loss`` (cross-entropy over the
 vocabulary), by one stage, ``head+loss`` (:class:`ChunkedLoss`), that computes both over ``c``
-chunks of tokens, each chunk under ``torch.utils.checkpoint`` (non-reentrant): the forward keeps
-only the stage's input (the last hidden state), its backward recomputes one chunk's logits at a
-time. The profiler measures it like any stage; the solvers and the runtime need no change.
+chunks of tokens: no step holds more than one chunk's logits (NOTE [ Gradients in the forward ]).
+The profiler measures it like any stage; the solvers and the runtime need no change.
 
 NOTE [ Chunked loss ]
 ---------------------
@@ -24,6 +23,24 @@ gradient is a sum over chunks instead of one matrix product). The targets are th
 * the built-in GPTs (``gpt-small``...): the tokens shifted left (:class:`~memplan.torch.linearize.
   NextTokenLoss`).
 
+NOTE [ Gradients in the forward ]
+----------------------------------
+With gradients wanted, the stage's forward (:class:`_LossAndGradients`) runs, per chunk, the head,
+the cross-entropy over the count of targets, and at once their backward
+(``torch.autograd.grad``): the chunk's logits, their log-softmax and their gradient are freed
+before the next chunk. It adds the chunk's gradients into the gradient of the input (the last
+hidden state, ``batch x tokens x hidden``) and of each head parameter (the output projection's:
+``vocab x hidden``), and saves these for the backward, which scales them by the output's gradient
+(in place: 1 in a plain loop) and returns them. The arithmetic is plain training's, nothing is
+recomputed (the "fused linear cross-entropy" of Liger Kernel computes a linear head's gradients
+in its forward the same way), so the stage costs plain training's time; holding each chunk under
+``torch.utils.checkpoint`` instead costs one more forward of the head (measured: 1.5x the time of
+the plain head and loss on GPT-2's 50,257-token vocabulary). The chunks' graphs run under
+identity ``saved_tensors_hooks``: they are the stage's temporaries, which the profiler measures as
+its forward's peak, not tensors the stage keeps. The stage's gradients are made by its forward
+(the loss's forward is followed by its backward in every plan); a second backward through the
+same graph (``retain_graph``) is refused by autograd (the saved gradients were scaled in place).
+
 The head must act on each token alone (a norm, a projection: every language model's); this is
 checked when the stage is made: on the example's first sample, the chunked loss equals the plain
 loss. What the user loses: the model's logits are never whole, so the chunked chain returns the
@@ -31,7 +48,7 @@ loss only (plain training's forward returns the logits too).
 
 Examples
 --------
->>> from memplan.torch.models import build_model                       # doctest: +SKIP
+>>> from memplan.torch import build_model, linearize                   # doctest: +SKIP
 >>> model, x, _ = build_model("gpt-tiny", batch_size=2)                # doctest: +SKIP
 >>> chain = chunk_loss(linearize(model, x), x, 4)                       # doctest: +SKIP
 >>> chain.names[-1]                                                     # doctest: +SKIP
@@ -40,12 +57,13 @@ Examples
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
-from torch.utils.checkpoint import checkpoint
+from torch.autograd.graph import saved_tensors_hooks
 
 from memplan.errors import InputError
 from memplan.torch.hf import HFLoss
@@ -102,7 +120,7 @@ def supports_chunked_loss(loss: nn.Module) -> bool:
 
 
 class ChunkedLoss(nn.Module):
-    """``loss(head(x))`` over ``chunks`` chunks of tokens, each recomputed in the backward.
+    """``loss(head(x))`` over ``chunks`` chunks of tokens (NOTE [ Gradients in the forward ]).
 
     Parameters
     ----------
@@ -159,20 +177,77 @@ class ChunkedLoss(nn.Module):
         return self.mean_loss(hidden, self.targets(labels).to(hidden.device))
 
     def mean_loss(self, hidden: Tensor, targets: Tensor) -> Tensor:
-        """The mean cross-entropy of ``head(hidden)`` against the target of every position:
-        the chunks' sums over the count of targets (each chunk checkpointed with gradients)."""
+        """The mean cross-entropy of ``head(hidden)`` against the target of every position
+        (NOTE [ Gradients in the forward ] when gradients are wanted)."""
         count = (targets != IGNORE_INDEX).sum()
-        total: Tensor | None = None
+        params = [p for p in self.head.parameters() if p.requires_grad]
+        if torch.is_grad_enabled() and (hidden.requires_grad or params):
+            return _LossAndGradients.apply(self, hidden, targets, count, *params)
+        total = hidden.new_zeros((), dtype=self.loss_dtype(hidden))
+        for part, part_targets in self.pieces(hidden, targets):
+            total = total + self.chunk_sum(part, part_targets) / count
+        return total
+
+    def loss_dtype(self, hidden: Tensor) -> torch.dtype:
+        """The loss's data type: float32 where the logits are upcast, else the model's."""
+        return torch.float32 if self.upcast else hidden.dtype
+
+    def pieces(self, hidden: Tensor, targets: Tensor) -> Iterator[tuple[Tensor, Tensor]]:
+        """The chunks of tokens: ``(hidden, targets)`` slices along the sequence."""
         parts = hidden.chunk(self.chunks, dim=1), targets.chunk(self.chunks, dim=1)
-        pieces = zip(*parts, strict=True)
-        for part, part_targets in pieces:
-            if torch.is_grad_enabled():
-                value = checkpoint(self.chunk_sum, part, part_targets, use_reentrant=False)
-            else:
-                value = self.chunk_sum(part, part_targets)
-            total = value if total is None else total + value
-        assert total is not None
-        return total / count
+        return zip(*parts, strict=True)
+
+
+class _LossAndGradients(torch.autograd.Function):
+    """The chunked loss, its gradients computed in the forward (NOTE [ Gradients in the forward ])."""
+
+    @staticmethod
+    def forward(  # type: ignore[override]
+        ctx: Any,
+        stage: ChunkedLoss,
+        hidden: Tensor,
+        targets: Tensor,
+        count: Tensor,
+        *params: Tensor,
+    ) -> Tensor:
+        wants_input = hidden.requires_grad
+        grad_input = torch.empty_like(hidden) if wants_input else None
+        grads: list[Tensor | None] = [None] * len(params)
+        total = hidden.new_zeros((), dtype=stage.loss_dtype(hidden))
+        start = 0
+        # the chunks' graphs are this stage's temporaries: outer hooks (the profiler's, the
+        # runtime's) must not take their saved tensors for the stage's
+        with torch.enable_grad(), saved_tensors_hooks(_same, _same):
+            for part, part_targets in stage.pieces(hidden, targets):
+                leaf = part.detach().requires_grad_(wants_input)
+                value = stage.chunk_sum(leaf, part_targets) / count
+                inputs = [leaf, *params] if wants_input else list(params)
+                found = list(torch.autograd.grad(value, inputs, allow_unused=True))
+                if grad_input is not None:
+                    width = part.shape[1]
+                    grad_input[:, start : start + width].copy_(found.pop(0))
+                    start += width
+                for j, grad in enumerate(found):
+                    if grad is not None:  # None: a parameter the head does not use
+                        grads[j] = grad if grads[j] is None else grads[j].add_(grad)
+                total += value.detach()
+                del value, found
+        ctx.has = [g is not None for g in (grad_input, *grads)]
+        ctx.save_for_backward(*(g for g in (grad_input, *grads) if g is not None))
+        return total
+
+    @staticmethod
+    def backward(ctx: Any, grad_output: Tensor) -> tuple[Tensor | None, ...]:  # type: ignore[override]
+        saved = iter(ctx.saved_tensors)
+        found = [next(saved) if has else None for has in ctx.has]
+        for grad in found:  # scaled in place: no second copy (the output's gradient is 1 in a
+            if grad is not None:  # plain loop, the loss scale under a GradScaler)
+                grad.mul_(grad_output)
+        return (None, found[0], None, None, *found[1:])
+
+
+def _same(tensor: Tensor) -> Tensor:
+    return tensor
 
 
 def _check_exact(kind: str, stage: ChunkedLoss, head_input: Tensor) -> None:
