@@ -33,9 +33,9 @@ hidden state, ``batch x tokens x hidden``) and of each head parameter (the outpu
 ``vocab x hidden``), and saves these for the backward, which scales them by the output's gradient
 (in place: 1 in a plain loop) and returns them. The arithmetic is plain training's, nothing is
 recomputed (the "fused linear cross-entropy" of Liger Kernel computes a linear head's gradients
-in its forward the same way), so the stage costs plain training's time; holding each chunk under
-``torch.utils.checkpoint`` instead costs one more forward of the head (measured: 1.5x the time of
-the plain head and loss on GPT-2's 50,257-token vocabulary). The chunks' graphs run under
+in its forward the same way), where holding each chunk under ``torch.utils.checkpoint`` would
+run the head's forward twice; many small products are slower than one large one on a CPU, so
+fewer chunks are faster (docs/benchmarks.md). The chunks' graphs run under
 identity ``saved_tensors_hooks``: they are the stage's temporaries, which the profiler measures as
 its forward's peak, not tensors the stage keeps. The stage's gradients are made by its forward
 (the loss's forward is followed by its backward in every plan); a second backward through the

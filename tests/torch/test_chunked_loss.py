@@ -208,3 +208,43 @@ def test_cli_profile_bench_and_run_take_loss_chunks(tmp_path):
     done = runner.invoke(app, ["profile", *base, "--loss-chunks", "0"])
     assert done.exit_code == 2 and "--loss-chunks 0" in done.output
     assert "--loss-chunks" in runner.invoke(app, ["bench", "--help"]).output
+
+
+@pytest.mark.parametrize("name", sorted(TINY))
+def test_gradients_are_plain_ones_scaled_by_the_outputs(name):
+    """The stage's gradients (made in its forward) against the plain head and loss, for a loss
+    scaled as a GradScaler scales it; without gradients the same loss."""
+    model, x, _ = _tiny(name)
+    model.eval()
+    plain = linearize(model, x)
+    stage = chunk_loss(plain, x, CHUNKS, name).modules[-1]
+    head, loss = plain.modules[-2:]
+    with torch.no_grad():
+        hidden = plain.forward(x, stop=len(plain) - 2)
+        torch.testing.assert_close(stage(hidden), loss(head(hidden)))
+    params = list(head.parameters())
+    found = []
+    for way in (lambda h: loss(head(h)), stage):
+        h = hidden.clone().requires_grad_()
+        (way(h) * 3.0).backward()
+        found.append([h.grad, *(p.grad for p in params)])
+        for p in params:
+            p.grad = None
+    for got, expected in zip(found[1], found[0], strict=True):
+        torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-7)
+
+
+def test_the_profile_keeps_no_logits():
+    """The stage keeps the gradients of its input and of the head's weights, not the logits;
+    its forward's peak a few chunks' logits, not the batch's."""
+    config = TINY["gpt2"].replace("vocab_size=96", "vocab_size=2000").replace("=32,", "=64,")
+    model, x, _ = build_model("hf:gpt2", batch_size=4, input_shape=(64,), config=config)
+    plain = profile_model(copy.deepcopy(model), example_input=x, repeats=1)
+    chunked = profile_model(copy.deepcopy(model), example_input=x, repeats=1, loss_chunks=8)
+    head, loss = plain.stages[-2:]
+    stage = chunked.stages[-1]
+    weights = sum(p.numel() * 4 for p in model.get_output_embeddings().parameters())
+    logits = 4 * 64 * 2000 * 4
+    assert stage.saved_size <= head.output_size + weights + 1024  # + the head norm's
+    assert head.saved_size + loss.saved_size >= logits
+    assert stage.forward_overhead < logits  # a few chunks of logits and one weight gradient
