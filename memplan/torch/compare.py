@@ -368,7 +368,8 @@ def _memplan_way(
         outcome.skipped = f"no {algo} plan fits in {memory} bytes{least}"
         return _Way(outcome)
     outcome.planned_peak = sched.peak_memory
-    wrapped = checkpointed(setup.planned or setup.chain, sched, profile=prof)
+    chain = setup.chain if setup.planned is None else setup.planned
+    wrapped = checkpointed(chain, sched, profile=prof)
     return _Way(outcome, wrapped, holds=wrapped)
 
 
