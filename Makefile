@@ -101,7 +101,7 @@ golden: $(CORE)
 lint: $(CORE)
 	$(BIN)/ruff check memplan tests benchmarks
 
-# mypy --strict on memplan/ except the torch layer (pyproject.toml's [tool.mypy]); also a step of
+# mypy --strict on memplan/ except the torch modules pyproject.toml's [tool.mypy] excludes; also a step of
 # `make test`.
 typecheck: $(CORE)
 	$(BIN)/mypy

@@ -10,15 +10,15 @@ Usage::
 
 For each model of ``MODELS`` (the sizes of the issue that asked for the comparison: language
 models at batch 4 x 256 tokens, ViT and ResNet-50 at batch 8 x 3x96x96) it runs
-:func:`memplan.torch.compare.compare_training` on one thread: plain training, Hugging Face
+:func:`memplan.torch.compare.training.compare_training` on one thread: plain training, Hugging Face
 checkpointing, ``checkpoint_sequential(k)`` over memplan's chain, ``torch.compile`` with
 ``activation_memory_budget`` 0.2 (where it compiles) and memplan's store-all and rotor plans (at
 rotor's least memory and at each other way's measured peak). The peaks are the allocator's own
-count of each measured step (``memplan.torch.allocator_peak``), times paired ratios to plain
+count of each measured step (``memplan.torch.measure.allocator_peak``), times paired ratios to plain
 training in the same round (median of ``--rounds``), gradients compared with plain training's.
 The machine, its load at the start and the end, and the wall time are printed with the tables.
 With ``--loss-chunks N`` memplan's plans compute the language model's head and loss in ``N``
-chunks of tokens (``memplan.torch.chunked_loss``); every other way keeps the model's own loss,
+chunks of tokens (``memplan.torch.split.chunked_loss``); every other way keeps the model's own loss,
 which is what users have.
 """
 
@@ -85,7 +85,7 @@ def _load() -> str:
 
 
 def run(args: argparse.Namespace) -> None:
-    from memplan.torch.compare import compare_training
+    from memplan.torch.compare.training import compare_training
 
     found: dict[str, Any] = {}
     if args.out.exists():

@@ -4,7 +4,7 @@ Two commands:
 
 ``python benchmarks/bench_graph.py capture``
     (Re)writes the bundled graph profiles ``memplan/profiles/MODEL-graph-bB.yaml`` with
-    ``memplan.torch.graph_capture.profile_graph`` (fake tensors on the CPU).
+    ``memplan.torch.profiler.graph.profile_graph`` (fake tensors on the CPU).
 
 ``python benchmarks/bench_graph.py run [--time-limit 60] [--json FILE]``
     For every bundled graph profile: the framework order's peak resident memory and
@@ -34,7 +34,7 @@ PROFILES = Path(__file__).resolve().parent.parent / "memplan" / "profiles"
 
 def capture() -> None:
     from memplan.profile import save_profile
-    from memplan.torch.graph_capture import profile_graph
+    from memplan.torch.profiler.graph import profile_graph
 
     for model in MODELS:
         for batch in BATCHES:

@@ -14,7 +14,7 @@ info``'s least memory, static memory of the optimizer included) to the store-all
 (optimizer, budget, algorithm) point the algorithm solves (``memplan.solve``; the offloading and
 combined ones at ``--bandwidth``) and, when a plan fits, a fresh copy of the model trains
 ``--steps`` steps under it exactly as ``memplan run`` does
-(:func:`memplan.torch.measure.train_under_plan`: ``checkpointed``, the optimizer of
+(:func:`memplan.torch.measure.step.train_under_plan`: ``checkpointed``, the optimizer of
 ``--optimizer``, each step measured by :func:`memplan.torch.measure_step`; offloading plans run
 real copies, to numpy-allocated host buffers on CPU, pinned ones on a side stream on CUDA).
 Reported per point: the plan's peak, the measured peak (the largest over the steps), measured /
@@ -82,8 +82,8 @@ def run_model(
     import torch
 
     from memplan.torch import build_model, profile_model
-    from memplan.torch.device import resolve_device
-    from memplan.torch.measure import train_under_plan
+    from memplan.torch.base.device import resolve_device
+    from memplan.torch.measure.step import train_under_plan
 
     torch.set_num_threads(1) if device == "cpu" else None
     dev = resolve_device(device)

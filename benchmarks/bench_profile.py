@@ -89,9 +89,10 @@ def _plain_iteration(chain, x) -> tuple[float, float]:
 def ratio(args: argparse.Namespace) -> None:
     import torch
 
-    from memplan.torch.linearize import linearize
-    from memplan.torch.models import build_model
-    from memplan.torch.profiler import profile_model, training_state
+    from memplan.torch.models.registry import build_model
+    from memplan.torch.profiler.chain import training_state
+    from memplan.torch.profiler.model import profile_model
+    from memplan.torch.split.linearize import linearize
 
     print(
         "| model | batch | stages | plain iteration s (wall / cpu) | iterations timed "
@@ -180,7 +181,7 @@ COUNTS = ("forward_time", "backward_time", "extra")
 
 
 def check(args: argparse.Namespace) -> None:
-    from memplan.torch.profiler import profile_model
+    from memplan.torch.profiler.model import profile_model
 
     print(
         "| model | input | stages | sizes = CPU profile's | counts = real estimate's "
@@ -230,7 +231,7 @@ def check(args: argparse.Namespace) -> None:
 def overheads(args: argparse.Namespace) -> None:
     import memplan
     from memplan.api import describe
-    from memplan.torch.profiler import profile_model
+    from memplan.torch.profiler.model import profile_model
 
     bundled = memplan.load_profile(args.profile)
     gpu = (bundled.measured.estimate or {}).get("catalog")

@@ -24,7 +24,7 @@ import torch
 
 import memplan
 from memplan.profile import bundled_profiles
-from memplan.torch.profiler import profile_model
+from memplan.torch.profiler.model import profile_model
 
 
 def _best(fn, repeats: int = 5) -> float:

@@ -13,7 +13,7 @@ chunk's logits. The loss is exact: the sum of the chunks' summed cross-entropies
 of predicted tokens, as the model's own mean (its gradients are compared with plain training's).
 
 Measured per model (one thread, SGD, ``zero_grad(set_to_none=True)``, the allocator's own count:
-:func:`memplan.torch.allocator_peak.allocator_peak`): plain training; Hugging Face checkpointing of
+:func:`memplan.torch.measure.allocator_peak.allocator_peak`): plain training; Hugging Face checkpointing of
 every layer with the model's own loss; every layer checkpointed with the chunked loss (what a
 memplan plan with a chunked loss stage could reach, recomputing every block); every layer kept
 with the chunked loss. Not part of memplan: a measurement for the model change it would need.
@@ -33,9 +33,9 @@ from _common import machine
 from bench_alternatives import MODELS
 from torch.utils.checkpoint import checkpoint
 
-from memplan.torch.allocator_peak import allocator_peak, profiled_copy
-from memplan.torch.hf import default_labels
-from memplan.torch.models import build_model
+from memplan.torch.measure.allocator_peak import allocator_peak, profiled_copy
+from memplan.torch.models.registry import build_model
+from memplan.torch.split.hf import default_labels
 
 
 def _chunk_loss(hidden: torch.Tensor, weight: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:

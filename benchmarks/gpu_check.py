@@ -96,7 +96,7 @@ def measured_entry(device: Any) -> dict[str, Any]:
     """A catalog entry for this GPU from rates measured on it (achieved, not datasheet peaks)."""
     import torch
 
-    from memplan.torch.profiler import measure_bandwidth
+    from memplan.torch.measure.bandwidth import measure_bandwidth
 
     props = torch.cuda.get_device_properties(device)
     host = measure_bandwidth(device)

@@ -31,7 +31,7 @@ from pathlib import Path
 import torch
 
 from memplan.profile import save_profile
-from memplan.torch.profiler import profile_model
+from memplan.torch.profiler.model import profile_model
 
 OUT_DIR = Path(__file__).resolve().parent.parent / "memplan" / "profiles"
 
@@ -102,7 +102,7 @@ saving anything); without dropout the CPU takes its flash kernel, which saves wh
 
 ON_FAKE_TENSORS = {"llama-1b@a100", "llama-1b@h100"}
 """Estimated profiles whose sizes come from fake tensors (``--estimate`` with ``--device auto``,
-memplan.torch.fake): the same sizes as real CPU tensors, overheads at the tensor level. A 1 B model
+memplan.torch.measure.fake): the same sizes as real CPU tensors, overheads at the tensor level. A 1 B model
 at 2048 tokens in bfloat16 takes hours on two CPU cores with real tensors, seconds with fake ones."""
 
 

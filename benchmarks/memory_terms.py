@@ -9,7 +9,7 @@ For each model of ``bench_alternatives.MODELS`` (one thread): the profile (with 
 measured profile: ``weight_grad_size``, ``backward_overhead_fresh``, ``forward_overhead_all``,
 ``input_saved``, ``output_saved``), the measured peak of plain training and of memplan's
 store-all and rotor (least memory) plans under the runtime
-(:func:`memplan.torch.compare.compare_training`, PyTorch's default loop:
+(:func:`memplan.torch.compare.training.compare_training`, PyTorch's default loop:
 ``zero_grad(set_to_none=True)``, SGD), memplan's planned peaks (docs/model.md, "The training loop": PyTorch's default loop), and the
 peaks of :func:`replay_proposed`, the prototype those terms were made from, kept as a second
 reading written apart from the simulator (it does not free a standalone checkpoint, which
@@ -113,7 +113,7 @@ def _load() -> str:
 
 
 def terms(key: str, optimizer: str) -> dict[str, Any]:
-    from memplan.torch.compare import compare_training
+    from memplan.torch.compare.training import compare_training
 
     spec = MODELS[key]
     result = compare_training(

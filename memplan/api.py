@@ -27,6 +27,7 @@ from memplan.algorithms import algorithm as lookup_algorithm
 from memplan.algorithms.base import PROFILE_SHAPES
 from memplan.algorithms.options import resolve_bandwidth
 from memplan.algorithms.timeline import check_optimizer, static_memory, timed_ops
+from memplan.describe import describe
 from memplan.errors import BudgetWarning, InputError, InternalError
 from memplan.profile.io import load_profile
 from memplan.profile.memory import check_gradients, resolve_gradients
@@ -589,58 +590,3 @@ def compare(
             if on_progress is not None:
                 on_progress(done, total)
     return rows
-
-
-def describe(
-    profile: Profile | Mapping[str, Any] | str, optimizer: str = "sgd", gradients: str = "auto"
-) -> dict[str, Any]:
-    """What ``memplan info`` shows: the profile's metadata, totals and the memory each family needs.
-
-    ``store_all_memory`` is the budget store-all needs (no recomputation); ``min_memory`` the least
-    budget with which any plan of a family exists: ``chain``, everything recomputed from the
-    input; ``offload``, every activation offloaded (*Optimal GPU-CPU Offloading Strategies*, Euro-Par 2020). ``offload_peak`` is M_peak, the
-    budget above which nothing needs offloading (the store-all need). All include the static
-    memory of ``optimizer``; the chain family's figures are those of its plans for the training
-    loop ``gradients`` (docs/model.md), the others' with the gradients kept. Each family that fits
-    the profile adds its own figures (``Family.describe``).
-    """
-    prof = load_profile(profile)
-    static = static_memory(prof, optimizer)
-    device = prof.device.model_dump(exclude_none=True) if prof.device else None
-    common = {
-        "model": prof.model,
-        "kind": prof.kind,
-        "families": list(prof.families),
-        "stages": prof.length,
-        "batch_size": prof.batch_size,
-        "input_shape": prof.input_shape,
-        "dtype": prof.dtype,
-        "device": device,
-        "bandwidth": prof.bandwidth,
-        "measured": prof.measured.model_dump(exclude_none=True) if prof.measured else None,
-        "weight_size": prof.weight_size,
-        "optimizer": optimizer,
-        "static_memory": static,
-        "lower_bound": prof.lower_bound,
-        "sha256": prof.sha256(),
-    }
-    found: dict[str, Any] = {}
-    for name in prof.families:
-        family = FAMILIES[name]
-        if family.describe is not None:
-            loop = resolve_gradients(prof, gradients) if family.loop_terms else None
-            own = static_memory(prof, optimizer, loop)
-            found = _merge(found, family.describe(prof, own, loop, optimizer))
-    return {**common, **found}
-
-
-def _merge(into: dict[str, Any], more: dict[str, Any]) -> dict[str, Any]:
-    """``into`` with a family's figures: ``min_memory`` entries merged, the stage table last."""
-    table = {k: v for k, v in into.items() if k == "stage_table"}
-    merged = {k: v for k, v in into.items() if k != "stage_table"}
-    for key, value in more.items():
-        if key == "min_memory":
-            merged[key] = {**merged.get(key, {}), **value}
-        else:
-            merged[key] = value
-    return {**merged, **table} if "stage_table" not in more else merged

@@ -1,6 +1,6 @@
 """GPU descriptions for estimated profiles (``memplan profile --estimate GPU | --gpu-spec FILE``).
 
-A :class:`GpuSpec` holds what the roofline estimate of :mod:`memplan.torch.estimate` needs: the
+A :class:`GpuSpec` holds what the roofline estimate of :mod:`memplan.torch.estimate.roofline` needs: the
 memory, the HBM and host-link bandwidths, the dense peak FLOP/s per data type, the fraction of
 those peaks that kernels achieve, and a fixed cost per kernel. The bundled catalog
 (``memplan/data/gpus.yaml``) cites, for every number, the document it comes from

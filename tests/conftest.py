@@ -2,7 +2,9 @@
 
 Hypothesis runs with fixed examples under CI (``CI`` set, as `.ci/run` runs): a landing is then
 judged on the same examples every time, while local runs keep drawing new ones to find bugs
-(set ``HYPOTHESIS_PROFILE=ci`` to reproduce CI's).
+(set ``HYPOTHESIS_PROFILE=ci`` to reproduce CI's). By default a property test draws a third of
+its examples (``examples(N)`` in tests/strategies.py); ``--run-slow`` draws them all (the
+``ci-full``/``dev-full`` profiles, also selectable with ``HYPOTHESIS_PROFILE``).
 
 Tests marked ``slow`` (full-size models, README commands that profile, the heavy golden cases,
 long hypothesis runs) are left out unless ``--run-slow`` is given (``make test-all``) or the ``-m``
@@ -26,10 +28,19 @@ import pytest
 from hypothesis import settings
 
 from memplan.profile.model import Profile, Stage
+from tests.strategies import FULL_EXAMPLES
 
-settings.register_profile("ci", derandomize=True, print_blob=True)
-settings.register_profile("dev", print_blob=True)
-settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci" if os.environ.get("CI") else "dev"))
+DEFAULT_EXAMPLES = FULL_EXAMPLES // 3
+
+# `make test` draws a third of the examples a property test asks for (``examples(N)`` in
+# tests/strategies.py, at least 10); ``--run-slow`` (`make test-all`) switches to the ``-full``
+# profile of the same name: every example, hypothesis's default of 100 for the others.
+settings.register_profile("ci", derandomize=True, print_blob=True, max_examples=DEFAULT_EXAMPLES)
+settings.register_profile("dev", print_blob=True, max_examples=DEFAULT_EXAMPLES)
+settings.register_profile("ci-full", derandomize=True, print_blob=True, max_examples=FULL_EXAMPLES)
+settings.register_profile("dev-full", print_blob=True, max_examples=FULL_EXAMPLES)
+PROFILE = os.environ.get("HYPOTHESIS_PROFILE", "ci" if os.environ.get("CI") else "dev")
+settings.load_profile(PROFILE)
 
 if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
     # Started in the background of a non-interactive shell (`make test &`, some CI runners), the
@@ -46,6 +57,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         action="store_true",
         help="also run the tests marked slow (make test-all)",
     )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # Before the test modules are imported: their settings read the loaded profile.
+    if config.getoption("--run-slow") and PROFILE in ("ci", "dev"):
+        settings.load_profile(f"{PROFILE}-full")
 
 
 def pytest_itemcollected(item: pytest.Item) -> None:

@@ -4,9 +4,19 @@ from __future__ import annotations
 
 import random
 
+from hypothesis import settings
 from hypothesis import strategies as st
 
 from memplan.profile.model import Profile, Stage
+
+FULL_EXAMPLES = 100  # hypothesis's own default: the profiles of `make test-all` (tests/conftest.py)
+
+
+def examples(n: int) -> int:
+    """``max_examples`` for a property test that wants ``n`` examples in a full run: ``n`` under
+    the full profiles (``make test-all``), scaled down with the loaded profile's
+    ``max_examples`` otherwise (``make test``: about a third, at least 10)."""
+    return min(n, max(10, n * settings.default.max_examples // FULL_EXAMPLES))
 
 
 @st.composite

@@ -24,7 +24,7 @@ README                             run here (why)
                                    3x64x64 images, a transformer on 16 tokens with two layers);
                                    ``--repeats 1``. Profiling at the README's sizes takes
                                    minutes on 2 CPU cores.
-``--time-limit N`` (CP-SAT)        ``--time-limit 5`` when N is larger: the solvers return their
+``--time-limit N`` (CP-SAT)        ``--time-limit 2`` when N is larger: the solvers return their
                                    best plan at the limit, which must still be found (exit 0).
 ``jq EXPR`` when jq is missing     the same field read by ``python -c`` (jq is not Python; the
                                    JSON memplan prints is what is tested).
@@ -82,7 +82,7 @@ SMALL_INPUTS: dict[str, tuple[str, ...]] = {
     "mypkg.models:make_net": (),  # FACTORY below is small
 }
 SIZE_OPTIONS = ("-b", "--batch-size", "--input-shape", "--config", "--repeats")
-TIME_LIMIT = 5
+TIME_LIMIT = 2
 
 # README lines not run, with the reason (see the module docstring).
 EXCLUDED: dict[str, str] = {
@@ -376,7 +376,7 @@ def test_every_profiled_model_has_small_inputs():
         ),
         (
             "memplan solve x --algo olla --mem 1GB --time-limit 60 > plan.csv",
-            "memplan solve x --algo olla --mem 1GB --time-limit 5 > plan.csv",
+            "memplan solve x --algo olla --mem 1GB --time-limit 2 > plan.csv",
         ),
         ("memplan solve x --time-limit 2", "memplan solve x --time-limit 2"),
     ],

@@ -201,7 +201,7 @@ def bench(
                 )
         if not has_torch():
             raise InputError(f"memplan bench {TORCH_HINT}")
-        from memplan.torch.compare import compare_training
+        from memplan.torch.compare.training import compare_training
 
         console = err_console()
 

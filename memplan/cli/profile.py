@@ -25,9 +25,9 @@ MODEL_NAMES = (
     "mobilenet_v2, inception_v3, gpt-small, gpt-tiny"
 )
 """The built-in models, for --help without importing torch (tests/cli/test_docs.py checks them
-against :data:`memplan.torch.models.MODELS`)."""
+against :data:`memplan.torch.models.registry.MODELS`)."""
 JOIN_NAMES = "siamese-resnet18, cross-modal-resnet18, tiny-join"
-"""The built-in join networks (:data:`memplan.torch.join.JOIN_MODELS`)."""
+"""The built-in join networks (:data:`memplan.torch.models.join.JOIN_MODELS`)."""
 DEFAULT_REPEATS = 5
 """The profiler's timed repetitions per stage (``profile_model(repeats=...)``), for --help."""
 MODEL_HELP = (
@@ -249,7 +249,7 @@ def profile(
             _profile_graph(model, batch_size, shape, dtype.value, device, gpu, repeats, output)
             return
         from memplan.profile import save_profile
-        from memplan.torch.profiler import profile_model
+        from memplan.torch.profiler.model import profile_model
 
         given = {"batch_size": batch_size, "input_shape": shape, "repeats": repeats}
         given["threads"] = threads
@@ -324,7 +324,7 @@ def _profile_graph(
             "on the device); leave out --device cuda"
         )
     from memplan.profile import save_profile
-    from memplan.torch.graph_capture import profile_graph
+    from memplan.torch.profiler.graph import profile_graph
 
     console = err_console()
     status = console.status(f"capturing the training graph of {model}", spinner="dots")

@@ -189,12 +189,13 @@ def _train(
     loss_chunks: int | None = None,
 ) -> dict[str, Any] | None:
     import memplan
-    from memplan.torch.chunked_loss import profile_loss_chunks
-    from memplan.torch.conditions import training_as_profiled
-    from memplan.torch.device import resolve_device
-    from memplan.torch.measure import train_under_plan
-    from memplan.torch.models import build_model
-    from memplan.torch.profiler import DTYPES, profile_model
+    from memplan.torch.base.device import resolve_device
+    from memplan.torch.measure.conditions import training_as_profiled
+    from memplan.torch.measure.runner import DTYPES
+    from memplan.torch.measure.step import train_under_plan
+    from memplan.torch.models.registry import build_model
+    from memplan.torch.profiler.model import profile_model
+    from memplan.torch.split.chunked_loss import profile_loss_chunks
 
     prof = None
     if profile is not None:

@@ -52,7 +52,7 @@ class StageOption(_Strict):
     (docs/model.md, "Options of a stage"). Its fields replace the stage's own under that option.
     """
 
-    name: str = Field(description="the policy (memplan.torch.selective): save-matmuls, ...")
+    name: str = Field(description="the policy (memplan.torch.runtime.selective): save-matmuls, ...")
     saved_size: Bytes = Field(description="bytes kept for the backward under the policy")
     forward_overhead: Bytes = 0
     backward_overhead: Bytes = Field(

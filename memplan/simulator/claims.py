@@ -31,17 +31,15 @@ from typing import Any
 
 from memplan.profile.memory import static_bytes
 from memplan.profile.model import Profile
+from memplan.schedule import OptimizerName
 
-OPTIMIZER_FACTORS = {"none": 0, "sgd": 2, "momentum": 3, "adam": 4}
-"""Static memory as a multiple of the weight bytes: weights + gradients + optimizer state."""
-
-DEFAULT_OPTIMIZER = "sgd"
+DEFAULT_OPTIMIZER: OptimizerName = "sgd"
 """What a schedule without ``budget.optimizer`` is replayed with (the CLI's default)."""
 
 _TOLERANCE = 1e-6
 
 
-def optimizer_of(schedule: Any) -> str:
+def optimizer_of(schedule: Any) -> OptimizerName:
     """``budget.optimizer``, or sgd when the schedule does not say (docs/model.md)."""
     return schedule.budget.optimizer or DEFAULT_OPTIMIZER
 

@@ -27,8 +27,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from memplan.profile.model import Profile, Stage
-from memplan.schedule import Schedule
-from memplan.simulator.claims import OPTIMIZER_FACTORS, optimizer_of
+from memplan.schedule import OPTIMIZER_FACTORS, Schedule
+from memplan.simulator.claims import optimizer_of
 from memplan.simulator.result import SimulationResult
 
 TOLERANCE = 1e-6

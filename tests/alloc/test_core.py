@@ -26,6 +26,7 @@ from memplan.alloc.search import search
 from tests.alloc.test_search import cpsat_least_arena, perfect_tiling, random_buffers
 from tests.oracles import alloc as oracle
 from tests.paths import MINIMALLOC, ROOT
+from tests.strategies import examples
 
 
 def capacity_between(b: Buffers, rng: np.random.Generator) -> int:
@@ -111,7 +112,7 @@ def test_a_work_stack_too_small_grows_and_keeps_the_result() -> None:
     assert roomy[2].tolist() == tight[2].tolist()
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(60), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     rows=st.lists(
         st.tuples(st.integers(0, 30), st.integers(1, 12), st.integers(0, 40)),

@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from memplan.alloc import Buffers, check_placement, peak_live_load, place
 from memplan.alloc.greedy import best_greedy
 from memplan.alloc.search import search
+from tests.strategies import examples
 
 
 def random_buffers(rng: np.random.Generator, n: int, horizon: int = 10, big: int = 9) -> Buffers:
@@ -151,7 +152,7 @@ def test_time_limit_gives_up_without_a_placement() -> None:
         assert result.offsets is None and "not proven" in result.message
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(60), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     rows=st.lists(
         st.tuples(st.integers(0, 20), st.integers(1, 8), st.integers(0, 30)),

@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 from memplan.alloc import check_placement, peak_live_load
 from memplan.alloc.lifetimes import count_overlaps, overlaps
+from tests.strategies import examples
 
 rows = st.lists(
     st.tuples(
@@ -40,7 +41,7 @@ def first_violation(lo, up, sz, off, capacity):
     return ("beyond", beyond) if beyond < n else ("valid", None)
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=examples(400), deadline=None)
 @given(rows=rows, capacity=st.one_of(st.none(), st.integers(0, 16)))
 def test_check_placement_reports_the_first_violation(rows, capacity) -> None:
     lo = [r[0] for r in rows]
@@ -74,7 +75,7 @@ def test_a_clash_is_found_whichever_axis_has_fewer_candidates() -> None:
     assert check_placement(lower, upper, size, offset).pair == (3, 4)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(rows=rows)
 def test_peak_and_overlaps_match_brute_force(rows) -> None:
     lo = np.array([r[0] for r in rows], dtype=np.int64)

@@ -414,12 +414,12 @@ def _fake_profiler(monkeypatch, calls: list):
                 progress(stage.name, done, prof.length)
         return prof.model_copy(update={"model": model})
 
-    module = types.ModuleType("memplan.torch.profiler")
+    module = types.ModuleType("memplan.torch.profiler.model")
     module.profile_model = profile_model
     package = types.ModuleType("memplan.torch")
     package.profiler = module
     monkeypatch.setitem(sys.modules, "memplan.torch", package)
-    monkeypatch.setitem(sys.modules, "memplan.torch.profiler", module)
+    monkeypatch.setitem(sys.modules, "memplan.torch.profiler.model", module)
     monkeypatch.setattr("memplan.cli.profile.has_torch", lambda: True)
 
 
@@ -614,7 +614,7 @@ def test_version_imports_neither_numpy_nor_pydantic():
 @pytest.mark.slow
 def test_profile_with_the_real_profiler(tmp_path):
     pytest.importorskip("torch")
-    pytest.importorskip("memplan.torch.profiler")
+    pytest.importorskip("memplan.torch.profiler.model")
     target = tmp_path / "r18.yaml"
     args = ("profile", "resnet18", "-b", "2", "--input-shape", "3,32,32", "--device", "cpu")
     result = run(*args, "--repeats", "1", "-o", target)

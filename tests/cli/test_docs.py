@@ -53,9 +53,9 @@ def test_every_command_has_help():
 @pytest.mark.torch
 def test_profile_help_lists_the_models_and_defaults():
     pytest.importorskip("torch")
-    from memplan.torch.join import JOIN_MODELS
-    from memplan.torch.models import DEFAULT_BATCH_SIZE, MODELS
-    from memplan.torch.profiler import profile_model
+    from memplan.torch.models.join import JOIN_MODELS
+    from memplan.torch.models.registry import DEFAULT_BATCH_SIZE, MODELS
+    from memplan.torch.profiler.model import profile_model
 
     assert names(MODEL_NAMES) == list(MODELS)
     assert names(JOIN_NAMES) == list(JOIN_MODELS)

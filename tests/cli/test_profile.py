@@ -99,7 +99,7 @@ def test_run_trains_an_offloading_plan_on_cpu_with_the_profile_bandwidth(piped):
 
 
 def test_cpu_bandwidth_is_the_runtime_copy_of_the_largest_tensor():
-    from memplan.torch.bandwidth import offload_copy_bytes, profile_bandwidth
+    from memplan.torch.measure.bandwidth import offload_copy_bytes, profile_bandwidth
 
     mib = 2**20
     assert [offload_copy_bytes(n) for n in (0, 5 * mib, 10**12)] == [mib, 5 * mib, 64 * mib]

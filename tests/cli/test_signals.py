@@ -190,19 +190,19 @@ def tiny():
     [
         (
             ["profile", "tinyfactory:tiny", "--repeats", "1", "-o", "p.yaml"],
-            "memplan.torch.profiler:measure_stage",
+            "memplan.torch.profiler.chain:measure_stage",
             "before",
             "SIGINT",
         ),  # fmt: skip
         (
             ["profile", "tinyfactory:tiny", "--repeats", "1", "-o", "p.yaml"],
-            "memplan.torch.profiler:profile_model",
+            "memplan.torch.profiler.model:profile_model",
             "after",
             "SIGTERM",
         ),  # fmt: skip
         (
             ["run", "tinyfactory:tiny", "--mem", "1GB", "--steps", "1", "--trace", "t.json"],
-            "memplan.torch.measure:train_under_plan",
+            "memplan.torch.measure.step:train_under_plan",
             "after",
             "SIGINT",
         ),  # fmt: skip

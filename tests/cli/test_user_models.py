@@ -24,9 +24,9 @@ import memplan.torch  # noqa: E402
 import memplan.units  # noqa: E402
 from memplan.cli.app import app  # noqa: E402
 from memplan.errors import BUG_NOTE, InputError  # noqa: E402
-from memplan.torch import blame  # noqa: E402
-from memplan.torch import models as torch_models  # noqa: E402
-from memplan.torch.models import build_model  # noqa: E402
+from memplan.torch.base import blame  # noqa: E402
+from memplan.torch.models import registry as torch_models  # noqa: E402
+from memplan.torch.models.registry import build_model  # noqa: E402
 
 pytestmark = pytest.mark.torch
 
@@ -149,7 +149,9 @@ def test_memplans_own_error_after_the_first_forward_is_a_bug(factories, monkeypa
     def broken(chain, x, **kwargs):
         chain.stages[0][1](x[:, :3])  # a wrong input, given by memplan
 
-    monkeypatch.setattr("memplan.torch.profiler._profile_stages", broken)  # after the first forward
+    monkeypatch.setattr(
+        "memplan.torch.profiler.model.profile_stages", broken
+    )  # after the first forward
     result = run("profile", f"{factories}:tiny", "--repeats", "1")
     _one_line(result, 70, "internal error: RuntimeError", BUG_NOTE)
 

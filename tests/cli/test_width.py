@@ -36,7 +36,7 @@ COMMANDS = [
     ("solve", "resnet50", "--algo", "rotor", "--mem", "300MB"),
     ("solve", "resnet50@a100", "--algo", "dynprog", "--mem", "4GB"),
     ("solve", "resnet18@a100", "--algo", "pipedream", "--gpus", "4", "--mem", "3GB"),
-    ("solve", "siamese-resnet18", "--algo", "join", "--mem", "400MB", "--optimizer", "none"),
+    ("solve", "cross-modal-resnet18", "--algo", "join", "--mem", "400MB", "--optimizer", "none"),
     ("solve", "resnet18-graph-b1", "--algo", "framework", "--mem", "1GB"),
     (
         "compare",
@@ -98,7 +98,7 @@ def renderables():
     for name, algo, mem, options in (
         ("resnet50", "rotor", "1GB", {}),
         ("resnet50@a100", "dynprog", "4GB", {}),
-        ("siamese-resnet18", "join", "400MB", {"optimizer": "none"}),
+        ("cross-modal-resnet18", "join", "400MB", {"optimizer": "none"}),
         ("resnet18@a100", "pipedream", "3GB", {"gpus": 4}),
     ):
         prof = memplan.load_profile(name)

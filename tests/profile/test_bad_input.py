@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 import memplan
 from memplan.profile.synthetic import random_chain
+from tests.strategies import examples
 
 VALID = random_chain(4, seed=7).to_dict()
 KEYS = ["model", "input_size", "stages", "format", "batch_size", "device", "bandwidth", "extra"]
@@ -46,7 +47,7 @@ def damaged_profiles(draw):
     return data
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(damaged_profiles())
 def test_damaged_profiles_raise_input_error_or_load(data):
     try:
@@ -58,7 +59,7 @@ def test_damaged_profiles_raise_input_error_or_load(data):
     assert memplan.simulate(prof, sched).valid == sched.feasible
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(st.text(max_size=200))
 def test_arbitrary_text_never_crashes(text):
     try:

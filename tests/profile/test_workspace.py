@@ -57,7 +57,7 @@ def test_the_field_round_trips_and_is_checked():
 @pytest.mark.torch
 def test_measured_on_a_gpu_only():
     torch = pytest.importorskip("torch")
-    from memplan.torch.profiler import library_workspace
+    from memplan.torch.profiler.model import library_workspace
 
     assert library_workspace(torch.device("cpu"), torch.float32) == 0
     if torch.cuda.is_available():  # make gpu-check's machine: what cuBLAS keeps, a few MiB or more

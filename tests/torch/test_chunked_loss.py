@@ -1,6 +1,7 @@
-"""A language model's head and loss as one stage in chunks of tokens (memplan.torch.chunked_loss):
-the same loss and parameters as plain training after several SGD steps on different batches,
-planned peak = measured peak, and bad uses refused with a one-line error."""
+"""A language model's head and loss as one stage in chunks of tokens
+(memplan.torch.split.chunked_loss): the same loss and parameters as plain training after several
+SGD steps on different batches, planned peak = measured peak, and bad uses refused with a
+one-line error."""
 
 from __future__ import annotations
 
@@ -17,15 +18,15 @@ import memplan  # noqa: E402
 from memplan.cli.app import app  # noqa: E402
 from memplan.errors import InputError  # noqa: E402
 from memplan.torch import build_model, fit, linearize, profile_model  # noqa: E402
-from memplan.torch.chunked_loss import (  # noqa: E402
+from memplan.torch.compare.training import compare_training  # noqa: E402
+from memplan.torch.runtime.plan import planned_forward_counts  # noqa: E402
+from memplan.torch.split.chunked_loss import (  # noqa: E402
     CHUNKED_STAGE,
     ChunkedLoss,
     chunk_loss,
     profile_loss_chunks,
 )
-from memplan.torch.compare import compare_training  # noqa: E402
-from memplan.torch.hf import default_labels  # noqa: E402
-from memplan.torch.runtime import planned_forward_counts  # noqa: E402
+from memplan.torch.split.hf import default_labels  # noqa: E402
 
 pytestmark = pytest.mark.torch
 

@@ -1,4 +1,4 @@
-"""memplan.torch.compare and its meter: every way of training measured on the same footing."""
+"""memplan.torch.compare.training and its meter: every way of training measured on the same footing."""
 
 from __future__ import annotations
 
@@ -9,10 +9,11 @@ torch = pytest.importorskip("torch")
 from torch import nn  # noqa: E402
 
 from memplan.errors import InputError  # noqa: E402
-from memplan.torch import compare as compare_module  # noqa: E402
-from memplan.torch.allocator_peak import allocator_peak, profiled_copy  # noqa: E402
-from memplan.torch.compare import compare_training, default_segments  # noqa: E402
-from memplan.torch.measure import measure_step  # noqa: E402
+from memplan.torch.compare import ways as compare_ways  # noqa: E402
+from memplan.torch.compare.training import compare_training  # noqa: E402
+from memplan.torch.compare.ways import default_segments  # noqa: E402
+from memplan.torch.measure.allocator_peak import allocator_peak, profiled_copy  # noqa: E402
+from memplan.torch.measure.step import measure_step  # noqa: E402
 
 pytestmark = pytest.mark.torch
 
@@ -101,7 +102,7 @@ def test_a_way_that_cannot_compile_is_skipped_with_its_reason(monkeypatch):
 
         return backend
 
-    monkeypatch.setattr(compare_module, "_compile_backend", broken)
+    monkeypatch.setattr(compare_ways, "compile_backend", broken)
     model, x = _mlp()
     found = compare_training(
         model, example_input=x, rounds=1, segments=(), compile_budgets=(0.5,),

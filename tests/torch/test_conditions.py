@@ -1,4 +1,4 @@
-"""memplan.torch.conditions: what a profile's sizes depend on, recorded and checked."""
+"""memplan.torch.measure.conditions: what a profile's sizes depend on, recorded and checked."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ torch = pytest.importorskip("torch")
 
 from memplan.profile import load_profile  # noqa: E402
 from memplan.profile.model import Conditions  # noqa: E402
-from memplan.torch.conditions import (  # noqa: E402
+from memplan.torch.measure.conditions import (  # noqa: E402
     KERNEL_VARIABLES,
     ConditionsWarning,
     check_conditions,

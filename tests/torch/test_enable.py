@@ -1,4 +1,4 @@
-"""memplan.torch.enable: a model trains under a plan in the user's own loop, called as before.
+"""memplan.torch.runtime.planned: a model trains under a plan in the user's own loop, called as before.
 
 Every case trains several steps on different batches (other labels, a smaller last batch,
 shorter sequences, padding) under a plan that recomputes, next to plain training of an identical
@@ -22,7 +22,7 @@ import memplan  # noqa: E402
 from memplan.api import describe, schedule_from_sequence  # noqa: E402
 from memplan.errors import InputError  # noqa: E402
 from memplan.torch import build_model, enable, planned, profile_model  # noqa: E402
-from memplan.torch.enable import apply_plan, disable  # noqa: E402
+from memplan.torch.runtime.planned import apply_plan, disable  # noqa: E402
 
 pytestmark = pytest.mark.torch
 

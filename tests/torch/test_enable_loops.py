@@ -31,7 +31,7 @@ from memplan.torch import (  # noqa: E402
     planned,
     profile_model,
 )
-from memplan.torch.measure import measure_step  # noqa: E402
+from memplan.torch.measure.step import measure_step  # noqa: E402
 
 pytestmark = pytest.mark.torch
 

@@ -1,4 +1,4 @@
-"""memplan.torch.estimate: operator counts (FLOPs, bytes, kernels), the roofline, estimated profiles.
+"""memplan.torch.estimate.roofline: operator counts (FLOPs, bytes, kernels), the roofline, estimated profiles.
 
 FLOP counts are checked against hand-computed values (a multiply-add counts 2 FLOPs):
 
@@ -28,7 +28,7 @@ from memplan.api import describe  # noqa: E402
 from memplan.cli.app import app  # noqa: E402
 from memplan.gpu import GpuSpec, gpu_catalog  # noqa: E402
 from memplan.profile import Profile, load_profile, save_profile  # noqa: E402
-from memplan.torch.estimate import (  # noqa: E402
+from memplan.torch.estimate.roofline import (  # noqa: E402
     OpCounter,
     OpRecord,
     Tf32,
@@ -37,7 +37,7 @@ from memplan.torch.estimate import (  # noqa: E402
     op_time,
     tf32_flags,
 )
-from memplan.torch.profiler import profile_model  # noqa: E402
+from memplan.torch.profiler.model import profile_model  # noqa: E402
 
 pytestmark = pytest.mark.torch
 

@@ -1,4 +1,4 @@
-"""``--estimate`` on fake tensors (memplan.torch.fake): a real CPU run's sizes, without computing.
+"""``--estimate`` on fake tensors (memplan.torch.measure.fake): a real CPU run's sizes, without computing.
 
 The sizes an estimated profile holds (``output_size``, ``saved_size``, ``weight_size``,
 ``grad_size``, ``input_size``) must be byte for byte a real CPU profile's, and its operator counts
@@ -16,16 +16,13 @@ torch = pytest.importorskip("torch")
 from torch import nn  # noqa: E402
 
 from memplan.errors import InputError  # noqa: E402
-from memplan.torch.estimate import OpCounter  # noqa: E402
-from memplan.torch.fake import OVERHEADS_METHOD, TensorLevelRun  # noqa: E402
-from memplan.torch.linearize import linearize  # noqa: E402
-from memplan.torch.models import build_model  # noqa: E402
-from memplan.torch.profiler import (  # noqa: E402
-    linearize_on_sample,
-    measure_stage,
-    profile_model,
-    training_state,
-)
+from memplan.torch.estimate.roofline import OpCounter  # noqa: E402
+from memplan.torch.measure.fake import OVERHEADS_METHOD, TensorLevelRun  # noqa: E402
+from memplan.torch.measure.stage import measure_stage  # noqa: E402
+from memplan.torch.models.registry import build_model  # noqa: E402
+from memplan.torch.profiler.chain import linearize_on_sample, training_state  # noqa: E402
+from memplan.torch.profiler.model import profile_model  # noqa: E402
+from memplan.torch.split.linearize import linearize  # noqa: E402
 
 pytestmark = pytest.mark.torch
 

@@ -11,7 +11,7 @@ from torch import nn  # noqa: E402
 import memplan  # noqa: E402
 from memplan.algorithms.graph.problem import GraphProblem  # noqa: E402
 from memplan.profile.model import Profile  # noqa: E402
-from memplan.torch.graph_capture import capture_graph, profile_graph  # noqa: E402
+from memplan.torch.profiler.graph import capture_graph, profile_graph  # noqa: E402
 
 pytestmark = pytest.mark.torch
 
@@ -89,7 +89,7 @@ def test_gpt_tiny_capture_solves():
 
 
 def _gpt_tiny():
-    from memplan.torch.models import MODELS
+    from memplan.torch.models.registry import MODELS
 
     with torch.device("meta"):
         return MODELS["gpt-tiny"]()

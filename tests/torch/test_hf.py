@@ -1,4 +1,4 @@
-"""Hugging Face transformers models (memplan.torch.hf): built from config classes, cut into
+"""Hugging Face transformers models (memplan.torch.models.hf): built from config classes, cut into
 chains, checked against the model's own logits and loss, and trained under rotor and pofo plans
 with the gradients of the model's own training step (``model(input_ids, labels=...).loss``)."""
 
@@ -21,8 +21,9 @@ from memplan.api import describe  # noqa: E402
 from memplan.cli.app import app  # noqa: E402
 from memplan.errors import InputError  # noqa: E402
 from memplan.torch import build_model, fit, linearize, profile_model  # noqa: E402
-from memplan.torch.hf import HF_PRESETS, HFLoss, hf_batch, parse_config  # noqa: E402
-from memplan.torch.runtime import planned_forward_counts  # noqa: E402
+from memplan.torch.models.hf import HF_PRESETS, parse_config  # noqa: E402
+from memplan.torch.runtime.plan import planned_forward_counts  # noqa: E402
+from memplan.torch.split.hf import HFLoss, hf_batch  # noqa: E402
 
 pytestmark = pytest.mark.torch
 

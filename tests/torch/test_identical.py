@@ -1,4 +1,4 @@
-"""memplan.torch.identical: the stages the profiler measures once."""
+"""memplan.torch.profiler.identical: the stages the profiler measures once."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ torch = pytest.importorskip("torch")
 
 from torch import nn  # noqa: E402
 
-from memplan.torch.identical import stage_signature  # noqa: E402
+from memplan.torch.profiler.identical import stage_signature  # noqa: E402
 
 pytestmark = pytest.mark.torch
 

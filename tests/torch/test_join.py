@@ -37,9 +37,9 @@ def test_siamese_branches_share_their_weights() -> None:
 
 def test_profile_a_join_model_from_a_factory(tmp_path) -> None:
     pytest.importorskip("torch")
-    from memplan.torch.profiler import profile_model
+    from memplan.torch.profiler.model import profile_model
 
-    prof = profile_model("memplan.torch.join:tiny_join", batch_size=2, repeats=1)
+    prof = profile_model("memplan.torch.models.join:tiny_join", batch_size=2, repeats=1)
     assert prof.kind == "join" and [b.name for b in prof.branches] == ["left", "right"]
     assert [len(b.stages) for b in prof.branches] == [3, 4]
     assert prof.branches[0].input_size == 2 * 16 * 4  # float32 inputs (2, 16)
@@ -51,7 +51,7 @@ def test_profile_a_join_model_from_a_factory(tmp_path) -> None:
 
 def test_profile_rejects_options_a_join_cannot_take() -> None:
     pytest.importorskip("torch")
-    from memplan.torch.profiler import profile_model
+    from memplan.torch.profiler.model import profile_model
 
     with pytest.raises(memplan.InputError, match="join network"):
         profile_model("tiny-join", input_shape=(3, 8, 8))

@@ -12,15 +12,16 @@ torch = pytest.importorskip("torch")
 from torch import nn  # noqa: E402
 
 from memplan.errors import InputError  # noqa: E402
-from memplan.torch.linearize import (  # noqa: E402
+from memplan.torch.models.registry import MODELS, build_model  # noqa: E402
+from memplan.torch.split.linearize import (  # noqa: E402
     ClassificationLoss,
     MeanSquareLoss,
     NextTokenLoss,
     linearize,
-    outputs_match,
     split_model,
 )
-from memplan.torch.models import MODELS, Inception3, InceptionOutputs, build_model  # noqa: E402
+from memplan.torch.split.stages import outputs_match  # noqa: E402
+from memplan.torch.zoo.inception import Inception3, InceptionOutputs  # noqa: E402
 
 pytestmark = pytest.mark.torch
 
@@ -147,7 +148,17 @@ def test_torchvision_attribute_names():
     assert len(mobile.features) == 19 and isinstance(mobile.classifier[1], nn.Linear)
 
 
-@pytest.mark.parametrize("name", sorted(CHAIN_LENGTHS))
+# The deepest members of a family (resnet101/152 beside resnet50, vgg16 beside vgg11): make test-all.
+LARGE = {"resnet101", "resnet152", "vgg16"}
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        pytest.param(n, marks=[pytest.mark.slow] if n in LARGE else [])
+        for n in sorted(CHAIN_LENGTHS)
+    ],
+)
 def test_chain_reproduces_the_model(name):
     shape, length = CHAIN_LENGTHS[name]
     model, x, _ = build_model(name, batch_size=1, input_shape=shape)

@@ -4,7 +4,7 @@ store-all plan measures what plain training measures, and every plan's planned p
 measured one (store-all, a budget between, rotor's least memory).
 
 Planned and measured figures come from the same run on the same machine
-(:func:`memplan.torch.compare.compare_training`, the allocator's own count of one step, one
+(:func:`memplan.torch.compare.training.compare_training`, the allocator's own count of one step, one
 thread), so the expectations hold on any machine: no byte count of this CPU is written here.
 """
 
@@ -16,7 +16,7 @@ torch = pytest.importorskip("torch")
 
 from torch import nn  # noqa: E402
 
-from memplan.torch.compare import compare_training  # noqa: E402
+from memplan.torch.compare.training import compare_training  # noqa: E402
 
 pytestmark = pytest.mark.torch
 

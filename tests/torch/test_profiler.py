@@ -1,4 +1,4 @@
-"""memplan.torch.profiler: measured profiles, hand-computed saved sizes, the bundled profiles."""
+"""memplan.torch.profiler.model: measured profiles, hand-computed saved sizes, the bundled profiles."""
 
 from __future__ import annotations
 
@@ -15,7 +15,8 @@ import memplan  # noqa: E402
 from memplan.errors import InputError  # noqa: E402
 from memplan.profile import Profile, bundled_profiles, load_profile, save_profile  # noqa: E402
 from memplan.torch import build_model, linearize  # noqa: E402
-from memplan.torch.profiler import measure_stage, profile_model  # noqa: E402
+from memplan.torch.measure.stage import measure_stage  # noqa: E402
+from memplan.torch.profiler.model import profile_model  # noqa: E402
 
 pytestmark = pytest.mark.torch
 

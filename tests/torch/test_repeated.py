@@ -1,4 +1,4 @@
-"""Models memplan cuts without a memplan_stages(): repeated blocks (memplan.torch.repeated),
+"""Models memplan cuts without a memplan_stages(): repeated blocks (memplan.torch.split.repeated),
 DenseNet per dense layer, and timm / torchvision models where those packages load.
 
 Which combination runs here: torch 2.13.0 (CPU build) without torchvision and timm. torchvision's
@@ -24,14 +24,11 @@ import memplan  # noqa: E402
 from memplan.api import describe  # noqa: E402
 from memplan.errors import InputError  # noqa: E402
 from memplan.torch import build_model, checkpointed, linearize, profile_model  # noqa: E402
-from memplan.torch.linearize import DenseLayerStage, NextTokenLoss  # noqa: E402
-from memplan.torch.models import DenseNet  # noqa: E402
-from memplan.torch.repeated import (  # noqa: E402
-    BlockCall,
-    PrefixStage,
-    find_repeated_blocks,
-)
-from memplan.torch.runtime import planned_forward_counts  # noqa: E402
+from memplan.torch.runtime.plan import planned_forward_counts  # noqa: E402
+from memplan.torch.split.linearize import DenseLayerStage, NextTokenLoss  # noqa: E402
+from memplan.torch.split.repeated import find_repeated_blocks  # noqa: E402
+from memplan.torch.split.wrappers import BlockCall, PrefixStage  # noqa: E402
+from memplan.torch.zoo.densenet import DenseNet  # noqa: E402
 
 pytestmark = pytest.mark.torch
 
@@ -222,7 +219,7 @@ def test_a_view_between_head_modules_is_redone():
     assert names[0] == "stem" and names[-1] == "head" and found.head_by == "calls"
     assert id(model.cls) in {id(p) for p in found.stages[0][1].parameters()}
     head_types = [type(m).__name__ for m in found.stages[-1][1]]
-    assert head_types == ["BlockCall", "_ViewStage", "BlockCall"]  # norm, x[:, 0], classifier
+    assert head_types == ["BlockCall", "ViewStage", "BlockCall"]  # norm, x[:, 0], classifier
     prof = profile_model(copy.deepcopy(model), example_input=x, repeats=1, name="cls")
     sched = memplan.solve(prof, "rotor", _recomputing_budget(prof))
 

@@ -1,4 +1,4 @@
-"""memplan.torch.runtime: one iteration under a plan equals plain training, op for op.
+"""memplan.torch.runtime.iteration: one iteration under a plan equals plain training, op for op.
 
 For rotor, revolve and periodic plans, greedy and dynprog offloading plans on resnet18 (batch 2,
 3x32x32), gpt-tiny and a toy network with dropout and batch norm, and pofo plans that both
@@ -34,9 +34,9 @@ from memplan.api import describe  # noqa: E402
 from memplan.cli.app import app  # noqa: E402
 from memplan.errors import InputError  # noqa: E402
 from memplan.torch import build_model, linearize, profile_model  # noqa: E402
-from memplan.torch.runtime import (  # noqa: E402
-    checkpointed,
-    fit,
+from memplan.torch.planner import fit  # noqa: E402
+from memplan.torch.runtime.checkpointed import checkpointed  # noqa: E402
+from memplan.torch.runtime.plan import (  # noqa: E402
     planned_activation_curve,
     planned_activation_peak,
     planned_forward_counts,
@@ -322,7 +322,7 @@ def test_cli_run_reports_plan_and_measure(tmp_path):
 def test_sequential_with_a_hand_written_plan():
     from memplan.api import schedule_from_sequence
     from memplan.profile.synthetic import homogeneous_chain
-    from memplan.torch.linearize import MeanSquareLoss
+    from memplan.torch.split.linearize import MeanSquareLoss
 
     torch.manual_seed(5)
     seq = nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 3), MeanSquareLoss())
@@ -411,7 +411,7 @@ def _hand_plan(spec, family="combined"):
 
 
 def _seq():
-    from memplan.torch.linearize import MeanSquareLoss
+    from memplan.torch.split.linearize import MeanSquareLoss
 
     torch.manual_seed(5)
     seq = nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 3), MeanSquareLoss())
@@ -481,7 +481,7 @@ def test_every_runnable_algorithm_plans_one_forward_sweep(family):
     """The runtime follows the model's own forward: it needs a plan whose forward phase computes
     every stage once, in order, the loss last (RuntimePlan refuses others). Every algorithm of
     the families it runs makes such plans, at low, middle and store-all budgets."""
-    from memplan.torch.runtime import RuntimePlan
+    from memplan.torch.runtime.plan import RuntimePlan
 
     prof = memplan.load_profile("resnet50").model_copy(update={"bandwidth": 1e8})
     desc = describe(prof)
@@ -512,8 +512,8 @@ def test_recomputed_tensors_are_freed_as_the_backward_uses_them(monkeypatch):
 
     from memplan.api import schedule_from_sequence
     from memplan.profile.synthetic import homogeneous_chain
-    from memplan.torch import runtime
-    from memplan.torch.linearize import MeanSquareLoss
+    from memplan.torch.runtime import iteration as runtime
+    from memplan.torch.split.linearize import MeanSquareLoss
 
     torch.manual_seed(0)
     block = nn.Sequential(nn.Linear(8, 16), nn.GELU(), nn.Linear(16, 8))

@@ -20,9 +20,9 @@ import memplan  # noqa: E402
 from memplan.algorithms.timeline import timed_ops  # noqa: E402
 from memplan.schedule import Schedule  # noqa: E402
 from memplan.torch import linearize, profile_model  # noqa: E402
-from memplan.torch.conditions import intra_op_threads  # noqa: E402
-from memplan.torch.runtime import checkpointed  # noqa: E402
-from memplan.torch.selective import POLICIES  # noqa: E402
+from memplan.torch.measure.conditions import intra_op_threads  # noqa: E402
+from memplan.torch.runtime.checkpointed import checkpointed  # noqa: E402
+from memplan.torch.runtime.selective import POLICIES  # noqa: E402
 
 pytestmark = pytest.mark.torch
 
@@ -175,7 +175,7 @@ def test_enable_runs_selective_stages_in_the_users_loop(gpt2_case):
     """``memplan.torch.enable`` with a selective profile, the model called as usual
     (``model(input_ids=..., labels=...).loss``): a store-all plan with every block under an option
     trains as the plain model does over several batches."""
-    from memplan.torch.enable import apply_plan, planned
+    from memplan.torch.runtime.planned import apply_plan, planned
 
     _, model, x, prof = gpt2_case
     sched = _with_options(prof, memplan.solve(prof, "store-all", 10**12), 1)

@@ -1,10 +1,10 @@
-"""memplan.torch.timing: the median, outliers and the noise figure of timed repeats."""
+"""memplan.torch.measure.timing: the median, outliers and the noise figure of timed repeats."""
 
 from __future__ import annotations
 
 import pytest
 
-from memplan.torch.timing import Summary, profile_noise, summarize
+from memplan.torch.measure.timing import Summary, profile_noise, summarize
 
 
 def test_summarize_flags_a_preempted_repeat():

@@ -16,11 +16,13 @@ from hypothesis import strategies as st
 import memplan
 from memplan.profile.model import Profile
 from memplan.simulator import simulate_chain
-from tests.strategies import chains, extreme_chains
+from tests.strategies import chains, examples, extreme_chains
 
 ALGORITHMS = ("store-all", "periodic", "revolve", "rotor")
 OPTIMIZERS = ("none", "sgd", "adam")
-SETTINGS = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+SETTINGS = settings(
+    max_examples=examples(200), deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
 
 
 def store_all_peak(prof: Profile) -> int:
@@ -77,7 +79,7 @@ def test_makespan_non_increasing_in_budget(data):
             )
 
 
-@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(30), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(prof=extreme_chains(), data=st.data())
 def test_extreme_profiles_replay_valid(prof, data):
     """Denormal and zero times, terabyte sizes: every chain algorithm's plan replays valid within

@@ -38,7 +38,7 @@ from tests.oracles.rotor import (
     reachable_ranges,
     sub_chain_bounds,
 )
-from tests.strategies import chains
+from tests.strategies import chains, examples
 
 
 def same(a: float, b: float) -> bool:
@@ -101,7 +101,7 @@ def budgets_of(chain: Chain, fractions: list[float]) -> list[int]:
     return [low + int((high - low) * f) - int(chain.x[0]) for f in fractions]
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(60), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     prof=chains(max_size=40, max_extra=30),
     fraction=st.floats(0.0, 1.2),
@@ -147,7 +147,7 @@ def test_whole_windows_match_the_reference(seed):
         assert sequence(grid.ops, L) == grid_backtrack(chain, table, *sizes, capacity)
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(40), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(prof=chains(max_size=40, max_extra=30), slots=st.integers(1, 80), fraction=st.floats(0, 1))
 def test_the_dense_table_is_the_reference(prof, slots, fraction):
     """Every value and every choice, for every sub-chain and budget (what pofo and join read)."""
@@ -181,7 +181,7 @@ def test_dense_plans_are_the_references(seed):
                         table.plan(a, b, m)
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(60), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(prof=chains(max_size=200, max_extra=100), fraction=st.floats(0.0, 1.0))
 def test_the_dp_in_bytes_is_the_reference(prof, fraction):
     chain = Chain.from_profile(prof)
@@ -212,7 +212,7 @@ def test_the_work_limit_falls_where_the_references_does(limit, length):
         assert kernels.rotor_exact(*arrays(chain), budget, float(limit))[0] == expected
 
 
-@settings(max_examples=80, deadline=None)
+@settings(max_examples=examples(80), deadline=None)
 @given(prof=chains(max_size=60, max_extra=40), fraction=st.floats(-0.2, 1.2))
 def test_chain_bounds_are_pythons(prof, fraction):
     """The least-memory bounds and store-all peak that ``--slots N`` computes with its grid are

@@ -41,7 +41,7 @@ from memplan.simulator import simulate_combined
 from tests.oracles.combined import CombinedOracle, window_model_optimum
 from tests.oracles.exhaustive import ChainOracle
 from tests.oracles.offload import best_fluid, best_real
-from tests.strategies import integer_chain
+from tests.strategies import examples, integer_chain
 
 RATE = 1000.0  # one byte per ms
 
@@ -106,7 +106,9 @@ def test_store_all_memory_reaches_the_lower_bound(seed):
     assert realized(prof, dp, memory, RATE) == pytest.approx(chain.lower_bound)
 
 
-@pytest.mark.parametrize("seed", range(8))
+@pytest.mark.parametrize(
+    "seed", [*range(4), *(pytest.param(seed, marks=pytest.mark.slow) for seed in range(4, 8))]
+)
 def test_dp_against_the_oracles(seed, capsys):
     prof = chain_profile(seed, 3)
     chain = Chain.from_profile(prof)
@@ -131,7 +133,7 @@ def test_dp_against_the_oracles(seed, capsys):
         )
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(60), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     seed=st.integers(0, 10**6),
     length=st.integers(1, 7),
@@ -203,7 +205,9 @@ def _solved(chain: Chain, memory: int, rate: float, **kwargs):
     return value, None if plan is None else (plan.sequence, plan.offloads, plan.prefetches)
 
 
-@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize(
+    "seed", [*range(3), *(pytest.param(seed, marks=pytest.mark.slow) for seed in range(3, 6))]
+)
 def test_pruning_keeps_the_value_and_the_plan(seed):
     """NOTE [ pofo pruning ]: with a bound, the states whose time so far plus the relaxed lower
     bound exceed a plan known are skipped; the DP's value and plan are those without a bound

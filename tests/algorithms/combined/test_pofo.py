@@ -38,7 +38,7 @@ from memplan.schedule import Op
 from memplan.simulator import simulate_combined
 from tests.oracles.combined import CombinedOracle, window_model_optimum
 from tests.oracles.exhaustive import ChainOracle
-from tests.strategies import extreme_bandwidths, extreme_chains, integer_chain
+from tests.strategies import examples, extreme_bandwidths, extreme_chains, integer_chain
 
 RATE = 1000.0  # one byte per ms
 
@@ -133,7 +133,7 @@ def test_dp_against_the_oracles(seed, capsys):
         print(f"\nseed {seed}: (budget, DP value, simulated, general optimum)", rows)
 
 
-@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(100), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     seed=st.integers(0, 10**6),
     length=st.integers(1, 8),
@@ -230,6 +230,7 @@ def test_auto_is_never_worse_than_50_slots(seed):
         assert memplan.simulate(prof, sched).valid
 
 
+@pytest.mark.slow  # a bundled full-size profile: make test-all
 def test_auto_recovers_rounding_loss_on_resnet34():
     """resnet34@a100 at 25 GB/s, 1.02 GB (the second budget of docs/benchmarks.md's sweep): the
     50-slot grid's best plan is rotor's (30.77 ms); the Theorem 1 DP at 64 slots finds a combined
@@ -320,7 +321,7 @@ def test_prefetch_after_zero_duration_backwards():
         assert other.feasible and sched.makespan == pytest.approx(other.makespan)
 
 
-@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(30), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(prof=extreme_chains(), rate=extreme_bandwidths(), data=st.data())
 def test_extreme_profiles_replay_valid(prof, rate, data):
     """Denormal and zero times, terabyte sizes, 1e3..1e14 B/s: every plan pofo returns replays

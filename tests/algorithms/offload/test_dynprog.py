@@ -35,10 +35,15 @@ from memplan.api import auto_budgets
 from memplan.profile.model import Profile, Stage
 from memplan.profile.synthetic import random_chain
 from tests.oracles.offload import best_fluid, best_real, fluid_makespan, real_makespan
+from tests.strategies import examples
 
 RATES = (1000.0, 2000.0, 3000.0, 7000.0)  # whole bytes per ms
-SETTINGS = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-EXACT = settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+SETTINGS = settings(
+    max_examples=examples(40), deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
+EXACT = settings(
+    max_examples=examples(120), deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
 
 
 @st.composite
@@ -196,7 +201,7 @@ def test_no_wait_schedules_match_the_oracle_on_every_subset():
     assert cases > 500
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(60), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(prof=integral_chains(6), rate=st.sampled_from(RATES), data=st.data())
 def test_problem_1_optimum_bounds_every_algorithm(prof, rate, data):
     inst = OffloadInstance.from_profile(prof, rate)
@@ -210,7 +215,7 @@ def test_problem_1_optimum_bounds_every_algorithm(prof, rate, data):
         assert sched.makespan >= best[0] - 1e-6, algo
 
 
-@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(80), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     prof=integral_chains(8),
     rate=st.sampled_from((1000.0, 2500.0, 7300.0)),
@@ -347,7 +352,7 @@ def test_repair_loop_is_bounded():
     assert auto.details["dp_runs"] <= grids * (1 + dynprog.MAX_REPAIR_RUNS)
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(60), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     prof=integral_chains(8),
     rate=st.sampled_from((1000.0, 2500.0, 7300.0)),

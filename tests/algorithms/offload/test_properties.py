@@ -19,11 +19,13 @@ from hypothesis import strategies as st
 import memplan
 from memplan.algorithms.offload.model import OffloadInstance
 from memplan.simulator import simulate_combined
-from tests.strategies import chains, extreme_bandwidths, extreme_chains
+from tests.strategies import chains, examples, extreme_bandwidths, extreme_chains
 
 ALGORITHMS = ("greedy", "dynprog", "dynprog-best", "vdnn")
 OPTIMIZERS = ("none", "sgd", "adam")
-SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+SETTINGS = settings(
+    max_examples=examples(150), deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
 
 
 rates = st.sampled_from([500.0, 1000.0, 3000.0, 12345.6, 1e6])
@@ -62,7 +64,7 @@ def test_every_schedule_replays_valid_within_budget(prof, rate, data):
             assert math.isclose(sched.overhead, 1.0, rel_tol=1e-9), where
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(40), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(prof=chains(), rate=rates, data=st.data())
 def test_json_round_trip(prof, rate, data):
     inst = OffloadInstance.from_profile(prof, rate)
@@ -74,7 +76,7 @@ def test_json_round_trip(prof, rate, data):
     assert all(("tensor" in op) == (op["stream"] == "transfer") for op in sched.to_dict()["ops"])
 
 
-@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(30), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(prof=extreme_chains(), rate=extreme_bandwidths(), data=st.data())
 def test_extreme_profiles_replay_valid(prof, rate, data):
     """Denormal and zero times, terabyte sizes, 1e3..1e14 B/s: every schedule replays valid within

@@ -141,7 +141,7 @@ def test_pipedream_partition_is_the_best_contiguous_split(seed):
 def resnet_plans():
     prof = memplan.load_profile("resnet18@a100")
     plans = {
-        algo: memplan.solve(prof, algo, "3GB", gpus=4, link_bandwidth="25GB/s", time_limit=8)
+        algo: memplan.solve(prof, algo, "3GB", gpus=4, link_bandwidth="25GB/s", time_limit=2)
         for algo in ALGOS
     }
     return prof, plans

@@ -1,0 +1,67 @@
+"""What ``memplan info`` shows about a profile: :func:`describe` (re-exported by :mod:`memplan.api`)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from memplan.algorithms import FAMILIES
+from memplan.algorithms.timeline import static_memory
+from memplan.profile.io import load_profile
+from memplan.profile.memory import resolve_gradients
+from memplan.profile.model import Profile
+
+
+def describe(
+    profile: Profile | Mapping[str, Any] | str, optimizer: str = "sgd", gradients: str = "auto"
+) -> dict[str, Any]:
+    """What ``memplan info`` shows: the profile's metadata, totals and the memory each family needs.
+
+    ``store_all_memory`` is the budget store-all needs (no recomputation); ``min_memory`` the least
+    budget with which any plan of a family exists: ``chain``, everything recomputed from the
+    input; ``offload``, every activation offloaded (*Optimal GPU-CPU Offloading Strategies*, Euro-Par 2020). ``offload_peak`` is M_peak, the
+    budget above which nothing needs offloading (the store-all need). All include the static
+    memory of ``optimizer``; the chain family's figures are those of its plans for the training
+    loop ``gradients`` (docs/model.md), the others' with the gradients kept. Each family that fits
+    the profile adds its own figures (``Family.describe``).
+    """
+    prof = load_profile(profile)
+    static = static_memory(prof, optimizer)
+    device = prof.device.model_dump(exclude_none=True) if prof.device else None
+    common = {
+        "model": prof.model,
+        "kind": prof.kind,
+        "families": list(prof.families),
+        "stages": prof.length,
+        "batch_size": prof.batch_size,
+        "input_shape": prof.input_shape,
+        "dtype": prof.dtype,
+        "device": device,
+        "bandwidth": prof.bandwidth,
+        "measured": prof.measured.model_dump(exclude_none=True) if prof.measured else None,
+        "weight_size": prof.weight_size,
+        "optimizer": optimizer,
+        "static_memory": static,
+        "lower_bound": prof.lower_bound,
+        "sha256": prof.sha256(),
+    }
+    found: dict[str, Any] = {}
+    for name in prof.families:
+        family = FAMILIES[name]
+        if family.describe is not None:
+            loop = resolve_gradients(prof, gradients) if family.loop_terms else None
+            own = static_memory(prof, optimizer, loop)
+            found = _merge(found, family.describe(prof, own, loop, optimizer))
+    return {**common, **found}
+
+
+def _merge(into: dict[str, Any], more: dict[str, Any]) -> dict[str, Any]:
+    """``into`` with a family's figures: ``min_memory`` entries merged, the stage table last."""
+    table = {k: v for k, v in into.items() if k == "stage_table"}
+    merged = {k: v for k, v in into.items() if k != "stage_table"}
+    for key, value in more.items():
+        if key == "min_memory":
+            merged[key] = {**merged.get(key, {}), **value}
+        else:
+            merged[key] = value
+    return {**merged, **table} if "stage_table" not in more else merged

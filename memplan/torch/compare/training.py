@@ -1,0 +1,451 @@
+"""memplan's plans against the ways users already train in less memory, on real steps.
+
+:func:`compare_training` trains one model, on one batch, each of these ways:
+
+``plain``
+    The model's own training step: ``model(**batch).loss`` for a Hugging Face model (labels
+    given), the chain's loss on ``model(x)`` otherwise (:func:`memplan.torch.linearize`).
+``hf checkpointing``
+    ``model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant":
+    False})`` (``gradient_checkpointing_enable`` before transformers 5.x), for the Hugging Face
+    models that support it: every layer recomputed in the backward.
+``checkpoint_sequential(k)``
+    ``torch.utils.checkpoint.checkpoint_sequential`` in ``k`` segments over memplan's chain of
+    stages (the loss after it), for several ``k``.
+``compile(budget=b)``
+    ``torch.compile`` (Inductor) with ``torch._functorch.config.activation_memory_budget = b``
+    (the min-cut partitioner then recomputes to keep the activations under that fraction);
+    skipped, with the reason, where compiling fails.
+``memplan <algo>``
+    memplan's plans, run by :func:`memplan.torch.checkpointed` on the chain: ``store-all``,
+    ``rotor`` at its least memory, and ``rotor`` with each alternative's measured peak as its
+    budget. With ``loss_chunks``, memplan's chain ends with the language model's head and loss
+    computed in chunks of tokens (:mod:`memplan.torch.split.chunked_loss`) while every other way
+    keeps the model's own loss: what users have.
+
+Each way is measured on the same footing (NOTE [ comparison protocol ]): one measured step for the
+memory (:func:`memplan.torch.measure.allocator_peak.allocator_peak`, the allocator's own count, no code
+shared with memplan's runtime or its other meters) and the gradients (compared with plain
+training's on the same batch, weights and random state), then ``rounds`` timed steps, each way
+once per round; times are ratios to plain training's step in the same round (median over the
+rounds), so that the load of a shared machine cancels out.
+
+NOTE [ comparison protocol ]
+Per way: a warm-up step (compiles, allocator caches), then the measured step: the weights and
+buffers restored to the initial ones, ``zero_grad(set_to_none=True)`` (PyTorch's default loop),
+the random state seeded, the batch copied under the profiler (its free is seen), ``loss =
+way(batch); loss.backward(); optimizer.step()`` (``SGD`` by default; the optimizer's state,
+created by the warm-up, is held from the start as in a loop's steady state). The gradients left
+by that step are compared with
+plain training's: ``equal`` (bit for bit), ``close`` (max relative difference <= 1e-4 of the
+largest gradient of each tensor: fused or reordered kernels), ``differ`` otherwise;
+``torch.compile`` draws dropout masks from another generator than eager PyTorch, so a model with
+active dropout is not compared there (``n/a``). Then ``rounds`` rounds: every way once per round,
+the order rotated from round to round, each step timed with ``time.perf_counter`` from the
+forward to the end of the optimizer step.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+import memplan
+from memplan.errors import InputError
+from memplan.torch.base.device import resolve_device
+from memplan.torch.compare.ways import (
+    SAC,
+    Outcome,
+    Setup,
+    Way,
+    compile_way,
+    default_segments,
+    has_dropout,
+    hf_way,
+    least_memory,
+    make_setup,
+    memplan_way,
+    sequential_way,
+    without_options,
+)
+from memplan.torch.measure.allocator_peak import allocator_peak, profiled_copy
+from memplan.torch.measure.step import make_optimizer
+from memplan.torch.profiler.model import profile_model
+from memplan.torch.split.chunked_loss import chunk_loss, profile_loss_chunks
+
+__all__ = [
+    "DEFAULT_COMPILE_BUDGETS",
+    "Comparison",
+    "Outcome",
+    "compare_training",
+    "default_segments",
+]
+
+DEFAULT_COMPILE_BUDGETS = (0.2,)
+"""``activation_memory_budget`` values tried with ``torch.compile`` by default."""
+GRAD_TOLERANCE = 1e-4
+"""``close``: the largest difference of a gradient, relative to that gradient's largest value."""
+
+Progress = Callable[[str], None]
+
+
+@dataclass
+class Comparison:
+    """What :func:`compare_training` measured: one :class:`Outcome` per way, plain first."""
+
+    model: str
+    batch_size: int | None
+    input_shape: list[int]
+    device: str
+    threads: int
+    rounds: int
+    torch: str
+    outcomes: list[Outcome]
+    optimizer: str = "sgd"
+    profile: Any = None
+    loss_chunks: int | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "format": "memplan-bench/1",
+            "model": self.model,
+            "batch_size": self.batch_size,
+            "input_shape": self.input_shape,
+            "device": self.device,
+            "threads": self.threads,
+            "rounds": self.rounds,
+            "torch": self.torch,
+            "optimizer": self.optimizer,
+            "loss_chunks": self.loss_chunks,
+            "rows": [outcome.to_dict() for outcome in self.outcomes],
+        }
+
+
+# --------------------------------------------------------------------------------------------
+# Measuring
+# --------------------------------------------------------------------------------------------
+
+
+class _Bench:
+    """The model, its optimizer and its initial state; runs one way's step as the protocol says."""
+
+    def __init__(self, setup: Setup, seed: int, optimizer: str) -> None:
+        self.setup = setup
+        self.seed = seed
+        self.params = [p for p in setup.module.parameters() if p.requires_grad]
+        self.optimizer = make_optimizer(optimizer, self.params, lr=0.01)
+        # Kept in host memory: on a GPU, the allocator counts every tensor on the device, and
+        # copies of the weights and of plain training's gradients are not training's memory.
+        self.initial = [_host_copy(t) for t in self._state()]
+        self.reference: list[Tensor | None] | None = None
+
+    def _state(self) -> list[Tensor]:
+        return [*self.setup.module.parameters(), *self.setup.module.buffers()]
+
+    def reset(self) -> None:
+        with torch.no_grad():
+            for tensor, value in zip(self._state(), self.initial, strict=True):
+                tensor.copy_(value)
+        self.optimizer.zero_grad(set_to_none=True)
+        torch.manual_seed(self.seed)
+
+    def step(self, way: Way, x: Tensor) -> None:
+        assert way.loss is not None
+        with way.active():
+            loss = way.loss(x)
+            loss.backward()
+            self.optimizer.step()
+
+    def measured(self, way: Way) -> int:
+        self.reset()
+        batch = profiled_copy(self.setup.x)
+        held: list[Any] = [*self._state(), batch]
+        for state in self.optimizer.state.values():  # made by the warm-up: the steady state
+            held += list(state.values())
+        if self.setup.labels is not None:
+            held.append(self.setup.labels)
+        if way.holds is not None:
+            held += [*way.holds.parameters(), *way.holds.buffers()]
+        peak, _ = allocator_peak(lambda: self.step(way, batch), held, self.setup.x.device)
+        return peak
+
+    def timed(self, way: Way) -> float:
+        self.reset()
+        start = time.perf_counter()
+        self.step(way, self.setup.x)
+        return time.perf_counter() - start
+
+    def gradients(self) -> list[Tensor | None]:
+        return [None if p.grad is None else _host_copy(p.grad) for p in self.params]
+
+    def compare_gradients(self) -> tuple[str, float | None]:
+        assert self.reference is not None
+        worst = 0.0
+        exact = True
+        for p, ref in zip(self.params, self.reference, strict=True):
+            if (p.grad is None) != (ref is None):
+                return "differ", None
+            if ref is None or p.grad is None:
+                continue
+            grad = _host_copy(p.grad)
+            if torch.equal(grad, ref):
+                continue
+            exact = False
+            scale = float(ref.abs().max()) or 1.0
+            worst = max(worst, float((grad - ref).abs().max()) / scale)
+        if exact:
+            return "equal", 0.0
+        return ("close" if worst <= GRAD_TOLERANCE else "differ"), worst
+
+
+def _host_copy(tensor: Tensor) -> Tensor:
+    """A copy of ``tensor`` in host memory (a copy on the CPU too: the original changes)."""
+    return tensor.detach().to("cpu", copy=True)
+
+
+def _first_line(exc: BaseException) -> str:
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    return f"{type(exc).__name__}: {text}"[:200]
+
+
+@contextmanager
+def _threads(threads: int | None) -> Iterator[int]:
+    before = torch.get_num_threads()
+    if threads is not None:
+        torch.set_num_threads(threads)
+    try:
+        yield torch.get_num_threads()
+    finally:
+        torch.set_num_threads(before)
+
+
+def compare_training(  # noqa: C901 - the ways in NOTE [ comparison protocol ]'s order, one branch each
+    model: str | nn.Module,
+    *,
+    example_input: Tensor | None = None,
+    labels: Tensor | None = None,
+    batch_size: int | None = None,
+    input_shape: tuple[int, ...] | None = None,
+    config: str | None = None,
+    device: str = "cpu",
+    threads: int | None = 1,
+    rounds: int = 5,
+    segments: Sequence[int] | None = None,
+    compile_budgets: Sequence[float] = DEFAULT_COMPILE_BUDGETS,
+    algos: Sequence[str] = ("store-all", "rotor"),
+    at_alternatives: bool = True,
+    budgets: Sequence[int] = (),
+    profile: Any = None,
+    repeats: int = 3,
+    seed: int = 0,
+    optimizer: str = "sgd",
+    progress: Progress | None = None,
+    selective: bool = False,
+    fractions: Sequence[float] = (),
+    loss_chunks: int | None = None,
+) -> Comparison:
+    """Train ``model`` plainly, with Hugging Face checkpointing, ``checkpoint_sequential``,
+    ``torch.compile``'s activation memory budget and memplan's plans; measure each.
+
+    Parameters
+    ----------
+    model : str or nn.Module
+        A model name (the zoo's, ``hf:NAME``, ``package.module:factory``) or a module.
+    example_input, labels : Tensor, optional
+        The batch (required with a module); ``labels`` for a Hugging Face model (default: its
+        task's, :func:`memplan.torch.split.hf.default_labels`).
+    batch_size, input_shape, config
+        For a model given by name, as ``memplan profile`` takes them.
+    device : str
+        ``cpu`` or ``cuda``.
+    threads : int or None
+        torch's intra-op threads during the comparison (None: leave them).
+    rounds : int
+        Timed rounds (each way once per round).
+    segments : sequence of int, optional
+        ``checkpoint_sequential`` segment counts (default :func:`default_segments`).
+    compile_budgets : sequence of float
+        ``activation_memory_budget`` values for ``torch.compile`` (empty: no compile).
+    algos : sequence of str
+        memplan's algorithms: ``store-all`` (no recomputation) and ``rotor`` (at its least
+        memory, and at each alternative's measured peak when ``at_alternatives``).
+    budgets : sequence of int
+        Budgets (bytes) at which memplan's rotor is planned and measured too (``at N bytes``).
+    profile : optional
+        A profile of this model and batch (default: profiled here, ``repeats`` timed runs).
+    optimizer : str
+        ``sgd``, ``momentum`` or ``adam`` (:func:`memplan.torch.measure.step.make_optimizer`), for
+        every way; memplan plans for it.
+    progress : callable, optional
+        Called with a line saying what is being done.
+    selective : bool
+        Profile with the stages' selective checkpointing options (``profile_model(...,
+        selective=True)``; a given ``profile`` is used as it is) and add ``memplan rotor+sac``:
+        rotor choosing the options too, at its least memory and at each alternative's peak
+        (``memplan rotor`` then plans on the blocks alone, the options left out).
+    fractions : sequence of float
+        Also ``rotor`` (and ``rotor+sac`` with ``selective``) at these fractions of the way
+        from rotor's least planned memory to store-all's (0: the least, 1: store-all), the same
+        budgets for both: what the options buy where both plan.
+    loss_chunks : int, optional
+        memplan's chain computes a language model's head and loss as one stage in this many
+        chunks of tokens (:mod:`memplan.torch.split.chunked_loss`); a given ``profile`` says its
+        own. The other ways keep the model's own loss.
+
+    Returns
+    -------
+    Comparison
+        Plain first, then the alternatives, then memplan's plans.
+
+    Raises
+    ------
+    InputError
+        A bad model, input or option.
+    """
+    if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < 1:
+        raise InputError(f"rounds {rounds!r}: expected a positive integer")
+    for b in compile_budgets:
+        if not 0.0 <= b <= 1.0:
+            raise InputError(f"compile budget {b!r}: expected a fraction from 0 to 1")
+    note = progress or (lambda _line: None)
+    dev = resolve_device(device)
+    with _threads(threads) as used_threads:
+        setup = make_setup(model, example_input, labels, batch_size, input_shape, config, dev)
+        n = len(setup.chain.stages) - 1
+        for k in segments or ():
+            if not 1 <= k <= n:
+                raise InputError(f"segments {k}: expected 1..{n} (the stages before the loss)")
+        if profile is None:
+            note(f"profiling {setup.label} ({len(setup.chain.stages)} stages)")
+            prof = profile_model(
+                setup.module, example_input=setup.x, device=str(dev), repeats=repeats,
+                name=setup.label, threads=used_threads, selective=selective,
+                loss_chunks=loss_chunks,
+            )  # fmt: skip
+        else:
+            prof = memplan.load_profile(profile)
+        chunks = profile_loss_chunks(prof, loss_chunks)
+        setup.planned = chunk_loss(setup.chain, setup.x, chunks, setup.label)
+        blocks = without_options(prof)  # what rotor plans on without the options
+        ways = [Way(Outcome("plain", "plain"), setup.plain_loss())]
+        ways.append(hf_way(setup))
+        ways += [sequential_way(setup, k) for k in (segments or default_segments(n))]
+        ways += [compile_way(setup, b) for b in compile_budgets]
+        with_sac = selective and blocks is not prof
+        for algo in algos:
+            if algo == "store-all":
+                ways.append(
+                    memplan_way(setup, blocks, "store-all", 2**50, "no recomputation", optimizer)
+                )
+                continue
+            least = least_memory(blocks, algo, optimizer)
+            if least is not None:
+                ways.append(memplan_way(setup, blocks, algo, least, "least memory", optimizer))
+            least = least_memory(prof, algo, optimizer) if with_sac else None
+            if least is not None:
+                ways.append(memplan_way(setup, prof, algo, least, "least memory", optimizer, SAC))
+        if fractions and "rotor" in algos:
+            least = least_memory(blocks, "rotor", optimizer)
+            top = memplan.solve(
+                blocks, "store-all", 2**50, optimizer=optimizer, gradients="at-backward"
+            ).peak_memory
+            for f in fractions:
+                if least is None or top is None or not 0.0 <= f <= 1.0:
+                    raise InputError(f"fractions {f!r}: expected 0..1 (and a rotor plan)")
+                budget = int(least + f * (top - least))
+                setting = f"{budget / 1e6:.1f} MB"
+                ways.append(memplan_way(setup, blocks, "rotor", budget, setting, optimizer))
+                if with_sac:
+                    ways.append(memplan_way(setup, prof, "rotor", budget, setting, optimizer, SAC))
+        for budget in budgets:
+            setting = f"at {budget} bytes"
+            ways.append(memplan_way(setup, blocks, "rotor", budget, setting, optimizer))
+        bench = _Bench(setup, seed, optimizer)
+        dropout = has_dropout(setup.module)
+        for way in ways:
+            if way.loss is None:
+                continue
+            note(f"measuring {way.outcome.name}")
+            _measure(bench, way, dropout)
+        if at_alternatives and "rotor" in algos:
+            extra = []
+            for way in ways:
+                o = way.outcome
+                if o.family in ("memplan",) or o.peak is None:
+                    continue
+                at = memplan_way(
+                    setup, prof if with_sac else blocks, "rotor", o.peak,
+                    f"at {o.name}'s peak", optimizer, SAC if with_sac else "",
+                )  # fmt: skip
+                note(f"measuring {at.outcome.name}")
+                if at.loss is not None:
+                    _measure(bench, at, dropout)
+                extra.append(at)
+            ways += extra
+        measured = [way for way in ways if way.loss is not None and way.outcome.skipped is None]
+        _time_rounds(bench, measured, rounds, note)
+    plain = ways[0].outcome
+    for way in ways:
+        o = way.outcome
+        if o.peak is not None and plain.peak:
+            o.peak_ratio = o.peak / plain.peak
+    return Comparison(
+        model=setup.label,
+        batch_size=int(setup.x.shape[0]) if setup.x.dim() else None,
+        input_shape=[int(d) for d in setup.x.shape[1:]],
+        device=dev.type,
+        threads=used_threads,
+        rounds=rounds,
+        torch=torch.__version__,
+        optimizer=optimizer,
+        outcomes=[way.outcome for way in ways],
+        profile=prof,
+        loss_chunks=chunks,
+    )
+
+
+def _measure(bench: _Bench, way: Way, dropout: bool) -> None:
+    """Warm-up, then the measured step and the gradient check (NOTE [ comparison protocol ])."""
+    o = way.outcome
+    try:
+        for _ in range(way.warmups):
+            bench.reset()
+            bench.step(way, bench.setup.x)
+        o.peak = bench.measured(way)
+    except Exception as exc:  # noqa: BLE001 - a way that cannot run here is reported, not fatal
+        if o.family not in ("compile", "hf-checkpointing"):
+            raise
+        o.skipped = _first_line(exc)
+        way.loss = None
+        return
+    if o.family == "plain":
+        bench.reference = bench.gradients()
+        o.grads, o.grad_error = "equal", 0.0
+    elif o.family == "compile" and dropout:
+        o.grads = "n/a"
+    else:
+        o.grads, o.grad_error = bench.compare_gradients()
+
+
+def _time_rounds(bench: _Bench, ways: list[Way], rounds: int, note: Progress) -> None:
+    """``rounds`` rounds, each way once, the order rotated; ratios to plain in the same round."""
+    samples: list[list[float]] = [[] for _ in ways]
+    for r in range(rounds):
+        note(f"timing round {r + 1}/{rounds}")
+        order = list(range(len(ways)))
+        shift = r % len(ways)
+        order = order[shift:] + order[:shift]
+        for i in order:
+            samples[i].append(bench.timed(ways[i]))
+    plain = samples[0]
+    for way, times in zip(ways, samples, strict=True):
+        way.outcome.time_ratios = [t / p for t, p in zip(times, plain, strict=True)]
+        way.outcome.time_ratio = statistics.median(way.outcome.time_ratios)
+        way.outcome.step_ms = statistics.median(times) * 1000.0

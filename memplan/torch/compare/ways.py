@@ -1,0 +1,289 @@
+"""The ways of training that :func:`memplan.torch.compare.training.compare_training` measures.
+
+Each way is a loss function of the batch over one model set up once (:class:`Setup`): plain
+training, Hugging Face checkpointing, ``checkpoint_sequential``, ``torch.compile`` with an
+activation memory budget, and memplan's plans (the list and the protocol:
+:mod:`memplan.torch.compare.training`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, nullcontext
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+import memplan
+from memplan.errors import InputError
+from memplan.torch.models.hf import is_hf_model
+from memplan.torch.models.registry import build_model
+from memplan.torch.runtime.checkpointed import checkpointed
+from memplan.torch.split.hf import default_labels
+from memplan.torch.split.linearize import Chain, linearize
+
+
+@dataclass
+class Outcome:
+    """One way of training, measured (sizes in bytes).
+
+    Attributes
+    ----------
+    name : str
+        As the table shows it: ``plain``, ``checkpoint_sequential(4)``, ``memplan rotor``...
+    family : str
+        ``plain``, ``hf-checkpointing``, ``checkpoint_sequential``, ``compile``, ``memplan``.
+    setting : str or None
+        The way's parameter: ``k=4``, ``budget=0.2``, ``least memory``, ``at plain's peak``...
+    peak : int or None
+        Measured peak of the step, everything included (None when skipped).
+    peak_ratio : float or None
+        ``peak`` over plain training's.
+    time_ratio : float or None
+        Median over the rounds of the step time over plain training's in the same round.
+    time_ratios : list of float
+        Every round's ratio.
+    step_ms : float or None
+        Median step time (ms), for scale.
+    grads : str
+        ``equal``, ``close``, ``differ`` or ``n/a`` (see NOTE [ comparison protocol ]).
+    grad_error : float or None
+        The largest relative difference found.
+    planned_peak : int or None
+        memplan's planned peak (its schedule's ``peak_memory``).
+    budget : int or None
+        The budget memplan planned for.
+    skipped : str or None
+        Why the way was not measured.
+    """
+
+    name: str
+    family: str
+    setting: str | None = None
+    peak: int | None = None
+    peak_ratio: float | None = None
+    time_ratio: float | None = None
+    time_ratios: list[float] = field(default_factory=list)
+    step_ms: float | None = None
+    grads: str = "n/a"
+    grad_error: float | None = None
+    planned_peak: int | None = None
+    budget: int | None = None
+    skipped: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+# --------------------------------------------------------------------------------------------
+# The model, its batch and its plain step
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Setup:
+    module: nn.Module
+    x: Tensor
+    labels: Tensor | None
+    chain: Chain
+    label: str
+    hf: bool
+    planned: Chain | None = None  # memplan's chain (the loss in chunks), else ``chain``
+
+    def plain_loss(self) -> Callable[[Tensor], Tensor]:
+        if self.hf:
+            return _hf_loss_call(self.module, self.labels)
+        loss_stage = self.chain.stages[-1][1]
+        module = self.module
+        return lambda x: loss_stage(module(x))
+
+
+def _hf_loss_call(model: nn.Module, labels: Tensor | None) -> Callable[[Tensor], Tensor]:
+    import inspect
+
+    input_name = getattr(model, "main_input_name", "input_ids")
+    extra = (
+        {"use_cache": False} if "use_cache" in inspect.signature(model.forward).parameters else {}
+    )
+
+    def call(x: Tensor) -> Tensor:
+        return model(**{input_name: x}, labels=labels, **extra).loss
+
+    return call
+
+
+def make_setup(
+    model: str | nn.Module,
+    example_input: Tensor | None,
+    labels: Tensor | None,
+    batch_size: int | None,
+    input_shape: tuple[int, ...] | None,
+    config: str | None,
+    device: torch.device,
+) -> Setup:
+    if isinstance(model, str):
+        module, x, label = build_model(
+            model, batch_size=batch_size, input_shape=input_shape, config=config
+        )
+        x = x if example_input is None else example_input
+    elif isinstance(model, nn.Module):
+        if example_input is None:
+            raise InputError("compare_training: give example_input with a module")
+        module, x, label = model, example_input, type(model).__name__.lower()
+    else:
+        raise InputError(f"model: expected a name or an nn.Module, got {type(model).__name__}")
+    module.to(device)
+    x = x.to(device)
+    hf = is_hf_model(module)
+    if hf and labels is None:
+        labels = default_labels(module, x)
+    if labels is not None:
+        labels = labels.to(device)
+    module.train()
+    chain = linearize(module, x, labels=labels)
+    for _, stage in chain.stages:
+        stage.to(device)
+    return Setup(module, x, labels, chain, label, hf)
+
+
+# --------------------------------------------------------------------------------------------
+# The ways
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Way:
+    outcome: Outcome
+    loss: Callable[[Tensor], Tensor] | None = None
+    holds: nn.Module | None = None  # what the step keeps besides the model (stage wrappers)
+    active: Callable[[], Any] = nullcontext
+    warmups: int = 1
+
+
+def default_segments(stages: int) -> list[int]:
+    """``checkpoint_sequential`` segment counts tried over a chain of ``stages`` stages before
+    the loss: 2, 4, about the square root (the classic choice) and one segment per stage.
+    """
+    if stages < 2:
+        return []
+    found = {2, 4, max(2, round(math.sqrt(stages))), stages}
+    return sorted(k for k in found if 2 <= k <= stages)
+
+
+@contextmanager
+def _hf_checkpointing(model: nn.Module) -> Iterator[None]:
+    """Hugging Face's checkpointing of every layer: ``activation_checkpointing_enable`` (the
+    name since transformers 5.x), else ``gradient_checkpointing_enable``; non-reentrant.
+    """
+    kwargs = {"use_reentrant": False}
+    hooked = bool(getattr(model, "_require_grads_hooks", None))
+    if hasattr(model, "activation_checkpointing_enable"):
+        model.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
+    else:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
+    try:
+        yield
+    finally:
+        if hasattr(model, "activation_checkpointing_disable"):
+            model.activation_checkpointing_disable()
+        else:
+            model.gradient_checkpointing_disable()
+        # enabling also hooks the input embeddings (their output requires grad), and disabling
+        # leaves the hook: another hook at every step would make a compiled model recompile
+        if not hooked and hasattr(model, "disable_input_require_grads"):
+            model.disable_input_require_grads()
+
+
+def hf_way(setup: Setup) -> Way:
+    outcome = Outcome("hf checkpointing", "hf-checkpointing", "every layer")
+    if not setup.hf:
+        outcome.skipped = "not a Hugging Face model"
+        return Way(outcome)
+    if not getattr(setup.module, "supports_gradient_checkpointing", False):
+        outcome.skipped = f"{type(setup.module).__name__} does not support gradient checkpointing"
+        return Way(outcome)
+    model = setup.module
+    return Way(outcome, setup.plain_loss(), active=lambda: _hf_checkpointing(model))
+
+
+def sequential_way(setup: Setup, k: int) -> Way:
+    from torch.utils.checkpoint import checkpoint_sequential
+
+    body = nn.Sequential(*(module for _, module in setup.chain.stages[:-1]))
+    loss_stage = setup.chain.stages[-1][1]
+
+    def loss(x: Tensor) -> Tensor:
+        return loss_stage(checkpoint_sequential(body, k, x, use_reentrant=False))
+
+    holds = nn.ModuleList(module for _, module in setup.chain.stages)
+    return Way(
+        Outcome(f"checkpoint_sequential({k})", "checkpoint_sequential", f"k={k}"), loss, holds
+    )
+
+
+def compile_backend(budget: float) -> Callable[..., Any]:
+    from torch._inductor.compile_fx import compile_fx
+
+    def backend(graph: Any, example_inputs: Any) -> Any:
+        with torch._functorch.config.patch(activation_memory_budget=budget):
+            return compile_fx(graph, example_inputs)
+
+    return backend
+
+
+def compile_way(setup: Setup, budget: float) -> Way:
+    outcome = Outcome(
+        f"torch.compile, activation_memory_budget={budget:g}", "compile", f"budget={budget:g}"
+    )
+    plain = setup.plain_loss()
+    compiled = torch.compile(plain, backend=compile_backend(budget))
+    return Way(outcome, compiled, warmups=2)
+
+
+def has_dropout(module: nn.Module) -> bool:
+    return any(isinstance(m, nn.modules.dropout._DropoutNd) and m.p > 0 for m in module.modules())
+
+
+SAC = "+sac"
+"""The suffix of memplan's plans that choose the stages' selective checkpointing options."""
+
+
+def without_options(prof: Any) -> Any:
+    """The profile without the stages' options (itself when it has none)."""
+    if not any(st.options for st in prof.stages):
+        return prof
+    stages = [st.model_copy(update={"options": None}) for st in prof.stages]
+    return prof.model_copy(update={"stages": stages})
+
+
+def memplan_way(
+    setup: Setup,
+    prof: Any,
+    algo: str,
+    memory: int,
+    setting: str,
+    optimizer: str,
+    suffix: str = "",
+) -> Way:
+    name = f"memplan {algo}{suffix}" + ("" if setting == "no recomputation" else f" ({setting})")
+    outcome = Outcome(name, "memplan", setting, budget=memory)
+    # every way trains in PyTorch's default loop (zero_grad() sets the gradients to None)
+    sched = memplan.solve(
+        prof, algo=algo, memory=memory, optimizer=optimizer, gradients="at-backward"
+    )
+    if not sched.feasible:
+        least = "" if sched.min_memory is None else f"; least memory {sched.min_memory} bytes"
+        outcome.skipped = f"no {algo} plan fits in {memory} bytes{least}"
+        return Way(outcome)
+    outcome.planned_peak = sched.peak_memory
+    chain = setup.chain if setup.planned is None else setup.planned
+    wrapped = checkpointed(chain, sched, profile=prof)
+    return Way(outcome, wrapped, holds=wrapped)
+
+
+def least_memory(prof: Any, algo: str, optimizer: str) -> int | None:
+    probe = memplan.solve(prof, algo=algo, memory=1, optimizer=optimizer, gradients="at-backward")
+    return probe.min_memory

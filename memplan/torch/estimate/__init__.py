@@ -1,0 +1,1 @@
+"""Estimate GPU times from operator counts (a roofline per aten operator)."""

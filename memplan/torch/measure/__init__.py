@@ -1,0 +1,1 @@
+"""Measure what a plan needs: probes, allocator peaks, timing, bandwidth, conditions, tensor-level runs."""

@@ -1,0 +1,115 @@
+"""The peak of a training step from the allocator's own running total, for comparisons.
+
+:func:`allocator_peak` is the meter of :mod:`memplan.torch.compare.training`. It shares no code with the
+profiler's probes nor with :func:`memplan.torch.measure.step.measure_step` (which replays the
+allocator's events by address): a benchmark that pits memplan against other ways of training
+should not measure them with memplan's own bookkeeping.
+
+* CUDA: ``torch.cuda.max_memory_allocated`` after ``reset_peak_memory_stats`` (the caching
+  allocator's count of every block handed out).
+* CPU: the CPU allocator reports, with every allocation and free made while ``torch.profiler``
+  records memory, its running total of the bytes it has handed out (``total_allocated``, kept by
+  c10's ``ProfiledCPUMemoryReporter``). The step's peak is the largest of these totals less the
+  total just before the step's first event, plus the bytes held when the step starts (the
+  distinct storages of the tensors the caller names: weights, buffers, the batch).
+
+Blocks allocated while no profiler recorded memory and freed during the step are not reported to
+the reporter: the CPU meter then over-counts from their free on. Give the step a batch copied
+under the profiler (:func:`profiled_copy`) and free the gradients before the step
+(``zero_grad(set_to_none=True)``): what a step frees is then either made during it or reported.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any, TypeVar
+
+import torch
+from torch import Tensor
+
+__all__ = ["allocator_peak", "distinct_bytes", "profiled_copy"]
+
+T = TypeVar("T")
+
+
+def distinct_bytes(tensors: Iterable[Any]) -> int:
+    """Bytes of the distinct storages of ``tensors`` (non-tensors and ``None`` skipped)."""
+    seen: dict[int, int] = {}
+    for tensor in tensors:
+        if not isinstance(tensor, Tensor):
+            continue
+        try:
+            storage = tensor.untyped_storage()
+            ptr = storage.data_ptr()
+        except (RuntimeError, NotImplementedError):
+            continue
+        if ptr:
+            seen[ptr] = storage.nbytes()
+    return sum(seen.values())
+
+
+def _recording() -> torch.profiler.profile:
+    import os
+
+    os.environ.setdefault("KINETO_LOG_LEVEL", "6")  # Kineto's two lines per session, silenced
+    return torch.profiler.profile(
+        activities=[torch.profiler.ProfilerActivity.CPU], profile_memory=True
+    )
+
+
+def profiled_copy(tensor: Tensor) -> Tensor:
+    """A copy of ``tensor`` allocated while the profiler records memory (its free is reported)."""
+    with _recording():
+        return tensor.clone()
+
+
+def _allocation_totals(prof: torch.profiler.profile) -> list[tuple[int, int, int]]:
+    """(time ns, +/- bytes, running total after it) of every CPU allocation event."""
+    from torch._C._profiler import _EventType
+
+    found = []
+    stack = list(prof.profiler.kineto_results.experimental_event_tree())
+    while stack:
+        node = stack.pop()
+        stack.extend(node.children)
+        if node.tag != _EventType.Allocation:
+            continue
+        fields = node.extra_fields
+        if fields.device.type != "cpu":
+            continue
+        found.append((int(node.start_time_ns), int(fields.alloc_size), int(fields.total_allocated)))
+    found.sort(key=lambda event: event[0])
+    return found
+
+
+def allocator_peak(
+    step: Callable[[], T], held: Iterable[Any], device: torch.device
+) -> tuple[int, T]:
+    """Run ``step`` and return ``(peak bytes, its result)`` by the allocator's own count.
+
+    Parameters
+    ----------
+    step : callable
+        One training step (forward, backward, optimizer step).
+    held : iterable of Tensor
+        On CPU: what is in memory when the step starts (weights, buffers, gradients and optimizer
+        state if any, the batch); each storage counted once. Ignored on CUDA, where the allocator
+        counts everything on the device.
+    device : torch.device
+        Where the step runs.
+    """
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+        torch.cuda.reset_peak_memory_stats(device)
+        result = step()
+        torch.cuda.synchronize(device)
+        return int(torch.cuda.max_memory_allocated(device)), result
+    start = distinct_bytes(held)
+    with _recording() as prof:
+        result = step()
+    events = _allocation_totals(prof)
+    if not events:
+        return start, result
+    _, first_bytes, first_total = events[0]
+    before = first_total - first_bytes
+    return start + max(0, max(total for _, _, total in events) - before), result

@@ -1,0 +1,1 @@
+"""Which model a name means: the model registry, example inputs, Hugging Face building, join networks."""

@@ -1,0 +1,1 @@
+"""Profile a model: orchestrate linearizing, measuring and estimating into a memplan profile."""

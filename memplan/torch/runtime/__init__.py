@@ -1,0 +1,1 @@
+"""Run training under a plan: the planned iteration, transfers, recomputation, selective policies."""

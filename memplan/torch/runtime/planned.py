@@ -1,0 +1,272 @@
+"""``memplan.torch.enable``: train a model under a plan, called exactly as before.
+
+``model = memplan.torch.enable(model, memory="8GB", example_input=batch)`` profiles the model on
+the example batch (or takes ``profile=``), solves for the budget, and installs the plan on the
+model itself, which is returned: ``model(**batch).loss``, ``model(x)`` and any loop around them
+(gradient accumulation, ``torch.autocast`` with a ``GradScaler``, DDP, ``transformers.Trainer``,
+Lightning) train under the plan, with every batch's own inputs, labels and loss.
+
+NOTE [ Following the model's own forward ]
+------------------------------------------
+The runtime (:class:`memplan.torch.runtime.iteration.PlannedIteration`) needs the boundaries of the chain's
+stages in the model's forward. Two ways, chosen by how the model was cut
+(:func:`memplan.torch.split.linearize.linearize`):
+
+* **Hooks** (Hugging Face models and every model cut at a run of repeated blocks,
+  :mod:`memplan.torch.split.repeated`): the model's own ``forward`` runs, with every argument the
+  caller gives (attention masks with padding, position ids, labels, ``num_items_in_batch``...);
+  module hooks mark the stages: the part before the first block (``embedding``/``stem``: from
+  the model's call to the first block's), each block (its call), the head (from the last
+  block's return to the return of the module giving the model's output, ``lm_head``). What a
+  block reads besides its hidden state (masks, rotary embeddings) is the model's own for that
+  batch; a recomputation calls the block again with those same arguments, the part before the
+  first block by the model's own ``forward`` with the step's arguments (stopped at the first
+  block), the head by the module calls recorded during the step. The loss is the model's (HF
+  ``labels``) or the caller's.
+* **Stages** (the models :func:`linearize` cuts by their structure: ResNets, DenseNets,
+  Inception, VGG/MobileNetV2, ``nn.Sequential``, ``memplan_stages()``): ``model.forward`` is
+  replaced by the chain of stages (checked, when cut, to give the model's output), which takes
+  the model's one input and returns its output; the loss is the caller's.
+
+Either way the model's class, parameters, buffers and ``state_dict`` are untouched;
+:func:`disable` removes the hooks.
+
+NOTE [ Smaller batches fit ]
+----------------------------
+A plan is made for the profiled batch (the profile records ``batch_size`` and ``input_shape``).
+Every tensor a stage stores or allocates grows with the batch and with the sequence (linearly,
+or quadratically for attention scores), so the same operations on a batch no larger in any
+dimension hold no more at any instant, and the plan's peak bounds them: a smaller last batch, or
+shorter sequences, train under the plan. A larger batch is refused before the step starts (an
+:class:`~memplan.InputError` naming both shapes): profile and plan for the largest batch.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+import memplan
+from memplan.errors import InputError
+from memplan.schedule import Schedule, load_schedule
+from memplan.torch.models.hf import is_hf_model
+from memplan.torch.runtime.checkpointed import check_schedule
+from memplan.torch.runtime.hooks import ModelHooks
+from memplan.torch.runtime.planned_model import PLAN_ATTRIBUTE, PlannedModel
+from memplan.torch.split.hf import hf_stages
+from memplan.torch.split.linearize import linearize, traces_its_input
+from memplan.torch.split.repeated import find_repeated_blocks
+
+# ------------------------------------------------------------------------------------------------
+# Stages: the chain replaces the model's forward
+# ------------------------------------------------------------------------------------------------
+
+__all__ = ["Target", "apply_plan", "disable", "install", "planned", "prepare"]
+
+
+def _install_stages(planned: PlannedModel, stages: list[tuple[str, nn.Module]]) -> None:
+    model = planned.model
+    original = model.forward
+    modules = [module for _, module in stages]
+
+    @functools.wraps(original)
+    def forward(*args: Any, **kwargs: Any) -> Any:
+        if not torch.is_grad_enabled() or planned._recomputing:
+            return original(*args, **kwargs)
+        if len(args) != 1 or kwargs or not isinstance(args[0], Tensor):
+            raise InputError(
+                f"{type(model).__name__} under a memplan plan takes one tensor (its chain's "
+                "input), as when it was profiled"
+            )
+        x = args[0]
+        it = planned._iteration(x)
+        try:
+            for k, module in enumerate(modules):
+                x = module(it.begin(k, x, planned._recompute(module), module))
+                it.end(k, x)
+        except BaseException:
+            it.abort()
+            raise
+        return x
+
+    object.__setattr__(model, "forward", forward)
+
+
+# ------------------------------------------------------------------------------------------------
+# enable
+# ------------------------------------------------------------------------------------------------
+
+
+def _example(model: nn.Module, example_input: Any) -> tuple[Tensor, Tensor | None, int | str]:
+    """The chain input, the labels and where the model takes its input, from an example."""
+    main = getattr(model, "main_input_name", None) if is_hf_model(model) else None
+    if isinstance(example_input, Tensor):
+        return example_input, None, main or 0
+    if isinstance(example_input, Mapping):
+        names = [main] if main else [k for k, v in example_input.items() if isinstance(v, Tensor)]
+        name = next((n for n in names if isinstance(example_input.get(n), Tensor)), None)
+        if name is None:
+            raise InputError(
+                f"example_input: no {main or 'tensor'} in the batch (keys: "
+                f"{', '.join(map(str, example_input))})"
+            )
+        return example_input[name], example_input.get("labels"), name
+    if (
+        isinstance(example_input, Sequence)
+        and example_input
+        and isinstance(example_input[0], Tensor)
+    ):
+        return example_input[0], None, 0
+    raise InputError(
+        "example_input: expected a tensor, a batch mapping (input_ids, labels...) or a tuple "
+        f"whose first element is the input, got {type(example_input).__name__}"
+    )
+
+
+def _layout(model: nn.Module, x0: Tensor) -> tuple[str, Any, list[str], list[bool]]:
+    """How to follow the model: ``("hooks", RepeatedBlocks, ...)`` or ``("stages", stages,
+    ...)``, with the chain's stage names (the loss last) and in-place flags.
+    """
+    if traces_its_input(model):
+        found = hf_stages(model, x0) if is_hf_model(model) else find_repeated_blocks(model, x0)
+        names = [name for name, _ in found.stages] + ["loss"]
+        return "hooks", found, names, [*found.inplace, False]
+    chain = linearize(model, x0)
+    stages = chain.stages[:-1]
+    return "stages", stages, chain.names, chain.inplace or [False] * len(chain.names)
+
+
+def planned(model: nn.Module) -> PlannedModel | None:
+    """The plan :func:`enable` installed on ``model`` (None when there is none)."""
+    return getattr(model, PLAN_ATTRIBUTE, None)
+
+
+def disable(model: nn.Module) -> nn.Module:
+    """Remove the plan :func:`enable` installed; the model trains plainly again."""
+    found = planned(model)
+    if found is not None:
+        found.remove()
+    return model
+
+
+@dataclass
+class Target:
+    """A model made ready for a plan: its chain input, how the plan follows it, its stages."""
+
+    model: nn.Module
+    x0: Tensor
+    input_key: int | str
+    how: str
+    layout: Any
+    names: list[str]
+    inplace: list[bool]
+
+
+def prepare(model: nn.Module, example_input: Any, *, required: bool = False) -> Target:
+    """Check the model, remove a plan installed before, and find how a plan follows it.
+
+    Raises
+    ------
+    InputError
+        Not an ``nn.Module``, Hugging Face checkpointing on, no ``example_input`` (when
+        ``required``) or one the model does not take, or a model memplan cannot cut.
+    """
+    _check_model(model)
+    disable(model)
+    if required and example_input is None:
+        raise InputError("enable: example_input (the largest batch) is required")
+    x0, _, input_key = _example(model, example_input)
+    how, layout, names, inplace = _layout(model, x0)
+    return Target(model, x0, input_key, how, layout, names, inplace)
+
+
+def install(target: Target, schedule: Schedule, profile: Any) -> nn.Module:
+    """Install ``schedule`` (made from ``profile``) on the prepared model, which is returned.
+
+    Raises
+    ------
+    InputError
+        The profile's stages are not the model's, or the schedule does not fit them.
+    """
+    _check_profile(profile, target.names)
+    return _install(
+        target.model, schedule, profile, target.how, target.layout, target.names,
+        target.inplace, target.input_key,
+    )  # fmt: skip
+
+
+def apply_plan(
+    model: nn.Module, schedule: Schedule | Mapping[str, Any] | str, profile: Any, example_input: Any
+) -> nn.Module:
+    """Install a plan made already (``memplan solve``'s) on ``model``: :func:`enable` without
+    the profiling and the solving. ``profile`` is the one the plan was made from, on a batch
+    like ``example_input``.
+
+    Raises
+    ------
+    InputError
+        The schedule, the profile and the model's chain do not match (stages, sha256), or the
+        schedule does not replay on the profile.
+    """
+    target = prepare(model, example_input)
+    return install(target, load_schedule(schedule), memplan.load_profile(profile))
+
+
+def _check_model(model: Any) -> None:
+    if not isinstance(model, nn.Module):
+        raise InputError(f"enable: expected an nn.Module, got {type(model).__name__}")
+    flag = "is_activation_checkpointing"  # transformers >= 5 (is_gradient_checkpointing before)
+    flag = flag if hasattr(type(model), flag) else "is_gradient_checkpointing"
+    if getattr(model, flag, False):
+        raise InputError(
+            f"{type(model).__name__} has Hugging Face gradient checkpointing on: memplan's plan "
+            "replaces it; call model.gradient_checkpointing_disable() first"
+        )
+
+
+def _check_profile(prof: Any, names: list[str]) -> None:
+    if [s.name for s in prof.stages] != names:
+        raise InputError(
+            f"the profile ({prof.model}) has stages {[s.name for s in prof.stages]}, the model "
+            f"{names}: profile this model"
+        )
+
+
+def _install(
+    model: nn.Module,
+    sched: Schedule,
+    prof: Any,
+    how: str,
+    layout: Any,
+    names: list[str],
+    inplace: list[bool],
+    input_key: int | str,
+) -> nn.Module:
+    check_schedule(sched, names, prof)
+    plan = PlannedModel(model, sched, prof, names, inplace)
+    config = getattr(model, "config", None)
+    if getattr(config, "use_cache", False):
+        config.use_cache = False  # a KV cache is for generation (HF's checkpointing does this too)
+    if how == "hooks":
+        if layout.head_by == "fx" and sched_recomputes(sched, len(names) - 2):
+            raise InputError(
+                f"the {sched.algorithm} plan recomputes the head of {type(model).__name__}, "
+                "which its forward computes with other code than module calls: give a larger "
+                "budget"
+            )
+        plan.how = "hooks"
+        ModelHooks(plan, layout, input_key)
+    else:
+        _install_stages(plan, layout)
+    object.__setattr__(model, PLAN_ATTRIBUTE, plan)
+    return model
+
+
+def sched_recomputes(schedule: Schedule, stage: int) -> bool:
+    """Whether the plan computes ``stage`` more than once."""
+    return sum(op.stage == stage and op.op.startswith("F") for op in schedule.ops) > 1

@@ -1,0 +1,139 @@
+"""A plan installed on a model: :class:`PlannedModel`, what :func:`memplan.torch.planned` returns.
+
+How the plan follows the model's forward: NOTE [ Following the model's own forward ] in
+:mod:`memplan.torch.runtime.planned`.
+"""
+
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from memplan.errors import InputError
+from memplan.schedule import Schedule
+from memplan.torch.base.storage import storage_key
+from memplan.torch.runtime.iteration import PlannedIteration
+from memplan.torch.runtime.plan import RuntimeCounters, RuntimePlan, planned_forward_counts
+from memplan.torch.runtime.slots import autocast_state
+
+PLAN_ATTRIBUTE = "_memplan_plan"
+
+
+class PlannedModel:
+    """A plan installed on a model (:func:`enable`); ``planned(model)`` returns it.
+
+    Attributes
+    ----------
+    schedule : Schedule
+        The plan.
+    profile : Profile
+        The profile it was made from (``batch_size``, ``input_shape``: the largest batch it
+        serves).
+    names : list of str
+        The chain's stages, the loss last.
+    counters : RuntimeCounters
+        What the last training step did (forward computations per stage, bytes held).
+    how : str
+        ``hooks`` or ``stages`` (NOTE [ Following the model's own forward ]).
+    """
+
+    def __init__(
+        self,
+        model: nn.Module,
+        schedule: Schedule,
+        profile: Any,
+        names: list[str],
+        inplace: list[bool],
+    ) -> None:
+        self.model = model
+        self.schedule = schedule
+        self.profile = profile
+        self.names = names
+        self.plan = RuntimePlan(schedule, len(names))
+        self.inplace = inplace
+        self.counters = RuntimeCounters()
+        self.how = "stages"
+        self._handles: list[Any] = []
+        self._streams: dict[Any, Any] = {}
+        self._recomputing = 0
+        self._autocast = autocast_state(_device_of(model))
+        measured = getattr(profile, "measured", None)
+        recorded = (getattr(measured, "extra", None) or {}).get("autocast")
+        self._profiled = recorded or describe_autocast(self._autocast)
+        self._warned = False
+
+    def planned_forward_counts(self) -> list[int]:
+        """Forward operations per stage in the plan."""
+        return planned_forward_counts(self.schedule, len(self.names))
+
+    def remove(self) -> None:
+        """Uninstall the plan: the model trains plainly again."""
+        for handle in self._handles:
+            handle.remove()
+        self._handles = []
+        if "forward" in vars(self.model):
+            del self.model.forward
+        if getattr(self.model, PLAN_ATTRIBUTE, None) is self:
+            delattr(self.model, PLAN_ATTRIBUTE)
+
+    # -- a step ----------------------------------------------------------------------------
+    def _check_batch(self, x0: Tensor) -> None:
+        prof = self.profile
+        planned = (prof.batch_size, *prof.input_shape) if prof.batch_size else None
+        if planned is None:
+            return
+        shape = tuple(x0.shape)
+        if len(shape) != len(planned) or any(a > b for a, b in zip(shape, planned, strict=True)):
+            raise InputError(
+                f"batch of shape {list(shape)}: the plan was made for {list(planned)} "
+                f"({prof.model}), and a larger batch or sequence needs more memory than planned; "
+                "call memplan.torch.enable(model, ..., example_input=<the largest batch>) again"
+            )
+        now = describe_autocast(autocast_state(x0.device))
+        if now != self._profiled and not self._warned:
+            self._warned = True
+            warnings.warn(
+                f"memplan: the plan was profiled with autocast {self._profiled} and this step "
+                f"runs with {now}: the sizes differ from the plan's; call "
+                "memplan.torch.enable inside the same torch.autocast context as the training",
+                stacklevel=4,
+            )
+
+    def _iteration(self, x0: Tensor) -> PlannedIteration:
+        self._check_batch(x0)
+        self.counters = RuntimeCounters.for_stages(len(self.names))
+        keys = (storage_key(t) for t in [*self.model.parameters(), *self.model.buffers()])
+        static = {key[0] for key in keys if key is not None}
+        return PlannedIteration(
+            self.plan, x0, static, self.counters, self._streams,
+            virtual={len(self.names) - 1}, input_transfers=False, inplace=self.inplace,
+            names=self.names,
+        )  # fmt: skip
+
+    def _recompute(self, function: Callable[[Tensor], Tensor]) -> Callable[[Tensor], Tensor]:
+        """A stage function that the hooks let through (a recomputation is not a step)."""
+
+        def run(x: Tensor) -> Tensor:
+            self._recomputing += 1
+            try:
+                return function(x)
+            finally:
+                self._recomputing -= 1
+
+        return run
+
+
+def describe_autocast(state: list[tuple[str, bool, torch.dtype, bool]]) -> str:
+    on = [
+        f"{kind}:{str(dtype).removeprefix('torch.')}"
+        for kind, enabled, dtype, _ in state
+        if enabled
+    ]
+    return ", ".join(on) if on else "off"
+
+
+def _device_of(model: nn.Module) -> torch.device:
+    first = next(iter(model.parameters()), None)
+    return first.device if first is not None else torch.device("cpu")

@@ -1,0 +1,544 @@
+"""Cut any model built as "something, a run of repeated blocks, something" into a chain.
+
+Most models people train are a stack of identical blocks between an input part and an output
+part: transformers (embeddings, N decoder or encoder blocks, final norm and head), ViTs, ResNets
+and ConvNeXts (stem, blocks, pooling and classifier). :func:`repeated_block_stages` finds the
+blocks by running the model once and cuts it into
+
+* ``embedding`` (token ids in) or ``stem`` (anything else): everything the model computes before
+  the first block;
+* one stage per block (named by its module path, e.g. ``h.0`` or ``layer3.4``);
+* ``head``: everything after the last block, up to the model's output;
+
+with no help from the model's author (no ``memplan_stages()``). The caller
+(:func:`memplan.torch.split.linearize.linearize`) adds the loss and checks that the chain reproduces the
+model's output.
+
+NOTE [ Finding the run of blocks ]
+----------------------------------
+One forward pass in eval mode without gradients, with hooks on every module, records each module
+call: its *primary input* (its first tensor argument), the other arguments, and its *primary
+output* (the tensor it returns, or the first element of a tuple whose other elements are not
+tensors). A call *feeds* another when the other's primary input is its output (the same tensor, or
+a view of it with the same storage, offset, shape and strides). A *block* is a child of an
+``nn.ModuleList`` or ``nn.Sequential``; the run is the longest sequence of block calls, each fed by
+the previous one. Runs may cross containers (``layer1.2`` feeds ``layer2.0`` in a ResNet) and the
+finest run wins (the blocks of a ConvNeXt stage rather than its four stages).
+
+NOTE [ Stage wrappers ]
+-----------------------
+A chain stage reads one tensor. What else a block reads (HF attention masks, rotary position
+embeddings, position ids; ``use_cache`` is off) is recorded during the tracing pass and held by the
+stage wrapper as non-persistent buffers (static memory, like the model's own buffers). (The
+stage wrappers serve the profiler and the chain API; :mod:`memplan.torch.enable` follows the
+model's own forward instead, where every block call gets that batch's arguments.) This is
+only right when those values are the same for every batch of the same shape, so every tensor
+operation of the tracing pass is followed (a ``TorchFunctionMode``): an extra argument computed
+from a parameter, from a block's output or from the *values* of the model's input (not merely its
+shape) is an ``InputError``: the model is not a chain of these blocks. A wrapper also refuses a
+hidden state of another shape than the traced one when it holds such extras.
+
+The stage before the first block runs the model's own ``forward`` and stops it, by an exception
+raised from a pre-hook of the first block, when the block is reached: whatever the model computes
+first (token and position embeddings, patch embedding with a class token...) is computed exactly
+as the model does it. Its parameters are those of the modules called before the first block plus
+those the model's own ``forward`` uses directly (a ViT's class token and position embedding).
+
+The head is found by walking back from the model's output through module calls (a call's input
+may be a view of the previous call's output, e.g. ``x[:, 0]``: the wrapper redoes the view with
+``as_strided``); when something else stands between (a functional ``x.mean(1)``), by a
+``torch.fx`` trace of the model's forward with the blocks and every other module as leaves, from
+which the nodes after the last block are cut out.
+
+Examples
+--------
+>>> import torch
+>>> from torch import nn
+>>> class Net(nn.Module):
+...     def __init__(self):
+...         super().__init__()
+...         self.embed = nn.Embedding(50, 16)
+...         self.blocks = nn.ModuleList(nn.Sequential(nn.LayerNorm(16), nn.Linear(16, 16))
+...                                     for _ in range(3))
+...         self.head = nn.Linear(16, 50)
+...     def forward(self, ids):
+...         x = self.embed(ids)
+...         for block in self.blocks:
+...             x = x + block(x)
+...         return self.head(x)
+>>> # The residual add happens outside the blocks: they do not feed each other, no run of 3.
+>>> class Block(nn.Module):
+...     def __init__(self):
+...         super().__init__()
+...         self.ff = nn.Sequential(nn.LayerNorm(16), nn.Linear(16, 16))
+...     def forward(self, x):
+...         return x + self.ff(x)
+>>> class Net2(Net):
+...     def __init__(self):
+...         super().__init__()
+...         self.blocks = nn.ModuleList(Block() for _ in range(3))
+...     def forward(self, ids):
+...         x = self.embed(ids)
+...         for block in self.blocks:
+...             x = block(x)
+...         return self.head(x)
+>>> stages = repeated_block_stages(Net2(), torch.randint(0, 50, (2, 8)))
+>>> [name for name, _ in stages]
+['embedding', 'blocks.0', 'blocks.1', 'blocks.2', 'head']
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from memplan.errors import InputError
+from memplan.torch.split.stages import eval_mode, first_line, outputs_match, run_stages
+from memplan.torch.split.trace import (
+    FROM_INPUT,
+    FROM_PARAM,
+    MAX_RUNS_TRIED,
+    ModelCall,
+    TracedCall,
+    Tracer,
+    ViewSpec,
+    call_model,
+    model_output,
+)
+from memplan.torch.split.wrappers import BlockCall, PrefixStage, ViewStage
+
+__all__ = ["RepeatedBlocks", "find_repeated_blocks", "repeated_block_stages"]
+
+# ------------------------------------------------------------------------------------------------
+# The run, the prefix and the head
+# ------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class RepeatedBlocks:
+    """What :func:`find_repeated_blocks` found: the chain's stages and how they were cut.
+
+    Attributes
+    ----------
+    stages : list of (str, nn.Module)
+        ``embedding``/``stem`` (when the model computes something before its first block), one
+        stage per block, ``head`` (when something follows the last block).
+    blocks : list of str
+        The module paths of the blocks.
+    head_by : str
+        ``calls`` (module calls after the last block), ``fx`` (a ``torch.fx`` trace) or ``none``.
+    output : Tensor
+        The chain's output on the example input (eval mode, no gradients): the model's output.
+    inplace : list of bool
+        Per stage, whether it modified its input in place on the example input.
+    block_modules, block_keys : list
+        The blocks' modules and where each takes the hidden state (argument index or name): what
+        :mod:`memplan.torch.enable` hooks to follow the model's own forward.
+    head_modules : list of nn.Module
+        The modules the head calls, in order (``head_by == "calls"``).
+    output_module : nn.Module, optional
+        The module whose call returns the model's output (the end of the head), when one does.
+    prefix : bool
+        Whether the first stage is the part of the model's forward before the first block.
+    """
+
+    stages: list[tuple[str, nn.Module]]
+    blocks: list[str]
+    head_by: str
+    output: Tensor | None = None
+    inplace: list[bool] = field(default_factory=list)
+    block_modules: list[nn.Module] = field(default_factory=list)
+    block_keys: list[int | str] = field(default_factory=list)
+    head_modules: list[nn.Module] = field(default_factory=list)
+    output_module: nn.Module | None = None
+    prefix: bool = False
+
+
+def _usable(run: list[TracedCall]) -> bool:
+    """A run inside one block call (an MLP ``nn.Sequential`` inside a transformer block) is a
+    chain only when it is all that block does: the block's input is the run's input and its
+    output the run's output (a wrapper around the blocks). Runs across blocks are kept.
+    """
+    shared = set.intersection(*({id(p) for p in c.parents if p.is_block} for c in run))
+    if not shared:
+        return True
+    first, last = run[0], run[-1]
+    inner = next(p for p in reversed(first.parents) if id(p) in shared)
+    feeds_out = any(p is last and v is None for p, v in inner.output_producers)
+    return feeds_out and first.input_id is not None and first.input_id == inner.input_id
+
+
+def _runs(calls: list[TracedCall]) -> list[list[TracedCall]]:
+    """The usable runs of blocks (see :func:`_usable`): for each block call the longest run
+    ending there; longest first, then outermost, then earliest.
+    """
+    best: dict[int, tuple[int, TracedCall | None]] = {}
+    for call in calls:
+        if not call.is_block or not call.has_output or call.key is None:
+            continue
+        length, prev = 1, None
+        for producer, view in call.producers:
+            if producer is None or view is not None or id(producer) not in best:
+                continue
+            if best[id(producer)][0] + 1 > length:
+                length, prev = best[id(producer)][0] + 1, producer
+        best[id(call)] = (length, prev)
+    by_id = {id(c): c for c in calls}
+    runs = []
+    for end in best:
+        run = [by_id[end]]
+        while best[id(run[-1])][1] is not None:
+            run.append(best[id(run[-1])][1])
+        if len(run) >= 2 and _usable(run[::-1]):
+            runs.append(run[::-1])
+    # a run ending at a block and the same run ending earlier: only the longest is kept
+    runs.sort(key=lambda r: (-len(r), r[0].depth, r[0].start))
+    kept: list[list[TracedCall]] = []
+    seen: set[int] = set()
+    for run in runs:
+        if id(run[-1]) not in seen:
+            kept.append(run)
+            seen.update(id(c) for c in run)
+    return kept[:MAX_RUNS_TRIED]
+
+
+def _relative_names(names: list[str]) -> list[str]:
+    """Block paths without the dotted prefix they share above their container (``transformer.h.0``
+    -> ``h.0``; ``layer1.0`` .. ``layer4.2`` stay).
+    """
+    parts = [n.split(".") for n in names]
+    common = 0
+    while all(len(p) > common + 2 for p in parts) and len({p[common] for p in parts}) == 1:
+        common += 1
+    return [".".join(p[common:]) for p in parts]
+
+
+def _leaf_kinds(call: TracedCall) -> list[str]:
+    what = []
+    for kind in call.taints.values():
+        if kind & FROM_PARAM:
+            what.append("the parameters or activations")
+        elif kind & FROM_INPUT:
+            what.append("the values of the input")
+    return what
+
+
+def _check_extras(kind: str, call: TracedCall) -> None:
+    what = _leaf_kinds(call)
+    if what:
+        raise InputError(
+            f"cannot linearize {kind}: {call.name} ({type(call.module).__name__}) also reads a "
+            f"tensor computed from {what[0]}, not only the previous stage's output: the model "
+            "is not a chain of these blocks; give it a memplan_stages() method"
+        )
+
+
+def _prefix(
+    kind: str, model: nn.Module, call: ModelCall, tracer: Tracer, first: TracedCall
+) -> PrefixStage:
+    if any(c.module is first.module and c.start < first.start for c in tracer.calls):
+        raise InputError(
+            f"cannot linearize {kind}: its first block {first.name} is also called before the run"
+        )
+    open_ids = {id(c) for c in first.parents}
+    parts: dict[str, nn.Module] = {}
+    for c in tracer.calls:
+        if c.start >= first.start:
+            break
+        enclosing = c.parents[-1] if c.parents else None
+        if c.end < first.start and (enclosing is None or id(enclosing) in open_ids):
+            parts.setdefault(c.name, c.module)
+    owned = {id(t) for m in parts.values() for t in [*m.parameters(), *m.buffers()]}
+    params: dict[int, nn.Parameter] = {}
+    buffers: dict[int, Tensor] = {}
+    for time, stack, tensor in tracer.direct:
+        if time >= first.start or (stack and id(stack[-1]) not in open_ids):
+            continue
+        if id(tensor) in owned:
+            continue
+        if isinstance(tensor, nn.Parameter):
+            params.setdefault(id(tensor), tensor)
+        else:
+            buffers.setdefault(id(tensor), tensor)
+    ancestors = [c.module for c in first.parents]
+    assert first.key is not None
+    return PrefixStage(
+        model, call, first.module, first.key, parts, list(params.values()),
+        list(buffers.values()), ancestors,
+    )  # fmt: skip
+
+
+def _head_by_calls(
+    kind: str, last: TracedCall, final: list[tuple[TracedCall | None, ViewSpec | None]]
+) -> list[nn.Module] | None:
+    """Module calls from the last block's output to the model's output, in forward order (each
+    preceded by the view of the previous output it reads, if any); None when something other than
+    module calls and views stands between.
+    """
+    backward: list[nn.Module] = []  # the steps from the output back to the last block
+    producers = final
+    while True:
+        for producer, view in producers:
+            if producer is last:
+                if view is not None:
+                    backward.append(ViewStage(view))
+                return backward[::-1]
+        options = [
+            (c, v)
+            for c, v in producers
+            if c is not None and c.start > last.end and c.key is not None and c.has_output
+        ]
+        if not options:
+            return None
+        call, view = min(options, key=lambda cv: (cv[0].depth, cv[0].start - cv[0].end))
+        if view is not None:
+            backward.append(ViewStage(view))
+        _check_extras(kind, call)
+        backward.append(BlockCall(call.module, call.args, call.kwargs, call.input_shape))
+        producers = call.producers
+
+
+def _head_by_fx(  # noqa: C901 - each way the traced head may read something else refuses it
+    model: nn.Module, blocks: list[str], last: str
+) -> nn.Module | None:
+    """The nodes of a ``torch.fx`` trace after the last block, as a GraphModule; None when the
+    model cannot be traced or the part after the last block reads anything else.
+    """
+    import torch.fx as fx
+
+    on_path = {""}
+    for name in blocks:
+        parts = name.split(".")
+        on_path.update(".".join(parts[:i]) for i in range(1, len(parts)))
+    leaves = set(blocks)
+
+    class Tracer(fx.Tracer):
+        def is_leaf_module(self, m: nn.Module, qualname: str) -> bool:
+            return qualname in leaves or qualname not in on_path
+
+    try:
+        graph = Tracer().trace(model)
+    except Exception:  # any failure to trace: fall back to the error of the caller
+        return None
+    nodes = list(graph.nodes)
+    found = [n for n in nodes if n.op == "call_module" and n.target == last]
+    outputs = [n for n in nodes if n.op == "output"]
+    if len(found) != 1 or len(outputs) != 1 or not isinstance(outputs[0].args[0], fx.Node):
+        return None
+    start, result = found[0], outputs[0].args[0]
+    after = {start}
+    for node in nodes[nodes.index(start) + 1 :]:
+        if node.op != "output" and any(a in after for a in node.all_input_nodes):
+            after.add(node)
+    if result not in after:
+        return None
+    needed, todo = set(), [result]
+    while todo:
+        node = todo.pop()
+        if node in needed or node is start:
+            continue
+        needed.add(node)
+        for arg in node.all_input_nodes:
+            if arg not in after and arg.op != "get_attr":
+                return None  # the head reads something computed before the last block
+            todo.append(arg)
+    head = fx.Graph()
+    env: dict[fx.Node, fx.Node] = {start: head.placeholder("x")}
+    for node in nodes:
+        if node in needed:
+            for arg in node.all_input_nodes:
+                if arg not in env:  # get_attr: a parameter or buffer of the model
+                    env[arg] = head.node_copy(arg)
+            env[node] = head.node_copy(node, lambda a: env[a])
+    head.output(env[result])
+    return fx.GraphModule(model, head, class_name="Head")
+
+
+def _cut(
+    kind: str,
+    model: nn.Module,
+    call: ModelCall,
+    tracer: Tracer,
+    run: list[TracedCall],
+    final: list[tuple[TracedCall | None, ViewSpec | None]],
+    floating_input: bool,
+) -> RepeatedBlocks:
+    """The stages for one run (InputError when it does not make a chain)."""
+    first, last = run[0], run[-1]
+    names = [c.name for c in run]
+    stages: list[tuple[str, nn.Module]] = []
+    prefix = not any(p is None and v is None for p, v in first.producers)
+    if prefix:
+        stages.append(
+            ("stem" if floating_input else "embedding", _prefix(kind, model, call, tracer, first))
+        )
+    for c, label in zip(run, _relative_names(names), strict=True):
+        _check_extras(kind, c)
+        stages.append((label, BlockCall(c.module, c.args, c.kwargs, c.input_shape)))
+    head = _head_by_calls(kind, last, final)
+    head_by = "calls" if head else "none"
+    head_modules = [m.block for m in head or [] if isinstance(m, BlockCall)]
+    output_module = head_modules[-1] if head_modules else None
+    if head is None:
+        fx_head = _head_by_fx(model, names, last.name)
+        if fx_head is None:
+            raise InputError(
+                f"cannot linearize {kind}: what follows its last block {last.name} is not a "
+                "sequence of module calls and cannot be traced by torch.fx; give it a "
+                "memplan_stages() method returning [(name, module), ...]"
+            )
+        head, head_by = [fx_head], "fx"
+    if head:
+        stages.append(("head", head[0] if len(head) == 1 else nn.Sequential(*head)))
+    _check_body(kind, tracer, run, prefix, bool(head))
+    return RepeatedBlocks(
+        stages=stages, blocks=names, head_by=head_by,
+        block_modules=[c.module for c in run],
+        block_keys=[c.key for c in run if c.key is not None],
+        head_modules=head_modules, output_module=output_module, prefix=prefix,
+    )  # fmt: skip
+
+
+def _chain_output(
+    kind: str, stages: list[tuple[str, nn.Module]], x: Tensor, inplace: list[bool]
+) -> Tensor:
+    """Run the stages in eval mode without gradients; each must return a floating tensor."""
+    with eval_mode(*(m for _, m in stages)), torch.no_grad():
+        return run_stages(kind, stages, x.clone(), inplace)
+
+
+def _leaf_calls(calls: list[TracedCall], start: int, end: int) -> int:
+    """Calls of modules without children (the layers) that start within ``(start, end)``."""
+    return sum(
+        1 for c in calls if start < c.start < end and next(c.module.children(), None) is None
+    )
+
+
+def _check_body(kind: str, tracer: Tracer, run: list[TracedCall], prefix: bool, head: bool) -> None:
+    """Refuse a cut whose blocks are not the body of the model: when the part before the first
+    block or after the last one calls more layers than the blocks do (a U-Net, whose
+    contracting path is one run of blocks and whose expanding path reads its outputs; an
+    encoder-decoder), the chain would be a few small stages and one holding most of the model,
+    which no plan can use.
+    """
+    first, last = run[0], run[-1]
+    inside = _leaf_calls(tracer.calls, first.start - 1, last.end)
+    before = _leaf_calls(tracer.calls, 0, first.start) if prefix else 0
+    after = _leaf_calls(tracer.calls, last.end, tracer.counter + 1) if head else 0
+    part, count = ("after its last block", after)
+    if before > after:
+        part, count = ("before its first block", before)
+    if count > inside:
+        raise InputError(
+            f"cannot linearize {kind}: its longest run of repeated blocks ({first.name} .. "
+            f"{last.name}) calls {inside} layers, and the part {part} calls {count}: the "
+            "model is not a chain of these blocks (a U-Net or an encoder-decoder: branches "
+            "that join later); give it a memplan_stages() method returning [(name, module), ...]"
+        )
+
+
+def find_repeated_blocks(
+    model: nn.Module,
+    example_input: Tensor,
+    *,
+    call: ModelCall | None = None,
+    output: Callable[[Any], Any] | None = None,
+) -> RepeatedBlocks:
+    """Find the run of repeated blocks of a model, cut it into stages and check them.
+
+    See NOTE [ Finding the run of blocks ] and NOTE [ Stage wrappers ]. The model runs once, in
+    eval mode without gradients (its training flags are restored), then the stages of the best
+    run (longest; runs inside a single block last) run once and must give the model's output
+    (:func:`memplan.torch.split.linearize.outputs_match`); if they do not, or the run does not make a chain, the next
+    run is tried.
+
+    Parameters
+    ----------
+    model : nn.Module
+        Any model whose forward reads one tensor (``call`` says how to pass it).
+    example_input : Tensor
+        The chain input, on the model's device.
+    call : callable, optional
+        ``call(model, x)``; default ``model(x)``. HF models are called with ``use_cache=False``.
+    output : callable, optional
+        Picks the output tensor from what ``call`` returns (default: :func:`model_output`).
+
+    Returns
+    -------
+    RepeatedBlocks
+        With ``output``, the chain's output on ``example_input`` (equal to the model's).
+
+    Raises
+    ------
+    InputError
+        The model fails on the input or returns no tensor; no run of at least two blocks; a
+        block that also reads tensors computed from parameters, activations or the input's values;
+        no way to cut what follows the last block; a chain that does not give the model's output.
+    """
+    kind = type(model).__name__
+    call = call or call_model
+    pick = output or model_output
+    tracer = Tracer(model)
+    with eval_mode(model), torch.no_grad():
+        try:
+            with tracer.tracing(example_input):
+                result = pick(call(model, example_input))
+        except (RuntimeError, ValueError, TypeError, IndexError) as exc:
+            raise InputError(f"{kind} fails on the example input: {first_line(exc)}") from None
+        if not isinstance(result, Tensor):
+            raise InputError(
+                f"cannot linearize {kind}: its output is {type(result).__name__}, not a tensor"
+            )
+        final = tracer.producers_of(result)
+        runs = _runs(tracer.calls)
+        tracer.produced.clear()
+        if not runs:
+            raise InputError(
+                f"cannot linearize {kind}: no run of repeated blocks (children of an "
+                "nn.ModuleList or nn.Sequential, each fed by the previous one's output) was "
+                "found; give it a memplan_stages() method returning [(name, module), ...]"
+            )
+        failure: InputError | None = None
+        for run in runs:
+            try:
+                found = _cut(
+                    kind, model, call, tracer, run, final, example_input.is_floating_point()
+                )
+                inplace: list[bool] = []
+                out = _chain_output(kind, found.stages, example_input, inplace)
+            except InputError as exc:
+                failure = failure or exc
+                continue
+            if out.shape != result.shape:
+                failure = failure or InputError(
+                    f"cannot linearize {kind}: the chain's output {tuple(out.shape)} differs "
+                    f"from the model's {tuple(result.shape)}"
+                )
+                continue
+            if not outputs_match(out, result):
+                diff = (out.double() - result.double()).abs().max().item()
+                failure = failure or InputError(
+                    f"cannot linearize {kind}: the chain does not reproduce the model's output "
+                    f"(max abs difference {diff:.3g})"
+                )
+                continue
+            found.output = out
+            found.inplace = inplace
+            return found
+    assert failure is not None
+    raise failure
+
+
+def repeated_block_stages(
+    model: nn.Module,
+    example_input: Tensor,
+    *,
+    call: ModelCall | None = None,
+    output: Callable[[Any], Any] | None = None,
+) -> list[tuple[str, nn.Module]]:
+    """The stages of :func:`find_repeated_blocks` (loss excluded)."""
+    return find_repeated_blocks(model, example_input, call=call, output=output).stages

@@ -1,0 +1,88 @@
+"""Running the stages of a cut: eval mode, one floating-point tensor per stage, outputs compared.
+
+The checks that every cut of :mod:`memplan.torch.split` makes (:mod:`~memplan.torch.split.linearize`
+for the fixed architectures, :mod:`~memplan.torch.split.repeated` while it searches).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import torch
+from torch import Tensor, nn
+
+from memplan.errors import InputError
+
+__all__ = ["eval_mode", "first_line", "outputs_match", "run_stages"]
+
+
+@contextmanager
+def eval_mode(*modules: nn.Module) -> Iterator[None]:
+    """Put modules in eval mode and restore each submodule's own training flag afterwards."""
+    flags = [(m, m.training) for module in modules for m in module.modules()]
+    try:
+        for module in modules:
+            module.eval()
+        yield
+    finally:
+        for m, training in flags:
+            m.training = training
+
+
+def first_line(exc: BaseException) -> str:
+    """The first line of an exception's message (its type's name when it has none)."""
+    text = str(exc).strip().splitlines()
+    return text[0] if text else type(exc).__name__
+
+
+# torch.testing.assert_close's default tolerances (rtol, atol) per dtype. assert_close itself is
+# not called: its first call imports torch.distributed.tensor, 1-2 s of every `memplan profile`,
+# for the same test that torch.allclose makes with these tolerances.
+_TOLERANCES = {
+    torch.float16: (1e-3, 1e-5),
+    torch.bfloat16: (1.6e-2, 1e-5),
+    torch.float32: (1.3e-6, 1e-5),
+    torch.float64: (1e-7, 1e-7),
+}
+
+
+def outputs_match(actual: Tensor, expected: Tensor) -> bool:
+    """Whether ``actual`` equals ``expected`` as ``torch.testing.assert_close`` judges it by
+    default (same dtype and shape, ``|a - e| <= atol + rtol * |e|``, NaN equal to NaN).
+    """
+    if actual.dtype != expected.dtype or actual.shape != expected.shape:
+        return False
+    rtol, atol = _TOLERANCES.get(expected.dtype, _TOLERANCES[torch.float32])
+    return bool(torch.allclose(actual, expected, rtol=rtol, atol=atol, equal_nan=True))
+
+
+def run_stages(
+    kind: str,
+    stages: list[tuple[str, nn.Module]],
+    x: Tensor,
+    inplace: list[bool] | None = None,
+) -> Tensor:
+    """Run ``stages`` one after the other on ``x`` (the caller sets eval mode and no_grad); each
+    must return one floating-point tensor, else an :class:`InputError` names the stage. With
+    ``inplace``, append for each stage whether it modified its input in place (its version
+    counter moved).
+    """
+    for name, module in stages:
+        version = x._version
+        try:
+            out = module(x)
+        except (RuntimeError, ValueError, TypeError, IndexError) as exc:
+            raise InputError(
+                f"cannot linearize {kind}: stage {name!r} failed: {first_line(exc)}"
+            ) from None
+        if inplace is not None:
+            inplace.append(x._version != version)
+        x = out
+        if not isinstance(x, Tensor) or not x.is_floating_point():
+            what = x.dtype if isinstance(x, Tensor) else type(x).__name__
+            raise InputError(
+                f"cannot linearize {kind}: stage {name!r} returns {what}; every stage must "
+                "return one floating-point tensor"
+            )
+    return x

@@ -1,0 +1,185 @@
+"""The stage wrappers of the repeated-block cut: a block, the part before the first block, a view
+between two stages, each as a stage reading one tensor (NOTE [ Stage wrappers ] in
+:mod:`memplan.torch.split.repeated`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from torch import Tensor, nn
+from torch.utils import _pytree as pytree
+
+from memplan.torch.split.trace import (
+    PRIMARY,
+    ModelCall,
+    ViewSpec,
+    primary_key,
+    primary_output,
+    view_geometry,
+)
+
+__all__ = ["BlockCall", "PrefixStage", "ViewStage", "redo_view"]
+
+
+def redo_view(x: Tensor, spec: ViewSpec | None) -> Tensor:
+    if spec is None:
+        return x
+    if view_geometry(x)[:2] != spec.source[:2]:
+        raise RuntimeError(
+            f"the chain was traced for a tensor of shape {spec.source[0]} and strides "
+            f"{spec.source[1]}, got {tuple(x.shape)} and {tuple(x.stride())}: linearize again"
+        )
+    return x.as_strided(spec.size, spec.stride, x.storage_offset() + spec.offset)
+
+
+class ViewStage(nn.Module):
+    """The view of its input that the next module call reads (e.g. ``x[:, 0]``), redone."""
+
+    def __init__(self, spec: ViewSpec) -> None:
+        super().__init__()
+        self.spec = spec
+
+    def forward(self, x: Tensor) -> Tensor:
+        return redo_view(x, self.spec)
+
+    def extra_repr(self) -> str:
+        return f"size={self.spec.size}, stride={self.spec.stride}, offset={self.spec.offset}"
+
+
+class BlockCall(nn.Module):
+    """One module call of the model as a stage: ``module(*args, **kwargs)`` with the hidden state
+    in place of the traced primary input and the other arguments as traced (see NOTE [ Stage
+    wrappers ]); returns the call's primary output.
+
+    Parameters
+    ----------
+    module : nn.Module
+        The block (or head module); registered as ``block``.
+    args, kwargs
+        The traced arguments, the primary input replaced by a marker; their tensors become
+        non-persistent buffers ``extra0``, ``extra1``...
+    input_shape : tuple of int
+        The traced shape of the hidden state (checked when tensors are held).
+    view : ViewSpec, optional
+        A view to apply to the input first (the call read a view of the previous output).
+    """
+
+    def __init__(
+        self,
+        module: nn.Module,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        input_shape: tuple[int, ...] | None,
+        view: ViewSpec | None = None,
+    ) -> None:
+        super().__init__()
+        self.block = module
+        leaves, self._spec = pytree.tree_flatten((args, kwargs))
+        self._leaves: list[Any] = []
+        self._extras: list[tuple[int, str]] = []
+        for i, leaf in enumerate(leaves):
+            if isinstance(leaf, Tensor):
+                name = f"extra{len(self._extras)}"
+                self.register_buffer(name, leaf, persistent=False)
+                self._extras.append((i, name))
+                self._leaves.append(None)
+            else:
+                self._leaves.append(leaf)
+        self.input_shape = input_shape
+        self.view = view
+
+    def forward(self, x: Tensor) -> Tensor:
+        x = redo_view(x, self.view)
+        if self._extras and self.input_shape is not None and tuple(x.shape) != self.input_shape:
+            raise RuntimeError(
+                f"{type(self.block).__name__}: the chain was traced for hidden states of shape "
+                f"{self.input_shape} (its other inputs, e.g. attention masks, have that size); "
+                f"got {tuple(x.shape)}: linearize the model again for this input"
+            )
+        leaves = list(self._leaves)
+        for i, name in self._extras:
+            leaves[i] = getattr(self, name)
+        leaves = [x if leaf is PRIMARY else leaf for leaf in leaves]
+        args, kwargs = pytree.tree_unflatten(leaves, self._spec)
+        out = primary_output(self.block(*args, **kwargs))
+        if out is None:
+            raise RuntimeError(f"{type(self.block).__name__} no longer returns one tensor")
+        return out
+
+
+class _Reached(BaseException):
+    """Raised by the first block's pre-hook to stop the model's forward (a BaseException, so that
+    the model's own ``except Exception`` clauses do not swallow it).
+    """
+
+    def __init__(self, value: Tensor) -> None:
+        super().__init__()
+        self.value = value
+
+
+class PrefixStage(nn.Module):
+    """Everything the model computes before its first block, by its own ``forward``.
+
+    The model is held without being registered (its parameters are not this stage's); the modules
+    called before the first block (``parts``) and the parameters and buffers the forward uses
+    directly (``direct_params``, ``direct_buffers``) are. While it runs, the training flag of the
+    modules whose ``forward`` is on the way to the first block (the model, ``transformer``...) is
+    this stage's.
+    """
+
+    def __init__(
+        self,
+        model: nn.Module,
+        call: ModelCall,
+        first: nn.Module,
+        key: int | str,
+        parts: dict[str, nn.Module],
+        params: list[nn.Parameter],
+        buffers: list[Tensor],
+        ancestors: list[nn.Module],
+    ) -> None:
+        super().__init__()
+        object.__setattr__(self, "_model", model)
+        object.__setattr__(self, "_first", first)
+        object.__setattr__(self, "_ancestors", ancestors)
+        self._call = call
+        self._key = key
+        self.parts = nn.ModuleDict({name.replace(".", "/"): m for name, m in parts.items()})
+        self.direct_params = nn.ParameterList(params)
+        for i, buffer in enumerate(buffers):
+            self.register_buffer(f"direct_buffer{i}", buffer, persistent=False)
+
+    @contextmanager
+    def calling(self, call: ModelCall) -> Iterator[None]:
+        """Call the model another way while inside (the arguments of one training step)."""
+        before = self._call
+        self._call = call
+        try:
+            yield
+        finally:
+            self._call = before
+
+    def _stop(self, module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        key = self._key
+        value = args[key] if isinstance(key, int) else kwargs.get(key)
+        if not isinstance(value, Tensor):  # called another way than traced
+            value = args[primary_key(args, kwargs) or 0]
+        raise _Reached(value)
+
+    def forward(self, x: Tensor) -> Tensor:
+        flags = [(m, m.training) for m in self._ancestors]
+        hook = self._first.register_forward_pre_hook(self._stop, with_kwargs=True, prepend=True)
+        try:
+            for module, _ in flags:
+                module.training = self.training
+            self._call(self._model, x)
+        except _Reached as reached:
+            return reached.value
+        finally:
+            hook.remove()
+            for module, training in flags:
+                module.training = training
+        raise RuntimeError("the model returned without calling its first block")
