@@ -249,3 +249,16 @@ def test_the_profile_keeps_no_logits():
     assert stage.saved_size <= head.output_size + weights + 1024  # + the head norm's
     assert head.saved_size + loss.saved_size >= logits
     assert stage.forward_overhead < logits  # a few chunks of logits and one weight gradient
+
+
+def test_the_forward_holds_one_copy_of_the_output_weights_gradient():
+    """With chunks smaller than the output projection, the forward's peak beyond what the stage
+    keeps is below one weight gradient: each chunk's is added in place into the running sum (no
+    chunk holds its own copy)."""
+    config = TINY["gpt2"].replace("vocab_size=96", "vocab_size=4000")
+    model, x, _ = build_model("hf:gpt2", batch_size=2, input_shape=(32,), config=config)
+    prof = profile_model(model, example_input=x, repeats=1, loss_chunks=16)  # 4 tokens a chunk
+    stage = prof.stages[-1]
+    weight_grad = model.get_output_embeddings().weight.numel() * 4
+    assert stage.name == CHUNKED_STAGE and stage.weight_grad_size >= weight_grad
+    assert stage.forward_overhead < weight_grad

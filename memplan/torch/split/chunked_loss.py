@@ -29,9 +29,15 @@ With gradients wanted, the stage's forward (:class:`_LossAndGradients`) runs, pe
 the cross-entropy over the count of targets, and at once their backward
 (``torch.autograd.grad``): the chunk's logits, their log-softmax and their gradient are freed
 before the next chunk. It adds the chunk's gradients into the gradient of the input (the last
-hidden state, ``batch x tokens x hidden``) and of each head parameter (the output projection's:
-``vocab x hidden``), and saves these for the backward, which scales them by the output's gradient
-(in place: 1 in a plain loop) and returns them. The arithmetic is plain training's, nothing is
+hidden state, ``batch x tokens x hidden``) and of each head parameter, and saves these for the
+backward, which scales them by the output's gradient (in place: 1 in a plain loop) and returns
+them. The output projection's weight gradient (``vocab x hidden``: 51.5 MB on GPT-2, tied to the
+token embedding) is the largest: where the head calls ``F.linear`` with that weight, the call is
+replaced by :class:`_LinearIntoGradient` (a ``TorchFunctionMode``, :class:`_ProjectionInto`),
+whose backward adds the chunk's weight gradient in place into the running sum
+(``addmm_``), so that no chunk holds its own copy beside the sum; the gradients of the
+projection's input and bias are autograd's as before. A head that uses the weight otherwise
+(not through ``F.linear``) gets autograd's gradient, added as for every other parameter. The arithmetic is plain training's, nothing is
 recomputed (the "fused linear cross-entropy" of Liger Kernel computes a linear head's gradients
 in its forward the same way), where holding each chunk under ``torch.utils.checkpoint`` would
 run the head's forward twice; many small products are slower than one large one on a CPU, so
@@ -40,6 +46,15 @@ identity ``saved_tensors_hooks``: they are the stage's temporaries, which the pr
 its forward's peak, not tensors the stage keeps. The stage's gradients are made by its forward
 (the loss's forward is followed by its backward in every plan); a second backward through the
 same graph (``retain_graph``) is refused by autograd (the saved gradients were scaled in place).
+
+The backward scales the saved gradients in place, except those of parameters that an earlier
+stage uses too (:attr:`ChunkedLoss.shared`: GPT-2's output projection is its token embedding):
+these it returns as a new tensor, ``grad * grad_output``. Autograd sums a tied parameter's
+gradients in the backward's buffer, in place only into a tensor whose storage nothing else
+references, and the saved tensors' storages have been seen by the saved-tensor hooks (the
+runtime's, the profiler's), which keep a reference: the saved gradient itself would be summed
+out of place at the embedding's backward, a third copy of the matrix that no profile measures.
+The new tensor's copy is made in the stage's backward, where the profiler measures it.
 
 The head must act on each token alone (a norm, a projection: every language model's); this is
 checked when the stage is made: on the example's first sample, the chunked loss equals the plain
@@ -64,6 +79,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.autograd.graph import saved_tensors_hooks
+from torch.overrides import TorchFunctionMode
 
 from memplan.errors import InputError
 from memplan.torch.split.hf import HFLoss
@@ -142,6 +158,7 @@ class ChunkedLoss(nn.Module):
         self.loss = loss
         self.chunks = chunks
         self.upcast = isinstance(loss, HFLoss) and loss.task == "causal-lm"
+        self.shared: set[int] = set()  # the head's parameters an earlier stage uses (tied)
 
     @property
     def labels_from_input(self) -> bool:
@@ -217,9 +234,10 @@ class _LossAndGradients(torch.autograd.Function):
         grads: list[Tensor | None] = [None] * len(params)
         total = hidden.new_zeros((), dtype=stage.loss_dtype(hidden))
         start = 0
+        projection = _ProjectionInto.of(params)
         # the chunks' graphs are this stage's temporaries: outer hooks (the profiler's, the
         # runtime's) must not take their saved tensors for the stage's
-        with torch.enable_grad(), saved_tensors_hooks(_same, _same):
+        with torch.enable_grad(), saved_tensors_hooks(_same, _same), projection:
             for part, part_targets in stage.pieces(hidden, targets):
                 leaf = part.detach().requires_grad_(wants_input)
                 value = stage.chunk_sum(leaf, part_targets) / count
@@ -234,7 +252,11 @@ class _LossAndGradients(torch.autograd.Function):
                         grads[j] = grad if grads[j] is None else grads[j].add_(grad)
                 total += value.detach()
                 del value, found
+        if projection.used:  # its weight's gradient is the buffer, plus what autograd gave
+            j = projection.index
+            grads[j] = projection.grad if grads[j] is None else projection.grad.add_(grads[j])
         ctx.has = [g is not None for g in (grad_input, *grads)]
+        ctx.tied = [False] + [id(p) in stage.shared for p in params]
         ctx.save_for_backward(*(g for g in (grad_input, *grads) if g is not None))
         return total
 
@@ -242,14 +264,86 @@ class _LossAndGradients(torch.autograd.Function):
     def backward(ctx: Any, grad_output: Tensor) -> tuple[Tensor | None, ...]:  # type: ignore[override]
         saved = iter(ctx.saved_tensors)
         found = [next(saved) if has else None for has in ctx.has]
-        for grad in found:  # scaled in place: no second copy (the output's gradient is 1 in a
-            if grad is not None:  # plain loop, the loss scale under a GradScaler)
-                grad.mul_(grad_output)
+        # scaled in place: no second copy (the output's gradient is 1 in a plain loop, the loss
+        # scale under a GradScaler); a tied parameter's as a new tensor (NOTE [ Gradients in the
+        # forward ])
+        found = [
+            None if grad is None else grad * grad_output if tied else grad.mul_(grad_output)
+            for grad, tied in zip(found, ctx.tied, strict=True)
+        ]
         return (None, found[0], None, None, *found[1:])
 
 
 def _same(tensor: Tensor) -> Tensor:
     return tensor
+
+
+class _LinearIntoGradient(torch.autograd.Function):
+    """``F.linear(x, weight, bias)`` whose backward adds the weight's gradient in place into
+    ``into`` and returns none for it (NOTE [ Gradients in the forward ]).
+    """
+
+    @staticmethod
+    def forward(  # type: ignore[override]
+        ctx: Any, x: Tensor, weight: Tensor, bias: Tensor | None, into: Tensor
+    ) -> Tensor:
+        ctx.save_for_backward(x, weight)
+        ctx.into = into
+        return F.linear(x, weight, bias)
+
+    @staticmethod
+    def backward(ctx: Any, grad_output: Tensor) -> tuple[Tensor | None, ...]:  # type: ignore[override]
+        x, weight = ctx.saved_tensors
+        into = ctx.into
+        rows = grad_output.reshape(-1, grad_output.shape[-1])
+        into.addmm_(rows.t().to(into.dtype), x.reshape(-1, x.shape[-1]).to(into.dtype))
+        grad_x = None
+        if ctx.needs_input_grad[0]:
+            grad_x = (grad_output @ weight.to(grad_output.dtype)).to(x.dtype)
+        grad_bias = rows.sum(0) if ctx.needs_input_grad[2] else None
+        return grad_x, None, grad_bias, None
+
+
+class _ProjectionInto(TorchFunctionMode):
+    """While active, ``F.linear`` with ``weight`` runs as :class:`_LinearIntoGradient` into
+    ``grad`` (zeros until the first chunk's backward).
+
+    Parameters
+    ----------
+    weight : Tensor or None
+        The output projection's weight: the head's largest matrix; None intercepts nothing.
+    index : int
+        Its position among the stage's parameters.
+    """
+
+    def __init__(self, weight: Tensor | None, index: int) -> None:
+        super().__init__()
+        self.weight = weight
+        self.index = index
+        self.grad = torch.zeros_like(weight) if weight is not None else None
+        self.used = False
+
+    @classmethod
+    def of(cls, params: tuple[Tensor, ...]) -> _ProjectionInto:
+        """The mode for the largest matrix of ``params`` (those that need a gradient)."""
+        matrices = [j for j, p in enumerate(params) if p.dim() == 2 and p.requires_grad]
+        if not matrices:
+            return cls(None, -1)
+        index = max(matrices, key=lambda j: params[j].numel())
+        return cls(params[index], index)
+
+    def __torch_function__(
+        self, func: Any, types: Any, args: tuple[Any, ...] = (), kwargs: Any = None
+    ) -> Any:
+        kwargs = kwargs or {}
+        if func is F.linear and self.grad is not None:
+            given = dict(zip(("input", "weight", "bias"), args, strict=False)) | kwargs
+            if given.get("weight") is self.weight:
+                self.used = True
+                return _LinearIntoGradient.apply(
+                    given["input"], self.weight, given.get("bias"), self.grad
+                )
+        return func(*args, **kwargs)
 
 
 def _check_exact(kind: str, stage: ChunkedLoss, head_input: Tensor) -> None:
@@ -313,6 +407,8 @@ def chunk_loss(chain: Chain, x: Tensor, chunks: int | None, kind: str = "the mod
         raise InputError(f"--loss-chunks: {kind}'s chain has no head stage before its loss")
     head = chain.modules[-2]
     stage = ChunkedLoss(head, loss, chunks)
+    earlier = {id(p) for _, module in chain.stages[:-2] for p in module.parameters()}
+    stage.shared = {id(p) for p in head.parameters()} & earlier
     body = chain.stages[:-2]
     with eval_mode(*chain.modules), torch.no_grad():
         head_input = run_stages(kind, body, x.clone())
