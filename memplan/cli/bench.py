@@ -19,6 +19,7 @@ from memplan.cli.common import (
 )
 from memplan.cli.profile import (
     CONFIG_HELP,
+    LOSS_CHUNKS_HELP,
     MODEL_HELP,
     TORCH_HINT,
     Device,
@@ -146,6 +147,14 @@ def bench(
             'rotor choosing them (docs/model.md, "Options of a stage").',
         ),
     ] = False,
+    loss_chunks: Annotated[
+        int | None,
+        typer.Option(
+            "--loss-chunks",
+            metavar="N",
+            help=LOSS_CHUNKS_HELP + " memplan's plans only: the other ways keep the model's loss.",
+        ),
+    ] = None,
     fmt: Annotated[
         BenchFormat | None,
         typer.Option("--format", "-f", help="table (stderr), json or csv.  [default: table]"),
@@ -172,6 +181,7 @@ def bench(
             ("--threads", threads),
             ("--rounds", rounds),
             ("--repeats", repeats),
+            ("--loss-chunks", loss_chunks),
         ):
             if value is not None and value < 1:
                 raise InputError(f"{option} {value}: expected a positive integer")
@@ -203,6 +213,7 @@ def bench(
             device=device.value, threads=threads, rounds=rounds, segments=ks,
             compile_budgets=budgets, algos=names, profile=profile, repeats=repeats,
             optimizer=optimizer.value, progress=note, selective=selective,
+            loss_chunks=loss_chunks,
         )  # fmt: skip
         doc = result.to_dict()
         if form == "json":
@@ -217,6 +228,13 @@ def _mb(nbytes: int | None) -> str:
     return "-" if nbytes is None else f"{nbytes / 1e6:.1f}"
 
 
+def _chunks_note(doc: dict[str, Any]) -> str:
+    chunks = doc.get("loss_chunks")
+    if not chunks:
+        return ""
+    return f"; memplan's loss in {chunks} chunks of tokens (the other ways: the model's loss)"
+
+
 def bench_table(doc: dict[str, Any]) -> Any:
     """The rich table of a ``memplan-bench/1`` document."""
     from rich.table import Table
@@ -225,6 +243,7 @@ def bench_table(doc: dict[str, Any]) -> Any:
     table = Table(
         title=f"{doc['model']}, batch {doc['batch_size']} x {shape}, {doc['device']}, "
         f"{doc['threads']} thread(s), time: median of {doc['rounds']} paired rounds"
+        + _chunks_note(doc)
     )
     columns: tuple[tuple[str, JustifyMethod], ...] = (
         ("way", "left"),

@@ -122,6 +122,13 @@ CONFIG_HELP = (
     "config class)."
 )
 
+LOSS_CHUNKS_HELP = (
+    "A language model's head and loss as one stage computed in N chunks of tokens (hf: causal "
+    "and masked LMs, the built-in GPTs): no step holds more than one chunk's logits; the same "
+    "loss and gradients. What you lose: the full logits are never made (the chain returns the "
+    "loss alone)."
+)
+
 
 def profile(
     model: Annotated[str, typer.Argument(metavar="MODEL", help=MODEL_HELP)],
@@ -207,6 +214,9 @@ def profile(
             "policies: the stages' options, which rotor chooses from.",
         ),
     ] = False,
+    loss_chunks: Annotated[
+        int | None, typer.Option("--loss-chunks", metavar="N", help=LOSS_CHUNKS_HELP)
+    ] = None,
 ) -> None:
     """Profile a PyTorch model and write its profile (YAML) to stdout or -o FILE.
 
@@ -218,6 +228,7 @@ def profile(
             ("--batch-size", batch_size),
             ("--repeats", repeats),
             ("--threads", threads),
+            ("--loss-chunks", loss_chunks),
         ):
             if value is not None and value < 1:
                 raise InputError(f"{option} {value}: expected a positive integer")
@@ -233,6 +244,8 @@ def profile(
                 raise InputError("--threads: not with --graph (nothing is computed)")
             if selective:
                 raise InputError("--selective: not with --graph (chain profiles only)")
+            if loss_chunks is not None:
+                raise InputError("--loss-chunks: not with --graph (chain profiles only)")
             _profile_graph(model, batch_size, shape, dtype.value, device, gpu, repeats, output)
             return
         from memplan.profile import save_profile
@@ -240,6 +253,7 @@ def profile(
 
         given = {"batch_size": batch_size, "input_shape": shape, "repeats": repeats}
         given["threads"] = threads
+        given["loss_chunks"] = loss_chunks
         kwargs: dict[str, object] = {"device": device.value, "dtype": dtype.value}
         kwargs.update({name: value for name, value in given.items() if value is not None})
         if selective:

@@ -13,6 +13,7 @@ from memplan.cli.options import family_options
 from memplan.cli.profile import (
     CONFIG_HELP,
     JOIN_NAMES,
+    LOSS_CHUNKS_HELP,
     TORCH_HINT,
     Device,
     DType,
@@ -99,6 +100,14 @@ def run(
         Path | None,
         typer.Option("--trace", metavar="FILE.json", help="Also write the plan's trace."),
     ] = None,
+    loss_chunks: Annotated[
+        int | None,
+        typer.Option(
+            "--loss-chunks",
+            metavar="N",
+            help=LOSS_CHUNKS_HELP + "  [default: the profile's with --profile, else none]",
+        ),
+    ] = None,
 ) -> None:
     """Profile a model, solve, and train N steps under the plan, measuring each step.
 
@@ -120,7 +129,11 @@ def run(
     with guard():
         if mem is None:
             raise InputError("--mem: a memory budget is required, e.g. --mem 8GB")
-        for option, value in (("--steps", steps), ("--batch-size", batch_size)):
+        for option, value in (
+            ("--steps", steps),
+            ("--batch-size", batch_size),
+            ("--loss-chunks", loss_chunks),
+        ):
             if value is not None and value < 1:
                 raise InputError(f"{option} {value}: expected a positive integer")
         check_budget(mem)  # the form now; gpu and 90% take the GPU from the profile made below
@@ -139,7 +152,7 @@ def run(
         doc = _train(
             model, algo, mem, steps, batch_size, shape, profile, device.value, lr, options,
             optimizer.value, repeats, trace, None if dtype is None else dtype.value,
-            config_values, gradients.value,
+            config_values, gradients.value, loss_chunks,
         )  # fmt: skip
         if doc is None:
             raise typer.Exit(EXIT_INFEASIBLE)
@@ -173,6 +186,7 @@ def _train(
     dtype: str | None,
     config: str | None,
     gradients: str = "auto",
+    loss_chunks: int | None = None,
 ) -> dict[str, Any] | None:
     import memplan
     from memplan.torch.base.device import resolve_device
@@ -181,6 +195,7 @@ def _train(
     from memplan.torch.measure.step import train_under_plan
     from memplan.torch.models.registry import build_model
     from memplan.torch.profiler.model import profile_model
+    from memplan.torch.split.chunked_loss import profile_loss_chunks
 
     prof = None
     if profile is not None:
@@ -191,6 +206,7 @@ def _train(
                 "is for the data type it was profiled in (profile again with --dtype)"
             )
         dtype = prof.dtype
+        profile_loss_chunks(prof, loss_chunks)  # the chain is the profile's
     dtype = dtype or "float32"
     dev = resolve_device(device)
 
@@ -217,7 +233,7 @@ def _train(
 
         kwargs = {
             "example_input": x, "device": str(dev), "dtype": dtype, "repeats": repeats,
-            "name": label,
+            "name": label, "loss_chunks": loss_chunks,
         }  # fmt: skip
         prof = run_with_progress(profile_model, module, kwargs, f"profiling {label}")
         sched = plan(prof)

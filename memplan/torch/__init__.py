@@ -18,7 +18,7 @@ imported across modules):
 3. :mod:`~memplan.torch.models`: which model a name means (the registry, example inputs,
    Hugging Face building, join networks).
 4. :mod:`~memplan.torch.split`: cutting a model into a chain (``linearize``, repeated blocks,
-   Hugging Face cutting and loss).
+   Hugging Face cutting and loss, a language model's head and loss in chunks of tokens).
 5. :mod:`~memplan.torch.runtime`: training a chain under a schedule (the plan, the planned
    iteration, transfers, recomputation, selective policies, :func:`checkpointed`, a plan
    installed on a model).

@@ -25,6 +25,7 @@ from memplan.torch.runtime.checkpointed import CheckpointedChain, checkpointed
 from memplan.torch.runtime.planned import install, prepare
 from memplan.torch.runtime.planned_model import describe_autocast
 from memplan.torch.runtime.slots import autocast_state
+from memplan.torch.split.chunked_loss import chunk_loss, profile_loss_chunks
 from memplan.torch.split.hf import hf_batch
 from memplan.torch.split.linearize import linearize
 
@@ -76,6 +77,7 @@ def fit(
     labels: Tensor | None = None,
     config: str | Mapping[str, Any] | None = None,
     gradients: str = "at-backward",
+    loss_chunks: int | None = None,
 ) -> tuple[CheckpointedChain, Schedule]:
     """Profile a model, solve for a budget and wrap it: ``profile -> solve -> checkpointed``.
 
@@ -102,6 +104,10 @@ def fit(
         ``labels`` otherwise. The wrapped chain's loss is then the model's training loss.
     config : str or mapping, optional
         Config values of an ``hf:`` model given by name.
+    loss_chunks : int, optional
+        A language model's head and loss in this many chunks of tokens, one stage
+        (:mod:`memplan.torch.split.chunked_loss`; the wrapped chain returns the loss, never the
+        logits); a given ``profile`` says its own.
 
     Returns
     -------
@@ -134,14 +140,16 @@ def fit(
     if profile is None:  # measured on the threads the caller's loop will train on
         prof = profile_model(
             module, example_input=x, device=str(x.device), repeats=repeats, name=label,
-            threads=torch.get_num_threads(),
+            threads=torch.get_num_threads(), loss_chunks=loss_chunks,
         )  # fmt: skip
     else:
         prof = memplan.load_profile(profile)
         check_conditions(prof, x.device)  # a warning where it was measured otherwise
+    chunks = profile_loss_chunks(prof, loss_chunks)
     sched = solve_feasible(prof, algo, memory, slots, optimizer, bandwidth, gradients)
-    with model_errors(label or type(module).__name__, FIRST_FORWARD):  # NOTE [ whose error ]
-        chain = linearize(module, x, labels=labels)
+    kind = label or type(module).__name__
+    with model_errors(kind, FIRST_FORWARD):  # NOTE [ whose error ]
+        chain = chunk_loss(linearize(module, x, labels=labels), x, chunks, kind)
     return checkpointed(chain, sched, profile=prof), sched
 
 

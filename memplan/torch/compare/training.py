@@ -19,7 +19,9 @@
 ``memplan <algo>``
     memplan's plans, run by :func:`memplan.torch.checkpointed` on the chain: ``store-all``,
     ``rotor`` at its least memory, and ``rotor`` with each alternative's measured peak as its
-    budget.
+    budget. With ``loss_chunks``, memplan's chain ends with the language model's head and loss
+    computed in chunks of tokens (:mod:`memplan.torch.split.chunked_loss`) while every other way
+    keeps the model's own loss: what users have.
 
 Each way is measured on the same footing (NOTE [ comparison protocol ]): one measured step for the
 memory (:func:`memplan.torch.measure.allocator_peak.allocator_peak`, the allocator's own count, no code
@@ -76,6 +78,7 @@ from memplan.torch.compare.ways import (
 from memplan.torch.measure.allocator_peak import allocator_peak, profiled_copy
 from memplan.torch.measure.step import make_optimizer
 from memplan.torch.profiler.model import profile_model
+from memplan.torch.split.chunked_loss import chunk_loss, profile_loss_chunks
 
 __all__ = [
     "DEFAULT_COMPILE_BUDGETS",
@@ -107,6 +110,7 @@ class Comparison:
     outcomes: list[Outcome]
     optimizer: str = "sgd"
     profile: Any = None
+    loss_chunks: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -119,6 +123,7 @@ class Comparison:
             "rounds": self.rounds,
             "torch": self.torch,
             "optimizer": self.optimizer,
+            "loss_chunks": self.loss_chunks,
             "rows": [outcome.to_dict() for outcome in self.outcomes],
         }
 
@@ -244,6 +249,7 @@ def compare_training(  # noqa: C901 - the ways in NOTE [ comparison protocol ]'s
     progress: Progress | None = None,
     selective: bool = False,
     fractions: Sequence[float] = (),
+    loss_chunks: int | None = None,
 ) -> Comparison:
     """Train ``model`` plainly, with Hugging Face checkpointing, ``checkpoint_sequential``,
     ``torch.compile``'s activation memory budget and memplan's plans; measure each.
@@ -288,6 +294,10 @@ def compare_training(  # noqa: C901 - the ways in NOTE [ comparison protocol ]'s
         Also ``rotor`` (and ``rotor+sac`` with ``selective``) at these fractions of the way
         from rotor's least planned memory to store-all's (0: the least, 1: store-all), the same
         budgets for both: what the options buy where both plan.
+    loss_chunks : int, optional
+        memplan's chain computes a language model's head and loss as one stage in this many
+        chunks of tokens (:mod:`memplan.torch.split.chunked_loss`); a given ``profile`` says its
+        own. The other ways keep the model's own loss.
 
     Returns
     -------
@@ -317,9 +327,12 @@ def compare_training(  # noqa: C901 - the ways in NOTE [ comparison protocol ]'s
             prof = profile_model(
                 setup.module, example_input=setup.x, device=str(dev), repeats=repeats,
                 name=setup.label, threads=used_threads, selective=selective,
+                loss_chunks=loss_chunks,
             )  # fmt: skip
         else:
             prof = memplan.load_profile(profile)
+        chunks = profile_loss_chunks(prof, loss_chunks)
+        setup.planned = chunk_loss(setup.chain, setup.x, chunks, setup.label)
         blocks = without_options(prof)  # what rotor plans on without the options
         ways = [Way(Outcome("plain", "plain"), setup.plain_loss())]
         ways.append(hf_way(setup))
@@ -394,6 +407,7 @@ def compare_training(  # noqa: C901 - the ways in NOTE [ comparison protocol ]'s
         optimizer=optimizer,
         outcomes=[way.outcome for way in ways],
         profile=prof,
+        loss_chunks=chunks,
     )
 
 

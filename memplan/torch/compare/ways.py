@@ -91,6 +91,7 @@ class Setup:
     chain: Chain
     label: str
     hf: bool
+    planned: Chain | None = None  # memplan's chain (the loss in chunks), else ``chain``
 
     def plain_loss(self) -> Callable[[Tensor], Tensor]:
         if self.hf:
@@ -278,7 +279,8 @@ def memplan_way(
         outcome.skipped = f"no {algo} plan fits in {memory} bytes{least}"
         return Way(outcome)
     outcome.planned_peak = sched.peak_memory
-    wrapped = checkpointed(setup.chain, sched, profile=prof)
+    chain = setup.chain if setup.planned is None else setup.planned
+    wrapped = checkpointed(chain, sched, profile=prof)
     return Way(outcome, wrapped, holds=wrapped)
 
 

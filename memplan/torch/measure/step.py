@@ -31,6 +31,7 @@ from memplan.errors import InputError
 from memplan.torch.measure.probe import CpuProbe
 from memplan.torch.runtime.checkpointed import checkpointed
 from memplan.torch.runtime.plan import planned_activation_peak
+from memplan.torch.split.chunked_loss import chunk_loss, profile_loss_chunks
 from memplan.torch.split.linearize import linearize
 
 __all__ = [
@@ -317,11 +318,12 @@ def train_under_plan(
     if set_to_none is None:
         set_to_none = schedule.budget.gradients == "at-backward"
     module.train()
-    wrapped = checkpointed(linearize(module, x), schedule, profile=profile)
+    prof = memplan.load_profile(profile)
+    chain = chunk_loss(linearize(module, x), x, profile_loss_chunks(prof), prof.model)
+    wrapped = checkpointed(chain, schedule, profile=prof)
     optimizer = make_optimizer(optimizer_name, module.parameters(), lr=lr)
     measured = [measure_step(wrapped, x, optimizer, set_to_none=set_to_none) for _ in range(steps)]
     counters = wrapped.counters
-    prof = memplan.load_profile(profile)
     budget = schedule.budget.memory
     compared = budget
     if optimizer_name == "none" and budget is not None:

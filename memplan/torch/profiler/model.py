@@ -44,6 +44,7 @@ from memplan.torch.models.registry import build_model
 from memplan.torch.models.registry import example_input as default_example_input
 from memplan.torch.profiler.chain import ProgressCallback, linearize_on_sample, profile_stages
 from memplan.torch.profiler.join import profile_join
+from memplan.torch.split.chunked_loss import chunk_loss, loss_chunks_extra
 
 __all__ = ["CPU_THREADS", "library_workspace", "profile_model", "resolve_gpu"]
 
@@ -100,6 +101,7 @@ def profile_model(
     threads: int | None = None,
     dedupe: bool = True,
     selective: bool = False,
+    loss_chunks: int | None = None,
 ) -> Profile:
     """Profile a model for the chain algorithms: one stage per block, the loss last.
 
@@ -153,6 +155,10 @@ def profile_model(
         Also measure every stage but the loss under each selective checkpointing policy
         (:data:`memplan.torch.runtime.selective.POLICIES`): the stages' ``options``, which rotor chooses
         from (docs/model.md, "Options of a stage"). Measured runs only (not estimates).
+    loss_chunks : int, optional
+        A language model's head and loss as one stage, ``head+loss``, computed in this many
+        chunks of tokens (:mod:`memplan.torch.split.chunked_loss`): no step holds more than one
+        chunk's logits. Recorded in ``measured.extra.loss_chunks``; the runtime follows it.
 
     Returns
     -------
@@ -188,7 +194,7 @@ def profile_model(
             model, example_input=example_input, batch_size=batch_size, input_shape=input_shape,
             device=device, dtype=dtype, repeats=repeats, progress=progress, name=name,
             estimate=estimate, gpu_spec=gpu_spec, config=config, dedupe=dedupe,
-            selective=selective,
+            selective=selective, loss_chunks=loss_chunks,
         )  # fmt: skip
         prof = _with_conditions(prof, dtype)
     if prof.device is not None and prof.device.kind == "cuda":
@@ -254,6 +260,7 @@ def _profile_model(
     config: str | Mapping[str, Any] | None,
     dedupe: bool,
     selective: bool = False,
+    loss_chunks: int | None = None,
 ) -> Profile:
     join = resolve_join(model, batch_size) if isinstance(model, str) else None
     if join is not None:  # a join network: branches + turn, docs/profiling.md
@@ -292,7 +299,7 @@ def _profile_model(
     x = x.to(device=dev, dtype=torch_dtype) if x.is_floating_point() else x.to(device=dev)
 
     with model_errors(name or label, FIRST_FORWARD):  # the model's first run: NOTE [ whose error ]
-        chain = linearize_on_sample(module, x)
+        chain = chunk_loss(linearize_on_sample(module, x), x, loss_chunks, name or label)
     for _, stage in chain.stages:
         stage.to(device=dev)
     fake_failed = None
@@ -316,6 +323,7 @@ def _profile_model(
     threads = torch.get_num_threads()
     probe_method = CudaProbe.method if dev.type == "cuda" else CpuProbe.method
     extra: dict[str, Any] = {"threads": threads, "overheads": probe_method}
+    extra.update(loss_chunks_extra(loss_chunks))
     if gpu is None:
         device_block = describe_device(dev)
         largest = max([storage_bytes(x), *(s.saved_size for s in stages)])

@@ -1,1 +1,3 @@
-"""Cut a model into a chain of stages: linearize, repeated blocks, Hugging Face cutting."""
+"""Cut a model into a chain of stages: linearize, repeated blocks, Hugging Face cutting, the
+chunked loss.
+"""
