@@ -94,7 +94,9 @@ def _check_stopped(
     assert not [p for p in out.parent.iterdir() if p.name.startswith(f".{out.name}.")]
 
 
-@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+@pytest.mark.parametrize(
+    "signum", [signal.SIGINT, pytest.param(signal.SIGTERM, marks=pytest.mark.slow)]
+)  # SIGTERM by default: test_signals.py
 def test_pipeline_ilp_stops_at_once(tmp_path, signum):
     """The issue's case: resnet50 on 4 GPUs at 2 GB, far from CP-SAT's bound for minutes."""
     out = tmp_path / "plan.json"
@@ -121,7 +123,9 @@ def test_graph_searches_stop_at_once(tmp_path, algo, nodes, marker):
     _check_stopped(code, stderr, out)
 
 
-@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGHUP])
+@pytest.mark.parametrize(
+    "signum", [signal.SIGINT, pytest.param(signal.SIGHUP, marks=pytest.mark.slow)]
+)  # SIGHUP by default: test_signals.py
 def test_alloc_stops_at_once(tmp_path, signum):
     """400 random buffers: the exact search does not prove its arena least within minutes."""
     rng = np.random.default_rng(5)

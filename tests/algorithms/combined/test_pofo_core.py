@@ -62,7 +62,9 @@ def test_every_state_and_decision_as_the_reference(seed, fraction, rate):
             _compare(dp)
 
 
-@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize(
+    "seed", [0, pytest.param(1, marks=pytest.mark.slow), pytest.param(2, marks=pytest.mark.slow), 3]
+)
 def test_bounded_search_as_the_reference(seed):
     """NOTE [ pofo pruning ]: the states within a bound (after the beam search) and their
     decisions are the reference's, and the value too (inf when the bound is below it)."""
