@@ -111,21 +111,28 @@ class SkylineTree {
   std::vector<Entry> log_;
 };
 
-// Per section the unplaced total: added to over a range, the maximum of a range; logged and
-// undone like SkylineTree. A node's ``add`` applies to its whole range; ``top`` is the maximum
-// below it, its own ``add`` included.
-class TotalTree {
+// Per section a value, added to over ranges; logged and undone like SkylineTree. A node's ``add``
+// applies to its whole range; ``best`` is the best value below it (the larger with Larger, the
+// smaller with Smaller), its own ``add`` included. Two uses follow: TotalTree and CutTree.
+struct Larger {
+  int64_t operator()(int64_t x, int64_t y) const { return std::max(x, y); }
+};
+struct Smaller {
+  int64_t operator()(int64_t x, int64_t y) const { return std::min(x, y); }
+};
+
+template <class Best>
+class RangeAddTree {
  public:
-  void build(const std::vector<int64_t>& total) {
-    n_ = int64_t(total.size());
+  void build(const std::vector<int64_t>& values) {
+    n_ = int64_t(values.size());
     t_.assign(std::size_t(4 * std::max<int64_t>(n_, 1)), Node{});
     log_.clear();
-    if (n_ > 0) build(1, 0, n_, total);
+    if (n_ > 0) build(1, 0, n_, values);
   }
   void add(int64_t a, int64_t e, int64_t d) {
     if (a < e) add(1, 0, n_, a, e, d);
   }
-  int64_t max(int64_t a, int64_t e) const { return a < e ? max(1, 0, n_, a, e) : NEG; }
   std::size_t mark() const { return log_.size(); }
   void rollback(std::size_t m) {
     while (log_.size() > m) {
@@ -134,98 +141,67 @@ class TotalTree {
     }
   }
 
- private:
+ protected:
   struct Node {
-    int64_t top = 0, add = 0;
+    int64_t best = 0, add = 0;
   };
-  void build(int64_t i, int64_t l, int64_t r, const std::vector<int64_t>& total) {
+  int64_t n_ = 0;
+  std::vector<Node> t_;
+
+ private:
+  void build(int64_t i, int64_t l, int64_t r, const std::vector<int64_t>& values) {
     if (r - l == 1) {
-      t_[i] = Node{total[l], 0};
+      t_[i] = Node{values[l], 0};
       return;
     }
     const int64_t m = (l + r) / 2;
-    build(2 * i, l, m, total);
-    build(2 * i + 1, m, r, total);
-    t_[i].top = std::max(t_[2 * i].top, t_[2 * i + 1].top);
+    build(2 * i, l, m, values);
+    build(2 * i + 1, m, r, values);
+    t_[i].best = Best{}(t_[2 * i].best, t_[2 * i + 1].best);
   }
   void add(int64_t i, int64_t l, int64_t r, int64_t a, int64_t e, int64_t d) {
     log_.emplace_back(i, t_[i]);
     if (a <= l && r <= e) {
-      t_[i].top += d;
+      t_[i].best += d;
       t_[i].add += d;
       return;
     }
     const int64_t m = (l + r) / 2;
     if (a < m) add(2 * i, l, m, a, e, d);
     if (e > m) add(2 * i + 1, m, r, a, e, d);
-    t_[i].top = std::max(t_[2 * i].top, t_[2 * i + 1].top) + t_[i].add;
+    t_[i].best = Best{}(t_[2 * i].best, t_[2 * i + 1].best) + t_[i].add;
   }
+  std::vector<std::pair<int64_t, Node>> log_;
+};
+
+// Per section the unplaced total: the maximum of a range.
+class TotalTree : public RangeAddTree<Larger> {
+ public:
+  int64_t max(int64_t a, int64_t e) const { return a < e ? max(1, 0, n_, a, e) : NEG; }
+
+ private:
   int64_t max(int64_t i, int64_t l, int64_t r, int64_t a, int64_t e) const {
-    if (a <= l && r <= e) return t_[i].top;
+    if (a <= l && r <= e) return t_[i].best;
     const int64_t m = (l + r) / 2;
     int64_t out = NEG;
     if (a < m) out = std::max(out, max(2 * i, l, m, a, e));
     if (e > m) out = std::max(out, max(2 * i + 1, m, r, a, e));
     return out + t_[i].add;
   }
-  int64_t n_ = 0;
-  std::vector<Node> t_;
-  std::vector<std::pair<int64_t, Node>> log_;
 };
 
-// Per section boundary: the unplaced buffers crossing it, with range add and the zeros of a range.
-class CutTree {
+// Per section boundary: the unplaced buffers crossing it, and the zeros of a range.
+class CutTree : public RangeAddTree<Smaller> {
  public:
-  void build(const std::vector<int64_t>& cuts) {
-    n_ = int64_t(cuts.size());
-    t_.assign(std::size_t(4 * std::max<int64_t>(n_, 1)), Node{});
-    log_.clear();
-    if (n_ > 0) build(1, 0, n_, cuts);
-  }
-  void add(int64_t a, int64_t e, int64_t d) {
-    if (a < e) add(1, 0, n_, a, e, d);
-  }
   // Appends the boundaries of [a, e) at zero, ascending.
   void zeros(int64_t a, int64_t e, std::vector<int64_t>& out) const {
     if (a < e) zeros(1, 0, n_, a, e, 0, out);
   }
-  std::size_t mark() const { return log_.size(); }
-  void rollback(std::size_t m) {
-    while (log_.size() > m) {
-      t_[std::size_t(log_.back().first)] = log_.back().second;
-      log_.pop_back();
-    }
-  }
 
  private:
-  struct Node {
-    int64_t low = 0, add = 0;
-  };
-  void build(int64_t i, int64_t l, int64_t r, const std::vector<int64_t>& cuts) {
-    if (r - l == 1) {
-      t_[i] = Node{cuts[l], 0};
-      return;
-    }
-    const int64_t m = (l + r) / 2;
-    build(2 * i, l, m, cuts);
-    build(2 * i + 1, m, r, cuts);
-    t_[i].low = std::min(t_[2 * i].low, t_[2 * i + 1].low);
-  }
-  void add(int64_t i, int64_t l, int64_t r, int64_t a, int64_t e, int64_t d) {
-    log_.emplace_back(i, t_[i]);
-    if (a <= l && r <= e) {
-      t_[i].low += d;
-      t_[i].add += d;
-      return;
-    }
-    const int64_t m = (l + r) / 2;
-    if (a < m) add(2 * i, l, m, a, e, d);
-    if (e > m) add(2 * i + 1, m, r, a, e, d);
-    t_[i].low = std::min(t_[2 * i].low, t_[2 * i + 1].low) + t_[i].add;
-  }
   void zeros(int64_t i, int64_t l, int64_t r, int64_t a, int64_t e, int64_t acc,
              std::vector<int64_t>& out) const {
-    if (t_[i].low + acc > 0) return;
+    if (t_[i].best + acc > 0) return;
     if (r - l == 1) {
       out.push_back(l);
       return;
@@ -234,9 +210,6 @@ class CutTree {
     if (a < m) zeros(2 * i, l, m, a, e, acc2, out);
     if (e > m) zeros(2 * i + 1, m, r, a, e, acc2, out);
   }
-  int64_t n_ = 0;
-  std::vector<Node> t_;
-  std::vector<std::pair<int64_t, Node>> log_;
 };
 
 // The candidate tree: per position (buffers by first section) a stored minimum offset ``mu``
