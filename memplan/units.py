@@ -3,8 +3,15 @@
 Sizes and rates: ``8GB`` (10^9), ``8GiB`` (2^30), ``512MiB``, ``12.2GB/s``; budgets as a share of
 the GPU (``gpu``, ``90%``); ``NAME=VALUE`` lists: ``--config n_layer=24,n_embd=1024``.
 
-A bare ``8G`` is ambiguous (decimal or binary?) and is rejected with a suggestion. Nothing here
-imports more than the standard library: the command line checks its options before torch or numpy.
+A bare ``8G`` is ambiguous (decimal or binary?) and is rejected with a suggestion; so is a number
+without a unit that is not a whole number of bytes (``1.5``: surely a missing unit). A space between
+the number and its unit is accepted in one argument (``"8 GB"``, as memplan prints sizes; ``--mem 8
+GB``, two arguments, is refused by the command line). Nothing here imports more than the standard
+library: the command line checks its options before torch or numpy.
+
+Sizes in messages: :func:`format_size_like` writes bytes in the units the person typed (``2GiB``:
+binary units, ``1.5GB``: decimal, ``1000000``: bytes), with the exact bytes beside when the short
+form is not exact.
 """
 
 from __future__ import annotations
@@ -19,8 +26,9 @@ from typing import Any
 from memplan.errors import InputError
 
 _DECIMAL = {"": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12}
+_BYTES = {"", "B", "BYTE", "BYTES"}  # a number of bytes: memplan writes "1023 bytes"
 _BINARY = {"KIB": 2**10, "MIB": 2**20, "GIB": 2**30, "TIB": 2**40}
-_UNITS = {**_DECIMAL, **_BINARY}
+_UNITS = {**_DECIMAL, **_BINARY, "BYTE": 1, "BYTES": 1}
 _AMBIGUOUS = {"K", "M", "G", "T"}
 MAX_SIZE = 2**60
 """The largest size accepted (1 EiB): every sum of sizes stays exact in int64."""
@@ -49,22 +57,60 @@ def _parse(text: str, what: str, example: str) -> float:
 
 
 def parse_size(value: str | int | float) -> int:
-    """Parse a memory size into bytes (rounded down to a whole byte).
+    """Parse a memory size into bytes (rounded down to a whole byte when a unit is given).
 
-    >>> parse_size("8GB"), parse_size("1.5GiB"), parse_size(1024)
-    (8000000000, 1610612736, 1024)
+    A number without a unit (or in ``B``) is bytes and must be whole: ``1.5`` or ``0.5`` is
+    refused, naming ``1.5GB`` (a fraction of a byte is surely a missing unit); ``1.5KiB`` is
+    1536 bytes and ``0.3KiB`` 307 (rounded down).
+
+    >>> parse_size("8GB"), parse_size("1.5GiB"), parse_size(1024), parse_size("8 GB")
+    (8000000000, 1610612736, 1024, 8000000000)
     """
     if isinstance(value, bool):
         raise InputError(f"size {value!r}: expected bytes, e.g. 8GB or 8GiB")
     if isinstance(value, (int, float)):
-        number = float(value)
+        number, in_bytes = float(value), True
     else:
         number = _parse(str(value), "size", "8GB, 8GiB, 512MiB or 1000000")
+        in_bytes = size_unit(str(value)) == "B"
     if not math.isfinite(number) or number < 0:
         raise InputError(f"size {value!r}: expected a non-negative size, e.g. 8GB")
     if number > MAX_SIZE:
         raise InputError(f"size {value!r}: too large (more than 1 EiB), e.g. 8GB")
+    if in_bytes and not number.is_integer():
+        text = str(value).strip()
+        digits = _PATTERN.match(text)
+        written = digits.group(1) if digits else text
+        raise InputError(
+            f"size {value!r}: {written} bytes is not a whole number of bytes (a number without "
+            f"a unit is bytes); did you mean {written}GB (10^9) or {written}GiB (2^30)?"
+        )
     return int(number)
+
+
+def size_unit(text: str | int | float | None) -> str | None:
+    """The unit a size was typed in, as memplan writes it (``GB``, ``GiB``, ``B``: bytes).
+
+    None when ``text`` is not a size (None, ``gpu``, ``90%``, a bad form).
+
+    >>> size_unit("1.5gb"), size_unit("512MiB"), size_unit("1000000"), size_unit("gpu")
+    ('GB', 'MiB', 'B', None)
+    """
+    if isinstance(text, bool) or text is None:
+        return None
+    if isinstance(text, (int, float)):
+        return "B"
+    match = _PATTERN.match(text)
+    if match is None:
+        return None
+    unit = match.group(2).upper()
+    if unit in _BYTES:
+        return "B"
+    if unit in _DECIMAL:
+        return unit
+    if unit in _BINARY:
+        return unit[:-2] + "iB"
+    return None
 
 
 def exact_bytes(text: str) -> Decimal:
@@ -189,6 +235,49 @@ def format_size(nbytes: float | int | None) -> str:
             return f"{value:.0f} {unit}" if unit == "B" else f"{value:.2f} {unit}"
         value /= 1000
     raise AssertionError("unreachable")
+
+
+_SCALES = {
+    "decimal": (("KB", 10**3), ("MB", 10**6), ("GB", 10**9), ("TB", 10**12)),
+    "binary": (("KiB", 2**10), ("MiB", 2**20), ("GiB", 2**30), ("TiB", 2**40)),
+}
+
+
+def format_size_like(
+    nbytes: int, typed: str | int | float | None = None, *, up: bool = False
+) -> str:
+    """``nbytes`` for a message, in the units of the size a person typed (``typed``).
+
+    ``typed`` in binary units (``2GiB``, ``512MiB``) gives binary units, in decimal units (``8GB``)
+    or anything else (None, ``gpu``, ``90%``) decimal units, each scaled to ``nbytes`` (``2.36
+    GiB``, ``27.82 MB``), at most two decimals; the exact bytes follow in parentheses when the
+    short form is not exact. A plain number of bytes typed (``1000000``) gives bytes alone.
+    ``up`` rounds the short form up, not to the nearest: for a least memory that fits, so that
+    the figure shown, typed back, fits.
+
+    >>> format_size_like(2_534_567_890, "2GB"), format_size_like(2**31, "2GiB")
+    ('2.53 GB (2534567890 bytes)', '2 GiB')
+    >>> format_size_like(27_814_536, "24.6MB", up=True), format_size_like(999, "1000")
+    ('27.82 MB (27814536 bytes)', '999 bytes')
+    """
+    nbytes = int(nbytes)
+    unit = size_unit(typed)
+    if unit == "B":
+        return f"{nbytes} bytes"
+    scale = _SCALES["binary" if unit is not None and unit.endswith("iB") else "decimal"]
+    fitting = [(name, size) for name, size in scale if nbytes >= size]
+    if not fitting:
+        return f"{nbytes} bytes"
+    name, factor = fitting[-1]
+    # hundredths of the unit, in integers: exact at any size
+    rounded = -(-nbytes * 100 // factor) if up else (nbytes * 200 + factor) // (2 * factor)
+    step = scale[1][1] // scale[0][1]  # 1000 or 1024
+    if rounded >= step * 100 and len(fitting) < len(scale):  # 999.996 MB: 1 GB
+        name, factor = scale[len(fitting)]
+        rounded = -(-nbytes * 100 // factor) if up else (nbytes * 200 + factor) // (2 * factor)
+    short = f"{rounded / 100:.2f}".rstrip("0").rstrip(".")
+    exact = rounded * factor == nbytes * 100
+    return f"{short} {name}" if exact else f"{short} {name} ({nbytes} bytes)"
 
 
 def check_time_limit(value: float | None, what: str = "time_limit") -> float | None:

@@ -270,8 +270,14 @@ def profile_source(profile: str | None) -> str:
     return "-"
 
 
-def _reword(option: str, exc: InputError) -> InputError:
-    return InputError(f"{option}: {exc}")
+def _reword(option: str, exc: InputError, value: str) -> InputError:
+    """``--capacity 1.5: ...`` from the parser's ``size '1.5': ...``: the option as typed."""
+    text = str(exc)
+    for what in ("size", "rate"):
+        prefix = f"{what} {value!r}: "
+        if text.startswith(prefix):
+            return InputError(f"{option} {value}: {text[len(prefix) :]}")
+    return InputError(f"{option}: {text}")
 
 
 def option_size(option: str, value: str | None) -> int | None:
@@ -283,7 +289,7 @@ def option_size(option: str, value: str | None) -> int | None:
     try:
         return parse_size(value)
     except InputError as exc:
-        raise _reword(option, exc) from None
+        raise _reword(option, exc, value) from None
 
 
 def option_rate(option: str, value: str | None) -> float | None:
@@ -295,7 +301,7 @@ def option_rate(option: str, value: str | None) -> float | None:
     try:
         return parse_rate(value)
     except InputError as exc:
-        raise _reword(option, exc) from None
+        raise _reword(option, exc, value) from None
 
 
 def check_positive(option: str, value: float | int | None) -> None:
@@ -413,13 +419,16 @@ def _is_terminal(stream: IO[str]) -> bool:
         return False
 
 
-def size_text(nbytes: int | float | None) -> str:
-    """``1.23 GB (1234567890 bytes)``: human-readable and exact."""
-    from memplan.units import format_size
+def size_text(nbytes: int | float | None, typed: str | None = None, *, up: bool = False) -> str:
+    """``2.53 GB (2534567890 bytes)``: in the units of the size the user typed (``typed``, e.g.
+    ``--mem 2GiB``: ``2.36 GiB (2534567890 bytes)``), the exact bytes beside when the short form
+    is not exact (:func:`memplan.units.format_size_like`; ``up``: rounded up, for a least memory).
+    """
+    from memplan.units import format_size_like
 
     if nbytes is None:
         return "-"
-    return f"{format_size(nbytes)} ({int(nbytes)} bytes)"
+    return format_size_like(int(nbytes), typed, up=up)
 
 
 # --------------------------------------------------------------------------- tables
@@ -428,8 +437,10 @@ def size_text(nbytes: int | float | None) -> str:
 # A table never drops characters of a cell (at 80 columns rich cut a weight of ``300K``
 # to ``300``). Number columns do not wrap; text columns wrap at spaces. When stderr is not a
 # terminal (a CI log, ``2> log``) a table that does not fit is printed at its full width, every
-# cell on one line; on a terminal it gets at least the width of its longest words, so text wraps
-# and nothing is cut (a terminal narrower than that wraps the lines itself).
+# cell on one line, and no line carries trailing blanks (a key-value table with one long value
+# pads none of its other rows to that width); on a terminal it gets at least the width of its
+# longest words, so text wraps and nothing is cut (a terminal narrower than that wraps the lines
+# itself).
 # tests/cli/test_width.py checks every table of info, solve, simulate, compare and algos at
 # COLUMNS=80, both ways.
 
@@ -473,9 +484,20 @@ def _pin_unwrapped_columns(console: Console, renderable: object) -> None:
 
 
 def print_table(renderable: RenderableType, console: Console | None = None) -> None:
-    """Print a table (or a group of them) on stderr without cutting any cell."""
+    """Print a table (or a group of them) on stderr without cutting any cell.
+
+    Not on a terminal (a CI log), the lines carry no trailing blanks: a table as wide as its
+    longest row pads none of the others to that width (NOTE [ table width ]).
+    """
     console = err_console() if console is None else console
     width = table_width(console, renderable)
     if width > console.width:
         console.width = width
-    console.print(renderable)
+    if console.is_terminal:
+        console.print(renderable)
+        return
+    with console.capture() as captured:
+        console.print(renderable)
+    lines = captured.get().split("\n")
+    console.file.write("\n".join(line.rstrip() for line in lines))
+    console.file.flush()

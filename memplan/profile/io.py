@@ -99,8 +99,12 @@ def _parse_text(text: str, source: str) -> Any:
 
 
 def _too_large(limit: int) -> str:
+    from memplan.units import format_size_like
+
+    typed = os.environ.get("MEMPLAN_MAX_INPUT", "").strip() or "256MiB"  # the limit's units
     return (
-        f"larger than {limit} bytes, the input limit (set MEMPLAN_MAX_INPUT, e.g. 1GiB, to read it)"
+        f"larger than {format_size_like(limit, typed)}, the input limit (set MEMPLAN_MAX_INPUT, "
+        "e.g. 1GiB, to read it)"
     )
 
 

@@ -97,7 +97,7 @@ def test_input_larger_than_the_cap_is_refused_before_parsing(tmp_path):
     path = _write(tmp_path, "big.yaml", PROFILE_YAML + "extra: {pad: '" + "x" * 4000 + "'}\n")
     env = {"MEMPLAN_MAX_INPUT": "2KiB"}
     line = _one_line_exit_2(runner.invoke(app, ["info", str(path)], env=env))
-    assert "big.yaml" in line and "larger than 2048 bytes" in line and "MEMPLAN_MAX_INPUT" in line
+    assert "big.yaml" in line and "larger than 2 KiB," in line and "MEMPLAN_MAX_INPUT" in line
     text = path.read_text()
     line = _one_line_exit_2(runner.invoke(app, ["info", "-"], input=text, env=env))
     assert "<stdin>" in line and "larger than" in line
