@@ -173,7 +173,7 @@ def solve(
             if output is not None:  # the document went to a file: the summary to stderr
                 print_table(_render_summary(schedule, prof))
         if not schedule.feasible:
-            common.echo_err(infeasible_line(schedule))
+            common.echo_err(infeasible_line(schedule, mem))
             raise typer.Exit(EXIT_INFEASIBLE)
 
 
@@ -188,15 +188,19 @@ def _render_summary(schedule: Any, prof: Any) -> "Table":
     return schedule_summary(schedule, prof.length)
 
 
-def infeasible_line(schedule: Any) -> str:
-    """One line: which budget failed and, when known, the least memory that fits."""
+def infeasible_line(schedule: Any, typed: str | None = None) -> str:
+    """One line: which budget failed and, when known, the least memory that fits, in the units of
+    the budget as the user typed it (``typed``; the least memory rounded up, so that it fits
+    when typed back).
+    """
     line = (
         f"memplan: infeasible: no {schedule.algorithm} plan fits in "
-        f"{size_text(schedule.budget.memory)}"
+        f"{size_text(schedule.budget.memory, typed)}"
     )
     message = " ".join((schedule.solver.message or "").split())
     if schedule.min_memory is not None:
-        line += f"; the least memory that fits is {size_text(schedule.min_memory)}"
+        least = size_text(schedule.min_memory, typed, up=True)
+        line += f"; the least memory that fits is {least}"
         if schedule.family == "join" and message:
             line += f" ({message})"
     else:
@@ -234,11 +238,21 @@ def simulate(
         typer.Option("--format", "-f", help="table (stderr) or a json document.  [default: table]"),
     ] = None,
     trace: Annotated[Path | None, TRACE_OPTION] = None,
+    strict: Annotated[
+        bool,
+        typer.Option(
+            "--strict",
+            help="Times that differ from the profile's (a profile measured again) are an error "
+            "(exit 1), not a note.",
+        ),
+    ] = False,
 ) -> None:
     """Replay a schedule with the independent simulator and check it against a budget.
 
     Exit 0 when the schedule is valid, fits the budget and matches its own claims; 1 otherwise,
-    with one line naming the first violation; 2 on bad input.
+    with one line naming the first violation; 2 on bad input. Times that differ from the
+    profile's (the same model profiled again: every size the same) are a note, and the plan is
+    checked with the schedule's own times; with --strict they are a violation.
 
     Example: `memplan solve net.yaml --algo rotor --mem 2GB -f json | memplan simulate net.yaml -`
     """
@@ -258,13 +272,16 @@ def simulate(
             sched = with_gradients(prof, sched, gradients.value)
         budget = sched.budget.memory if given is None else memory_budget(prof, given, given=mem)
         if not sched.feasible:
-            doc = _simulation_doc(sched, prof, budget, None)
+            doc = _simulation_doc(sched, prof, budget, None, mem)
             doc["violation"] = (
                 "the schedule is marked infeasible (feasible: false): no plan to replay"
             )
+            doc["times_match"] = None
         else:
             result = memplan.simulate(prof, sched, memory=budget)
-            doc = _simulation_doc(sched, prof, budget, result)
+            doc = _simulation_doc(sched, prof, budget, result, mem)
+            if not _passed(doc):  # NOTE [ re-measured profiles ] (memplan/simulator/retime.py)
+                result, doc = _with_schedule_times(prof, sched, budget, mem, strict, result, doc)
             if trace is not None:
                 write_trace_file(trace, sched, prof, result.memory_curve)
         if sched.profile.sha256 and sched.profile.sha256 != prof.sha256():
@@ -278,20 +295,84 @@ def simulate(
             from memplan.cli.render import simulation_summary
 
             print_table(simulation_summary(doc))
-        if not (doc["valid"] and doc["fits"]):
+        if doc["time_note"]:
+            common.echo_err(f"memplan: note: {doc['time_note']}")
+        if not _passed(doc):
             common.echo_err(f"memplan: invalid: {doc['violation']}")
             raise typer.Exit(EXIT_INFEASIBLE)
 
 
-def _simulation_doc(sched: Any, prof: Any, budget: int | None, result: Any) -> dict[str, Any]:
-    """What ``simulate --format json`` prints (documented in docs/cli.md)."""
+def _passed(doc: dict[str, Any]) -> bool:
+    return bool(doc["valid"] and doc["fits"])
+
+
+def _with_schedule_times(
+    prof: Any,
+    sched: Any,
+    budget: int | None,
+    typed: str | None,
+    strict: bool,
+    result: Any,
+    doc: dict[str, Any],
+) -> tuple[Any, dict[str, Any]]:
+    """The verdict on a schedule the strict replay rejected, when the profile's times differ.
+
+    The schedule is replayed against the profile timed as its own operations (NOTE [ re-measured
+    profiles ] in memplan/simulator/retime.py): without ``strict``, that replay decides (exit 0
+    when only the times differ), with ``strict`` the first replay does; either way the document
+    says how the times differ (``times_match``, ``time_note``).
+    """
+    import memplan
+    from memplan.simulator.retime import timed_as_schedule
+
+    retimed = timed_as_schedule(prof, sched)
+    if retimed is None:  # the schedule's own times contradict each other: no such profile
+        doc["times_match"] = None
+        return result, doc
+    if not retimed.differences:
+        return result, doc
+    relaxed = memplan.simulate(retimed.profile, retimed.schedule, memory=budget)
+    if not strict:
+        result, doc = relaxed, _simulation_doc(sched, prof, budget, relaxed, typed)
+    doc["times_match"] = False
+    doc["time_note"] = _time_note(retimed, relaxed.valid and relaxed.fits, strict)
+    return result, doc
+
+
+def _time_note(retimed: Any, holds: bool, strict: bool) -> str:
+    """One line: how the profile's times differ from the schedule's, and what that decided."""
+    diffs = retimed.differences
+    changes = [d.profile / d.schedule - 1.0 for d in diffs if d.schedule > 0]
+    spread = f", from {min(changes):+.1%} to {max(changes):+.1%}" if changes else ""
+    total = retimed.profile_ms / retimed.schedule_ms - 1.0 if retimed.schedule_ms > 0 else 0.0
+    line = (
+        f"the profile's times differ from the schedule's in {len(diffs)} of the "
+        f"{retimed.fields} it gives{spread} (the same model profiled again?); the plan's "
+        f"computations take {retimed.profile_ms:.3f} ms with the profile's times, "
+        f"{retimed.schedule_ms:.3f} ms in the schedule ({total:+.1%})"
+    )
+    if strict:
+        return line + "; --strict: a time that differs is a violation"
+    if holds:
+        return line + "; replayed with the schedule's times, it is valid and fits the budget"
+    return line + "; replayed with the schedule's times, it still fails (below)"
+
+
+def _simulation_doc(
+    sched: Any, prof: Any, budget: int | None, result: Any, typed: str | None = None
+) -> dict[str, Any]:
+    """What ``simulate --format json`` prints (documented in docs/cli.md); sizes in messages in
+    the units of ``--mem`` as typed (``typed``).
+    """
     valid = bool(result is not None and result.valid)
     makespan = getattr(result, "makespan", None)
     peak = getattr(result, "peak_memory", None)
     violation = getattr(result, "violation", None)
     fits = valid and (budget is None or peak is None or peak <= budget)
     if valid and not fits and not violation:
-        violation = f"peak memory {size_text(peak)} exceeds the budget {size_text(budget)}"
+        violation = (
+            f"peak memory {size_text(peak, typed)} exceeds the budget {size_text(budget, typed)}"
+        )
     if not valid and not violation:
         violation = "the replay rejected the schedule"
     return {
@@ -308,6 +389,8 @@ def _simulation_doc(sched: Any, prof: Any, budget: int | None, result: Any) -> d
         "claimed_makespan": sched.makespan,
         "claimed_peak_memory": sched.peak_memory,
         "claimed_static_memory": sched.static_memory,
+        "times_match": True,
+        "time_note": None,
     }
 
 
