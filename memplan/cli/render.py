@@ -282,6 +282,8 @@ def simulation_summary(doc: Mapping[str, Any]) -> Table:
         ),
         ("budget", _size(doc["budget"])),
     ]
+    if doc.get("times_match") is False:
+        rows.append(("times", "differ from the profile's (the note below)"))
     if doc.get("violation"):
         rows.append(("first violation", Text(doc["violation"], style="red")))
     return _key_values("Simulation", rows)
@@ -317,6 +319,27 @@ def compare_table(
 # --------------------------------------------------------------------------- info and algos
 
 
+def _measured_rows(measured: Mapping[str, Any]) -> list[tuple[str, Any]]:
+    """How the profile was measured, one row per part (tool and date; each of ``conditions`` and
+    ``noise`` on its own row, as ``key value`` pairs): no row holds a whole dict's repr.
+    """
+    plain = {k: v for k, v in measured.items() if k not in ("extra", "estimate")}
+    nested = {k: plain.pop(k) for k in ("conditions", "noise") if isinstance(plain.get(k), Mapping)}
+    rows: list[tuple[str, Any]] = []
+    if plain:
+        rows.append(("measured", ", ".join(f"{k} {v}" for k, v in plain.items())))
+    for name, values in nested.items():
+        parts = []
+        for key, value in values.items():
+            if isinstance(value, Mapping):
+                value = " ".join(f"{k}={v}" for k, v in value.items())
+            elif isinstance(value, (list, tuple)):
+                value = " ".join(str(v) for v in value)
+            parts.append(f"{key} {value}")
+        rows.append((name, ", ".join(parts)))
+    return rows
+
+
 def info_tables(desc: Mapping[str, Any]) -> Group:
     """The profile's header, totals and memory needs, then one row per stage."""
     device = desc.get("device") or {}
@@ -337,15 +360,7 @@ def info_tables(desc: Mapping[str, Any]) -> Group:
     ]
     if desc.get("bandwidth"):
         rows.append(("bandwidth", f"{format_size(desc['bandwidth'])}/s"))
-    if measured:
-        rows.append(
-            (
-                "measured",
-                ", ".join(
-                    f"{k} {v}" for k, v in measured.items() if k not in ("extra", "estimate")
-                ),
-            )
-        )
+    rows += _measured_rows(measured)
     stage_rows = desc.get("stage_table") or []
     estimates = [_stage_estimate(st) for st in stage_rows]
     if isinstance(measured.get("estimate"), Mapping) or any(estimates):

@@ -161,11 +161,7 @@ def run(
         else:
             _render(doc)
         if not doc["within_budget"]:
-            common.echo_err(
-                f"memplan: the measured peak {_size(doc['measured_peak_memory'])} exceeds the "
-                f"budget {_size(doc['budget_measured'])} "
-                f"({doc['measured_over_budget']:.3f} x the budget)"
-            )
+            common.echo_err(_over_budget_line(doc, mem))
             raise typer.Exit(EXIT_INFEASIBLE)
 
 
@@ -216,7 +212,7 @@ def _train(
             prof, algo, memory, optimizer=optimizer, gradients=gradients, **options
         )
         if not found.feasible:
-            common.echo_err(infeasible_line(found))
+            common.echo_err(infeasible_line(found, memory))
             return None
         return found
 
@@ -249,6 +245,16 @@ def _train(
     except InputError as exc:
         where = f"--profile {profile}: " if profile is not None else ""
         raise InputError(f"{where}{exc}") from None
+
+
+def _over_budget_line(doc: dict[str, Any], typed: str) -> str:
+    """The last line when the measured peak exceeds the budget, in the units of ``--mem``."""
+    measured = common.size_text(doc["measured_peak_memory"], typed)
+    budget = common.size_text(doc["budget_measured"], typed)
+    return (
+        f"memplan: the measured peak {measured} exceeds the budget {budget} "
+        f"({doc['measured_over_budget']:.3f} x the budget)"
+    )
 
 
 def _size(nbytes: int | None) -> str:
@@ -312,11 +318,60 @@ def _render(doc: dict[str, Any]) -> None:
             stages.add_row(str(k), stage, str(planned[k]), str(measured[k]))
     if stages.row_count:
         common.print_table(stages, console)
-    peaks = ", ".join(_size(value) for value in doc["measured_step_peaks"])
-    losses = ", ".join(f"{value:.4f}" for value in doc["losses"])
-    common.echo_err(
-        f"memplan: trained {doc['steps']} step(s) with {doc['torch_optimizer']}, "
-        f"peak per step {peaks} ({doc['measured_what']}), loss {losses}"
-    )
+    for line in _iteration_notes(doc):
+        common.echo_err(line)
+    for line in _step_lines(doc):
+        common.echo_err(line)
     if planned != measured:
         common.echo_err("memplan: warning: the forward counts differ from the plan's")
+
+
+STEP_LINES = 10
+"""Up to this many steps, ``run`` prints one line per step; beyond, a summary of them."""
+
+
+def _step_lines(doc: dict[str, Any]) -> list[str]:
+    """The steps trained: one line each (at most :data:`STEP_LINES`), else one summary line,
+    never one line of N values (a CI log of ``--steps 50``); ``--format json`` has every value.
+    """
+    steps, peaks = doc["steps"], doc["measured_step_peaks"]
+    losses, times = doc["losses"], doc["step_ms"]
+    lines = [
+        f"memplan: trained {steps} step{'s' if steps != 1 else ''} with "
+        f"{doc['torch_optimizer']}; peak of each step: {doc['measured_what']}"
+    ]
+    if steps <= STEP_LINES:
+        lines += [
+            f"memplan: step {k + 1}: peak {_size(peaks[k])}, loss {losses[k]:.4f}, "
+            f"{times[k]:.2f} ms"
+            for k in range(steps)
+        ]
+        return lines
+    largest = max(range(steps), key=lambda k: peaks[k])
+    peak = f"peak {_size(peaks[largest])} every step"
+    if min(peaks) != peaks[largest]:
+        peak = f"peak {_size(min(peaks))} to {_size(peaks[largest])} (at step {largest + 1})"
+    ordered = sorted(times)
+    lines.append(
+        f"memplan: steps 1 to {steps}: {peak}, loss {losses[0]:.4f} at step 1, "
+        f"{losses[-1]:.4f} at step {steps} (least {min(losses):.4f}), "
+        f"{ordered[len(ordered) // 2]:.2f} ms a step (median; {ordered[0]:.2f} to "
+        f"{ordered[-1]:.2f})"
+    )
+    return lines
+
+
+def _iteration_notes(doc: dict[str, Any]) -> list[str]:
+    """Why the plan's iteration and the measured step differ (docs/cli.md, ``memplan run``)."""
+    what = (
+        "torch.cuda's synchronizations and peak statistics"
+        if doc["device"] == "cuda"
+        else "torch.profiler recording every allocator event, then their replay"
+    )
+    return [
+        "memplan: iteration, plan: the profile's forward and backward times of the operations "
+        "the plan runs, summed (each stage timed alone)",
+        "memplan: iteration, measured: the whole step, also what the profile does not time: "
+        "optimizer.step(), the runtime between stages (hooks, recomputation and transfer "
+        f"bookkeeping) and the memory measurement ({what})",
+    ]
