@@ -41,7 +41,7 @@ _EXPORTS = {
     "parse_rate": "memplan.units",
     "parse_size": "memplan.units",
     "compare": "memplan.api",
-    "list_algorithms": "memplan.api",
+    "list_algorithms": "memplan.algorithms",
     "simulate": "memplan.api",
     "solve": "memplan.api",
     "static_memory": "memplan.api",
@@ -69,7 +69,8 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
-    from memplan.api import compare, list_algorithms, simulate, solve, static_memory
+    from memplan.algorithms import list_algorithms
+    from memplan.api import compare, simulate, solve, static_memory
     from memplan.errors import InputError, InternalError, MemplanError
     from memplan.profile import Profile, Stage, load_profile, save_profile
     from memplan.schedule import Schedule, load_schedule

@@ -17,10 +17,11 @@ from typing import Any
 
 from memplan.algorithms import (
     FAMILIES,
-    REGISTRY,
     AlgorithmInfo,
     Family,
     SolveRequest,
+    algorithm_details,
+    list_algorithms,
     options_for,
 )
 from memplan.algorithms import algorithm as lookup_algorithm
@@ -84,32 +85,6 @@ __all__ = [
 
 MAX_STEPS = 1000
 """The most budgets of one ``compare`` sweep (``--mem START:STOP:STEPS``, ``auto:STEPS``)."""
-
-
-def list_algorithms() -> list[dict[str, Any]]:
-    """Every algorithm memplan knows: name, family, exact or heuristic, what it needs."""
-    return [info.to_dict() for info in REGISTRY.values()]
-
-
-def algorithm_details(name: str) -> dict[str, Any]:
-    """``memplan algos NAME``: the algorithm's entry and its family's declared options."""
-    from memplan.algorithms.options import declared
-
-    info = lookup_algorithm(name)
-    family = FAMILIES[info.family]
-    options = [
-        {
-            "option": spec.flag,
-            "metavar": spec.metavar,
-            "default": spec.default_text,
-            "accepts": spec.accepts,
-            "help": spec.help,
-            "commands": list(spec.commands),
-            "keyword": spec.name,
-        }
-        for spec in declared(family.options, family.name)
-    ]
-    return {**info.to_dict(), "profile": PROFILE_SHAPES[family.profile_kind], "options": options}
 
 
 def schedule_from_sequence(

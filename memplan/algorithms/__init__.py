@@ -2,7 +2,8 @@
 
 A family is declared once in its package's ``entries`` module (a :class:`Family`: its
 algorithms, each ``solve(profile, request) -> Schedule``, and its options); this module only
-collects them. The simulator that replays each family's schedules is
+collects them, and lists them (:func:`list_algorithms`, :func:`algorithm_details`: what ``memplan
+algos`` prints, read without importing a solver). The simulator that replays each family's schedules is
 :data:`memplan.simulator.replay.REPLAYS`. See docs/algorithms.md, "How to add an algorithm".
 """
 
@@ -11,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from memplan.algorithms.base import (
+    PROFILE_SHAPES,
     AlgorithmInfo,
     ChainPlan,
     Family,
@@ -45,6 +47,30 @@ def algorithm(name: str) -> AlgorithmInfo:
             f"choose one of: {', '.join(REGISTRY)}"
         )
     return REGISTRY[name]
+
+
+def list_algorithms() -> list[dict[str, Any]]:
+    """Every algorithm memplan knows: name, family, exact or heuristic, what it needs."""
+    return [info.to_dict() for info in REGISTRY.values()]
+
+
+def algorithm_details(name: str) -> dict[str, Any]:
+    """``memplan algos NAME``: the algorithm's entry and its family's declared options."""
+    info = algorithm(name)
+    family = FAMILIES[info.family]
+    options = [
+        {
+            "option": spec.flag,
+            "metavar": spec.metavar,
+            "default": spec.default_text,
+            "accepts": spec.accepts,
+            "help": spec.help,
+            "commands": list(spec.commands),
+            "keyword": spec.name,
+        }
+        for spec in declared(family.options, family.name)
+    ]
+    return {**info.to_dict(), "profile": PROFILE_SHAPES[family.profile_kind], "options": options}
 
 
 def family_of(name: str) -> Family:
@@ -86,8 +112,10 @@ __all__ = [
     "OffloadPlan",
     "SolveRequest",
     "algorithm",
+    "algorithm_details",
     "all_options",
     "family_of",
+    "list_algorithms",
     "options_for",
     "parsed_option",
 ]

@@ -13,12 +13,13 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from memplan.profile.memory import Gradients
-from memplan.schedule import OpName, OptimizerName, Status, Stream
+if TYPE_CHECKING:  # annotations only: the registry (`memplan algos`) loads no pydantic model
+    from memplan.profile.memory import Gradients
+    from memplan.schedule import OpName, OptimizerName, Status, Stream
 
-Sequence = list[tuple[OpName, int]]
+Sequence = list[tuple["OpName", int]]
 """``(op, stage)`` in execution order: a chain algorithm's operation sequence."""
 
 
@@ -150,7 +151,7 @@ class Family:
         object.__setattr__(self, "algorithms", stamped)  # frozen: set once, here
 
 
-Transfer = tuple[OpName, int, float, float, Stream, "str | None"]
+Transfer = tuple["OpName", int, float, float, "Stream", "str | None"]
 """``(op, stage, start, end, stream, tensor)``: one timed operation of an offloading schedule."""
 
 

@@ -14,6 +14,7 @@ command on first use. So ``memplan --version`` imports typer and nothing of memp
 from __future__ import annotations
 
 import difflib
+import enum
 import importlib
 import re
 from collections.abc import Iterator, MutableMapping
@@ -29,7 +30,7 @@ COMMANDS: dict[str, str] = {
     "compare": "memplan.cli.compare:compare",
     "info": "memplan.cli.info:info",
     "show": "memplan.cli.info:show",
-    "algos": "memplan.cli.info:algos",
+    "algos": "memplan.cli.algos:algos",
     "plot": "memplan.cli.show:plot",
     "run": "memplan.cli.run:run",
     "bench": "memplan.cli.bench:bench",
@@ -73,6 +74,7 @@ class MemplanCommand(TyperCommand):
     """
 
     def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
+        plain_coercion(self, ctx)
         message = split_size_error(args)
         if message is not None:
             from memplan.cli import common
@@ -84,6 +86,60 @@ class MemplanCommand(TyperCommand):
         except typer.BadParameter as exc:
             exc.message = _clean_choice_message(exc.message)
             raise
+
+
+# NOTE [ plain parameters ]
+# typer (0.2x) checks every parameter's value with a pydantic TypeAdapter, built when the value
+# is parsed: importing pydantic and building the adapters takes longer than all the rest of
+# `memplan algos` (docs/benchmarks.md, "Start-up"). A text or a choice (an Enum) needs none of it:
+# plain_coercion gives those parameters typer's own checks without pydantic (typer's choice
+# coercion, coerce_cli_choice, is plain Python), and so do flags. Any other parameter (numbers, paths, a parser)
+# keeps typer's adapter; where typer's internals are not as expected (another typer version),
+# every parameter keeps typer's coercion.
+
+
+def plain_coercion(command: Any, ctx: Any) -> None:
+    """Check ``command``'s text, choice and flag parameters without pydantic (NOTE [ plain
+    parameters ]).
+    """
+    try:
+        from typer._coercion import RuntimeParam
+        from typer._param_types import coerce_cli_choice
+    except ImportError:  # pragma: no cover - another typer: its own coercion
+        return
+
+    class _Plain(RuntimeParam):  # a frozen dataclass: (parameter_info, annotation)
+        def _coerce_value(self, value: Any, param: Any, ctx: Any) -> Any:
+            if self.annotation is str:
+                return value if isinstance(value, str) else str(value)
+            if self.annotation is bool:  # a flag: click gives it a bool
+                if isinstance(value, bool):
+                    return value
+                raise typer.BadParameter(f"{value!r} is not a valid boolean", ctx=ctx, param=param)
+            try:
+                return coerce_cli_choice(
+                    value,
+                    choices=list(self.annotation),
+                    case_sensitive=self.parameter_info.case_sensitive,
+                    ctx=ctx,
+                )
+            except ValueError as exc:
+                raise typer.BadParameter(str(exc), ctx=ctx, param=param) from None
+
+    for param in command.get_params(ctx):  # --help too
+        descriptor = getattr(param, "type_descriptor", None)
+        if descriptor is None or getattr(param, "_runtime_param", 0) is not None:
+            continue
+        annotation = descriptor.annotation
+        choice = isinstance(annotation, type) and issubclass(annotation, enum.Enum)
+        flag = annotation is bool and getattr(param, "is_flag", False)
+        plain = annotation is str or choice or flag
+        if (
+            plain
+            and descriptor.parameter_info.parser is None
+            and descriptor.file_annotation is None
+        ):
+            param._runtime_param = _Plain(descriptor.parameter_info, annotation)
 
 
 def _clean_choice_message(message: str) -> str:
@@ -147,6 +203,10 @@ class LazyGroup(TyperGroup):
 
     def list_commands(self, ctx: Any) -> list[str]:
         return list(self.commands)
+
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
+        plain_coercion(self, ctx)  # --debug, --version, --help (NOTE [ plain parameters ])
+        return super().parse_args(ctx, args)
 
 
 app = typer.Typer(

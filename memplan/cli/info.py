@@ -1,5 +1,5 @@
-"""``memplan info`` (what a profile holds, the memory it needs), ``memplan show`` (the profile
-itself, as a file ``solve`` reads) and ``memplan algos``.
+"""``memplan info`` (what a profile holds, the memory it needs) and ``memplan show`` (the
+profile itself, as a file ``solve`` reads); ``memplan algos`` is :mod:`memplan.cli.algos`.
 """
 
 import enum
@@ -10,7 +10,6 @@ from typing import Annotated
 import typer
 
 from memplan.cli.common import (
-    err_console,
     guard,
     print_table,
     profile_source,
@@ -30,11 +29,6 @@ class InfoFormat(str, enum.Enum):
 
 class ShowFormat(str, enum.Enum):
     yaml = "yaml"
-    json = "json"
-
-
-class AlgosFormat(str, enum.Enum):
-    table = "table"
     json = "json"
 
 
@@ -101,41 +95,3 @@ def show(
         else:
             text = memplan.save_profile(prof)
         write_output(text, output)
-
-
-def algos(
-    name: Annotated[
-        str | None,
-        typer.Argument(
-            metavar="[NAME]", help="One algorithm: its details and options.", show_default=False
-        ),
-    ] = None,
-    fmt: Annotated[
-        AlgosFormat | None,
-        typer.Option("--format", "-f", help="table (stderr) or json.  [default: table]"),
-    ] = None,
-) -> None:
-    """List every algorithm (one line each), or show one: what it needs, its options.
-
-    Example: `memplan algos rotor`
-    """
-    from memplan.api import algorithm_details, list_algorithms
-
-    with guard():
-        json_out = fmt is not None and fmt.value == "json"
-        if name is not None:
-            details = algorithm_details(name)
-            if json_out:
-                write_output(json.dumps(details, indent=2), None)
-            else:
-                from memplan.cli.render import algorithm_tables
-
-                print_table(algorithm_tables(details))
-            return
-        entries = list_algorithms()
-        if json_out:
-            write_output(json.dumps(entries, indent=2), None)
-        else:
-            from memplan.cli.render import algos_table
-
-            err_console().print(algos_table(entries))

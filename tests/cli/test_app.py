@@ -587,29 +587,6 @@ def test_cli_import_stays_light():
     assert done.stdout.strip() == "[]"
 
 
-def test_version_imports_neither_numpy_nor_pydantic():
-    """`memplan --version` (CI calls memplan many times) loads none of the heavy dependencies:
-    issue 14 item 7; the timings are in benchmarks/bench_startup.py, not here."""
-    code = (
-        "import sys\n"
-        "from memplan.cli.app import main\n"
-        "sys.argv = ['memplan', '--version']\n"
-        "try:\n"
-        "    main()\n"
-        "except SystemExit as done:\n"
-        "    assert not done.code, done.code\n"
-        "heavy = ('numpy', 'pydantic', 'yaml', 'rich', 'ortools', 'torch', 'matplotlib')\n"
-        "print(sorted(m for m in heavy if m in sys.modules))"
-    )
-    done = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, env=_env(), timeout=120
-    )
-    assert done.returncode == 0, done.stderr
-    lines = done.stdout.splitlines()
-    assert lines[0] == f"memplan {memplan.__version__}" and lines[1].startswith("core ")
-    assert lines[2:] == ["[]"]
-
-
 @pytest.mark.torch
 @pytest.mark.slow
 def test_profile_with_the_real_profiler(tmp_path):

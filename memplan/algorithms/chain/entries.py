@@ -12,13 +12,14 @@ Here each solver returns a ``ChainPlan``, wrapped by
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from memplan.algorithms.base import AlgorithmInfo, Family, SolveRequest
 from memplan.algorithms.options import slots_option
-from memplan.algorithms.timeline import chain_schedule
-from memplan.profile.model import Profile
-from memplan.schedule import Schedule
+
+if TYPE_CHECKING:  # annotations only: declaring the family loads no model
+    from memplan.profile.model import Profile
+    from memplan.schedule import Schedule
 
 MAX_SLOTS = 100_000
 
@@ -47,6 +48,7 @@ def _chain(profile: Profile, request: SolveRequest) -> Any:
 def solve_store_all(profile: Profile, request: SolveRequest) -> Schedule:
     """``store-all``: every forward saves everything (:mod:`.store_all`)."""
     from memplan.algorithms.chain import store_all
+    from memplan.algorithms.timeline import chain_schedule
 
     plan = store_all.solve_store_all(_chain(profile, request), request.activation_memory)
     return chain_schedule(profile, request, plan)
@@ -55,6 +57,7 @@ def solve_store_all(profile: Profile, request: SolveRequest) -> Schedule:
 def solve_periodic(profile: Profile, request: SolveRequest) -> Schedule:
     """``periodic``: equal segments (:mod:`.periodic`)."""
     from memplan.algorithms.chain import periodic
+    from memplan.algorithms.timeline import chain_schedule
 
     plan = periodic.solve_periodic(_chain(profile, request), request.activation_memory)
     return chain_schedule(profile, request, plan)
@@ -63,6 +66,7 @@ def solve_periodic(profile: Profile, request: SolveRequest) -> Schedule:
 def solve_revolve(profile: Profile, request: SolveRequest) -> Schedule:
     """``revolve``: binomial checkpointing (:mod:`.revolve`)."""
     from memplan.algorithms.chain import revolve
+    from memplan.algorithms.timeline import chain_schedule
 
     plan = revolve.solve_revolve(_chain(profile, request), request.activation_memory)
     return chain_schedule(profile, request, plan)
@@ -71,6 +75,7 @@ def solve_revolve(profile: Profile, request: SolveRequest) -> Schedule:
 def solve_rotor(profile: Profile, request: SolveRequest) -> Schedule:
     """``rotor``: the DP for heterogeneous chains, in bytes or ``request.options.slots`` (:mod:`.rotor`)."""
     from memplan.algorithms.chain import rotor
+    from memplan.algorithms.timeline import chain_schedule
 
     chain = _chain(profile, request)
     plan = rotor.plan_rotor(chain, request.activation_memory, slots=request.options.slots)

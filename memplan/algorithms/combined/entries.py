@@ -9,6 +9,7 @@ plan with :func:`memplan.algorithms.timeline.offload_schedule`.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from memplan.algorithms.base import AlgorithmInfo, Family, SolveRequest
 from memplan.algorithms.options import (
@@ -17,9 +18,10 @@ from memplan.algorithms.options import (
     slots_option,
     time_limit_option,
 )
-from memplan.algorithms.timeline import Deadline, offload_schedule
-from memplan.profile.model import Profile
-from memplan.schedule import Schedule
+
+if TYPE_CHECKING:  # annotations only: declaring the family loads no model
+    from memplan.profile.model import Profile
+    from memplan.schedule import Schedule
 
 MAX_SLOTS = 10_000
 
@@ -45,6 +47,7 @@ def solve_pofo(profile: Profile, request: SolveRequest) -> Schedule:
     from memplan.algorithms.chain.problem import Chain
     from memplan.algorithms.combined import solve
     from memplan.algorithms.offload.model import OffloadInstance
+    from memplan.algorithms.timeline import Deadline, offload_schedule
 
     rate = resolve_bandwidth(profile, request.algorithm, request.options.bandwidth)
     plan = solve.solve_pofo(

@@ -7,12 +7,14 @@ join solvers (:mod:`.solve`) return finished schedules.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from memplan.algorithms.base import AlgorithmInfo, Family, SolveRequest
 from memplan.algorithms.options import slots_option, time_limit_option
-from memplan.profile.model import Profile
-from memplan.schedule import Schedule
+
+if TYPE_CHECKING:  # annotations only: declaring the family loads no model
+    from memplan.profile.model import Profile
+    from memplan.schedule import Schedule
 
 REFERENCE = "Beaumont, Herrmann, Pallez & Shilova, Optimal memory-aware backpropagation of deep join networks"
 

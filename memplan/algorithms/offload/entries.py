@@ -9,7 +9,7 @@ transfer streams) and wraps the plan with :func:`memplan.algorithms.timeline.off
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from memplan.algorithms.base import AlgorithmInfo, Family, SolveRequest
 from memplan.algorithms.options import (
@@ -18,9 +18,10 @@ from memplan.algorithms.options import (
     slots_option,
     time_limit_option,
 )
-from memplan.algorithms.timeline import Deadline, offload_schedule
-from memplan.profile.model import Profile
-from memplan.schedule import Schedule
+
+if TYPE_CHECKING:  # annotations only: declaring the family loads no model
+    from memplan.profile.model import Profile
+    from memplan.schedule import Schedule
 
 MAX_SLOTS = 100_000
 OFFLOAD_REFERENCE = (
@@ -57,6 +58,7 @@ def _instance(profile: Profile, request: SolveRequest) -> tuple[Any, float]:
 def solve_greedy(profile: Profile, request: SolveRequest) -> Schedule:
     """``greedy``: offload the first activations (:mod:`.greedy`)."""
     from memplan.algorithms.offload import greedy
+    from memplan.algorithms.timeline import offload_schedule
 
     instance, rate = _instance(profile, request)
     plan = greedy.solve_greedy(instance, request.activation_memory)
@@ -66,6 +68,7 @@ def solve_greedy(profile: Profile, request: SolveRequest) -> Schedule:
 def solve_dynprog(profile: Profile, request: SolveRequest) -> Schedule:
     """``dynprog``: the DP over the offloaded set on ``request.options.slots`` (:mod:`.dynprog`)."""
     from memplan.algorithms.offload import dynprog
+    from memplan.algorithms.timeline import Deadline, offload_schedule
 
     instance, rate = _instance(profile, request)
     plan = dynprog.solve_dynprog(
@@ -80,6 +83,7 @@ def solve_dynprog(profile: Profile, request: SolveRequest) -> Schedule:
 def solve_dynprog_best(profile: Profile, request: SolveRequest) -> Schedule:
     """``dynprog-best``: dynprog trying its best DP sets in the real schedule (:mod:`.dynprog`)."""
     from memplan.algorithms.offload import dynprog
+    from memplan.algorithms.timeline import Deadline, offload_schedule
 
     instance, rate = _instance(profile, request)
     plan = dynprog.solve_dynprog(
@@ -95,6 +99,7 @@ def solve_dynprog_best(profile: Profile, request: SolveRequest) -> Schedule:
 def solve_vdnn(profile: Profile, request: SolveRequest) -> Schedule:
     """``vdnn``: vDNN++-style thresholds on compute time per byte (:mod:`.vdnn`)."""
     from memplan.algorithms.offload import vdnn
+    from memplan.algorithms.timeline import offload_schedule
 
     instance, rate = _instance(profile, request)
     plan = vdnn.solve_vdnn(instance, request.activation_memory)

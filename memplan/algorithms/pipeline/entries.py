@@ -8,11 +8,14 @@ Budgets are per GPU.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from memplan.algorithms.base import AlgorithmInfo, Family, SolveRequest
 from memplan.algorithms.options import option, positive_integer, rate, time_limit_option
-from memplan.profile.model import Profile
-from memplan.schedule import Schedule
+
+if TYPE_CHECKING:  # annotations only: declaring the family loads no model
+    from memplan.profile.model import Profile
+    from memplan.schedule import Schedule
 
 REFERENCE = (
     "Beaumont, Eyraud-Dubois & Shilova 2021, Pipelined model parallelism: complexity results "
