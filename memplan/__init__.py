@@ -10,8 +10,9 @@ Importing memplan loads neither torch, matplotlib nor ortools.
 
 NOTE [ lazy package ]
 The names below are imported when first used (PEP 562), so that ``import memplan.cli.app`` (every
-``memplan`` command starts there) costs nothing it does not need: ``memplan --version`` loads
-neither numpy nor pydantic (tests/cli/test_app.py::test_version_imports_neither_numpy_nor_pydantic).
+``memplan`` command starts there) costs nothing it does not need: ``memplan --version``,
+``memplan algos`` and :func:`memplan.list_algorithms` load neither numpy nor pydantic
+(tests/cli/test_startup.py).
 ``memplan.algorithms`` is the subpackage of the algorithms, a plain module; the list of them is
 :func:`memplan.list_algorithms`.
 Any other subpackage or module reached as an attribute (``memplan.api.describe``,

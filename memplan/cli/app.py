@@ -6,9 +6,10 @@ library and renders the result; see NOTE [ CLI output and exit codes ] in ``comm
 NOTE [ lazy commands ]
 A command's module is imported only when that command runs (or when ``memplan --help`` lists
 them all): :data:`COMMANDS` names where each one lives, and :class:`LazyGroup` builds the click
-command on first use. So ``memplan --version`` imports typer and nothing of memplan's, and
-``memplan solve`` imports neither torch, matplotlib nor ``memplan compare``'s sweep machinery
-(tests/cli/test_app.py::test_version_imports_neither_numpy_nor_pydantic; the start-up figures are in docs/benchmarks.md).
+command on first use. So ``memplan --version`` imports typer and nothing of memplan's,
+``memplan algos`` the registry and no solver (neither numpy nor pydantic: NOTE [ plain
+parameters ] below), and ``memplan solve`` neither torch, matplotlib nor ``memplan compare``'s
+sweep machinery (tests/cli/test_startup.py; the start-up figures are in docs/benchmarks.md).
 """
 
 from __future__ import annotations

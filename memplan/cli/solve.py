@@ -271,19 +271,7 @@ def simulate(
 
             sched = with_gradients(prof, sched, gradients.value)
         budget = sched.budget.memory if given is None else memory_budget(prof, given, given=mem)
-        if not sched.feasible:
-            doc = _simulation_doc(sched, prof, budget, None, mem)
-            doc["violation"] = (
-                "the schedule is marked infeasible (feasible: false): no plan to replay"
-            )
-            doc["times_match"] = None
-        else:
-            result = memplan.simulate(prof, sched, memory=budget)
-            doc = _simulation_doc(sched, prof, budget, result, mem)
-            if not _passed(doc):  # NOTE [ re-measured profiles ] (memplan/simulator/retime.py)
-                result, doc = _with_schedule_times(prof, sched, budget, mem, strict, result, doc)
-            if trace is not None:
-                write_trace_file(trace, sched, prof, result.memory_curve)
+        doc = _replayed(prof, sched, budget, mem, strict, trace)
         if sched.profile.sha256 and sched.profile.sha256 != prof.sha256():
             common.echo_err(
                 f"memplan: warning: the schedule was made for a profile with sha256 "
@@ -300,6 +288,28 @@ def simulate(
         if not _passed(doc):
             common.echo_err(f"memplan: invalid: {doc['violation']}")
             raise typer.Exit(EXIT_INFEASIBLE)
+
+
+def _replayed(
+    prof: Any, sched: Any, budget: int | None, typed: str | None, strict: bool, trace: Path | None
+) -> dict[str, Any]:
+    """The document of ``simulate``: the replay of ``sched`` on ``prof`` against ``budget``
+    (``typed``: ``--mem`` as given, for messages), the trace written when asked.
+    """
+    import memplan
+
+    if not sched.feasible:
+        doc = _simulation_doc(sched, prof, budget, None, typed)
+        doc["violation"] = "the schedule is marked infeasible (feasible: false): no plan to replay"
+        doc["times_match"] = None
+        return doc
+    result = memplan.simulate(prof, sched, memory=budget)
+    doc = _simulation_doc(sched, prof, budget, result, typed)
+    if not _passed(doc):  # NOTE [ re-measured profiles ] (memplan/simulator/retime.py)
+        result, doc = _with_schedule_times(prof, sched, budget, typed, strict, result, doc)
+    if trace is not None:
+        write_trace_file(trace, sched, prof, result.memory_curve)
+    return doc
 
 
 def _passed(doc: dict[str, Any]) -> bool:
