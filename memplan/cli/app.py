@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import difflib
 import enum
+import functools
 import importlib
 import re
 from collections.abc import Iterator, MutableMapping
@@ -92,24 +93,25 @@ class MemplanCommand(TyperCommand):
 # NOTE [ plain parameters ]
 # typer (0.2x) checks every parameter's value with a pydantic TypeAdapter, built when the value
 # is parsed: importing pydantic and building the adapters takes longer than all the rest of
-# `memplan algos` (docs/benchmarks.md, "Start-up"). A text or a choice (an Enum) needs none of it:
-# plain_coercion gives those parameters typer's own checks without pydantic (typer's choice
-# coercion, coerce_cli_choice, is plain Python), and so do flags. Any other parameter (numbers, paths, a parser)
-# keeps typer's adapter; where typer's internals are not as expected (another typer version),
-# every parameter keeps typer's coercion.
+# `memplan algos` (docs/benchmarks.md, "Start-up"). A text, a choice (an Enum) or a flag needs
+# none of it: plain_coercion gives those parameters typer's own checks without pydantic (typer's
+# choice coercion, coerce_cli_choice, is plain Python). Any other parameter (numbers, paths, a
+# parser) keeps typer's adapter; where typer's internals are not as expected (another typer
+# version), every parameter keeps typer's coercion.
 
 
-def plain_coercion(command: Any, ctx: Any) -> None:
-    """Check ``command``'s text, choice and flag parameters without pydantic (NOTE [ plain
-    parameters ]).
+@functools.cache
+def _plain_param() -> Any:
+    """The coercion of text, choice and flag parameters (a typer ``RuntimeParam``), or None
+    where this typer has no such internals (NOTE [ plain parameters ]).
     """
     try:
         from typer._coercion import RuntimeParam
         from typer._param_types import coerce_cli_choice
     except ImportError:  # pragma: no cover - another typer: its own coercion
-        return
+        return None
 
-    class _Plain(RuntimeParam):  # a frozen dataclass: (parameter_info, annotation)
+    class PlainParam(RuntimeParam):  # a frozen dataclass: (parameter_info, annotation)
         def _coerce_value(self, value: Any, param: Any, ctx: Any) -> Any:
             if self.annotation is str:
                 return value if isinstance(value, str) else str(value)
@@ -127,6 +129,16 @@ def plain_coercion(command: Any, ctx: Any) -> None:
             except ValueError as exc:
                 raise typer.BadParameter(str(exc), ctx=ctx, param=param) from None
 
+    return PlainParam
+
+
+def plain_coercion(command: Any, ctx: Any) -> None:
+    """Check ``command``'s text, choice and flag parameters without pydantic (NOTE [ plain
+    parameters ]).
+    """
+    plain_param = _plain_param()
+    if plain_param is None:  # pragma: no cover - another typer
+        return
     for param in command.get_params(ctx):  # --help too
         descriptor = getattr(param, "type_descriptor", None)
         if descriptor is None or getattr(param, "_runtime_param", 0) is not None:
@@ -134,13 +146,9 @@ def plain_coercion(command: Any, ctx: Any) -> None:
         annotation = descriptor.annotation
         choice = isinstance(annotation, type) and issubclass(annotation, enum.Enum)
         flag = annotation is bool and getattr(param, "is_flag", False)
-        plain = annotation is str or choice or flag
-        if (
-            plain
-            and descriptor.parameter_info.parser is None
-            and descriptor.file_annotation is None
-        ):
-            param._runtime_param = _Plain(descriptor.parameter_info, annotation)
+        custom = descriptor.parameter_info.parser is not None or descriptor.file_annotation
+        if (annotation is str or choice or flag) and not custom:
+            param._runtime_param = plain_param(descriptor.parameter_info, annotation)
 
 
 def _clean_choice_message(message: str) -> str:

@@ -161,7 +161,7 @@ def run(
         else:
             _render(doc)
         if not doc["within_budget"]:
-            common.echo_err(_over_budget_line(doc, mem))
+            common.echo_err(over_budget_line(doc, mem))
             raise typer.Exit(EXIT_INFEASIBLE)
 
 
@@ -247,7 +247,7 @@ def _train(
         raise InputError(f"{where}{exc}") from None
 
 
-def _over_budget_line(doc: dict[str, Any], typed: str) -> str:
+def over_budget_line(doc: dict[str, Any], typed: str) -> str:
     """The last line when the measured peak exceeds the budget, in the units of ``--mem``."""
     measured = common.size_text(doc["measured_peak_memory"], typed)
     budget = common.size_text(doc["budget_measured"], typed)
@@ -318,9 +318,9 @@ def _render(doc: dict[str, Any]) -> None:
             stages.add_row(str(k), stage, str(planned[k]), str(measured[k]))
     if stages.row_count:
         common.print_table(stages, console)
-    for line in _iteration_notes(doc):
+    for line in iteration_notes(doc):
         common.echo_err(line)
-    for line in _step_lines(doc):
+    for line in step_lines(doc):
         common.echo_err(line)
     if planned != measured:
         common.echo_err("memplan: warning: the forward counts differ from the plan's")
@@ -330,7 +330,7 @@ STEP_LINES = 10
 """Up to this many steps, ``run`` prints one line per step; beyond, a summary of them."""
 
 
-def _step_lines(doc: dict[str, Any]) -> list[str]:
+def step_lines(doc: dict[str, Any]) -> list[str]:
     """The steps trained: one line each (at most :data:`STEP_LINES`), else one summary line,
     never one line of N values (a CI log of ``--steps 50``); ``--format json`` has every value.
     """
@@ -338,7 +338,7 @@ def _step_lines(doc: dict[str, Any]) -> list[str]:
     losses, times = doc["losses"], doc["step_ms"]
     lines = [
         f"memplan: trained {steps} step{'s' if steps != 1 else ''} with "
-        f"{doc['torch_optimizer']}; peak of each step: {doc['measured_what']}"
+        f"{doc['torch_optimizer']} (peaks: {doc['measured_what']})"
     ]
     if steps <= STEP_LINES:
         lines += [
@@ -361,7 +361,7 @@ def _step_lines(doc: dict[str, Any]) -> list[str]:
     return lines
 
 
-def _iteration_notes(doc: dict[str, Any]) -> list[str]:
+def iteration_notes(doc: dict[str, Any]) -> list[str]:
     """Why the plan's iteration and the measured step differ (docs/cli.md, ``memplan run``)."""
     what = (
         "torch.cuda's synchronizations and peak statistics"

@@ -354,12 +354,16 @@ def _time_note(retimed: Any, holds: bool, strict: bool) -> str:
     diffs = retimed.differences
     changes = [d.profile / d.schedule - 1.0 for d in diffs if d.schedule > 0]
     spread = f", from {min(changes):+.1%} to {max(changes):+.1%}" if changes else ""
-    total = retimed.profile_ms / retimed.schedule_ms - 1.0 if retimed.schedule_ms > 0 else 0.0
+    total = ""
+    if retimed.schedule_ms > 0:
+        total = f" ({retimed.profile_ms / retimed.schedule_ms - 1.0:+.1%})"
+    which = f"{len(diffs)} of the {retimed.fields} stage times the schedule gives"
+    if [d.where for d in diffs] == ["graph"]:
+        which = "the time of the graph's nodes"
     line = (
-        f"the profile's times differ from the schedule's in {len(diffs)} of the "
-        f"{retimed.fields} it gives{spread} (the same model profiled again?); the plan's "
-        f"computations take {retimed.profile_ms:.3f} ms with the profile's times, "
-        f"{retimed.schedule_ms:.3f} ms in the schedule ({total:+.1%})"
+        f"the profile's times differ from the schedule's in {which}{spread} (the same model "
+        f"profiled again?); the plan's computations take {retimed.profile_ms:.3f} ms with the "
+        f"profile's times, {retimed.schedule_ms:.3f} ms in the schedule{total}"
     )
     if strict:
         return line + "; --strict: a time that differs is a violation"

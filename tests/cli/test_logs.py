@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 
 import memplan
 from memplan.cli.app import app
-from memplan.cli.run import STEP_LINES, _iteration_notes, _step_lines
+from memplan.cli.run import STEP_LINES, iteration_notes, step_lines
 from tests.paths import ROOT
 
 runner = CliRunner()
@@ -141,7 +141,7 @@ def _doc(steps: int) -> dict:
 
 @pytest.mark.parametrize("steps", [1, 3, STEP_LINES, STEP_LINES + 1, 50])
 def test_run_prints_one_line_per_step_or_a_summary(steps):
-    lines = _step_lines(_doc(steps))
+    lines = step_lines(_doc(steps))
     assert lines[0].startswith(f"memplan: trained {steps} step")
     if steps <= STEP_LINES:
         assert len(lines) == 1 + steps
@@ -154,10 +154,10 @@ def test_run_prints_one_line_per_step_or_a_summary(steps):
 
 
 def test_run_explains_the_planned_and_the_measured_iteration():
-    cpu = " ".join(_iteration_notes(_doc(2)))
+    cpu = " ".join(iteration_notes(_doc(2)))
     assert "the profile's forward and backward times" in cpu and "optimizer.step()" in cpu
     assert "torch.profiler recording every allocator event" in cpu
-    cuda = " ".join(_iteration_notes({**_doc(2), "device": "cuda"}))
+    cuda = " ".join(iteration_notes({**_doc(2), "device": "cuda"}))
     assert "synchronizations" in cuda and "torch.profiler" not in cuda
 
 

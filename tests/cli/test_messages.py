@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 
 from memplan.api import describe
 from memplan.cli.app import app
-from memplan.cli.run import _over_budget_line
+from memplan.cli.run import over_budget_line
 from memplan.units import format_size_like, parse_size
 
 runner = CliRunner()
@@ -80,9 +80,9 @@ def test_infeasible_says_the_least_memory_in_the_units_typed(net, mem, unit):
 def test_run_over_budget_line_in_the_units_of_mem():
     doc = {"measured_peak_memory": 1_100_000_000, "budget_measured": 2**30}
     doc["measured_over_budget"] = doc["measured_peak_memory"] / doc["budget_measured"]
-    line = _over_budget_line(doc, "1GiB")
+    line = over_budget_line(doc, "1GiB")
     assert line == (
         "memplan: the measured peak 1.02 GiB (1100000000 bytes) exceeds the budget 1 GiB "
         "(1.024 x the budget)"
     )
-    assert "1.1 GB exceeds the budget 1.07 GB (1073741824 bytes)" in _over_budget_line(doc, "1GB")
+    assert "1.1 GB exceeds the budget 1.07 GB (1073741824 bytes)" in over_budget_line(doc, "1GB")
