@@ -323,10 +323,11 @@ class PlannedIteration:
         self.running = (sweep.op, k)
         if self.inplace[k] and self._holds(x):
             x = x.clone()
+        if self.hooked[k] or sweep.start in self.plan.keeps:  # its output may be the input's
+            key = storage_key(x)
+            self.inputs = set() if key is None else {key[0]}
         if not self.hooked[k]:  # autograd keeps what it saves, as in plain training
             return x
-        key = storage_key(x)
-        self.inputs = set() if key is None else {key[0]}
         if sweep.op == "F_all" and policy is None:
             self.saved = {}
             hooks = torch.autograd.graph.saved_tensors_hooks(self._pack_kept, unpack_slot)
