@@ -173,6 +173,8 @@ class RuntimePlan:
         ``watched[k]``: the runtime must act when the backward reaches stage ``k`` (a
         recomputation or a transfer before ``B k``, a tensor it holds to hand over); otherwise
         the plan's events there are run at the next stage it watches, or after the backward.
+    transfers : bool
+        Whether the plan has transfers that run (then every stage is watched).
     passive : bool
         Every stage plain, nothing held for a recomputation, no transfer that runs: the plan
         keeps what plain training keeps, and the runtime only counts.
