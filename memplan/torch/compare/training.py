@@ -14,7 +14,7 @@
     LM: the base model's last hidden state, then the head and the cross-entropy of each of
     ``N`` chunks of tokens under ``torch.utils.checkpoint(use_reentrant=False)``, summed and
     divided by the count of targets (:func:`memplan.torch.compare.ways.chunked_loss_way`;
-    ``N`` is ``loss_chunks``, 8 by default).
+    ``N`` is ``loss_chunks`` (a chunked profile's own), 8 by default).
 ``checkpoint_sequential(k)``
     ``torch.utils.checkpoint.checkpoint_sequential`` in ``k`` segments over memplan's chain of
     stages (the loss after it), for several ``k``.
@@ -397,7 +397,7 @@ def compare_training(  # noqa: C901 - the ways in NOTE [ comparison protocol ]'s
         if control:
             ways.append(Way(Outcome("plain (again)", "control"), setup.plain_loss()))
         ways.append(hf_way(setup))
-        ways.append(chunked_loss_way(setup, loss_chunks or DEFAULT_ALTERNATIVE_CHUNKS))
+        ways.append(chunked_loss_way(setup, chunks or DEFAULT_ALTERNATIVE_CHUNKS))
         ways += [sequential_way(setup, k) for k in (segments or default_segments(n))]
         ways += [compile_way(setup, b) for b in compile_budgets]
         with_sac = selective and blocks is not prof
@@ -604,7 +604,7 @@ def _measure(bench: _Bench, way: Way, dropout: bool) -> None:
             bench.step(way, bench.setup.x)
         o.peak = bench.measured(way)
     except Exception as exc:  # noqa: BLE001 - a way that cannot run here is reported, not fatal
-        if o.family not in ("compile", "hf-checkpointing"):
+        if o.family not in ("compile", "hf-checkpointing", "hf-chunked"):
             raise
         o.skipped = _first_line(exc)
         way.loss = None
