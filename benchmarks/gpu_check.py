@@ -24,6 +24,11 @@ its results replace that line.
    pinned host buffers and a side stream, the measured peak is
    ``torch.cuda.max_memory_allocated`` over the whole step. ``OUT/gpu-measure.json`` holds every
    document, ``OUT/gpu-measure.md`` the tables of ``bench_measure.py --report``.
+4. **What ``enable`` costs in time** (``benchmarks/bench_enable_overhead.py --device cuda``,
+   wall clock after a synchronization): a store-all plan against plain training and the plan at
+   Hugging Face checkpointing's measured peak against HF checkpointing, paired medians, on the
+   12-layer, 64-wide GPT-2 at batch 2 x 32 and on GPT-2 8 x 256 at batch 4 x 256 (issue 35);
+   ``OUT/enable-overhead-*.json`` and ``.txt``. ``--skip-overhead`` leaves it out.
 
 Exit 0 when every measured peak is within its budget, 1 otherwise, 2 without CUDA.
 """
@@ -203,6 +208,32 @@ def compare_estimate(name: str, measured: memplan.Profile, estimated: memplan.Pr
     return "\n".join(rows)
 
 
+OVERHEAD_SIZES = {
+    "small": [],  # bench_enable_overhead's default: GPT-2 12 x 64, batch 2 x 32
+    "gpt2-8x256": [
+        "--config", "n_layer=8,n_embd=256,n_head=4,n_positions=256,attn_pdrop=0.0",
+        "-b", "4", "--tokens", "256",
+    ],
+}  # fmt: skip
+"""The models of issue 35's overhead figures (the second with GPT-2's 50,257 tokens)."""
+
+
+def enable_overhead(out: Path, rounds: int) -> None:
+    """Step 4: ``bench_enable_overhead.py`` on CUDA for each of :data:`OVERHEAD_SIZES`."""
+    import contextlib
+    import io
+
+    from bench_enable_overhead import main as overhead
+
+    for name, extra in OVERHEAD_SIZES.items():
+        path = out / f"enable-overhead-{name}.json"
+        printed = io.StringIO()
+        with contextlib.redirect_stdout(printed):
+            overhead(["--device", "cuda", "--rounds", str(rounds), "--out", str(path), *extra])
+        (out / f"enable-overhead-{name}.txt").write_text(printed.getvalue())
+        print(printed.getvalue(), end="", flush=True)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=Path("gpu-check"))
@@ -212,6 +243,8 @@ def main() -> int:
     parser.add_argument("--budgets", type=int, default=8)
     parser.add_argument("--steps", type=int, default=2)
     parser.add_argument("--add-to-catalog", action="store_true")
+    parser.add_argument("--skip-overhead", action="store_true", help="leave out step 4")
+    parser.add_argument("--overhead-rounds", type=int, default=60)
     args = parser.parse_args()
     import torch
 
@@ -325,6 +358,8 @@ def main() -> int:
         (out / "gpu-measure.json").write_text(json.dumps({**doc, "results": results}, indent=1))
     (out / "gpu-measure.md").write_text(report(results) + "\n")
     (out / "estimate-vs-measured.md").write_text("\n\n".join(comparisons) + "\n")
+    if not args.skip_overhead:
+        enable_overhead(out, args.overhead_rounds)
     print(f"# wall time {time.perf_counter() - started:.0f} s; results in {out}/")
     return 1 if failures else 0
 

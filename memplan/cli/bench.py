@@ -44,6 +44,9 @@ CSV_FIELDS = (
     "planned_peak",
     "budget",
     "skipped",
+    "versus",
+    "versus_time",
+    "versus_peak",
 )
 
 
@@ -152,7 +155,9 @@ def bench(
         typer.Option(
             "--loss-chunks",
             metavar="N",
-            help=LOSS_CHUNKS_HELP + " memplan's plans only: the other ways keep the model's loss.",
+            help=LOSS_CHUNKS_HELP + " Adds memplan's plans with the loss in N chunks (run as "
+            "fit runs them: enable does not take it yet); the hand-written chunked loss "
+            "alternative takes N chunks too (8 without).",
         ),
     ] = None,
     fmt: Annotated[
@@ -164,12 +169,15 @@ def bench(
         typer.Option("--output", "-o", metavar="FILE", help="Write the json or csv to FILE."),
     ] = None,
 ) -> None:
-    """Train MODEL every way: plainly, with Hugging Face checkpointing, checkpoint_sequential,
-    torch.compile's memory budget and memplan's plans; measure each.
+    """Train MODEL every way: plainly, with Hugging Face checkpointing (with the model's loss or
+    a loss in chunks of tokens), checkpoint_sequential, torch.compile's memory budget and
+    memplan's plans (installed by memplan.torch.enable); measure each.
 
     For each way: the measured peak of a training step (the allocator's own count), the step
     time as a ratio to plain training's in the same round (median over --rounds), and whether
-    the gradients equal plain training's. Example:
+    the gradients equal plain training's; for each memplan plan, its time and peak against the
+    alternative at equal memory (at an alternative's peak: that one; else the fastest that fits
+    in the plan's measured peak). Example:
     `memplan bench hf:gpt2 --config n_layer=4,n_embd=256,n_head=4 -b 4 --input-shape 256`
     """
     from memplan.algorithms import REGISTRY
@@ -232,7 +240,14 @@ def _chunks_note(doc: dict[str, Any]) -> str:
     chunks = doc.get("loss_chunks")
     if not chunks:
         return ""
-    return f"; memplan's loss in {chunks} chunks of tokens (the other ways: the model's loss)"
+    return f"; fit(loss_chunks={chunks}): memplan's chain with the loss in {chunks} chunks"
+
+
+def _versus(row: dict[str, Any]) -> str:
+    """``hf checkpointing: time 0.95, peak 0.99`` (a memplan row against its alternative)."""
+    if row.get("versus") is None or row.get("versus_time") is None:
+        return ""
+    return f"{row['versus']}: time {row['versus_time']:.2f}, peak {row['versus_peak']:.3f}"
 
 
 def bench_table(doc: dict[str, Any]) -> Any:
@@ -252,10 +267,12 @@ def bench_table(doc: dict[str, Any]) -> Any:
         ("time / plain", "right"),
         ("gradients", "left"),
         ("planned MB", "right"),
+        ("vs alternative at equal memory", "left"),
         ("note", "left"),
     )
     for column, justify in columns:
-        table.add_column(column, justify=justify, no_wrap=column not in ("way", "note"))
+        wraps = ("way", "note", "vs alternative at equal memory")
+        table.add_column(column, justify=justify, no_wrap=column not in wraps)
     for row in doc["rows"]:
         ratio = "-" if row["peak_ratio"] is None else f"{row['peak_ratio']:.3f}"
         time_ratio = "-" if row["time_ratio"] is None else f"{row['time_ratio']:.2f}"
@@ -265,9 +282,12 @@ def bench_table(doc: dict[str, Any]) -> Any:
         note = row["skipped"] or ""
         if row["budget"] is not None and row["family"] == "memplan" and not row["skipped"]:
             note = f"budget {_mb(row['budget'])} MB"
+            if row["setting"] == "no recomputation":
+                note += " (its own need)"
         table.add_row(
             row["name"], _mb(row["peak"]), ratio, time_ratio,
-            grads if row["peak"] is not None else "-", _mb(row["planned_peak"]), note,
+            grads if row["peak"] is not None else "-", _mb(row["planned_peak"]), _versus(row),
+            note,
         )  # fmt: skip
     return table
 

@@ -42,13 +42,22 @@ def test_a_small_comparison_as_json_and_csv(tmp_path):
     doc = json.loads(result.stdout)
     assert doc["format"] == "memplan-bench/1" and doc["model"] == "gpt-tiny"
     names = [row["name"] for row in doc["rows"]]
-    assert names == ["plain", "hf checkpointing", "checkpoint_sequential(2)", "memplan store-all"]
+    assert names == [
+        "plain", "hf checkpointing", "hf checkpointing + loss in 8 chunks",
+        "checkpoint_sequential(2)", "memplan store-all",
+    ]  # fmt: skip
     assert all(row["grads"] == "equal" for row in doc["rows"] if row["peak"] is not None)
+    store_all = doc["rows"][-1]
+    # the store-all plan's budget is its own need, never a sentinel; compared at equal memory
+    assert store_all["budget"] == store_all["planned_peak"] < 2**40
+    assert store_all["versus"] in ("plain", "checkpoint_sequential(2)")
+    assert store_all["versus_time"] > 0 and store_all["versus_peak"] > 0
     out = tmp_path / "bench.csv"
     again = CliRunner().invoke(app, [*args, "--algos", "store-all", "-o", str(out)])
     assert again.exit_code == 0, again.output
     lines = out.read_text().splitlines()
-    assert lines[0].startswith("name,family,setting,peak") and len(lines) == 5
+    assert lines[0].startswith("name,family,setting,peak") and len(lines) == 6
+    assert lines[0].endswith("versus,versus_time,versus_peak")
 
 
 def test_the_table_goes_to_stderr():

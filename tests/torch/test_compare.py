@@ -86,6 +86,21 @@ def test_every_way_is_measured_or_says_why(mlp_comparison):
         assert row.grads == "equal", name  # recomputation reproduces plain training bit for bit
         assert len(row.time_ratios) == 2 and row.time_ratio > 0
     assert rows["memplan store-all"].planned_peak > 0
+    # a store-all plan is given its own need as the budget (never a sentinel)
+    assert rows["memplan store-all"].budget == rows["memplan store-all"].planned_peak
+    assert "not a Hugging Face" in rows["hf checkpointing + loss in 8 chunks"].skipped
+    # each measured memplan row against an alternative at equal memory: at X's peak, X
+    for o in mlp_comparison.outcomes:
+        if o.family != "memplan" or o.peak is None:
+            continue
+        assert o.versus in rows and rows[o.versus].family != "memplan", o.name
+        assert o.versus_time > 0 and o.versus_peak == o.peak / rows[o.versus].peak
+        if o.setting.startswith("at ") and o.setting.endswith("'s peak"):
+            assert o.setting == f"at {o.versus}'s peak"
+        else:
+            fits = [r for r in rows.values() if r.family not in ("memplan",) and r.peak]
+            fits = [r for r in fits if r.time_ratios and r.peak <= o.peak * 1.01]
+            assert not fits or rows[o.versus] in fits
     # rotor is also planned at every other way's measured peak (feasible or not: it says)
     at = [o for o in mlp_comparison.outcomes if o.setting and o.setting.startswith("at ")]
     assert {o.budget for o in at} == {plain.peak, rows["checkpoint_sequential(2)"].peak}

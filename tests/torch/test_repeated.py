@@ -119,7 +119,7 @@ def _train_under(model, x, prof, sched, reference_loss) -> None:
     torch.manual_seed(11)
     expected = reference_loss(ref, x)
     expected.backward()
-    wrapped = checkpointed(linearize(got, x), sched, profile=prof)
+    wrapped = checkpointed(linearize(got, x), sched, profile=prof, tally=True)
     torch.manual_seed(11)
     loss = wrapped(x)
     loss.backward()

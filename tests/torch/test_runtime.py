@@ -91,9 +91,9 @@ def _plain(model: nn.Module, x: torch.Tensor):
     return ref, loss.detach()
 
 
-def _planned(model: nn.Module, x: torch.Tensor, sched, prof):
+def _planned(model: nn.Module, x: torch.Tensor, sched, prof, tally: bool = False):
     copy_ = copy.deepcopy(model).train()
-    wrapped = checkpointed(linearize(copy_, x), sched, profile=prof)
+    wrapped = checkpointed(linearize(copy_, x), sched, profile=prof, tally=tally)
     torch.manual_seed(11)
     loss = wrapped(x)
     loss.backward()
@@ -126,21 +126,25 @@ def _planned_transfer_bytes(prof, sched, kind: str) -> int:
 def _check_plan(model, x, prof, sched) -> None:
     """One iteration under ``sched`` trains as plain training and does what the plan says."""
     ref, ref_loss = _plain(model, x)
-    got, loss, wrapped = _planned(model, x, sched, prof)
-    torch.testing.assert_close(loss, ref_loss)
-    _assert_same_training(ref, got)
-    counters = wrapped.counters
     planned = planned_forward_counts(sched, prof.length)
-    assert [counters.forward_count(k) for k in range(prof.length)] == planned
-    for kind in ("F_all", "F_ck", "F_n"):
-        kinds = [sum(o.op == kind and o.stage == k for o in sched.ops) for k in range(prof.length)]
-        assert [counters.forwards[k].get(kind, 0) for k in range(prof.length)] == kinds
-    assert counters.backwards == [1] * prof.length
+    # The runtime as it trains (its hooks only where the plan acts), then counting the bytes.
+    for tally in (False, True):
+        got, loss, wrapped = _planned(model, x, sched, prof, tally)
+        torch.testing.assert_close(loss, ref_loss)
+        _assert_same_training(ref, got)
+        counters = wrapped.counters
+        assert [counters.forward_count(k) for k in range(prof.length)] == planned
+        for kind in ("F_all", "F_ck", "F_n"):
+            kinds = [
+                sum(o.op == kind and o.stage == k for o in sched.ops) for k in range(prof.length)
+            ]
+            assert [counters.forwards[k].get(kind, 0) for k in range(prof.length)] == kinds
+        assert counters.backwards == [1] * prof.length
+        # The transfers moved the tensors the plan names, whole (plain copies on CPU).
+        assert counters.offloaded_bytes == _planned_transfer_bytes(prof, sched, "offload")
+        assert counters.prefetched_bytes == _planned_transfer_bytes(prof, sched, "prefetch")
     # What autograd saved per stage is what the profile measured.
     assert counters.saved_bytes == [s.saved_size for s in prof.stages]
-    # The transfers moved the tensors the plan names, whole (plain copies on CPU).
-    assert counters.offloaded_bytes == _planned_transfer_bytes(prof, sched, "offload")
-    assert counters.prefetched_bytes == _planned_transfer_bytes(prof, sched, "prefetch")
     # CPU: the activation bytes held, against the simulator's activation-only replay.
     predicted = planned_activation_peak(prof, sched)
     assert abs(counters.peak_live_bytes - predicted) <= 0.05 * predicted
@@ -439,7 +443,7 @@ def test_hand_written_combined_plan():
             ("B", 0, 8, 9),
         ]
     )
-    wrapped = checkpointed(seq, sched)
+    wrapped = checkpointed(seq, sched, tally=True)
     x_before = x.clone()
     wrapped(x).backward()
     ref(x).backward()

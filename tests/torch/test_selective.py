@@ -108,7 +108,7 @@ def test_a_selective_plan_trains_like_plain(case, option):
     with intra_op_threads(1):
         ref, got = copy.deepcopy(model).train(), copy.deepcopy(model).train()
         plain = linearize(ref, x)
-        wrapped = checkpointed(linearize(got, x), sched, profile=prof)
+        wrapped = checkpointed(linearize(got, x), sched, profile=prof, tally=True)
         opt_ref = torch.optim.SGD(ref.parameters(), lr=0.1)
         opt_got = torch.optim.SGD(got.parameters(), lr=0.1)
         loss = plain.stages[-1][1]
@@ -163,7 +163,7 @@ def test_rotor_chooses_options_and_their_peak_is_lower(gpt2_case):
     with intra_op_threads(1):
         for sched in (store_all, chosen):
             got = copy.deepcopy(model).train()
-            wrapped = checkpointed(linearize(got, x), sched, profile=prof)
+            wrapped = checkpointed(linearize(got, x), sched, profile=prof, tally=True)
             torch.manual_seed(5)
             wrapped(x).backward()
             peaks.append(wrapped.counters.peak_live_bytes)

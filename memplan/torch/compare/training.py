@@ -9,6 +9,12 @@
     ``model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant":
     False})`` (``gradient_checkpointing_enable`` before transformers 5.x), for the Hugging Face
     models that support it: every layer recomputed in the backward.
+``hf checkpointing + loss in N chunks``
+    The same, with the loss a user writes in about 30 lines for a Hugging Face causal or masked
+    LM: the base model's last hidden state, then the head and the cross-entropy of each of
+    ``N`` chunks of tokens under ``torch.utils.checkpoint(use_reentrant=False)``, summed and
+    divided by the count of targets (:func:`memplan.torch.compare.ways.chunked_loss_way`;
+    ``N`` is ``loss_chunks`` (a chunked profile's own), 8 by default).
 ``checkpoint_sequential(k)``
     ``torch.utils.checkpoint.checkpoint_sequential`` in ``k`` segments over memplan's chain of
     stages (the loss after it), for several ``k``.
@@ -17,11 +23,15 @@
     (the min-cut partitioner then recomputes to keep the activations under that fraction);
     skipped, with the reason, where compiling fails.
 ``memplan <algo>``
-    memplan's plans, run by :func:`memplan.torch.checkpointed` on the chain: ``store-all``,
-    ``rotor`` at its least memory, and ``rotor`` with each alternative's measured peak as its
-    budget. With ``loss_chunks``, memplan's chain ends with the language model's head and loss
-    computed in chunks of tokens (:mod:`memplan.torch.split.chunked_loss`) while every other way
-    keeps the model's own loss: what users have.
+    memplan's plans as a user installs them, ``memplan.torch.enable(model, memory,
+    example_input=batch)`` (STYLE.md item 11), the model then trained by its own step:
+    ``store-all`` (its own need as the budget), ``rotor`` at its least memory, and ``rotor``
+    with each alternative's measured peak as its budget.
+``memplan fit(loss_chunks=N) <algo>``
+    With ``loss_chunks``: the same plans on memplan's chain whose last stage is the language
+    model's head and loss computed in ``N`` chunks of tokens
+    (:mod:`memplan.torch.split.chunked_loss`), run by :func:`memplan.torch.checkpointed` as
+    :func:`memplan.torch.fit` returns it: ``enable`` does not take ``loss_chunks`` yet.
 
 Each way is measured on the same footing (NOTE [ comparison protocol ]): one measured step for the
 memory (:func:`memplan.torch.measure.allocator_peak.allocator_peak`, the allocator's own count, no code
@@ -42,11 +52,22 @@ largest gradient of each tensor: fused or reordered kernels), ``differ`` otherwi
 ``torch.compile`` draws dropout masks from another generator than eager PyTorch, so a model with
 active dropout is not compared there (``n/a``). Then ``rounds`` rounds: every way once per round,
 the order rotated from round to round, each step timed with ``time.perf_counter`` from the
-forward to the end of the optimizer step.
+forward to the end of the optimizer step. A way's set-up (Hugging Face checkpointing switched on,
+memplan's plan installed) is made before its step starts and undone after it ends: it is neither
+timed nor measured, as a loop makes it once; Python's cyclic garbage collector is paused during
+each timed step, so that no way's step pays for collecting what another left.
+
+Each memplan row is compared with one alternative at equal memory (``versus``): at an
+alternative's peak, that alternative; otherwise the fastest alternative (plain training
+included) whose measured peak is at most the row's plus 1% (:data:`EQUAL_MEMORY`), or, when none
+fits there, the alternative with the least memory. ``versus_time`` is the median over the
+rounds of the row's step time over that alternative's in the same round, ``versus_peak`` the
+ratio of the measured peaks.
 """
 
 from __future__ import annotations
 
+import gc
 import statistics
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -65,13 +86,15 @@ from memplan.torch.compare.ways import (
     Outcome,
     Setup,
     Way,
+    chunked_loss_way,
     compile_way,
     default_segments,
+    enable_way,
+    fit_way,
     has_dropout,
     hf_way,
     least_memory,
     make_setup,
-    memplan_way,
     sequential_way,
     without_options,
 )
@@ -92,6 +115,10 @@ DEFAULT_COMPILE_BUDGETS = (0.2,)
 """``activation_memory_budget`` values tried with ``torch.compile`` by default."""
 GRAD_TOLERANCE = 1e-4
 """``close``: the largest difference of a gradient, relative to that gradient's largest value."""
+EQUAL_MEMORY = 0.01
+"""An alternative within this fraction above a memplan row's measured peak is at equal memory."""
+DEFAULT_ALTERNATIVE_CHUNKS = 8
+"""Chunks of the hand-written chunked loss when ``loss_chunks`` is not given (the issue's)."""
 
 Progress = Callable[[str], None]
 
@@ -108,9 +135,11 @@ class Comparison:
     rounds: int
     torch: str
     outcomes: list[Outcome]
+    clock: str = "wall"
     optimizer: str = "sgd"
     profile: Any = None
     loss_chunks: int | None = None
+    chunked_profile: Any = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -121,6 +150,7 @@ class Comparison:
             "device": self.device,
             "threads": self.threads,
             "rounds": self.rounds,
+            "clock": self.clock,
             "torch": self.torch,
             "optimizer": self.optimizer,
             "loss_chunks": self.loss_chunks,
@@ -136,9 +166,10 @@ class Comparison:
 class _Bench:
     """The model, its optimizer and its initial state; runs one way's step as the protocol says."""
 
-    def __init__(self, setup: Setup, seed: int, optimizer: str) -> None:
+    def __init__(self, setup: Setup, seed: int, optimizer: str, clock: str = "wall") -> None:
         self.setup = setup
         self.seed = seed
+        self.clock = time.process_time if clock == "cpu" else time.perf_counter
         self.params = [p for p in setup.module.parameters() if p.requires_grad]
         self.optimizer = make_optimizer(optimizer, self.params, lr=0.01)
         # Kept in host memory: on a GPU, the allocator counts every tensor on the device, and
@@ -157,11 +188,11 @@ class _Bench:
         torch.manual_seed(self.seed)
 
     def step(self, way: Way, x: Tensor) -> None:
+        """One step of ``way`` (its set-up made already: :attr:`Way.active`)."""
         assert way.loss is not None
-        with way.active():
-            loss = way.loss(x)
-            loss.backward()
-            self.optimizer.step()
+        loss = way.loss(x)
+        loss.backward()
+        self.optimizer.step()
 
     def measured(self, way: Way) -> int:
         self.reset()
@@ -173,14 +204,20 @@ class _Bench:
             held.append(self.setup.labels)
         if way.holds is not None:
             held += [*way.holds.parameters(), *way.holds.buffers()]
-        peak, _ = allocator_peak(lambda: self.step(way, batch), held, self.setup.x.device)
+        with way.active():
+            peak, _ = allocator_peak(lambda: self.step(way, batch), held, self.setup.x.device)
         return peak
 
     def timed(self, way: Way) -> float:
         self.reset()
-        start = time.perf_counter()
-        self.step(way, self.setup.x)
-        return time.perf_counter() - start
+        with way.active(), _collector_off():
+            if self.setup.x.device.type == "cuda":
+                torch.cuda.synchronize(self.setup.x.device)
+            start = self.clock()
+            self.step(way, self.setup.x)
+            if self.setup.x.device.type == "cuda":
+                torch.cuda.synchronize(self.setup.x.device)
+            return self.clock() - start
 
     def gradients(self) -> list[Tensor | None]:
         return [None if p.grad is None else _host_copy(p.grad) for p in self.params]
@@ -203,6 +240,20 @@ class _Bench:
         if exact:
             return "equal", 0.0
         return ("close" if worst <= GRAD_TOLERANCE else "differ"), worst
+
+
+@contextmanager
+def _collector_off() -> Iterator[None]:
+    """Python's cyclic garbage collector paused: no way's step pays for collecting what the
+    others (or their set-ups) left.
+    """
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
 
 
 def _host_copy(tensor: Tensor) -> Tensor:
@@ -250,6 +301,8 @@ def compare_training(  # noqa: C901 - the ways in NOTE [ comparison protocol ]'s
     selective: bool = False,
     fractions: Sequence[float] = (),
     loss_chunks: int | None = None,
+    clock: str = "wall",
+    control: bool = False,
 ) -> Comparison:
     """Train ``model`` plainly, with Hugging Face checkpointing, ``checkpoint_sequential``,
     ``torch.compile``'s activation memory budget and memplan's plans; measure each.
@@ -279,7 +332,9 @@ def compare_training(  # noqa: C901 - the ways in NOTE [ comparison protocol ]'s
     budgets : sequence of int
         Budgets (bytes) at which memplan's rotor is planned and measured too (``at N bytes``).
     profile : optional
-        A profile of this model and batch (default: profiled here, ``repeats`` timed runs).
+        A profile of this model and batch (default: profiled here, ``repeats`` timed runs): the
+        one ``enable`` installs plans from, or, made with the loss in chunks, ``fit``'s (the
+        other is profiled here).
     optimizer : str
         ``sgd``, ``momentum`` or ``adam`` (:func:`memplan.torch.measure.step.make_optimizer`), for
         every way; memplan plans for it.
@@ -295,14 +350,23 @@ def compare_training(  # noqa: C901 - the ways in NOTE [ comparison protocol ]'s
         from rotor's least planned memory to store-all's (0: the least, 1: store-all), the same
         budgets for both: what the options buy where both plan.
     loss_chunks : int, optional
-        memplan's chain computes a language model's head and loss as one stage in this many
-        chunks of tokens (:mod:`memplan.torch.split.chunked_loss`); a given ``profile`` says its
-        own. The other ways keep the model's own loss.
+        Add memplan's plans on the chain whose last stage computes a language model's head and
+        loss in this many chunks of tokens (:mod:`memplan.torch.split.chunked_loss`), run as
+        :func:`memplan.torch.fit` runs them; the hand-written chunked loss alternative takes as
+        many chunks (8 without).
+    clock : str
+        ``wall`` (``time.perf_counter``, after a CUDA synchronization) or ``cpu``
+        (``time.process_time``: the CPU time of this process, which the load of a shared machine
+        adds little to; for CPU runs only).
+    control : bool
+        Also time plain training's step a second time as a way of its own, ``plain (again)``
+        (family ``control``): its ratio to plain shows what the protocol measures between two
+        identical steps (the order in the round, the machine's noise).
 
     Returns
     -------
     Comparison
-        Plain first, then the alternatives, then memplan's plans.
+        Plain first, then the alternatives, then memplan's plans (each with its ``versus``).
 
     Raises
     ------
@@ -311,6 +375,8 @@ def compare_training(  # noqa: C901 - the ways in NOTE [ comparison protocol ]'s
     """
     if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < 1:
         raise InputError(f"rounds {rounds!r}: expected a positive integer")
+    if clock not in ("wall", "cpu"):
+        raise InputError(f"clock {clock!r}: expected wall or cpu")
     for b in compile_budgets:
         if not 0.0 <= b <= 1.0:
             raise InputError(f"compile budget {b!r}: expected a fraction from 0 to 1")
@@ -322,52 +388,22 @@ def compare_training(  # noqa: C901 - the ways in NOTE [ comparison protocol ]'s
         for k in segments or ():
             if not 1 <= k <= n:
                 raise InputError(f"segments {k}: expected 1..{n} (the stages before the loss)")
-        if profile is None:
-            note(f"profiling {setup.label} ({len(setup.chain.stages)} stages)")
-            prof = profile_model(
-                setup.module, example_input=setup.x, device=str(dev), repeats=repeats,
-                name=setup.label, threads=used_threads, selective=selective,
-                loss_chunks=loss_chunks,
-            )  # fmt: skip
-        else:
-            prof = memplan.load_profile(profile)
-        chunks = profile_loss_chunks(prof, loss_chunks)
-        setup.planned = chunk_loss(setup.chain, setup.x, chunks, setup.label)
+        prof, chunked_prof = _profiles(
+            setup, profile, loss_chunks, repeats, used_threads, selective, note
+        )
+        chunks = profile_loss_chunks(chunked_prof) if chunked_prof is not None else None
         blocks = without_options(prof)  # what rotor plans on without the options
         ways = [Way(Outcome("plain", "plain"), setup.plain_loss())]
+        if control:
+            ways.append(Way(Outcome("plain (again)", "control"), setup.plain_loss()))
         ways.append(hf_way(setup))
+        ways.append(chunked_loss_way(setup, chunks or DEFAULT_ALTERNATIVE_CHUNKS))
         ways += [sequential_way(setup, k) for k in (segments or default_segments(n))]
         ways += [compile_way(setup, b) for b in compile_budgets]
         with_sac = selective and blocks is not prof
-        for algo in algos:
-            if algo == "store-all":
-                ways.append(
-                    memplan_way(setup, blocks, "store-all", 2**50, "no recomputation", optimizer)
-                )
-                continue
-            least = least_memory(blocks, algo, optimizer)
-            if least is not None:
-                ways.append(memplan_way(setup, blocks, algo, least, "least memory", optimizer))
-            least = least_memory(prof, algo, optimizer) if with_sac else None
-            if least is not None:
-                ways.append(memplan_way(setup, prof, algo, least, "least memory", optimizer, SAC))
-        if fractions and "rotor" in algos:
-            least = least_memory(blocks, "rotor", optimizer)
-            top = memplan.solve(
-                blocks, "store-all", 2**50, optimizer=optimizer, gradients="at-backward"
-            ).peak_memory
-            for f in fractions:
-                if least is None or top is None or not 0.0 <= f <= 1.0:
-                    raise InputError(f"fractions {f!r}: expected 0..1 (and a rotor plan)")
-                budget = int(least + f * (top - least))
-                setting = f"{budget / 1e6:.1f} MB"
-                ways.append(memplan_way(setup, blocks, "rotor", budget, setting, optimizer))
-                if with_sac:
-                    ways.append(memplan_way(setup, prof, "rotor", budget, setting, optimizer, SAC))
-        for budget in budgets:
-            setting = f"at {budget} bytes"
-            ways.append(memplan_way(setup, blocks, "rotor", budget, setting, optimizer))
-        bench = _Bench(setup, seed, optimizer)
+        plans = _Plans(setup, optimizer, blocks, prof if with_sac else None, chunked_prof, chunks)
+        ways += plans.at_settings(algos, fractions, budgets)
+        bench = _Bench(setup, seed, optimizer, clock)
         dropout = has_dropout(setup.module)
         for way in ways:
             if way.loss is None:
@@ -378,19 +414,17 @@ def compare_training(  # noqa: C901 - the ways in NOTE [ comparison protocol ]'s
             extra = []
             for way in ways:
                 o = way.outcome
-                if o.family in ("memplan",) or o.peak is None:
+                if o.family in ("memplan", "control") or o.peak is None:
                     continue
-                at = memplan_way(
-                    setup, prof if with_sac else blocks, "rotor", o.peak,
-                    f"at {o.name}'s peak", optimizer, SAC if with_sac else "",
-                )  # fmt: skip
-                note(f"measuring {at.outcome.name}")
-                if at.loss is not None:
-                    _measure(bench, at, dropout)
-                extra.append(at)
+                for at in plans.at_peak(o):
+                    note(f"measuring {at.outcome.name}")
+                    if at.loss is not None:
+                        _measure(bench, at, dropout)
+                    extra.append(at)
             ways += extra
         measured = [way for way in ways if way.loss is not None and way.outcome.skipped is None]
         _time_rounds(bench, measured, rounds, note)
+        _compare_at_equal_memory([way.outcome for way in ways])
     plain = ways[0].outcome
     for way in ways:
         o = way.outcome
@@ -403,12 +437,162 @@ def compare_training(  # noqa: C901 - the ways in NOTE [ comparison protocol ]'s
         device=dev.type,
         threads=used_threads,
         rounds=rounds,
+        clock=clock,
         torch=torch.__version__,
         optimizer=optimizer,
         outcomes=[way.outcome for way in ways],
         profile=prof,
         loss_chunks=chunks,
+        chunked_profile=chunked_prof,
     )
+
+
+def _profiles(
+    setup: Setup,
+    given: Any,
+    loss_chunks: int | None,
+    repeats: int,
+    threads: int,
+    selective: bool,
+    note: Progress,
+) -> tuple[Any, Any]:
+    """The profile of the model as ``enable`` installs plans on it, and, with ``loss_chunks``,
+    the profile of the chain with the loss in chunks (``fit``'s): ``given`` is used for the one
+    it is (a profile says its chunks), the other is measured here.
+    """
+    found: dict[bool, Any] = {}
+    if given is not None:
+        loaded = memplan.load_profile(given)
+        found[profile_loss_chunks(loaded) is not None] = loaded
+    for chunked in (False, True) if loss_chunks else (False,):
+        if chunked in found:
+            continue
+        label = f"{setup.label}, the loss in {loss_chunks} chunks" if chunked else setup.label
+        note(f"profiling {label} ({len(setup.chain.stages)} stages)")
+        found[chunked] = profile_model(
+            setup.module, example_input=setup.x, device=str(setup.x.device), repeats=repeats,
+            name=setup.label, threads=threads, selective=selective,
+            loss_chunks=loss_chunks if chunked else None,
+        )  # fmt: skip
+    if False not in found:
+        raise InputError("profile: a profile with the loss in chunks; give the model's own")
+    chunked_prof = found.get(True)
+    if chunked_prof is not None:
+        chunks = profile_loss_chunks(chunked_prof, loss_chunks)
+        setup.planned = chunk_loss(setup.chain, setup.x, chunks, setup.label)
+    return found[False], chunked_prof
+
+
+class _Plans:
+    """memplan's ways: through ``enable`` on the model's profile, and with the loss in chunks
+    through ``fit``'s chain (NOTE [ comparison protocol ]).
+    """
+
+    def __init__(
+        self,
+        setup: Setup,
+        optimizer: str,
+        blocks: Any,
+        options: Any,
+        chunked: Any,
+        chunks: int | None,
+    ) -> None:
+        self.setup = setup
+        self.optimizer = optimizer
+        self.blocks = blocks  # rotor's profile without the stages' options
+        self.options = options  # with them (rotor+sac), or None
+        self.chunked = None if chunked is None else without_options(chunked)
+        self.chunks = chunks
+
+    def _ways(self, algo: str, memory: int | None, setting: str) -> list[Way]:
+        s, opt = self.setup, self.optimizer
+        ways = [enable_way(s, self.blocks, algo, memory, setting, opt)]
+        if self.options is not None and algo != "store-all":
+            ways.append(enable_way(s, self.options, algo, memory, setting, opt, SAC))
+        if self.chunked is not None and self.chunks is not None:
+            ways.append(fit_way(s, self.chunked, algo, memory, setting, opt, self.chunks))
+        return ways
+
+    def _least(self, algo: str) -> list[Way]:
+        s, opt = self.setup, self.optimizer
+        ways = []
+        for prof, suffix in ((self.blocks, ""), (self.options, SAC)):
+            least = None if prof is None else least_memory(prof, algo, opt)
+            if least is not None:
+                ways.append(enable_way(s, prof, algo, least, "least memory", opt, suffix))
+        least = None if self.chunked is None else least_memory(self.chunked, algo, opt)
+        if least is not None and self.chunks is not None:
+            ways.append(fit_way(s, self.chunked, algo, least, "least memory", opt, self.chunks))
+        return ways
+
+    def at_settings(
+        self, algos: Sequence[str], fractions: Sequence[float], budgets: Sequence[int]
+    ) -> list[Way]:
+        """store-all, rotor at its least memory, at ``fractions`` of the way from there to
+        store-all's need, and at ``budgets``.
+        """
+        ways: list[Way] = []
+        for algo in algos:
+            ways += self._ways(algo, None, "no recomputation") if algo == "store-all" else []
+            ways += self._least(algo) if algo != "store-all" else []
+        if fractions and "rotor" in algos:
+            least = least_memory(self.blocks, "rotor", self.optimizer)
+            top = memplan.solve(
+                self.blocks, "store-all", 2**50, optimizer=self.optimizer, gradients="at-backward"
+            ).peak_memory
+            for f in fractions:
+                if least is None or top is None or not 0.0 <= f <= 1.0:
+                    raise InputError(f"fractions {f!r}: expected 0..1 (and a rotor plan)")
+                budget = int(least + f * (top - least))
+                ways += self._ways("rotor", budget, f"{budget / 1e6:.1f} MB")
+        for budget in budgets:
+            ways += self._ways("rotor", budget, f"at {budget} bytes")
+        return ways
+
+    def at_peak(self, alternative: Outcome) -> list[Way]:
+        """Plan rotor with an alternative's measured peak as its budget."""
+        setting = f"at {alternative.name}'s peak"
+        assert alternative.peak is not None
+        s, opt = self.setup, self.optimizer
+        prof, suffix = (self.options, SAC) if self.options is not None else (self.blocks, "")
+        ways = [enable_way(s, prof, "rotor", alternative.peak, setting, opt, suffix)]
+        if self.chunked is not None and self.chunks is not None:
+            ways.append(
+                fit_way(s, self.chunked, "rotor", alternative.peak, setting, opt, self.chunks)
+            )
+        return ways
+
+
+def _compare_at_equal_memory(outcomes: list[Outcome]) -> None:
+    """Each memplan row's ``versus`` (NOTE [ comparison protocol ])."""
+    alternatives = [
+        o
+        for o in outcomes
+        if o.family not in ("memplan", "control") and o.peak is not None and o.time_ratios
+    ]
+    if not alternatives:
+        return
+    for row in outcomes:
+        if row.family != "memplan" or row.peak is None or not row.time_ratios:
+            continue
+        named = [a for a in alternatives if row.setting == f"at {a.name}'s peak"]
+        fits = [
+            a
+            for a in alternatives
+            if a.peak is not None and a.peak <= row.peak * (1 + EQUAL_MEMORY)
+        ]
+        if named:
+            best = named[0]
+        elif fits:
+            best = min(fits, key=lambda a: a.time_ratio or 0.0)
+        else:
+            best = min(alternatives, key=lambda a: a.peak or 0)
+        assert best.peak is not None
+        row.versus = best.name
+        row.versus_peak = row.peak / best.peak
+        row.versus_time = statistics.median(
+            mine / theirs for mine, theirs in zip(row.time_ratios, best.time_ratios, strict=True)
+        )
 
 
 def _measure(bench: _Bench, way: Way, dropout: bool) -> None:
@@ -420,7 +604,7 @@ def _measure(bench: _Bench, way: Way, dropout: bool) -> None:
             bench.step(way, bench.setup.x)
         o.peak = bench.measured(way)
     except Exception as exc:  # noqa: BLE001 - a way that cannot run here is reported, not fatal
-        if o.family not in ("compile", "hf-checkpointing"):
+        if o.family not in ("compile", "hf-checkpointing", "hf-chunked"):
             raise
         o.skipped = _first_line(exc)
         way.loss = None

@@ -1,9 +1,11 @@
 """The ways of training that :func:`memplan.torch.compare.training.compare_training` measures.
 
 Each way is a loss function of the batch over one model set up once (:class:`Setup`): plain
-training, Hugging Face checkpointing, ``checkpoint_sequential``, ``torch.compile`` with an
-activation memory budget, and memplan's plans (the list and the protocol:
-:mod:`memplan.torch.compare.training`).
+training, Hugging Face checkpointing (with the model's loss, or with a loss a user writes in
+chunks of tokens), ``checkpoint_sequential``, ``torch.compile`` with an activation memory
+budget, and memplan's plans, installed by :func:`memplan.torch.enable` as a user installs them
+(or run by :func:`memplan.torch.fit` where ``enable`` cannot yet: the loss in chunks). The list
+and the protocol: :mod:`memplan.torch.compare.training`.
 """
 
 from __future__ import annotations
@@ -15,13 +17,16 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 import memplan
 from memplan.errors import InputError
-from memplan.torch.models.hf import is_hf_model
+from memplan.torch.models.hf import hf_task, is_hf_model
 from memplan.torch.models.registry import build_model
+from memplan.torch.planner import enable
 from memplan.torch.runtime.checkpointed import checkpointed
+from memplan.torch.runtime.planned import disable, install, planned, prepare
 from memplan.torch.split.hf import default_labels
 from memplan.torch.split.linearize import Chain, linearize
 
@@ -35,7 +40,8 @@ class Outcome:
     name : str
         As the table shows it: ``plain``, ``checkpoint_sequential(4)``, ``memplan rotor``...
     family : str
-        ``plain``, ``hf-checkpointing``, ``checkpoint_sequential``, ``compile``, ``memplan``.
+        ``plain``, ``hf-checkpointing``, ``hf-chunked``, ``checkpoint_sequential``, ``compile``,
+        ``memplan``; ``control``: plain training timed again (``compare_training(control=True)``).
     setting : str or None
         The way's parameter: ``k=4``, ``budget=0.2``, ``least memory``, ``at plain's peak``...
     peak : int or None
@@ -55,9 +61,16 @@ class Outcome:
     planned_peak : int or None
         memplan's planned peak (its schedule's ``peak_memory``).
     budget : int or None
-        The budget memplan planned for.
+        The budget memplan planned for (a store-all plan's: its own need).
     skipped : str or None
         Why the way was not measured.
+    versus : str or None
+        memplan's rows: the alternative they are compared with at equal memory (NOTE
+        [ comparison protocol ] in :mod:`memplan.torch.compare.training`).
+    versus_time : float or None
+        Median over the rounds of the row's step time over ``versus``'s in the same round.
+    versus_peak : float or None
+        The row's measured peak over ``versus``'s.
     """
 
     name: str
@@ -73,6 +86,9 @@ class Outcome:
     planned_peak: int | None = None
     budget: int | None = None
     skipped: str | None = None
+    versus: str | None = None
+    versus_time: float | None = None
+    versus_peak: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -101,7 +117,8 @@ class Setup:
         return lambda x: loss_stage(module(x))
 
 
-def _hf_loss_call(model: nn.Module, labels: Tensor | None) -> Callable[[Tensor], Tensor]:
+def _hf_call(model: nn.Module, **kwargs: Any) -> Callable[[Tensor], Any]:
+    """``model(input=x, **kwargs)``, without a KV cache where the model has one."""
     import inspect
 
     input_name = getattr(model, "main_input_name", "input_ids")
@@ -109,10 +126,15 @@ def _hf_loss_call(model: nn.Module, labels: Tensor | None) -> Callable[[Tensor],
         {"use_cache": False} if "use_cache" in inspect.signature(model.forward).parameters else {}
     )
 
-    def call(x: Tensor) -> Tensor:
-        return model(**{input_name: x}, labels=labels, **extra).loss
+    def call(x: Tensor) -> Any:
+        return model(**{input_name: x}, **kwargs, **extra)
 
     return call
+
+
+def _hf_loss_call(model: nn.Module, labels: Tensor | None) -> Callable[[Tensor], Tensor]:
+    call = _hf_call(model, labels=labels)
+    return lambda x: call(x).loss
 
 
 def make_setup(
@@ -174,7 +196,7 @@ def default_segments(stages: int) -> list[int]:
 
 
 @contextmanager
-def _hf_checkpointing(model: nn.Module) -> Iterator[None]:
+def hf_checkpointing(model: nn.Module) -> Iterator[None]:
     """Hugging Face's checkpointing of every layer: ``activation_checkpointing_enable`` (the
     name since transformers 5.x), else ``gradient_checkpointing_enable``; non-reentrant.
     """
@@ -206,7 +228,72 @@ def hf_way(setup: Setup) -> Way:
         outcome.skipped = f"{type(setup.module).__name__} does not support gradient checkpointing"
         return Way(outcome)
     model = setup.module
-    return Way(outcome, setup.plain_loss(), active=lambda: _hf_checkpointing(model))
+    return Way(outcome, setup.plain_loss(), active=lambda: hf_checkpointing(model))
+
+
+IGNORE_INDEX = -100
+"""The label of a position without a target (Hugging Face's and ``F.cross_entropy``'s)."""
+
+
+def _language_model_parts(model: nn.Module) -> tuple[nn.Module, nn.Module, bool] | None:
+    """The base model, the head (last hidden state to logits) and whether the loss predicts the
+    next token, of a Hugging Face causal or masked LM whose head is one module (None else).
+    """
+    task = hf_task(model)
+    if task == "causal-lm":
+        head = model.get_output_embeddings()  # type: ignore[operator]
+    elif task == "masked-lm":
+        head = getattr(model, "cls", None)  # BertForMaskedLM: transform, then the decoder
+    else:
+        return None
+    base = getattr(model, "base_model", None)
+    if not isinstance(head, nn.Module) or not isinstance(base, nn.Module) or base is model:
+        return None
+    return base, head, task == "causal-lm"
+
+
+def chunked_loss_way(setup: Setup, chunks: int) -> Way:
+    """Hugging Face checkpointing and a loss computed over ``chunks`` chunks of tokens, as a
+    user writes it without memplan (torchtune's and Liger Kernel's users do): the base model's
+    last hidden state, then the head and the cross-entropy of each chunk under
+    ``torch.utils.checkpoint(use_reentrant=False)`` (recomputed in the backward), summed and
+    divided by the count of targets: the model's own mean loss, with its gradients.
+    """
+    from torch.utils.checkpoint import checkpoint
+
+    outcome = Outcome(
+        f"hf checkpointing + loss in {chunks} chunks", "hf-chunked", f"{chunks} chunks"
+    )
+    parts = _language_model_parts(setup.module) if setup.hf else None
+    if parts is None or setup.labels is None:
+        outcome.skipped = "not a Hugging Face causal or masked language model"
+        return Way(outcome)
+    if not getattr(setup.module, "supports_gradient_checkpointing", False):
+        outcome.skipped = f"{type(setup.module).__name__} does not support gradient checkpointing"
+        return Way(outcome)
+    base, head, causal = parts
+    labels = setup.labels
+    targets = F.pad(labels, (0, 1), value=IGNORE_INDEX)[..., 1:] if causal else labels
+    call = _hf_call(base)
+
+    def chunk_sum(hidden: Tensor, target: Tensor) -> Tensor:
+        logits = head(hidden)
+        if causal:  # the model's loss upcasts the logits (ForCausalLMLoss)
+            logits = logits.float()
+        return F.cross_entropy(
+            logits.reshape(-1, logits.shape[-1]), target.reshape(-1),
+            ignore_index=IGNORE_INDEX, reduction="sum",
+        )  # fmt: skip
+
+    def loss(x: Tensor) -> Tensor:
+        hidden = call(x).last_hidden_state
+        total = hidden.new_zeros((), dtype=torch.float32 if causal else hidden.dtype)
+        for part, target in zip(hidden.chunk(chunks, 1), targets.chunk(chunks, 1), strict=True):
+            total = total + checkpoint(chunk_sum, part, target, use_reentrant=False)
+        return total / (targets != IGNORE_INDEX).sum()
+
+    model = setup.module
+    return Way(outcome, loss, active=lambda: hf_checkpointing(model))
 
 
 def sequential_way(setup: Setup, k: int) -> Way:
@@ -259,21 +346,86 @@ def without_options(prof: Any) -> Any:
     return prof.model_copy(update={"stages": stages})
 
 
-def memplan_way(
+def _memplan_name(algo: str, setting: str, suffix: str, front: str = "") -> str:
+    setting_part = "" if setting == "no recomputation" else f" ({setting})"
+    return f"memplan {front}{algo}{suffix}{setting_part}"
+
+
+def enable_way(
     setup: Setup,
     prof: Any,
     algo: str,
-    memory: int,
+    memory: int | None,
     setting: str,
     optimizer: str,
     suffix: str = "",
 ) -> Way:
-    name = f"memplan {algo}{suffix}" + ("" if setting == "no recomputation" else f" ({setting})")
-    outcome = Outcome(name, "memplan", setting, budget=memory)
+    """Install memplan's plan as a user does: ``memplan.torch.enable(model, memory,
+    example_input=batch, profile=prof)``, then the model's own step (``model(**batch).loss``).
+    ``memory`` None: a store-all plan, given its own need as the budget.
+
+    The plan is installed while the way runs (:attr:`Way.active`) and removed after, so that the
+    other ways train the same model plainly; installing it is not part of the measured step.
+    """
+    outcome = Outcome(_memplan_name(algo, setting, suffix), "memplan", setting, budget=memory)
+    model = setup.module
+    try:
+        enable(
+            model, STORE_ALL_PROBE if memory is None else memory, example_input=setup.x,
+            algo=algo, profile=prof, optimizer=optimizer,
+        )  # fmt: skip
+    except InputError as exc:
+        if not str(exc).startswith("no "):  # "no rotor plan fits in ...": a row without a plan
+            raise
+        outcome.skipped = str(exc).replace(f"fits in {memory}", f"fits in {memory} bytes")
+        return Way(outcome)
+    found = planned(model)
+    assert found is not None
+    sched, used = found.schedule, found.profile
+    disable(model)
+    outcome.planned_peak = sched.peak_memory
+    if memory is None:
+        outcome.budget = sched.peak_memory  # its own need
+    target = prepare(model, setup.x)
+
+    @contextmanager
+    def installed() -> Iterator[None]:
+        install(target, sched, used)
+        try:
+            yield
+        finally:
+            disable(model)
+
+    return Way(outcome, setup.plain_loss(), active=installed)
+
+
+STORE_ALL_PROBE = 2**50
+"""A budget no store-all plan exceeds: what its need is read from (never shown as a budget)."""
+
+
+def fit_way(
+    setup: Setup,
+    prof: Any,
+    algo: str,
+    memory: int | None,
+    setting: str,
+    optimizer: str,
+    chunks: int,
+    suffix: str = "",
+) -> Way:
+    """Run memplan's plan on its chain with the loss in ``chunks`` chunks of tokens, run by
+    :func:`memplan.torch.checkpointed` as :func:`memplan.torch.fit` returns it (``enable`` does
+    not take ``loss_chunks`` yet): the row is named ``memplan fit(loss_chunks=N) ...``.
+    ``memory`` None: a store-all plan, given its own need as the budget.
+    """
+    front = f"fit(loss_chunks={chunks}) "
+    outcome = Outcome(_memplan_name(algo, setting, suffix, front), "memplan", setting)
     # every way trains in PyTorch's default loop (zero_grad() sets the gradients to None)
     sched = memplan.solve(
-        prof, algo=algo, memory=memory, optimizer=optimizer, gradients="at-backward"
-    )
+        prof, algo=algo, memory=STORE_ALL_PROBE if memory is None else memory,
+        optimizer=optimizer, gradients="at-backward",
+    )  # fmt: skip
+    outcome.budget = sched.peak_memory if memory is None else memory
     if not sched.feasible:
         least = "" if sched.min_memory is None else f"; least memory {sched.min_memory} bytes"
         outcome.skipped = f"no {algo} plan fits in {memory} bytes{least}"

@@ -320,7 +320,7 @@ def train_under_plan(
     module.train()
     prof = memplan.load_profile(profile)
     chain = chunk_loss(linearize(module, x), x, profile_loss_chunks(prof), prof.model)
-    wrapped = checkpointed(chain, schedule, profile=prof)
+    wrapped = checkpointed(chain, schedule, profile=prof, tally=True)  # the bytes held
     optimizer = make_optimizer(optimizer_name, module.parameters(), lr=lr)
     measured = [measure_step(wrapped, x, optimizer, set_to_none=set_to_none) for _ in range(steps)]
     counters = wrapped.counters

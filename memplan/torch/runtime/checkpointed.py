@@ -17,8 +17,7 @@ import memplan
 from memplan.errors import InputError
 from memplan.profile.io import load_profile
 from memplan.schedule import Schedule, load_schedule
-from memplan.torch.base.storage import storage_key
-from memplan.torch.runtime.iteration import PlannedIteration
+from memplan.torch.runtime.iteration import PassiveIteration, PlannedIteration, static_pointers
 from memplan.torch.runtime.plan import (
     COMPUTE_OPS,
     RUNNABLE_FAMILIES,
@@ -51,6 +50,11 @@ class CheckpointedChain(nn.Module):
         Stage names.
     counters : RuntimeCounters
         What the last iteration did.
+    tally : bool
+        Count the bytes the plan holds too (``saved_bytes``, ``live_bytes``,
+        ``peak_live_bytes``, ``live_curve``; what ``memplan run`` prints): off by default, it
+        looks at every tensor autograd saves (NOTE [ What the runtime skips ] in
+        :mod:`memplan.torch.runtime.iteration`).
     """
 
     def __init__(
@@ -58,6 +62,7 @@ class CheckpointedChain(nn.Module):
         stages: Sequence[tuple[str, nn.Module]],
         schedule: Schedule,
         inplace: Sequence[bool] | None = None,
+        tally: bool = False,
     ) -> None:
         super().__init__()
         self.names = [name for name, _ in stages]
@@ -67,14 +72,26 @@ class CheckpointedChain(nn.Module):
         self.inplace = list(inplace) if inplace is not None else [False] * len(self.names)
         self._side_streams: dict[Any, Any] = {}  # CUDA: the transfer stream of each device
         self.counters = RuntimeCounters()
+        self.tally = tally
+        self._every: list[nn.Module] | None = None  # the modules, for the static pointers
 
     def planned_forward_counts(self) -> list[int]:
         """Forward operations per stage in the schedule."""
         return planned_forward_counts(self.schedule, len(self.modules_))
 
     def _static_pointers(self) -> set[int]:
-        keys = (storage_key(t) for t in [*self.parameters(), *self.buffers()])
-        return {key[0] for key in keys if key is not None}
+        if self._every is None:
+            self._every = list(self.modules())
+        return static_pointers(self._every)
+
+    def _iteration(self, x: Tensor) -> PlannedIteration | PassiveIteration:
+        self.counters = RuntimeCounters.for_stages(len(self.modules_))
+        if self.plan.passive and not self.tally:
+            return PassiveIteration(self.plan, self.counters)
+        return PlannedIteration(
+            self.plan, x, self._static_pointers, self.counters, self._side_streams,
+            tally=self.tally, inplace=self.inplace, names=self.names,
+        )  # fmt: skip
 
     def forward(self, x: Tensor, target: Any = None) -> Tensor:
         """Run the stages under the plan; returns the loss (a scalar tensor)."""
@@ -87,11 +104,7 @@ class CheckpointedChain(nn.Module):
             for k, module in enumerate(self.modules_):
                 x = module(x) if k < last or target is None else module(x, target)
             return x
-        self.counters = RuntimeCounters.for_stages(last + 1)
-        it = PlannedIteration(
-            self.plan, x, self._static_pointers(), self.counters, self._side_streams,
-            inplace=self.inplace, names=self.names,
-        )  # fmt: skip
+        it = self._iteration(x)
         try:
             for k, module in enumerate(self.modules_):
                 function: StageFunction = module
@@ -102,6 +115,7 @@ class CheckpointedChain(nn.Module):
         except BaseException:
             it.abort()
             raise
+        it.finished(x)
         return x
 
 
@@ -211,6 +225,7 @@ def checkpointed(
     *,
     example_input: Tensor | None = None,
     profile: Any | None = None,
+    tally: bool = False,
 ) -> CheckpointedChain:
     """Wrap a chain of stages so that one forward + backward follows ``schedule`` exactly.
 
@@ -228,6 +243,9 @@ def checkpointed(
     profile : Profile, dict, path or name, optional
         The profile the schedule was made from: its sha256, model name, stage count and names are
         checked against the schedule and the chain.
+    tally : bool
+        Count the bytes the plan holds in :attr:`CheckpointedChain.counters` too (what
+        ``memplan run`` compares with the plan); costs a Python call per saved tensor.
 
     Returns
     -------
@@ -251,4 +269,4 @@ def checkpointed(
     stages = _stages_of(model)
     check_schedule(sched, [name for name, _ in stages], profile)
     inplace = model.inplace if isinstance(model, Chain) and model.inplace else None
-    return CheckpointedChain(stages, sched, inplace=inplace)
+    return CheckpointedChain(stages, sched, inplace=inplace, tally=tally)

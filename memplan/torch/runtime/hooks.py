@@ -10,7 +10,7 @@ import torch
 from torch import Tensor, nn
 
 from memplan.errors import InputError
-from memplan.torch.runtime.iteration import PlannedIteration
+from memplan.torch.runtime.iteration import PassiveIteration, PlannedIteration
 from memplan.torch.runtime.planned_model import PlannedModel
 from memplan.torch.split.repeated import RepeatedBlocks
 from memplan.torch.split.trace import (
@@ -39,12 +39,13 @@ class _HeadCall:
 class _Step:
     """The state of one step's forward, between the model's call and its return."""
 
-    iteration: PlannedIteration
+    iteration: PlannedIteration | PassiveIteration
     stage: int = 0  # the stage being computed (or next)
     open: bool = False  # between begin and end of ``stage``
     head: list[_HeadCall] = field(default_factory=list)
     head_input: Tensor | None = None
     head_exact: bool = True
+    passive: bool = False  # a plan that keeps what plain training keeps: no stage marked
 
 
 # ------------------------------------------------------------------------------------------------
@@ -66,9 +67,34 @@ class ModelHooks:
         self.prefix_stage = found.stages[0][1] if found.prefix else None
         self.head_stage = found.stages[-1][1] if self.head is not None else None
         model = planned.model
-        add = planned._handles.append
-        add(model.register_forward_pre_hook(self.model_pre, with_kwargs=True))
-        add(model.register_forward_hook(self.model_post, with_kwargs=True, always_call=True))
+        planned._handles.append(model.register_forward_pre_hook(self.model_pre, with_kwargs=True))
+        planned._handles.append(
+            model.register_forward_hook(self.model_post, with_kwargs=True, always_call=True)
+        )
+        self.marking = False
+        self.stage_handles: list[Any] = []
+        self._mark_stages(not planned.passive())
+
+    def _mark_stages(self, on: bool) -> None:
+        """Register the hooks that mark the stages, or remove them: a step under a plan that
+        keeps what plain training keeps needs none (NOTE [ What the runtime skips ]).
+        """
+        if on == self.marking:
+            return
+        self.marking = on
+        handles = self.planned._handles
+        if not on:
+            for handle in self.stage_handles:
+                handle.remove()
+                handles.remove(handle)
+            self.stage_handles = []
+            return
+        found = self.found
+
+        def add(handle: Any) -> None:
+            self.stage_handles.append(handle)
+            handles.append(handle)
+
         for i, block in enumerate(found.block_modules):
             add(block.register_forward_pre_hook(self.block_pre(i), with_kwargs=True))
             add(block.register_forward_hook(self.block_post(i), with_kwargs=True))
@@ -84,6 +110,7 @@ class ModelHooks:
     def model_pre(self, module: nn.Module, args: tuple, kwargs: dict) -> Any:
         if not torch.is_grad_enabled() or self.planned._recomputing or self.step is not None:
             return None
+        self._mark_stages(not self.planned.passive())
         key = self.input_key
         x0 = kwargs.get(key) if isinstance(key, str) else None
         if x0 is None:
@@ -103,7 +130,9 @@ class ModelHooks:
         if kwargs.get("use_cache"):  # a KV cache grows at every call of a block: no cache in
             kwargs = {**kwargs, "use_cache": False}  # training (as HF's checkpointing does)
         it = self.planned._iteration(x0)
-        self.step = step = _Step(it)
+        self.step = step = _Step(it, passive=isinstance(it, PassiveIteration))
+        if step.passive:
+            return None if kwargs is given else (args, kwargs)
         x = x0
         if self.prefix_stage is not None:
             rest, others = replace_primary(args, kwargs, key, None)
@@ -139,6 +168,10 @@ class ModelHooks:
             return None
         self.step = None
         it = step.iteration
+        if step.passive:
+            if output is not None:  # else the forward raised
+                it.finished(model_output(output))
+            return None
         try:
             if output is None:  # the forward raised
                 it.abort()

@@ -42,9 +42,42 @@ offload copies the tensor's storages to host memory and frees them
 (``UntypedStorage.resize_(0)``: every tensor and autograd saved tensor on them stays valid); a
 prefetch resizes them back and copies the data in (:class:`memplan.torch.runtime.transfers.Mover`).
 
-Every iteration fills :class:`RuntimeCounters` (docs/runtime.md): forward computations per stage,
-and the bytes of device memory the activations the plan holds occupy (``x[0]``, standalone
-``x[k]``, ``s[k]``) as the plan counts them.
+Every iteration fills :class:`RuntimeCounters` (docs/runtime.md): forward and backward
+computations per stage, the bytes transferred, and, when it tallies, the bytes of device memory
+the activations the plan holds occupy (``x[0]``, standalone ``x[k]``, ``s[k]``) as the plan
+counts them.
+
+NOTE [ What the runtime skips ]
+-------------------------------
+Where the plan keeps what plain training keeps, the runtime does nothing: a training step costs
+what plain training's does (docs/benchmarks.md, ``bench_enable_overhead.py``).
+
+* A stage the plan computes once, with ``F_all``, no selective policy, and whose ``s[k]`` no
+  transfer moves (:attr:`RuntimePlan.plain <memplan.torch.runtime.plan.RuntimePlan>`) runs
+  without ``saved_tensors_hooks``: autograd keeps what it saves, exactly as it does without a
+  plan, and unpacks it without a Python call. The runtime holds its output only when a later
+  recomputation reads it (``keeps``), as for every stage. Correct because nothing of the plan
+  touches such a stage's saved tensors: no slot to fill, nothing to offload; ``B k`` frees
+  them as autograd does.
+* The backward's pre-hook is registered only on the stages where the plan acts when the
+  backward reaches them (:attr:`RuntimePlan.watched`: a recomputation or a transfer before
+  ``B k``, a tensor the runtime holds to hand over); the events of the others (the start and end
+  of their ``B``) only count, and run at the next watched stage or after the backward. Correct
+  because such an event frees nothing the runtime holds: ``s[k]`` of a plain stage is
+  autograd's alone, and ``x[k+1]`` of a plain stage is never a tensor of its own.
+* The parameters' and buffers' storages (never part of ``s[k]``) are looked up only when a
+  stage's saved tensors are (:attr:`PlannedIteration.static`), from the module list kept at
+  installation.
+* A plan whose every stage is plain, that holds nothing for a recomputation and moves nothing
+  (:attr:`RuntimePlan.passive`: a store-all plan) runs no iteration at all:
+  :class:`PassiveIteration` lets the model's forward and autograd's backward run untouched, and
+  the module hooks that mark the stages are not even registered (only the model's own call is
+  watched, to check the batch); it counts every stage's forward once when the forward returns
+  and every backward once when a backward from the output ends.
+* The bytes (``saved_bytes``, ``live_bytes``, ``peak_live_bytes``, ``live_curve``) are counted
+  only when asked (``tally``: :func:`memplan.torch.checkpointed` ``(..., tally=True)``,
+  ``memplan.torch.planned(model).tally = True``, ``memplan run``): counting them looks at every
+  tensor autograd saves, in every stage, and sums the held storages at every event of the plan.
 
 This module is longer than 600 lines on purpose: it is one class, a state machine whose
 methods (forward brackets, recomputation, transfers, the backward's hooks) share its state and
@@ -55,7 +88,7 @@ drives it are in :mod:`~memplan.torch.runtime.plan`, :mod:`~memplan.torch.runtim
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager, nullcontext
 from typing import Any
 
@@ -107,17 +140,19 @@ class PlannedIteration:
         The schedule, prepared.
     x0 : Tensor
         The chain input ``x[0]``.
-    static : set of int
-        Data pointers of the parameters and buffers (never part of ``s[k]``).
+    static : callable
+        Returns the data pointers of the parameters and buffers (never part of ``s[k]``); called
+        only when a stage's saved tensors are looked at.
     counters : RuntimeCounters
         Filled during the iteration.
     streams : dict
         CUDA side streams, one per device (kept by the owner across iterations).
     virtual : set of int
         Stages computed outside the runtime (their ops are counted, not run).
-    input_transfers : bool
-        Whether the plan's transfers of ``x[0]`` run. The input of a model called by the user's
-        loop is the caller's tensor, which the caller holds: moving it would free nothing.
+    tally : bool
+        Count the bytes of what the plan holds too (``saved_bytes``, ``live_bytes``,
+        ``peak_live_bytes``, ``live_curve``): every stage's saved tensors are then looked at, as
+        the plan counts them (NOTE [ What the runtime skips ]).
     inplace : sequence of bool, optional
         ``inplace[k]``: stage ``k`` modifies its input in place (it then runs on a copy when the
         runtime holds that input for a later recomputation).
@@ -129,20 +164,24 @@ class PlannedIteration:
         self,
         plan: RuntimePlan,
         x0: Tensor,
-        static: set[int],
+        static: Callable[[], set[int]],
         counters: RuntimeCounters,
         streams: dict[Any, Any],
         *,
         virtual: set[int] | None = None,
-        input_transfers: bool = True,
+        tally: bool = False,
         inplace: Sequence[bool] | None = None,
         names: Sequence[str] | None = None,
     ) -> None:
         self.plan = plan
         self.counters = counters
-        self.static = static
+        self._statics = static
+        self._static: set[int] | None = None
         self.virtual = virtual or set()
-        self.input_transfers = input_transfers
+        self.tally = tally
+        # the stages whose saved tensors the runtime looks at, whose backward it watches
+        self.hooked = [True] * plan.stages if tally else [not p for p in plan.plain]
+        self.watched = [True] * plan.stages if tally else plan.watched
         self.inplace = list(inplace) if inplace is not None else [False] * plan.stages
         self.names = list(names) if names is not None else [str(k) for k in range(plan.stages)]
         self.mover = Mover(x0.device, streams)
@@ -160,9 +199,20 @@ class PlannedIteration:
         self.inputs: set[int] = set()  # the storages of the stage's input: not part of s[k]
         self.queued = False
         self.done = False
-        counters.record(self.live())
+        self._record()
 
     # -- bookkeeping -----------------------------------------------------------------------
+    @property
+    def static(self) -> set[int]:
+        """Data pointers of the parameters and buffers (computed once, when first needed)."""
+        if self._static is None:
+            self._static = self._statics()
+        return self._static
+
+    def _record(self) -> None:
+        if self.tally:
+            self.counters.record(self.live())
+
     def live(self) -> int:
         """Bytes of the stored tensors, as the plan counts them (shared storages once); an
         ``s[k]`` handed over to its backward counts by the sizes it had (autograd frees its
@@ -223,6 +273,10 @@ class PlannedIteration:
             self.leaving.remove(stored)
         del self.held[name]
 
+    def finished(self, out: Tensor | None) -> None:
+        """The model's forward has returned ``out`` (the backward follows the plan by itself)."""
+        return None
+
     def abort(self) -> None:
         """After an error: put the input back in device memory (it is the caller's tensor),
         leave the stage being computed, forget the plan's tensors.
@@ -267,8 +321,13 @@ class PlannedIteration:
             run.rng = rng_snapshot(self.device)
         self._count(sweep.op, k)
         self.running = (sweep.op, k)
-        key = storage_key(x)
-        self.inputs = set() if key is None else {key[0]}
+        if self.inplace[k] and self._holds(x):
+            x = x.clone()
+        if self.hooked[k] or sweep.start in self.plan.keeps:  # its output may be the input's
+            key = storage_key(x)
+            self.inputs = set() if key is None else {key[0]}
+        if not self.hooked[k]:  # autograd keeps what it saves, as in plain training
+            return x
         if sweep.op == "F_all" and policy is None:
             self.saved = {}
             hooks = torch.autograd.graph.saved_tensors_hooks(self._pack_kept, unpack_slot)
@@ -278,8 +337,6 @@ class PlannedIteration:
         else:
             run.slots = []
             hooks = torch.autograd.graph.saved_tensors_hooks(self._pack_dropped(k), unpack_slot)
-        if self.inplace[k] and self._holds(x):
-            x = x.clone()
         hooks.__enter__()
         self.hooks = hooks
         return x
@@ -298,9 +355,8 @@ class PlannedIteration:
             self.saved = self._cached(k)
         self._store(sweep.op, k, out, self.saved, keep=sweep.start in self.plan.keeps)
         self.saved = {}
-        self.counters.record(self.live())  # the output counts from the computation's start
-        if out.grad_fn is not None:
-            self.runs[k].node = out.grad_fn
+        self._record()  # the output counts from the computation's start
+        if out.grad_fn is not None and self.watched[k]:
             out.grad_fn.register_prehook(self._backward_reaches(k))
         self.run_until(sweep.end + 1)
 
@@ -367,12 +423,13 @@ class PlannedIteration:
             nbytes = sum(storage.nbytes() for storage in storages)
             if out_key is not None and out_key[0] not in saved:
                 nbytes += out_key[1]  # x[k+1] is part of s[k] (the profiler's saved_size)
-                if self._owned(out_key[0]):
+                if (keep or self.tally) and self._owned(out_key[0]):
                     if keep:
                         storages.append(out.untyped_storage())
                     else:
                         counted = out_key[1]
-            self.counters.saved_bytes[k] = nbytes
+            if self.tally:
+                self.counters.saved_bytes[k] = nbytes
         elif out_key is not None:
             if keep:
                 storages = [out.untyped_storage()]
@@ -411,13 +468,13 @@ class PlannedIteration:
                 )
             else:
                 self.recompute(op.op, k)
-        elif op.tensor == "x[0]" and not self.input_transfers:
+        elif op.tensor == "x[0]" and not self.plan.input_transfers:
             return
         elif is_end:
             self.transfer_end(op.op, tensor_name(op))
         else:
             self.transfer_start(op.op, tensor_name(op))
-        self.counters.record(self.live())
+        self._record()
 
     @contextmanager
     def _replay(self, k: int) -> Iterator[None]:
@@ -633,3 +690,56 @@ class PlannedIteration:
         self.held.clear()
         self.runs = []
         self.done = True
+
+
+def static_pointers(modules: Iterable[nn.Module]) -> set[int]:
+    """Data pointers of the storages of the parameters and buffers of ``modules`` (each module's
+    own: pass every module, ``list(model.modules())``, kept from one step to the next).
+    """
+    found: set[int] = set()
+    for module in modules:
+        for tensors in (module._parameters, module._buffers):
+            for tensor in tensors.values():
+                key = None if tensor is None else storage_key(tensor)
+                if key is not None:
+                    found.add(key[0])
+    return found
+
+
+class PassiveIteration:
+    """One training iteration under a plan that keeps what plain training keeps
+    (:attr:`RuntimePlan.passive <memplan.torch.runtime.plan.RuntimePlan>`): the model's forward
+    and autograd's backward run untouched; the runtime only counts (NOTE [ What the runtime
+    skips ]). The same brackets as :class:`PlannedIteration`, which do nothing.
+    """
+
+    def __init__(self, plan: RuntimePlan, counters: RuntimeCounters) -> None:
+        self.plan = plan
+        self.counters = counters
+        self.queued = False
+
+    def begin(self, k: int, x: Tensor, function: Any = None, module: Any = None) -> Tensor:
+        return x
+
+    def end(self, k: int, out: Tensor) -> None:
+        return None
+
+    def abort(self) -> None:
+        return None
+
+    def finished(self, out: Tensor | None) -> None:
+        """The model's forward has returned ``out``: every stage was computed once; the
+        backward's end is counted when a backward from ``out`` completes.
+        """
+        self.counters.forwards = [{"F_all": 1} for _ in range(self.plan.stages)]
+        if out is not None and out.grad_fn is not None:
+            out.grad_fn.register_prehook(self._reached)
+
+    def _reached(self, grad_outputs: Any) -> None:
+        if not self.queued:
+            self.queued = True
+            torch.autograd.Variable._execution_engine.queue_callback(self._complete)
+
+    def _complete(self) -> None:
+        self.queued = False
+        self.counters.backwards = [b + 1 for b in self.counters.backwards]

@@ -158,6 +158,26 @@ class RuntimePlan:
         A feasible schedule (checked by :func:`check_schedule`).
     stages : int
         Stages of the chain, the loss included.
+    input_transfers : bool
+        Whether the plan's transfers of ``x[0]`` run (not under :func:`memplan.torch.enable`:
+        the input is the caller's tensor, which the caller holds).
+
+    Attributes
+    ----------
+    plain : list of bool
+        ``plain[k]``: the plan computes stage ``k`` once, with ``F_all`` and no selective
+        policy, and no transfer moves ``s[k]``: autograd keeps what it saves, as in plain
+        training, and the runtime needs no ``saved_tensors_hooks`` for it (NOTE [ What the
+        runtime skips ] in :mod:`memplan.torch.runtime.iteration`).
+    watched : list of bool
+        ``watched[k]``: the runtime must act when the backward reaches stage ``k`` (a
+        recomputation or a transfer before ``B k``, a tensor it holds to hand over); otherwise
+        the plan's events there are run at the next stage it watches, or after the backward.
+    transfers : bool
+        Whether the plan has transfers that run (then every stage is watched).
+    passive : bool
+        Every stage plain, nothing held for a recomputation, no transfer that runs: the plan
+        keeps what plain training keeps, and the runtime only counts.
 
     Raises
     ------
@@ -167,9 +187,10 @@ class RuntimePlan:
         forward being that phase).
     """
 
-    def __init__(self, schedule: Schedule, stages: int) -> None:
+    def __init__(self, schedule: Schedule, stages: int, input_transfers: bool = True) -> None:
         self.schedule = schedule
         self.stages = stages
+        self.input_transfers = input_transfers
         self.events = _timeline(schedule.ops)
         self.forward_counts = planned_forward_counts(schedule, stages)
         starts: dict[int, int] = {}
@@ -189,6 +210,38 @@ class RuntimePlan:
         self.backward_start = {op.stage: starts[id(op)] for op in compute[first_b:] if op.op == "B"}
         self.policies = _policies(schedule)
         self.keeps = self._reads()
+        self.plain, self.watched = self._lean()
+        self.passive = all(self.plain) and not self.keeps and not self.transfers
+
+    def _lean(self) -> tuple[list[bool], list[bool]]:
+        """:attr:`plain` and :attr:`watched` (NOTE [ What the runtime skips ])."""
+        moved = [
+            op for op in self.schedule.ops
+            if op.op not in COMPUTE_OPS and (self.input_transfers or op.tensor != "x[0]")
+        ]  # fmt: skip
+        self.transfers = bool(moved)
+        names = {tensor_name(op) for op in moved}
+        plain = [
+            sweep.op == "F_all"
+            and self.forward_counts[k] == 1
+            and k not in self.policies
+            and f"s[{k}]" not in names
+            for k, sweep in enumerate(self.sweep)
+        ]
+        sweep_events = {i for s in self.sweep for i in (s.start, s.end)}
+        last = self.sweep[-1].end  # the forward phase is run by the model's forward
+        watched = [True] * self.stages
+        for k in sorted(self.backward_start, key=self.backward_start.__getitem__):
+            start = self.backward_start[k]  # the events since the previous B's start run here
+            recomputes = any(
+                self.events[i][1].op in FORWARD_OPS and i not in sweep_events
+                for i in range(last + 1, start)
+            )
+            last = start
+            watched[k] = (
+                not plain[k] or self.sweep[k].start in self.keeps or self.transfers or recomputes
+            )
+        return plain, watched
 
     def _reads(self) -> set[int]:
         """The events producing a stored tensor the runtime must hold the data of: one a later

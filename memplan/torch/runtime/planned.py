@@ -92,6 +92,7 @@ def _install_stages(planned: PlannedModel, stages: list[tuple[str, nn.Module]]) 
         except BaseException:
             it.abort()
             raise
+        it.finished(x)
         return x
 
     object.__setattr__(model, "forward", forward)

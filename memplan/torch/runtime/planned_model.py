@@ -13,8 +13,7 @@ from torch import Tensor, nn
 
 from memplan.errors import InputError
 from memplan.schedule import Schedule
-from memplan.torch.base.storage import storage_key
-from memplan.torch.runtime.iteration import PlannedIteration
+from memplan.torch.runtime.iteration import PassiveIteration, PlannedIteration, static_pointers
 from memplan.torch.runtime.plan import RuntimeCounters, RuntimePlan, planned_forward_counts
 from memplan.torch.runtime.slots import autocast_state
 
@@ -34,7 +33,13 @@ class PlannedModel:
     names : list of str
         The chain's stages, the loss last.
     counters : RuntimeCounters
-        What the last training step did (forward computations per stage, bytes held).
+        What the last training step did (forward computations per stage; the bytes held when
+        ``tally``).
+    tally : bool
+        Count the bytes the plan holds too (``saved_bytes``, ``live_bytes``,
+        ``peak_live_bytes``, ``live_curve``): off by default, it looks at every tensor autograd
+        saves, which costs time the plan does not need (NOTE [ What the runtime skips ] in
+        :mod:`memplan.torch.runtime.iteration`).
     how : str
         ``hooks`` or ``stages`` (NOTE [ Following the model's own forward ]).
     """
@@ -51,10 +56,13 @@ class PlannedModel:
         self.schedule = schedule
         self.profile = profile
         self.names = names
-        self.plan = RuntimePlan(schedule, len(names))
+        # the caller holds the input: the plan's transfers of x[0] would free nothing
+        self.plan = RuntimePlan(schedule, len(names), input_transfers=False)
         self.inplace = inplace
         self.counters = RuntimeCounters()
         self.how = "stages"
+        self.tally = False
+        self._modules = list(model.modules())  # whose parameters and buffers are never s[k]
         self._handles: list[Any] = []
         self._streams: dict[Any, Any] = {}
         self._recomputing = 0
@@ -101,16 +109,25 @@ class PlannedModel:
                 stacklevel=4,
             )
 
-    def _iteration(self, x0: Tensor) -> PlannedIteration:
+    def passive(self) -> bool:
+        """Whether a step runs the model untouched (a plan that keeps what plain training
+        keeps, and no tally): no stage needs marking.
+        """
+        return self.plan.passive and not self.tally
+
+    def _iteration(self, x0: Tensor) -> PlannedIteration | PassiveIteration:
         self._check_batch(x0)
         self.counters = RuntimeCounters.for_stages(len(self.names))
-        keys = (storage_key(t) for t in [*self.model.parameters(), *self.model.buffers()])
-        static = {key[0] for key in keys if key is not None}
+        if self.passive():
+            return PassiveIteration(self.plan, self.counters)
         return PlannedIteration(
-            self.plan, x0, static, self.counters, self._streams,
-            virtual={len(self.names) - 1}, input_transfers=False, inplace=self.inplace,
+            self.plan, x0, self._static, self.counters, self._streams,
+            virtual={len(self.names) - 1}, tally=self.tally, inplace=self.inplace,
             names=self.names,
         )  # fmt: skip
+
+    def _static(self) -> set[int]:
+        return static_pointers(self._modules)
 
     def _recompute(self, function: Callable[[Tensor], Tensor]) -> Callable[[Tensor], Tensor]:
         """A stage function that the hooks let through (a recomputation is not a step)."""

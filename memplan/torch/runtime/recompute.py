@@ -43,12 +43,13 @@ def recomputing(
     Inside, the RNG draws what it drew at the stage's first forward (``snapshot``; None: the
     current state), in ``torch.random.fork_rng`` (the global RNG is left as it was); afterwards
     the stage's buffers get back the values they had before (batch-norm running statistics are
-    updated once per iteration, as in plain training). What it holds while the stage runs (the
-    copies of the buffers, the forked RNG state on CPU) is part of the stage's forward overhead:
-    the profiler measures every forward inside this context.
+    updated once per iteration, as in plain training; only those the stage changed are
+    written back, so that a buffer it only read keeps its version counter). What it holds
+    while the stage runs (the copies of the buffers, the forked RNG state on CPU) is part of the
+    stage's forward overhead: the profiler measures every forward inside this context.
     """
     cuda = device.type == "cuda"
-    buffers = [(b, b.detach().clone()) for b in module.buffers()]
+    buffers = [(b, b._version, b.detach().clone()) for b in module.buffers()]
     with torch.random.fork_rng(devices=[device] if cuda else []):
         if snapshot is not None:
             cpu_state, cuda_state = snapshot
@@ -57,5 +58,10 @@ def recomputing(
                 torch.cuda.set_rng_state(_state_tensor(cuda_state), device)
         yield
     with torch.no_grad():
-        for buffer, value in buffers:
-            buffer.copy_(value)
+        for buffer, version, value in buffers:
+            # Only a buffer the stage changed (batch-norm statistics, which the kernel writes
+            # without bumping the version) is written back: one it only read (a mask, rotary
+            # tables shared by the blocks) keeps its version, which autograd checks where
+            # another stage saved it.
+            if buffer._version != version or not torch.equal(buffer, value):
+                buffer.copy_(value)

@@ -65,7 +65,6 @@ class StageRun:
     autocast: list[tuple[str, bool, torch.dtype, bool]] = field(default_factory=list)
     rng: RngSnapshot | None = None
     slots: list[Slot] = field(default_factory=list)
-    node: Any = None
     recompute: Any = None  # a selective stage: the SAC context that replays its forward
 
 
