@@ -202,33 +202,18 @@ def solve_placement(
     label: str = "olla-address",
     pyramid: bool = True,
 ) -> PlacementResult:
-    """The least arena for fixed lifetimes: :func:`memplan.alloc.place`, then eq. 15 of the OLLA
-    paper with CP-SAT when that is not proven least (see the module docstring).
+    """The least arena for fixed lifetimes ``start .. end`` (steps, both included) of tensors of
+    ``sizes`` bytes: :func:`memplan.alloc.place`, then eq. 15 of the OLLA paper with CP-SAT when
+    that is not proven least (the module docstring). The ``persistent`` tensors sit at the bottom;
+    ``lower_bound`` (the order's peak resident memory) ends the search when reached;
+    :data:`ENGINE_SHARE` of ``time_limit`` (seconds) goes to memplan.alloc, the rest to CP-SAT;
+    ``progress`` receives one line per improving solution (arena, bound, gap); ``pyramid``
+    pre-places the long-lived tensors in the CP-SAT model (:func:`preplace`, section 4.5).
 
-    Parameters
-    ----------
-    sizes, start, end : arrays
-        Tensor sizes (bytes) and lifetimes (steps, both included).
-    persistent : bool array
-        Tensors resident during the whole step: fixed at the bottom of the arena.
-    lower_bound : int
-        The peak resident memory of the order (no placement can do better); the search stops
-        as soon as it reaches it.
-    time_limit : float
-        Seconds: :data:`ENGINE_SHARE` of it for :func:`memplan.alloc.place`, the rest for CP-SAT
-        (``max_time_in_seconds``).
-    progress : callable, optional
-        Receives one line per improving solution: arena, bound, gap.
-    pyramid : bool
-        Pre-place the long-lived tensors with :func:`preplace` in the CP-SAT model (section 4.5).
-
-    Returns
-    -------
-    PlacementResult
-        Never worse than the best heuristic (first-fit or greedy-by-size) nor than
-        :func:`memplan.alloc.place`'s arena. ``status`` is ``optimal`` when the arena is proven
-        least over every placement: it reaches ``lower_bound``, memplan.alloc proved it, or
-        CP-SAT proved it without the pyramid (a restriction of section 4.5).
+    The result is never worse than the best heuristic (first-fit or greedy-by-size) nor than
+    memplan.alloc's arena; its status is ``optimal`` when the arena is proven least over every
+    placement: it reaches ``lower_bound``, memplan.alloc proved it, or CP-SAT proved it without
+    the pyramid (a restriction of section 4.5).
     """
     began = time.perf_counter()
     base = int(sizes[persistent].sum())
@@ -256,11 +241,7 @@ def solve_placement(
     candidates.append(engine.offsets)
     best, upper = best_of(candidates)
     if progress is not None:
-        gap = (upper - bound) / upper if upper else 0.0
-        progress(
-            f"{label}: {time.perf_counter() - began:6.1f} s  memplan.alloc: arena "
-            f"{upper / 1e6:,.3f} MB  bound {bound / 1e6:,.3f} MB  gap {gap:.2%}"
-        )
+        progress(_line(f"{label}: {time.perf_counter() - began:6.1f} s", upper, bound))
     if upper <= bound:
         return result(best, upper, bound, "least arena by memplan.alloc, ")
     left = time_limit - (time.perf_counter() - began)
@@ -283,6 +264,12 @@ def solve_placement(
         bound = max(bound, cp_bound)  # no pyramid: CP-SAT's bound holds for every placement
     note = "" if found is not None else "no CP-SAT solution in time, "
     return result(best, upper, bound, note)
+
+
+def _line(head: str, arena: int, bound: int) -> str:
+    """A progress line in the graph family's form (memplan/algorithms/graph/cpsat.py)."""
+    gap = (arena - bound) / arena if arena else 0.0
+    return f"{head}  memplan.alloc: arena {arena / 1e6:,.3f} MB  bound {bound / 1e6:,.3f} MB  gap {gap:.2%}"
 
 
 def _heuristics(
