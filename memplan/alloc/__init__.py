@@ -113,15 +113,7 @@ def place(
     from memplan.alloc.pipeline import search_placement
 
     started = time.perf_counter()
-    if time_limit is not None and (
-        isinstance(time_limit, bool) or not math.isfinite(time_limit) or time_limit < 0
-    ):
-        raise InputError(f"time limit {time_limit!r}: expected a finite number of seconds >= 0")
-    if capacity is not None and (
-        isinstance(capacity, bool) or not isinstance(capacity, (int, np.integer)) or capacity < 0
-    ):
-        raise InputError(f"capacity {capacity!r}: expected a whole number of bytes >= 0")
-    capacity = None if capacity is None else int(capacity)
+    capacity = _checked(capacity, time_limit)
     lower, upper, size = buffers.lower, buffers.upper, buffers.size
     peak = peak_live_load(lower, upper, size)
     # The final check sorts like the sweep of the peak, about twice over: keep twice that (the
@@ -173,3 +165,18 @@ def place(
         offsets = np.zeros(len(size), dtype=np.int64)
         offsets[keep] = found.offsets
     return done(found.status, offsets, found.lower_bound, found.message, found.nodes)
+
+
+def _checked(capacity: int | None, time_limit: float | None) -> int | None:
+    """``capacity`` as an int (or None); :class:`memplan.InputError` for a capacity that is not a
+    whole number of bytes >= 0 or a time limit that is not a finite number of seconds >= 0.
+    """
+    if time_limit is not None and (
+        isinstance(time_limit, bool) or not math.isfinite(time_limit) or time_limit < 0
+    ):
+        raise InputError(f"time limit {time_limit!r}: expected a finite number of seconds >= 0")
+    if capacity is not None and (
+        isinstance(capacity, bool) or not isinstance(capacity, (int, np.integer)) or capacity < 0
+    ):
+        raise InputError(f"capacity {capacity!r}: expected a whole number of bytes >= 0")
+    return None if capacity is None else int(capacity)

@@ -99,7 +99,9 @@ def least_arena(  # noqa: C901 - the bisection's rounds and the repair's turns s
     nodes searched. ``first_guess`` is a placement of all of them; ``left()`` the seconds left
     (None: no limit); ``started``, the ``time.perf_counter()`` the progress counts from (None:
     now). With a ``goal`` (a capacity), NOTE [ least arena with a goal ]: it stops once the
-    arena is at most ``goal`` or the lower bound above it.
+    arena is at most ``goal`` or the lower bound above it. One function for its length: the
+    rounds of probes and the repair's turns share the bounds, the best placements and the slices
+    of time, which closures over them keep in one place.
     """
     started = time.perf_counter() if started is None else started
     parts = engine.parts

@@ -120,36 +120,34 @@ def search_placement(
     best, lo, hi, nodes = least_arena(
         engine, lower, upper, size, first, peak, left, on_progress, started, goal=capacity
     )
+    return _answer(capacity, peak, (best, lo, hi, nodes), _arena(first, size))
+
+
+def _answer(
+    capacity: int | None, peak: int, searched: tuple[np.ndarray, int, int, int], first: int
+) -> Found:
+    """What the least-arena search found (``searched``: the best placement, the lower bound, its
+    arena, the nodes), as the answer to the question asked; ``first``, the first guess's arena.
+    """
+    best, lo, hi, nodes = searched
     if capacity is None:
         if lo >= hi:
             return Found("optimal", best, hi, nodes, f"least arena {hi} (peak live load {peak})")
-        return Found(
-            "placed",
-            best,
-            lo,
-            nodes,
-            f"arena {hi} found; least arena not proven (at least {lo}) within the time limit",
-        )
+        message = f"arena {hi} found; least arena not proven (at least {lo}) within the time limit"
+        return Found("placed", best, lo, nodes, message)
     if hi <= capacity:
         return Found("placed", best, lo, nodes, f"placed by the least-arena search ({nodes} nodes)")
     if lo > capacity:
-        return Found(
-            "infeasible",
-            None,
-            lo,
-            nodes,
+        message = (
             f"no placement fits the capacity {capacity} (proven by exhaustive search; peak live "
-            f"load {peak})",
+            f"load {peak})"
         )
-    return Found(
-        "gave-up",
-        None,
-        lo,
-        nodes,
+        return Found("infeasible", None, lo, nodes, message)
+    message = (
         f"no placement within the capacity {capacity} found in the time limit (not proven "
-        f"infeasible; peak live load {peak}, first guess {_arena(first, size)}, best arena found "
-        f"{hi})",
+        f"infeasible; peak live load {peak}, first guess {first}, best arena found {hi})"
     )
+    return Found("gave-up", None, lo, nodes, message)
 
 
 def _greedy(

@@ -159,7 +159,7 @@ def test_a_capacity_the_least_arena_reaches_is_placed() -> None:
     arena places them there (0.4 s of CPU), and so does a run at that capacity, which is the same
     search stopping at its goal (NOTE [ one search for both questions ]). The capacity mode before
     it (from 2,000 buffers on: the skyline search's descents, the repair, then the exact search
-    at the capacity) gave up after 10 s."""
+    at the capacity) gave up after 60 s (15 s of CPU)."""
     b = short_lived(2500, seed=2)
     least = place(b, time_limit=60)
     assert least.status == "optimal" and least.arena == b.peak_live_load()
