@@ -147,8 +147,9 @@ def compare(before_path: str, after_path: str) -> None:
         cells = []
         for algo in ALGOS:
             was, now = old[algo]["arena"], row[algo]["arena"]
+            same = now == was
             cells.append(
-                f"{now / 1e6:,.3f} (same)" if now == was else f"{was / 1e6:,.3f} → {now / 1e6:,.3f}"
+                f"{now / 1e6:,.3f} (same)" if same else f"{was / 1e6:,.3f} → {now / 1e6:,.3f}"
             )
             if now > was:
                 worse.append(f"{row['profile']} {algo}")

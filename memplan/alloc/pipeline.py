@@ -5,18 +5,19 @@ NOTE [ one search for both questions ]
 A placement within a capacity C is one whose arena is at most C: whatever the least-arena search
 finds at or under C answers the capacity question. So both questions run the same steps, with
 the same engine (:func:`memplan.alloc.engine.uses_skyline` with ``least``: the compiled search
-wherever its lists fit) and the same shares of the time: the greedy first fit; on instances for
-the skyline search its descents (:func:`memplan.alloc.least.first_guess`); then the rounds of
-bisection and the repair's turns of :func:`memplan.alloc.least.least_arena`. (With a capacity, on
-more than 2,000 buffers for the compiled search, the skyline search's descents first have a
-quarter of the time: cheap, they place short-lived buffers at their peak before the compiled
-search's lists are built.) With a capacity, C is the goal of that search (NOTE [ least arena with a goal ]): it stops as soon as a placement
-fits C or a lower bound passes it, its probes above C are left out (they cannot answer), the
-probe at C is the exact search at the capacity (which alone proves a capacity infeasible; its
-failed-state memo kept from round to round) and the repair aims at C. Before, the capacity
-question had a path of its own (the exact search at C on the skyline search from 2,000 buffers
-on): on 10,000 random buffers at 1.02 times their peak live load it gave up where the least
-arena reached 1.002 times it (docs/alloc.md has the figures).
+wherever its lists fit): the greedy first fit; on instances for the skyline search its descents
+(:func:`memplan.alloc.least.first_guess`); then the rounds of bisection and the repair's turns of
+:func:`memplan.alloc.least.least_arena`. With a capacity, C is the goal of that search (NOTE
+[ least arena with a goal ]): it stops as soon as a placement fits C or a lower bound passes it,
+its probes above C are left out (they cannot answer), the probe at C is the exact search at the
+capacity (which alone proves a capacity infeasible; its failed-state memo kept from round to
+round) and the repair aims at C. One step is the capacity's own: on more than 2,000 buffers for
+the compiled search, the skyline search's descents first have a quarter of the time (cheap, they
+place short-lived buffers at their peak before the compiled search's lists are built). Before,
+the capacity question had a path of its own (from 2,000 buffers on the skyline search's
+descents, the repair, then the exact search at C), which missed what the least arena found: on
+2,500 short-lived buffers at their peak it gave up after 60 s, where the least arena places them
+in 0.4 s of CPU (tests/alloc/test_search.py; docs/alloc.md has more figures).
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from memplan.alloc.engine import SKYLINE_BUFFERS, PartSearch, uses_skyline
+from memplan.alloc import engine  # its names read at each call (a patched uses_skyline holds)
 from memplan.alloc.greedy import ArenaTooLarge, best_greedy
 from memplan.alloc.least import first_guess, least_arena
 from memplan.alloc.lifetimes import overlaps_in_time
@@ -77,7 +78,7 @@ def search_placement(
     # The list of buffers live at the same time, when small enough to build in time: the compiled
     # search reads it, and the greedy first fit takes O(pairs) with it instead of O(n^2).
     graph = overlaps_in_time(lower, upper, deadline)
-    large = uses_skyline(lower, upper, least=True)
+    large = engine.uses_skyline(lower, upper, least=True)
     greedy = None
     if large or capacity is not None:
         # The first fit first, with the whole time (anytime; without the list of overlaps the
@@ -89,7 +90,7 @@ def search_placement(
         if capacity is not None and _arena(greedy, size) <= capacity:
             status = "optimal" if _arena(greedy, size) == peak else "placed"
             return Found(status, greedy, peak, 0, "placed by greedy first fit")
-    if capacity is not None and not large and len(size) > SKYLINE_BUFFERS:
+    if capacity is not None and not large and len(size) > engine.SKYLINE_BUFFERS:
         # The skyline search's descents before the compiled search's lists are built, for a
         # quarter of the time left: they place short-lived buffers at their peak in as many
         # nodes as buffers (10,000 of them: 0.5 s of CPU and 120 MiB, where the compiled search
@@ -97,7 +98,7 @@ def search_placement(
         assert greedy is not None
         remaining = left()
         until = None if remaining is None else time.perf_counter() + DESCENT_SHARE * remaining
-        quick = PartSearch(lower, upper, size, skyline=True)
+        quick = engine.PartSearch(lower, upper, size, skyline=True)
         descended = first_guess(quick, lower, upper, size, until, None, greedy)
         if descended is not None and _arena(descended, size) < _arena(greedy, size):
             greedy = descended
@@ -109,8 +110,8 @@ def search_placement(
     # +2.38% in 2 s).
     remaining = left()
     until = None if remaining is None else time.perf_counter() + FIRST_GUESS_SHARE * remaining
-    engine = PartSearch(lower, upper, size, graph, skyline=large)
-    first = first_guess(engine, lower, upper, size, until, graph, greedy if large else None)
+    search = engine.PartSearch(lower, upper, size, graph, skyline=large)
+    first = first_guess(search, lower, upper, size, until, graph, greedy if large else None)
     if first is None:
         first = (
             greedy if greedy is not None else _greedy(source, lower, upper, size, deadline, graph)
@@ -118,7 +119,7 @@ def search_placement(
     if capacity is not None and _arena(first, size) <= capacity:
         return Found("placed", first, peak, 0, "placed by a descent of the search")
     best, lo, hi, nodes = least_arena(
-        engine, lower, upper, size, first, peak, left, on_progress, started, goal=capacity
+        search, lower, upper, size, first, peak, left, on_progress, started, goal=capacity
     )
     return _answer(capacity, peak, (best, lo, hi, nodes), _arena(first, size))
 

@@ -269,7 +269,10 @@ def solve_placement(
 def _line(head: str, arena: int, bound: int) -> str:
     """A progress line in the graph family's form (memplan/algorithms/graph/cpsat.py)."""
     gap = (arena - bound) / arena if arena else 0.0
-    return f"{head}  memplan.alloc: arena {arena / 1e6:,.3f} MB  bound {bound / 1e6:,.3f} MB  gap {gap:.2%}"
+    return (
+        f"{head}  memplan.alloc: arena {arena / 1e6:,.3f} MB  bound {bound / 1e6:,.3f} MB  "
+        f"gap {gap:.2%}"
+    )
 
 
 def _heuristics(
