@@ -16,7 +16,9 @@ the peak live load (every tool must place within it), and with ``--least`` the l
 capacity). Every run is a process of its own, under the same wall-clock limit, its CPU time
 (user + system) and peak resident memory read from ``wait4``; the order of the tools alternates
 from one instance to the next; every placement is checked by memplan's independent
-:func:`memplan.alloc.check_placement`.
+:func:`memplan.alloc.check_placement`. The last lines say, per tool, on how many runs at a
+capacity its own least arena came within the capacity, and which of those the capacity mode
+missed (docs/alloc.md: it should miss none).
 
 * memplan: ``memplan alloc X.csv [--capacity C] --time-limit T -o OUT``; with ``--baseline``
   the same command by another memplan's Python too (e.g. main's venv), run outside this tree so
