@@ -16,7 +16,9 @@ the peak live load (every tool must place within it), and with ``--least`` the l
 capacity). Every run is a process of its own, under the same wall-clock limit, its CPU time
 (user + system) and peak resident memory read from ``wait4``; the order of the tools alternates
 from one instance to the next; every placement is checked by memplan's independent
-:func:`memplan.alloc.check_placement`.
+:func:`memplan.alloc.check_placement`. The last lines say, per tool, on how many runs at a
+capacity its own least arena came within the capacity, and which of those the capacity mode
+missed (docs/alloc.md: it should miss none).
 
 * memplan: ``memplan alloc X.csv [--capacity C] --time-limit T -o OUT``; with ``--baseline``
   the same command by another memplan's Python too (e.g. main's venv), run outside this tree so
@@ -146,6 +148,30 @@ def instances(args: argparse.Namespace, scratch: Path) -> list[tuple[str, Path, 
     return found
 
 
+def parity(records: list[dict]) -> str:
+    """Per tool, the runs at a capacity that gave up (or failed) where the same tool's least-arena
+    run on that instance found an arena within the capacity (docs/alloc.md: the capacity mode
+    places every instance its least-arena mode places under the same capacity)."""
+    lines = []
+    for tool in dict.fromkeys(r["tool"] for r in records):
+        least = {
+            r["instance"]: r["arena"]
+            for r in records
+            if r["tool"] == tool and r["capacity"] is None and r["result"] == "valid"
+        }
+        runs = [r for r in records if r["tool"] == tool and r["capacity"] is not None]
+        checked = [r for r in runs if r["instance"] in least]
+        if not checked:
+            continue
+        within = [r for r in checked if least[r["instance"]] <= r["capacity"]]
+        missed = [f"{r['instance']} ({r['mode']})" for r in within if r["result"] != "valid"]
+        lines.append(
+            f"{tool}: least arena within the capacity on {len(within)} of {len(checked)} runs at "
+            f"a capacity; the capacity mode missed {', '.join(missed) if missed else 'none'}"
+        )
+    return "\n".join(lines)
+
+
 def summary(records: list[dict]) -> str:
     """The scale tables of docs/benchmarks.md. Per generated shape and size, then per trace:
     the least arena over the peak live load in % (memplan / baseline / SuperMalloc), then after
@@ -236,7 +262,10 @@ def main() -> None:
     )
     args = parser.parse_args()
     if args.summary:
-        print(summary(json.loads(args.summary.read_text())))
+        records = json.loads(args.summary.read_text())
+        print(summary(records))
+        print()
+        print(parity(records))
         return
     args.sizes = [int(x) for x in args.sizes.split(",") if x]
     args.shapes = [x for x in args.shapes.split(",") if x]
@@ -344,6 +373,8 @@ def main() -> None:
         args.json.write_text(json.dumps(records, indent=1))
     print()
     print(summary(records))
+    print()
+    print(parity(records))
 
 
 if __name__ == "__main__":

@@ -12,6 +12,11 @@ Two commands:
     resident memory (the reduction of section 5.3), ``olla-address``'s fragmentation for the
     framework order (section 5.4) and ``olla`` (both), with the solve times (sections 5.5-5.6).
     Prints a markdown table (docs/benchmarks.md).
+
+``python benchmarks/bench_graph.py compare BEFORE.json AFTER.json``
+    The arena of every algorithm on every profile in two ``run --json`` files (e.g. before and
+    after a change of the placement engine), side by side, and ``olla-address``'s solve time
+    (docs/graph.md).
 """
 
 from __future__ import annotations
@@ -122,6 +127,38 @@ def table(rows: list[dict], time_limit: float) -> str:
     return "\n".join(lines)
 
 
+ALGOS = ("framework", "greedy-by-size", "olla-order", "olla-address", "olla")
+
+
+def compare(before_path: str, after_path: str) -> None:
+    """Print the arenas of two ``run --json`` files side by side (MB, before / after)."""
+    before = {r["profile"]: r for r in json.loads(Path(before_path).read_text())["rows"]}
+    after = json.loads(Path(after_path).read_text())
+    print(f"# before: {before_path}; after: {after_path} ({after['machine']})")
+    lines = [
+        "| profile | " + " | ".join(f"{a} arena (MB)" for a in ALGOS) + " | olla-address s |",
+        "|---|" + "---:|" * (len(ALGOS) + 1),
+    ]
+    worse = []
+    for row in after["rows"]:
+        old = before.get(row["profile"])
+        if old is None:
+            continue
+        cells = []
+        for algo in ALGOS:
+            was, now = old[algo]["arena"], row[algo]["arena"]
+            same = now == was
+            cells.append(
+                f"{now / 1e6:,.3f} (same)" if same else f"{was / 1e6:,.3f} → {now / 1e6:,.3f}"
+            )
+            if now > was:
+                worse.append(f"{row['profile']} {algo}")
+        seconds = f"{old['olla-address']['seconds']:.1f} → {row['olla-address']['seconds']:.1f}"
+        lines.append(f"| {row['profile']} | " + " | ".join(cells) + f" | {seconds} |")
+    print("\n".join(lines))
+    print(f"\nlarger arenas after: {', '.join(worse) if worse else 'none'}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -130,9 +167,14 @@ def main() -> None:
     bench.add_argument("--time-limit", type=float, default=60.0)
     bench.add_argument("--json", default=None)
     bench.add_argument("--only", nargs="*", default=None)
+    both = sub.add_parser("compare")
+    both.add_argument("before")
+    both.add_argument("after")
     args = parser.parse_args()
     if args.command == "capture":
         capture()
+    elif args.command == "compare":
+        compare(args.before, args.after)
     else:
         run(args.time_limit, args.json, args.only)
 

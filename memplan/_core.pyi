@@ -1,4 +1,4 @@
-"""Typed stub of memplan._core, the compiled kernels (src/module.cpp)."""
+"""Typed stub of memplan._core, the compiled kernels (src/module.cpp and src/bind_*.cpp)."""
 
 from typing import Any
 
@@ -286,4 +286,6 @@ def alloc_first_fit(
     ov_buf: NDArray[np.int64] | None,
     limit: int,
     time_limit: float,
+    fixed: NDArray[np.int64] | None = None,
+    best_fit: bool = False,
 ) -> tuple[int, NDArray[np.int64]]: ...

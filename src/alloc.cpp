@@ -33,6 +33,7 @@
 #include <cstring>
 #include <memory>
 #include <stdexcept>
+#include <string>
 
 #include "alloc_repair.hpp"
 
@@ -114,9 +115,7 @@ struct Run {
   const int64_t* tw_buf;
   std::vector<int64_t> maxm, mu, offset, solution, total, cuts, rank, trail_buf, trail_old,
       sec_stamp;
-  uint64_t* memo1;
-  uint64_t* memo2;
-  int64_t memo_slots;
+  FailedStates& memo;
   int64_t count[6] = {0, 0, 0, 0, 0, 0};
   int64_t* ws;
   int64_t ws_size;
@@ -128,32 +127,6 @@ struct Run {
     count[TOP] = base + k;
     count[PEAK] = std::max(count[PEAK], base + k);
     return base;
-  }
-
-  bool memo_find(uint64_t h1, uint64_t h2) const {
-    uint64_t mask = static_cast<uint64_t>(memo_slots - 4);
-    int64_t base = static_cast<int64_t>(h1 & mask);
-    for (int k = 0; k < 4; ++k)
-      if (memo1[base + k] == h1 && memo2[base + k] == h2) return true;
-    return false;
-  }
-
-  void memo_add(uint64_t h1, uint64_t h2) {
-    uint64_t mask = static_cast<uint64_t>(memo_slots - 4);
-    int64_t base = static_cast<int64_t>(h1 & mask);
-    for (int k = 0; k < 4; ++k) {
-      if (memo1[base + k] == 0) {
-        memo1[base + k] = h1;
-        memo2[base + k] = h2;
-        return;
-      }
-    }
-    for (int k = 3; k > 0; --k) {  // full bucket: the oldest state is forgotten
-      memo1[base + k] = memo1[base + k - 1];
-      memo2[base + k] = memo2[base + k - 1];
-    }
-    memo1[base] = h1;
-    memo2[base] = h2;
   }
 
   void record() {
@@ -280,7 +253,7 @@ struct Run {
       h2 = mix(mix(h2, mu[b]), b);
     }
     if (h1 == 0) h1 = 1;
-    if (memo_find(h1, h2)) {
+    if (memo.find(h1, h2)) {
       count[TOP] = frame;
       return NOT_FOUND;
     }
@@ -434,7 +407,7 @@ struct Run {
       }
       if (hatless) break;  // MiniMalloc's hatless pruning
     }
-    memo_add(h1, h2);
+    memo.add(h1, h2);
     count[TOP] = frame;
     return NOT_FOUND;
   }
@@ -475,9 +448,8 @@ struct WorkStack {
   }
 };
 
-}  // namespace
-
-// Its slots are hit at random, so on Linux it asks for transparent huge pages (as numpy does for
+// A zeroed table of ``slots`` 64-bit entries for the failed-state memo, freed with std::free. Its
+// slots are hit at random, so on Linux it asks for transparent huge pages (as numpy does for
 // large arrays): a 16 MiB table then costs 8 page faults instead of thousands, each of which would
 // zero a 4 KiB page.
 uint64_t* zeroed_table(int64_t slots) {
@@ -495,14 +467,20 @@ uint64_t* zeroed_table(int64_t slots) {
   return static_cast<uint64_t*>(p);
 }
 
-Search::Search(Instance instance, int64_t memo_slots)
-    : inst_(std::move(instance)), memo1_(nullptr, std::free), memo2_(nullptr, std::free) {
-  memo_slots_ = memo_slots > 0 ? memo_slots : inst_.n >= 64 ? int64_t(1) << 20 : int64_t(1) << 12;
-  if (memo_slots_ < 4 || (memo_slots_ & (memo_slots_ - 1)) != 0)
-    throw std::invalid_argument("AllocSearch: memo_slots must be a power of two >= 4");
-  memo1_.reset(zeroed_table(memo_slots_));
-  memo2_.reset(zeroed_table(memo_slots_));
+}  // namespace
+
+FailedStates::FailedStates(int64_t slots, int64_t buffers, const char* what)
+    : slots_(slots > 0 ? slots : buffers >= 64 ? int64_t(1) << 20 : int64_t(1) << 12),
+      h1_(nullptr, std::free),
+      h2_(nullptr, std::free) {
+  if (slots_ < 4 || (slots_ & (slots_ - 1)) != 0)
+    throw std::invalid_argument(std::string(what) + ": memo_slots must be a power of two >= 4");
+  h1_.reset(zeroed_table(slots_));
+  h2_.reset(zeroed_table(slots_));
 }
+
+Search::Search(Instance instance, int64_t memo_slots)
+    : inst_(std::move(instance)), memo_(memo_slots, inst_.n, "AllocSearch") {}
 
 namespace {
 
@@ -524,7 +502,7 @@ struct RunState {
 
 int one_run(const Instance& inst, const std::vector<int64_t>& part, int64_t lo, int64_t hi,
             int64_t capacity, int index, int64_t run_id, int64_t limit, WorkStack& stack,
-            RunState& state, uint64_t* memo1, uint64_t* memo2, int64_t memo_slots, Stop& stop,
+            RunState& state, FailedStates& memo, Stop& stop,
             int64_t& counted, std::vector<int64_t>& solution) {
   const RunSpec& spec = RUNS[index];
   const std::vector<int64_t>& rank = inst.ranks[spec.rank];
@@ -534,7 +512,7 @@ int one_run(const Instance& inst, const std::vector<int64_t>& part, int64_t lo, 
   static const int64_t no_twins[1] = {0};
   while (true) {
     Run r{inst, stop, capacity, spec.residual, run_id, spec.letters, 3, nullptr, nullptr,
-          {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, memo1, memo2, memo_slots, {0, 0, 0, 0, 0, 0},
+          {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, memo, {0, 0, 0, 0, 0, 0},
           stack.data.get(), stack.size, {}};
     r.tw_start = spec.twins ? inst.tw_start.data() : state.empty_twins.data();
     r.tw_buf = spec.twins ? inst.tw_buf.data() : no_twins;
@@ -586,8 +564,7 @@ int Search::rotate(const std::vector<int64_t>& buffers, int64_t lo, int64_t hi, 
       }
       int64_t counted = 0;
       int status = one_run(inst_, buffers, lo, hi, capacity, index, 2 * index + salt, run_limit,
-                           stack, state, memo1_.get(), memo2_.get(), memo_slots_, stop, counted,
-                           solution);
+                           stack, state, memo_, stop, counted, solution);
       nodes += counted;
       if (status == FOUND || status == NOT_FOUND || status == TIMEOUT) return status;
     }
@@ -625,15 +602,16 @@ PartResult Search::run_once(const std::vector<int64_t>& part, int64_t lo, int64_
                                     : std::min(stack_size(int64_t(part.size())), STACK_CAP));
   RunState state(inst_, capacity);
   result.status = one_run(inst_, part, lo, hi, capacity, run, 2 * run + salt, node_limit, stack,
-                          state, memo1_.get(), memo2_.get(), memo_slots_, stop, result.nodes,
-                          result.solution);
+                          state, memo_, stop, result.nodes, result.solution);
   return result;
 }
 
 int64_t first_fit(const int64_t* lower, const int64_t* upper, const int64_t* size, int64_t n,
                   const int64_t* order, int64_t n_order, const int64_t* ov_start,
-                  const int64_t* ov_buf, int64_t* offsets, int64_t limit, Stop& stop) {
-  std::vector<int64_t> top(n, -1);
+                  const int64_t* ov_buf, int64_t* offsets, int64_t limit, Stop& stop, Fit fit) {
+  std::vector<int64_t> top(n, -1);  // -1 until placed (a buffer of size 0 stays at -1)
+  for (int64_t b = 0; b < n; ++b)
+    if (offsets[b] >= 0 && size[b] > 0) top[b] = offsets[b] + size[b];
   std::vector<int64_t> starts, ends, spans, tmp;
   // Without the list of overlaps, the buffers live at the same time come from an index of the
   // lifetimes (alloc_repair.hpp), not from a scan of all n.
@@ -644,10 +622,10 @@ int64_t first_fit(const int64_t* lower, const int64_t* upper, const int64_t* siz
     ups.assign(upper, upper + n);
     window = std::make_unique<TimeIndex>(lows, ups);
   }
-  for (int64_t b = 0; b < n; ++b) offsets[b] = -1;
   for (int64_t k = 0; k < n_order; ++k) {
     if ((k & (ov_start != nullptr ? 1023 : 63)) == 0 && stop.due()) return k;
     const int64_t b = order[k], sz = size[b];
+    if (offsets[b] >= 0) continue;  // placed beforehand
     if (sz <= 0) {
       offsets[b] = 0;
       continue;
@@ -674,12 +652,17 @@ int64_t first_fit(const int64_t* lower, const int64_t* upper, const int64_t* siz
     // By start (the order of equal starts changes nothing below).
     stable_sort(spans.data(), cnt, tmp.data(),
                 [&](int64_t p, int64_t q) { return starts[p] < starts[q]; });
-    int64_t x = 0;
+    // x: the top of the buffers below the gap before spans[i]; the gaps in address order.
+    int64_t x = 0, gap = -1, at = -1;
     for (int64_t i = 0; i < cnt; ++i) {
       const int64_t j = spans[i];
-      if (starts[j] >= x + sz) break;
+      if (starts[j] >= x + sz) {
+        if (fit == Fit::first) break;
+        if (gap < 0 || starts[j] - x < gap) gap = starts[j] - x, at = x;
+      }
       if (ends[j] > x) x = ends[j];
     }
+    if (at >= 0) x = at;  // best fit: the smallest gap, else the top of them all
     if (x + sz > limit) return -1 - k;
     offsets[b] = x;
     top[b] = x + sz;

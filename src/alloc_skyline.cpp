@@ -349,34 +349,7 @@ struct Skyline::State {
   bool twins = true;
   int64_t capacity = 0, run = 0, nodes = 0, limit = 0;
   uint64_t placed_hash = 0;
-  uint64_t* memo1 = nullptr;
-  uint64_t* memo2 = nullptr;
-  int64_t memo_slots = 0;
-
-  bool memo_find(uint64_t h1, uint64_t h2) const {
-    const uint64_t mask = static_cast<uint64_t>(memo_slots - 4);
-    const int64_t base = static_cast<int64_t>(h1 & mask);
-    for (int k = 0; k < 4; ++k)
-      if (memo1[base + k] == h1 && memo2[base + k] == h2) return true;
-    return false;
-  }
-  void memo_add(uint64_t h1, uint64_t h2) {
-    const uint64_t mask = static_cast<uint64_t>(memo_slots - 4);
-    const int64_t base = static_cast<int64_t>(h1 & mask);
-    for (int k = 0; k < 4; ++k) {
-      if (memo1[base + k] == 0) {
-        memo1[base + k] = h1;
-        memo2[base + k] = h2;
-        return;
-      }
-    }
-    for (int k = 3; k > 0; --k) {  // full bucket: the oldest state is forgotten
-      memo1[base + k] = memo1[base + k - 1];
-      memo2[base + k] = memo2[base + k - 1];
-    }
-    memo1[base] = h1;
-    memo2[base] = h2;
-  }
+  FailedStates* memo = nullptr;
 
   void undo_trail(std::size_t mark) {
     while (trail.size() > mark) {
@@ -448,7 +421,7 @@ struct Skyline::State {
       h2 = hash_mix(h2 ^ 0x5BE0CD19137E2179ULL, x);
     }
     if (h1 == 0) h1 = 1;
-    if (memo_find(h1, h2)) {
+    if (memo->find(h1, h2)) {
       undo_trail(mark);
       return NOT_FOUND;
     }
@@ -475,7 +448,7 @@ struct Skyline::State {
       }
       if (hatless) break;  // MiniMalloc's hatless pruning
     }
-    memo_add(h1, h2);
+    memo->add(h1, h2);
     undo_trail(mark);
     return NOT_FOUND;
   }
@@ -545,11 +518,8 @@ struct Skyline::State {
 };
 
 Skyline::Skyline(SkylineInstance instance, int64_t memo_slots)
-    : inst_(std::move(instance)), memo1_(nullptr, std::free), memo2_(nullptr, std::free) {
+    : inst_(std::move(instance)), memo_(memo_slots, inst_.n, "AllocSkyline") {
   const int64_t n = inst_.n, S = inst_.sections;
-  memo_slots_ = memo_slots > 0 ? memo_slots : n >= 64 ? int64_t(1) << 20 : int64_t(1) << 12;
-  if (memo_slots_ < 4 || (memo_slots_ & (memo_slots_ - 1)) != 0)
-    throw std::invalid_argument("AllocSkyline: memo_slots must be a power of two >= 4");
   order_.resize(std::size_t(n));
   for (int64_t b = 0; b < n; ++b) order_[b] = b;
   std::stable_sort(order_.begin(), order_.end(),
@@ -559,8 +529,6 @@ Skyline::Skyline(SkylineInstance instance, int64_t memo_slots)
   sec_pos_.assign(std::size_t(S + 1), 0);
   for (int64_t b = 0; b < n; ++b) ++sec_pos_[inst_.first[b] + 1];
   for (int64_t s = 0; s < S; ++s) sec_pos_[s + 1] += sec_pos_[s];
-  memo1_.reset(zeroed_table(memo_slots_));
-  memo2_.reset(zeroed_table(memo_slots_));
   state_ = std::make_unique<State>();
   state_->skyline.build(S);
   state_->totals.build(inst_.section_total);
@@ -607,9 +575,7 @@ int Skyline::one_run(int64_t lo, int64_t hi, int64_t capacity, int preorder, boo
   s.nodes = 0;
   s.limit = limit;
   s.placed_hash = 0;
-  s.memo1 = memo1_.get();
-  s.memo2 = memo2_.get();
-  s.memo_slots = memo_slots_;
+  s.memo = &memo_;
   const std::size_t hmark = s.skyline.mark(), smark = s.totals.mark(), cmark = s.cuts.mark();
   const int status = s.run_part(lo, hi);
   counted = std::min(s.nodes, limit);

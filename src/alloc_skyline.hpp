@@ -14,11 +14,7 @@ namespace memplan::alloc {
 // and size, per section its total, per section boundary the buffers crossing it, the stacked
 // twins and the ranks of the preorders TWA, TAW, WAT. No list of overlapping pairs or section
 // incidences: its memory is O(n + sections) whatever the density of the instance.
-struct SkylineInstance {
-  int64_t n = 0, sections = 0;
-  std::vector<int64_t> first, end, size, section_total, cuts, tw_start, tw_buf;
-  std::vector<int64_t> ranks[3];
-};
+using SkylineInstance = BufferTables;
 
 class Skyline {
  public:
@@ -52,8 +48,7 @@ class Skyline {
   SkylineInstance inst_;
   std::vector<int64_t> order_, pos_, sec_pos_;  // buffers by first section; where each sits
   std::unique_ptr<State> state_;
-  std::unique_ptr<uint64_t, void (*)(void*)> memo1_, memo2_;
-  int64_t memo_slots_ = 0;
+  FailedStates memo_;
 };
 
 // The stack a search of ``n`` buffers over ``sections`` sections may need (it recurses once per

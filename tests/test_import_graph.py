@@ -192,3 +192,50 @@ def test_the_torch_layer_imports_point_down() -> None:
 def test_the_cycle_finder_finds_a_circle() -> None:
     assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
     assert _cycles({"a": {"b"}, "b": set()}) == []
+
+
+# -- the oracles stand alone ------------------------------------------------------------------------
+
+ORACLES = ROOT / "tests" / "oracles"
+CHECKED = ("memplan.algorithms", "memplan.alloc", "memplan.core", "memplan._core")
+"""What the oracles check: the algorithms, the allocator and the compiled core."""
+DATA_TYPES = {
+    "memplan.algorithms.base": {"Sequence"},  # a plan: list of (operation, stage)
+    "memplan.algorithms.chain.problem": {"Chain"},  # a chain's sizes and times
+}
+"""The only names an oracle may take from :data:`CHECKED`: the documented data types of the
+problems (docs/formats.md, docs/model.md), no code that computes an answer."""
+
+
+def _oracle_imports(path: Path) -> list[tuple[str, str, int]]:
+    """``(module, name, line)`` of every name an oracle imports from memplan (a plain ``import
+    memplan.x`` counts as the name ``*``)."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found += [(node.module, alias.name, node.lineno) for alias in node.names]
+        elif isinstance(node, ast.Import):
+            found += [(alias.name, "*", node.lineno) for alias in node.names]
+    return [(module, name, line) for module, name, line in found if module.startswith("memplan")]
+
+
+def test_no_oracle_imports_the_code_it_checks() -> None:
+    """An oracle computes its answer on its own: from the algorithms, the allocator and the core
+    it takes only data types (tests/oracles/*.py)."""
+    borrowed = [
+        f"{path.name}:{line} imports {name} from {module}"
+        for path in sorted(ORACLES.glob("*.py"))
+        for module, name, line in _oracle_imports(path)
+        if any(module == c or module.startswith(c + ".") for c in CHECKED)
+        and name not in DATA_TYPES.get(module, set())
+    ]
+    assert borrowed == []
+
+
+def test_the_oracle_check_sees_a_borrowed_kernel(tmp_path: Path) -> None:
+    source = "from memplan.algorithms.chain import rotor\nfrom memplan.schedule import Op\n"
+    (tmp_path / "oracle.py").write_text(source)
+    assert _oracle_imports(tmp_path / "oracle.py") == [
+        ("memplan.algorithms.chain", "rotor", 1),
+        ("memplan.schedule", "Op", 2),
+    ]

@@ -48,9 +48,10 @@ PREORDERS = ("TWA", "TAW", "WAT")
 """MiniMalloc's static preorders of the round robin (NOTE [ compiled restarts ]): keys W lifetime
 width, A area, T largest section total, descending, the index breaking ties."""
 SKYLINE_BUFFERS = 2000
-"""Instances of more buffers (of positive size) than this are searched by the skyline search;
-so are those with more than ``SEARCH_PAIRS`` pairs of buffers live at the same time or section
-incidences (memplan/alloc/lifetimes.py)."""
+"""The exact search at a capacity alone (:func:`memplan.alloc.search.search`) runs the skyline
+search on instances of more buffers (of positive size) than this; every search runs it on those
+with more than ``SEARCH_PAIRS`` pairs of buffers live at the same time or section incidences
+(memplan/alloc/lifetimes.py)."""
 
 TIGHT_SLACK = 64
 """The round robin runs first at a part's own peak when the capacity is at most 1/64 (1.6%) above
@@ -127,8 +128,9 @@ def static_parts(inst: Instance) -> list[tuple[np.ndarray, int, int]]:
 
 def uses_skyline(lower: np.ndarray, upper: np.ndarray, least: bool = False) -> bool:
     """Whether an instance (buffers of positive size) is searched by the skyline search: when
-    its lists are too large for the compiled search and, at a capacity, when it has more than
-    ``SKYLINE_BUFFERS`` buffers. The least-arena search (``least``) keeps the compiled search
+    its lists are too large for the compiled search and, for the exact search at a capacity
+    alone, when it has more than ``SKYLINE_BUFFERS`` buffers. The least-arena search (``least``,
+    which :func:`memplan.alloc.place` runs with or without a capacity) keeps the compiled search
     wherever its lists fit: its probes below the first guess need the stronger rules (residual
     preorders, least-offset inference); on 10,000 short-lived random buffers (590,000 pairs) it
     proved the peak least in 2 s of CPU where the skyline search ended 0.52% above it after 9 s.

@@ -32,14 +32,20 @@ def first_fit(
     order: np.ndarray,
     deadline: float | None = None,
     graph: tuple[np.ndarray, np.ndarray] | None = None,
+    fixed: np.ndarray | None = None,
+    best_fit: bool = False,
 ) -> np.ndarray:
-    """Offsets from placing the buffers in ``order``, each at its lowest free address.
+    """Offsets from placing the buffers in ``order``, each at its lowest free address (with
+    ``best_fit``: in the smallest gap that fits, the lowest of equal ones, as TFLite's greedy by
+    size does; on top when none does).
 
-    Run by the compiled core (src/alloc.cpp): O(Q log Q) for Q pairs of buffers live at the same
-    time with ``graph`` (the CSR of :func:`memplan.alloc.lifetimes.overlaps`); without it the
-    core finds them in an index of the lifetimes by length class (src/alloc_repair.hpp), about
-    as fast. At ``deadline`` the rest are stacked above the arena. Raises
-    :class:`ArenaTooLarge` when the arena would pass ``MAX_ARENA``.
+    ``fixed`` holds the offsets of buffers placed beforehand (-1 for the others): the others go
+    around them, and those of ``order`` are skipped. Run by the compiled core (src/alloc.cpp):
+    O(Q log Q) for Q pairs of buffers live at the same time with ``graph`` (the CSR of
+    :func:`memplan.alloc.lifetimes.overlaps`); without it the core finds them in an index of the
+    lifetimes by length class (src/alloc_repair.hpp), about as fast. At ``deadline`` the rest
+    are stacked above the arena. Raises :class:`ArenaTooLarge` when the arena would pass
+    ``MAX_ARENA``.
     """
     left = -1.0 if deadline is None else max(deadline - time.perf_counter(), 0.0)
     starts, buf = graph if graph is not None else (None, None)
@@ -52,11 +58,13 @@ def first_fit(
         buf,
         MAX_ARENA,
         left,
+        None if fixed is None else np.ascontiguousarray(fixed, dtype=np.int64),
+        best_fit,
     )
     if done < 0:
         raise ArenaTooLarge(MAX_ARENA + 1)
     rest = order[done:]
-    rest = rest[size[rest] > 0]
+    rest = rest[(size[rest] > 0) & (offsets[rest] < 0)]
     if rest.size:  # stopped at the deadline: the rest stacked above everything placed
         placed = offsets >= 0
         arena = int((offsets[placed] + size[placed]).max(initial=0))

@@ -14,6 +14,21 @@ any probe found. The rounds take turns with the repair (:mod:`memplan.alloc.repa
 [ ruin and recreate ] in src/alloc_repair.cpp), which improves the whole placement at once; see
 ``TURN_SHARE`` for the shares of time. It runs until the bounds meet or the time is up
 (anytime), saying each new bound through ``on_progress``.
+
+NOTE [ least arena with a goal ]
+With a capacity C as its goal (NOTE [ one search for both questions ], memplan/alloc/pipeline.py)
+the search is the same, with three changes. It stops once the best arena is at most C (placed)
+or the lower bound passes C (proven infeasible). A probe never goes above C (rounded down to a
+multiple of the sizes' greatest common divisor): a placement there answers nothing, and the
+probe at C itself is the exact search at the capacity, the only one that can prove it
+infeasible; so after the first round's probe at the lower bound, each round probes at C, and
+keeps the failed-state memo of the rounds before (sound: they searched the same capacity). The
+repair aims at C instead of the lower bound. On up to ``SKYLINE_BUFFERS`` (2,000) buffers the
+slices of time start at ``FIRST_TURN`` rather than a share of the time left: there the exact
+search answers a capacity in its first rounds (MiniMalloc's challenging instances, in
+milliseconds), which would otherwise wait for repair turns sized for the whole time limit (0.6 s
+each at 60 s: 3 to 20 times the search's time). Above, where the repair is what reaches a
+capacity near the peak, the turns are those of the least arena.
 """
 
 from __future__ import annotations
@@ -24,7 +39,14 @@ from collections.abc import Callable
 
 import numpy as np
 
-from memplan.alloc.engine import FOUND, NOT_FOUND, PREORDERS, TIMEOUT, PartSearch
+from memplan.alloc.engine import (
+    FOUND,
+    NOT_FOUND,
+    PREORDERS,
+    SKYLINE_BUFFERS,
+    TIMEOUT,
+    PartSearch,
+)
 from memplan.alloc.greedy import ArenaTooLarge, best_greedy
 from memplan.alloc.instance import count_incidences
 from memplan.alloc.repair import Repair
@@ -70,12 +92,16 @@ def least_arena(  # noqa: C901 - the bisection's rounds and the repair's turns s
     left: Callable[[], float | None],
     on_progress: Callable[[str], None] | None = None,
     started: float | None = None,
+    goal: int | None = None,
 ) -> tuple[np.ndarray, int, int, int]:
     """NOTE [ least arena ]: the best placement found (offsets of the buffers of ``engine``, of
     lifetimes ``lower``, ``upper`` and sizes ``size``), a proven lower bound, its arena, and the
     nodes searched. ``first_guess`` is a placement of all of them; ``left()`` the seconds left
     (None: no limit); ``started``, the ``time.perf_counter()`` the progress counts from (None:
-    now).
+    now). With a ``goal`` (a capacity), NOTE [ least arena with a goal ]: it stops once the
+    arena is at most ``goal`` or the lower bound above it. One function for its length: the
+    rounds of probes and the repair's turns share the bounds, the best placements and the slices
+    of time, which closures over them keep in one place.
     """
     started = time.perf_counter() if started is None else started
     parts = engine.parts
@@ -84,9 +110,15 @@ def least_arena(  # noqa: C901 - the bisection's rounds and the repair's turns s
     hi = max(arena, default=0)
     lo = max(peak, engine.section_peak)
     step = math.gcd(*size.tolist()) if len(size) else 1
+    # The highest probe: a placement within the goal has an arena that is a multiple of step.
+    ceiling = None if goal is None else goal // step * step
     nodes = 0
     factor = PROBE_BUDGET
     repair = Repair(lower, upper, size, first_guess, step)
+
+    def open_question() -> bool:
+        """Whether the bounds have not answered yet: the least arena, or the goal."""
+        return lo < hi and (ceiling is None or lo <= ceiling < hi)
 
     def report() -> None:
         if on_progress is not None:
@@ -101,10 +133,10 @@ def least_arena(  # noqa: C901 - the bisection's rounds and the repair's turns s
         the arena fell.
         """
         nonlocal hi
-        if lo >= hi or (seconds is not None and seconds <= 0):
+        if not open_question() or (seconds is not None and seconds <= 0):
             return False
         repair.offer(_gather(engine, best, len(size)))
-        if repair.run(lo, seconds, moves) >= hi:
+        if repair.run(lo if ceiling is None else max(lo, ceiling), seconds, moves) >= hi:
             return False
         placed = repair.best()
         for k, part in enumerate(parts):
@@ -118,6 +150,8 @@ def least_arena(  # noqa: C901 - the bisection's rounds and the repair's turns s
     report()
     remaining = left()
     turn = None if remaining is None else max(TURN_SHARE * remaining, FIRST_TURN)
+    if turn is not None and ceiling is not None and len(size) <= SKYLINE_BUFFERS:
+        turn = FIRST_TURN  # NOTE [ least arena with a goal ]: the exact search answers first
     moves = REPAIR_MOVES * len(size)  # without a time limit: the repair's turns in moves
     # The repair's time over the bisection's: equal with the skyline search, a quarter with the
     # compiled search (its probes prove least arenas on hundreds to thousands of buffers).
@@ -125,7 +159,7 @@ def least_arena(  # noqa: C901 - the bisection's rounds and the repair's turns s
     probe = lo  # the first probe is at the lower bound, every later round bisects at once
     floor = lo  # lowest capacity not yet tried in this round
     cut = False
-    while lo < hi:
+    while open_question():
         round_started = time.perf_counter()
         # A round of the compiled search runs to its end: a probe cut short starts over from an
         # empty memo (10,000 short-lived buffers: the probe at the peak places them after 2 s of
@@ -141,7 +175,9 @@ def least_arena(  # noqa: C901 - the bisection's rounds and the repair's turns s
         else:
             floor = lo
         cut = False
-        while floor < hi:
+        while floor < hi and (ceiling is None or floor <= ceiling):
+            if ceiling is not None:
+                probe = min(probe, ceiling)  # above the goal a probe cannot answer
             placed, proven = True, False
             for k, part in enumerate(parts):
                 if arena[k] <= probe:
@@ -158,7 +194,7 @@ def least_arena(  # noqa: C901 - the bisection's rounds and the repair's turns s
                     nodes,
                     tight=False,  # the lower bound is the first probe
                     time_limit=remaining,
-                    fresh=True,
+                    fresh=probe != ceiling,  # at the goal the memo of the probes before holds
                 )
                 if status == FOUND:
                     assert offsets is not None
@@ -181,6 +217,8 @@ def least_arena(  # noqa: C901 - the bisection's rounds and the repair's turns s
             if (lo, hi) != before:
                 report()
             probe = _bisect(floor, hi, step)
+            if not open_question():
+                break
         if not cut:
             factor *= 4
             probe = _bisect(lo, hi, step)

@@ -123,19 +123,19 @@ def scale_instance(seed: int, n: int) -> Buffers:
     return as_buffers(lower, upper, rng.integers(1, 1 << 20, n))
 
 
-def test_place_at_a_capacity_uses_the_descents_and_the_repair_at_scale(
+def test_place_at_a_capacity_on_the_skyline_search(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """A capacity the greedy first fit misses, on an instance for the skyline search: placed
-    (and checked by place()) before the search runs at all."""
-    monkeypatch.setattr(engine_module, "SKYLINE_BUFFERS", 100)
+    """A capacity the greedy first fit misses, on an instance for the skyline search (as when
+    its lists are too long for the compiled search): placed, and checked by place()."""
+    monkeypatch.setattr(engine_module, "SEARCH_PAIRS", 100)
     b = scale_instance(11, 600)
     greedy = best_greedy(b.lower, b.upper, b.size)
     capacity = (arena(greedy, b.size) + b.peak_live_load()) // 2
     result = place(b, capacity=capacity, time_limit=60)
     assert result.status == "placed", result.message
     assert result.arena is not None and result.arena <= capacity < arena(greedy, b.size)
-    assert "descent" in result.message or "ruin and recreate" in result.message
+    assert "descent" in result.message or "search" in result.message
 
 
 def test_least_arena_without_a_time_limit_is_the_same_placement_every_time() -> None:

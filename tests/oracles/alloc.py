@@ -13,13 +13,91 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 import numpy as np
 
-from memplan.alloc.buffers import MAX_ARENA
-from memplan.alloc.greedy import ArenaTooLarge
-from memplan.alloc.instance import Instance
+MAX_ARENA = 2**61
+"""The largest arena placed exactly (docs/alloc.md, *Exact arithmetic*)."""
+
+
+class ArenaTooLarge(ValueError):
+    """A greedy placement would need an arena above :data:`MAX_ARENA`."""
+
+
+class Tables:
+    """The static data of an instance (buffers of positive size) that the search reads, built here
+    with plain loops from the lifetimes ``[lower, upper)`` and the sizes: the sections (time
+    between consecutive endpoints), the buffers live in each (by first section, then index) and
+    their totals, the buffers crossing each boundary between sections, the buffers live at the
+    same time as each (those starting after it in (start, index) order first, then the others by
+    index), the stacked twins (the other buffers of the same lifetime, by index) and MiniMalloc's
+    preorders. memplan builds the same tables with numpy (memplan/alloc/instance.py); the tests
+    compare them entry for entry.
+    """
+
+    def __init__(self, lower: np.ndarray, upper: np.ndarray, size: np.ndarray) -> None:
+        low, up, sz = [int(x) for x in lower], [int(x) for x in upper], [int(x) for x in size]
+        self.n = n = len(sz)
+        self.lower = np.array(low, dtype=np.int64)
+        self.upper = np.array(up, dtype=np.int64)
+        self.size = np.array(sz, dtype=np.int64)
+        points = sorted(set(low) | set(up))
+        where = {p: k for k, p in enumerate(points)}
+        first = [where[x] for x in low]
+        end = [where[x] for x in up]
+        self.sections = sections = max(len(points) - 1, 0)
+        self.first = np.array(first, dtype=np.int64)
+        self.end = np.array(end, dtype=np.int64)
+        live: list[list[int]] = [[] for _ in range(sections)]
+        for b in sorted(range(n), key=lambda b: (first[b], b)):
+            for s in range(first[b], end[b]):
+                live[s].append(b)
+        self.sec_start, self.sec_buf = _csr(live)
+        total = [sum(sz[b] for b in bufs) for bufs in live]
+        self.section_total = np.array(total, dtype=np.int64)
+        self.buffer_total = np.array(
+            [max(total[first[b] : end[b]]) for b in range(n)], dtype=np.int64
+        )
+        self.cuts = np.array(
+            [sum(1 for b in live[s] if end[b] > s + 1) for s in range(sections - 1)],
+            dtype=np.int64,
+        )
+        by_start = sorted(range(n), key=lambda b: (low[b], b))
+        position = {b: k for k, b in enumerate(by_start)}
+        meets: list[list[int]] = []
+        for b in range(n):
+            others = [u for u in range(n) if u != b and low[u] < up[b] and low[b] < up[u]]
+            later = sorted((u for u in others if position[u] > position[b]), key=position.get)
+            meets.append(later + [u for u in others if position[u] < position[b]])
+        self.ov_start, self.ov_buf = _csr(meets)
+        twins = [
+            [u for u in range(n) if u != b and (low[u], up[u]) == (low[b], up[b])] for b in range(n)
+        ]
+        self.tw_start, self.tw_buf = _csr(twins)
+
+    def preorder(self, heuristic: str) -> np.ndarray:
+        """Ranks of the buffers under MiniMalloc's keys (W lifetime, A area, T largest section
+        total, Z size), descending in the order of ``heuristic``, the index breaking ties."""
+        width = (self.upper - self.lower).tolist()
+        keys = {
+            "W": width,
+            "A": [w * int(s) for w, s in zip(width, self.size.tolist(), strict=True)],
+            "T": self.buffer_total.tolist(),
+            "Z": self.size.tolist(),
+        }
+        order = sorted(range(self.n), key=lambda b: (*(-keys[c][b] for c in heuristic), b))
+        rank = np.empty(self.n, dtype=np.int64)
+        rank[order] = np.arange(self.n)
+        return rank
+
+
+def _csr(lists: list[list[int]]) -> tuple[np.ndarray, np.ndarray]:
+    start = np.zeros(len(lists) + 1, dtype=np.int64)
+    start[1:] = np.cumsum([len(x) for x in lists])
+    flat = [u for x in lists for u in x]
+    return start, np.array(flat, dtype=np.int64)
+
 
 FOUND, NOT_FOUND, ABORTED, TIMEOUT, OVERFLOW = 1, 0, -1, -2, -3
 INF = 2**62
@@ -102,7 +180,7 @@ def memo_table(slots: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 def make_ctx(
-    inst: Any,
+    inst: Tables,
     capacity: int,
     rank: np.ndarray,
     heuristic: str | None,
@@ -113,7 +191,7 @@ def make_ctx(
     twins: bool = True,
     scratch: Scratch | None = None,
 ) -> Ctx:
-    """A fresh :class:`memplan.alloc.kernel_layout.Ctx` for one run (nothing placed yet); without
+    """A fresh :class:`Ctx` for one run (nothing placed yet); without
     ``twins`` the stacked-twin rule is off (empty twin lists). ``scratch`` is the work stack
     (one for the whole instance when None)."""
     n, sections = inst.n, inst.sections
@@ -615,7 +693,7 @@ def run_part(c: Ctx, part: np.ndarray, lo: int, hi: int) -> int:
 
 
 def solve_part(
-    inst: Instance,
+    inst: Tables,
     capacity: int,
     buffers: np.ndarray,
     lo: int,
@@ -645,7 +723,7 @@ _TIGHT_BUDGET = 8
 
 
 def _rotate(
-    inst: Instance,
+    inst: Tables,
     capacity: int,
     buffers: np.ndarray,
     lo: int,

@@ -2,13 +2,15 @@
 tested against entry for entry, state for state and decision for decision
 (tests/algorithms/combined/test_pofo_core.py).
 
-:class:`ForwardReference` wraps a :class:`~memplan.algorithms.combined.fractional.FractionalDP`
-and runs NOTE [ pofo fractional recurrences ] and NOTE [ pofo pruning ]
-(memplan/algorithms/combined/fractional.py) in numpy: ``_backward_tables`` sets ``near``,
-``last`` and their choices on the wrapper (vectorized over the budgets, the backlogs and the
-checkpoints); ``_forward_tables``, on the backward tables of the wrapped DP (or the wrapper's),
-sets ``states``, ``choice``, ``value`` and ``evaluated`` (vectorized over the states and the
-options). This was memplan's implementation before the compiled core.
+:class:`ForwardReference` takes the problem of a
+:class:`~memplan.algorithms.combined.fractional.FractionalDP` (the chain in slots, the bandwidth in
+slots per ms, the window, the bound: its input, read once) and runs NOTE [ pofo fractional
+recurrences ] and NOTE [ pofo pruning ] (memplan/algorithms/combined/fractional.py) in numpy with
+helpers of its own (Lemma 1's idle time, the forward needs, the relaxed bound of the pruning):
+``_backward_tables`` sets ``near``, ``last`` and their choices (vectorized over the budgets, the
+backlogs and the checkpoints); ``_forward_tables``, on those tables, sets ``states``, ``choice``,
+``value`` and ``evaluated`` (vectorized over the states and the options). This was memplan's
+implementation before the compiled core; nothing of the DP under test runs here.
 """
 
 from __future__ import annotations
@@ -17,8 +19,6 @@ from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
-
-from memplan.algorithms.combined.fractional import FractionalDP
 
 INF = np.inf
 _F_ALL = -1
@@ -30,6 +30,9 @@ _BLOCK = 1 << 14
 _Option = tuple[int, tuple[int, int], np.ndarray, np.ndarray, np.ndarray]
 _States = list[list[np.ndarray | None]]
 
+PROBLEM = ("L", "C", "W", "D", "window", "beta", "bound", "x", "s", "g", "fo", "bo", "ft", "bt")
+"""What the reference reads of the DP it checks: the problem, in slots and ms."""
+
 
 def _ceil(values: np.ndarray) -> np.ndarray:
     """Slots still to move: ``ceil(max(0, v))`` (a hair of tolerance; -inf is 0), as int64."""
@@ -39,20 +42,76 @@ def _ceil(values: np.ndarray) -> np.ndarray:
 
 
 class ForwardReference:
-    """The tables of ``dp`` in numpy (every other attribute is read from ``dp``)."""
+    """The tables of the problem of ``dp`` (see :data:`PROBLEM`), in numpy; ``dp.deadline`` (an
+    object with ``check()``) stops it."""
 
-    def __init__(self, dp: FractionalDP) -> None:
-        self.dp = dp
+    def __init__(self, dp: Any) -> None:
+        for name in PROBLEM:
+            value = getattr(dp, name)
+            setattr(self, name, list(value) if isinstance(value, list) else value)
+        self.deadline = dp.deadline
+        L = self.L
+        self.own_b = [self.g[k + 1] + self.s[k] + self.g[k] + self.bo[k] for k in range(L)]
+        self.fprefix = np.concatenate(([0.0], np.cumsum(self.ft)))
         self.evaluated = 0
         self.value = INF
 
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.dp, name)
+    def _idle(self, excess: np.ndarray) -> np.ndarray:
+        """Lemma 1: the idle time ``max(0, excess) / beta``; with no bandwidth, 0 where the excess
+        is at most 0 and infinite elsewhere."""
+        excess = np.asarray(excess, dtype=np.float64)
+        if self.beta > 0:
+            return np.where(excess > 0, excess, 0.0) / self.beta
+        return np.where(excess > 0, INF, 0.0)
+
+    def _fwd_needs(self, a: int, j: int, grad: int) -> list[int]:
+        """Memory of ``F_ck a`` then ``F_n a+1 .. j-1`` beyond ``x[a]``, ``grad`` held."""
+        needs = [grad + self.x[a + 1] + self.fo[a]]
+        for k in range(a + 1, j):
+            needs.append(grad + self.x[k] + self.x[k + 1] + self.fo[k])
+        return needs
 
     def _ca(self, a: int, b: int) -> np.ndarray:
         """``CA[a][b]`` of this reference's backward tables."""
         table: np.ndarray = self.last[a] if b == self.L - 1 else self.near[a, b - a]
         return table
+
+    def _t_size(self, a: int, kind: int) -> int:
+        """The size of segment ``a``'s input: ``x[a]`` kept alone (kind 0), or inside
+        ``s[a - 1]`` (kind 1)."""
+        return self.x[a] if kind == 0 else self.s[a - 1]
+
+    def _relaxed(self) -> np.ndarray:
+        """``R[a][m]`` of NOTE [ pofo pruning ]: the least time from segment ``a`` to the end with
+        ``m`` slots for every later computation, transfers free: per segment the best of its
+        tail, of ``F_all a`` then ``R[a + 1]``, and of each checkpoint ``j`` in the window (the
+        forwards, the least ``CA[a][j-1]`` within ``m``, then ``R[j]``), each table read at its
+        least over every ``m' <= m`` and backlog. One ``m`` at a time."""
+        L, W, w = self.L, self.W, self.window
+        fp = self.fprefix.tolist()
+
+        def least_within(table: np.ndarray) -> list[float]:
+            out, low = [], INF
+            for m in range(W):
+                low = min(low, float(table[m].min()))
+                out.append(low)
+            return out
+
+        relaxed = [[INF] * W for _ in range(L + 1)]
+        for a in range(L - 1, -1, -1):
+            tail = least_within(self.last[a])
+            later = []
+            if a < L - 1:
+                for j in range(a + 1, min(L - 1, a + w) + 1):
+                    later.append((j, fp[j] - fp[a], least_within(self.near[a, j - 1 - a])))
+            for m in range(W):
+                best = tail[m]
+                if a < L - 1:
+                    best = min(best, self.ft[a] + self.bt[a] + relaxed[a + 1][m])
+                    for j, forward, segment in later:
+                        best = min(best, forward + segment[m] + relaxed[j][m])
+                relaxed[a][m] = best
+        return np.array(relaxed)
 
     def _backward_tables(self) -> None:
         """``CA[a][b]`` for ``b - a < window`` (``near[a, b - a]``) and ``CA[a][L-1]`` for every

@@ -230,8 +230,11 @@ def solve_order(
         peak = problem.peak_resident(order)
         bound = int(math.ceil(solver.best_objective_bound)) * var.scale + var.constant
         claimed = int(round(solver.objective_value)) * var.scale + var.constant
-        if peak != claimed:  # pragma: no cover - the model and the replay must agree
-            raise AssertionError(f"olla-order: model peak {claimed} != replayed peak {peak}")
+        # A solution cut short by the time limit may keep tensors preserved longer than their
+        # uses need (eq. 2 bounds P from above only): the model's peak is then above the order's,
+        # which the replay gives. Never below it.
+        if peak > claimed:  # pragma: no cover - the model counts every resident tensor
+            raise AssertionError(f"olla-order: model peak {claimed} < replayed peak {peak}")
         if peak > hint_peak:  # pragma: no cover - CP-SAT keeps the hint when it is better
             order, peak = hint, hint_peak
         state: Status = "optimal" if status == cp_model.OPTIMAL or peak <= bound else "feasible"

@@ -1,26 +1,47 @@
-"""Tensor address assignment for a fixed order: two baselines and eq. 15 of OLLA (Steiner et al.).
+"""Tensor address assignment for a fixed order: two baselines and eq. 15 of OLLA (Steiner et al.),
+on memplan's one placement engine, :mod:`memplan.alloc` (fixed lifetimes packed into one arena).
 
-Every function takes the lifetimes ``start[i] .. end[i]`` (steps, both included) and ``sizes`` of
-the tensors and returns their byte offsets; two tensors live at a common step must not overlap.
+Every function takes the lifetimes ``start[i] .. end[i]`` (steps, both included: the half-open
+``[start, end + 1)`` of :mod:`memplan.alloc`) and ``sizes`` of the tensors and returns their byte
+offsets; two tensors live at a common step must not overlap.
 
 - :func:`first_fit`: an online allocator in the spirit of PyTorch's caching allocator: sizes
   rounded up to 512 bytes, the lowest free block that fits, freed blocks coalesced, the arena grown
-  at the top when nothing fits. This is the ``framework`` placement.
+  at the top when nothing fits. This is the ``framework`` placement, computed by
+  :mod:`memplan.alloc`'s first fit in execution order (NOTE [ online first fit ]).
 - :func:`greedy_by_size`: TFLite's / XLA's offline "greedy by size" planner: tensors by decreasing
   size, each in the smallest gap between the tensors already placed that it overlaps in time, else
-  on top of them.
+  on top of them (:mod:`memplan.alloc`'s greedy with ``best_fit``).
 - :func:`preplace`: Function 5 (section 4.5): the long-lived tensors stacked as a pyramid.
-- :func:`solve_placement`: eq. 15 with CP-SAT: one address variable per tensor, a ``NoOverlap2D``
-  over the (lifetime x address) rectangles (constraints 6, 7a, 7b: only tensors whose lifetimes
-  intersect are kept apart, which is the exact form of the pruning of section 4.2 once the order
-  is fixed), and ``arena >= offset + size`` (eq. 8), minimized. Persistent tensors are fixed at
-  the bottom, the pyramid of :func:`preplace` above them; the rest is left to the solver, warm
-  started from the best heuristic placement (greedy by size or by lifetime x size, first-fit).
+- :func:`solve_placement`: the least arena. :func:`memplan.alloc.place` searches it (MiniMalloc's
+  branch-and-bound and its bounds) above the persistent tensors, then, unless that is proven
+  least, eq. 15 with CP-SAT: one address variable per tensor, a ``NoOverlap2D`` over the
+  (lifetime x address) rectangles (constraints 6, 7a, 7b: only tensors whose lifetimes intersect
+  are kept apart, which is the exact form of the pruning of section 4.2 once the order is fixed),
+  and ``arena >= offset + size`` (eq. 8), minimized, the persistent tensors fixed at the bottom and
+  the pyramid of :func:`preplace` above them, warm started from the best heuristic placement.
+
+NOTE [ online first fit ]
+An online first fit that allocates the tensors in execution order (by first step, then index),
+frees each after its last step, coalesces the free blocks and grows the arena at the top when no
+free block fits gives each tensor the lowest address where it meets none of the tensors live at
+that moment (the free blocks are the gaps between them; the block grown at the top starts at the
+highest of their tops). The tensors live then are exactly those allocated before it whose
+lifetimes meet its own: they start no later, and one that has not ended by its first step is
+live. An offline first fit in the same order, each tensor at the lowest address where it meets
+none of the tensors placed before it that are live at the same time, therefore gives the same
+addresses (tests/algorithms/graph/test_placement.py runs the online allocator beside it).
+
+NOTE [ persistent tensors at the bottom ]
+A persistent tensor is live at every step, so every other tensor lies wholly below or wholly
+above it: moving it to address 0 and the tensors below it up by its size keeps a placement valid
+with the same arena. Stacking the persistent tensors from address 0 and placing the others above
+them therefore loses nothing: the least arena is their total plus the least arena of the others,
+which is what :func:`memplan.alloc.place` searches.
 """
 
 from __future__ import annotations
 
-import bisect
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -28,76 +49,29 @@ from dataclasses import dataclass
 import numpy as np
 
 from memplan import interrupt
+from memplan.alloc import Buffers, place
+from memplan.alloc.greedy import first_fit as greedy_fit
 from memplan.schedule import Status
 
 ROUND = 512
 """The caching allocator's rounding of every request (bytes), used by :func:`first_fit`."""
 
+ENGINE_SHARE = 0.5
+"""The share of :func:`solve_placement`'s time limit that :func:`memplan.alloc.place` may take
+(it returns as soon as its arena is proven least); CP-SAT has the rest."""
 
-def first_fit(
-    sizes: np.ndarray, start: np.ndarray, end: np.ndarray, order_rank: np.ndarray | None = None
-) -> np.ndarray:
+
+def first_fit(sizes: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
     """Online first-fit allocation in execution order (the ``framework`` baseline).
 
-    At each step the tensors created at that step are allocated (in ``order_rank`` order, default
-    their index), then the tensors whose last step it is are freed. Requests are rounded up to
-    :data:`ROUND` bytes. O(n * free blocks).
+    At each step the tensors created at that step are allocated (in index order), then the
+    tensors whose last step it is are freed; requests are rounded up to :data:`ROUND` bytes.
+    Computed as :mod:`memplan.alloc`'s first fit in that order (NOTE [ online first fit ]):
+    O(Q log Q) for Q pairs of tensors live at the same time.
     """
-    n = len(sizes)
-    offsets = np.zeros(n, dtype=np.int64)
-    rank = np.arange(n) if order_rank is None else order_rank
-    by_start = sorted(range(n), key=lambda i: (int(start[i]), int(rank[i])))
-    by_end: dict[int, list[int]] = {}
-    for i in range(n):
-        by_end.setdefault(int(end[i]), []).append(i)
-    free_addr: list[int] = []  # sorted start addresses of the free blocks
-    free_size: dict[int, int] = {}
-    top = 0
-    k = 0
-    steps = int(max(end.max(initial=-1), start.max(initial=-1))) + 1
-    for step in range(steps):
-        while k < n and start[by_start[k]] == step:
-            i = by_start[k]
-            k += 1
-            need = -(-int(sizes[i]) // ROUND) * ROUND
-            if need == 0:
-                continue
-            where = None
-            for addr in free_addr:
-                if free_size[addr] >= need:
-                    where = addr
-                    break
-            if where is None:
-                if free_addr and free_addr[-1] + free_size[free_addr[-1]] == top:
-                    where = free_addr[-1]  # grow the last free block at the top
-                    top = where + need
-                    free_addr.pop()
-                    del free_size[where]
-                else:
-                    where = top
-                    top += need
-            else:
-                rest = free_size.pop(where) - need
-                free_addr.remove(where)
-                if rest:
-                    bisect.insort(free_addr, where + need)
-                    free_size[where + need] = rest
-            offsets[i] = where
-        for i in by_end.get(step, []):
-            need = -(-int(sizes[i]) // ROUND) * ROUND
-            if need == 0:
-                continue
-            addr, size = int(offsets[i]), need
-            pos = bisect.bisect_left(free_addr, addr)
-            if pos < len(free_addr) and free_addr[pos] == addr + size:  # merge with the next
-                size += free_size.pop(free_addr.pop(pos))
-            if pos > 0 and free_addr[pos - 1] + free_size[free_addr[pos - 1]] == addr:
-                prev = free_addr[pos - 1]
-                free_size[prev] += size
-            else:
-                free_addr.insert(pos, addr)
-                free_size[addr] = size
-    return offsets
+    rounded = -(-np.asarray(sizes, dtype=np.int64) // ROUND) * ROUND
+    order = np.lexsort((np.arange(len(sizes)), start))
+    return greedy_fit(start, end + 1, rounded, order)
 
 
 def greedy_by_size(
@@ -111,38 +85,14 @@ def greedy_by_size(
 
     ``fixed`` maps tensor indices to offsets placed beforehand (the pyramid of :func:`preplace`);
     the other tensors are placed around them. ``key`` is the order the tensors are placed in
-    (default: decreasing size). O(n^2) with numpy inner loops.
+    (default: decreasing size, then index). :mod:`memplan.alloc`'s greedy with ``best_fit``.
     """
-    n = len(sizes)
-    offsets = np.zeros(n, dtype=np.int64)
-    placed = np.zeros(n, dtype=bool)
+    sizes = np.asarray(sizes, dtype=np.int64)
+    order = np.argsort(-sizes, kind="stable") if key is None else np.asarray(key)
+    placed = np.full(len(sizes), -1, dtype=np.int64)
     for i, off in (fixed or {}).items():
-        offsets[i], placed[i] = off, True
-    ranking = np.argsort(-sizes, kind="stable") if key is None else key
-    todo = [i for i in ranking.tolist() if not placed[i]]
-    for i in todo:
-        if sizes[i] == 0:
-            placed[i] = True
-            continue
-        near = placed & (start <= end[i]) & (start[i] <= end) & (sizes > 0)
-        idx = np.flatnonzero(near)
-        if len(idx) == 0:
-            offsets[i], placed[i] = 0, True
-            continue
-        lo = offsets[idx]
-        srt = np.argsort(lo, kind="stable")
-        lo = lo[srt]
-        hi = np.maximum.accumulate((offsets[idx] + sizes[idx])[srt])
-        gaps_start = np.concatenate([[0], hi[:-1]])
-        gaps = lo - gaps_start
-        ok = np.flatnonzero(gaps >= sizes[i])
-        if len(ok):
-            best = ok[np.argmin(gaps[ok])]
-            offsets[i] = gaps_start[best]
-        else:
-            offsets[i] = hi[-1]
-        placed[i] = True
-    return offsets
+        placed[i] = off
+    return greedy_fit(start, end + 1, sizes, order, fixed=placed, best_fit=True)
 
 
 def arena_of(sizes: np.ndarray, offsets: np.ndarray) -> int:
@@ -191,7 +141,7 @@ def preplace(
 
 @dataclass
 class PlacementResult:
-    """Offsets found by :func:`solve_placement` and what the solver proved."""
+    """Offsets found by :func:`solve_placement` and what was proven."""
 
     offsets: np.ndarray
     arena: int
@@ -199,6 +149,45 @@ class PlacementResult:
     status: Status
     seconds: float
     message: str
+
+
+@dataclass
+class _Engine:
+    """What :func:`memplan.alloc.place` found above the persistent tensors."""
+
+    offsets: np.ndarray
+    arena: int
+    bound: int
+    """A lower bound of every placement's arena (when the persistent tensors are live at every
+    step, NOTE [ persistent tensors at the bottom ]; else 0)."""
+
+
+def least_arena(
+    sizes: np.ndarray,
+    start: np.ndarray,
+    end: np.ndarray,
+    persistent: np.ndarray,
+    time_limit: float,
+) -> _Engine:
+    """:func:`memplan.alloc.place`'s least arena of the tensors that are not persistent, above the
+    persistent ones stacked from address 0 (NOTE [ persistent tensors at the bottom ]).
+    """
+    fixed = stack_persistent(sizes, persistent)
+    base = int(sizes[persistent].sum())
+    rest = np.flatnonzero(~persistent & (sizes > 0))
+    buffers = Buffers(tuple(str(i) for i in rest.tolist()), start[rest], end[rest] + 1, sizes[rest])
+    found = place(buffers, time_limit=max(float(time_limit), 0.0))
+    assert found.offsets is not None  # without a capacity, place() always places
+    offsets = np.zeros(len(sizes), dtype=np.int64)
+    for i, off in fixed.items():
+        offsets[i] = off
+    offsets[rest] = base + found.offsets
+    everywhere = bool(
+        (start[persistent] <= start.min(initial=0)).all()
+        and (end[persistent] >= end.max(initial=0)).all()
+    )
+    bound = base + found.lower_bound if everywhere else 0
+    return _Engine(offsets, arena_of(sizes, offsets), bound)
 
 
 def solve_placement(
@@ -213,31 +202,87 @@ def solve_placement(
     label: str = "olla-address",
     pyramid: bool = True,
 ) -> PlacementResult:
-    """Eq. 15 of the OLLA paper with CP-SAT, for fixed lifetimes (see the module docstring).
+    """The least arena for fixed lifetimes ``start .. end`` (steps, both included) of tensors of
+    ``sizes`` bytes: :func:`memplan.alloc.place`, then eq. 15 of the OLLA paper with CP-SAT when
+    that is not proven least (the module docstring). The ``persistent`` tensors sit at the bottom;
+    ``lower_bound`` (the order's peak resident memory) ends the search when reached;
+    :data:`ENGINE_SHARE` of ``time_limit`` (seconds) goes to memplan.alloc, the rest to CP-SAT;
+    ``progress`` receives one line per improving solution (arena, bound, gap); ``pyramid``
+    pre-places the long-lived tensors in the CP-SAT model (:func:`preplace`, section 4.5).
 
-    Parameters
-    ----------
-    sizes, start, end : arrays
-        Tensor sizes (bytes) and lifetimes (steps, both included).
-    persistent : bool array
-        Tensors resident during the whole step: fixed at the bottom of the arena.
-    lower_bound : int
-        The peak resident memory of the order (no placement can do better); the solver stops
-        as soon as it reaches it.
-    time_limit : float
-        Seconds (CP-SAT's ``max_time_in_seconds``).
-    progress : callable, optional
-        Receives one line per improving solution: arena, bound, gap.
-    pyramid : bool
-        Pre-place the long-lived tensors with :func:`preplace` (section 4.5).
-
-    Returns
-    -------
-    PlacementResult
-        Never worse than the best heuristic (first-fit or greedy-by-size), which warm-starts
-        the solver and is returned when the solver finds nothing better in time.
+    The result is never worse than the best heuristic (first-fit or greedy-by-size) nor than
+    memplan.alloc's arena; its status is ``optimal`` when the arena is proven least over every
+    placement: it reaches ``lower_bound``, memplan.alloc proved it, or CP-SAT proved it without
+    the pyramid (a restriction of section 4.5).
     """
     began = time.perf_counter()
+    base = int(sizes[persistent].sum())
+    candidates, fixed = _heuristics(sizes, start, end, persistent, pyramid)
+    hint = candidates[-1] if pyramid else None  # the hint must respect the fixed tensors
+
+    def best_of(found: list[np.ndarray]) -> tuple[np.ndarray, int]:
+        arenas = [arena_of(sizes, c) for c in found]
+        k = int(np.argmin(arenas))
+        return found[k], arenas[k]
+
+    def result(offsets: np.ndarray, arena: int, bound: int, note: str) -> PlacementResult:
+        state: Status = "optimal" if arena <= bound else "feasible"
+        gap = (arena - bound) / arena if arena else 0.0
+        seconds = time.perf_counter() - began
+        return PlacementResult(
+            offsets, arena, min(bound, arena), state, seconds, f"{note}gap {gap:.2%}"
+        )
+
+    heuristic, upper = best_of(candidates)
+    if upper <= lower_bound:
+        return result(heuristic, upper, lower_bound, "heuristic, ")
+    engine = least_arena(sizes, start, end, persistent, ENGINE_SHARE * time_limit)
+    bound = max(lower_bound, engine.bound)
+    candidates.append(engine.offsets)
+    best, upper = best_of(candidates)
+    if progress is not None:
+        progress(_line(f"{label}: {time.perf_counter() - began:6.1f} s", upper, bound))
+    if upper <= bound:
+        return result(best, upper, bound, "least arena by memplan.alloc, ")
+    left = time_limit - (time.perf_counter() - began)
+    found, cp_bound = _cp_sat(
+        sizes,
+        start,
+        end,
+        fixed,
+        (base, max(lower_bound, base), upper),
+        best if hint is None else hint,
+        left,
+        progress,
+        label,
+        began,
+    )
+    if found is not None:
+        candidates.append(found)
+        best, upper = best_of(candidates)
+    if cp_bound is not None and not fixed.keys() - set(np.flatnonzero(persistent).tolist()):
+        bound = max(bound, cp_bound)  # no pyramid: CP-SAT's bound holds for every placement
+    note = "" if found is not None else "no CP-SAT solution in time, "
+    return result(best, upper, bound, note)
+
+
+def _line(head: str, arena: int, bound: int) -> str:
+    """A progress line in the graph family's form (memplan/algorithms/graph/cpsat.py)."""
+    gap = (arena - bound) / arena if arena else 0.0
+    return (
+        f"{head}  memplan.alloc: arena {arena / 1e6:,.3f} MB  bound {bound / 1e6:,.3f} MB  "
+        f"gap {gap:.2%}"
+    )
+
+
+def _heuristics(
+    sizes: np.ndarray, start: np.ndarray, end: np.ndarray, persistent: np.ndarray, pyramid: bool
+) -> tuple[list[np.ndarray], dict[int, int]]:
+    """The heuristic placements, the persistent tensors at the bottom (greedy by size, by lifetime
+    x size, the framework's first fit; with ``pyramid``, greedy by size around the pyramid of
+    :func:`preplace`, last), and the offsets the CP-SAT model fixes (the persistent tensors and,
+    with ``pyramid``, the pyramid).
+    """
     base_fixed = stack_persistent(sizes, persistent)
     area = np.argsort(-(sizes * (end - start + 1)), kind="stable")
     candidates = [
@@ -245,30 +290,41 @@ def solve_placement(
         greedy_by_size(sizes, start, end, fixed=base_fixed, key=area),
         first_fit(sizes, start, end),
     ]
-    skip = persistent | (sizes == 0)
-    base = int(sizes[persistent].sum())
     fixed = dict(base_fixed)
     if pyramid:
-        fixed.update(preplace(sizes, start, end, base, skip))
+        base = int(sizes[persistent].sum())
+        fixed.update(preplace(sizes, start, end, base, persistent | (sizes == 0)))
         candidates.append(greedy_by_size(sizes, start, end, fixed=fixed))
-    arenas = [arena_of(sizes, c) for c in candidates]
-    best = int(np.argmin(arenas))
-    heuristic, upper = candidates[best], arenas[best]
-    if upper <= lower_bound:
-        seconds = time.perf_counter() - began
-        return PlacementResult(heuristic, upper, lower_bound, "optimal", seconds, "heuristic")
+    return candidates, fixed
 
+
+def _cp_sat(
+    sizes: np.ndarray,
+    start: np.ndarray,
+    end: np.ndarray,
+    fixed: dict[int, int],
+    bounds: tuple[int, int, int],
+    hint: np.ndarray,
+    time_limit: float,
+    progress: Callable[[str], None] | None,
+    label: str,
+    began: float,
+) -> tuple[np.ndarray | None, int | None]:
+    """Eq. 15 with CP-SAT: the tensors of ``fixed`` at their offsets, the others at ``base`` or
+    above, the arena between ``floor`` and ``top`` (``bounds = (base, floor, top)``), warm started
+    from ``hint`` (which respects ``fixed``). Returns the offsets of its best solution and its
+    proven bound (both None when it found none within ``time_limit`` seconds).
+    """
     from ortools.sat.python import cp_model
 
     from memplan.algorithms.graph.cpsat import ArenaProgress, workers
 
+    base, floor, top = bounds
+    top = max(top, arena_of(sizes, hint))
     model = cp_model.CpModel()
     free = [i for i in range(len(sizes)) if sizes[i] > 0 and i not in fixed]
-    hint = candidates[-1] if pyramid else heuristic  # the hint must respect the fixed tensors
-    hint_arena = arena_of(sizes, hint)
-    top = max(upper, hint_arena)
     x_intervals, y_intervals, address = [], [], {}
-    arena = model.new_int_var(max(lower_bound, base), top, "arena")
+    arena = model.new_int_var(floor, top, "arena")
     for i, off in fixed.items():
         if sizes[i] == 0:
             continue
@@ -292,23 +348,12 @@ def solve_placement(
     solver = cp_model.CpSolver()
     solver.parameters.max_time_in_seconds = max(0.1, float(time_limit))
     solver.parameters.num_workers = workers()
-    callback = ArenaProgress(label, progress, began)
-    status = interrupt.solve(solver, model, callback)
-    seconds = time.perf_counter() - began
-    if status in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-        found = hint.copy()
-        for i in free:
-            found[i] = solver.value(address[i])
-        for i, off in fixed.items():
-            found[i] = off
-        bound = max(lower_bound, int(solver.best_objective_bound))
-        offsets = found if arena_of(sizes, found) <= upper else heuristic
-        value = arena_of(sizes, offsets)
-        state: Status = "optimal" if status == cp_model.OPTIMAL or value <= bound else "feasible"
-        gap = (value - bound) / value if value else 0.0
-        return PlacementResult(offsets, value, bound, state, seconds, f"gap {gap:.2%}")
-    bound = lower_bound
-    gap = (upper - bound) / upper if upper else 0.0
-    return PlacementResult(
-        heuristic, upper, bound, "feasible", seconds, f"no CP-SAT solution in time, gap {gap:.2%}"
-    )
+    status = interrupt.solve(solver, model, ArenaProgress(label, progress, began))
+    if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        return None, None
+    found = hint.copy()
+    for i in free:
+        found[i] = solver.value(address[i])
+    for i, off in fixed.items():
+        found[i] = off
+    return found, int(solver.best_objective_bound)
