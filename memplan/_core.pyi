@@ -139,6 +139,7 @@ def pofo_forward(
     beam: int,
     tolerance: float,
     time_limit: float = -1.0,
+    pinned: NDArray[np.int64] | None = None,
 ) -> tuple[bool, float, int, list[NDArray[np.int64] | None], list[NDArray[np.int16] | None]]: ...
 def join_fill(
     x: list[NDArray[np.int64]],

@@ -519,17 +519,20 @@ def auto_budgets(
     algos: Iterable[str],
     steps: int = 10,
     optimizer: str = "sgd",
+    gradients: str = "auto",
 ) -> list[int]:
     """``steps`` budgets from the least memory any of ``algos`` runs with to the store-all need.
 
     The store-all need is M_peak (plus static memory): above it nothing is recomputed or
     offloaded. This is the range of Figure 5 of *Optimal GPU-CPU Offloading Strategies* (Euro-Par 2020) (``compare --mem auto:20``).
+    Both come from the accounting of the training loop ``gradients`` (docs/model.md), the one
+    every family plans in.
     """
     if not 1 <= steps <= MAX_STEPS:
         raise InputError(f"--mem auto:{steps}: STEPS must be from 1 to {MAX_STEPS}, e.g. auto:20")
     prof = load_profile(profile)
     families = {lookup_algorithm(name).family for name in algos}
-    desc = describe(prof, optimizer)
+    desc = describe(prof, optimizer, gradients)
     least = [desc["min_memory"][f] for f in families if f in desc["min_memory"]]
     start = min(least) if least else desc["store_all_memory"]
     stop = max(start, desc["store_all_memory"])

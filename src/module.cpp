@@ -395,13 +395,16 @@ NB_MODULE(_core, m) {
       [](const I64& x, const I64& s, const I64& g, const I64& fo, const I64& own_b, const F64& ft,
          const F64& bt, const F64& fp, const Flat& near, const Flat& last,
          std::optional<Flat> relaxed, int64_t capacity, int64_t depth, int64_t window,
-         double beta, double bound, int64_t beam, double tolerance, double time_limit) {
+         double beta, double bound, int64_t beam, double tolerance, double time_limit,
+         std::optional<I64> pinned) {
         namespace pofo = memplan::pofo;
         pofo::FractionalChain c = pofo_chain(x, s, g, fo, own_b, ft, bt, fp, capacity, depth,
                                              window, beta, "pofo_forward");
         const std::size_t L = std::size_t(c.L), W = std::size_t(c.W), D = std::size_t(depth);
         expect(near.size() == (L - 1) * std::size_t(window) * W * D && last.size() == L * W * D,
                "pofo_forward: near needs (L-1) window W D values, last L W D");
+        expect(!pinned || pinned->shape(0) == L, "pofo_forward: pinned needs L entries");
+        c.pinned = pinned ? pinned->data() : nullptr;
         expect(!relaxed || relaxed->size() == (L + 1) * W,
                "pofo_forward: relaxed needs (L + 1) W values");
         expect(bound == std::numeric_limits<double>::infinity() || relaxed,
@@ -430,9 +433,10 @@ NB_MODULE(_core, m) {
       },
       "x"_a, "s"_a, "g"_a, "fo"_a, "own_b"_a, "ft"_a, "bt"_a, "fp"_a, "near"_a, "last"_a,
       "relaxed"_a.none(), "capacity"_a, "depth"_a, "window"_a, "beta"_a, "bound"_a, "beam"_a,
-      "tolerance"_a, "time_limit"_a = -1.0,
+      "tolerance"_a, "time_limit"_a = -1.0, "pinned"_a = nb::none(),
       "The forward phase of pofo's Theorem 1 DP: (stopped, value, states evaluated, the states "
-      "of each segment and input kind (index 2 a + kind; None: none), their decisions).");
+      "of each segment and input kind (index 2 a + kind; None: none), their decisions); "
+      "``pinned[a]`` nonzero: segment a's input is never offloaded.");
 
   // ---- join -----------------------------------------------------------------------------------
   m.def(

@@ -121,6 +121,9 @@ class Forward {
             Visit&& visit) const {
     const int64_t D = c_.D, C = c_.C, avail = C - t - K;
     const int64_t row = std::min(std::max(avail, int64_t(0)), c_.W - 1) * D + B;
+    // The segment's input stays when pinned (its first option's stage is the segment's).
+    const int versions =
+        !opts.empty() && c_.pinned != nullptr && c_.pinned[opts.front().j] ? 1 : versions_;
     for (const Option& o : opts) {
       bool fit[2];
       double back;
@@ -143,7 +146,7 @@ class Forward {
         moved_f = c_.beta * spent;
         moved_b = ceil_slots(double(B) - c_.beta * back);
       }
-      for (int v = 0; v < versions_; ++v) {
+      for (int v = 0; v < versions; ++v) {
         const int64_t K2 = K + (1 - v) * t;
         if (!fit[v] || K2 + o.nt > C) continue;
         int64_t index = K2 * D * D;

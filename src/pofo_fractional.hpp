@@ -26,6 +26,9 @@ struct FractionalChain {
   const double* near = nullptr;    // (L - 1) x window x W x D: CA[a][a + r]
   const double* last = nullptr;    // L x W x D: CA[a][L - 1]
   const double* relaxed = nullptr; // (L + 1) x W: the lower bound R (bounded search only)
+  // L (or null): nonzero where segment a's input is never offloaded (autograd frees it after
+  // F_all a: T6 of docs/combined.md).
+  const int64_t* pinned = nullptr;
 };
 
 // What the forward phase found: per segment a and input kind (index 2 a + kind), the sorted flat

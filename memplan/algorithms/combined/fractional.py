@@ -177,6 +177,9 @@ class FractionalDP:
         (NOTE [ pofo pruning ]).
     deadline : Deadline, optional
         :meth:`solve` raises :class:`memplan.algorithms.timeline.TimeLimitReached` once it passes.
+    pinned : ndarray of bool, optional
+        ``pinned[a]``: segment ``a``'s input (``x[a]`` or ``s[a-1]``) is never offloaded
+        (autograd frees it after ``F_all a``: T6 of docs/combined.md).
     """
 
     def __init__(
@@ -191,8 +194,12 @@ class FractionalDP:
         window: int | None = None,
         bound: float = INF,
         deadline: Deadline | None = None,
+        pinned: npt.NDArray[np.bool_] | None = None,
     ) -> None:
         self.chain = chain
+        self.pinned = (
+            None if pinned is None or not pinned.any() else np.asarray(pinned, dtype=np.int64)
+        )
         L = self.L = chain.length
         budget = max(memory - int(chain.x[0]), 0)
         slots = self.slots = max(2, min(slots, MAX_SLOTS))
@@ -353,6 +360,7 @@ class FractionalDP:
             beam=_BEAM,
             tolerance=_PRUNE_TOLERANCE,
             time_limit=-1.0 if left is None else left,
+            pinned=self.pinned,
         )
         if stopped:
             raise TimeLimitReached
