@@ -184,8 +184,9 @@ def solve(
         default ``zero_grad(set_to_none=True)``, where each stage's weight gradients appear at its
         backward; ``kept``, a loop that keeps them for the whole step
         (``zero_grad(set_to_none=False)``, gradient accumulation). ``auto``: ``at-backward`` on a
-        profile measured with ``weight_grad_size``, ``kept`` on one without. The other families
-        plan with the gradients kept.
+        profile measured with ``weight_grad_size``, ``kept`` on one without. The chain,
+        offloading, combined and join families plan in it; graph and pipeline with the gradients
+        kept.
     progress : callable, optional
         Long solvers (CP-SAT) call it with one line of live progress at a time (the CLI prints
         them on stderr).
@@ -427,9 +428,9 @@ def _checked(prof: Profile, schedule: Schedule, budget: int, algo: str) -> Simul
 def with_gradients(profile: Profile, schedule: Schedule, gradients: str | None) -> Schedule:
     """``schedule`` as planned for another training loop (``simulate --gradients``).
 
-    A chain schedule's ``budget.gradients`` is replaced by ``gradients`` resolved on ``profile``
-    (``auto``, ``at-backward``, ``kept``), its static memory recomputed; other families' as they
-    are.
+    The ``budget.gradients`` of a schedule of a family that plans in the training loop (chain,
+    offloading, combined, join) is replaced by ``gradients`` resolved on ``profile`` (``auto``,
+    ``at-backward``, ``kept``), its static memory recomputed; other families' as they are.
     """
     family = FAMILIES.get(schedule.family)
     if gradients is None or family is None or not family.loop_terms:

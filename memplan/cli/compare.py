@@ -194,12 +194,18 @@ class _Accounting:
     """
 
     def __init__(
-        self, optimizer: str, loop: str | None, static: int, least: dict[str, int]
+        self,
+        optimizer: str,
+        loop: str | None,
+        static: int,
+        least: dict[str, int],
+        graph: bool = False,
     ) -> None:
         self.optimizer = optimizer
         self.loop = loop
         self.static = static
         self.least = least
+        self.graph = graph
 
     @classmethod
     def of(cls, prof: Any, names: list[str], optimizer: str, gradients: str) -> "_Accounting":
@@ -214,12 +220,15 @@ class _Accounting:
         desc = describe(prof, optimizer, gradients)
         found = desc.get("min_memory", {})
         least = {f.name: int(found[f.name]) for f in families if f.name in found}
-        return cls(optimizer, loop, static_memory(prof, optimizer, loop), least)
+        static = static_memory(prof, optimizer, loop)
+        return cls(optimizer, loop, static, least, graph=prof.kind == "graph")
 
     def header(self) -> str:
         """``static memory 102.44 MB (optimizer sgd: weights); --gradients at-backward: ...``."""
         from memplan.units import format_size
 
+        if self.graph:  # a graph holds its own weights, gradients and state (docs/graph.md)
+            return f"static memory {format_size(self.static)} (the graph's weight tensors)"
         held = {
             "none": "none: the budgets are for activations alone",
             "sgd": "sgd: weights",

@@ -29,7 +29,7 @@ from __future__ import annotations
 from memplan.profile.model import Profile
 from memplan.schedule import Schedule
 from memplan.simulator.result import SimulationResult
-from memplan.simulator.terms import stage_loops, turn_loop
+from memplan.simulator.terms import stage_loops, static_memory, turn_loop
 from memplan.simulator.timing import back_to_back_problem
 
 
@@ -268,10 +268,10 @@ def simulate_join(profile: Profile, schedule: Schedule, memory: int | None) -> S
         As the chain-model simulator (:mod:`memplan.simulator.combined`): a model violation
         stops the replay; timing and memory violations are reported and the replay goes on.
     """
-    static = schedule.static_memory
+    optimizer = schedule.budget.optimizer or "sgd"  # the CLI's default, as claims.optimizer_of
+    static = static_memory(profile, optimizer, schedule.budget.gradients) or 0  # never the claim
     result = SimulationResult(static_memory=static, budget=memory)
     model = schedule.join_model
-    optimizer = schedule.budget.optimizer or "sgd"  # the CLI's default, as claims.optimizer_of
     if profile.branches is None or profile.turn is None:
         result.fail("the profile is not a join network (no branches and turn)")
         return result

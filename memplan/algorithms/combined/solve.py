@@ -215,13 +215,13 @@ def solve_pofo(
             return True
         return False
 
-    offloading = offload_instance is not None and bandwidth > 0
+    offload = offload_instance if bandwidth > 0 else None
     rotor: ChainPlan | None = None
     try:
-        if offload_instance is not None and offloading and peak > memory:
+        if offload is not None and peak > memory:
             # dynprog first where store-all does not fit: cheap, and where it reaches the lower
             # bound, rotor (cubic in the stages) is not needed
-            plan = solve_dynprog(offload_instance, memory, slots=dynprog_slots, deadline=deadline)
+            plan = solve_dynprog(offload, memory, slots=dynprog_slots, deadline=deadline)
             if plan.ops is not None:
                 assert plan.claimed_makespan is not None, "a dynprog plan states its makespan"
                 candidates.append((plan.claimed_makespan, "dynprog", list(plan.ops)))
@@ -252,7 +252,7 @@ def solve_pofo(
             )
     except TimeLimitReached:
         details["stopped"] = "time limit"
-    least = _least_memory(chain, rotor, offload_instance if offloading else None)
+    least = _least_memory(chain, rotor, offload)
     if not candidates:
         stopped = "stopped" in details
         return OffloadPlan(

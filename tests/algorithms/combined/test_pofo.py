@@ -393,7 +393,7 @@ def test_tables_beyond_the_limit_are_refused(monkeypatch, tmp_path):
 
 
 def test_time_limit_returns_the_best_plan_so_far():
-    """--time-limit: rotor first, then dynprog (its grids stop, GREEDY's set stands in), then the
+    """--time-limit: dynprog first (its grids stop, GREEDY's set stands in), then rotor, then the
     DPs, which stop at once; the fastest plan found by then is returned and replays."""
     prof, low, high = long_chain(30)
     memory = low + (high - low) // 10
