@@ -18,7 +18,8 @@ struct FractionalChain {
   const int64_t* x = nullptr;      // L + 1 (x[0] is the credit of x[0])
   const int64_t* s = nullptr;      // L
   const int64_t* g = nullptr;      // L + 1
-  const int64_t* fo = nullptr;     // L
+  const int64_t* fo = nullptr;     // L: the forward's overhead (F_ck, F_n; F_all's without fa)
+  const int64_t* fa = nullptr;     // L (or null): F_all's own overhead (the training loop's)
   const int64_t* own_b = nullptr;  // L: g[k+1] + s[k] + g[k] + bo[k]
   const double* ft = nullptr;      // L
   const double* bt = nullptr;      // L

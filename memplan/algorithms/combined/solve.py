@@ -29,10 +29,11 @@ either at any budget, whichever the loop. Its two DPs and the realization of the
 stages after it (``g'[k] = g[k] + wh[k]``), ``B k``'s overhead is ``bo[k] - wh[k+1]`` (so that
 its need ``g'[k+1] + s[k] + g'[k] + bo'[k]`` is exactly the loop's; at least ``-g'[k]``: a
 backward that frees more than it makes needs the memory held before it, where a prefetch
-overlapping it must fit too), every forward takes the
-larger of ``forward_overhead`` and ``forward_overhead_all``, and autograd's frees are not counted
-(they only lower the memory): every plan of the DPs fits in the loop's accounting, at worst a
-little above its least memory. The input of a segment that ``F_all`` frees is never offloaded
+overlapping it must fit too), ``F_all`` takes its own overhead in the Theorem 1 DP (the compiled
+kernels' ``fa``) and the realization, the larger of both in the window DP (its rotor tables read
+one), and autograd's frees are not counted (they only lower the memory) but the loss's, whose
+``B`` always follows its ``F_all`` (``B L-1`` needs the freed input less): every plan of the DPs
+fits in the loop's accounting, at worst a little above its least memory. The input of a segment that ``F_all`` frees is never offloaded
 (T6 of docs/combined.md).
 
 NOTE [ pofo on long chains ]
@@ -132,18 +133,35 @@ def dp_chain(chain: Chain) -> tuple[Chain, npt.NDArray[np.bool_]]:
         return chain, pinned
     held = chain.held_grads  # wh[k], k = 0 .. L
     g = chain.g + held
+    # B k reserves nothing below 0: the moment before it starts is then its peak
+    bo = np.maximum(chain.bo - held[1:], -g[:-1])
+    # The loss's F_all is always right before its B: where it frees its input (a language
+    # model's logits), its backward finds that much less in memory, exactly.
+    bo[-1] -= chain.freed[-1]
     folded = Chain(
         x=chain.x,
         s=chain.s,
         g=g,
-        fo=np.maximum(chain.fo, chain.fall),
-        # B k reserves nothing below 0: the moment before it starts is then its peak
-        bo=np.maximum(chain.bo - held[1:], -g[:-1]),
+        fo=chain.fo,
+        bo=bo,
         ft=chain.ft,
         bt=chain.bt,
         names=chain.names,
+        fa=chain.fall,  # the Theorem 1 DP and the realization read F_all's own overhead
     )
     return folded, pinned
+
+
+def _one_overhead(chain: Chain) -> Chain:
+    """``chain`` with one forward overhead, the larger of ``fo`` and ``fa``, for the window DP,
+    whose rotor tables read one (NOTE [ pofo loop terms ]).
+    """
+    if chain.fa is None:
+        return chain
+    return Chain(
+        chain.x, chain.s, chain.g, np.maximum(chain.fo, chain.fa), chain.bo, chain.ft, chain.bt,
+        chain.names,
+    )  # fmt: skip
 
 
 def solve_pofo(
@@ -363,7 +381,7 @@ def _dynamic_programs(
         candidates += found
     # The window DP: on short chains (cheap there), or when the Theorem 1 DP gave nothing.
     if chain.length <= WINDOW_STAGES or (not found and window is None):
-        dp = PofoDP(chain, memory, bandwidth, grid, pinned=pinned)
+        dp = PofoDP(_one_overhead(chain), memory, bandwidth, grid, pinned=pinned)
         value = dp.solve()
         details["dp"] = value
         if value < float("inf"):

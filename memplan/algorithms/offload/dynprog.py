@@ -146,7 +146,7 @@ def fit_in_bytes(inst: OffloadInstance, offloaded: np.ndarray, memory: int) -> n
     room = (memory - own).tolist()
     sizes = inst.ac.tolist()
     pinned = inst.pinned.tolist()
-    mask = inst.movable(offloaded)
+    mask = np.asarray(offloaded, dtype=bool) & ~inst.pinned  # a new array; pinned ones stay
     kept, earliest = 0, 0
     for k in range(n):
         while kept > room[k]:
