@@ -154,7 +154,6 @@ def pofo_table(names: list[str], points: int) -> None:
                         bandwidth=rate,
                         rotor_slots=500,
                         offload_instance=inst,
-                        profile=prof,
                         **options,
                     )
                     seconds[key] = max(seconds[key], time.perf_counter() - started)

@@ -9,6 +9,10 @@ synthetic profiles (:func:`memplan.profile.synthetic.random_chain` / ``random_jo
   10% of the way from rotor's least memory to the store-all need (where recomputing and
   offloading both matter);
 * ``dynprog`` on 100 to 2000 stages at the same budget;
+* ``rotor-half``, ``dynprog-half`` and ``pofo-half``: each on 100 to 2000 stages of the
+  synthetic default sizes (1 to 10 bytes), half-way from rotor's least memory to the store-all
+  need at 1 GB/s, where dynprog's plan reaches the lower bound (issue 40: pofo then stops, at
+  about dynprog's time);
 * ``join`` on two branches of 50 to 500 stages (100 to 1000 in all), half-way between its least
   memory and store-all;
 * ``periodic`` against ``store-all`` on 1,000 and 10,000 stages.
@@ -47,6 +51,8 @@ import memplan.api
 from memplan.profile.synthetic import random_chain, random_join
 
 RATE = "12GB/s"
+SLOW = "1GB/s"
+"""The bandwidth of the half-way cases (issue 40: pofo where dynprog reaches the lower bound)."""
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -118,11 +124,13 @@ def run_command(args: list[str], python: str | None, timeout: float, cap: int) -
     return Run(cpu, wall, usage.ru_maxrss / 1024, outcome, makespan)
 
 
-def chain_case(directory: Path, length: int, fraction: float) -> tuple[str, int, int]:
+def chain_case(
+    directory: Path, length: int, fraction: float, max_size: int = 10**8
+) -> tuple[str, int, int]:
     """The profile's path, the budget ``fraction`` of the way from rotor's least memory to the
-    store-all need, and that need."""
-    prof = random_chain(length, seed=0, max_size=10**8)
-    path = directory / f"chain-{length}.json"
+    store-all need, and that need (sizes up to ``max_size`` bytes)."""
+    prof = random_chain(length, seed=0, max_size=max_size)
+    path = directory / f"chain-{length}-{max_size}.json"
     if not path.exists():
         path.write_text(prof.model_dump_json())
     desc = memplan.api.describe(prof, "none")
@@ -157,6 +165,12 @@ def cases(directory: Path, only: set[str], sizes: set[str]) -> list[tuple[str, s
         path, memory, _ = chain_case(directory, length, 0.1)
         common = ["solve", path, "--mem", str(memory), "--optimizer", "none", "--format", "json"]
         add("dynprog", f"{length} stages", common + ["--algo", "dynprog", "--bandwidth", RATE])
+    for length in (100, 500, 1000, 2000):  # issue 40 item 6: where a candidate reaches the bound
+        path, memory, _ = chain_case(directory, length, 0.5, max_size=10)
+        common = ["solve", path, "--mem", str(memory), "--optimizer", "none", "--format", "json"]
+        for algo in ("rotor", "dynprog", "pofo"):
+            args = common + ["--algo", algo] + ([] if algo == "rotor" else ["--bandwidth", SLOW])
+            add(f"{algo}-half", f"{length} stages", args)
     for lengths in ((50, 50), (100, 100), (250, 250), (500, 500)):
         path, memory = join_case(directory, lengths)
         args = ["solve", path, "--algo", "join", "--mem", str(memory), "--optimizer", "none"]

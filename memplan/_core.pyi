@@ -116,6 +116,7 @@ def pofo_backward(
     window: int,
     beta: float,
     time_limit: float = -1.0,
+    fa: NDArray[np.int64] | None = None,
 ) -> tuple[
     bool, NDArray[np.float64], NDArray[np.int16], NDArray[np.float64], NDArray[np.int16]
 ]: ...
@@ -139,6 +140,8 @@ def pofo_forward(
     beam: int,
     tolerance: float,
     time_limit: float = -1.0,
+    pinned: NDArray[np.int64] | None = None,
+    fa: NDArray[np.int64] | None = None,
 ) -> tuple[bool, float, int, list[NDArray[np.int64] | None], list[NDArray[np.int16] | None]]: ...
 def join_fill(
     x: list[NDArray[np.int64]],

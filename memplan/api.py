@@ -159,8 +159,9 @@ def solve(
         default ``zero_grad(set_to_none=True)``, where each stage's weight gradients appear at its
         backward; ``kept``, a loop that keeps them for the whole step
         (``zero_grad(set_to_none=False)``, gradient accumulation). ``auto``: ``at-backward`` on a
-        profile measured with ``weight_grad_size``, ``kept`` on one without. The other families
-        plan with the gradients kept.
+        profile measured with ``weight_grad_size``, ``kept`` on one without. The chain,
+        offloading, combined and join families plan in it; graph and pipeline with the gradients
+        kept.
     progress : callable, optional
         Long solvers (CP-SAT) call it with one line of live progress at a time (the CLI prints
         them on stderr).
@@ -402,9 +403,9 @@ def _checked(prof: Profile, schedule: Schedule, budget: int, algo: str) -> Simul
 def with_gradients(profile: Profile, schedule: Schedule, gradients: str | None) -> Schedule:
     """``schedule`` as planned for another training loop (``simulate --gradients``).
 
-    A chain schedule's ``budget.gradients`` is replaced by ``gradients`` resolved on ``profile``
-    (``auto``, ``at-backward``, ``kept``), its static memory recomputed; other families' as they
-    are.
+    The ``budget.gradients`` of a schedule of a family that plans in the training loop (chain,
+    offloading, combined, join) is replaced by ``gradients`` resolved on ``profile`` (``auto``,
+    ``at-backward``, ``kept``), its static memory recomputed; other families' as they are.
     """
     family = FAMILIES.get(schedule.family)
     if gradients is None or family is None or not family.loop_terms:
@@ -494,17 +495,20 @@ def auto_budgets(
     algos: Iterable[str],
     steps: int = 10,
     optimizer: str = "sgd",
+    gradients: str = "auto",
 ) -> list[int]:
     """``steps`` budgets from the least memory any of ``algos`` runs with to the store-all need.
 
     The store-all need is M_peak (plus static memory): above it nothing is recomputed or
     offloaded. This is the range of Figure 5 of *Optimal GPU-CPU Offloading Strategies* (Euro-Par 2020) (``compare --mem auto:20``).
+    Both come from the accounting of the training loop ``gradients`` (docs/model.md), the one
+    every family plans in.
     """
     if not 1 <= steps <= MAX_STEPS:
         raise InputError(f"--mem auto:{steps}: STEPS must be from 1 to {MAX_STEPS}, e.g. auto:20")
     prof = load_profile(profile)
     families = {lookup_algorithm(name).family for name in algos}
-    desc = describe(prof, optimizer)
+    desc = describe(prof, optimizer, gradients)
     least = [desc["min_memory"][f] for f in families if f in desc["min_memory"]]
     start = min(least) if least else desc["store_all_memory"]
     stop = max(start, desc["store_all_memory"])

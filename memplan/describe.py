@@ -21,12 +21,14 @@ def describe(
     budget with which any plan of a family exists: ``chain``, everything recomputed from the
     input; ``offload``, every activation offloaded (*Optimal GPU-CPU Offloading Strategies*, Euro-Par 2020). ``offload_peak`` is M_peak, the
     budget above which nothing needs offloading (the store-all need). All include the static
-    memory of ``optimizer``; the chain family's figures are those of its plans for the training
-    loop ``gradients`` (docs/model.md), the others' with the gradients kept. Each family that fits
+    memory of ``optimizer`` and every figure is in the accounting of the training loop
+    ``gradients`` (docs/model.md; ``gradients`` says which, None for a graph), the one every
+    chain-model and join family plans in: ``static_memory`` is that loop's. Each family that fits
     the profile adds its own figures (``Family.describe``).
     """
     prof = load_profile(profile)
-    static = static_memory(prof, optimizer)
+    loop = None if prof.kind == "graph" else resolve_gradients(prof, gradients)
+    static = static_memory(prof, optimizer, loop)
     device = prof.device.model_dump(exclude_none=True) if prof.device else None
     common = {
         "model": prof.model,
@@ -41,6 +43,7 @@ def describe(
         "measured": prof.measured.model_dump(exclude_none=True) if prof.measured else None,
         "weight_size": prof.weight_size,
         "optimizer": optimizer,
+        "gradients": loop,
         "static_memory": static,
         "lower_bound": prof.lower_bound,
         "sha256": prof.sha256(),

@@ -55,10 +55,12 @@ void bind_pofo(nb::module_& m) {
       "pofo_backward",
       [](const I64& x, const I64& s, const I64& g, const I64& fo, const I64& own_b, const F64& ft,
          const F64& bt, const F64& fp, int64_t capacity, int64_t depth, int64_t window,
-         double beta, double time_limit) {
+         double beta, double time_limit, std::optional<I64> fa) {
         namespace pofo = memplan::pofo;
-        const pofo::FractionalChain c = pofo_chain(x, s, g, fo, own_b, ft, bt, fp, capacity, depth,
-                                                   window, beta, "pofo_backward");
+        pofo::FractionalChain c = pofo_chain(x, s, g, fo, own_b, ft, bt, fp, capacity, depth,
+                                             window, beta, "pofo_backward");
+        expect(!fa || fa->shape(0) == std::size_t(c.L), "pofo_backward: fa needs L entries");
+        c.fa = fa ? fa->data() : nullptr;
         auto* out = new pofo::FractionalBackward();
         nb::capsule owner(out, [](void* p) noexcept {
           delete static_cast<pofo::FractionalBackward*>(p);
@@ -74,22 +76,27 @@ void bind_pofo(nb::module_& m) {
                                OutS(out->last_choice.data(), {out->last_choice.size()}, owner));
       },
       "x"_a, "s"_a, "g"_a, "fo"_a, "own_b"_a, "ft"_a, "bt"_a, "fp"_a, "capacity"_a, "depth"_a,
-      "window"_a, "beta"_a, "time_limit"_a = -1.0,
+      "window"_a, "beta"_a, "time_limit"_a = -1.0, "fa"_a = nb::none(),
       "The backward tables of pofo's Theorem 1 DP: (done, near, its choices, last, its choices), "
-      "flat.");
+      "flat; ``fa``: F_all's own overhead (default ``fo``).");
 
   m.def(
       "pofo_forward",
       [](const I64& x, const I64& s, const I64& g, const I64& fo, const I64& own_b, const F64& ft,
          const F64& bt, const F64& fp, const Flat& near, const Flat& last,
          std::optional<Flat> relaxed, int64_t capacity, int64_t depth, int64_t window,
-         double beta, double bound, int64_t beam, double tolerance, double time_limit) {
+         double beta, double bound, int64_t beam, double tolerance, double time_limit,
+         std::optional<I64> pinned, std::optional<I64> fa) {
         namespace pofo = memplan::pofo;
         pofo::FractionalChain c = pofo_chain(x, s, g, fo, own_b, ft, bt, fp, capacity, depth,
                                              window, beta, "pofo_forward");
         const std::size_t L = std::size_t(c.L), W = std::size_t(c.W), D = std::size_t(depth);
         expect(near.size() == (L - 1) * std::size_t(window) * W * D && last.size() == L * W * D,
                "pofo_forward: near needs (L-1) window W D values, last L W D");
+        expect(!pinned || pinned->shape(0) == L, "pofo_forward: pinned needs L entries");
+        expect(!fa || fa->shape(0) == L, "pofo_forward: fa needs L entries");
+        c.pinned = pinned ? pinned->data() : nullptr;
+        c.fa = fa ? fa->data() : nullptr;
         expect(!relaxed || relaxed->size() == (L + 1) * W,
                "pofo_forward: relaxed needs (L + 1) W values");
         expect(bound == std::numeric_limits<double>::infinity() || relaxed,
@@ -114,7 +121,9 @@ void bind_pofo(nb::module_& m) {
       },
       "x"_a, "s"_a, "g"_a, "fo"_a, "own_b"_a, "ft"_a, "bt"_a, "fp"_a, "near"_a, "last"_a,
       "relaxed"_a.none(), "capacity"_a, "depth"_a, "window"_a, "beta"_a, "bound"_a, "beam"_a,
-      "tolerance"_a, "time_limit"_a = -1.0,
+      "tolerance"_a, "time_limit"_a = -1.0, "pinned"_a = nb::none(), "fa"_a = nb::none(),
       "The forward phase of pofo's Theorem 1 DP: (stopped, value, states evaluated, the states "
-      "of each segment and input kind (index 2 a + kind; None: none), their decisions).");
+      "of each segment and input kind (index 2 a + kind; None: none), their decisions); "
+      "``pinned[a]`` nonzero: segment a's input is never offloaded; ``fa``: F_all's own "
+      "overhead (default ``fo``).");
 }

@@ -23,6 +23,11 @@ constexpr int32_t kTail = -2;
 constexpr int32_t kNone = -3;
 constexpr int32_t kFAll = -1;
 
+// What F_all a adds beyond s[a]: its own overhead when the chain has one, else the forward's.
+inline int64_t fall_overhead(const FractionalChain& c, int64_t a) {
+  return c.fa != nullptr ? c.fa[a] : c.fo[a];
+}
+
 // Lemma 1's idle time max(0, excess) / beta (with no bandwidth, only excess <= 0 is free).
 inline double idle_time(double excess, double beta) {
   if (beta > 0) return excess > 0 ? excess / beta : 0.0;
@@ -92,7 +97,7 @@ class Forward {
   std::vector<Option> options(int64_t a) const {
     const int64_t L = c_.L, gL = c_.g[L];
     std::vector<Option> found;
-    const int64_t nF = gL + c_.s[a] + c_.fo[a], nB = c_.own_b[a];
+    const int64_t nF = gL + c_.s[a] + fall_overhead(c_, a), nB = c_.own_b[a];
     const int64_t need = std::max(nF, nB);
     found.push_back({a, 2 * (a + 1) + 1, c_.s[a], double(nF), c_.ft[a], need, need, nullptr});
     const int64_t top = std::min(L - 1, a + c_.window);
@@ -121,6 +126,9 @@ class Forward {
             Visit&& visit) const {
     const int64_t D = c_.D, C = c_.C, avail = C - t - K;
     const int64_t row = std::min(std::max(avail, int64_t(0)), c_.W - 1) * D + B;
+    // The segment's input stays when pinned (its first option's stage is the segment's).
+    const int versions =
+        !opts.empty() && c_.pinned != nullptr && c_.pinned[opts.front().j] ? 1 : versions_;
     for (const Option& o : opts) {
       bool fit[2];
       double back;
@@ -143,7 +151,7 @@ class Forward {
         moved_f = c_.beta * spent;
         moved_b = ceil_slots(double(B) - c_.beta * back);
       }
-      for (int v = 0; v < versions_; ++v) {
+      for (int v = 0; v < versions; ++v) {
         const int64_t K2 = K + (1 - v) * t;
         if (!fit[v] || K2 + o.nt > C) continue;
         int64_t index = K2 * D * D;
@@ -163,7 +171,7 @@ class Forward {
     const int64_t L = c_.L, avail = c_.C - t - K;
     const double beta = c_.beta;
     if (a == L - 1) {
-      const int64_t nF = c_.g[L] + c_.s[a] + c_.fo[a], nB = c_.own_b[a];
+      const int64_t nF = c_.g[L] + c_.s[a] + fall_overhead(c_, a), nB = c_.own_b[a];
       if (avail < std::max(nF, nB)) return kInf;
       const double eps_f = idle(double(nF - avail) + double(F));
       const double eps_b = idle(double(nB - avail) + double(B));
@@ -362,9 +370,9 @@ bool fractional_backward(const FractionalChain& c, FractionalBackward& out, Stop
     for (int64_t a = b; a > stop_a; --a) {
       double* values = table(a, b);
       int16_t* choices = picks(a, b);
-      const int64_t nF = c.g[b + 1] + c.s[a] + c.fo[a], nB = c.own_b[a];
+      const int64_t nF = c.g[b + 1] + c.s[a] + fall_overhead(c, a), nB = c.own_b[a];
       floor = std::max(floor, nB);
-      const int64_t lo = std::max(floor, c.g[b + 1] + c.s[b] + c.fo[b]);  // as rotor
+      const int64_t lo = std::max(floor, c.g[b + 1] + c.s[b] + fall_overhead(c, b));  // as rotor
       if (lo >= W) continue;
       if (a == b) {
         const double own = c.ft[a] + c.bt[a];

@@ -18,7 +18,8 @@ struct FractionalChain {
   const int64_t* x = nullptr;      // L + 1 (x[0] is the credit of x[0])
   const int64_t* s = nullptr;      // L
   const int64_t* g = nullptr;      // L + 1
-  const int64_t* fo = nullptr;     // L
+  const int64_t* fo = nullptr;     // L: the forward's overhead (F_ck, F_n; F_all's without fa)
+  const int64_t* fa = nullptr;     // L (or null): F_all's own overhead (the training loop's)
   const int64_t* own_b = nullptr;  // L: g[k+1] + s[k] + g[k] + bo[k]
   const double* ft = nullptr;      // L
   const double* bt = nullptr;      // L
@@ -26,6 +27,9 @@ struct FractionalChain {
   const double* near = nullptr;    // (L - 1) x window x W x D: CA[a][a + r]
   const double* last = nullptr;    // L x W x D: CA[a][L - 1]
   const double* relaxed = nullptr; // (L + 1) x W: the lower bound R (bounded search only)
+  // L (or null): nonzero where segment a's input is never offloaded (autograd frees it after
+  // F_all a: T6 of docs/combined.md).
+  const int64_t* pinned = nullptr;
 };
 
 // What the forward phase found: per segment a and input kind (index 2 a + kind), the sorted flat

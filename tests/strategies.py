@@ -151,19 +151,30 @@ def with_loop_terms(profile: Profile, seed: int) -> Profile:
     ``output_saved``): about half the stages free their input after ``F_all`` (docs/model.md,
     "The training loop")."""
     rng = random.Random(seed)
-    stages = []
-    for stage in profile.stages:
-        weights = rng.randint(0, 6)
-        stages.append(
-            stage.model_copy(
-                update={
-                    "weight_size": weights,
-                    "weight_grad_size": rng.randint(0, weights),
-                    "backward_overhead_fresh": rng.randint(-stage.saved_size, 4),
-                    "forward_overhead_all": rng.randint(0, stage.forward_overhead + 2),
-                    "input_saved": rng.random() < 0.4,
-                    "output_saved": rng.random() < 0.3,
-                }
-            )
-        )
-    return profile.model_copy(update={"stages": stages})
+    return profile.model_copy(update={"stages": [_measured(rng, st) for st in profile.stages]})
+
+
+def join_with_loop_terms(profile: Profile, seed: int) -> Profile:
+    """A join ``profile`` with the fields of a measured profile drawn at random on every branch
+    stage and on the turn, as :func:`with_loop_terms`."""
+    rng = random.Random(seed)
+    assert profile.branches is not None and profile.turn is not None
+    branches = [
+        b.model_copy(update={"stages": [_measured(rng, st) for st in b.stages]})
+        for b in profile.branches
+    ]
+    return profile.model_copy(update={"branches": branches, "turn": _measured(rng, profile.turn)})
+
+
+def _measured(rng: random.Random, stage: Stage) -> Stage:
+    weights = rng.randint(0, 6)
+    return stage.model_copy(
+        update={
+            "weight_size": weights,
+            "weight_grad_size": rng.randint(0, weights),
+            "backward_overhead_fresh": rng.randint(-stage.saved_size, 4),
+            "forward_overhead_all": rng.randint(0, stage.forward_overhead + 2),
+            "input_saved": rng.random() < 0.4,
+            "output_saved": rng.random() < 0.3,
+        }
+    )

@@ -163,7 +163,12 @@ def offload_schedule(
         family=request.family,
         algorithm=request.algorithm,
         profile=profile_ref(profile),
-        budget=Budget(memory=request.memory, bandwidth=bandwidth, optimizer=request.optimizer),
+        budget=Budget(
+            memory=request.memory,
+            bandwidth=bandwidth,
+            optimizer=request.optimizer,
+            gradients=request.gradients,
+        ),
         lower_bound=plan.lower_bound,
         static_memory=request.static_memory,
         min_memory=_with_static(plan.min_memory, request),

@@ -1,4 +1,11 @@
-"""``memplan compare``: sweep algorithms over a range of budgets; table, CSV, JSON and a plot."""
+"""``memplan compare``: sweep algorithms over a range of budgets; table, CSV, JSON and a plot.
+
+The table says what it compares: its header names the accounting every family plans in (the
+optimizer and its static memory, the training loop of ``--gradients``: docs/model.md), a line
+under it each family's least memory in that accounting. A sweep in which no plan fits any budget
+says so and names the least memory, and exits 1 (infeasible, as ``solve``), after writing the
+CSV or JSON document as usual.
+"""
 
 import csv
 import enum
@@ -10,6 +17,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from memplan.cli.common import (
+    EXIT_INFEASIBLE,
     csv_number,
     echo_err,
     guard,
@@ -17,6 +25,7 @@ from memplan.cli.common import (
     profile_source,
     report_json,
     resolve_format,
+    size_text,
     write_output,
 )
 from memplan.cli.options import family_options
@@ -113,10 +122,11 @@ def compare(
             from memplan.algorithms.options import resolve_bandwidth
 
             rate = resolve_bandwidth(prof, offloading[0], rate)
+        sweep = _Accounting.of(prof, names, optimizer.value, gradients.value)
         if auto_steps is not None:
             from memplan.api import auto_budgets
 
-            budgets = auto_budgets(prof, names, auto_steps, optimizer.value)
+            budgets = auto_budgets(prof, names, auto_steps, optimizer.value, gradients.value)
         rows = _sweep(
             memplan.compare,
             prof,
@@ -138,7 +148,11 @@ def compare(
                     f"{prof.model}: makespan / compute lower bound ({prof.lower_bound:.3f} ms, "
                     "the same for every family)"
                 )
-            print_table(compare_table(rows, names, budgets, title))
+            from rich.console import Group
+            from rich.text import Text
+
+            table = compare_table(rows, names, budgets, f"{title}\n{sweep.header()}")
+            print_table(Group(table, Text(sweep.least_line(), style="dim")))
         elif form == "csv":
             write_output(rows_to_csv(rows), output)
         else:
@@ -148,6 +162,8 @@ def compare(
                 "lower_bound": prof.lower_bound,
                 "optimizer": optimizer.value,
                 "gradients": gradients.value,
+                "accounting": sweep.to_dict(),
+                "least_memory": sweep.least,
                 "slots": options.get("slots", "auto"),
                 "bandwidth": rate,
                 "algorithms": names,
@@ -155,7 +171,8 @@ def compare(
                 "rows": [row.to_dict() for row in rows],
             }
             write_output(report_json(doc), output)  # NOTE [ report precision ]
-        if plot is not None:
+        feasible = any(row.feasible for row in rows)
+        if plot is not None and feasible:
             from memplan.cli.plot import plot_sweep
 
             title = _plot_title(prof)
@@ -165,6 +182,91 @@ def compare(
                 title += f", {format_size(rate)}/s"
             plot_sweep(plot, rows, names, title=title)
             echo_err(f"memplan: wrote {plot}")
+        if not feasible:
+            echo_err(sweep.nothing_fits(budgets))
+            raise typer.Exit(EXIT_INFEASIBLE)
+
+
+class _Accounting:
+    """What a sweep compares: the optimizer, the training loop, the static memory and each
+    family's least memory in that accounting (docs/model.md), for the header and the line under
+    the table.
+    """
+
+    def __init__(
+        self,
+        optimizer: str,
+        loop: str | None,
+        static: int,
+        least: dict[str, int],
+        graph: bool = False,
+    ) -> None:
+        self.optimizer = optimizer
+        self.loop = loop
+        self.static = static
+        self.least = least
+        self.graph = graph
+
+    @classmethod
+    def of(cls, prof: Any, names: list[str], optimizer: str, gradients: str) -> "_Accounting":
+        """The accounting of sweeping ``names`` on ``prof``."""
+        from memplan.algorithms import family_of
+        from memplan.api import describe, static_memory
+        from memplan.profile.memory import resolve_gradients
+
+        families = [family_of(n) for n in names]
+        looped = any(f.loop_terms for f in families)
+        loop = resolve_gradients(prof, gradients) if looped and prof.kind != "graph" else None
+        desc = describe(prof, optimizer, gradients)
+        found = desc.get("min_memory", {})
+        least = {f.name: int(found[f.name]) for f in families if f.name in found}
+        static = static_memory(prof, optimizer, loop)
+        return cls(optimizer, loop, static, least, graph=prof.kind == "graph")
+
+    def header(self) -> str:
+        """``static memory 102.44 MB (optimizer sgd: weights); --gradients at-backward: ...``."""
+        from memplan.units import format_size
+
+        if self.graph:  # a graph holds its own weights, gradients and state (docs/graph.md)
+            return f"static memory {format_size(self.static)} (the graph's weight tensors)"
+        held = {
+            "none": "none: the budgets are for activations alone",
+            "sgd": "sgd: weights",
+            "momentum": "momentum: weights, one momentum buffer",
+            "adam": "adam: weights, two moment buffers",
+        }.get(self.optimizer, self.optimizer)
+        if self.optimizer != "none" and self.loop != "at-backward":
+            held += ", their gradients"
+        line = f"static memory {format_size(self.static)} (optimizer {held})"
+        if self.loop is None:
+            return line
+        how = (
+            "each stage's weight gradients from its backward on"
+            if self.loop == "at-backward"
+            else "weight gradients static for the whole step"
+        )
+        return f"{line}; --gradients {self.loop}: {how}"
+
+    def least_line(self) -> str:
+        """``least memory: chain 211.2 MB, offload 239.5 MB, combined 211.2 MB``."""
+        from memplan.units import format_size
+
+        if not self.least:
+            return "least memory: not known for these families"
+        found = ", ".join(f"{f} {format_size(m)}" for f, m in self.least.items())
+        return f"least memory (the same accounting): {found}"
+
+    def nothing_fits(self, budgets: list[int]) -> str:
+        """The line of a sweep in which no plan fits any budget."""
+        span = f"{size_text(min(budgets))} to {size_text(max(budgets))}" if budgets else "-"
+        line = f"memplan: infeasible: no plan fits any budget of the sweep ({span})"
+        if self.least:
+            family, least = min(self.least.items(), key=lambda item: item[1])
+            line += f"; the least memory that fits is {size_text(least)} ({family} family)"
+        return line
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"optimizer": self.optimizer, "gradients": self.loop, "static_memory": self.static}
 
 
 def _auto_steps(mem: str) -> int | None:

@@ -340,6 +340,14 @@ def _measured_rows(measured: Mapping[str, Any]) -> list[tuple[str, Any]]:
     return rows
 
 
+def _accounting(desc: Mapping[str, Any]) -> str:
+    """``optimizer sgd, --gradients at-backward``: what the static memory and the least memory
+    of every family count (docs/model.md).
+    """
+    loop = desc.get("gradients")
+    return f"optimizer {desc['optimizer']}" + (f", --gradients {loop}" if loop else "")
+
+
 def info_tables(desc: Mapping[str, Any]) -> Group:
     """The profile's header, totals and memory needs, then one row per stage."""
     device = desc.get("device") or {}
@@ -368,7 +376,7 @@ def info_tables(desc: Mapping[str, Any]) -> Group:
     rows += [
         ("input size", _size(desc.get("input_size"))),
         ("weights", _size(desc["weight_size"])),
-        ("static memory", f"{_size(desc['static_memory'])} (optimizer {desc['optimizer']})"),
+        ("static memory", f"{_size(desc['static_memory'])} ({_accounting(desc)})"),
         ("lower bound", _ms(desc["lower_bound"])),
         ("store-all needs", _size(desc.get("store_all_memory"))),
     ]

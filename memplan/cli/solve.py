@@ -63,7 +63,8 @@ OPTIMIZER_HELP = (
     "Static memory counted in the budget: none 0, sgd 2W, momentum 3W, adam 4W (W = weights)."
 )
 GRADIENTS_HELP = (
-    "The training loop a chain plan is made for: at-backward (zero_grad(set_to_none=True), "
+    "The training loop a plan is made for (graph and pipeline plans keep the gradients): "
+    "at-backward (zero_grad(set_to_none=True), "
     "PyTorch's default: each stage's weight gradients appear at its backward), kept "
     "(zero_grad(set_to_none=False), gradient accumulation: counted for the whole step); auto: "
     "at-backward on a profile measured with weight_grad_size, else kept."

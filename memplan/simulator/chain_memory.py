@@ -11,8 +11,8 @@ from the start; a computation reserves its output (``s[k]`` for ``F_all``, ``x[k
 ``F_ck``/``F_n``, ``g[k]`` for ``B``) and its overhead when it starts (:meth:`ChainMemory.reserved`)
 and frees its overhead and what it consumes when it ends (:meth:`ChainMemory.finish`: ``B k``
 frees ``g[k+1]``, ``s[k]`` and the standalone ``x[k]``; ``F_n k`` frees the standalone ``x[k]``);
-under the training loop's terms (NOTE [ training-loop memory terms ], memplan/profile/memory.py)
-``B k`` also reserves the weight gradients it creates, which stay, ``F_all k`` reserves its own
+under the training loop's terms (NOTE [ simulator memory terms ] in :mod:`.terms`, computed
+there from the profile's fields) ``B k`` also reserves the weight gradients it creates, which stay, ``F_all k`` reserves its own
 overhead and, where autograd frees ``x[k]``, frees it at its end (the standalone checkpoint, or
 its part of ``s[k-1]``, which then counts without it until ``B k-1``);
 an offloaded tensor leaves the GPU when its offload ends, or at the end of the computation that
@@ -22,9 +22,9 @@ adds the static memory (weights, gradients, optimizer state) to every figure.
 
 from __future__ import annotations
 
-from memplan.profile.memory import stage_terms
 from memplan.profile.model import Profile
 from memplan.simulator.operations import Step, stored_sizes
+from memplan.simulator.terms import stage_loops
 
 # Places of a stored tensor (docs/combined.md, table "place"); None: not held.
 _GPU, _OUT, _LEAVING, _HOST, _IN = "gpu", "offloading", "leaving", "host", "prefetching"
@@ -49,20 +49,20 @@ class ChainMemory:
         optimizer: str = "sgd",
     ) -> None:
         stages = profile.chain_stages
-        terms = stage_terms(stages, gradients, optimizer)
+        loops = stage_loops(stages, gradients, optimizer)
         self.length = len(stages)
         self.size = stored_sizes(profile)
         self.x = [f"x[{k}]" for k in range(self.length + 1)]  # the names, made once
         self.s = [f"s[{k}]" for k in range(self.length)]
         self.g = [0] + [st.gradient_size for st in stages]
         self.fo = [st.forward_overhead for st in stages]
-        self.fa = list(terms.forward_all)  # F_all k's overhead (under its option: the option's)
-        self.bo = list(terms.backward)  # B k's overhead (under F_all k's option: the option's)
-        self.wg = terms.weight_grads
-        self.fr = terms.freed_input
+        self.fa = [t.forward_all for t in loops]  # F_all k's overhead (under an option: its)
+        self.bo = [t.backward for t in loops]  # B k's overhead (under F_all k's option: its)
+        self.wg = [t.weight_grads for t in loops]
+        self.fr = [t.frees_input for t in loops]
         self.cut: set[int] = set()  # k: s[k] is held without x[k+1], which F_all k+1 freed
         self.stages = stages
-        self.terms = terms  # the stages' own overheads (option 0)
+        self.loops = loops  # the stages' own overheads (option 0)
         self.options = [0] * self.length  # the option of each stage's latest F_all
         self.place: dict[str, str | None] = dict.fromkeys(self.size)
         self.place["x[0]"] = _GPU
@@ -101,7 +101,7 @@ class ChainMemory:
         chosen = self.stages[k].option(option)
         self.size[self.s[k]] = chosen.saved_size
         if option == 0:
-            self.fa[k], self.bo[k] = self.terms.forward_all[k], self.terms.backward[k]
+            self.fa[k], self.bo[k] = self.loops[k].forward_all, self.loops[k].backward
         else:
             self.fa[k], self.bo[k] = chosen.forward_overhead, chosen.backward_overhead
 
@@ -217,7 +217,7 @@ class ChainMemory:
         return None
 
     def free_input(self, k: int) -> str | None:
-        """After ``F_all k``, autograd's free of ``x[k]`` (NOTE [ training-loop memory terms ]):
+        """After ``F_all k``, autograd's free of ``x[k]`` (NOTE [ simulator memory terms ]):
         the standalone checkpoint, and ``s[k-1]``'s part, when on the GPU.
         """
         if self.place[self.x[k]] == _GPU:
@@ -245,6 +245,12 @@ class ChainMemory:
 
     def transfer_start(self, step: Step) -> str | None:
         name = step.tensor or ""
+        freed_by = self.freed_by(name)
+        if freed_by is not None:
+            return (
+                f"{name} cannot be transferred: autograd frees x[{freed_by}] after F_all stage "
+                f"{freed_by} (docs/combined.md, T6)"
+            )
         place = self.place[name]
         if step.name == "offload":
             if place == _GPU:
@@ -265,6 +271,13 @@ class ChainMemory:
         if place in (_OUT, _LEAVING):
             return f"starts at {step.start}, before {name} has left the GPU"
         return f"{name} is not on the host ({_PLACE[place] if place else 'not held'})"
+
+    def freed_by(self, tensor: str) -> int | None:
+        """The stage ``k`` whose ``F_all`` frees all or part of ``tensor`` (``x[k]``, or
+        ``s[k-1]`` which holds it), or None (T6 of docs/combined.md: such a tensor stays on the GPU).
+        """
+        k = int(tensor[2:-1]) + (1 if tensor[0] == "s" else 0)
+        return k if k < self.length and self.fr[k] else None
 
     def transfer_end(self, step: Step) -> None:
         name = step.tensor or ""

@@ -29,9 +29,9 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from memplan.profile.memory import static_bytes
 from memplan.profile.model import Profile
 from memplan.schedule import OptimizerName
+from memplan.simulator import terms
 
 DEFAULT_OPTIMIZER: OptimizerName = "sgd"
 """What a schedule without ``budget.optimizer`` is replayed with (the CLI's default)."""
@@ -47,22 +47,19 @@ def optimizer_of(schedule: Any) -> OptimizerName:
 def replay_static_memory(profile: Profile, schedule: Any) -> int | None:
     """The static memory the replay counts, from the profile and ``budget.optimizer``.
 
-    Chain, offload, combined and join schedules: the optimizer's factor times the weight bytes
+    Chain, offload, combined and join schedules: the optimizer's copies of the weight bytes
     (docs/model.md), less the gradients when ``budget.gradients`` is ``at-backward`` (they are
-    counted from each stage's backward on). Graph schedules: the bytes of the graph's ``weight`` tensors, which the
-    replay counts in the arena. Pipelines: None (the pipeline simulator adds each GPU's own
-    weights, weight versions included, and reports their total).
+    counted from each stage's backward on), computed by the simulator itself
+    (:func:`memplan.simulator.terms.static_memory`, NOTE [ simulator memory terms ]). Graph
+    schedules: the bytes of the graph's ``weight`` tensors, which the replay counts in the arena.
+    Pipelines: None (the pipeline simulator adds each GPU's own weights, weight versions
+    included, and reports their total).
     """
     if schedule.family == "pipeline":
         return None
     if schedule.family == "graph":
         return profile.graph.weight_size if profile.graph is not None else 0
-    return static_bytes(
-        profile.weight_size,
-        optimizer_of(schedule),
-        schedule.budget.gradients,
-        profile.workspace_size,
-    )
+    return terms.static_memory(profile, optimizer_of(schedule), schedule.budget.gradients)
 
 
 def with_replay_static_memory(profile: Profile, schedule: Any) -> Any:

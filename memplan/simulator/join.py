@@ -15,6 +15,13 @@ named by the schedule's ``join_model``:
     memory persistency per branch: ``F_n`` may free a stored ``x[j][i]`` only when the last
     operation on branch ``j`` produced it, and the turn ends every such run); the ``turn`` is the forward and backward of the loss stage joining the
     branches: it reads every branch output and writes every branch output's gradient.
+
+Under the training loop of the schedule's ``budget.gradients`` (docs/model.md, "The training
+loop"; the terms computed by :mod:`memplan.simulator.terms`), every ``B`` and the turn create
+their weight gradients, which stay, and take their loop's backward overhead; in the chain model
+``F_all`` takes its own overhead and frees its input where autograd does (the standalone
+``x[j][i]`` and ``s[j][i-1]``'s part, as docs/model.md), and the turn's forward frees the branch
+outputs autograd does not keep.
 """
 
 from __future__ import annotations
@@ -22,24 +29,34 @@ from __future__ import annotations
 from memplan.profile.model import Profile
 from memplan.schedule import Schedule
 from memplan.simulator.result import SimulationResult
+from memplan.simulator.terms import stage_loops, static_memory, turn_loop
 from memplan.simulator.timing import back_to_back_problem
 
 
 class _Branches:
-    """Sizes and times of every branch, as plain lists (``x``, ``s``, ``g`` per docs/join.md)."""
+    """Sizes and times of every branch, as plain lists (``x``, ``s``, ``g`` per docs/join.md),
+    and the training loop's terms (``fa``, ``bo``, ``wg``, ``fr`` per stage, the turn's own).
+    """
 
-    def __init__(self, profile: Profile, model: str) -> None:
+    def __init__(self, profile: Profile, model: str, gradients: str | None, optimizer: str) -> None:
         assert profile.branches is not None and profile.turn is not None
-        self.lengths = [len(b.stages) for b in profile.branches]
-        self.x = [[b.input_size] + [st.output_size for st in b.stages] for b in profile.branches]
-        self.s = [[st.saved_size for st in b.stages] for b in profile.branches]
+        branches = profile.branches
+        self.lengths = [len(b.stages) for b in branches]
+        self.x = [[b.input_size] + [st.output_size for st in b.stages] for b in branches]
+        self.s = [[st.saved_size for st in b.stages] for b in branches]
         g0 = (lambda b: b.input_size) if model == "pebble" else (lambda b: 0)
-        self.g = [[g0(b)] + [st.gradient_size for st in b.stages] for b in profile.branches]
-        self.fo = [[st.forward_overhead for st in b.stages] for b in profile.branches]
-        self.bo = [[st.backward_overhead for st in b.stages] for b in profile.branches]
-        self.ft = [[st.forward_time for st in b.stages] for b in profile.branches]
-        self.bt = [[st.backward_time for st in b.stages] for b in profile.branches]
+        self.g = [[g0(b)] + [st.gradient_size for st in b.stages] for b in branches]
+        self.fo = [[st.forward_overhead for st in b.stages] for b in branches]
+        loops = [stage_loops(b.stages, gradients, optimizer) for b in branches]
+        self.fa = [[t.forward_all for t in loop] for loop in loops]
+        self.bo = [[t.backward for t in loop] for loop in loops]
+        self.wg = [[t.weight_grads for t in loop] for loop in loops]
+        self.fr = [[t.frees_input for t in loop] for loop in loops]
+        self.ft = [[st.forward_time for st in b.stages] for b in branches]
+        self.bt = [[st.backward_time for st in b.stages] for b in branches]
         self.turn = profile.turn
+        lasts = [b.stages[-1] if b.stages else None for b in branches]
+        self.turn_loop, self.turn_frees = turn_loop(profile.turn, lasts, gradients, optimizer)
 
     def duration(self, name: str, branch: int | None, stage: int) -> float:
         if name == "turn":
@@ -57,6 +74,8 @@ class _State:
         self.k = len(net.lengths)
         self.x_held = [[i == 0 for i in range(length + 1)] for length in net.lengths]
         self.s_held = [[False] * length for length in net.lengths]
+        # per branch: the i whose s[j][i] is held without x[j][i+1], which autograd freed
+        self.cut: list[set[int]] = [set() for _ in net.lengths]
         self.turned = False
         # index i of the gradient g[j][i] each branch holds, once the turn has run
         self.grad = list(net.lengths)
@@ -69,7 +88,29 @@ class _State:
     def available(self, j: int, i: int) -> bool:
         if self.x_held[j][i]:
             return True
-        return self.model == "chain" and i > 0 and self.s_held[j][i - 1]
+        return (
+            self.model == "chain" and i > 0 and self.s_held[j][i - 1] and i - 1 not in self.cut[j]
+        )
+
+    def saved_bytes(self, j: int, i: int) -> int:
+        """What ``s[j][i]`` holds now: less ``x[j][i+1]`` where autograd freed it."""
+        return self.net.s[j][i] - (self.net.x[j][i + 1] if i in self.cut[j] else 0)
+
+    def freed_at(self, j: int, i: int) -> int:
+        """The bytes of ``x[j][i]`` autograd frees now (after a forward that frees it): the
+        standalone tensor and ``s[j][i-1]``'s part, where held.
+        """
+        freed = self.net.x[j][i] if self.x_held[j][i] else 0
+        if i > 0 and self.s_held[j][i - 1] and i - 1 not in self.cut[j]:
+            freed += self.net.x[j][i]
+        return freed
+
+    def free(self, j: int, i: int) -> None:
+        """Autograd frees ``x[j][i]`` (NOTE [ simulator memory terms ])."""
+        self.held -= self.freed_at(j, i)
+        self.x_held[j][i] = False
+        if i > 0 and self.s_held[j][i - 1]:
+            self.cut[j].add(i - 1)
 
     def problem(self, name: str, j: int | None, i: int) -> str | None:
         """Why operation ``name`` of stage ``i`` of branch ``j`` cannot run now, or None."""
@@ -101,6 +142,8 @@ class _State:
             return f"backward out of order: the next backward of branch {j} is stage {nxt}"
         if self.model == "chain" and not self.s_held[j][i]:
             return f"s[{j}][{i}] is not in memory"
+        if self.net.fr[j][i]:
+            return None  # the backward does not read x[j][i] (autograd freed it after F_all)
         if not self.available(j, i):
             return f"x[{j}][{i}] is not in memory"
         return None
@@ -133,19 +176,25 @@ class _State:
         if name == "turn":
             outs = [net.x[b][net.lengths[b]] for b in range(self.k)]
             grads = [net.g[b][net.lengths[b]] for b in range(self.k)]
-            t = net.turn
+            t, loop = net.turn, net.turn_loop
+            created = loop.weight_grads
             if self.model == "pebble":
                 extra = max(0, sum(grads) - sum(outs))
-                return held + extra + max(t.forward_overhead, t.backward_overhead)
-            return held + t.saved_size + max(t.forward_overhead, sum(grads) + t.backward_overhead)
+                return held + extra + max(t.forward_overhead, created + loop.backward)
+            freed = sum(
+                self.freed_at(b, net.lengths[b]) for b in range(self.k) if net.turn_frees[b]
+            )
+            backward = sum(grads) + created + loop.backward - freed
+            return held + t.saved_size + max(loop.forward_all, backward)
         assert j is not None
         if name == "B":
+            created = net.wg[j][i]
             if self.model == "pebble":
                 freed = net.x[j][i] + net.g[j][i + 1]
-                return held + max(0, net.g[j][i] - freed) + net.bo[j][i]
-            return held + net.g[j][i] + net.bo[j][i]
+                return held + max(0, net.g[j][i] - freed) + created + net.bo[j][i]
+            return held + net.g[j][i] + created + net.bo[j][i]
         if name == "F_all":
-            return held + net.s[j][i] + net.fo[j][i]
+            return held + net.s[j][i] + net.fa[j][i]
         if name == "F_n" and self.model == "pebble":
             return held + max(0, net.x[j][i + 1] - net.x[j][i]) + net.fo[j][i]
         return held + net.x[j][i + 1] + net.fo[j][i]
@@ -154,9 +203,12 @@ class _State:
         net = self.net
         if name == "turn":
             self.fresh = [-1] * self.k
+            self.held += net.turn_loop.weight_grads
             for b in range(self.k):
                 top = net.lengths[b]
                 self.held += net.g[b][top]
+                if net.turn_frees[b] and self.model == "chain":
+                    self.free(b, top)
                 if self.x_held[b][top]:
                     self.x_held[b][top] = False
                     self.held -= net.x[b][top]
@@ -169,13 +221,16 @@ class _State:
         if name == "F_all":
             self.s_held[j][i] = True
             self.held += net.s[j][i]
+            if net.fr[j][i]:
+                self.free(j, i)
             return
         if name == "B":
-            self.held += net.g[j][i] - net.g[j][i + 1]
+            self.held += net.g[j][i] + net.wg[j][i] - net.g[j][i + 1]
             self.grad[j] = i
             if self.model == "chain":
+                self.held -= self.saved_bytes(j, i)
                 self.s_held[j][i] = False
-                self.held -= net.s[j][i]
+                self.cut[j].discard(i)
         else:  # F_ck, F_n
             self.x_held[j][i + 1] = True
             self.held += net.x[j][i + 1]
@@ -213,7 +268,8 @@ def simulate_join(profile: Profile, schedule: Schedule, memory: int | None) -> S
         As the chain-model simulator (:mod:`memplan.simulator.combined`): a model violation
         stops the replay; timing and memory violations are reported and the replay goes on.
     """
-    static = schedule.static_memory
+    optimizer = schedule.budget.optimizer or "sgd"  # the CLI's default, as claims.optimizer_of
+    static = static_memory(profile, optimizer, schedule.budget.gradients) or 0  # never the claim
     result = SimulationResult(static_memory=static, budget=memory)
     model = schedule.join_model
     if profile.branches is None or profile.turn is None:
@@ -222,7 +278,7 @@ def simulate_join(profile: Profile, schedule: Schedule, memory: int | None) -> S
     if model not in ("pebble", "chain"):
         result.fail("join_model: expected 'pebble' or 'chain' (docs/join.md)")
         return result
-    net = _Branches(profile, model)
+    net = _Branches(profile, model, schedule.budget.gradients, optimizer)
     state = _State(net, model)
     result.peak_memory = static + state.held
     makespan = previous_end = 0.0

@@ -14,6 +14,7 @@ from typing import Any
 from memplan.errors import InputError
 from memplan.profile.model import Profile
 from memplan.schedule import Schedule
+from memplan.simulator import terms
 from memplan.simulator.claims import optimizer_of
 from memplan.simulator.combined import simulate_ops
 from memplan.simulator.graph import simulate_graph
@@ -37,15 +38,16 @@ def _chain_model(rules: Rules) -> Replay:
                     f"budget.bandwidth: {'an' if rules.family == 'offload' else 'a'} "
                     f"{rules.model} schedule must state its bandwidth (bytes/s), e.g. 12000000000"
                 )
+        optimizer, loop = optimizer_of(schedule), schedule.budget.gradients
         return simulate_ops(
             profile,
             schedule.ops,
             rules=rules,
-            static_memory=schedule.static_memory,
+            static_memory=terms.static_memory(profile, optimizer, loop) or 0,  # never the claim
             memory=memory,
             bandwidth=bandwidth,
-            gradients=schedule.budget.gradients,
-            optimizer=optimizer_of(schedule),
+            gradients=loop,
+            optimizer=optimizer,
         )
 
     replay.__doc__ = f"Replay a {rules.family} schedule (:func:`.combined.simulate_ops`)."

@@ -109,16 +109,17 @@ def _fixed_numbers(prof):
 
 def _pofo_plan(prof):
     """A pofo plan that both recomputes and offloads: fixed stage times (the CPU's are noisy),
-    30 MB/s, a scan of 16 budgets between rotor's least memory and the store-all need."""
+    300 MB/s (a saved block of these models moves in about a forward's time), a scan of 32
+    budgets between rotor's least memory and the store-all need."""
     data = prof.model_dump(exclude_none=True)
-    data["bandwidth"] = 3e7
+    data["bandwidth"] = 3e8
     for stage in data["stages"]:
         stage.update(forward_time=1.0, backward_time=2.0)
     timed = memplan.load_profile(data)
     desc = describe(timed, "none")
     lo, hi = desc["min_memory"]["chain"], desc["store_all_memory"]
-    for i in range(16):
-        memory = lo + (hi - lo) * i // 16
+    for i in range(32):
+        memory = lo + (hi - lo) * i // 32
         sched = memplan.solve(timed, "pofo", memory, optimizer="none", slots=500)
         if sched.feasible and sched.count("offload") and sched.count("F_ck"):
             return timed, memory

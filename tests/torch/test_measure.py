@@ -65,7 +65,9 @@ def _budgets(prof, algo: str, optimizer: str = "sgd") -> list[int]:
     offloading = []
     for i in range(1, 17):
         budget = least + (most - least) * i // 16
-        if memplan.solve(prof, "pofo", budget, optimizer=optimizer).count("offload"):
+        if memplan.solve(prof, "pofo", budget, optimizer=optimizer, gradients="kept").count(
+            "offload"
+        ):
             offloading.append(budget)
     assert offloading, "no budget where pofo offloads"
     return [least, offloading[0], offloading[-1]]

@@ -9,7 +9,7 @@ plan with :func:`memplan.algorithms.timeline.offload_schedule`.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from memplan.algorithms.base import AlgorithmInfo, Family, SolveRequest
 from memplan.algorithms.options import (
@@ -50,22 +50,40 @@ def solve_pofo(profile: Profile, request: SolveRequest) -> Schedule:
     from memplan.algorithms.timeline import Deadline, offload_schedule
 
     rate = resolve_bandwidth(profile, request.algorithm, request.options.bandwidth)
+    loop, optimizer = request.gradients, request.optimizer  # NOTE [ pofo loop terms ]
     plan = solve.solve_pofo(
-        Chain.from_profile(profile),
+        Chain.from_profile(profile, loop, optimizer),
         request.activation_memory,
         bandwidth=rate,
         slots=request.options.slots,
-        offload_instance=OffloadInstance.from_profile(profile, rate),
-        profile=profile,
+        offload_instance=OffloadInstance.from_profile(profile, rate, loop, optimizer),
         deadline=Deadline.after(request.options.time_limit),
     )
     return offload_schedule(profile, request, plan, rate)
+
+
+def describe_combined(
+    profile: Profile, static_memory: int, gradients: str | None = None, optimizer: str = "sgd"
+) -> dict[str, Any]:
+    """What ``memplan info`` adds: pofo's least memory, the least of rotor's and dynprog's (its
+    candidates: NOTE [ pofo loop terms ]), for the training loop ``gradients``.
+    """
+    from memplan.algorithms.chain.least_memory import chain_min_memory
+    from memplan.algorithms.chain.problem import Chain
+    from memplan.algorithms.offload.model import OffloadInstance
+
+    chain = Chain.from_profile(profile, gradients, optimizer)
+    offload = OffloadInstance.from_profile(profile, profile.bandwidth or 1.0, gradients, optimizer)
+    least = min(chain_min_memory(chain), offload.min_memory())  # neither depends on the bandwidth
+    return {"min_memory": {"combined": static_memory + least}}
 
 
 FAMILY = Family(
     name="combined",
     profile_kind="chain",
     options=CombinedOptions,
+    describe=describe_combined,
+    loop_terms=True,
     algorithms=(
         AlgorithmInfo(
             name="pofo",

@@ -177,6 +177,9 @@ class FractionalDP:
         (NOTE [ pofo pruning ]).
     deadline : Deadline, optional
         :meth:`solve` raises :class:`memplan.algorithms.timeline.TimeLimitReached` once it passes.
+    pinned : ndarray of bool, optional
+        ``pinned[a]``: segment ``a``'s input (``x[a]`` or ``s[a-1]``) is never offloaded
+        (autograd frees it after ``F_all a``: T6 of docs/combined.md).
     """
 
     def __init__(
@@ -191,17 +194,25 @@ class FractionalDP:
         window: int | None = None,
         bound: float = INF,
         deadline: Deadline | None = None,
+        pinned: npt.NDArray[np.bool_] | None = None,
     ) -> None:
         self.chain = chain
+        self.pinned = (
+            None if pinned is None or not pinned.any() else np.asarray(pinned, dtype=np.int64)
+        )
         L = self.L = chain.length
         budget = max(memory - int(chain.x[0]), 0)
         slots = self.slots = max(2, min(slots, MAX_SLOTS))
         cap, r = slot_sizes(chain, budget, slots)
         self.unit = 1.0 if budget <= slots else budget / slots
+        # F_all's own overhead (the training loop's: NOTE [ pofo loop terms ]), as fo is rounded
+        fall = chain.fall if budget <= slots else -(-chain.fall.astype(object) * slots // budget)
+        r["fa"] = np.asarray(fall, dtype=np.int64)
         if nearest and budget > slots:
             r = {
-                name: np.floor(getattr(chain, name) / self.unit + 0.5).astype(np.int64)
-                for name in ("x", "s", "g", "fo", "bo")
+                name: np.floor(getattr(chain, attr) / self.unit + 0.5).astype(np.int64)
+                for name, attr in (("x", "x"), ("s", "s"), ("g", "g"), ("fo", "fo"))
+                + (("bo", "bo"), ("fa", "fall"))
             }
             cap = max(0, cap - margin)
         c0 = int(int(chain.x[0]) // self.unit) if budget > 0 else 0
@@ -218,7 +229,9 @@ class FractionalDP:
         self.s = [int(v) for v in r["s"]]
         self.g = [int(v) for v in r["g"]]
         self.fo = [int(v) for v in r["fo"]]
+        self.fa = [int(v) for v in r["fa"]]
         self.bo = [int(v) for v in r["bo"]]
+        self.own_fa = None if chain.fa is None else np.array(self.fa, dtype=np.int64)
         self.ft = [float(v) for v in chain.ft]
         self.bt = [float(v) for v in chain.bt]
         self.fprefix = np.concatenate(([0.0], np.cumsum(chain.ft)))
@@ -267,6 +280,7 @@ class FractionalDP:
             window=w,
             beta=self.beta,
             time_limit=-1.0 if left is None else left,
+            fa=self.own_fa,
         )
         if not done:
             raise TimeLimitReached
@@ -353,6 +367,8 @@ class FractionalDP:
             beam=_BEAM,
             tolerance=_PRUNE_TOLERANCE,
             time_limit=-1.0 if left is None else left,
+            pinned=self.pinned,
+            fa=self.own_fa,
         )
         if stopped:
             raise TimeLimitReached
@@ -437,7 +453,7 @@ class FractionalDP:
             if v:
                 plan.offloads.append((name, first))
             if j == a:  # F_all a
-                nF = self.g[L] + self.s[a] + self.fo[a]
+                nF = self.g[L] + self.s[a] + self.fa[a]
                 eps_f = self._idle_one(nF - avail + F)
                 eps_b = self._idle_one(self.own_b[a] - avail + B)
                 window, d_back = self.ft[a], self.bt[a] + eps_b

@@ -73,10 +73,21 @@ class PofoDP:
         Bytes/s; 0 forbids offloading (the DP is then rotor's).
     slots : int
         Slots of the activation budget ``memory - |x[0]|`` (docs/model.md).
+    pinned : ndarray of bool, optional
+        ``pinned[a]``: segment ``a``'s input is never offloaded (T6 of docs/combined.md).
     """
 
-    def __init__(self, chain: Chain, memory: int, bandwidth: float, slots: int) -> None:
+    def __init__(
+        self,
+        chain: Chain,
+        memory: int,
+        bandwidth: float,
+        slots: int,
+        *,
+        pinned: np.ndarray | None = None,
+    ) -> None:
         self.chain = chain
+        self.pinned = [False] * chain.length if pinned is None else [bool(p) for p in pinned]
         self.L = chain.length
         budget = memory - int(chain.x[0])
         self.capacity, r = slot_sizes(chain, max(budget, 0), slots)
@@ -149,7 +160,7 @@ class PofoDP:
                 ck.append((j, self.fprefix[j] - self.fprefix[a], back + max(0.0, pf_time - back)))
         fits_all = a < L - 1 and s[a] + fo[a] <= fwd_room and g[a + 1] + s[a] + g[a] + bo[a] <= room
         for off in (False, True):
-            if off and self.per_ms <= 0:
+            if off and (self.per_ms <= 0 or self.pinned[a]):
                 continue
             K2 = K - T.credit if off else K + T.keep
             P2 = T if off else None

@@ -45,6 +45,7 @@ def _peaks(
 ) -> list[int] | None:
     """Memory (bytes) during each computation, prefetches just in time, offloads gone at once."""
     x, s, g, fo, bo = (v.tolist() for v in (chain.x, chain.s, chain.g, chain.fo, chain.bo))
+    fa = chain.fall.tolist()  # F_all's own overhead under the training loop (else fo)
     L = chain.length
     on = {"x[0]"}
     held = x[0] + g[L]
@@ -65,7 +66,7 @@ def _peaks(
         else:
             out = f"s[{k}]" if name == "F_all" else f"x[{k + 1}]"
             size = _size(chain, out)
-            peaks.append(held + size + fo[k])
+            peaks.append(held + size + (fa[k] if name == "F_all" else fo[k]))
             held += size
             on.add(out)
             if name == "F_n" and fresh == k and f"x[{k}]" in on:

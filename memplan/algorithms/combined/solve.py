@@ -12,9 +12,29 @@ It returns the fastest of four valid combined schedules:
   ``dynprog``'s (every forward ``F_all``).
 
 Each is a schedule of the combined model, so the result is never slower than either technique alone;
-which one won is in ``details["source"]``. They are computed in that order (rotor, dynprog, then
-the DPs), so that ``--time-limit`` (a :class:`~memplan.algorithms.timeline.Deadline`) returns the
-fastest found by then.
+which one won is in ``details["source"]``. They are computed in the order dynprog (where
+store-all does not fit), rotor, then the DPs, so that ``--time-limit`` (a
+:class:`~memplan.algorithms.timeline.Deadline`) returns the fastest found by then, and none after
+one that reaches the lower bound (every forward and backward once: nothing is faster): where
+dynprog reaches it pofo costs about dynprog (rotor, cubic in the stages, does not run), where
+rotor does, at most both.
+
+NOTE [ pofo loop terms ]
+------------------------
+rotor's and dynprog's candidates plan under the training loop's terms of the request exactly
+(docs/model.md, "The training loop"; NOTE [ offload loop terms ]), so pofo is never slower than
+either at any budget, whichever the loop. Its two DPs and the realization of their plans
+(:mod:`.realize`) plan in the model before the terms on a chain that folds them in
+(:func:`dp_chain`): the gradients held while a sub-chain runs include the weight gradients of the
+stages after it (``g'[k] = g[k] + wh[k]``), ``B k``'s overhead is ``bo[k] - wh[k+1]`` (so that
+its need ``g'[k+1] + s[k] + g'[k] + bo'[k]`` is exactly the loop's; at least ``-g'[k]``: a
+backward that frees more than it makes needs the memory held before it, where a prefetch
+overlapping it must fit too), ``F_all`` takes its own overhead in the Theorem 1 DP (the compiled
+kernels' ``fa``) and the realization, the larger of both in the window DP (its rotor tables read
+one), and autograd's frees are not counted (they only lower the memory) but the loss's, whose
+``B`` always follows its ``F_all`` (``B L-1`` needs the freed input less): every plan of the DPs
+fits in the loop's accounting, at worst a little above its least memory. The input of a segment that ``F_all`` frees is never offloaded
+(T6 of docs/combined.md).
 
 NOTE [ pofo on long chains ]
 ----------------------------
@@ -45,9 +65,13 @@ from __future__ import annotations
 import math
 from typing import Any
 
+import numpy as np
+import numpy.typing as npt
+
 from memplan.algorithms.base import ChainPlan, OffloadPlan, Sequence, Transfer
+from memplan.algorithms.chain.least_memory import least_memory_bounds
 from memplan.algorithms.chain.problem import Chain
-from memplan.algorithms.chain.rotor import chain_min_memory, plan_rotor
+from memplan.algorithms.chain.rotor import plan_rotor
 from memplan.algorithms.combined.fractional import MAX_SLOTS as FRACTIONAL_MAX_SLOTS
 from memplan.algorithms.combined.fractional import FractionalDP, table_bytes
 from memplan.algorithms.combined.pofo import PofoDP
@@ -56,7 +80,6 @@ from memplan.algorithms.offload.dynprog import solve_dynprog
 from memplan.algorithms.offload.model import OffloadInstance
 from memplan.algorithms.timeline import Deadline, TimeLimitReached
 from memplan.errors import InputError
-from memplan.profile.model import Profile
 from memplan.schedule import Status
 
 DEFAULT_SLOTS = 50
@@ -100,6 +123,47 @@ def _timed(chain: Chain, sequence: Sequence) -> list[Transfer]:
     return ops
 
 
+def dp_chain(chain: Chain) -> tuple[Chain, npt.NDArray[np.bool_]]:
+    """The chain pofo's DPs and realization plan on, and the segment inputs they never offload
+    (NOTE [ pofo loop terms ]); ``chain`` itself (nothing pinned) in the model before the loop's
+    terms.
+    """
+    pinned = np.asarray(chain.freed > 0, dtype=bool)
+    if chain.fa is None and chain.wh is None and chain.fr is None:
+        return chain, pinned
+    held = chain.held_grads  # wh[k], k = 0 .. L
+    g = chain.g + held
+    # B k reserves nothing below 0: the moment before it starts is then its peak
+    bo = np.maximum(chain.bo - held[1:], -g[:-1])
+    # The loss's F_all is always right before its B: where it frees its input (a language
+    # model's logits), its backward finds that much less in memory, exactly.
+    bo[-1] -= chain.freed[-1]
+    folded = Chain(
+        x=chain.x,
+        s=chain.s,
+        g=g,
+        fo=chain.fo,
+        bo=bo,
+        ft=chain.ft,
+        bt=chain.bt,
+        names=chain.names,
+        fa=chain.fall,  # the Theorem 1 DP and the realization read F_all's own overhead
+    )
+    return folded, pinned
+
+
+def _one_overhead(chain: Chain) -> Chain:
+    """``chain`` with one forward overhead, the larger of ``fo`` and ``fa``, for the window DP,
+    whose rotor tables read one (NOTE [ pofo loop terms ]).
+    """
+    if chain.fa is None:
+        return chain
+    return Chain(
+        chain.x, chain.s, chain.g, np.maximum(chain.fo, chain.fa), chain.bo, chain.ft, chain.bt,
+        chain.names,
+    )  # fmt: skip
+
+
 def solve_pofo(
     chain: Chain,
     memory: int,
@@ -108,7 +172,6 @@ def solve_pofo(
     slots: int | str = "auto",
     rotor_slots: int | str | None = None,
     offload_instance: OffloadInstance | None = None,
-    profile: Profile | None = None,
     dynprog_slots: int | str = "auto",
     deadline: Deadline | None = None,
 ) -> OffloadPlan:
@@ -117,6 +180,7 @@ def solve_pofo(
     Parameters
     ----------
     chain : Chain
+        The chain, under the training loop's terms the plan is for (NOTE [ pofo loop terms ]).
     memory : int
         Bytes for activations, ``x[0]`` included (budget minus static memory).
     bandwidth : float
@@ -129,23 +193,23 @@ def solve_pofo(
         Slots of the rotor candidate (default: ``slots`` when it is a number, rotor's own default,
         ``"auto"``, with ``"auto"``, so that pofo is never slower than rotor run with its defaults).
     offload_instance : OffloadInstance, optional
-        The same chain for the offloading family, to try dynprog's schedule too.
+        The same chain for the offloading family (under the same loop), to try dynprog's schedule
+        too.
     dynprog_slots : int or "auto"
         Slots of the dynprog candidate (default ``"auto"``, dynprog's own default: finer grids
         while they are cheap, NOTE [ offload slots auto ]).
-    profile : Profile, optional
-        The chain's profile: the realized ``frac`` schedule is then replayed by
-        :func:`memplan.simulator.simulate_combined` and dropped (``details["frac_rejected"]``) if the
-        replay disagrees (a safety net; the tests check that it never triggers).
     deadline : Deadline, optional
-        When to stop (``--time-limit``): the candidates are computed rotor first, then dynprog,
-        then the DPs, and the fastest found by then is returned (``details["stopped"]``).
+        When to stop (``--time-limit``): the candidates are computed dynprog first (where
+        store-all does not fit), then rotor, then the DPs, and the fastest found by then is
+        returned (``details["stopped"]``).
 
     Returns
     -------
     OffloadPlan
         Timed operations (``ops``) and ``claimed_makespan``; ``infeasible`` with ``min_memory`` the
         least budget at which rotor or dynprog fit (a budget at which pofo surely fits) otherwise.
+        A candidate that reaches the lower bound ends the search (``details["bound_reached"]``
+        names it).
 
     Raises
     ------
@@ -157,39 +221,48 @@ def solve_pofo(
     lower = chain.lower_bound
     peak = chain.store_all_peak()
     candidates: list[tuple[float, str, list[Transfer]]] = []
-    least = chain_min_memory(chain)
     details: dict[str, Any] = {}
     auto = slots == "auto"
     grid = DEFAULT_SLOTS if auto else int(slots)
-    exact = chain.length <= EXACT_STAGES
-    window = None if exact else pofo_window(chain, memory, grid)
+
+    def reached() -> bool:
+        """Whether a candidate reaches the lower bound: nothing can beat it."""
+        best = min((c[0] for c in candidates), default=INF)
+        if best <= lower * (1 + 1e-12):
+            details["bound_reached"] = min(candidates)[1]
+            return True
+        return False
+
+    offload = offload_instance if bandwidth > 0 else None
+    rotor: ChainPlan | None = None
     try:
-        if rotor_slots is not None:
-            rotor = plan_rotor(chain, memory, slots=rotor_slots)
-        elif auto:
-            rotor = plan_rotor(chain, memory)  # rotor's own default grid
-        else:
-            rotor = plan_rotor(chain, memory, slots=grid)
-        if rotor.sequence is not None:
-            assert rotor.claimed_makespan is not None, "a rotor plan states its makespan"
-            candidates.append((rotor.claimed_makespan, "rotor", _timed(chain, rotor.sequence)))
-        if offload_instance is not None and bandwidth > 0:
-            least = min(least, offload_instance.min_memory())
-            plan = solve_dynprog(offload_instance, memory, slots=dynprog_slots, deadline=deadline)
+        if offload is not None and peak > memory:
+            # dynprog first where store-all does not fit: cheap, and where it reaches the lower
+            # bound, rotor (cubic in the stages) is not needed
+            plan = solve_dynprog(offload, memory, slots=dynprog_slots, deadline=deadline)
             if plan.ops is not None:
                 assert plan.claimed_makespan is not None, "a dynprog plan states its makespan"
                 candidates.append((plan.claimed_makespan, "dynprog", list(plan.ops)))
-        best = min((c[0] for c in candidates), default=INF)
-        if memory - int(chain.x[0]) >= 0 and (exact or best > lower * (1 + 1e-12)):
+        if not reached():
+            rotor = _rotor_plan(chain, memory, rotor_slots, grid if not auto else None)
+            if rotor.sequence is not None:
+                assert rotor.claimed_makespan is not None, "a rotor plan states its makespan"
+                candidates.append((rotor.claimed_makespan, "rotor", _timed(chain, rotor.sequence)))
+        if rotor is not None and memory - int(chain.x[0]) >= 0 and not reached():
+            exact = chain.length <= EXACT_STAGES
+            folded, pinned = dp_chain(chain)
+            window = None if exact else pofo_window(folded, memory, grid)
+            if window is not None:
+                details["window"] = window
             _dynamic_programs(
-                chain,
+                folded,
+                pinned,
                 memory,
                 bandwidth,
                 grid,
                 auto,
                 rotor,
                 rotor_slots,
-                profile,
                 details,
                 candidates,
                 window,
@@ -197,8 +270,7 @@ def solve_pofo(
             )
     except TimeLimitReached:
         details["stopped"] = "time limit"
-    if window is not None:
-        details["window"] = window
+    least = _least_memory(chain, rotor, offload)
     if not candidates:
         stopped = "stopped" in details
         return OffloadPlan(
@@ -233,24 +305,51 @@ def solve_pofo(
     )
 
 
+def _rotor_plan(
+    chain: Chain, memory: int, rotor_slots: int | str | None, grid: int | None
+) -> ChainPlan:
+    """Rotor's candidate: at ``rotor_slots`` when given, else on pofo's ``grid`` when given, else
+    at rotor's own default (so that pofo is never slower than rotor run with its defaults).
+    """
+    if rotor_slots is not None:
+        return plan_rotor(chain, memory, slots=rotor_slots)
+    if grid is None:
+        return plan_rotor(chain, memory)
+    return plan_rotor(chain, memory, slots=grid)
+
+
+def _least_memory(chain: Chain, rotor: ChainPlan | None, offload: OffloadInstance | None) -> int:
+    """Pofo's ``min_memory``: the least of rotor's and dynprog's, a budget where pofo surely
+    fits. Where rotor did not run (dynprog reached the lower bound) and the chain's least memory
+    is not settled by its bounds, the chain's is the upper bound (the recompute-all plan's peak:
+    NOTE [ least memory ]), so as not to run the cubic least-memory DP for a plan that needs none.
+    """
+    if rotor is not None and rotor.min_memory is not None:
+        least = rotor.min_memory
+    else:
+        least = least_memory_bounds(chain)[1]
+    return least if offload is None else min(least, offload.min_memory())
+
+
 def _dynamic_programs(
     chain: Chain,
+    pinned: npt.NDArray[np.bool_],
     memory: int,
     bandwidth: float,
     grid: int,
     auto: bool,
     rotor: ChainPlan,
     rotor_slots: int | str | None,
-    profile: Profile | None,
     details: dict[str, Any],
     candidates: list[tuple[float, str, list[Transfer]]],
     window: int | None,
     deadline: Deadline,
 ) -> None:
     """The candidates of the Theorem 1 DP (``frac``) and of the window DP (``dp``), added to
-    ``candidates``. On chains longer than :data:`EXACT_STAGES`, the Theorem 1 DP runs on a
-    ``window`` and only looks for plans faster than the candidates already found (NOTE [ pofo
-    window ]); the window DP does not run there.
+    ``candidates``; ``chain`` is :func:`dp_chain`'s, ``pinned`` the segment inputs never
+    offloaded. On chains longer than :data:`EXACT_STAGES`, the Theorem 1 DP runs on a ``window``
+    and only looks for plans faster than the candidates already found (NOTE [ pofo window ]); the
+    window DP does not run there.
     """
     # A plan that moves a tensor lasts at least its offload and its prefetch: when even the
     # smallest one cannot beat rotor that way, no transfer can help and pofo is rotor.
@@ -271,7 +370,7 @@ def _dynamic_programs(
             memory,
             bandwidth,
             [grid] + ([FINE_SLOTS] if auto and short else []),
-            profile,
+            pinned,
             details,
             round_up=not finer_rotor,
             fallback=FINE_SLOTS if auto and not short and exact else None,
@@ -282,7 +381,7 @@ def _dynamic_programs(
         candidates += found
     # The window DP: on short chains (cheap there), or when the Theorem 1 DP gave nothing.
     if chain.length <= WINDOW_STAGES or (not found and window is None):
-        dp = PofoDP(chain, memory, bandwidth, grid)
+        dp = PofoDP(_one_overhead(chain), memory, bandwidth, grid, pinned=pinned)
         value = dp.solve()
         details["dp"] = value
         if value < float("inf"):
@@ -341,7 +440,7 @@ def _fractional_grids(
     memory: int,
     bandwidth: float,
     grids: list[int],
-    profile: Profile | None,
+    pinned: npt.NDArray[np.bool_],
     details: dict[str, Any],
     *,
     round_up: bool = True,
@@ -366,7 +465,7 @@ def _fractional_grids(
             memory,
             bandwidth,
             grid,
-            profile,
+            pinned,
             own,
             round_up=round_up,
             window=window,
@@ -390,7 +489,7 @@ def _fractional(
     memory: int,
     bandwidth: float,
     slots: int,
-    profile: Profile | None,
+    pinned: npt.NDArray[np.bool_],
     details: dict[str, Any],
     *,
     round_up: bool = True,
@@ -427,6 +526,7 @@ def _fractional(
             window=window,
             bound=bound,
             deadline=deadline,
+            pinned=pinned,
         )
         value = dp.solve()
         details["frac_value"] = value
@@ -444,22 +544,7 @@ def _fractional(
         ops = realize(chain, plan.sequence, plan.offloads, plan.prefetches, memory, bandwidth)
         if ops is None:  # pragma: no cover - the realization waits rather than fails
             continue
-        makespan = max(op[3] for op in ops)
-        if profile is not None:
-            from memplan.schedule import Op
-            from memplan.simulator import simulate_combined
-
-            replay = simulate_combined(
-                profile,
-                [Op(op=n, stage=k, start=a, end=b, stream=s, tensor=t) for n, k, a, b, s, t in ops],
-                memory=memory,
-                bandwidth=bandwidth,
-            )
-            if not replay.valid:  # pragma: no cover - safety net, see solve_pofo
-                details["frac_rejected"] = replay.violation
-                continue
-            makespan = replay.makespan
-        return [(makespan, "frac", ops)]
+        return [(max(op[3] for op in ops), "frac", ops)]
     return []
 
 

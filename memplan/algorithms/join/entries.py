@@ -45,8 +45,11 @@ def solve_equiv_chain(profile: Profile, request: SolveRequest) -> Schedule:
     return solve.run_equiv_chain(profile, request)
 
 
-def describe_join(profile: Profile, static_memory: int, *_loop: Any) -> dict[str, Any]:
-    """What ``memplan info`` adds for a join profile: least memory, store-all need, c_min.
+def describe_join(
+    profile: Profile, static_memory: int, gradients: str | None = None, optimizer: str = "sgd"
+) -> dict[str, Any]:
+    """What ``memplan info`` adds for a join profile: least memory, store-all need, c_min, for
+    the training loop ``gradients`` (NOTE [ join loop terms ]).
 
     For a uniform profile (docs/join.md) ``c_min`` is Theorem 2's, in slots of ``slot_size``
     bytes, and the memory figures are the pebble model's (``c_min`` and ``sum(l) + k`` slots);
@@ -72,7 +75,7 @@ def describe_join(profile: Profile, static_memory: int, *_loop: Any) -> dict[str
         ]
         + [{**turn.model_dump(exclude_none=True), "name": f"turn/{turn.name}"}],
     }
-    u = uniform(profile)
+    u = uniform(profile, gradients, optimizer)
     if u is not None:
         least = c_min(u.lengths)
         found.update(
@@ -83,7 +86,7 @@ def describe_join(profile: Profile, static_memory: int, *_loop: Any) -> dict[str
             min_memory={"join": static_memory + least * u.size},
         )
         return found
-    net = JoinNet.from_profile(profile)
+    net = JoinNet.from_profile(profile, gradients, optimizer)
     least, _ = min_memory_plan(net)
     found.update(
         join_model="chain",
@@ -98,6 +101,7 @@ FAMILY = Family(
     profile_kind="join",
     options=JoinOptions,
     describe=describe_join,
+    loop_terms=True,
     algorithms=(
         AlgorithmInfo(
             name="join",

@@ -35,7 +35,9 @@ def equivalent_chain(net: JoinNet) -> tuple[Chain, list[int], int]:
         else:
             pinned += int(c.x[0])
         x[a + 1 : n + 1] += c.x[1:]
-        g[a + 1 : n + 1] += c.g[1:]
+        # g[j][0] too: under the loop's terms the weight gradients held at the end (NOTE
+        # [ join loop terms ]); 0 before them
+        g[a : n + 1] += c.g
         s[a:n] += c.s
         fo[a:n] += c.fo
         bo[a:n] += c.bo

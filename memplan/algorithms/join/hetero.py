@@ -31,6 +31,19 @@ this model). It is exact over canonical plans in the slot discretization of docs
 paper proves canonical plans optimal in its pebble model only. The gap to an exhaustive search
 of the chain model is measured in tests/algorithms/join/test_hetero.py and docs/benchmarks.md.
 
+NOTE [ join loop terms ]
+Under the training loop's terms (docs/model.md, "The training loop"; the solvers' figures from
+memplan/profile/memory.py) the DPs plan on a net that folds them in, as pofo's (NOTE [ pofo loop
+terms ]): the gradient ``g[j][i]`` a state holds for branch ``j`` counts the weight gradients of
+its stages ``i..`` too, branch 0's also the turn's (created by the turn, held to the end), so that
+every ``G(p)`` holds the weight gradients of every backward that has run; ``B``'s overhead is the
+loop's less the weight gradients held already (``B i`` needs exactly the loop's), never below
+``-g[j][i]`` (the moment before a backward that frees more than it makes); the turn's forward
+overhead and backward overhead are its loop's and its weight gradients count in the gradient of
+branch 0's output; a branch stage's forward takes the larger of ``forward_overhead`` and
+``forward_overhead_all``; autograd's frees are not counted (they only lower the memory). Every
+plan therefore fits in the loop's accounting (the simulator's, :mod:`memplan.simulator.join`).
+
 Complexity: ``O(prod(l + 1) * sum(l) * S)`` for the join part (numpy over the slots), plus the
 rotor tables ``O(l_j^3 S)`` of each branch.
 """
@@ -52,6 +65,7 @@ from memplan.algorithms.join.pebble import JoinOp
 from memplan.algorithms.timeline import Deadline, TimeLimitReached
 from memplan.core import kernels
 from memplan.errors import InputError
+from memplan.profile.memory import stage_terms
 from memplan.profile.model import Profile
 
 INF = math.inf
@@ -86,17 +100,51 @@ class JoinNet:
     t_turn: float
 
     @classmethod
-    def from_profile(cls, profile: Profile) -> JoinNet:
+    def from_profile(
+        cls, profile: Profile, gradients: str | None = None, optimizer: str = "sgd"
+    ) -> JoinNet:
+        """The net of a join profile, under the training loop ``gradients`` (NOTE [ join loop
+        terms ]; None: the model before the loop's terms).
+        """
         assert profile.branches is not None and profile.turn is not None
         chains = [Chain.from_stages(b.input_size, b.stages) for b in profile.branches]
         t = profile.turn
-        return cls(
+        net = cls(
             chains,
             t.saved_size,
             t.forward_overhead,
             t.backward_overhead,
             t.gradient_size,
             t.forward_time + t.backward_time,
+        )
+        return net if gradients is None else net.folded(profile, gradients, optimizer)
+
+    def folded(self, profile: Profile, gradients: str, optimizer: str) -> JoinNet:
+        """The net with the training loop's terms folded in (NOTE [ join loop terms ])."""
+        assert profile.branches is not None and profile.turn is not None
+        turn = stage_terms([profile.turn], gradients, optimizer)
+        extra = turn.weight_grads[0]  # the turn's weight gradients, held from the turn on
+        chains = []
+        for j, (branch, c) in enumerate(zip(profile.branches, self.chains, strict=True)):
+            terms = stage_terms(branch.stages, gradients, optimizer)
+            created = np.array(terms.weight_grads, dtype=np.int64)
+            held = np.append(np.cumsum(created[::-1])[::-1], 0) + (extra if j == 0 else 0)
+            g = c.g + held
+            fall = np.array(terms.forward_all, dtype=np.int64)
+            bo = np.array(terms.backward, dtype=np.int64) - held[1:]
+            chains.append(
+                Chain(
+                    c.x, c.s, g, np.maximum(c.fo, fall), np.maximum(bo, -g[:-1]), c.ft, c.bt,
+                    c.names,
+                )
+            )  # fmt: skip
+        return JoinNet(
+            chains,
+            self.s_turn,
+            turn.forward_all[0],
+            turn.backward[0],
+            self.g_turn,
+            self.t_turn,
         )
 
     @property

@@ -21,6 +21,7 @@ from memplan.algorithms.base import SolveRequest
 from memplan.algorithms.join.pebble import JoinOp
 from memplan.algorithms.timeline import Deadline, TimeLimitReached
 from memplan.errors import InputError
+from memplan.profile.memory import stage_terms
 from memplan.profile.model import Profile
 from memplan.schedule import (
     Budget,
@@ -48,9 +49,21 @@ class Uniform:
     lengths: tuple[int, ...]
 
 
-def uniform(profile: Profile) -> Uniform | None:
-    """The pebble-model parameters when the profile is uniform (docs/join.md), else None."""
+def uniform(
+    profile: Profile, gradients: str | None = None, optimizer: str = "sgd"
+) -> Uniform | None:
+    """The pebble-model parameters when the profile is uniform (docs/join.md), else None.
+
+    Under a training loop (``gradients``) whose terms add memory to a stage (weight gradients, an
+    overhead of ``F_all`` or of the backward), the profile is not uniform: the chain model plans it
+    (NOTE [ join loop terms ]).
+    """
     assert profile.branches is not None and profile.turn is not None
+    if gradients is not None:
+        every = [st for b in profile.branches for st in b.stages] + [profile.turn]
+        terms = stage_terms(every, gradients, optimizer)
+        if any(terms.weight_grads) or any(terms.forward_all) or any(terms.backward):
+            return None
     size = profile.branches[0].input_size
     stages = [st for b in profile.branches for st in b.stages]
     if size <= 0 or any(b.input_size != size for b in profile.branches):
@@ -119,7 +132,9 @@ def _schedule(
         family="join",
         algorithm=algorithm,
         profile=ProfileRef(model=profile.model, sha256=profile.sha256(), stages=profile.length),
-        budget=Budget(memory=request.memory, optimizer=request.optimizer),
+        budget=Budget(
+            memory=request.memory, optimizer=request.optimizer, gradients=request.gradients
+        ),
         feasible=plan is not None,
         makespan=makespan,
         overhead=overhead,
@@ -142,7 +157,7 @@ def _pebble_slots(request: SolveRequest, u: Uniform) -> int:
 def run_join(profile: Profile, request: SolveRequest) -> Schedule:
     """``--algo join``: the optimal canonical schedule (Theorem 3; its generalization otherwise)."""
     started = time.perf_counter()
-    u = uniform(profile)
+    u = uniform(profile, request.gradients, request.optimizer)
     if u is not None:
         return _join_pebble(profile, request, u, started)
     return _join_chain(profile, request, started)
@@ -192,7 +207,7 @@ def _join_chain(profile: Profile, request: SolveRequest, started: float) -> Sche
 
     slots = request.options.slots
     deadline = Deadline.after(request.options.time_limit)
-    net = JoinNet.from_profile(profile)
+    net = JoinNet.from_profile(profile, request.gradients, request.optimizer)
     budget = request.memory - request.static_memory
     try:
         least, least_plan = min_memory_plan(net, deadline)
@@ -272,7 +287,7 @@ def _join_chain(profile: Profile, request: SolveRequest, started: float) -> Sche
 def run_equiv_chain(profile: Profile, request: SolveRequest) -> Schedule:
     """``--algo equiv-chain``: the paper's baseline (Section 4, Figure 9)."""
     started = time.perf_counter()
-    u = uniform(profile)
+    u = uniform(profile, request.gradients, request.optimizer)
     if u is not None:
         return _equiv_pebble(profile, request, u, started)
     return _equiv_chain_model(profile, request, started)
@@ -324,7 +339,7 @@ def _equiv_chain_model(profile: Profile, request: SolveRequest, started: float) 
     from memplan.algorithms.join.hetero import JoinNet
 
     slots = request.options.slots
-    net = JoinNet.from_profile(profile)
+    net = JoinNet.from_profile(profile, request.gradients, request.optimizer)
     chain, starts, pinned = equivalent_chain(net)
     budget = request.memory - request.static_memory
     result = plan_rotor(chain, budget - pinned, slots=slots)

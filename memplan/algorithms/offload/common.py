@@ -43,8 +43,8 @@ def plan_from_set(
     ``infeasible`` when the set does not fit (then ``min_memory`` is set).
     """
     # Moving zero bytes changes nothing: such activations stay (and the schedule has no empty
-    # transfers).
-    offloaded = np.asarray(offloaded, dtype=bool) & (inst.a[: inst.n] > 0)
+    # transfers); pinned ones cannot move (NOTE [ offload loop terms ]).
+    offloaded = inst.movable(offloaded)
     schedule = no_wait_schedule(inst, offloaded, memory)
     if schedule is None:
         return infeasible_plan(inst, memory, slots)

@@ -121,10 +121,7 @@ def _repair_indices(inst: OffloadInstance, sl: Slots, mask: np.ndarray, memory: 
     number of runs (NOTE [ offload slot discretization ]).
     """
     below = inst.a - sl.a * sl.sigma > 0
-    a, g = inst.a, inst.g
-    kept = inst.kept_prefix(mask)
-    forward = kept[:-1] + a[:-1] + a[1:] + inst.ef
-    backward = kept[:-1] + a[:-1] + a[1:] + g[:-1] + g[1:] + inst.bo
+    forward, backward = inst.needs(inst.kept_prefix(mask))
     violated = np.flatnonzero((forward > memory) | (backward > memory))
     involved = np.zeros(inst.n + 1, dtype=bool)
     if len(violated):
@@ -144,15 +141,16 @@ def fit_in_bytes(inst: OffloadInstance, offloaded: np.ndarray, memory: int) -> n
     fails when ``memory >= inst.min_memory()`` (offloading every activation below ``k`` fits).
     O(n).
     """
-    a, g, n = inst.a, inst.g, inst.n
-    own = np.maximum(a[:-1] + a[1:] + inst.ef, a[:-1] + a[1:] + g[:-1] + g[1:] + inst.bo)
+    n = inst.n
+    own = np.maximum(*inst.needs(np.zeros(n + 1, dtype=np.int64)))
     room = (memory - own).tolist()
-    sizes = a.tolist()
-    mask = np.array(offloaded, dtype=bool, copy=True)
+    sizes = inst.ac.tolist()
+    pinned = inst.pinned.tolist()
+    mask = np.asarray(offloaded, dtype=bool) & ~inst.pinned  # a new array; pinned ones stay
     kept, earliest = 0, 0
     for k in range(n):
         while kept > room[k]:
-            while earliest < k and (mask[earliest] or sizes[earliest] == 0):
+            while earliest < k and (mask[earliest] or sizes[earliest] == 0 or pinned[earliest]):
                 earliest += 1
             if earliest >= k:  # pragma: no cover - memory >= min_memory: everything below fits
                 raise AssertionError("dynprog: no set fits although memory >= min_memory")

@@ -65,6 +65,8 @@ class Slots:
     sigma: float
     budget: int
     a: npt.NDArray[np.int64]  # (n + 1,)
+    ac: npt.NDArray[np.int64]  # (n + 1,) a less what autograd frees (NOTE [ offload loop terms ])
+    pinned: npt.NDArray[np.bool_]  # (n,) never offloaded
     g: npt.NDArray[np.int64]  # (n + 1,)
     ef: npt.NDArray[np.int64]  # (n,)
     eb: npt.NDArray[np.int64]  # (n,)
@@ -92,11 +94,15 @@ def discretize(
     of Problem 2 (:func:`relaxation_bound`).
     """
     sigma = max(1.0, memory / slots)
+    freed = inst.a - inst.ac  # what autograd frees: ac = a - freed errs as the other sizes do
     if optimistic:
+        a = np.floor(inst.a / sigma + _EPS).astype(np.int64)
         return Slots(
             sigma=sigma,
             budget=int(math.ceil(memory / sigma - _EPS)),
-            a=np.floor(inst.a / sigma + _EPS).astype(np.int64),
+            a=a,
+            ac=a - np.ceil(freed / sigma - _EPS).astype(np.int64),
+            pinned=inst.pinned,
             g=np.floor(inst.g / sigma + _EPS).astype(np.int64),
             ef=np.floor(inst.ef / sigma + _EPS).astype(np.int64),
             eb=np.floor(inst.bo / sigma + _EPS).astype(np.int64),
@@ -122,6 +128,8 @@ def discretize(
         sigma=sigma,
         budget=int(math.floor(memory / sigma + _EPS)),
         a=a,
+        ac=a - np.floor(freed / sigma + _EPS).astype(np.int64),
+        pinned=inst.pinned,
         g=up(inst.g),
         ef=up(inst.ef),
         eb=up(inst.bo),
@@ -259,7 +267,7 @@ def run_dp(
         ``sets`` is empty when no state survives (no set fits in slots) or the run was aborted.
     """
     n, budget = sl.n, sl.budget
-    a, g, ef, eb, cf, cb = sl.a, sl.g, sl.ef, sl.eb, sl.cf, sl.cb
+    a, ac, g, ef, eb, cf, cb = sl.a, sl.ac, sl.g, sl.ef, sl.eb, sl.cf, sl.cb
     cap = budget  # slack beyond the budget never matters (docs/offload.md)
     zero = np.zeros(1, dtype=np.int64)
     n_kept, delta_f, delta_b, idle = zero, zero.copy(), zero.copy(), zero.copy()
@@ -273,7 +281,7 @@ def run_dp(
         # eq. (1): F_k waits until enough backlog of a[0..k-1] has left; a[k] stays for F_k.
         need_f = a[k] + n_kept + pf + a[k + 1] + ef[k] - budget
         # eq. (6): B_k (read backwards) waits until enough lower prefetching has been pushed later.
-        need_b = g[k] + a[k] + n_kept + pb + a[k + 1] + g[k + 1] + eb[k] - budget
+        need_b = g[k] + ac[k] + n_kept + pb + ac[k + 1] + g[k + 1] + eb[k] - budget
         ok = (need_f <= pf) & (need_b <= pb)
         if not ok.all():
             keep = np.flatnonzero(ok)
@@ -295,16 +303,17 @@ def run_dp(
         off_f = np.maximum(pf + a[k] - moved_f, -cap)
         off_b = a[k] + np.maximum(delta_b - moved_b, 0)
         count = len(idle)
-        parent = np.concatenate((np.arange(count), np.arange(count)))
-        choice = np.concatenate((np.zeros(count, dtype=bool), np.ones(count, dtype=bool)))
-        n_kept = np.concatenate((n_kept + a[k], n_kept))
-        delta_f = np.concatenate((kept_f, off_f))
-        delta_b = np.concatenate((kept_b, off_b))
-        idle = np.concatenate((new_idle, new_idle))
+        copies = 1 if sl.pinned[k] else 2  # a pinned a[k] is only kept
+        parent = np.tile(np.arange(count), copies)
+        choice = np.repeat(np.array([False, True])[:copies], count)
+        n_kept = np.concatenate((n_kept + ac[k], n_kept)[:copies])
+        delta_f = np.concatenate((kept_f, off_f)[:copies])
+        delta_b = np.concatenate((kept_b, off_b)[:copies])
+        idle = np.tile(new_idle, copies)
         # States that cannot fit the next operations are dropped now (they would fail there).
         fits = np.flatnonzero(
             (n_kept + a[k + 1] + np.maximum(delta_f, 0) <= budget)
-            & (g[k + 1] + a[k + 1] + n_kept + np.maximum(delta_b, 0) <= budget)
+            & (g[k + 1] + ac[k + 1] + n_kept + np.maximum(delta_b, 0) <= budget)
         )
         if pruning:
             keep_idx = fits[prune(n_kept[fits], delta_f[fits], delta_b[fits], idle[fits])]
@@ -376,13 +385,14 @@ def _between_phases(
     value (the terms outside the windows never exceed the others).
     """
     n, budget = sl.n, sl.budget
-    a, g = sl.a, sl.g
-    after = np.concatenate((np.cumsum(a[::-1])[::-1], [0]))  # after[j] = a[j] + .. + a[n]
-    later = after[np.arange(n) + 2]  # sum_{i >= j+2} a[i]
+    a, ac, g = sl.a, sl.ac, sl.g
+    after = np.concatenate((np.cumsum(ac[::-1])[::-1], [0]))  # after[j] = ac[j] + .. + ac[n]
+    later = after[np.arange(n) + 2]  # sum_{i >= j+2} ac[i]
     u_b = np.concatenate((np.cumsum(sl.cb[::-1])[::-1], [0]))[1:]  # sum_{i > j} cb[i]
     u_f = np.concatenate((np.cumsum(sl.cf[::-1])[::-1], [0]))[1:]
     r_b = sl.eb + g[:-1] + g[1:] - later
-    r_f = sl.fo - later
+    cut = a - ac  # F_j holds a[j] and a[j+1] whole (NOTE [ offload loop terms ])
+    r_f = sl.fo + cut[:-1] + cut[1:] - later
     m_f = a[n] + n_kept + np.maximum(delta_f, 0)
     m_b = g[n] + a[n] + n_kept + np.maximum(delta_b, 0)
     eps_g: npt.NDArray[np.int64] = np.maximum.reduce(

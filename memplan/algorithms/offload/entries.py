@@ -46,13 +46,14 @@ class OffloadOptions:
 
 
 def _instance(profile: Profile, request: SolveRequest) -> tuple[Any, float]:
-    """The offloading instance of ``profile`` and its bandwidth (bytes/s): the option, else the
-    profile's.
+    """The offloading instance of ``profile`` under the request's training loop (NOTE
+    [ offload loop terms ]) and its bandwidth (bytes/s): the option, else the profile's.
     """
     from memplan.algorithms.offload.model import OffloadInstance
 
     rate = resolve_bandwidth(profile, request.algorithm, request.options.bandwidth)
-    return OffloadInstance.from_profile(profile, rate), rate
+    instance = OffloadInstance.from_profile(profile, rate, request.gradients, request.optimizer)
+    return instance, rate
 
 
 def solve_greedy(profile: Profile, request: SolveRequest) -> Schedule:
@@ -106,11 +107,15 @@ def solve_vdnn(profile: Profile, request: SolveRequest) -> Schedule:
     return offload_schedule(profile, request, plan, rate)
 
 
-def describe_offload(profile: Profile, static_memory: int, *_loop: Any) -> dict[str, Any]:
-    """What ``memplan info`` adds: the least memory with every activation offloaded, M_peak."""
+def describe_offload(
+    profile: Profile, static_memory: int, gradients: str | None = None, optimizer: str = "sgd"
+) -> dict[str, Any]:
+    """What ``memplan info`` adds: the least memory with every activation offloaded, M_peak,
+    for the training loop ``gradients`` (NOTE [ offload loop terms ]).
+    """
     from memplan.algorithms.offload.model import OffloadInstance
 
-    offload = OffloadInstance.from_profile(profile, profile.bandwidth or 1.0)
+    offload = OffloadInstance.from_profile(profile, profile.bandwidth or 1.0, gradients, optimizer)
     return {
         "min_memory": {"offload": static_memory + offload.min_memory()},
         "offload_peak": static_memory + offload.peak(),
@@ -122,6 +127,7 @@ FAMILY = Family(
     profile_kind="chain",
     options=OffloadOptions,
     describe=describe_offload,
+    loop_terms=True,
     algorithms=(
         AlgorithmInfo(
             name="greedy",

@@ -28,18 +28,19 @@ def greedy_set(inst: OffloadInstance, memory: int) -> np.ndarray:
     Returns
     -------
     ndarray of bool, shape (n,)
-        Empty when nothing must be offloaded; every activation ``a[0] .. a[n-1]`` when no prefix
-        covers the excess.
+        Empty when nothing must be offloaded; every movable activation ``a[0] .. a[n-1]`` when no
+        prefix covers the excess (pinned ones never move: NOTE [ offload loop terms ]).
     """
     n = inst.n
     excess = inst.peak() - memory
     mask = np.zeros(n, dtype=bool)
     if excess <= 0:
         return mask
-    prefix = np.cumsum(inst.a[:n])
+    movable = inst.movable(np.ones(n, dtype=bool))  # pinned ones stay (NOTE [ offload loop terms ])
+    prefix = np.cumsum(np.where(movable, inst.a[:n], 0))
     covering = np.flatnonzero(prefix >= excess)
     k = int(covering[0]) if len(covering) else n - 1
-    mask[: k + 1] = True
+    mask[: k + 1] = movable[: k + 1]
     return mask
 
 

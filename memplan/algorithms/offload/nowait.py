@@ -9,7 +9,8 @@ NOTE [ offload no-wait schedule ]
 ---------------------------------
 Memory rules (the same in :mod:`memplan.simulator.combined`, written separately):
 
-1. ``F_k`` reserves ``a[k+1] + fo[k]`` at its start and frees ``fo[k]`` at its end; ``B_k`` reserves
+1. ``F_k`` reserves ``a[k+1] + fo[k]`` at its start and frees ``fo[k]`` at its end (and, under
+   the training loop's terms, ``a[k] - ac[k]``: NOTE [ offload loop terms ]); ``B_k`` reserves
    ``g[k] + bo[k]`` at its start and frees ``bo[k]``, ``g[k+1]``, ``a[k+1]`` (and ``a[0]`` for
    ``k = 0``) at its end. ``a[0]`` and ``g[n]`` are held from the start.
 2. The offload of ``a[k]`` may start once ``a[k]`` exists (the end of ``F_{k-1}``; time 0 for the
@@ -152,7 +153,7 @@ def no_wait_schedule(
     See NOTE [ offload no-wait schedule ]. None means that no schedule offloading exactly this set
     fits (:meth:`OffloadInstance.feasible` is False).
     """
-    d = np.asarray(offloaded, dtype=bool)
+    d = inst.movable(offloaded)
     if not inst.feasible(d, memory):
         return None
     forward = _forward(inst, d, memory)
@@ -188,6 +189,7 @@ def _forward(inst: OffloadInstance, d: npt.NDArray[np.bool_], memory: int) -> _F
     """Forward phase as early as possible; releases are ``max(offload end, end of F_k)``."""
     n, beta = inst.n, inst.beta
     a, fo, uf = inst.a.tolist(), inst.fo.tolist(), inst.uf.tolist()
+    cut = (inst.a - inst.ac).tolist()  # what autograd frees of a[k] at the end of F_k
     held = int(inst.g[n]) + a[0]
     channel = 0.0
     pending: deque[tuple[float, int]] = deque()  # (release time, bytes), times non-decreasing
@@ -212,7 +214,7 @@ def _forward(inst: OffloadInstance, d: npt.NDArray[np.bool_], memory: int) -> _F
         while pending and pending[0][0] <= start:
             held -= pending.popleft()[1]
         f_start[k], f_end[k] = start, start + uf[k]
-        held += a[k + 1]
+        held += a[k + 1] - cut[k]
         if d[k]:
             releases[k] = max(offload[k][1], f_end[k])
             pending.append((releases[k], a[k]))
@@ -227,7 +229,7 @@ def _backward(inst: OffloadInstance, d: npt.NDArray[np.bool_], memory: int) -> _
     ``B_0`` (time 0).
     """
     n, beta = inst.n, inst.beta
-    a, g, bo = inst.a.tolist(), inst.g.tolist(), inst.bo.tolist()
+    a, ac, g, bo = inst.a.tolist(), inst.ac.tolist(), inst.g.tolist(), inst.bo.tolist()
     ub = [_exact(t) for t in inst.ub.tolist()]
     kept = inst.kept_prefix(d).tolist()
     b_start, b_end = [0] * n, [0] * n
@@ -235,7 +237,7 @@ def _backward(inst: OffloadInstance, d: npt.NDArray[np.bool_], memory: int) -> _
     early: list[tuple[int, int]] = []  # prefetches of lower activations, latest index first
     upper = 0
     for k in range(n):
-        slack = memory - (kept[k] + a[k] + a[k + 1] + g[k + 1] + g[k] + bo[k])
+        slack = memory - (kept[k] + ac[k] + ac[k + 1] + g[k + 1] + g[k] + bo[k])
         if slack < 0:
             return None
         end, reserved = upper, 0
@@ -271,6 +273,7 @@ def _gap(
     """
     n = inst.n
     a, g, fo, bo = inst.a.tolist(), inst.g.tolist(), inst.fo.tolist(), inst.bo.tolist()
+    ac = inst.ac.tolist()
     kept = inst.kept_prefix(d).tolist()
     end_forward, start_backward = _exact(f_end[-1]), b_start[-1]
 
@@ -291,7 +294,7 @@ def _gap(
     total = sum(size for _, size in late)
     if total > 0:
         for j in range(n):
-            slack = memory - (kept[j] + a[j] + a[j + 1] + g[j + 1] + g[j] + bo[j])
+            slack = memory - (kept[j] + ac[j] + ac[j + 1] + g[j + 1] + g[j] + bo[j])
             if total <= slack:
                 continue
             left = total

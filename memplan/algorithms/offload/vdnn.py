@@ -29,8 +29,9 @@ def vdnn_candidates(inst: OffloadInstance) -> list[np.ndarray]:
         ratio = np.where(sizes > 0, inst.uf / np.where(sizes > 0, sizes, 1.0), np.inf)
     sets: list[np.ndarray] = [np.zeros(n, dtype=bool)]
     seen = {sets[0].tobytes()}
-    for threshold in np.unique(ratio)[::-1]:
-        chosen = np.flatnonzero(ratio >= threshold)
+    movable = ~inst.pinned  # pinned ones stay (NOTE [ offload loop terms ])
+    for threshold in np.unique(ratio[movable])[::-1]:
+        chosen = np.flatnonzero((ratio >= threshold) & movable)
         for picked in (chosen, chosen[::2]):
             mask = np.zeros(n, dtype=bool)
             mask[picked] = True

@@ -35,6 +35,7 @@ from memplan.algorithms.chain.rotor import dense_table, slot_sizes
 from memplan.algorithms.combined.fractional import MAX_SLOTS, FractionalDP
 from memplan.algorithms.combined.realize import realize
 from memplan.algorithms.combined.solve import solve_pofo
+from memplan.algorithms.offload.model import OffloadInstance
 from memplan.profile.model import Profile
 from memplan.schedule import Op
 from memplan.simulator import simulate_combined
@@ -169,9 +170,24 @@ def test_slots_are_capped_and_reported():
     chain = Chain.from_profile(prof)
     memory = chain.store_all_peak() * 10
     assert FractionalDP(chain, memory, RATE, 5000).slots == MAX_SLOTS
-    plan = solve_pofo(chain, memory, bandwidth=RATE, slots=5000, profile=prof)
+    assert FractionalDP(chain, memory, RATE, 5000).solve() == pytest.approx(chain.lower_bound)
+    tight = chain.store_all_peak() - 1  # rotor does not reach the lower bound: the DPs run
+    plan = solve_pofo(chain, tight, bandwidth=RATE, slots=5000)
+    assert "bound_reached" not in plan.details
     assert plan.details["frac_slots"] == MAX_SLOTS
-    assert plan.details["frac_value"] == pytest.approx(chain.lower_bound)
+    assert plan.details["frac_value"] >= chain.lower_bound
+
+
+def test_a_candidate_at_the_lower_bound_ends_the_search():
+    """Store-all fits: rotor's plan reaches the lower bound, nothing can beat it, and neither
+    dynprog nor the DPs run (issue 40: pofo costs at most rotor plus dynprog there)."""
+    prof = chain_profile(3, 5)
+    chain = Chain.from_profile(prof)
+    inst = OffloadInstance.from_profile(prof, RATE)
+    plan = solve_pofo(chain, chain.store_all_peak(), bandwidth=RATE, offload_instance=inst)
+    assert plan.details["bound_reached"] == "rotor" == plan.details["source"]
+    assert "dynprog" not in plan.details and "frac_value" not in plan.details
+    assert plan.status == "optimal"
 
 
 @pytest.mark.parametrize("seed", range(6))
@@ -194,7 +210,7 @@ def test_without_recomputation_it_is_the_best_offloading(seed, rate):
         assert value <= fluid[0] * (1 + 1e-6)  # the forward table is float32
         if not any(name == "F_ck" for name, _ in dp.plan().sequence):
             assert value == pytest.approx(fluid[0])
-        plan = solve_pofo(chain, memory, bandwidth=rate, slots=memory, profile=prof)
+        plan = solve_pofo(chain, memory, bandwidth=rate, slots=memory)
         assert plan.claimed_makespan <= real[0] + 1e-6
 
 
@@ -263,9 +279,15 @@ def test_on_a_window_sizes_rounded_up_when_the_nearest_slot_gives_nothing_that_f
     desc = memplan.api.describe(prof, "none")
     low, high = desc["min_memory"]["chain"], desc["store_all_memory"]
     memory = round(low + (high - low) * fraction) - static_memory(prof, "none")
-    plan = solve_pofo(chain, memory, bandwidth=12e9, slots=slots, rotor_slots="auto", profile=prof)
+    plan = solve_pofo(chain, memory, bandwidth=12e9, slots=slots, rotor_slots="auto")
     assert plan.details["window"] < length
     assert plan.details["frac_rounding"] == "up"
-    assert "frac_rejected" not in plan.details
+    replay = simulate_combined(
+        prof,
+        [Op(op=n, stage=k, start=a, end=b, stream=s, tensor=t) for n, k, a, b, s, t in plan.ops],
+        memory=memory,
+        bandwidth=12e9,
+    )
+    assert replay.valid, replay.violation  # the realization fits by construction
     if "frac" in plan.details:  # a rounded-up plan faster than rotor's
         assert plan.details["frac"] < math.inf

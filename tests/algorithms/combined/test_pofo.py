@@ -206,7 +206,6 @@ def _pofo_pair(prof: Profile, memory: int, rate: float):
         bandwidth=rate,
         rotor_slots=500,
         offload_instance=OffloadInstance.from_profile(prof, rate),
-        profile=prof,
     )
     return solve_pofo(chain, memory, **common), solve_pofo(chain, memory, slots=50, **common)
 
@@ -291,9 +290,14 @@ def test_fuzzed_profile_replays_valid():
         memory,
         bandwidth=rate,
         offload_instance=OffloadInstance.from_profile(prof, rate),
-        profile=prof,
     )
-    assert "frac_rejected" not in plan.details
+    replay = simulate_combined(
+        prof,
+        [Op(op=n, stage=k, start=a, end=b, stream=s, tensor=t) for n, k, a, b, s, t in plan.ops],
+        memory=memory,
+        bandwidth=rate,
+    )
+    assert replay.valid, replay.violation  # the realization fits by construction
     cli = CliRunner().invoke(
         app,
         ["solve", str(FUZZ), "--algo", "pofo", "--mem", str(memory), "--optimizer", "none"]
@@ -372,15 +376,16 @@ def test_tables_beyond_the_limit_are_refused(monkeypatch, tmp_path):
 
     prof, low, high = long_chain()
     monkeypatch.setattr(combined_solve, "TABLE_LIMIT", 10**6)
+    memory = low + (high - low) // 10  # where neither rotor nor dynprog reaches the lower bound
     with pytest.raises(
         InputError, match=r"pofo: the DP tables for 60 stages would take .* GB at 50"
     ):
-        memplan.solve(prof, "pofo", (low + high) // 2, optimizer="none", bandwidth=12e9)
+        memplan.solve(prof, "pofo", memory, optimizer="none", bandwidth=12e9)
     path = tmp_path / "long.json"
     path.write_text(prof.model_dump_json())
     result = CliRunner().invoke(
         app,
-        ["solve", str(path), "--algo", "pofo", "--mem", str((low + high) // 2)]
+        ["solve", str(path), "--algo", "pofo", "--mem", str(memory)]
         + ["--optimizer", "none", "--bandwidth", "12GB/s"],
     )
     assert result.exit_code == 2
@@ -388,7 +393,7 @@ def test_tables_beyond_the_limit_are_refused(monkeypatch, tmp_path):
 
 
 def test_time_limit_returns_the_best_plan_so_far():
-    """--time-limit: rotor first, then dynprog (its grids stop, GREEDY's set stands in), then the
+    """--time-limit: dynprog first (its grids stop, GREEDY's set stands in), then rotor, then the
     DPs, which stop at once; the fastest plan found by then is returned and replays."""
     prof, low, high = long_chain(30)
     memory = low + (high - low) // 10

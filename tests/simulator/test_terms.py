@@ -1,0 +1,188 @@
+"""The simulator's memory terms are its own (NOTE [ simulator memory terms ] in
+memplan/simulator/terms.py): written from docs/model.md apart from the solvers' (memplan/profile/
+memory.py), they agree with them on random profiles, and a solver whose terms are wrong is
+caught: its plan is rejected by the replay (memplan.solve raises InternalError), whichever term
+is wrong (a saved tensor, the weight gradients, the static memory) and whichever family made it.
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+from pathlib import Path
+
+import pytest
+
+import memplan
+import memplan.algorithms.chain.problem as chain_problem
+import memplan.algorithms.offload.model as offload_model
+import memplan.algorithms.timeline as timeline
+from memplan.errors import InternalError
+from memplan.profile.memory import stage_terms, static_bytes
+from memplan.profile.model import Profile, Stage
+from memplan.profile.synthetic import random_chain
+from memplan.schedule import OPTIMIZER_FACTORS, Op
+from memplan.simulator import terms
+from tests.paths import ROOT
+from tests.strategies import with_loop_terms
+
+LOOPS = (None, "at-backward", "kept")
+
+
+@functools.cache
+def measured(length: int, seed: int) -> Profile:
+    """A random chain with every field of a measured profile (weights, loop terms, frees)."""
+    return with_loop_terms(random_chain(length, seed=seed, overheads=True), seed)
+
+
+def test_the_simulator_imports_no_solver_code():
+    """No module of memplan/simulator imports the solvers' memory terms or any algorithm."""
+    forbidden = ("memplan.algorithms", "memplan.profile.memory")
+    for path in sorted((ROOT / "memplan" / "simulator").glob("*.py")):
+        tree = ast.parse(Path(path).read_text())
+        for node in ast.walk(tree):
+            names: list[str] = []
+            if isinstance(node, ast.ImportFrom) and node.module:
+                names = [node.module]
+            elif isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            for name in names:
+                assert not name.startswith(forbidden), f"{path.name} imports {name}"
+
+
+def test_every_optimizer_of_the_format_is_known():
+    """The simulator counts the static memory of every optimizer a schedule may name."""
+    assert set(terms.WEIGHT_COPIES) == set(OPTIMIZER_FACTORS)
+
+
+@pytest.mark.parametrize("loop", LOOPS)
+@pytest.mark.parametrize("optimizer", sorted(OPTIMIZER_FACTORS))
+@pytest.mark.parametrize("seed", range(6))
+def test_the_two_accountings_agree(seed, optimizer, loop):
+    """Written apart, from the same document: the same bytes on random measured profiles."""
+    prof = measured(6, seed).model_copy(update={"workspace_size": 7 * seed})
+    solver = stage_terms(prof.stages, loop, optimizer)
+    mine = terms.stage_loops(prof.stages, loop, optimizer)
+    assert [t.forward_all for t in mine] == solver.forward_all
+    assert [t.backward for t in mine] == solver.backward
+    assert [t.weight_grads for t in mine] == solver.weight_grads
+    assert [t.frees_input for t in mine] == solver.freed_input
+    expected = static_bytes(prof.weight_size, optimizer, loop, prof.workspace_size)
+    assert terms.static_memory(prof, optimizer, loop) == expected
+
+
+def test_the_random_profiles_exercise_every_term():
+    loops = [terms.stage_loops(measured(6, s).stages, "at-backward") for s in range(6)]
+    assert any(t.frees_input for loop in loops for t in loop)
+    assert any(t.weight_grads for loop in loops for t in loop)
+    assert any(t.backward < 0 for loop in loops for t in loop)
+
+
+# ---- a solver with a wrong term is caught ---------------------------------------------------
+
+
+def _store_all_need(prof: Profile, loop: str, algo: str) -> int:
+    """The budget the (possibly faulty) solvers of ``algo``'s family say store-all needs."""
+    desc = memplan.api.describe(prof, "sgd", loop)
+    offloading = algo in ("greedy", "dynprog", "vdnn")
+    return int(desc["offload_peak" if offloading else "store_all_memory"])
+
+
+def _solve_everywhere(prof: Profile, loop: str, algo: str) -> None:
+    """Solve at the faulty solver's own store-all need (the plan it thinks just fits)."""
+    budget = _store_all_need(prof, loop, algo)
+    memplan.solve(prof, algo, budget, gradients=loop, bandwidth=1e9)
+
+
+def _one_saved_tensor_less(original):
+    """``Chain._arrays`` with every saved tensor ``s[k]`` missing its output ``x[k+1]``: the
+    solver's stage terms off by one saved tensor."""
+
+    def faulty(input_size, stages):
+        arrays = original(input_size, stages)
+        arrays["s"] = arrays["s"] - arrays["x"][1:]
+        return arrays
+
+    return staticmethod(faulty)
+
+
+@pytest.mark.parametrize("loop", ["at-backward", "kept"])
+@pytest.mark.parametrize("algo", ["store-all", "rotor", "pofo"])
+def test_a_saved_tensor_missing_from_the_solver_is_caught(monkeypatch, algo, loop):
+    prof = measured(5, 3).model_copy(update={"bandwidth": 1e9})
+    _solve_everywhere(prof, loop, algo)  # the true terms: accepted
+    monkeypatch.setattr(
+        chain_problem.Chain, "_arrays", _one_saved_tensor_less(chain_problem.Chain._arrays)
+    )
+    with pytest.raises(InternalError, match="simulator rejects"):
+        _solve_everywhere(prof, loop, algo)
+
+
+def _without_weight_gradients(original):
+    def faulty(stages, gradients, optimizer="sgd"):
+        found = original(stages, gradients, optimizer)
+        return type(found)(found.forward_all, found.backward, [0] * len(stages), found.freed_input)
+
+    return faulty
+
+
+@pytest.mark.parametrize(
+    ("module", "algo"),
+    [(chain_problem, "rotor"), (offload_model, "greedy"), (offload_model, "dynprog")],
+)
+def test_weight_gradients_missing_from_the_solver_are_caught(monkeypatch, module, algo):
+    """Under ``at-backward`` the solver forgets the weight gradients each backward creates
+    (large here: the peak is in the backward)."""
+    prof = measured(5, 2)
+    heavy = [
+        st.model_copy(update={"weight_size": 50, "weight_grad_size": 50}) for st in prof.stages
+    ]
+    prof = prof.model_copy(update={"bandwidth": 1e9, "stages": heavy})
+    _solve_everywhere(prof, "at-backward", algo)
+    monkeypatch.setattr(module, "stage_terms", _without_weight_gradients(stage_terms))
+    with pytest.raises(InternalError, match="simulator rejects"):
+        _solve_everywhere(prof, "at-backward", algo)
+
+
+def test_static_memory_too_small_in_the_solver_is_caught(monkeypatch):
+    """The solvers' static memory one weight copy short: the replay counts its own."""
+    prof = measured(5, 1)
+    budget = _store_all_need(prof, "kept", "rotor")
+    memplan.solve(prof, "rotor", budget, gradients="kept")
+
+    def faulty(weight_size, optimizer, gradients, workspace=None):
+        return static_bytes(weight_size, optimizer, gradients, workspace) - weight_size
+
+    monkeypatch.setattr(timeline, "static_bytes", faulty)
+    with pytest.raises(InternalError, match="simulator rejects"):
+        memplan.solve(prof, "rotor", budget - prof.weight_size, gradients="kept")
+
+
+def test_a_tensor_autograd_frees_is_never_transferred():
+    """T6 of docs/combined.md: where ``F_all 1`` frees ``x[1]``, neither ``s[0]`` (which holds
+    it) nor a standalone ``x[1]`` moves."""
+    stages = [
+        Stage(name=f"s{k}", forward_time=1.0, backward_time=1.0, output_size=4, saved_size=6)
+        for k in range(2)
+    ]
+    stages[0] = stages[0].model_copy(update={"output_saved": False})
+    stages[1] = stages[1].model_copy(update={"input_saved": False})
+    prof = Profile(model="frees", input_size=4, stages=stages)
+    ops = [
+        Op(op="F_all", stage=0, start=0.0, end=1.0),
+        Op(op="F_all", stage=1, start=1.0, end=2.0),
+        Op(op="offload", stage=0, start=1.0, end=2.0, stream="transfer", tensor="s[0]"),
+        Op(op="B", stage=1, start=2.0, end=3.0),
+        Op(op="prefetch", stage=0, start=3.0, end=4.0, stream="transfer", tensor="s[0]"),
+        Op(op="B", stage=0, start=4.0, end=5.0),
+    ]
+    loop = simulate_combined_loop(prof, ops, "kept")
+    assert not loop.valid and "s[0] cannot be transferred" in loop.violation
+    before = simulate_combined_loop(prof, ops, None)  # before the loop's terms: no free, and
+    assert "cannot be transferred" not in (before.violation or "")  # B 1 then reads s[0]
+
+
+def simulate_combined_loop(prof: Profile, ops: list[Op], loop: str | None):
+    from memplan.simulator.combined import simulate_ops
+
+    return simulate_ops(prof, ops, bandwidth=6000.0, gradients=loop)
