@@ -7,13 +7,16 @@ from typing import Any
 
 from memplan.algorithms import FAMILIES
 from memplan.algorithms.timeline import static_memory
+from memplan.loop import Optimizer, TrainingLoop, parse_optimizer
 from memplan.profile.io import load_profile
-from memplan.profile.memory import resolve_gradients
+from memplan.profile.memory import loop_on
 from memplan.profile.model import Profile
 
 
 def describe(
-    profile: Profile | Mapping[str, Any] | str, optimizer: str = "sgd", gradients: str = "auto"
+    profile: Profile | Mapping[str, Any] | str,
+    optimizer: str | Optimizer = "sgd",
+    gradients: str = "auto",
 ) -> dict[str, Any]:
     """What ``memplan info`` shows: the profile's metadata, totals and the memory each family needs.
 
@@ -26,7 +29,8 @@ def describe(
     the profile adds its own figures (``Family.describe``).
     """
     prof = load_profile(profile)
-    static = static_memory(prof, optimizer)
+    chosen = parse_optimizer(optimizer)
+    static = static_memory(prof, TrainingLoop(Optimizer(chosen.name)))
     device = prof.device.model_dump(exclude_none=True) if prof.device else None
     common = {
         "model": prof.model,
@@ -40,7 +44,7 @@ def describe(
         "bandwidth": prof.bandwidth,
         "measured": prof.measured.model_dump(exclude_none=True) if prof.measured else None,
         "weight_size": prof.weight_size,
-        "optimizer": optimizer,
+        "optimizer": chosen.text,
         "static_memory": static,
         "lower_bound": prof.lower_bound,
         "sha256": prof.sha256(),
@@ -49,9 +53,9 @@ def describe(
     for name in prof.families:
         family = FAMILIES[name]
         if family.describe is not None:
-            loop = resolve_gradients(prof, gradients) if family.loop_terms else None
-            own = static_memory(prof, optimizer, loop)
-            found = _merge(found, family.describe(prof, own, loop, optimizer))
+            loop = loop_on(prof, chosen, gradients, terms=family.loop_terms)
+            own = static_memory(prof, loop)
+            found = _merge(found, family.describe(prof, own, loop))
     return {**common, **found}
 
 

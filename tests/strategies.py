@@ -166,4 +166,26 @@ def with_loop_terms(profile: Profile, seed: int) -> Profile:
                 }
             )
         )
-    return profile.model_copy(update={"stages": stages})
+    return profile.model_copy(update={"stages": _first_uses(stages, seed)})
+
+
+def _first_uses(stages: list[Stage], seed: int) -> list[Stage]:
+    """``first_use_grad_size`` and ``largest_grad_size`` drawn consistently with
+    ``weight_grad_size``: some of the gradients stage ``k`` creates belong to parameters an earlier
+    stage uses first (shared, as a tied embedding), whose step comes at that stage's backward."""
+    rng = random.Random(seed + 7919)
+    first = [0] * len(stages)
+    for k, stage in enumerate(stages):
+        created = stage.weight_grad_size or 0
+        shared = rng.randint(0, created) if k > 0 and rng.random() < 0.3 else 0
+        first[k] += created - shared
+        first[rng.randrange(k) if shared else k] += shared
+    return [
+        stage.model_copy(
+            update={
+                "first_use_grad_size": first[k],
+                "largest_grad_size": rng.randint(min(1, first[k]), first[k]),
+            }
+        )
+        for k, stage in enumerate(stages)
+    ]

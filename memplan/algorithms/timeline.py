@@ -14,37 +14,22 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import TypedDict, TypeGuard
+from typing import TypedDict
 
 from memplan.algorithms.base import ChainPlan, OffloadPlan, SolveRequest
-from memplan.errors import InputError
-from memplan.profile.memory import static_bytes
+from memplan.loop import TrainingLoop
+from memplan.profile.memory import gradient_bytes, largest_gradient, static_bytes
 from memplan.profile.model import Profile
 from memplan.schedule import (
-    OPTIMIZER_FACTORS,
     Budget,
     Op,
     OpName,
-    OptimizerName,
     ProfileRef,
     Schedule,
     SolverInfo,
     Status,
     overhead_ratio,
 )
-
-
-def _is_optimizer(name: str) -> TypeGuard[OptimizerName]:
-    return name in OPTIMIZER_FACTORS
-
-
-def check_optimizer(optimizer: str) -> OptimizerName:
-    """``optimizer`` if it is one of :data:`OPTIMIZER_FACTORS`, else an input error."""
-    if not _is_optimizer(optimizer):
-        raise InputError(
-            f"--optimizer {optimizer!r}: expected one of {', '.join(OPTIMIZER_FACTORS)}"
-        )
-    return optimizer
 
 
 class TimeLimitReached(Exception):
@@ -80,19 +65,34 @@ class Deadline:
         return None if self.at is None else max(0.0, self.at - time.monotonic())
 
 
-def static_memory(profile: Profile, optimizer: str = "sgd", gradients: str | None = None) -> int:
-    """Bytes present during the whole iteration: weights, their gradients, optimizer state.
+def static_memory(profile: Profile, loop: TrainingLoop) -> int:
+    """Bytes present during the whole iteration: weights, optimizer state, kept gradients.
 
     The profile's ``workspace_size`` (the math libraries' workspaces on a GPU) is static too.
-    With ``gradients`` ``at-backward`` the gradients are not static: each stage's appear at its
-    backward (NOTE [ training-loop memory terms ], memplan/profile/memory.py). A graph profile
-    holds its own weights, gradients and optimizer state (docs/graph.md): its static memory is its
-    ``weight_size`` whatever the optimizer.
+    With ``gradients`` ``at-backward`` (or ``step-in-backward``) the gradients are not static:
+    each stage's appear at its backward (NOTE [ training-loop memory terms ],
+    memplan/profile/memory.py). A graph profile holds its own weights, gradients and optimizer
+    state (docs/graph.md): its static memory is its ``weight_size`` whatever the optimizer.
     """
-    name = check_optimizer(optimizer)
     if profile.kind == "graph":
         return profile.weight_size
-    return static_bytes(profile.weight_size, name, gradients, profile.workspace_size)
+    return static_bytes(profile, loop)
+
+
+def step_peak(profile: Profile, loop: TrainingLoop, static: int) -> int:
+    """The peak of the optimizer's step after the backward, static memory included (0 when the
+    plan does not count it: NOTE [ training-loop memory terms ]).
+
+    When the last ``B`` has run, the chain holds ``x[0]`` and, under ``at-backward``, every
+    gradient; the step adds its temporaries (NOTE [ optimizer step temporaries ],
+    memplan/loop.py). No plan changes this figure: a budget below it has no plan.
+    """
+    if not loop.counts_step or profile.input_size is None:
+        return 0
+    gradients = gradient_bytes(profile)
+    temporaries = loop.optimizer.step_temporaries(gradients, largest_gradient(profile))
+    held = gradients if loop.gradients == "at-backward" else 0
+    return static + profile.input_size + held + temporaries
 
 
 def timed_ops(
@@ -139,18 +139,30 @@ class _Common(TypedDict):
 
 
 def chain_schedule(profile: Profile, request: SolveRequest, plan: ChainPlan) -> Schedule:
-    """The schedule of a chain solver's plan, its operations laid back to back."""
+    """The schedule of a chain solver's plan, its operations laid back to back.
+
+    The optimizer's step after the backward (:func:`step_peak`) is part of the plan's need: no
+    plan fits a budget below it, and the least memory is at least it.
+    """
+    step = step_peak(profile, request.loop, request.static_memory)
+    least = _with_static(plan.min_memory, request)
+    if least is not None:
+        least = max(least, step)
     common = _Common(
         family=request.family,
         algorithm=request.algorithm,
         profile=profile_ref(profile),
-        budget=Budget(
-            memory=request.memory, optimizer=request.optimizer, gradients=request.gradients
-        ),
+        budget=Budget.of(request.memory, request.loop),
         lower_bound=profile.lower_bound,
         static_memory=request.static_memory,
-        min_memory=_with_static(plan.min_memory, request),
+        min_memory=least,
     )
+    if plan.sequence is not None and step > request.memory:
+        message = (
+            f"the optimizer's step ({request.loop.optimizer.text}) needs {step} bytes with the "
+            "weights, the state and the gradients, more than the budget"
+        )
+        plan = ChainPlan(None, "infeasible", min_memory=plan.min_memory, message=message)
     ops = None if plan.sequence is None else timed_ops(profile, plan.sequence, plan.options)
     return _schedule(plan, ops, common)
 
@@ -163,7 +175,7 @@ def offload_schedule(
         family=request.family,
         algorithm=request.algorithm,
         profile=profile_ref(profile),
-        budget=Budget(memory=request.memory, bandwidth=bandwidth, optimizer=request.optimizer),
+        budget=Budget.of(request.memory, request.loop, bandwidth=bandwidth),
         lower_bound=plan.lower_bound,
         static_memory=request.static_memory,
         min_memory=_with_static(plan.min_memory, request),

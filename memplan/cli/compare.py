@@ -23,10 +23,10 @@ from memplan.cli.options import family_options
 from memplan.cli.solve import (
     GRADIENTS_HELP,
     OPTIMIZER_HELP,
+    OPTIMIZER_METAVAR,
     OUTPUT_HELP,
     PROFILE_HELP,
     Gradients,
-    Optimizer,
 )
 from memplan.errors import InputError
 
@@ -64,7 +64,7 @@ def compare(
         ),
     ] = None,
     family_options: dict[str, Any] | None = None,
-    optimizer: Annotated[Optimizer, typer.Option(help=OPTIMIZER_HELP)] = Optimizer.sgd,
+    optimizer: Annotated[str, typer.Option(metavar=OPTIMIZER_METAVAR, help=OPTIMIZER_HELP)] = "sgd",
     gradients: Annotated[Gradients, typer.Option(help=GRADIENTS_HELP)] = Gradients.auto,
     fmt: Annotated[
         CompareFormat | None,
@@ -116,13 +116,13 @@ def compare(
         if auto_steps is not None:
             from memplan.api import auto_budgets
 
-            budgets = auto_budgets(prof, names, auto_steps, optimizer.value)
+            budgets = auto_budgets(prof, names, auto_steps, optimizer)
         rows = _sweep(
             memplan.compare,
             prof,
             names,
             budgets,
-            optimizer=optimizer.value,
+            optimizer=optimizer,
             gradients=gradients.value,
             **options,
         )
@@ -146,7 +146,7 @@ def compare(
                 "format": "memplan-compare/1",
                 "profile": {"model": prof.model, "sha256": prof.sha256(), "stages": prof.length},
                 "lower_bound": prof.lower_bound,
-                "optimizer": optimizer.value,
+                "optimizer": optimizer,
                 "gradients": gradients.value,
                 "slots": options.get("slots", "auto"),
                 "bandwidth": rate,

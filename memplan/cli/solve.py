@@ -25,17 +25,11 @@ if TYPE_CHECKING:
     from rich.table import Table
 
 
-class Optimizer(str, enum.Enum):
-    none = "none"
-    sgd = "sgd"
-    momentum = "momentum"
-    adam = "adam"
-
-
 class Gradients(str, enum.Enum):
     auto = "auto"
     at_backward = "at-backward"
     kept = "kept"
+    step_in_backward = "step-in-backward"
 
 
 class SolveFormat(str, enum.Enum):
@@ -60,12 +54,17 @@ MEM_HELP = (
     "of that."
 )
 OPTIMIZER_HELP = (
-    "Static memory counted in the budget: none 0, sgd 2W, momentum 3W, adam 4W (W = weights)."
+    "The optimizer counted in the budget: none (activations alone), sgd, momentum, adam, adamw; "
+    "optionally with its step: adamw:fused, adam:foreach, sgd:for-loop (default: PyTorch's on "
+    "the profile's device). Its state is static (momentum 1x, adam 2x the gradients), its "
+    "step's temporaries count after the backward (docs/model.md)."
 )
+OPTIMIZER_METAVAR = "NAME[:STEP]"
 GRADIENTS_HELP = (
     "The training loop a chain plan is made for: at-backward (zero_grad(set_to_none=True), "
     "PyTorch's default: each stage's weight gradients appear at its backward), kept "
-    "(zero_grad(set_to_none=False), gradient accumulation: counted for the whole step); auto: "
+    "(zero_grad(set_to_none=False), gradient accumulation: counted for the whole step), "
+    "step-in-backward (the optimizer steps each parameter as its gradient is made); auto: "
     "at-backward on a profile measured with weight_grad_size, else kept."
 )
 TRACE_OPTION = typer.Option(
@@ -108,7 +107,7 @@ def solve(
             "[default: 2 x the GPUs used]",
         ),
     ] = None,
-    optimizer: Annotated[Optimizer, typer.Option(help=OPTIMIZER_HELP)] = Optimizer.sgd,
+    optimizer: Annotated[str, typer.Option(metavar=OPTIMIZER_METAVAR, help=OPTIMIZER_HELP)] = "sgd",
     gradients: Annotated[Gradients, typer.Option(help=GRADIENTS_HELP)] = Gradients.auto,
     fmt: Annotated[
         SolveFormat | None,
@@ -129,28 +128,32 @@ def solve(
     Example: `memplan solve resnet50 --algo rotor --mem 8GB --format json`
     """
     import memplan
-    from memplan.api import check_arguments, list_algorithms, solve_checked
+    from memplan.api import list_algorithms, solve_arguments
 
     with guard():
         form = resolve_format(fmt, output, ("table", "json", "yaml", "torch-csv"))
         if algo is None:
             names = ", ".join(a["name"] for a in list_algorithms())
             raise InputError(f"--algo: an algorithm is required, one of: {names}")
-        # the budget and the options are checked before the profile is read
-        arguments = check_arguments(
-            algo,
-            mem,
-            optimizer=optimizer.value,
-            gradients=gradients.value,
-            **(family_options or {}),
+        # the arguments are checked once, into typed values, before the profile is read
+        options = family_options or {}
+        arguments = solve_arguments(
+            algo, mem, optimizer=optimizer, gradients=gradients.value, **options
         )
         common.check_positive("--micro-batches", micro_batches)
         prof = memplan.load_profile(profile_source(profile))
         with _spinner(f"solving with {algo}"):
-            solved = solve_checked(prof, arguments, _print_progress)
-        schedule = solved.schedule
-        if trace is not None and solved.replay is not None:
-            write_trace_file(trace, schedule, prof, solved.replay.memory_curve)
+            schedule = memplan.solve(
+                prof,
+                algo,
+                arguments.memory,
+                optimizer=arguments.optimizer,
+                gradients=arguments.gradients,
+                progress=_print_progress,
+                **options,
+            )
+        if trace is not None and schedule.feasible:
+            write_trace_file(trace, schedule, prof)
         if form == "table":
             print_table(_render_summary(schedule, prof))
             if schedule.feasible and schedule.ops:
@@ -243,20 +246,21 @@ def simulate(
     Example: `memplan solve net.yaml --algo rotor --mem 2GB -f json | memplan simulate net.yaml -`
     """
     import memplan
-    from memplan.api import check_budget, memory_budget
+    from memplan.api import memory_budget
+    from memplan.budget import check_memory
 
     with guard():
         form = resolve_format(fmt, None, ("table", "json"))
         if profile == "-" and schedule == "-":
             raise InputError("PROFILE and SCHEDULE cannot both be '-' (stdin)")
-        given = None if mem is None else check_budget(mem)  # before the files are read
+        given = None if mem is None else check_memory(mem)  # before the files are read
         sched = memplan.load_schedule(schedule)
         prof = memplan.load_profile(profile)
         if gradients is not None:
             from memplan.api import with_gradients
 
             sched = with_gradients(prof, sched, gradients.value)
-        budget = sched.budget.memory if given is None else memory_budget(prof, given, given=mem)
+        budget = sched.budget.memory if given is None else memory_budget(prof, given)
         if not sched.feasible:
             doc = _simulation_doc(sched, prof, budget, None)
             doc["violation"] = (

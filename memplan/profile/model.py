@@ -94,6 +94,17 @@ class Stage(_Strict):
         description="temporary bytes of the forward with autograd (F_all) beyond saved_size "
         "(forward_overhead is the larger of it and the F_ck/F_n one); unknown when omitted",
     )
+    first_use_grad_size: Bytes | None = Field(
+        default=None,
+        description="bytes of the gradients of the parameters this stage uses first (forward "
+        "order): complete at the end of its backward, where the optimizer step in the backward "
+        "steps and frees them; weight_grad_size when omitted",
+    )
+    largest_grad_size: Bytes | None = Field(
+        default=None,
+        description="the largest of those gradients: the temporaries of a for-loop optimizer "
+        "step are multiples of it; first_use_grad_size when omitted",
+    )
     input_saved: bool | None = Field(
         default=None, description="whether the backward keeps the stage's input x_k"
     )

@@ -22,8 +22,11 @@ adds the static memory (weights, gradients, optimizer state) to every figure.
 
 from __future__ import annotations
 
+from memplan.loop import TrainingLoop
 from memplan.profile.memory import stage_terms
 from memplan.profile.model import Profile
+from memplan.schedule import Budget
+from memplan.simulator.loop import stepped_in_backward
 from memplan.simulator.operations import Step, stored_sizes
 
 # Places of a stored tensor (docs/combined.md, table "place"); None: not held.
@@ -41,15 +44,17 @@ _PLACE = {
 class ChainMemory:
     """Where every stored tensor is and the bytes on the GPU (NOTE [ chain-model memory ])."""
 
-    def __init__(
-        self,
-        profile: Profile,
-        channel: list[Step],
-        gradients: str | None = None,
-        optimizer: str = "sgd",
-    ) -> None:
+    def __init__(self, profile: Profile, channel: list[Step], budget: Budget | None = None) -> None:
         stages = profile.chain_stages
-        terms = stage_terms(stages, gradients, optimizer)
+        loop: TrainingLoop | None = None if budget is None else budget.loop
+        terms = stage_terms(stages, loop)
+        # the step in the backward (memplan/simulator/loop.py): B k frees what it steps at its
+        # end and holds the step's temporaries during it
+        self.stepped, self.step_temporaries = (
+            ([0] * len(stages), [0] * len(stages))
+            if budget is None
+            else stepped_in_backward(profile, budget)
+        )
         self.length = len(stages)
         self.size = stored_sizes(profile)
         self.x = [f"x[{k}]" for k in range(self.length + 1)]  # the names, made once
@@ -86,7 +91,7 @@ class ChainMemory:
     def reserved(self, name: str, k: int) -> int:
         """Bytes a computation reserves when it starts: its output (or ``g[k]``) and overhead."""
         if name == "B":
-            return self.g[k] + self.wg[k] + self.bo[k]
+            return self.g[k] + self.wg[k] + self.bo[k] + self.step_temporaries[k]
         if name == "F_all":
             return self.size[self.s[k]] + self.fa[k]
         return self.size[self.x[k + 1]] + self.fo[k]
@@ -196,7 +201,10 @@ class ChainMemory:
     def finish(self, step: Step) -> str | None:
         """End of a computation: keep its output, free its overhead and what it consumes."""
         name, k = step.name, step.stage
-        self.held -= self.bo[k] if name == "B" else self.fa[k] if name == "F_all" else self.fo[k]
+        if name == "B":
+            self.held -= self.bo[k] + self.step_temporaries[k] + self.stepped[k]
+        else:
+            self.held -= self.fa[k] if name == "F_all" else self.fo[k]
         for tensor in self.leaving:
             self.held -= self.size[tensor]
             self.place[tensor] = _HOST

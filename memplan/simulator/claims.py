@@ -31,10 +31,7 @@ from typing import Any
 
 from memplan.profile.memory import static_bytes
 from memplan.profile.model import Profile
-from memplan.schedule import OptimizerName
-
-DEFAULT_OPTIMIZER: OptimizerName = "sgd"
-"""What a schedule without ``budget.optimizer`` is replayed with (the CLI's default)."""
+from memplan.schedule import DEFAULT_OPTIMIZER, OptimizerName
 
 _TOLERANCE = 1e-6
 
@@ -57,12 +54,7 @@ def replay_static_memory(profile: Profile, schedule: Any) -> int | None:
         return None
     if schedule.family == "graph":
         return profile.graph.weight_size if profile.graph is not None else 0
-    return static_bytes(
-        profile.weight_size,
-        optimizer_of(schedule),
-        schedule.budget.gradients,
-        profile.workspace_size,
-    )
+    return static_bytes(profile, schedule.budget.loop)
 
 
 def with_replay_static_memory(profile: Profile, schedule: Any) -> Any:

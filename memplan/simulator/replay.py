@@ -14,7 +14,6 @@ from typing import Any
 from memplan.errors import InputError
 from memplan.profile.model import Profile
 from memplan.schedule import Schedule
-from memplan.simulator.claims import optimizer_of
 from memplan.simulator.combined import simulate_ops
 from memplan.simulator.graph import simulate_graph
 from memplan.simulator.join import simulate_join
@@ -44,8 +43,7 @@ def _chain_model(rules: Rules) -> Replay:
             static_memory=schedule.static_memory,
             memory=memory,
             bandwidth=bandwidth,
-            gradients=schedule.budget.gradients,
-            optimizer=optimizer_of(schedule),
+            budget=schedule.budget,
         )
 
     replay.__doc__ = f"Replay a {rules.family} schedule (:func:`.combined.simulate_ops`)."

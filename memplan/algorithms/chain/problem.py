@@ -9,8 +9,25 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from memplan.algorithms.base import ChainPlan, Sequence
-from memplan.profile.memory import stage_terms
+from memplan.loop import Optimizer, TrainingLoop
+from memplan.profile.memory import stage_gradients, stage_terms
 from memplan.profile.model import Profile, Stage
+
+
+def _stepped_in_backward(stages: Seq[Stage], optimizer: Optimizer) -> tuple[np.ndarray, np.ndarray]:
+    """Per stage, under ``step-in-backward``: the gradient bytes ``B k`` steps and frees at its
+    end, and the step's temporaries during it (one parameter at a time: its largest).
+    """
+    stepped = [
+        stage_gradients(st) if st.first_use_grad_size is None else st.first_use_grad_size
+        for st in stages
+    ]
+    largest = [
+        size if st.largest_grad_size is None else st.largest_grad_size
+        for st, size in zip(stages, stepped, strict=True)
+    ]
+    temporaries = [optimizer.step_temporaries(size, size) for size in largest]
+    return np.array(stepped, dtype=np.int64), np.array(temporaries, dtype=np.int64)
 
 
 @dataclass(frozen=True)
@@ -130,25 +147,36 @@ class Chain:
         return sum(int(a.sum(dtype=object)) for a in arrays)
 
     @classmethod
-    def from_profile(
-        cls, profile: Profile, gradients: str | None = None, optimizer: str = "sgd"
-    ) -> Chain:
-        """The chain of a chain profile, under the training loop's terms for ``gradients``
-        (``at-backward`` or ``kept``; None: the model before them).
+    def from_profile(cls, profile: Profile, loop: TrainingLoop | None = None) -> Chain:
+        """The chain of a chain profile, under the training loop's terms of ``loop`` (None, or a
+        loop without ``gradients``: the model before them).
+
+        The step in the backward (``step-in-backward``) enters as the terms of ``at-backward``
+        with two more per stage (NOTE [ training-loop memory terms ]): ``B k`` steps and frees the
+        gradients it completes (``first_use_grad_size``) at its end, and holds the step's
+        temporaries during it. Both are folded into ``bo`` and ``wh``: ``B k``'s temporaries grow
+        by what it frees at its end and by the step's temporaries, and the gradients held after
+        it are those created less those freed, so that the rules of docs/model.md hold unchanged.
         """
         stages = profile.chain_stages
         assert profile.input_size is not None  # a chain profile has one (Profile's validation)
         chain = cls.from_stages(profile.input_size, stages)
-        if gradients is None:
+        if loop is None or loop.gradients is None:
             return chain
-        terms = stage_terms(stages, gradients, optimizer)
-        held = np.concatenate((np.cumsum(terms.weight_grads[::-1])[::-1], [0]))
+        terms = stage_terms(stages, loop)
+        created = np.array(terms.weight_grads, dtype=np.int64)
+        backward = np.array(terms.backward, dtype=np.int64)
+        if loop.gradients == "step-in-backward" and loop.optimizer.name != "none":
+            stepped, temporaries = _stepped_in_backward(stages, loop.optimizer)
+            created = created - stepped
+            backward = backward + stepped + temporaries
+        held = np.concatenate((np.cumsum(created[::-1])[::-1], [0]))
         return cls(
             x=chain.x,
             s=chain.s,
             g=chain.g,
             fo=chain.fo,
-            bo=np.array(terms.backward, dtype=np.int64),
+            bo=backward,
             ft=chain.ft,
             bt=chain.bt,
             names=chain.names,

@@ -73,11 +73,12 @@ from memplan.torch.compare.ways import (
     make_setup,
     memplan_way,
     sequential_way,
+    store_all_peak,
     without_options,
 )
 from memplan.torch.measure.allocator_peak import allocator_peak, profiled_copy
 from memplan.torch.measure.step import make_optimizer
-from memplan.torch.profiler.model import profile_model
+from memplan.torch.planner import PlanSettings, profile_for_training
 from memplan.torch.split.chunked_loss import chunk_loss, profile_loss_chunks
 
 __all__ = [
@@ -324,10 +325,10 @@ def compare_training(  # noqa: C901 - the ways in NOTE [ comparison protocol ]'s
                 raise InputError(f"segments {k}: expected 1..{n} (the stages before the loss)")
         if profile is None:
             note(f"profiling {setup.label} ({len(setup.chain.stages)} stages)")
-            prof = profile_model(
-                setup.module, example_input=setup.x, device=str(dev), repeats=repeats,
-                name=setup.label, threads=used_threads, selective=selective,
-                loss_chunks=loss_chunks,
+            settings = PlanSettings(repeats=repeats, loss_chunks=loss_chunks)
+            prof = profile_for_training(
+                setup.module, setup.x, settings, name=setup.label, threads=used_threads,
+                selective=selective,
             )  # fmt: skip
         else:
             prof = memplan.load_profile(profile)
@@ -353,9 +354,7 @@ def compare_training(  # noqa: C901 - the ways in NOTE [ comparison protocol ]'s
                 ways.append(memplan_way(setup, prof, algo, least, "least memory", optimizer, SAC))
         if fractions and "rotor" in algos:
             least = least_memory(blocks, "rotor", optimizer)
-            top = memplan.solve(
-                blocks, "store-all", 2**50, optimizer=optimizer, gradients="at-backward"
-            ).peak_memory
+            top = store_all_peak(blocks, optimizer)
             for f in fractions:
                 if least is None or top is None or not 0.0 <= f <= 1.0:
                     raise InputError(f"fractions {f!r}: expected 0..1 (and a rotor plan)")

@@ -17,10 +17,13 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-import memplan
+from memplan.budget import check_memory
 from memplan.errors import InputError
+from memplan.loop import parse_optimizer
+from memplan.profile.memory import loop_on
 from memplan.torch.models.hf import is_hf_model
 from memplan.torch.models.registry import build_model
+from memplan.torch.planner import PlanSettings, plan_training
 from memplan.torch.runtime.checkpointed import checkpointed
 from memplan.torch.split.hf import default_labels
 from memplan.torch.split.linearize import Chain, linearize
@@ -259,6 +262,15 @@ def without_options(prof: Any) -> Any:
     return prof.model_copy(update={"stages": stages})
 
 
+def _planned(prof: Any, algo: str, memory: int, optimizer: str) -> Any:
+    """The plan of a memplan way (NOTE [ one planning path ] in memplan/torch/planner.py): every
+    way trains in PyTorch's default loop (``zero_grad()`` sets the gradients to None), the loss
+    held, the output not.
+    """
+    loop = loop_on(prof, parse_optimizer(optimizer), "at-backward")
+    return plan_training(prof, check_memory(memory), loop, PlanSettings(algo))
+
+
 def memplan_way(
     setup: Setup,
     prof: Any,
@@ -270,10 +282,7 @@ def memplan_way(
 ) -> Way:
     name = f"memplan {algo}{suffix}" + ("" if setting == "no recomputation" else f" ({setting})")
     outcome = Outcome(name, "memplan", setting, budget=memory)
-    # every way trains in PyTorch's default loop (zero_grad() sets the gradients to None)
-    sched = memplan.solve(
-        prof, algo=algo, memory=memory, optimizer=optimizer, gradients="at-backward"
-    )
+    sched = _planned(prof, algo, memory, optimizer)
     if not sched.feasible:
         least = "" if sched.min_memory is None else f"; least memory {sched.min_memory} bytes"
         outcome.skipped = f"no {algo} plan fits in {memory} bytes{least}"
@@ -285,5 +294,9 @@ def memplan_way(
 
 
 def least_memory(prof: Any, algo: str, optimizer: str) -> int | None:
-    probe = memplan.solve(prof, algo=algo, memory=1, optimizer=optimizer, gradients="at-backward")
-    return probe.min_memory
+    return _planned(prof, algo, 1, optimizer).min_memory
+
+
+def store_all_peak(prof: Any, optimizer: str) -> int | None:
+    """The planned peak of the store-all plan (the budget above which nothing is recomputed)."""
+    return _planned(prof, "store-all", 2**50, optimizer).peak_memory

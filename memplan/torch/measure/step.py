@@ -26,8 +26,9 @@ import torch
 from torch import Tensor, nn
 
 import memplan
-from memplan.api import static_memory
-from memplan.errors import InputError
+from memplan.loop import Optimizer, TrainingLoop, parse_optimizer
+from memplan.profile.memory import static_bytes
+from memplan.torch.base.optimizers import build_optimizer
 from memplan.torch.measure.probe import CpuProbe
 from memplan.torch.runtime.checkpointed import checkpointed
 from memplan.torch.runtime.plan import planned_activation_peak
@@ -35,42 +36,30 @@ from memplan.torch.split.chunked_loss import chunk_loss, profile_loss_chunks
 from memplan.torch.split.linearize import linearize
 
 __all__ = [
-    "OPTIMIZERS",
     "StepMeasurement",
     "make_optimizer",
     "measure_step",
     "train_under_plan",
 ]
 
-OPTIMIZERS = ("none", "sgd", "momentum", "adam")
-"""The ``--optimizer`` names :func:`make_optimizer` builds (``none`` trains with plain SGD)."""
 
-MOMENTUM = 0.9
-
-
-def make_optimizer(name: str, params: Iterable[Tensor], lr: float = 0.01) -> torch.optim.Optimizer:
-    """The ``torch.optim`` optimizer of ``--optimizer NAME``, as memplan's static memory counts it.
+def make_optimizer(
+    name: str | Optimizer, params: Iterable[Tensor], lr: float = 0.01
+) -> torch.optim.Optimizer:
+    """The ``torch.optim`` optimizer of ``--optimizer NAME[:STEP]``, as memplan's budget counts it.
 
     ``sgd`` (and ``none``, whose budget leaves the weights out): ``SGD(lr)``; ``momentum``:
-    ``SGD(lr, momentum=0.9)``; ``adam``: ``Adam(lr, fused=True)``. The fused Adam updates each
-    parameter in place: its step needs no memory beyond its state (two moments and a step count
-    per parameter). The default implementations need more during the step: the ``foreach`` one
-    (CUDA) a temporary as large as all the weights, the for-loop one (CPU) two temporaries as
-    large as the largest parameter (docs/runtime.md, "The optimizer step").
+    ``SGD(lr, momentum=0.9)``; ``adam``: ``Adam(lr)``; ``adamw``: ``AdamW(lr)``; the step as
+    named (``adamw:fused``: ``fused=True``, ``:foreach``, ``:for-loop``), PyTorch's default
+    otherwise (:func:`memplan.torch.base.optimizers.build_optimizer`; the temporaries of each:
+    NOTE [ optimizer step temporaries ] in memplan/loop.py).
 
     Raises
     ------
     InputError
-        An unknown name.
+        An unknown name (:class:`~memplan.errors.ArgumentError` naming ``optimizer``).
     """
-    params = list(params)
-    if name in ("none", "sgd"):
-        return torch.optim.SGD(params, lr=lr)
-    if name == "momentum":
-        return torch.optim.SGD(params, lr=lr, momentum=MOMENTUM)
-    if name == "adam":
-        return torch.optim.Adam(params, lr=lr, fused=True)
-    raise InputError(f"--optimizer {name!r}: expected one of {', '.join(OPTIMIZERS)}")
+    return build_optimizer(parse_optimizer(name), params, lr)
 
 
 @dataclass(frozen=True)
@@ -314,27 +303,28 @@ def train_under_plan(
         weights and gradients out: the measure is compared with ``budget_measured`` = the budget
         plus the static memory of SGD.
     """
-    optimizer_name = schedule.budget.optimizer
+    loop = schedule.budget.loop
+    optimizer_name = loop.optimizer.name
     if set_to_none is None:
-        set_to_none = schedule.budget.gradients == "at-backward"
+        set_to_none = loop.gradients != "kept"
     module.train()
     prof = memplan.load_profile(profile)
     chain = chunk_loss(linearize(module, x), x, profile_loss_chunks(prof), prof.model)
     wrapped = checkpointed(chain, schedule, profile=prof)
-    optimizer = make_optimizer(optimizer_name, module.parameters(), lr=lr)
+    optimizer = build_optimizer(loop.optimizer, module.parameters(), lr=lr)
     measured = [measure_step(wrapped, x, optimizer, set_to_none=set_to_none) for _ in range(steps)]
     counters = wrapped.counters
     budget = schedule.budget.memory
     compared = budget
     if optimizer_name == "none" and budget is not None:
-        compared = budget + static_memory(prof, "sgd")
+        compared = budget + static_bytes(prof, TrainingLoop(Optimizer("sgd")))
     peak = max(m.peak for m in measured)
     n = len(wrapped.names)
     return {
         "model": prof.model,
         "algorithm": schedule.algorithm,
         "device": x.device.type,
-        "optimizer": optimizer_name,
+        "optimizer": loop.optimizer.text,
         "torch_optimizer": type(optimizer).__name__,
         "set_to_none": set_to_none,
         "steps": steps,

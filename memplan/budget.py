@@ -1,0 +1,74 @@
+"""A memory budget as it comes through the door: checked once, its text kept for messages.
+
+:func:`check_memory` turns what a caller gave (``"8GB"``, ``8_000_000_000``, ``"gpu"``,
+``"90%"``) into a :class:`MemoryBudget`: the bytes (or a share of the profile's GPU, resolved when
+the profile is read) and the text as typed. Messages then give sizes in the units the user typed,
+with the bytes where they are exact (:meth:`MemoryBudget.size`): ``--mem 24.6MB`` is answered
+in MB, a budget given in bytes in bytes.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from memplan.errors import ArgumentError, InputError
+from memplan.units import DeviceShare, format_size, parse_budget
+
+_UNIT = re.compile(r"^\s*[0-9.eE+-]+\s*([A-Za-z]*)\s*$")
+_DIVISORS = {
+    "KB": (10**3, "kB"),
+    "MB": (10**6, "MB"),
+    "GB": (10**9, "GB"),
+    "TB": (10**12, "TB"),
+    "KIB": (2**10, "KiB"),
+    "MIB": (2**20, "MiB"),
+    "GIB": (2**30, "GiB"),
+    "TIB": (2**40, "TiB"),
+}
+
+
+@dataclass(frozen=True)
+class MemoryBudget:
+    """A budget checked at the door.
+
+    ``value`` in bytes or a :class:`~memplan.units.DeviceShare`; ``text``, the budget as given.
+    """
+
+    value: int | DeviceShare
+    text: str
+
+    def size(self, nbytes: int) -> str:
+        """``nbytes`` in the unit the budget was typed in, with the exact bytes.
+
+        ``27.81 MB (27814536 bytes)``; in bytes alone for a budget given in bytes.
+        """
+        match = _UNIT.match(self.text) if not isinstance(self.value, DeviceShare) else None
+        unit = match.group(1).upper() if match else ""
+        if unit in ("", "B"):
+            return f"{nbytes} bytes" if match else f"{format_size(nbytes)} ({nbytes} bytes)"
+        divisor, name = _DIVISORS[unit]
+        return f"{nbytes / divisor:.2f} {name} ({nbytes} bytes)"
+
+
+def check_memory(value: object, parameter: str = "memory") -> MemoryBudget:
+    """A :class:`MemoryBudget`, before any profile is read.
+
+    From a size (``8GB``, bytes) or a share of the GPU (``gpu``, ``90%``).
+
+    Raises
+    ------
+    ArgumentError
+        Naming ``parameter``: no budget, or one that is not a size or a share.
+    """
+    if isinstance(value, MemoryBudget):
+        return value
+    if value is None:
+        raise ArgumentError(parameter, "a memory budget is required, e.g. 8GB", None)
+    if not isinstance(value, (str, int, float)):
+        raise ArgumentError(parameter, "expected a size (8GB, bytes), gpu or 90%", value)
+    try:
+        parsed = parse_budget(value)
+    except InputError as exc:
+        raise ArgumentError(parameter, str(exc)) from None
+    return MemoryBudget(parsed, str(value).strip())
