@@ -26,7 +26,7 @@ from torch import Tensor, nn
 
 import memplan
 from memplan.budget import MemoryBudget, check_memory
-from memplan.errors import InputError
+from memplan.errors import ArgumentError, InputError
 from memplan.loop import AUTO, Optimizer, TrainingLoop, check_gradients
 from memplan.profile.memory import gradient_bytes, largest_gradient, loop_on
 from memplan.profile.model import Profile
@@ -42,6 +42,7 @@ from memplan.torch.runtime.loop_watch import LoopWatch
 from memplan.torch.runtime.planned import install, planned, prepare
 from memplan.torch.runtime.planned_model import describe_autocast
 from memplan.torch.runtime.slots import autocast_state
+from memplan.torch.runtime.step_in_backward import StepInBackward
 from memplan.torch.split.chunked_loss import chunk_loss, profile_loss_chunks
 from memplan.torch.split.hf import hf_batch
 from memplan.torch.split.linearize import linearize
@@ -342,7 +343,11 @@ def enable(
         The training loop (docs/model.md): ``auto`` (the default) sees it: PyTorch's default
         ``zero_grad()`` (``at-backward``: each stage's weight gradients appear at its backward)
         until a step starts with gradients held (``zero_grad(set_to_none=False)``, gradient
-        accumulation: ``kept``, the gradients counted for the whole step); or one of them.
+        accumulation: ``kept``, the gradients counted for the whole step); or one of them; or
+        ``step-in-backward``: the optimizer (given as ``optimizer=``, the instance the loop
+        steps) steps each parameter as its gradient is made, which frees the gradients at once
+        (NOTE [ step in the backward ] in :mod:`memplan.torch.runtime.step_in_backward`: not
+        with gradient clipping, accumulation, a ``GradScaler``, DDP or FSDP).
 
     Returns
     -------
@@ -361,6 +366,14 @@ def enable(
     gradients = check_gradients(gradients)
     auto_optimizer = isinstance(optimizer, str) and optimizer.strip().lower() == AUTO
     chosen = None if auto_optimizer else optimizer_spec(optimizer)
+    in_backward = gradients == "step-in-backward"
+    if in_backward and not isinstance(optimizer, torch.optim.Optimizer):
+        raise ArgumentError(
+            "optimizer",
+            "gradients='step-in-backward' steps the loop's optimizer in the backward: give it "
+            "(optimizer=<the torch.optim optimizer the loop steps>)",
+            optimizer,
+        )
     target = prepare(model, example_input, required=True)
     settings = PlanSettings(algo, slots, bandwidth, repeats)
     if profile is None:
@@ -377,12 +390,15 @@ def enable(
         )
     sched = _feasible(prof, budget, first, settings, why)
     install(target, sched, prof)
+    plan = _installed(model)
+    if in_backward:  # NOTE [ step in the backward ]
+        plan._handles.append(StepInBackward(model, optimizer))
 
     def replan(loop: TrainingLoop) -> Schedule:
         return _feasible(prof, budget, loop, settings, " (the training loop seen)")
 
     watched = (auto_optimizer, gradients == AUTO, True)
-    LoopWatch(_installed(model), replan, watched)
+    LoopWatch(plan, replan, watched)
     return model
 
 

@@ -192,6 +192,14 @@ def _gradient_bytes(module: nn.Module, creates: set[int], device: torch.device) 
     return sum(allocation_bytes(p.numel() * p.element_size(), device) for p in params.values())
 
 
+def _first_use_gradients(params: list[nn.Parameter], device: torch.device) -> tuple[int, int]:
+    """Bytes of the gradients of ``params`` (the trainable ones), and the largest of them."""
+    sizes = [
+        allocation_bytes(p.numel() * p.element_size(), device) for p in params if p.requires_grad
+    ]
+    return sum(sizes), max(sizes, default=0)
+
+
 def _noise(summaries: list[tuple[str, Summary, float]], timed: bool) -> Noise | None:
     if not timed or not summaries:
         return None
@@ -232,6 +240,9 @@ def profile_stages(
             counted.update(id(p) for p in params)
             own = {id(p) for p in params}
             creates = {i for i, last in last_user.items() if last == k}
+            # the gradients this stage completes (it uses their parameters first): what the
+            # optimizer step in the backward steps and frees at the end of its backward
+            first_use, largest = _first_use_gradients(params, x.device)
             key = None
             if dedupe and k < len(chain) - 1:
                 key = stage_signature(module, x, input_grad=k > 0, counted=own, creates=creates)
@@ -277,6 +288,8 @@ def profile_stages(
                     + (2 * m.output_size if k == len(chain) - 1 else 0),
                     grad_size=None if m.grad_size == m.output_size else m.grad_size,
                     weight_grad_size=m.weight_grad_size,
+                    first_use_grad_size=first_use if weight_grads else None,
+                    largest_grad_size=largest if weight_grads else None,
                     backward_overhead_fresh=m.backward_overhead_fresh,
                     forward_overhead_all=m.forward_overhead_all if weight_grads else None,
                     input_saved=m.input_saved if weight_grads else None,

@@ -41,6 +41,7 @@ from memplan.schedule import Schedule
 from memplan.torch.base.optimizers import describe_optimizer
 from memplan.torch.runtime.plan import RuntimePlan
 from memplan.torch.runtime.planned_model import PlannedModel
+from memplan.torch.runtime.step_in_backward import INTERNAL
 from memplan.torch.split.trace import model_output
 
 __all__ = ["LoopWatch", "Watched"]
@@ -129,6 +130,8 @@ class LoopWatch:
         self.output = None if out is None else weakref.ref(out)
 
     def _optimizer_steps(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
+        if getattr(optimizer, INTERNAL, False):
+            return  # a parameter stepped in the backward (the user's step comes after)
         if not any(id(p) in self.ids for g in optimizer.param_groups for p in g["params"]):
             return  # another model's optimizer
         if self.watch_optimizer:
