@@ -126,6 +126,8 @@ class SolveArguments:
     gradients: str
     """``auto`` or a loop of :data:`memplan.loop.GRADIENTS` (``auto`` resolved on the profile)."""
     output_held: bool
+    output_bytes: int | None
+    """What the caller holds of the output, when told in bytes (None: the loss stage's input)."""
     options: Any
     """The family's options object (:func:`memplan.algorithms.options_for`)."""
 
@@ -136,7 +138,12 @@ class SolveArguments:
         caller's output), the other families' before them.
         """
         return loop_on(
-            profile, self.optimizer, self.gradients, self.output_held, terms=family.loop_terms
+            profile,
+            self.optimizer,
+            self.gradients,
+            self.output_held,
+            terms=family.loop_terms,
+            output_bytes=self.output_bytes,
         )
 
 
@@ -146,7 +153,7 @@ def solve_arguments(
     *,
     optimizer: str | Optimizer = "sgd",
     gradients: str | None = "auto",
-    output_held: bool = False,
+    output_held: bool | int = False,
     **options: Any,
 ) -> SolveArguments:
     """Check a solve's arguments, the one place that does (an error naming the parameter).
@@ -156,14 +163,18 @@ def solve_arguments(
     info = lookup_algorithm(algo)
     budget = check_memory(memory)
     family_options = options_for(info.name, options)
-    if not isinstance(output_held, bool):
-        raise ArgumentError("output_held", "expected True or False", output_held)
+    if not isinstance(output_held, int) or output_held < 0:
+        raise ArgumentError(
+            "output_held", "expected True, False or the bytes the caller holds", output_held
+        )
+    held_bytes = None if isinstance(output_held, bool) else int(output_held)
     return SolveArguments(
         info,
         budget,
         parse_optimizer(optimizer),
         check_gradients(gradients),
-        output_held,
+        bool(output_held),
+        held_bytes,
         family_options,
     )
 
@@ -184,7 +195,7 @@ def solve(
     *,
     optimizer: str | Optimizer = "sgd",
     gradients: str = "auto",
-    output_held: bool = False,
+    output_held: bool | int = False,
     progress: Callable[[str], None] | None = None,
     **options: Any,
 ) -> Schedule:
@@ -214,10 +225,10 @@ def solve(
         optimizer applied to each parameter as its gradient is complete. ``auto``:
         ``at-backward`` on a profile measured with ``weight_grad_size``, ``kept`` on one without.
         The other families plan with the gradients kept.
-    output_held : bool
+    output_held : bool or int
         The caller holds the model's output from one step to the next (``out = model(**batch)``
         in a loop): one copy of the loss stage's input is counted for the whole step (chain
-        family).
+        family); a number: the bytes it holds of it (every tensor of a dict it keeps).
     progress : callable, optional
         Long solvers (CP-SAT) call it with one line of live progress at a time (the CLI prints
         them on stderr).

@@ -38,6 +38,11 @@ class MemoryBudget:
     value: int | DeviceShare
     text: str
 
+    @property
+    def named(self) -> str:
+        """The budget as typed, a number of bytes saying so (``1000000 bytes``)."""
+        return f"{self.text} bytes" if self.text.replace("_", "").isdigit() else self.text
+
     def size(self, nbytes: int) -> str:
         """``nbytes`` in the unit the budget was typed in, with the exact bytes.
 

@@ -12,23 +12,30 @@ NOTE [ optimizer step temporaries ]
 depend on how PyTorch runs it (measured with the allocator's events, torch 2.13, CPU; the same
 kernels on CUDA):
 
-==================  =============================  ======================================
-step                Adam / AdamW                   SGD / SGD with momentum
-==================  =============================  ======================================
-``for-loop``        2 x the largest parameter      0
-``foreach``         1 x all the parameters         0
-``fused``           0                              0
-==================  =============================  ======================================
+==================  ========================================  ===========================
+step                Adam / AdamW                              SGD / SGD with momentum
+==================  ========================================  ===========================
+``for-loop``        2 x a parameter + the one before it       0
+``foreach``         1 x all the parameters of a group         0
+``fused``           0                                         0
+==================  ========================================  ===========================
 
 ``for-loop`` is PyTorch's default off CUDA, ``foreach`` on CUDA (``torch.optim``'s
-``_default_to_fused_or_foreach``). A step that copies the gradients (``copies_grads``: Adam's or
-SGD's coupled ``weight_decay``, Nesterov momentum) holds one more largest parameter (for-loop) or,
-for SGD, all of them (foreach; Adam's foreach step reuses its buffer). The state (two moments for
-Adam, one buffer for momentum) is made at the first step, as large as the gradients.
+``_default_to_fused_or_foreach``). The for-loop step goes through the parameters of a group in
+order; Adam's holds, while it steps parameter ``i``, two buffers of its size (the square root
+and the denominator) and the denominator of parameter ``i - 1`` (a variable of the loop, freed
+when it is rebound): the largest of ``2 P[i] + P[i-1]`` over the parameters, in the order the
+optimizer steps them (a profile's ``parameter_sizes``). A step that copies the gradients
+(``copies_grads``: Adam's or SGD's coupled ``weight_decay``, Nesterov momentum) holds one more
+``P[i]`` (for-loop) or, for SGD, all of a group (foreach; Adam's foreach step reuses its buffer).
+The state (two moments for Adam, one buffer for momentum) is made at the first step, as large as
+the gradients. Adam's steps, and momentum's but the fused one, also hold :data:`STEP_SCALARS`
+bytes of scalar tensors during the step.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final, Literal, TypeGuard
 
@@ -58,19 +65,23 @@ STEPS: Final[tuple[StepKind, ...]] = ("for-loop", "foreach", "fused")
 GRADIENTS: Final[tuple[Gradients, ...]] = ("at-backward", "kept", "step-in-backward")
 AUTO: Final = "auto"
 
-_TEMPORARIES: Final[dict[tuple[bool, StepKind], tuple[int, int]]] = {
-    # (Adam-like, step) -> (largest parameters, all parameters): NOTE [ optimizer step temporaries ]
-    (True, "for-loop"): (2, 0),
-    (True, "foreach"): (0, 1),
-    (True, "fused"): (0, 0),
-    (False, "for-loop"): (0, 0),
-    (False, "foreach"): (0, 0),
-    (False, "fused"): (0, 0),
+_TEMPORARIES: Final[dict[tuple[bool, StepKind], tuple[int, int, int]]] = {
+    # (Adam-like, step) -> copies of (a parameter, the one before it, all of its group):
+    # NOTE [ optimizer step temporaries ]
+    (True, "for-loop"): (2, 1, 0),
+    (True, "foreach"): (0, 0, 1),
+    (True, "fused"): (0, 0, 0),
+    (False, "for-loop"): (0, 0, 0),
+    (False, "foreach"): (0, 0, 0),
+    (False, "fused"): (0, 0, 0),
 }
-_COPY: Final[dict[tuple[bool, StepKind], tuple[int, int]]] = {
-    (True, "for-loop"): (1, 0),
-    (False, "for-loop"): (1, 0),
-    (False, "foreach"): (0, 1),
+STEP_SCALARS: Final = 12
+"""Bytes of the scalar tensors an Adam step (any kind) or a momentum step (not fused) holds
+during the step, besides its buffers (measured: a 4-byte and an 8-byte tensor)."""
+_COPY: Final[dict[tuple[bool, StepKind], tuple[int, int, int]]] = {
+    (True, "for-loop"): (1, 0, 0),
+    (False, "for-loop"): (1, 0, 0),
+    (False, "foreach"): (0, 0, 1),
 }
 """What a step that copies the gradients adds to :data:`_TEMPORARIES`."""
 
@@ -106,20 +117,27 @@ class Optimizer:
         """The state, in copies of the gradients (Adam's two moments: 2)."""
         return STATE_COPIES[self.name]
 
-    def step_temporaries(self, gradients: int, largest: int) -> int:
+    def step_temporaries(self, sizes: Sequence[int]) -> int:
         """Bytes the step holds beyond the weights, the gradients and the state.
 
-        For gradients of ``gradients`` bytes whose largest is ``largest`` (NOTE [ optimizer step
-        temporaries ]).
+        ``sizes``: the parameters' gradients in the order the step goes through them, a 0
+        between two parameter groups (NOTE [ optimizer step temporaries ]).
         """
         if self.step is None or self.name == "none":
             return 0
         key = (self.state_copies == 2, self.step)
-        per_largest, per_all = _TEMPORARIES[key]
+        own, before, group = _TEMPORARIES[key]
         if self.copies_grads:
-            more = _COPY.get(key, (0, 0))
-            per_largest, per_all = per_largest + more[0], per_all + more[1]
-        return per_largest * largest + per_all * gradients
+            more = _COPY.get(key, (0, 0, 0))
+            own, before, group = own + more[0], before + more[1], group + more[2]
+        pairs = zip(sizes, [0, *sizes[:-1]], strict=True)
+        most = max((own * size + before * previous for size, previous in pairs), default=0)
+        groups, running = 0, 0
+        for size in sizes:
+            running = 0 if size == 0 else running + size
+            groups = max(groups, running)
+        scalars = self.state_copies == 2 or (self.state_copies == 1 and self.step != "fused")
+        return max(most, group * groups) + (STEP_SCALARS if scalars else 0)
 
     def with_default_step(self, device_kind: str | None) -> Optimizer:
         """``step`` as PyTorch defaults to it on that device, when not given.
@@ -187,6 +205,9 @@ class TrainingLoop:
     optimizer: Optimizer
     gradients: Gradients | None = None
     output_held: bool = False
+    output_bytes: int | None = None
+    """The bytes the caller holds of the model's output, as seen (every tensor of a dict or
+    tuple it keeps); None: the loss stage's input ``x[L-1]``."""
 
     @property
     def counts_step(self) -> bool:

@@ -114,12 +114,16 @@ class Budget(_Model):
     loop's terms (schedules written before them, and the other families')."""
     output_held: bool | None = None
     """The caller holds the model's output from one step to the next (``out = model(**batch)``)."""
+    output_bytes: Size | None = None
+    """The bytes it holds of it, as seen in the loop (every tensor of the output it keeps); None:
+    the loss stage's input ``x[L-1]``."""
 
     @model_serializer(mode="wrap")
     def _drop_unset_loop(self, handler: Any) -> dict[str, Any]:
         data: dict[str, Any] = handler(self)
-        for key in ("optimizer_step", "optimizer_copies_grads", "gradients", "output_held"):
-            if not data.get(key):
+        loop = ("optimizer_step", "optimizer_copies_grads", "gradients", "output_held")
+        for key in (*loop, "output_bytes"):
+            if data.get(key) is None or data.get(key) is False:
                 data.pop(key, None)
         return data
 
@@ -131,7 +135,7 @@ class Budget(_Model):
             self.optimizer_step,
             bool(self.optimizer_copies_grads),
         )
-        return TrainingLoop(optimizer, self.gradients, bool(self.output_held))
+        return TrainingLoop(optimizer, self.gradients, bool(self.output_held), self.output_bytes)
 
     @classmethod
     def of(cls, memory: int | None, loop: TrainingLoop, **more: Any) -> Budget:
@@ -144,6 +148,7 @@ class Budget(_Model):
             optimizer_copies_grads=optimizer.copies_grads or None,
             gradients=loop.gradients,
             output_held=loop.output_held or None,
+            output_bytes=loop.output_bytes if loop.output_held else None,
             **more,
         )
 

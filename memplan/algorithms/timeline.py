@@ -18,7 +18,7 @@ from typing import TypedDict
 
 from memplan.algorithms.base import ChainPlan, OffloadPlan, SolveRequest
 from memplan.loop import TrainingLoop
-from memplan.profile.memory import gradient_bytes, largest_gradient, static_bytes
+from memplan.profile.memory import gradient_bytes, parameter_sizes, static_bytes
 from memplan.profile.model import Profile
 from memplan.schedule import (
     Budget,
@@ -89,9 +89,8 @@ def step_peak(profile: Profile, loop: TrainingLoop, static: int) -> int:
     """
     if not loop.counts_step or profile.input_size is None:
         return 0
-    gradients = gradient_bytes(profile)
-    temporaries = loop.optimizer.step_temporaries(gradients, largest_gradient(profile))
-    held = gradients if loop.gradients == "at-backward" else 0
+    temporaries = loop.optimizer.step_temporaries(parameter_sizes(profile))
+    held = gradient_bytes(profile) if loop.gradients == "at-backward" else 0
     return static + profile.input_size + held + temporaries
 
 

@@ -80,6 +80,7 @@ def loop_on(
     gradients: str | None = AUTO,
     output_held: bool = False,
     terms: bool = True,
+    output_bytes: int | None = None,
 ) -> TrainingLoop:
     """The loop a plan on ``profile`` is made for.
 
@@ -91,7 +92,10 @@ def loop_on(
         return TrainingLoop(Optimizer(optimizer.name))
     kind = profile.device.kind if profile.device is not None else None
     return TrainingLoop(
-        optimizer.with_default_step(kind), resolve_gradients(profile, gradients), output_held
+        optimizer.with_default_step(kind),
+        resolve_gradients(profile, gradients),
+        output_held,
+        output_bytes if output_held else None,
     )
 
 
@@ -110,18 +114,15 @@ def gradient_bytes(profile: Profile) -> int:
     return sum(stage_gradients(st) for st in profile.all_stages())
 
 
-def largest_gradient(profile: Profile) -> int:
-    """Bytes of the largest parameter gradient.
+def parameter_sizes(profile: Profile) -> list[int]:
+    """The parameters' gradients in the order the optimizer steps them (``parameter_sizes``).
 
-    ``largest_grad_size``, else a bound: the largest of a stage's gradients.
+    A profile without them: each stage's gradients as one parameter, in stage order, which
+    bounds what a step over the parameters holds (the model's own order following its stages).
     """
-    return max(
-        (
-            st.largest_grad_size if st.largest_grad_size is not None else stage_gradients(st)
-            for st in profile.all_stages()
-        ),
-        default=0,
-    )
+    if profile.parameter_sizes is not None:
+        return list(profile.parameter_sizes)
+    return [stage_gradients(st) for st in profile.all_stages()]
 
 
 def held_output_bytes(profile: Profile) -> int:
@@ -147,7 +148,9 @@ def static_bytes(profile: Profile, loop: TrainingLoop) -> int:
         return 0
     gradients = gradient_bytes(profile)
     kept = gradients if loop.gradients in (None, "kept") else 0
-    held = held_output_bytes(profile) if loop.output_held else 0
+    held = 0
+    if loop.output_held:
+        held = held_output_bytes(profile) if loop.output_bytes is None else loop.output_bytes
     state = optimizer.state_copies * gradients
     return profile.weight_size + state + kept + (profile.workspace_size or 0) + held
 

@@ -269,6 +269,13 @@ class Profile(_Strict):
         "cuBLAS workspaces of the forward's and the backward's threads): static memory",
     )
     input_size: Bytes | None = Field(default=None, description="bytes of x_0 (chain profiles)")
+    parameter_sizes: list[Bytes] | None = Field(
+        default=None,
+        max_length=1_000_000,
+        description="bytes of each trainable parameter's gradient, in the order the optimizer "
+        "steps them (the model's parameter order; a 0 between two parameter groups): a "
+        "for-loop step's temporaries are those of consecutive parameters (docs/model.md)",
+    )
     stages: list[Stage] | None = Field(default=None, min_length=1, max_length=10_000)
     branches: list[Branch] | None = Field(default=None, min_length=1, max_length=1_000)
     turn: Stage | None = Field(default=None, description="join networks: the stage joining them")

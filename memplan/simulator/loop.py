@@ -15,9 +15,11 @@ the schedule's ``budget`` here, independently of :mod:`memplan.algorithms`:
   it (:func:`stepped_in_backward`).
 
 The temporaries, per step kind (measured, docs/model.md): a fused step none; a foreach step one
-copy of every gradient for Adam and AdamW (their square-root buffer), and for SGD when the step
-copies the gradients; a for-loop step, parameter by parameter, two copies of the largest for Adam
-(three when it copies the gradients), one for SGD when it copies them.
+copy of the gradients of a parameter group for Adam and AdamW (their square-root buffer), and for
+SGD when the step copies the gradients; a for-loop step, parameter by parameter (in the profile's
+``parameter_sizes`` order, a 0 between groups; else one per stage), for Adam two copies of the
+parameter it steps and the denominator of the one before (three and one when it copies the
+gradients), for SGD one copy of the parameter when it copies them.
 """
 
 from __future__ import annotations
@@ -31,18 +33,44 @@ def _grads(stage: Stage) -> int:
     return stage.weight_size if stage.weight_grad_size is None else stage.weight_grad_size
 
 
-def _temporaries(budget: Budget, every: int, largest: int) -> int:
-    """What one ``optimizer.step()`` over gradients of ``every`` bytes (the largest ``largest``)
-    holds besides them, the weights and the state.
+def _temporaries(budget: Budget, sizes: list[int]) -> int:
+    """What one ``optimizer.step()`` holds besides the gradients, the weights and the state.
+
+    ``sizes``: the gradients in the order the step goes through them, 0 between groups.
     """
     name, step = budget.optimizer or "sgd", budget.optimizer_step
-    if step is None or step == "fused" or name == "none":
+    if step is None or name == "none":
         return 0
     adam = name in ("adam", "adamw")
     copies = bool(budget.optimizer_copies_grads)
+    # an Adam step, and a momentum step but the fused one, holds two scalar tensors (4 and 8 bytes)
+    scalars = 12 if adam or (name == "momentum" and step != "fused") else 0
+    worst = 0
+    if step == "fused":
+        return scalars
     if step == "foreach":
-        return every if adam or copies else 0
-    return largest * ((2 if adam else 0) + (1 if copies else 0))
+        if adam or copies:
+            group = 0
+            for size in sizes:
+                group = group + size if size else 0
+                worst = max(worst, group)
+        return worst + scalars
+    own = (2 if adam else 0) + (1 if copies else 0)
+    previous = 0
+    for size in sizes:
+        worst = max(worst, own * size + (previous if adam else 0))
+        previous = size
+    return worst + scalars
+
+
+def _grads_in_order(profile: Profile) -> list[int]:
+    """The gradients in the order the optimizer steps them.
+
+    ``parameter_sizes``, else the stages' (one per stage, in order).
+    """
+    if profile.parameter_sizes is not None:
+        return list(profile.parameter_sizes)
+    return [_grads(st) for st in profile.all_stages()]
 
 
 def step_temporaries(profile: Profile, budget: Budget) -> int | None:
@@ -55,13 +83,7 @@ def step_temporaries(profile: Profile, budget: Budget) -> int | None:
         or budget.gradients not in ("at-backward", "kept")
     ):
         return None
-    stages = profile.all_stages()
-    every = sum(_grads(st) for st in stages)
-    largest = max(
-        (_grads(st) if st.largest_grad_size is None else st.largest_grad_size for st in stages),
-        default=0,
-    )
-    return _temporaries(budget, every, largest)
+    return _temporaries(budget, _grads_in_order(profile))
 
 
 def stepped_in_backward(profile: Profile, budget: Budget) -> tuple[list[int], list[int]]:
@@ -78,5 +100,5 @@ def stepped_in_backward(profile: Profile, budget: Budget) -> tuple[list[int], li
     temporaries = []
     for st, size in zip(stages, freed, strict=True):
         largest = size if st.largest_grad_size is None else st.largest_grad_size
-        temporaries.append(_temporaries(budget, largest, largest))
+        temporaries.append(_temporaries(budget, [largest]))  # one parameter at a time
     return freed, temporaries

@@ -17,7 +17,7 @@ The top floor of the torch layer with :mod:`memplan.torch.compare`: it orchestra
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,7 +28,7 @@ import memplan
 from memplan.budget import MemoryBudget, check_memory
 from memplan.errors import ArgumentError, InputError
 from memplan.loop import AUTO, Optimizer, TrainingLoop, check_gradients
-from memplan.profile.memory import gradient_bytes, largest_gradient, loop_on
+from memplan.profile.memory import loop_on, parameter_sizes
 from memplan.profile.model import Profile
 from memplan.schedule import Schedule
 from memplan.torch.base.blame import FIRST_FORWARD, model_errors
@@ -36,9 +36,10 @@ from memplan.torch.base.optimizers import optimizer_spec
 from memplan.torch.measure.conditions import check_conditions
 from memplan.torch.models.registry import build_model
 from memplan.torch.profiler.chain import ProgressCallback
+from memplan.torch.profiler.model import parameter_sizes as parameter_sizes_of
 from memplan.torch.profiler.model import profile_model
 from memplan.torch.runtime.checkpointed import CheckpointedChain, checkpointed
-from memplan.torch.runtime.loop_watch import LoopWatch
+from memplan.torch.runtime.loop_watch import LoopWatch, tensors_of
 from memplan.torch.runtime.planned import install, planned, prepare
 from memplan.torch.runtime.planned_model import describe_autocast
 from memplan.torch.runtime.slots import autocast_state
@@ -121,7 +122,9 @@ def plan_training(
         memory,
         optimizer=loop.optimizer,
         gradients=loop.gradients or "kept",
-        output_held=loop.output_held,
+        output_held=loop.output_bytes
+        if loop.output_held and loop.output_bytes is not None
+        else loop.output_held,
         slots=settings.slots,
         bandwidth=settings.bandwidth,
     )
@@ -142,7 +145,7 @@ def loss_chunks_hint(prof: Profile, memory: MemoryBudget, loop: TrainingLoop) ->
 
 def infeasible_message(schedule: Schedule, memory: MemoryBudget, hint: str = "") -> str:
     """Why ``schedule`` (infeasible) has no plan, sizes in the units ``memory`` was typed in."""
-    line = f"no {schedule.algorithm} plan fits in {memory.text}"
+    line = f"no {schedule.algorithm} plan fits in {memory.named}"
     loop = schedule.budget.loop
     if schedule.min_memory is not None:
         line += f"; the least memory that fits is {memory.size(schedule.min_memory)}"
@@ -165,14 +168,49 @@ def _feasible(
     return sched
 
 
+def _replanner(
+    prof: Profile, budget: MemoryBudget, settings: PlanSettings
+) -> Callable[[TrainingLoop, list[list[nn.Parameter]] | None], tuple[Schedule, Profile]]:
+    """The re-solve of NOTE [ the loop seen ]: the same profile, budget and settings, for the loop
+    seen, the parameters in the order of the optimizer seen.
+    """
+
+    def replan(
+        loop: TrainingLoop, groups: list[list[nn.Parameter]] | None
+    ) -> tuple[Schedule, Profile]:
+        seen = prof
+        if groups:
+            device = next(p.device for group in groups for p in group)
+            sizes = parameter_sizes_of(groups, device)
+            seen = prof.model_copy(update={"parameter_sizes": sizes})
+        return _feasible(seen, budget, loop, settings, " (the training loop seen)"), seen
+
+    return replan
+
+
+def _is_auto(optimizer: Any) -> bool:
+    return isinstance(optimizer, str) and optimizer.strip().lower() == AUTO
+
+
+def _why(optimizer: Any) -> str:
+    """What the infeasible message adds under ``optimizer="auto"``."""
+    if not _is_auto(optimizer):
+        return ""
+    return (
+        "; until the loop's optimizer steps, optimizer='auto' counts AdamW's state and step: name "
+        "yours (optimizer='sgd', torch.optim.SGD, or the optimizer itself) to plan for it from "
+        "the start"
+    )
+
+
 def _conservative_optimizer(prof: Profile) -> Optimizer:
     """What ``optimizer="auto"`` plans for until the loop's optimizer is seen: AdamW (two
     states) with the step of the larger temporaries on this profile (PyTorch's for-loop step or
     its foreach one): no optimizer of :mod:`torch.optim` memplan knows needs more.
     """
-    gradients, largest = gradient_bytes(prof), largest_gradient(prof)
+    sizes = parameter_sizes(prof)
     steps = [Optimizer("adamw", step) for step in ("for-loop", "foreach")]  # type: ignore[arg-type]
-    return max(steps, key=lambda opt: opt.step_temporaries(gradients, largest))
+    return max(steps, key=lambda opt: opt.step_temporaries(sizes))
 
 
 # --------------------------------------------------------------------------------------------
@@ -213,9 +251,8 @@ def fit(
         As in :func:`memplan.solve` (slots: 500 by default, pofo 50; bandwidth: the
         profile's by default, needed by the offloading algorithms and pofo).
     optimizer : str, optimizer class or instance
-        The optimizer the chain trains with, as :func:`enable` takes it; ``auto`` (the chain
-        does not see the loop's): the most any optimizer of :mod:`torch.optim` memplan knows
-        needs, AdamW with the step of the larger temporaries.
+        The optimizer the chain trains with, as :func:`enable` takes it (``auto``: seen at its
+        first step, NOTE [ the loop seen ]; the chain's ``watch`` watches the loop).
     profile : optional
         A profile of this model to use instead of profiling it.
     repeats : int
@@ -272,12 +309,16 @@ def fit(
         prof = memplan.load_profile(profile)
         check_conditions(prof, x.device)  # a warning where it was measured otherwise
     chunks = profile_loss_chunks(prof, loss_chunks)
-    chosen = _conservative_optimizer(prof) if optimizer == AUTO else optimizer_spec(optimizer)
-    sched = _feasible(prof, budget, loop_on(prof, chosen, gradients), settings)
+    auto_optimizer = _is_auto(optimizer)
+    chosen = _conservative_optimizer(prof) if auto_optimizer else optimizer_spec(optimizer)
+    sched = _feasible(prof, budget, loop_on(prof, chosen, gradients), settings, _why(optimizer))
     kind = label or type(module).__name__
     with model_errors(kind, FIRST_FORWARD):  # NOTE [ whose error ]
         chain = chunk_loss(linearize(module, x, labels=labels), x, chunks, kind)
-    return checkpointed(chain, sched, profile=prof), sched
+    wrapped = checkpointed(chain, sched, profile=prof)
+    replan = _replanner(prof, budget, settings)
+    wrapped.watch = LoopWatch(wrapped, replan, (auto_optimizer, gradients == AUTO, False))
+    return wrapped, sched
 
 
 # --------------------------------------------------------------------------------------------
@@ -297,6 +338,7 @@ def enable(
     slots: int | None = None,
     repeats: int = PlanSettings.repeats,
     gradients: str = AUTO,
+    output_held: bool | None = None,
 ) -> nn.Module:
     """Plan the memory of a model's training and apply the plan: profile, solve, install.
 
@@ -348,6 +390,11 @@ def enable(
         steps) steps each parameter as its gradient is made, which frees the gradients at once
         (NOTE [ step in the backward ] in :mod:`memplan.torch.runtime.step_in_backward`: not
         with gradient clipping, accumulation, a ``GradScaler``, DDP or FSDP).
+    output_held : bool, optional
+        Whether the loop keeps the model's output (a language model's logits) until its next
+        step: ``out = model(**batch)`` does, ``loss = model(**batch).loss`` and
+        ``transformers.Trainer`` do not. None (the default): seen at the first step; until
+        then counted as kept.
 
     Returns
     -------
@@ -364,7 +411,7 @@ def enable(
     """
     budget = check_memory(memory)
     gradients = check_gradients(gradients)
-    auto_optimizer = isinstance(optimizer, str) and optimizer.strip().lower() == AUTO
+    auto_optimizer = _is_auto(optimizer)
     chosen = None if auto_optimizer else optimizer_spec(optimizer)
     in_backward = gradients == "step-in-backward"
     if in_backward and not isinstance(optimizer, torch.optim.Optimizer):
@@ -380,26 +427,50 @@ def enable(
         prof = profile_for_training(model, target.x0, settings)
     else:
         prof = memplan.load_profile(profile)
-    first = loop_on(prof, chosen or _conservative_optimizer(prof), gradients, output_held=True)
-    why = ""
-    if auto_optimizer:
-        why = (
-            "; until the loop's optimizer steps, optimizer='auto' counts AdamW's state and step: "
-            "name yours (optimizer='sgd', torch.optim.SGD, or the optimizer itself) to plan for "
-            "it from the start"
-        )
-    sched = _feasible(prof, budget, first, settings, why)
+    held = True if output_held is None else bool(output_held)  # counted until seen
+    kept = _output_bytes(model, example_input, target.x0) if held else None
+    first = loop_on(
+        prof, chosen or _conservative_optimizer(prof), gradients, held, output_bytes=kept
+    )
+    sched = _feasible(prof, budget, first, settings, _why(optimizer))
     install(target, sched, prof)
     plan = _installed(model)
     if in_backward:  # NOTE [ step in the backward ]
         plan._handles.append(StepInBackward(model, optimizer))
 
-    def replan(loop: TrainingLoop) -> Schedule:
-        return _feasible(prof, budget, loop, settings, " (the training loop seen)")
-
-    watched = (auto_optimizer, gradients == AUTO, True)
-    LoopWatch(plan, replan, watched)
+    watched = (auto_optimizer, gradients == AUTO, output_held is not False)
+    LoopWatch(plan, _replanner(prof, budget, settings), watched)
     return model
+
+
+def _output_bytes(model: nn.Module, example_input: Any, x0: Tensor) -> int:
+    """What the model's output holds on the example batch: every tensor of it (a dict, a Hugging
+    Face output, a tuple), each storage once, as a loop that keeps the output keeps it.
+
+    One forward without autograd, in eval mode (no buffer updated, no dropout), the random
+    generators' states kept: what the caller holds is known before the first step.
+    """
+    flags = [(m, m.training) for m in model.modules()]
+    config = getattr(model, "config", None)
+    if getattr(config, "use_cache", False):
+        config.use_cache = False  # as the plan trains it (planned.install does the same)
+    devices = [x0.device] if x0.device.type == "cuda" else []
+    try:
+        with torch.no_grad(), torch.random.fork_rng(devices=devices):
+            model.eval()
+            if isinstance(example_input, Mapping):
+                out = model(**example_input)
+            elif isinstance(example_input, (tuple, list)):
+                out = model(*example_input)
+            else:
+                out = model(example_input)
+    finally:
+        for module, training in flags:
+            module.training = training
+    storages = {
+        t.untyped_storage().data_ptr(): t.untyped_storage().nbytes() for t in tensors_of(out)
+    }
+    return sum(storages.values())
 
 
 def _installed(model: nn.Module) -> Any:

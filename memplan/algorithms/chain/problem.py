@@ -26,7 +26,7 @@ def _stepped_in_backward(stages: Seq[Stage], optimizer: Optimizer) -> tuple[np.n
         size if st.largest_grad_size is None else st.largest_grad_size
         for st, size in zip(stages, stepped, strict=True)
     ]
-    temporaries = [optimizer.step_temporaries(size, size) for size in largest]
+    temporaries = [optimizer.step_temporaries([size]) for size in largest]  # one at a time
     return np.array(stepped, dtype=np.int64), np.array(temporaries, dtype=np.int64)
 
 

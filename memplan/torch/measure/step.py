@@ -18,7 +18,7 @@ temporaries, the input batch and the loss (docs/runtime.md, "The measured peak")
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,13 +26,15 @@ import torch
 from torch import Tensor, nn
 
 import memplan
+from memplan.errors import InputError
 from memplan.loop import Optimizer, TrainingLoop, parse_optimizer
 from memplan.profile.memory import static_bytes
 from memplan.torch.base.optimizers import build_optimizer
 from memplan.torch.measure.probe import CpuProbe
-from memplan.torch.runtime.checkpointed import checkpointed
+from memplan.torch.runtime.checkpointed import CheckpointedChain, checkpointed
 from memplan.torch.runtime.plan import planned_activation_peak
 from memplan.torch.split.chunked_loss import chunk_loss, profile_loss_chunks
+from memplan.torch.split.hf import hf_batch
 from memplan.torch.split.linearize import linearize
 
 __all__ = [
@@ -111,9 +113,10 @@ def _storages(tensors: Iterable[Any]) -> dict[int, int]:
     return found
 
 
-def _resident(model: nn.Module, x: Tensor, optimizer: torch.optim.Optimizer) -> dict[int, int]:
+def _resident(model: nn.Module, x: Any, optimizer: torch.optim.Optimizer) -> dict[int, int]:
     """The storages the iteration starts with: model, gradients, optimizer state, input."""
-    tensors: list[Any] = [*model.parameters(), *model.buffers(), x]
+    inputs = list(x.values()) if isinstance(x, Mapping) else [x]
+    tensors: list[Any] = [*model.parameters(), *model.buffers(), *inputs]
     tensors += [p.grad for p in model.parameters() if p.grad is not None]
     for group in optimizer.param_groups:
         for param in group["params"]:
@@ -160,16 +163,59 @@ def replay_peak(events: Iterable[tuple[int, int]], resident: dict[int, int]) -> 
     return peak, total
 
 
+Batch = Tensor | Mapping[str, Any]
+"""A step's input: a tensor, or a Hugging Face batch (``input_ids``, ``labels``...)."""
+
+
+def _loss(model: Callable[..., Any], batch: Batch) -> Tensor:
+    """The loss of one step on ``batch``.
+
+    ``model(x)``; for a batch mapping, ``model(x, labels)`` on a wrapped chain (its loss stage
+    takes them), ``model(**batch).loss`` on a model.
+    """
+    if not isinstance(batch, Mapping):
+        return model(batch)
+    if isinstance(model, CheckpointedChain):
+        x, labels = hf_batch(batch)
+        return model(x, labels)
+    out = model(**batch)
+    loss = out.get("loss") if isinstance(out, Mapping) else getattr(out, "loss", out)
+    if not isinstance(loss, Tensor):
+        raise InputError(
+            f"{type(model).__name__}(**batch) returned no loss: give the batch its labels"
+        )
+    return loss
+
+
 def _iteration(
-    model: Callable[[Tensor], Tensor], x: Tensor, optimizer: torch.optim.Optimizer
+    model: Callable[..., Any], x: Batch, optimizer: torch.optim.Optimizer
 ) -> Callable[[], Tensor]:
     def run() -> Tensor:
-        loss = model(x)
+        loss = _loss(model, x)
         loss.backward()
         optimizer.step()
         return loss.detach()
 
     return run
+
+
+def _copy(batch: Batch) -> Batch:
+    """A copy of the batch made while the profiler records memory (its frees are seen)."""
+    with torch.profiler.profile(
+        activities=[torch.profiler.ProfilerActivity.CPU], profile_memory=True
+    ):
+        if isinstance(batch, Mapping):
+            return {k: v.clone() if isinstance(v, Tensor) else v for k, v in batch.items()}
+        return batch.clone()
+
+
+def _device(batch: Batch) -> torch.device:
+    if isinstance(batch, Tensor):
+        return batch.device
+    found = next((v for v in batch.values() if isinstance(v, Tensor)), None)
+    if found is None:
+        raise InputError("measure_step: the batch holds no tensor")
+    return found.device
 
 
 def _measure_cpu(run: Callable[[], Tensor], resident: dict[int, int]) -> tuple[int, int, Tensor]:
@@ -181,8 +227,8 @@ def _measure_cpu(run: Callable[[], Tensor], resident: dict[int, int]) -> tuple[i
 
 
 def measure_step(
-    model: Callable[[Tensor], Tensor],
-    x: Tensor,
+    model: Callable[..., Any],
+    x: Batch,
     optimizer: torch.optim.Optimizer,
     *,
     set_to_none: bool = True,
@@ -192,7 +238,9 @@ def measure_step(
     The iteration is ``optimizer.zero_grad(set_to_none=...)``, then (measured) ``loss = model(x)``,
     ``loss.backward()``, ``optimizer.step()``. ``model`` is a module whose forward returns the
     scalar loss: a :class:`~memplan.torch.CheckpointedChain` (the iteration follows its plan) or
-    any training module (plain training, to compare).
+    any training module (plain training, to compare). With a Hugging Face batch, the loss is
+    ``model(**batch).loss`` (a model under :func:`memplan.torch.enable`, or plain), or the
+    wrapped chain's on the batch's input and labels.
 
     By default the loop is PyTorch's: ``zero_grad()`` sets the gradients to None, so each
     parameter's gradient appears during the backward, at the backward of the stage that owns it,
@@ -205,9 +253,10 @@ def measure_step(
     Parameters
     ----------
     model : callable
-        ``model(x)`` returns the loss.
-    x : Tensor
-        The input batch (on the device measured).
+        ``model(x)`` returns the loss (``model(**x).loss`` for a batch mapping).
+    x : Tensor or mapping
+        The input batch (on the device measured), or a Hugging Face batch (``input_ids``,
+        ``labels``, ...).
     optimizer : torch.optim.Optimizer
         The optimizer of the parameters (see :func:`make_optimizer`).
     set_to_none : bool
@@ -220,7 +269,7 @@ def measure_step(
         ``peak``: bytes, everything included (see the module docstring for the method).
     """
     optimizer.zero_grad(set_to_none=set_to_none)
-    device = x.device
+    device = _device(x)
     started = time.perf_counter()
     if device.type == "cuda":
         run = _iteration(model, x, optimizer)
@@ -237,10 +286,7 @@ def measure_step(
         # The allocator reports the free of a block only when it saw its allocation (under a
         # profiler): the iteration reads a copy of the input made under one, so that a plan
         # offloading x[0] is seen freeing it.
-        with torch.profiler.profile(
-            activities=[torch.profiler.ProfilerActivity.CPU], profile_memory=True
-        ):
-            batch = x.clone()
+        batch = _copy(x)
         run = _iteration(model, batch, optimizer)
         modules = model if isinstance(model, nn.Module) else nn.Module()
         resident = _resident(modules, batch, optimizer)

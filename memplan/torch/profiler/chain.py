@@ -64,7 +64,12 @@ LINEARIZE_SAMPLES = 1
 """Samples of the batch on which :func:`linearize_on_sample` checks the chain."""
 
 
-def linearize_on_sample(model: nn.Module, x: Tensor, samples: int = LINEARIZE_SAMPLES) -> Chain:
+def linearize_on_sample(
+    model: nn.Module,
+    x: Tensor,
+    samples: int = LINEARIZE_SAMPLES,
+    labels: Tensor | None = None,
+) -> Chain:
     """:func:`~memplan.torch.split.linearize.linearize`, checked on the first ``samples`` samples only.
 
     The check (the chain reproduces the model's output, in eval mode) is about the model's
@@ -74,10 +79,11 @@ def linearize_on_sample(model: nn.Module, x: Tensor, samples: int = LINEARIZE_SA
     built on the whole batch, their stages being tied to the traced shapes. The loss stage is
     built for the whole batch, as
     ``linearize(model, x)`` builds it (same targets). A model whose output on the sample has no
-    batch dimension of that size (it squeezes it) is checked on the whole batch instead.
+    batch dimension of that size (it squeezes it) is checked on the whole batch instead, and so
+    is one given ``labels`` (a Hugging Face batch's: the loss stage's targets).
     """
-    if x.dim() == 0 or x.shape[0] <= samples or traces_its_input(model):
-        return linearize(model, x)  # a traced chain serves inputs of the traced shape only
+    if x.dim() == 0 or x.shape[0] <= samples or traces_its_input(model) or labels is not None:
+        return linearize(model, x, labels=labels)  # a traced chain: inputs of its shape only
     outputs: list[Tensor] = []  # the model's output on the sample, which the check computes
     hook = model.register_forward_hook(lambda _module, _args, out: outputs.append(out))
     try:

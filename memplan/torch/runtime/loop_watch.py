@@ -29,25 +29,57 @@ cannot hold the loop seen is an :class:`~memplan.InputError` then, naming what i
 from __future__ import annotations
 
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import torch
-from torch import nn
+from torch import Tensor, nn
 from torch.optim.optimizer import register_optimizer_step_pre_hook
 
 from memplan.loop import Gradients, Optimizer, TrainingLoop
 from memplan.schedule import Schedule
 from memplan.torch.base.optimizers import describe_optimizer
+from memplan.torch.runtime.checkpointed import CheckpointedChain
 from memplan.torch.runtime.plan import RuntimePlan
 from memplan.torch.runtime.planned_model import PlannedModel
 from memplan.torch.runtime.step_in_backward import INTERNAL
-from memplan.torch.split.trace import model_output
 
-__all__ = ["LoopWatch", "Watched"]
+__all__ = ["LoopWatch", "Watched", "tensors_of"]
+
+
+def tensors_of(value: Any) -> list[Tensor]:
+    """The tensors of a model's output: itself, or those of a mapping (a dict, a Hugging Face
+    output), a tuple or a list, at any depth.
+    """
+    found: list[Tensor] = []
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, Tensor):
+            found.append(item)
+        elif isinstance(item, Mapping):
+            stack.extend(item.values())
+        elif isinstance(item, (tuple, list)):
+            stack.extend(item)
+    return found
+
+
+def _weakly(method: Callable[..., None]) -> Callable[..., None]:
+    """``method``, holding its object weakly (nothing once the object is gone)."""
+    ref = weakref.WeakMethod(method)
+
+    def call(*args: Any) -> None:
+        found = ref()
+        if found is not None:
+            found(*args)
+
+    return call
+
 
 Watched = tuple[bool, bool, bool]
 """Which parts of the loop are watched: ``(optimizer, gradients, output)``."""
+Groups = list[list[nn.Parameter]]
+"""An optimizer's parameter groups (the model's parameters among them), in its order."""
 
 
 class LoopWatch:
@@ -55,11 +87,15 @@ class LoopWatch:
 
     Parameters
     ----------
-    planned : PlannedModel
-        The plan installed on the model; its schedule is replaced by the new plans.
+    planned : PlannedModel or CheckpointedChain
+        The plan installed on a model (:func:`memplan.torch.enable`), or a wrapped chain
+        (:func:`memplan.torch.fit`): its ``schedule`` and ``plan`` are replaced by the new plans,
+        its forward is a step's start. The hooks are removed with it (:meth:`remove`).
     replan : callable
-        ``replan(loop) -> Schedule``: a feasible plan for ``loop`` on the same profile and
-        budget (raises :class:`~memplan.InputError` when there is none).
+        ``replan(loop, groups) -> (Schedule, Profile)``: a feasible plan for ``loop`` on the same
+        profile and budget, the optimizer's parameter groups (its order: the profile's
+        ``parameter_sizes``) when one was seen, and the profile it was made on (raises
+        :class:`~memplan.InputError` when there is none).
     watched : (bool, bool, bool)
         Whether the optimizer, the gradients and the output are watched (a part given by the
         caller is not).
@@ -67,26 +103,42 @@ class LoopWatch:
 
     def __init__(
         self,
-        planned: PlannedModel,
-        replan: Callable[[TrainingLoop], Schedule],
+        planned: PlannedModel | CheckpointedChain,
+        replan: Callable[[TrainingLoop, Groups | None], tuple[Schedule, Any]],
         watched: Watched,
     ) -> None:
         self.planned = planned
         self.replan = replan
         self.watch_optimizer, self.watch_gradients, self.watch_output = watched
-        self.params = [p for p in planned.model.parameters() if p.requires_grad]
+        model = planned.model if isinstance(planned, PlannedModel) else planned
+        self.params = [p for p in model.parameters() if p.requires_grad]
         self.ids = {id(p) for p in self.params}
         self.optimizer: Optimizer | None = None
+        self.groups: Groups | None = None  # the parameter groups of the optimizer seen
+        self.planned_groups: Groups | None = None
         self.kept = False
         self.held = False
+        self.held_bytes = 0  # the most the caller was seen holding of an output
         self.whole_step = False  # a step seen to its end (its optimizer step, or the next one)
-        self.output: weakref.ref[Any] | None = None
+        self.output: list[weakref.ref[Tensor]] | None = None  # the last output's tensors
         self.replans = 0
-        model = planned.model
-        add = planned._handles.append  # removed with the plan (disable)
-        add(model.register_forward_pre_hook(self._step_starts, prepend=True))
-        add(model.register_forward_hook(self._forward_ends))
-        add(register_optimizer_step_pre_hook(self._optimizer_steps))
+        # PyTorch keeps its global optimizer hooks for ever: this one holds the watch weakly,
+        # and goes with it, so that a model under a plan can be collected as any other
+        steps = register_optimizer_step_pre_hook(_weakly(self._optimizer_steps))
+        weakref.finalize(self, steps.remove)
+        self.handles = [
+            model.register_forward_pre_hook(self._step_starts, prepend=True),
+            model.register_forward_hook(self._forward_ends),
+            steps,
+        ]
+        if isinstance(planned, PlannedModel):
+            planned._handles.append(self)  # removed with the plan (disable)
+
+    def remove(self) -> None:
+        """Remove the hooks: the plan stays as it is."""
+        for handle in self.handles:
+            handle.remove()
+        self.handles = []
 
     @property
     def loop(self) -> TrainingLoop:
@@ -102,14 +154,15 @@ class LoopWatch:
         gradients: Gradients | None = planned.gradients
         if self.watch_gradients and planned.gradients in ("at-backward", "kept"):
             gradients = "kept" if self.kept else "at-backward"
-        held = planned.output_held
+        held, held_bytes = planned.output_held, planned.output_bytes
         if self.watch_output and self.whole_step:
-            held = self.held
-        return TrainingLoop(optimizer, gradients, held)
+            held, held_bytes = self.held, (self.held_bytes if self.held else None)
+        return TrainingLoop(optimizer, gradients, held, held_bytes)
 
     # -- the hooks ---------------------------------------------------------------------------
     def _training(self) -> bool:
-        return torch.is_grad_enabled() and not self.planned._recomputing
+        recomputing = getattr(self.planned, "_recomputing", 0)  # a PlannedModel's recomputation
+        return torch.is_grad_enabled() and not recomputing
 
     def _step_starts(self, module: nn.Module, args: Any) -> None:
         if not self._training():
@@ -120,14 +173,15 @@ class LoopWatch:
             self.whole_step = True
             self._look_at_output()
         wanted = self.seen()
-        if wanted != self.loop:
-            self._install(self.replan(wanted))
+        if wanted != self.loop or self._order(self.groups) != self._order(self.planned_groups):
+            schedule, profile = self.replan(wanted, self.groups)
+            self.planned_groups = self.groups
+            self._install(schedule, profile)
 
     def _forward_ends(self, module: nn.Module, args: Any, output: Any) -> None:
         if not self._training():
             return
-        out = model_output(output)
-        self.output = None if out is None else weakref.ref(out)
+        self.output = [weakref.ref(t) for t in tensors_of(output)]
 
     def _optimizer_steps(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
         if getattr(optimizer, INTERNAL, False):
@@ -136,15 +190,26 @@ class LoopWatch:
             return  # another model's optimizer
         if self.watch_optimizer:
             self.optimizer = describe_optimizer(optimizer)
+        mine = [[p for p in g["params"] if id(p) in self.ids] for g in optimizer.param_groups]
+        self.groups = [group for group in mine if group]
         self.whole_step = True
         self._look_at_output()
 
     def _look_at_output(self) -> None:
-        if self.output is not None and self.output() is not None:
-            self.held = True  # the caller holds the model's output after its backward
+        alive = [t for t in (ref() for ref in self.output or ()) if t is not None]
+        if alive:  # the caller holds (some of) the model's output after its backward
+            self.held = True
+            storages = {t.untyped_storage().data_ptr(): t.untyped_storage().nbytes() for t in alive}
+            self.held_bytes = max(self.held_bytes, sum(storages.values()))
 
-    def _install(self, schedule: Schedule) -> None:
+    @staticmethod
+    def _order(groups: Groups | None) -> list[list[int]] | None:
+        return None if groups is None else [[id(p) for p in group] for group in groups]
+
+    def _install(self, schedule: Schedule, profile: Any) -> None:
         planned = self.planned
         planned.schedule = schedule
-        planned.plan = RuntimePlan(schedule, len(planned.names))
+        planned.plan = RuntimePlan(schedule, len(planned.names))  # the next step follows it
+        if isinstance(planned, PlannedModel):
+            planned.profile = profile
         self.replans += 1
