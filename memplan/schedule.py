@@ -21,6 +21,7 @@ from pydantic import (
     model_validator,
 )
 
+from memplan.documents.io import dump_yaml, read_document, validation_message
 from memplan.errors import InputError, empty_input
 from memplan.loop import (
     OPTIMIZER_FACTORS,
@@ -366,8 +367,6 @@ class Schedule(_Model):
 
     def to_yaml(self) -> str:
         """The schedule as YAML text."""
-        from memplan.profile.io import dump_yaml
-
         return dump_yaml(self.to_dict())
 
     def count(self, op: str) -> int:
@@ -388,8 +387,6 @@ _FAMILY_FIELDS = tuple(name for names in _FIELDS_OF.values() for name in names)
 
 def schedule_from_dict(data: Any, source: str = "<schedule>") -> Schedule:
     """Validate a parsed document as a schedule (InputError naming the field on failure)."""
-    from memplan.profile.io import validation_message
-
     if data is None:
         raise empty_input(source, f"a schedule with 'format: {SCHEDULE_FORMAT}'")
     if not isinstance(data, dict):
@@ -406,8 +403,6 @@ def schedule_from_dict(data: Any, source: str = "<schedule>") -> Schedule:
 
 def load_schedule(source: Any) -> Schedule:
     """Load a schedule from a :class:`Schedule`, a dict, a path or ``-`` (JSON or YAML)."""
-    from memplan.profile.io import read_document
-
     if isinstance(source, Schedule):
         return source
     if isinstance(source, dict):

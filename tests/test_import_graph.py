@@ -192,3 +192,14 @@ def test_the_torch_layer_imports_point_down() -> None:
 def test_the_cycle_finder_finds_a_circle() -> None:
     assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
     assert _cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_profiles_and_schedules_read_their_documents_from_below() -> None:
+    """Issue 39: no loop between memplan/profile/ and memplan/schedule.py, even through late
+    imports; the document helpers they share live below both (memplan/documents/), and so do
+    the training loop's names (memplan/loop.py)."""
+    profile = [name for name in MODULES if name.startswith("memplan.profile")]
+    assert not [name for name in profile if "memplan.schedule" in GRAPH[name]]
+    for name in ("memplan.schedule", "memplan.gpu", "memplan.loop", "memplan.documents.io"):
+        assert not [t for t in GRAPH[name] if t.startswith("memplan.profile")], name
+    assert "memplan.schedule" not in GRAPH["memplan.loop"]

@@ -60,7 +60,7 @@ def info(
         if form == "json":  # floats rounded: NOTE [ report precision ] in common.py
             write_output(report_json(desc), None)
         elif form == "yaml":
-            from memplan.profile.io import dump_yaml
+            from memplan.documents.io import dump_yaml
 
             write_output(dump_yaml(rounded(desc)), None)
         else:
