@@ -30,11 +30,11 @@ VOCAB = 100
 
 
 def _budget(prof, fraction: float = 0.25) -> int:
-    """A budget of SGD's plans, from the least memory to store-all's, as ``enable`` plans a
-    first step (the output counted as the caller's until the loop is seen)."""
-    least = memplan.solve(prof, "rotor", 1, optimizer="sgd", output_held=True).min_memory
+    """A budget of SGD's plans, from the least memory to store-all's, for a loop that keeps
+    nothing of the model's output (these tests' loops: ``enable(..., output_held=False)``)."""
+    least = memplan.solve(prof, "rotor", 1, optimizer="sgd", output_held=False).min_memory
     store_all = memplan.solve(
-        prof, "store-all", 2**50, optimizer="sgd", output_held=True
+        prof, "store-all", 2**50, optimizer="sgd", output_held=False
     ).peak_memory
     return least + int((store_all - least) * fraction)
 
@@ -105,7 +105,7 @@ def test_hf_model_trains_on_each_batch_like_plain(gpt2, fraction):
     ref.config.use_cache = False  # as enable sets it: no KV cache in training
     got = enable(
         copy.deepcopy(model).train(), _budget(prof, fraction),
-        example_input={"input_ids": ids, "labels": ids}, profile=prof, optimizer="sgd",
+        example_input={"input_ids": ids, "labels": ids}, profile=prof, optimizer="sgd", output_held=False,
     )  # fmt: skip
     plan = planned(got)
     assert plan is not None and plan.how == "hooks"
@@ -141,7 +141,12 @@ def test_hf_head_and_embedding_recomputed(gpt2):
 def test_larger_batch_is_refused_and_disable_restores(gpt2):
     model, ids, prof = gpt2
     got = enable(
-        copy.deepcopy(model), _budget(prof), example_input=ids, profile=prof, optimizer="sgd"
+        copy.deepcopy(model),
+        _budget(prof),
+        example_input=ids,
+        profile=prof,
+        optimizer="sgd",
+        output_held=False,
     )
     with pytest.raises(InputError, match=r"\[4, 16\]"):
         got(input_ids=torch.randint(0, VOCAB, (4, 20)), labels=None)
@@ -165,6 +170,7 @@ def test_hf_gradient_accumulation(gpt2):
         example_input=ids,
         profile=prof,
         optimizer="sgd",
+        output_held=False,
     )
     batches = _hf_batches()
     for m in (ref, got):
@@ -215,7 +221,7 @@ def test_inplace_relu_at_stage_boundaries(fraction):
     prof = profile_model(copy.deepcopy(model), example_input=x, repeats=1, name="mlp")
     ref = copy.deepcopy(model).train()
     got = enable(copy.deepcopy(model).train(), _budget(prof, fraction), example_input=x,
-                 optimizer="sgd",
+                 optimizer="sgd", output_held=False,
                  profile=prof)  # fmt: skip
     plan = planned(got)
     assert plan.how == "stages" and any(plan.inplace)
@@ -259,6 +265,7 @@ def test_dict_output_trains_its_classifier():
         example_input=x,
         profile=prof,
         optimizer="sgd",
+        output_held=False,
     )
     assert planned(got).how == "hooks"
 
@@ -276,7 +283,12 @@ def test_builtin_resnet_with_its_own_labels():
     prof = profile_model(copy.deepcopy(model), example_input=x, repeats=1, name="resnet18")
     ref = copy.deepcopy(model).train()
     got = enable(
-        copy.deepcopy(model).train(), _budget(prof), example_input=x, profile=prof, optimizer="sgd"
+        copy.deepcopy(model).train(),
+        _budget(prof),
+        example_input=x,
+        profile=prof,
+        optimizer="sgd",
+        output_held=False,
     )
     gen = torch.Generator().manual_seed(4)
     batches = [
@@ -302,7 +314,7 @@ def test_autocast_with_grad_scaler(gpt2, dtype):
     with torch.autocast("cpu", dtype=dtype):
         prof = profile_model(copy.deepcopy(model), example_input=ids, repeats=1, name="amp")
         got = enable(copy.deepcopy(model).train(), _budget(prof, 0.0), example_input=ids,
-                     optimizer="sgd",
+                     optimizer="sgd", output_held=False,
                      profile=prof)  # fmt: skip
     assert sum(planned(got).planned_forward_counts()) > prof.length
     for m in (ref, got):
@@ -378,7 +390,11 @@ def test_chain_api_takes_each_batch_labels(gpt2):
     model, ids, prof = gpt2
     ref = copy.deepcopy(model).eval()
     wrapped, _ = fit(
-        copy.deepcopy(model).eval(), ids, memory=_budget(prof), profile=prof, optimizer="sgd"
+        copy.deepcopy(model).eval(),
+        ids,
+        memory=_budget(prof),
+        profile=prof,
+        optimizer="sgd",
     )
     other = torch.randint(0, VOCAB, (4, 16), generator=torch.Generator().manual_seed(9))
     labels = torch.randint(0, VOCAB, (4, 16), generator=torch.Generator().manual_seed(8))
@@ -482,7 +498,7 @@ def test_hf_offloading_plans(gpt2, algo):
     ref = copy.deepcopy(model).train()
     ref.config.use_cache = False
     got = enable(copy.deepcopy(model).train(), memory, example_input=ids, profile=timed,
-                 optimizer="sgd", algo=algo, slots=500)  # fmt: skip
+                 optimizer="sgd", output_held=False, algo=algo, slots=500)  # fmt: skip
     sched = planned(got).schedule
     assert sched.count("offload") >= 1
     _train([ref, got], _hf_batches(), _hf_step)
