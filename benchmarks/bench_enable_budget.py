@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import copy
-import gc
 import json
 import os
 import re
@@ -33,7 +32,7 @@ from torch.nn import functional as F
 import memplan
 import memplan.torch as mt
 from memplan.errors import InputError
-from memplan.torch.measure.allocator_peak import allocator_peak, profiled_copy
+from memplan.torch.measure.allocator_peak import loop_peaks
 
 OPTIMIZERS = {
     "adamw": lambda params: torch.optim.AdamW(params, lr=1e-3),
@@ -100,42 +99,12 @@ def _resnet(batch: int):
     return model, batch_of, loss
 
 
-def _bytes(value) -> int:
-    found = {}
-    stack = [value]
-    while stack:
-        item = stack.pop()
-        if isinstance(item, torch.Tensor):
-            found[item.untyped_storage().data_ptr()] = item.untyped_storage().nbytes()
-        elif isinstance(item, dict):
-            stack += list(item.values())
-    return sum(found.values())
-
-
 def train(model, optimizer, batches, loss):
     """The user's loop; each step measured: ``[(planned, measured)]``."""
-    kept: dict = {}
-    rows = []
-    for batch in batches:
-        optimizer.zero_grad(set_to_none=True)
-        copied = (
-            {k: profiled_copy(v) for k, v in batch.items()}
-            if isinstance(batch, dict)
-            else tuple(profiled_copy(t) for t in batch)
-        )
-        tensors = list(copied.values()) if isinstance(copied, dict) else list(copied)
-        held = [*model.parameters(), *model.buffers(), *tensors]
-        held += [t for state in optimizer.state.values() for t in state.values()]
-        before = _bytes(kept)
-        gc.collect()
-
-        def step(copied=copied):
-            loss(model, copied, kept).backward()
-            optimizer.step()
-
-        peak, _ = allocator_peak(step, held, torch.device("cpu"))
-        rows.append((mt.planned(model).schedule.peak_memory, peak + before))
-    return rows
+    rows = loop_peaks(
+        model, optimizer, batches, loss, after=lambda: mt.planned(model).schedule.peak_memory
+    )
+    return [(plan, measured) for measured, plan in rows]
 
 
 def stated_least(model, example, prof) -> int:

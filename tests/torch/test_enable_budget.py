@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import copy
 import functools
-import gc
 import re
 
 import pytest
@@ -32,7 +31,8 @@ from torch.nn import functional as F  # noqa: E402
 import memplan  # noqa: E402
 from memplan.errors import InputError  # noqa: E402
 from memplan.torch import build_model, enable, planned, profile_model  # noqa: E402
-from memplan.torch.measure.allocator_peak import allocator_peak, profiled_copy  # noqa: E402
+from memplan.torch.measure.allocator_peak import distinct_bytes, loop_peaks  # noqa: E402
+from memplan.torch.runtime.loop_watch import tensors_of  # noqa: E402
 
 pytestmark = pytest.mark.torch
 
@@ -162,54 +162,19 @@ def _case(kind: str):
     return model, example, prof, make, loss
 
 
-def _tensors(batch) -> list[torch.Tensor]:
-    return list(batch.values()) if isinstance(batch, dict) else list(batch)
-
-
 def _storage_bytes(value) -> int:
-    """Bytes of the distinct storages under ``value`` (what the caller still holds)."""
-    found = {}
-    stack = [value]
-    while stack:
-        item = stack.pop()
-        if isinstance(item, torch.Tensor):
-            found[item.untyped_storage().data_ptr()] = item.untyped_storage().nbytes()
-        elif isinstance(item, dict):
-            stack += list(item.values())
-        elif hasattr(item, "to_tuple"):
-            stack += list(item.to_tuple())
-    return sum(found.values())
+    """Bytes of the distinct storages under ``value`` (a model's output)."""
+    return distinct_bytes(tensors_of(value))
 
 
 def train_measured(model, optimizer, batches, loss, set_to_none=True) -> list[tuple[int, int]]:
-    """The user's loop, each step measured: ``[(planned, measured)]`` per step.
-
-    ``zero_grad``, the loss (held as the user holds it), ``backward``, ``step``. Resident at a
-    step's start: the weights and buffers, the gradients kept, the optimizer's state, the batch
-    and the output the caller kept from the step before (counted by its bytes, not held here).
-    """
-    kept: dict[str, object] = {}
-    rows = []
-    for batch in batches:
-        optimizer.zero_grad(set_to_none=set_to_none)
-        copied = (
-            {k: profiled_copy(v) for k, v in batch.items()}
-            if isinstance(batch, dict)
-            else tuple(profiled_copy(t) for t in batch)
-        )
-        held = [*model.parameters(), *model.buffers(), *_tensors(copied)]
-        held += [p.grad for p in model.parameters() if p.grad is not None]
-        held += [t for state in optimizer.state.values() for t in state.values()]
-        before = _storage_bytes(kept)
-        gc.collect()  # the garbage of the test's own setup (a model refused) is not the loop's
-
-        def step(copied=copied):
-            loss(model, copied, kept).backward()
-            optimizer.step()
-
-        peak, _ = allocator_peak(step, held, torch.device("cpu"))
-        rows.append((planned(model).schedule.peak_memory, peak + before))
-    return rows
+    """The user's loop, each step measured (:func:`loop_peaks`, the allocator's count apart from
+    memplan's runtime): ``[(planned, measured)]`` per step."""
+    rows = loop_peaks(
+        model, optimizer, batches, loss, set_to_none=set_to_none,
+        after=lambda: planned(model).schedule.peak_memory,
+    )  # fmt: skip
+    return [(plan, measured) for measured, plan in rows]
 
 
 def _stated_least(model, example, prof, optimizer="auto", output_held=None) -> int:
