@@ -33,13 +33,14 @@ from memplan.profile.model import Profile
 from memplan.schedule import Schedule
 from memplan.torch.base.blame import FIRST_FORWARD, model_errors
 from memplan.torch.base.optimizers import optimizer_spec
+from memplan.torch.base.storage import tensors_of
 from memplan.torch.measure.conditions import check_conditions
 from memplan.torch.models.registry import build_model
 from memplan.torch.profiler.chain import ProgressCallback
 from memplan.torch.profiler.model import parameter_sizes as parameter_sizes_of
 from memplan.torch.profiler.model import profile_model
 from memplan.torch.runtime.checkpointed import CheckpointedChain, checkpointed
-from memplan.torch.runtime.loop_watch import LoopWatch, tensors_of
+from memplan.torch.runtime.loop_watch import LoopWatch
 from memplan.torch.runtime.planned import install, planned, prepare
 from memplan.torch.runtime.planned_model import describe_autocast
 from memplan.torch.runtime.slots import autocast_state

@@ -27,6 +27,8 @@ from typing import Any, TypeVar
 import torch
 from torch import Tensor
 
+from memplan.torch.base.storage import tensors_of
+
 __all__ = ["allocator_peak", "distinct_bytes", "loop_peaks", "profiled_copy"]
 
 T = TypeVar("T")
@@ -115,23 +117,6 @@ def allocator_peak(
     return start + max(0, max(total for _, _, total in events) - before), result
 
 
-def _held_bytes(value: Any) -> int:
-    """Bytes of the distinct storages of the tensors under ``value`` (dicts, sequences)."""
-    found: list[Tensor] = []
-    stack = [value]
-    while stack:
-        item = stack.pop()
-        if isinstance(item, Tensor):
-            found.append(item)
-        elif isinstance(item, dict):
-            stack.extend(item.values())
-        elif isinstance(item, (list, tuple)):
-            stack.extend(item)
-        elif hasattr(item, "to_tuple"):  # a Hugging Face output
-            stack.extend(item.to_tuple())
-    return distinct_bytes(found)
-
-
 def loop_peaks(
     model: torch.nn.Module,
     optimizer: torch.optim.Optimizer,
@@ -168,7 +153,7 @@ def loop_peaks(
         held: list[Any] = [*model.parameters(), *model.buffers(), *inputs]
         held += [p.grad for p in model.parameters() if p.grad is not None]
         held += [t for state in optimizer.state.values() for t in state.values()]
-        before = _held_bytes(kept)
+        before = distinct_bytes(tensors_of(kept))
         gc.collect()
 
         def step(copied: Any = copied) -> None:

@@ -29,7 +29,7 @@ cannot hold the loop seen is an :class:`~memplan.InputError` then, naming what i
 from __future__ import annotations
 
 import weakref
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -39,29 +39,13 @@ from torch.optim.optimizer import register_optimizer_step_pre_hook
 from memplan.loop import Gradients, Optimizer, TrainingLoop
 from memplan.schedule import Schedule
 from memplan.torch.base.optimizers import describe_optimizer
+from memplan.torch.base.storage import tensors_of
 from memplan.torch.runtime.checkpointed import CheckpointedChain
 from memplan.torch.runtime.plan import RuntimePlan
 from memplan.torch.runtime.planned_model import PlannedModel
 from memplan.torch.runtime.step_in_backward import INTERNAL
 
-__all__ = ["LoopWatch", "Watched", "tensors_of"]
-
-
-def tensors_of(value: Any) -> list[Tensor]:
-    """The tensors of a model's output: itself, or those of a mapping (a dict, a Hugging Face
-    output), a tuple or a list, at any depth.
-    """
-    found: list[Tensor] = []
-    stack = [value]
-    while stack:
-        item = stack.pop()
-        if isinstance(item, Tensor):
-            found.append(item)
-        elif isinstance(item, Mapping):
-            stack.extend(item.values())
-        elif isinstance(item, (tuple, list)):
-            stack.extend(item)
-    return found
+__all__ = ["LoopWatch", "Watched"]
 
 
 def _weakly(method: Callable[..., None]) -> Callable[..., None]:
