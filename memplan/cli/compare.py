@@ -22,11 +22,11 @@ from memplan.cli.common import (
 from memplan.cli.options import family_options
 from memplan.cli.solve import (
     GRADIENTS_HELP,
+    GRADIENTS_METAVAR,
     OPTIMIZER_HELP,
     OPTIMIZER_METAVAR,
     OUTPUT_HELP,
     PROFILE_HELP,
-    Gradients,
 )
 from memplan.errors import InputError
 
@@ -65,7 +65,9 @@ def compare(
     ] = None,
     family_options: dict[str, Any] | None = None,
     optimizer: Annotated[str, typer.Option(metavar=OPTIMIZER_METAVAR, help=OPTIMIZER_HELP)] = "sgd",
-    gradients: Annotated[Gradients, typer.Option(help=GRADIENTS_HELP)] = Gradients.auto,
+    gradients: Annotated[
+        str, typer.Option(metavar=GRADIENTS_METAVAR, help=GRADIENTS_HELP)
+    ] = "auto",
     fmt: Annotated[
         CompareFormat | None,
         typer.Option("--format", "-f", help="table (stderr), csv or json.  [default: table]"),
@@ -123,7 +125,7 @@ def compare(
             names,
             budgets,
             optimizer=optimizer,
-            gradients=gradients.value,
+            gradients=gradients,
             **options,
         )
         if form == "table":
@@ -147,7 +149,7 @@ def compare(
                 "profile": {"model": prof.model, "sha256": prof.sha256(), "stages": prof.length},
                 "lower_bound": prof.lower_bound,
                 "optimizer": optimizer,
-                "gradients": gradients.value,
+                "gradients": gradients,
                 "slots": options.get("slots", "auto"),
                 "bandwidth": rate,
                 "algorithms": names,

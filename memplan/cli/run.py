@@ -21,7 +21,7 @@ from memplan.cli.profile import (
     parse_config_option,
     parse_shape,
 )
-from memplan.cli.solve import GRADIENTS_HELP, MEM_HELP, OPTIMIZER_METAVAR, Gradients
+from memplan.cli.solve import GRADIENTS_HELP, GRADIENTS_METAVAR, MEM_HELP, OPTIMIZER_METAVAR
 from memplan.errors import InputError
 
 if TYPE_CHECKING:
@@ -91,12 +91,13 @@ def run(
         ),
     ] = "sgd",
     gradients: Annotated[
-        Gradients,
+        str,
         typer.Option(
+            metavar=GRADIENTS_METAVAR,
             help=GRADIENTS_HELP + " The steps train in that loop (auto: PyTorch's, the profile "
-            "memplan run measures has weight_grad_size)."
+            "memplan run measures has weight_grad_size).",
         ),
-    ] = Gradients.auto,
+    ] = "auto",
     repeats: Annotated[int, typer.Option(metavar="N", help="Profiler repetitions.")] = 3,
     fmt: Annotated[
         RunFormat | None,
@@ -131,7 +132,7 @@ def run(
     """
     from memplan.algorithms import options_for
     from memplan.budget import check_memory
-    from memplan.loop import parse_optimizer
+    from memplan.loop import check_gradients, parse_optimizer
 
     with guard():
         if mem is None:
@@ -146,6 +147,7 @@ def run(
         # checked once, typed; gpu and 90% take the GPU from the profile made below
         budget = check_memory(mem)
         chosen = parse_optimizer(optimizer)
+        gradients = check_gradients(gradients)
         config_values = parse_config_option(model, config)
         if model in {name.strip() for name in JOIN_NAMES.split(",")}:
             raise InputError(
@@ -161,7 +163,7 @@ def run(
         doc = _train(
             model, algo, budget, steps, batch_size, shape, profile, device.value, lr, options,
             chosen, repeats, trace, None if dtype is None else dtype.value,
-            config_values, gradients.value, loss_chunks,
+            config_values, gradients, loss_chunks,
         )  # fmt: skip
         if doc is None:
             raise typer.Exit(EXIT_INFEASIBLE)

@@ -20,16 +20,10 @@ from memplan.cli.common import (
 )
 from memplan.cli.options import family_options
 from memplan.errors import InputError
+from memplan.loop import AUTO, GRADIENTS, check_gradients
 
 if TYPE_CHECKING:
     from rich.table import Table
-
-
-class Gradients(str, enum.Enum):
-    auto = "auto"
-    at_backward = "at-backward"
-    kept = "kept"
-    step_in_backward = "step-in-backward"
 
 
 class SolveFormat(str, enum.Enum):
@@ -60,6 +54,8 @@ OPTIMIZER_HELP = (
     "step's temporaries count after the backward (docs/model.md)."
 )
 OPTIMIZER_METAVAR = "NAME[:STEP]"
+GRADIENTS_METAVAR = "|".join((AUTO, *GRADIENTS))
+"""``--gradients``' choices: the names of memplan/loop.py (checked there, naming the flag)."""
 GRADIENTS_HELP = (
     "The training loop a chain plan is made for: at-backward (zero_grad(set_to_none=True), "
     "PyTorch's default: each stage's weight gradients appear at its backward), kept "
@@ -108,7 +104,7 @@ def solve(
         ),
     ] = None,
     optimizer: Annotated[str, typer.Option(metavar=OPTIMIZER_METAVAR, help=OPTIMIZER_HELP)] = "sgd",
-    gradients: Annotated[Gradients, typer.Option(help=GRADIENTS_HELP)] = Gradients.auto,
+    gradients: Annotated[str, typer.Option(metavar=GRADIENTS_METAVAR, help=GRADIENTS_HELP)] = AUTO,
     fmt: Annotated[
         SolveFormat | None,
         typer.Option(
@@ -137,9 +133,7 @@ def solve(
             raise InputError(f"--algo: an algorithm is required, one of: {names}")
         # the arguments are checked once, into typed values, before the profile is read
         options = family_options or {}
-        arguments = solve_arguments(
-            algo, mem, optimizer=optimizer, gradients=gradients.value, **options
-        )
+        arguments = solve_arguments(algo, mem, optimizer=optimizer, gradients=gradients, **options)
         common.check_positive("--micro-batches", micro_batches)
         prof = memplan.load_profile(profile_source(profile))
         with _spinner(f"solving with {algo}"):
@@ -226,10 +220,11 @@ def simulate(
         ),
     ] = None,
     gradients: Annotated[
-        Gradients | None,
+        str | None,
         typer.Option(
+            metavar=GRADIENTS_METAVAR,
             help="Replay a chain plan for this training loop (see solve --gradients).  "
-            "[default: the schedule's budget.gradients]"
+            "[default: the schedule's budget.gradients]",
         ),
     ] = None,
     fmt: Annotated[
@@ -259,7 +254,7 @@ def simulate(
         if gradients is not None:
             from memplan.api import with_gradients
 
-            sched = with_gradients(prof, sched, gradients.value)
+            sched = with_gradients(prof, sched, check_gradients(gradients))
         budget = sched.budget.memory if given is None else memory_budget(prof, given)
         if not sched.feasible:
             doc = _simulation_doc(sched, prof, budget, None)
