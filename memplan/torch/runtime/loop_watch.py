@@ -100,6 +100,10 @@ class LoopWatch:
         self.optimizer: Optimizer | None = None
         self.groups: Groups | None = None  # the parameter groups of the optimizer seen
         self.planned_groups: Groups | None = None
+        self.last: torch.optim.Optimizer | None = None  # the last optimizer stepped, as seen
+        self.last_seen: Any = None
+        self.mine: Groups = []
+        self.described: Optimizer | None = None
         self.kept = False
         self.held = False
         self.held_bytes = 0  # the most the caller was seen holding of an output
@@ -170,12 +174,19 @@ class LoopWatch:
     def _optimizer_steps(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
         if getattr(optimizer, INTERNAL, False):
             return  # a parameter stepped in the backward (the user's step comes after)
-        if not any(id(p) in self.ids for g in optimizer.param_groups for p in g["params"]):
+        settings = [{k: v for k, v in g.items() if k != "params"} for g in optimizer.param_groups]
+        sizes = [len(g["params"]) for g in optimizer.param_groups]
+        if optimizer is not self.last or (settings, sizes) != self.last_seen:
+            # a new optimizer, or new groups or settings (a scheduler's learning rate too)
+            self.last, self.last_seen = optimizer, (settings, sizes)
+            mine = [[p for p in g["params"] if id(p) in self.ids] for g in optimizer.param_groups]
+            self.mine = [group for group in mine if group]
+            self.described = describe_optimizer(optimizer) if self.mine else None
+        if not self.mine:
             return  # another model's optimizer
         if self.watch_optimizer:
-            self.optimizer = describe_optimizer(optimizer)
-        mine = [[p for p in g["params"] if id(p) in self.ids] for g in optimizer.param_groups]
-        self.groups = [group for group in mine if group]
+            self.optimizer = self.described
+        self.groups = self.mine
         self.whole_step = True
         self._look_at_output()
 
