@@ -189,6 +189,18 @@ def _replanner(
     return replan
 
 
+def _loop_optimizer(optimizer: Any) -> torch.optim.Optimizer:
+    """The optimizer the step in the backward steps: the loop's own, given."""
+    if not isinstance(optimizer, torch.optim.Optimizer):
+        raise ArgumentError(
+            "optimizer",
+            "gradients='step-in-backward' steps the loop's optimizer in the backward: give it "
+            "(optimizer=<the torch.optim optimizer the loop steps>)",
+            optimizer,
+        )
+    return optimizer
+
+
 def _is_auto(optimizer: Any) -> bool:
     return isinstance(optimizer, str) and optimizer.strip().lower() == AUTO
 
@@ -286,6 +298,8 @@ def fit(
     """
     budget = check_memory(memory)
     gradients = check_gradients(gradients)
+    if gradients == "step-in-backward":
+        _loop_optimizer(optimizer)  # checked before the model is profiled
     x: Tensor | None
     if isinstance(example_input, Mapping):
         x, batch_labels = hf_batch(example_input)
@@ -317,6 +331,8 @@ def fit(
     with model_errors(kind, FIRST_FORWARD):  # NOTE [ whose error ]
         chain = chunk_loss(linearize(module, x, labels=labels), x, chunks, kind)
     wrapped = checkpointed(chain, sched, profile=prof)
+    if gradients == "step-in-backward":  # NOTE [ step in the backward ]
+        wrapped.stepper = StepInBackward(wrapped, _loop_optimizer(optimizer))
     replan = _replanner(prof, budget, settings)
     wrapped.watch = LoopWatch(wrapped, replan, (auto_optimizer, gradients == AUTO, False))
     return wrapped, sched
@@ -415,13 +431,8 @@ def enable(
     auto_optimizer = _is_auto(optimizer)
     chosen = None if auto_optimizer else optimizer_spec(optimizer)
     in_backward = gradients == "step-in-backward"
-    if in_backward and not isinstance(optimizer, torch.optim.Optimizer):
-        raise ArgumentError(
-            "optimizer",
-            "gradients='step-in-backward' steps the loop's optimizer in the backward: give it "
-            "(optimizer=<the torch.optim optimizer the loop steps>)",
-            optimizer,
-        )
+    if in_backward:
+        _loop_optimizer(optimizer)  # checked before the model is profiled
     target = prepare(model, example_input, required=True)
     settings = PlanSettings(algo, slots, bandwidth, repeats)
     if profile is None:
@@ -437,7 +448,7 @@ def enable(
     install(target, sched, prof)
     plan = _installed(model)
     if in_backward:  # NOTE [ step in the backward ]
-        plan._handles.append(StepInBackward(model, optimizer))
+        plan._handles.append(StepInBackward(model, _loop_optimizer(optimizer)))
 
     watched = (auto_optimizer, gradients == AUTO, output_held is not False)
     LoopWatch(plan, _replanner(prof, budget, settings), watched)

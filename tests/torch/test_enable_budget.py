@@ -399,3 +399,27 @@ def test_the_step_in_the_backward_refuses_an_accumulating_loop():
         _wide_loss(model, _wide_batch(2), {})
     with pytest.raises(InputError, match="give it"):
         enable(_Wide(), 10**9, example_input=x, profile=prof, gradients="step-in-backward")
+
+
+def test_fit_steps_in_the_backward_too():
+    """The wrapped chain of ``fit`` takes the step in the backward as ``enable`` does."""
+    from memplan.torch import fit
+
+    model = _Wide()
+    x, y = _wide_batch(0)
+    prof = profile_model(copy.deepcopy(model), example_input=x, repeats=1, name="wide")
+    ref, got = copy.deepcopy(model), copy.deepcopy(model)
+    ref_opt, got_opt = torch.optim.AdamW(ref.parameters()), torch.optim.AdamW(got.parameters())
+    wrapped, sched = fit(
+        got, x, memory=10**9, profile=prof, optimizer=got_opt, gradients="step-in-backward"
+    )
+    assert sched.budget.gradients == "step-in-backward"
+    for s in range(1, 4):
+        bx, by = _wide_batch(s)
+        wrapped(bx, by).backward()
+        got_opt.step()
+        ref_opt.zero_grad()
+        F.cross_entropy(ref(bx), by).backward()
+        ref_opt.step()
+    for p, q in zip(ref.parameters(), got.parameters(), strict=True):
+        torch.testing.assert_close(q, p)
