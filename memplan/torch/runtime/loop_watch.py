@@ -48,6 +48,18 @@ from memplan.torch.runtime.step_in_backward import INTERNAL
 __all__ = ["LoopWatch", "Watched"]
 
 
+_MEMORY_SETTINGS = ("foreach", "fused", "weight_decay", "momentum", "nesterov", "amsgrad")
+"""A parameter group's settings that change what its step holds (the learning rate does not)."""
+
+
+def _memory_settings(group: dict[str, Any]) -> tuple[Any, ...]:
+    """What of a parameter group decides its step's memory: those settings and its size."""
+    values = tuple(
+        float(v) if isinstance(v, Tensor) else v for v in map(group.get, _MEMORY_SETTINGS)
+    )
+    return (len(group["params"]), *values)
+
+
 def _weakly(method: Callable[..., None]) -> Callable[..., None]:
     """``method``, holding its object weakly (nothing once the object is gone)."""
     ref = weakref.WeakMethod(method)
@@ -161,7 +173,7 @@ class LoopWatch:
             self.whole_step = True
             self._look_at_output()
         wanted = self.seen()
-        if wanted != self.loop or self._order(self.groups) != self._order(self.planned_groups):
+        if wanted != self.loop or self.groups is not self.planned_groups:
             schedule, profile = self.replan(wanted, self.groups)
             self.planned_groups = self.groups
             self._install(schedule, profile)
@@ -174,11 +186,10 @@ class LoopWatch:
     def _optimizer_steps(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
         if getattr(optimizer, INTERNAL, False):
             return  # a parameter stepped in the backward (the user's step comes after)
-        settings = [{k: v for k, v in g.items() if k != "params"} for g in optimizer.param_groups]
-        sizes = [len(g["params"]) for g in optimizer.param_groups]
-        if optimizer is not self.last or (settings, sizes) != self.last_seen:
-            # a new optimizer, or new groups or settings (a scheduler's learning rate too)
-            self.last, self.last_seen = optimizer, (settings, sizes)
+        settings = [_memory_settings(g) for g in optimizer.param_groups]
+        if optimizer is not self.last or settings != self.last_seen:
+            # a new optimizer, or new groups or settings that change its memory
+            self.last, self.last_seen = optimizer, settings
             mine = [[p for p in g["params"] if id(p) in self.ids] for g in optimizer.param_groups]
             self.mine = [group for group in mine if group]
             self.described = describe_optimizer(optimizer) if self.mine else None
@@ -196,10 +207,6 @@ class LoopWatch:
             self.held = True
             storages = {t.untyped_storage().data_ptr(): t.untyped_storage().nbytes() for t in alive}
             self.held_bytes = max(self.held_bytes, sum(storages.values()))
-
-    @staticmethod
-    def _order(groups: Groups | None) -> list[list[int]] | None:
-        return None if groups is None else [[id(p) for p in group] for group in groups]
 
     def _install(self, schedule: Schedule, profile: Any) -> None:
         planned = self.planned
