@@ -481,7 +481,7 @@ def auto_budgets(
     profile: Profile | Mapping[str, Any] | str,
     algos: Iterable[str],
     steps: int = 10,
-    optimizer: str = "sgd",
+    optimizer: str | Optimizer = "sgd",
 ) -> list[int]:
     """``steps`` budgets from the least memory any of ``algos`` runs with to the store-all need.
 
@@ -506,7 +506,7 @@ def compare(
     algos: Iterable[str],
     budgets: Iterable[int | str],
     *,
-    optimizer: str = "sgd",
+    optimizer: str | Optimizer = "sgd",
     gradients: str = "auto",
     on_progress: Callable[[int, int], None] | None = None,
     **options: Any,
@@ -522,6 +522,7 @@ def compare(
     the pipeline family's budgets are per GPU). They are checked for every algorithm before the
     sweep starts.
     """
+    chosen, loop = parse_optimizer(optimizer), check_gradients(gradients)  # checked once
     prof = load_profile(profile)
     names = list(algos)
     for name in names:
@@ -533,7 +534,7 @@ def compare(
     total, done = len(names) * len(sizes), 0
     for memory in sizes:
         for name in names:
-            sched = solve(prof, name, memory, optimizer=optimizer, gradients=gradients, **options)
+            sched = solve(prof, name, memory, optimizer=chosen, gradients=loop, **options)
             rows.append(
                 CompareRow(
                     memory=memory,

@@ -29,8 +29,8 @@ optimizer steps them (a profile's ``parameter_sizes``). A step that copies the g
 (``copies_grads``: Adam's or SGD's coupled ``weight_decay``, Nesterov momentum) holds one more
 ``P[i]`` (for-loop) or, for SGD, all of a group (foreach; Adam's foreach step reuses its buffer).
 The state (two moments for Adam, one buffer for momentum) is made at the first step, as large as
-the gradients. Adam's steps, and momentum's but the fused one, also hold :data:`STEP_SCALARS`
-bytes of scalar tensors during the step.
+the gradients. Adam's steps also hold :data:`STEP_SCALARS` bytes of scalar tensors with their
+buffers; momentum's but the fused one hold them alone.
 """
 
 from __future__ import annotations
@@ -76,8 +76,9 @@ _TEMPORARIES: Final[dict[tuple[bool, StepKind], tuple[int, int, int]]] = {
     (False, "fused"): (0, 0, 0),
 }
 STEP_SCALARS: Final = 12
-"""Bytes of the scalar tensors an Adam step (any kind) or a momentum step (not fused) holds
-during the step, besides its buffers (measured: a 4-byte and an 8-byte tensor)."""
+"""Bytes of the scalar tensors an Adam step (any kind) holds during the step besides its buffers,
+and a momentum step (not fused) at a moment it holds none (measured: a 4-byte and an 8-byte
+tensor)."""
 _COPY: Final[dict[tuple[bool, StepKind], tuple[int, int, int]]] = {
     (True, "for-loop"): (1, 0, 0),
     (False, "for-loop"): (1, 0, 0),
@@ -136,8 +137,12 @@ class Optimizer:
         for size in sizes:
             running = 0 if size == 0 else running + size
             groups = max(groups, running)
-        scalars = self.state_copies == 2 or (self.state_copies == 1 and self.step != "fused")
-        return max(most, group * groups) + (STEP_SCALARS if scalars else 0)
+        buffers = max(most, group * groups)
+        if self.state_copies == 2:  # Adam's scalars are there with its buffers
+            return buffers + STEP_SCALARS
+        if self.state_copies == 1 and self.step != "fused":  # momentum's, not with a copy
+            return max(buffers, STEP_SCALARS)
+        return buffers
 
     def with_default_step(self, device_kind: str | None) -> Optimizer:
         """``step`` as PyTorch defaults to it on that device, when not given.

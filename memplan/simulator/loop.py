@@ -43,24 +43,24 @@ def _temporaries(budget: Budget, sizes: list[int]) -> int:
         return 0
     adam = name in ("adam", "adamw")
     copies = bool(budget.optimizer_copies_grads)
-    # an Adam step, and a momentum step but the fused one, holds two scalar tensors (4 and 8 bytes)
-    scalars = 12 if adam or (name == "momentum" and step != "fused") else 0
     worst = 0
-    if step == "fused":
-        return scalars
-    if step == "foreach":
-        if adam or copies:
-            group = 0
-            for size in sizes:
-                group = group + size if size else 0
-                worst = max(worst, group)
-        return worst + scalars
-    own = (2 if adam else 0) + (1 if copies else 0)
-    previous = 0
-    for size in sizes:
-        worst = max(worst, own * size + (previous if adam else 0))
-        previous = size
-    return worst + scalars
+    if step == "foreach" and (adam or copies):
+        group = 0
+        for size in sizes:
+            group = group + size if size else 0
+            worst = max(worst, group)
+    elif step == "for-loop":
+        own = (2 if adam else 0) + (1 if copies else 0)
+        previous = 0
+        for size in sizes:
+            worst = max(worst, own * size + (previous if adam else 0))
+            previous = size
+    # two scalar tensors (4 and 8 bytes): Adam's with its buffers, momentum's (not fused) alone
+    if adam:
+        return worst + 12
+    if name == "momentum" and step != "fused":
+        return max(worst, 12)
+    return worst
 
 
 def _grads_in_order(profile: Profile) -> list[int]:

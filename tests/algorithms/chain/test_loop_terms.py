@@ -60,7 +60,9 @@ def oracle(length: int, seed: int, loop: str) -> ChainOracle:
         static_memory=static,
         gradients=loop,
         optimizer="adam" if loop == "step-in-backward" else "sgd",
-        step_temporaries=lambda size: 2 * size,  # Adam's for-loop step (docs/model.md)
+        # Adam's for-loop step on one parameter: two buffers of its size and 12 bytes of scalars
+        # (docs/model.md, "Static memory and budgets")
+        step_temporaries=lambda size: 2 * size + 12,
     )
 
 
@@ -177,7 +179,8 @@ def test_the_optimizer_step_after_the_backward(length, seed, loop, scale):
     grads = sum(st.weight_grad_size for st in prof.stages)
     training = TrainingLoop(parse_optimizer("adam:foreach"), loop)
     static = static_bytes(prof, training)
-    step = static + prof.input_size + (grads if loop == "at-backward" else 0) + grads
+    # foreach: one copy of the gradients of the (one) group, and 12 bytes of scalars
+    step = static + prof.input_size + (grads if loop == "at-backward" else 0) + grads + 12
     search = ChainOracle(prof, static_memory=static, gradients=loop, optimizer="adam")
     least = max(search.min_feasible_memory(), step)
     below = memplan.solve(prof, "rotor", least - 1, gradients=loop, optimizer="adam:foreach")
