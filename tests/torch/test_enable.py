@@ -39,6 +39,15 @@ def _budget(prof, fraction: float = 0.25) -> int:
     return least + int((store_all - least) * fraction)
 
 
+def _sgd_plan(model, x, prof, fraction: float = 0.25, **more):
+    """``enable`` on a copy of ``model`` in train mode, for the loops of these tests: SGD, the
+    output not kept, at :func:`_budget`."""
+    return enable(
+        copy.deepcopy(model).train(), _budget(prof, fraction), example_input=x, profile=prof,
+        optimizer="sgd", output_held=False, **more,
+    )  # fmt: skip
+
+
 def _assert_same(ref: nn.Module, got: nn.Module, rtol: float | None = None, atol=None) -> None:
     for (name, p), (_, q) in zip(ref.named_parameters(), got.named_parameters(), strict=True):
         torch.testing.assert_close(q, p, rtol=rtol, atol=atol, msg=lambda m, n=name: f"{n}: {m}")
@@ -103,10 +112,7 @@ def test_hf_model_trains_on_each_batch_like_plain(gpt2, fraction):
     assert model.lm_head.weight is model.transformer.wte.weight  # tied across stages
     ref = copy.deepcopy(model).train()
     ref.config.use_cache = False  # as enable sets it: no KV cache in training
-    got = enable(
-        copy.deepcopy(model).train(), _budget(prof, fraction),
-        example_input={"input_ids": ids, "labels": ids}, profile=prof, optimizer="sgd", output_held=False,
-    )  # fmt: skip
+    got = _sgd_plan(model, {"input_ids": ids, "labels": ids}, prof, fraction)
     plan = planned(got)
     assert plan is not None and plan.how == "hooks"
     counts = plan.planned_forward_counts()
@@ -140,14 +146,7 @@ def test_hf_head_and_embedding_recomputed(gpt2):
 
 def test_larger_batch_is_refused_and_disable_restores(gpt2):
     model, ids, prof = gpt2
-    got = enable(
-        copy.deepcopy(model),
-        _budget(prof),
-        example_input=ids,
-        profile=prof,
-        optimizer="sgd",
-        output_held=False,
-    )
+    got = _sgd_plan(model, ids, prof)
     with pytest.raises(InputError, match=r"\[4, 16\]"):
         got(input_ids=torch.randint(0, VOCAB, (4, 20)), labels=None)
     with pytest.raises(InputError, match="larger batch"):
@@ -164,14 +163,7 @@ def test_hf_gradient_accumulation(gpt2):
     model, ids, prof = gpt2
     ref = copy.deepcopy(model).train()
     ref.config.use_cache = False
-    got = enable(
-        copy.deepcopy(model).train(),
-        _budget(prof),
-        example_input=ids,
-        profile=prof,
-        optimizer="sgd",
-        output_held=False,
-    )
+    got = _sgd_plan(model, ids, prof)
     batches = _hf_batches()
     for m in (ref, got):
         opt = torch.optim.SGD(m.parameters(), lr=0.1)
@@ -220,9 +212,7 @@ def test_inplace_relu_at_stage_boundaries(fraction):
     x = torch.randn(8, 16)
     prof = profile_model(copy.deepcopy(model), example_input=x, repeats=1, name="mlp")
     ref = copy.deepcopy(model).train()
-    got = enable(copy.deepcopy(model).train(), _budget(prof, fraction), example_input=x,
-                 optimizer="sgd", output_held=False,
-                 profile=prof)  # fmt: skip
+    got = _sgd_plan(model, x, prof, fraction)
     plan = planned(got)
     assert plan.how == "stages" and any(plan.inplace)
     if fraction < 1:
@@ -259,14 +249,7 @@ def test_dict_output_trains_its_classifier():
     prof = profile_model(copy.deepcopy(model), example_input=x, repeats=1, name="dict")
     assert prof.stages[-2].name == "head"
     ref = copy.deepcopy(model).train()
-    got = enable(
-        copy.deepcopy(model).train(),
-        _budget(prof, 0.0),
-        example_input=x,
-        profile=prof,
-        optimizer="sgd",
-        output_held=False,
-    )
+    got = _sgd_plan(model, x, prof, 0.0)
     assert planned(got).how == "hooks"
 
     def step(model, batch):
@@ -282,14 +265,7 @@ def test_builtin_resnet_with_its_own_labels():
     model, x, _ = build_model("resnet18", batch_size=2, input_shape=(3, 32, 32))
     prof = profile_model(copy.deepcopy(model), example_input=x, repeats=1, name="resnet18")
     ref = copy.deepcopy(model).train()
-    got = enable(
-        copy.deepcopy(model).train(),
-        _budget(prof),
-        example_input=x,
-        profile=prof,
-        optimizer="sgd",
-        output_held=False,
-    )
+    got = _sgd_plan(model, x, prof)
     gen = torch.Generator().manual_seed(4)
     batches = [
         (torch.randn(n, 3, 32, 32, generator=gen), torch.randint(0, 1000, (n,), generator=gen))
@@ -313,9 +289,7 @@ def test_autocast_with_grad_scaler(gpt2, dtype):
     ref.config.use_cache = False
     with torch.autocast("cpu", dtype=dtype):
         prof = profile_model(copy.deepcopy(model), example_input=ids, repeats=1, name="amp")
-        got = enable(copy.deepcopy(model).train(), _budget(prof, 0.0), example_input=ids,
-                     optimizer="sgd", output_held=False,
-                     profile=prof)  # fmt: skip
+        got = _sgd_plan(model, ids, prof, 0.0)
     assert sum(planned(got).planned_forward_counts()) > prof.length
     for m in (ref, got):
         opt = torch.optim.SGD(m.parameters(), lr=0.1)

@@ -107,16 +107,12 @@ class _DictOutput(nn.Module):
     def __init__(self) -> None:
         super().__init__()
         torch.manual_seed(0)
-        self.stem = nn.Linear(48, 96)
-        self.blocks = nn.ModuleList(_Residual() for _ in range(4))
+        self.body = nn.Sequential(nn.Linear(48, 96), *(_Residual() for _ in range(4)))
         self.proj = nn.Linear(96, 64)
         self.cls = nn.Linear(64, 10)
 
     def forward(self, x: torch.Tensor) -> dict[str, torch.Tensor]:
-        h = self.stem(x)
-        for block in self.blocks:
-            h = block(h)
-        features = self.proj(h)
+        features = self.proj(self.body(x))
         return {"features": features, "logits": self.cls(features)}
 
 
