@@ -472,10 +472,8 @@ def _output_bytes(model: nn.Module, example_input: Any, x0: Tensor) -> int:
             model.eval()
             if isinstance(example_input, Mapping):
                 out = model(**example_input)
-            elif isinstance(example_input, (tuple, list)):
-                out = model(*example_input)
-            else:
-                out = model(example_input)
+            else:  # a tensor, or a tuple whose first element is the input (as enable reads it)
+                out = model(x0)
     finally:
         for module, training in flags:
             module.training = training
