@@ -470,10 +470,8 @@ def _output_bytes(model: nn.Module, example_input: Any, x0: Tensor) -> int:
     try:
         with torch.no_grad(), torch.random.fork_rng(devices=devices):
             model.eval()
-            if isinstance(example_input, Mapping):
-                out = model(**example_input)
-            else:  # a tensor, or a tuple whose first element is the input (as enable reads it)
-                out = model(x0)
+            # a batch mapping; else a tensor, or a tuple whose first element is the input
+            out = model(**example_input) if isinstance(example_input, Mapping) else model(x0)
     finally:
         for module, training in flags:
             module.training = training
