@@ -4,7 +4,7 @@ Usage: ``python benchmarks/bench_parse.py [--sizes 1,5,50] [--skip-pure-above 6]
 
 Writes graph profiles of about 1, 5 and 50 MB (the YAML ``memplan profile --graph`` writes:
 flow-style nodes and tensors) and a long chain schedule (revolve, 2000 stages, JSON), then times, for each file, in one
-process: ``memplan.profile.parse.parse_document`` (JSON parser, or YAML from libyaml's events),
+process: ``memplan.documents.parse.parse_document`` (JSON parser, or YAML from libyaml's events),
 ``yaml.load`` with ``CSafeLoader`` (skipped above ``--skip-c-above`` MB) and with the pure-Python
 ``SafeLoader`` (skipped above ``--skip-pure-above`` MB: about 10 s per MB), and ``memplan.load_profile`` / ``load_schedule``
 (parse plus validation). Each figure is the best of ``--repeats`` runs. Prints Markdown rows.
@@ -21,8 +21,8 @@ import yaml
 from _common import machine
 
 import memplan
-from memplan.profile.io import dump_yaml
-from memplan.profile.parse import parse_document
+from memplan.documents.io import dump_yaml
+from memplan.documents.parse import parse_document
 from memplan.profile.synthetic import random_chain
 
 

@@ -45,7 +45,6 @@ _EXPORTS = {
     "list_algorithms": "memplan.algorithms",
     "simulate": "memplan.api",
     "solve": "memplan.api",
-    "static_memory": "memplan.api",
 }
 """Public name -> the module that defines it (imported on first use)."""
 
@@ -66,12 +65,11 @@ __all__ = [
     "save_profile",
     "simulate",
     "solve",
-    "static_memory",
 ]
 
 if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
     from memplan.algorithms import list_algorithms
-    from memplan.api import compare, simulate, solve, static_memory
+    from memplan.api import compare, simulate, solve
     from memplan.errors import InputError, InternalError, MemplanError
     from memplan.profile import Profile, Stage, load_profile, save_profile
     from memplan.schedule import Schedule, load_schedule

@@ -20,28 +20,20 @@ from memplan.algorithms import (
     AlgorithmInfo,
     Family,
     SolveRequest,
-    algorithm_details,
     list_algorithms,
     options_for,
 )
 from memplan.algorithms import algorithm as lookup_algorithm
 from memplan.algorithms.base import PROFILE_SHAPES
-from memplan.algorithms.options import resolve_bandwidth
-from memplan.algorithms.timeline import check_optimizer, static_memory, timed_ops
+from memplan.algorithms.timeline import static_memory, timed_ops
+from memplan.budget import MemoryBudget, check_memory
 from memplan.describe import describe
-from memplan.errors import BudgetWarning, InputError, InternalError
+from memplan.errors import ArgumentError, BudgetWarning, InputError, InternalError
+from memplan.loop import Optimizer, TrainingLoop, check_gradients, parse_optimizer
 from memplan.profile.io import load_profile
-from memplan.profile.memory import check_gradients, resolve_gradients
+from memplan.profile.memory import loop_on, resolve_gradients
 from memplan.profile.model import Profile
-from memplan.schedule import (
-    OPTIMIZER_FACTORS,
-    Budget,
-    OpName,
-    OptimizerName,
-    ProfileRef,
-    Schedule,
-    load_schedule,
-)
+from memplan.schedule import Budget, OpName, ProfileRef, Schedule, load_schedule
 from memplan.simulator import claims
 from memplan.simulator.replay import replay
 from memplan.simulator.result import SimulationResult
@@ -50,38 +42,13 @@ from memplan.units import (
     DEVICE_RESERVE,
     DeviceShare,
     format_size,
-    parse_budget,
-    parse_rate,
     parse_size,
     usable_memory,
 )
 
-__all__ = [
-    "OPTIMIZER_FACTORS",
-    "CompareRow",
-    "SolveArguments",
-    "Solved",
-    "algorithm_details",
-    "list_algorithms",
-    "auto_budgets",
-    "budgets_from_range",
-    "check_arguments",
-    "check_budget",
-    "check_family",
-    "compare",
-    "describe",
-    "load_profile",
-    "memory_budget",
-    "parse_rate",
-    "resolve_bandwidth",
-    "schedule_from_sequence",
-    "simulate",
-    "solve",
-    "solve_and_replay",
-    "solve_checked",
-    "static_memory",
-    "timed_ops",
-]
+__all__ = ["compare", "list_algorithms", "load_profile", "simulate", "solve"]
+"""The library's API (SPEC, "Python API"). The module's other functions serve the command line
+(``memplan info``, ``compare``, ``simulate``) and the tests; they are not a promise."""
 
 MAX_STEPS = 1000
 """The most budgets of one ``compare`` sweep (``--mem START:STOP:STEPS``, ``auto:STEPS``)."""
@@ -93,50 +60,117 @@ def schedule_from_sequence(
     *,
     algorithm: str = "custom",
     memory: int | str | None = None,
-    optimizer: str = "sgd",
+    optimizer: str | Optimizer = "sgd",
     gradients: str | None = None,
 ) -> Schedule:
     """Wrap a hand-written operation sequence (``[("F_ck", 0), ...]``) as a schedule to simulate.
 
     The figures (makespan, peak) are left for :func:`simulate` to compute. ``gradients``
-    (``at-backward``, ``kept`` or ``auto``) replays it under the training loop's terms
-    (docs/model.md); None: the model before them.
+    (``at-backward``, ``kept``, ``step-in-backward`` or ``auto``) replays it under the training
+    loop's terms (docs/model.md); None: the model before them.
     """
     prof = load_profile(profile)
-    name = check_optimizer(optimizer)
-    budget = None if memory is None else memory_budget(prof, memory)
-    loop = None if gradients is None else resolve_gradients(prof, gradients)
+    chosen = parse_optimizer(optimizer)
+    budget = None if memory is None else memory_budget(prof, check_memory(memory))
+    gradients_loop = None if gradients is None else resolve_gradients(prof, gradients)
+    loop = TrainingLoop(chosen, gradients_loop)
     return Schedule(
         algorithm=algorithm,
         profile=ProfileRef(model=prof.model, sha256=prof.sha256(), stages=prof.length),
-        budget=Budget(memory=budget, optimizer=name, gradients=loop),
+        budget=Budget.of(budget, loop),
         feasible=True,
         lower_bound=prof.lower_bound,
-        static_memory=static_memory(prof, name, loop),
+        static_memory=static_memory(prof, loop),
         ops=timed_ops(prof, sequence),
     )
 
 
 @dataclass(frozen=True)
-class Solved:
-    """What :func:`solve_checked` returns: everything :func:`solve` read and made."""
+class SolveArguments:
+    """The arguments of a solve, checked once, typed.
 
-    profile: Profile
-    """The profile, as loaded (once)."""
+    :func:`solve_arguments` makes them before any profile is read; everything below trusts them.
+    """
+
+    algorithm: AlgorithmInfo
+    memory: MemoryBudget
+    """The budget: bytes or a share of the profile's GPU, and its text for messages."""
+    optimizer: Optimizer
+    """Its step, when not given, is PyTorch's default on the profile's device."""
+    gradients: str
+    """``auto`` or a loop of :data:`memplan.loop.GRADIENTS` (``auto`` resolved on the profile)."""
+    output_held: bool
+    output_bytes: int | None
+    """What the caller holds of the output, when told in bytes (None: the loss stage's input)."""
+    options: Any
+    """The family's options object (:func:`memplan.algorithms.options_for`)."""
+
+    def loop(self, profile: Profile, family: Family) -> TrainingLoop:
+        """The loop the plan is made for on ``profile``.
+
+        With its terms (the optimizer's step, the gradients' loop, the caller's output) for the
+        families that plan in them (``Family.loop_terms``: chain, offloading, combined, join);
+        before them for graph and pipeline.
+        """
+        return loop_on(
+            profile,
+            self.optimizer,
+            self.gradients,
+            self.output_held,
+            terms=family.loop_terms,
+            output_bytes=self.output_bytes,
+        )
+
+
+def solve_arguments(
+    algo: str,
+    memory: int | str | MemoryBudget | None,
+    *,
+    optimizer: str | Optimizer = "sgd",
+    gradients: str | None = "auto",
+    output_held: bool | int = False,
+    **options: Any,
+) -> SolveArguments:
+    """Check a solve's arguments, the one place that does (an error naming the parameter).
+
+    Typed values (a :class:`MemoryBudget`, an :class:`Optimizer`) pass through as they are.
+    """
+    info = lookup_algorithm(algo)
+    budget = check_memory(memory)
+    family_options = options_for(info.name, options)
+    if not isinstance(output_held, int) or output_held < 0:
+        raise ArgumentError(
+            "output_held", "expected True, False or the bytes the caller holds", output_held
+        )
+    held_bytes = None if isinstance(output_held, bool) else int(output_held)
+    return SolveArguments(
+        info,
+        budget,
+        parse_optimizer(optimizer),
+        check_gradients(gradients),
+        bool(output_held),
+        held_bytes,
+        family_options,
+    )
+
+
+@dataclass(frozen=True)
+class _Solved:
+    """What :func:`_solve` returns: the schedule and the replay that checked it."""
+
     schedule: Schedule
-    """The schedule (``peak_memory`` the replay's), feasible or not."""
     replay: SimulationResult | None
-    """The simulator's replay of the plan that checked it (None when no plan fits): its
-    ``memory_curve`` is the one ``--trace`` draws."""
+    """The simulator's replay of the plan (None when no plan fits)."""
 
 
 def solve(
     profile: Profile | Mapping[str, Any] | str,
     algo: str = "rotor",
-    memory: int | str | None = None,
+    memory: int | str | MemoryBudget | None = None,
     *,
-    optimizer: str = "sgd",
+    optimizer: str | Optimizer = "sgd",
     gradients: str = "auto",
+    output_held: bool | int = False,
     progress: Callable[[str], None] | None = None,
     **options: Any,
 ) -> Schedule:
@@ -146,22 +180,33 @@ def solve(
     ----------
     profile : Profile, dict, path, bundled name or YAML text
     algo : str
-        A name from :func:`algorithms` (``store-all``, ``periodic``, ``revolve``, ``rotor``, ...).
+        A name from :func:`list_algorithms` (``store-all``, ``periodic``, ``revolve``,
+        ``rotor``, ...).
     memory : int or str
         The budget for the whole iteration (``"8GB"``, ``"8GiB"`` or bytes), static memory
         included (per GPU for the pipeline family); or a share of the profile's GPU: ``"gpu"``
         (its memory less what the CUDA context and the allocator take,
         :data:`memplan.units.DEVICE_RESERVE`) or ``"90%"`` of that (see :func:`memory_budget`).
-    optimizer : {"none", "sgd", "momentum", "adam"}
-        Which static memory is counted (docs/model.md).
-    gradients : {"auto", "at-backward", "kept"}
-        The training loop a chain plan is made for (docs/model.md): ``at-backward``, PyTorch's
+    optimizer : str
+        ``none``, ``sgd``, ``momentum``, ``adam`` or ``adamw``, optionally with the step PyTorch
+        runs: ``adamw:fused``, ``adam:foreach``, ``sgd:for-loop`` (default: PyTorch's on the
+        profile's device, for-loop on a CPU, foreach on a GPU). Its state is static; every
+        family that plans in the training loop counts its step after the backward too
+        (docs/model.md).
+    gradients : {"auto", "at-backward", "kept", "step-in-backward"}
+        The training loop a plan is made for (docs/model.md): ``at-backward``, PyTorch's
         default ``zero_grad(set_to_none=True)``, where each stage's weight gradients appear at its
         backward; ``kept``, a loop that keeps them for the whole step
-        (``zero_grad(set_to_none=False)``, gradient accumulation). ``auto``: ``at-backward`` on a
-        profile measured with ``weight_grad_size``, ``kept`` on one without. The chain,
-        offloading, combined and join families plan in it; graph and pipeline with the gradients
-        kept.
+        (``zero_grad(set_to_none=False)``, gradient accumulation); ``step-in-backward``, the
+        optimizer applied to each parameter as its gradient is complete. ``auto``:
+        ``at-backward`` on a profile measured with ``weight_grad_size``, ``kept`` on one without.
+        The chain, offloading, combined and join families plan in it; graph and pipeline with
+        the gradients kept.
+    output_held : bool or int
+        The caller holds the model's output from one step to the next (``out = model(**batch)``
+        in a loop): one copy of the loss stage's input is counted for the whole step (chain,
+        offloading and combined families; the join family refuses it); a number: the bytes it
+        holds of it (every tensor of a dict it keeps).
     progress : callable, optional
         Long solvers (CP-SAT) call it with one line of live progress at a time (the CLI prints
         them on stderr).
@@ -183,90 +228,31 @@ def solve(
     Raises
     ------
     InputError
-        A bad argument (checked before the profile is read, :func:`check_arguments`), a profile
-        that cannot be read, a family that cannot serve it, or ``gpu``/``90%`` on a profile
-        without GPU memory.
+        A bad argument (:class:`~memplan.errors.ArgumentError`, naming the parameter; checked
+        before the profile is read), a profile that cannot be read, a family that cannot serve
+        it, or ``gpu``/``90%`` on a profile without GPU memory.
 
     Warns
     -----
     BudgetWarning
         The budget is more than the profile's GPU can give a plan (the plan is still made).
     """
-    return solve_and_replay(
-        profile,
+    arguments = solve_arguments(
         algo,
         memory,
         optimizer=optimizer,
         gradients=gradients,
-        progress=progress,
+        output_held=output_held,
         **options,
-    ).schedule
+    )
+    return _solve(load_profile(profile), arguments, progress).schedule
 
 
-def solve_and_replay(
-    profile: Profile | Mapping[str, Any] | str,
-    algo: str = "rotor",
-    memory: int | str | None = None,
-    *,
-    optimizer: str = "sgd",
-    gradients: str = "auto",
-    progress: Callable[[str], None] | None = None,
-    **options: Any,
-) -> Solved:
-    """:func:`solve`, returning the profile it read and the replay that checked the plan too.
-
-    The arguments are checked (:func:`check_arguments`) before the profile is read (a profile
-    piped in may take minutes to arrive), then :func:`solve_checked` runs the algorithm.
-    """
-    arguments = check_arguments(algo, memory, optimizer=optimizer, gradients=gradients, **options)
-    return solve_checked(load_profile(profile), arguments, progress)
-
-
-@dataclass(frozen=True)
-class SolveArguments:
-    """The arguments of a solve, checked (:func:`check_arguments`), before any profile is read."""
-
-    algorithm: AlgorithmInfo
-    memory: int | DeviceShare
-    """The budget: bytes, or a share of the profile's GPU (:func:`memory_budget`)."""
-    memory_text: str
-    """The budget as given, for messages."""
-    options: Any
-    """The family's options object (:func:`memplan.algorithms.options_for`)."""
-    optimizer: OptimizerName
-    gradients: str = "auto"
-    """``auto``, ``at-backward`` or ``kept`` (resolved against the profile when it is read)."""
-
-
-def check_arguments(
-    algo: str,
-    memory: int | str | None,
-    *,
-    optimizer: str = "sgd",
-    gradients: str | None = "auto",
-    **options: Any,
-) -> SolveArguments:
-    """Validate a solve's arguments, the one place that does (InputError naming the option).
-
-    The algorithm, the budget, the family's options and the optimizer are checked. The command
-    line calls this, then reads the profile, then :func:`solve_checked`, and maps the errors to
-    exit codes.
-    """
-    info = lookup_algorithm(algo)
-    if memory is None:
-        raise InputError("--mem: a memory budget is required, e.g. --mem 8GB")
-    budget = check_budget(memory)
-    family_options = options_for(info.name, options)
-    name = check_optimizer(optimizer)
-    loop = check_gradients(gradients)
-    return SolveArguments(info, budget, str(memory).strip(), family_options, name, loop)
-
-
-def solve_checked(
+def _solve(
     prof: Profile,
     arguments: SolveArguments,
     progress: Callable[[str], None] | None = None,
-) -> Solved:
+) -> _Solved:
     """Run the algorithm of ``arguments`` on ``prof``.
 
     The family is checked against the profile, the plan solved, replayed once, and its makespan
@@ -275,17 +261,15 @@ def solve_checked(
     info = arguments.algorithm
     family = FAMILIES[info.family]
     check_family(prof, family, info.name)
-    # Only the chain family plans under the training loop's terms (docs/model.md).
-    loop = resolve_gradients(prof, arguments.gradients) if family.loop_terms else None
+    loop = arguments.loop(prof, family)
     request = SolveRequest(
-        memory=memory_budget(prof, arguments.memory, given=arguments.memory_text),
+        memory=memory_budget(prof, arguments.memory),
         algorithm=info.name,
         family=family.name,
         options=arguments.options,
-        static_memory=static_memory(prof, arguments.optimizer, loop),
-        optimizer=arguments.optimizer,
+        static_memory=static_memory(prof, loop),
+        loop=loop,
         progress=progress,
-        gradients=loop,
     )
     started = time.perf_counter()
     schedule = info.solve(prof, request)
@@ -293,69 +277,50 @@ def solve_checked(
         solver = schedule.solver.model_copy(update={"seconds": time.perf_counter() - started})
         schedule = schedule.model_copy(update={"solver": solver})
     if not schedule.feasible:
-        return Solved(prof, schedule, None)
+        return _Solved(schedule, None)
     replayed = _checked(prof, schedule, request.memory, info.name)
     checked = schedule.with_solver_makespan(None)  # the document alone from here on
-    return Solved(prof, checked.model_copy(update={"peak_memory": replayed.peak_memory}), replayed)
+    return _Solved(checked.model_copy(update={"peak_memory": replayed.peak_memory}), replayed)
 
 
-def check_budget(value: int | str, option: str = "--mem") -> int | DeviceShare:
-    """A budget's form, before any profile is read.
-
-    A size in bytes (``8GB``) or a share of the GPU (``gpu``, ``90%``); the message names the
-    option (as the command line's).
-    """
-    try:
-        return parse_budget(value)
-    except InputError as exc:
-        raise InputError(f"{option}: {exc}") from None
-
-
-def memory_budget(
-    profile: Profile,
-    memory: int | str | DeviceShare,
-    option: str = "--mem",
-    given: str | None = None,
-) -> int:
+def memory_budget(profile: Profile, memory: MemoryBudget) -> int:
     """The budget ``memory`` in bytes on ``profile``'s device.
 
     A size is taken as it is; ``gpu`` is the memory of the profile's GPU (a profile measured on
     CUDA or estimated for a GPU) less :data:`memplan.units.DEVICE_RESERVE`, what the CUDA context
     and the allocator take; ``90%`` is that share of it. A budget larger than that is kept, with a
-    :class:`memplan.errors.BudgetWarning`: the plan will not fit on that GPU. ``given`` is the
-    budget as typed, for the messages (default: ``memory``).
+    :class:`memplan.errors.BudgetWarning`: the plan will not fit on that GPU.
 
     Raises
     ------
-    InputError
-        A malformed budget, or ``gpu``/``90%`` on a profile without GPU memory (a CPU profile).
+    ArgumentError
+        ``gpu``/``90%`` on a profile without GPU memory (a CPU profile).
     """
-    form = memory if isinstance(memory, DeviceShare) else check_budget(memory, option)
+    form = memory.value
     device = profile.device
     gpu = None
     if device is not None and device.kind in ("cuda", "estimated") and device.memory:
         gpu = device.memory
     if isinstance(form, DeviceShare):
         if gpu is None:
-            raise InputError(
-                f"{option} {form.text}: {_no_gpu_memory(profile)}; give a size, e.g. {option} 8GB, "
-                "or use a profile of a GPU (measured on CUDA, or memplan profile MODEL --estimate "
-                "a100)"
+            raise ArgumentError(
+                "memory",
+                f"{_no_gpu_memory(profile)}; give a size, e.g. 8GB, or use a profile of a GPU "
+                "(measured on CUDA, or memplan profile MODEL --estimate a100)",
+                memory.text,
             )
         budget = form.of(gpu)
     else:
         budget = form
     if gpu is not None and budget > usable_memory(gpu):
-        typed = given or (form.text if isinstance(form, DeviceShare) else str(memory).strip())
         gpu_name = (device.name if device is not None else None) or "GPU"
-        warnings.warn(
-            f"{option} {typed}: {format_size(budget)} is more than the {gpu_name} can "
-            f"give a plan ({format_size(usable_memory(gpu))}: its {format_size(gpu)} less "
-            f"{format_size(DEVICE_RESERVE)} for the CUDA context and the allocator, as "
-            f"{option} gpu); the plan will not fit on that GPU",
-            BudgetWarning,
-            stacklevel=2,
+        detail = (
+            f"{format_size(budget)} is more than the {gpu_name} can give a plan "
+            f"({format_size(usable_memory(gpu))}: its {format_size(gpu)} less "
+            f"{format_size(DEVICE_RESERVE)} for the CUDA context and the allocator, as a budget "
+            "of gpu); the plan will not fit on that GPU"
         )
+        warnings.warn(BudgetWarning(detail, memory.text), stacklevel=2)
     return budget
 
 
@@ -405,15 +370,15 @@ def with_gradients(profile: Profile, schedule: Schedule, gradients: str | None) 
 
     The ``budget.gradients`` of a schedule of a family that plans in the training loop (chain,
     offloading, combined, join) is replaced by ``gradients`` resolved on ``profile`` (``auto``,
-    ``at-backward``, ``kept``), its static memory recomputed; other families' as they are.
+    ``at-backward``, ``kept``, ``step-in-backward``), its static memory recomputed; other
+    families' as they are.
     """
     family = FAMILIES.get(schedule.family)
     if gradients is None or family is None or not family.loop_terms:
         return schedule
     loop = resolve_gradients(profile, gradients)
     budget = schedule.budget.model_copy(update={"gradients": loop})
-    optimizer = schedule.budget.optimizer or claims.DEFAULT_OPTIMIZER
-    static = static_memory(profile, optimizer, loop)
+    static = static_memory(profile, budget.loop)
     return schedule.model_copy(
         update={"budget": budget, "static_memory": static, "peak_memory": None}
     )
@@ -449,7 +414,8 @@ def simulate(
             f"schedule was made for a profile with {sched.profile.stages} stages, "
             f"this one has {prof.length} ({prof.model})"
         )
-    budget = memory_budget(prof, memory) if memory is not None else sched.budget.memory
+    given = None if memory is None else check_memory(memory)
+    budget = memory_budget(prof, given) if given is not None else sched.budget.memory
     result = replay(prof, sched, budget)
     if check_claims:
         claims.check(prof, claimed, result)
@@ -494,7 +460,7 @@ def auto_budgets(
     profile: Profile | Mapping[str, Any] | str,
     algos: Iterable[str],
     steps: int = 10,
-    optimizer: str = "sgd",
+    optimizer: str | Optimizer = "sgd",
     gradients: str = "auto",
 ) -> list[int]:
     """``steps`` budgets from the least memory any of ``algos`` runs with to the store-all need.
@@ -522,7 +488,7 @@ def compare(
     algos: Iterable[str],
     budgets: Iterable[int | str],
     *,
-    optimizer: str = "sgd",
+    optimizer: str | Optimizer = "sgd",
     gradients: str = "auto",
     on_progress: Callable[[int, int], None] | None = None,
     **options: Any,
@@ -538,6 +504,7 @@ def compare(
     the pipeline family's budgets are per GPU). They are checked for every algorithm before the
     sweep starts.
     """
+    chosen, loop = parse_optimizer(optimizer), check_gradients(gradients)  # checked once
     prof = load_profile(profile)
     names = list(algos)
     for name in names:
@@ -549,7 +516,7 @@ def compare(
     total, done = len(names) * len(sizes), 0
     for memory in sizes:
         for name in names:
-            sched = solve(prof, name, memory, optimizer=optimizer, gradients=gradients, **options)
+            sched = solve(prof, name, memory, optimizer=chosen, gradients=loop, **options)
             rows.append(
                 CompareRow(
                     memory=memory,

@@ -7,13 +7,16 @@ from typing import Any
 
 from memplan.algorithms import FAMILIES
 from memplan.algorithms.timeline import static_memory
+from memplan.loop import Optimizer, parse_optimizer
 from memplan.profile.io import load_profile
-from memplan.profile.memory import resolve_gradients
+from memplan.profile.memory import loop_on
 from memplan.profile.model import Profile
 
 
 def describe(
-    profile: Profile | Mapping[str, Any] | str, optimizer: str = "sgd", gradients: str = "auto"
+    profile: Profile | Mapping[str, Any] | str,
+    optimizer: str | Optimizer = "sgd",
+    gradients: str = "auto",
 ) -> dict[str, Any]:
     """What ``memplan info`` shows: the profile's metadata, totals and the memory each family needs.
 
@@ -21,14 +24,15 @@ def describe(
     budget with which any plan of a family exists: ``chain``, everything recomputed from the
     input; ``offload``, every activation offloaded (*Optimal GPU-CPU Offloading Strategies*, Euro-Par 2020). ``offload_peak`` is M_peak, the
     budget above which nothing needs offloading (the store-all need). All include the static
-    memory of ``optimizer`` and every figure is in the accounting of the training loop
-    ``gradients`` (docs/model.md; ``gradients`` says which, None for a graph), the one every
-    chain-model and join family plans in: ``static_memory`` is that loop's. Each family that fits
-    the profile adds its own figures (``Family.describe``).
+    memory of ``optimizer`` (and its step after the backward) and every figure is in the
+    accounting of the training loop ``gradients`` (docs/model.md; ``gradients`` says which, None
+    for a graph), the one every chain-model and join family plans in: ``static_memory`` is that
+    loop's. Each family that fits the profile adds its own figures (``Family.describe``).
     """
     prof = load_profile(profile)
-    loop = None if prof.kind == "graph" else resolve_gradients(prof, gradients)
-    static = static_memory(prof, optimizer, loop)
+    chosen = parse_optimizer(optimizer)
+    shown = loop_on(prof, chosen, gradients, terms=prof.kind != "graph")
+    static = static_memory(prof, shown)
     device = prof.device.model_dump(exclude_none=True) if prof.device else None
     common = {
         "model": prof.model,
@@ -42,8 +46,8 @@ def describe(
         "bandwidth": prof.bandwidth,
         "measured": prof.measured.model_dump(exclude_none=True) if prof.measured else None,
         "weight_size": prof.weight_size,
-        "optimizer": optimizer,
-        "gradients": loop,
+        "optimizer": chosen.text,
+        "gradients": shown.gradients,
         "static_memory": static,
         "lower_bound": prof.lower_bound,
         "sha256": prof.sha256(),
@@ -52,9 +56,9 @@ def describe(
     for name in prof.families:
         family = FAMILIES[name]
         if family.describe is not None:
-            loop = resolve_gradients(prof, gradients) if family.loop_terms else None
-            own = static_memory(prof, optimizer, loop)
-            found = _merge(found, family.describe(prof, own, loop, optimizer))
+            loop = loop_on(prof, chosen, gradients, terms=family.loop_terms)
+            own = static_memory(prof, loop)
+            found = _merge(found, family.describe(prof, own, loop))
     return {**common, **found}
 
 

@@ -21,6 +21,30 @@ class InputError(MemplanError, ValueError):
     """
 
 
+_UNSET = object()
+
+
+class ArgumentError(InputError):
+    """A bad argument of a library call, naming its Python parameter.
+
+    ``str()`` is the library's line (``memory='8G': ...``); the command line, which takes the
+    argument as a flag, writes :meth:`for_flag` instead (``--mem 8G: ...``).
+    """
+
+    def __init__(self, parameter: str, detail: str, given: object = _UNSET) -> None:
+        self.parameter = parameter
+        self.detail = detail
+        self.given = given
+        named = parameter if given is _UNSET else f"{parameter}={given!r}"
+        super().__init__(f"{named}: {detail}")
+
+    def for_flag(self, flag: str) -> str:
+        """The line as the command line says it: ``--mem 8G: ...``."""
+        if self.given is _UNSET or self.given is None:
+            return f"{flag}: {self.detail}"
+        return f"{flag} {self.given}: {self.detail}"
+
+
 BUG_NOTE = "this is a bug in memplan; please report it"
 """The one phrase that says an error is memplan's own: :class:`InternalError` adds it to its
 message, the command line to any unexpected exception's line (never twice)."""
@@ -45,7 +69,21 @@ class MemplanWarning(UserWarning):
 
 
 class BudgetWarning(MemplanWarning):
-    """A memory budget larger than the profile's GPU can give a plan (docs/cli.md, "Budgets")."""
+    """A memory budget larger than the profile's GPU can give a plan (docs/cli.md, "Budgets").
+
+    Named as :class:`ArgumentError` names its parameter (``memory='200GB': ...``); the command line
+    writes :meth:`for_flag`.
+    """
+
+    def __init__(self, detail: str, given: object, parameter: str = "memory") -> None:
+        self.parameter = parameter
+        self.detail = detail
+        self.given = given
+        super().__init__(f"{parameter}={given!r}: {detail}")
+
+    def for_flag(self, flag: str) -> str:
+        """The line as the command line says it: ``--mem 200GB: ...``."""
+        return f"{flag} {self.given}: {self.detail}"
 
 
 STDIN = "<stdin>"

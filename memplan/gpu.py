@@ -24,6 +24,7 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from memplan.documents.io import read_document, validation_message
 from memplan.errors import InputError, did_you_mean
 
 __all__ = [
@@ -170,8 +171,6 @@ def gpu_from_dict(data: Any, source: str = "<gpu spec>") -> GpuSpec:
         One line naming ``source`` and the field, e.g.
         ``my.yaml: peak_flops.float32: Input should be greater than 0, got -1``.
     """
-    from memplan.profile.io import validation_message
-
     if not isinstance(data, Mapping):
         raise InputError(f"{source}: expected a mapping with the fields of a GPU spec (name, ...)")
     try:
@@ -182,16 +181,12 @@ def gpu_from_dict(data: Any, source: str = "<gpu spec>") -> GpuSpec:
 
 def load_gpu_file(path: str | os.PathLike[str]) -> GpuSpec:
     """Read one GPU spec from a YAML or JSON file (the fields of :class:`GpuSpec`)."""
-    from memplan.profile.io import read_document
-
     data, name = read_document(Path(path))
     return gpu_from_dict(data, name)
 
 
 @lru_cache(maxsize=1)
 def _catalog() -> dict[str, GpuSpec]:
-    from memplan.profile.io import read_document
-
     data, name = read_document(CATALOG_PATH)
     source = str(name)
     if not isinstance(data, Mapping) or data.get("format") != CATALOG_FORMAT:

@@ -21,17 +21,27 @@ from pydantic import (
     model_validator,
 )
 
+from memplan.documents.io import dump_yaml, read_document, validation_message
 from memplan.errors import InputError, empty_input
+from memplan.loop import (
+    OPTIMIZER_FACTORS,
+    Gradients,
+    Optimizer,
+    OptimizerName,
+    StepKind,
+    TrainingLoop,
+)
 from memplan.units import MAX_RATE, MAX_SIZE, MIN_RATE
+
+__all__ = ["OPTIMIZER_FACTORS", "Budget", "Op", "OptimizerName", "Schedule", "load_schedule"]
+
+DEFAULT_OPTIMIZER: Final[OptimizerName] = "sgd"
+"""What a schedule without ``budget.optimizer`` is replayed with (the CLI's default)."""
 
 SCHEDULE_FORMAT: Final = "memplan-schedule/1"
 OpName = Literal["F_all", "F_ck", "F_n", "B", "offload", "prefetch", "turn"]
 Status = Literal["optimal", "feasible", "infeasible", "unknown"]
 Stream = Literal["compute", "transfer"]
-OptimizerName = Literal["none", "sgd", "momentum", "adam"]
-"""What ``budget.optimizer`` may say (docs/model.md); a schedule without it is replayed as sgd."""
-OPTIMIZER_FACTORS: dict[OptimizerName, int] = {"none": 0, "sgd": 2, "momentum": 3, "adam": 4}
-"""Static memory as a multiple of the weight bytes: weights + gradients + optimizer state."""
 Size = Annotated[int, Field(ge=0, le=MAX_SIZE)]
 """Bytes, 0 to 2^60 (the CLI's largest size)."""
 Rate = Annotated[float, Field(ge=MIN_RATE, le=MAX_RATE, allow_inf_nan=False)]
@@ -83,23 +93,64 @@ class ProfileRef(_Model):
 
 
 class Budget(_Model):
-    """What the plan had to fit: memory (bytes), bandwidth (bytes/s), GPUs and optimizer."""
+    """What the plan had to fit: memory (bytes), bandwidth (bytes/s), GPUs, the training loop.
+
+    The loop is what the memory counts (docs/model.md): the optimizer, its step, the gradients,
+    the caller's output.
+    """
 
     memory: Size | None = None
     bandwidth: Rate | None = None
     gpus: int | None = Field(default=None, ge=1)
     optimizer: OptimizerName | None = None
-    gradients: Literal["at-backward", "kept"] | None = None
-    """The training loop a chain plan was made for (docs/model.md); None: the model before the
-    loop's terms (schedules written before them, and the other families'), left out of the
-    document."""
+    optimizer_step: StepKind | None = None
+    """How the optimizer's step runs (``for-loop``, ``foreach``, ``fused``): its temporaries are
+    counted at the end of the backward (NOTE [ optimizer step temporaries ], memplan/loop.py);
+    None: not counted (schedules written before they were, graph and pipeline schedules)."""
+    optimizer_copies_grads: bool | None = None
+    """The step copies the gradients (coupled weight decay, Nesterov momentum)."""
+    gradients: Gradients | None = None
+    """The training loop a plan was made for (docs/model.md); None: the model before the loop's
+    terms (schedules written before them, graph and pipeline schedules)."""
+    output_held: bool | None = None
+    """The caller holds the model's output from one step to the next (``out = model(**batch)``)."""
+    output_bytes: Size | None = None
+    """The bytes it holds of it, as seen in the loop (every tensor of the output it keeps); None:
+    the loss stage's input ``x[L-1]``."""
 
     @model_serializer(mode="wrap")
-    def _drop_unset_gradients(self, handler: Any) -> dict[str, Any]:
+    def _drop_unset_loop(self, handler: Any) -> dict[str, Any]:
         data: dict[str, Any] = handler(self)
-        if data.get("gradients") is None:
-            data.pop("gradients", None)
+        loop = ("optimizer_step", "optimizer_copies_grads", "gradients", "output_held")
+        for key in (*loop, "output_bytes"):
+            if data.get(key) is None or data.get(key) is False:
+                data.pop(key, None)
         return data
+
+    @property
+    def loop(self) -> TrainingLoop:
+        """The training loop the budget counts, as one typed value."""
+        optimizer = Optimizer(
+            self.optimizer or DEFAULT_OPTIMIZER,
+            self.optimizer_step,
+            bool(self.optimizer_copies_grads),
+        )
+        return TrainingLoop(optimizer, self.gradients, bool(self.output_held), self.output_bytes)
+
+    @classmethod
+    def of(cls, memory: int | None, loop: TrainingLoop, **more: Any) -> Budget:
+        """The budget of a plan made for ``loop``."""
+        optimizer = loop.optimizer
+        return cls(
+            memory=memory,
+            optimizer=optimizer.name,
+            optimizer_step=optimizer.step,
+            optimizer_copies_grads=optimizer.copies_grads or None,
+            gradients=loop.gradients,
+            output_held=loop.output_held or None,
+            output_bytes=loop.output_bytes if loop.output_held else None,
+            **more,
+        )
 
 
 class SolverInfo(_Model):
@@ -315,8 +366,6 @@ class Schedule(_Model):
 
     def to_yaml(self) -> str:
         """The schedule as YAML text."""
-        from memplan.profile.io import dump_yaml
-
         return dump_yaml(self.to_dict())
 
     def count(self, op: str) -> int:
@@ -337,8 +386,6 @@ _FAMILY_FIELDS = tuple(name for names in _FIELDS_OF.values() for name in names)
 
 def schedule_from_dict(data: Any, source: str = "<schedule>") -> Schedule:
     """Validate a parsed document as a schedule (InputError naming the field on failure)."""
-    from memplan.profile.io import validation_message
-
     if data is None:
         raise empty_input(source, f"a schedule with 'format: {SCHEDULE_FORMAT}'")
     if not isinstance(data, dict):
@@ -355,8 +402,6 @@ def schedule_from_dict(data: Any, source: str = "<schedule>") -> Schedule:
 
 def load_schedule(source: Any) -> Schedule:
     """Load a schedule from a :class:`Schedule`, a dict, a path or ``-`` (JSON or YAML)."""
-    from memplan.profile.io import read_document
-
     if isinstance(source, Schedule):
         return source
     if isinstance(source, dict):

@@ -145,13 +145,26 @@ def with_options(profile: Profile, seed: int, most: int = 2) -> Profile:
     return Profile.model_validate(data)
 
 
+LOOP_CASES = (
+    ("at-backward", "sgd"),
+    ("kept", "sgd"),
+    ("at-backward", "adamw:foreach"),
+    ("kept", "adam:for-loop"),
+    ("step-in-backward", "adam:for-loop"),
+)
+"""``(gradients, optimizer)``: every training loop, with the optimizer's step after the backward
+(foreach, for-loop) and in it (docs/model.md), for the families' loop-term tests."""
+
+
 def with_loop_terms(profile: Profile, seed: int) -> Profile:
     """``profile`` with the fields of a measured profile drawn at random (``weight_size``,
     ``weight_grad_size``, ``backward_overhead_fresh``, ``forward_overhead_all``, ``input_saved``,
     ``output_saved``): about half the stages free their input after ``F_all`` (docs/model.md,
     "The training loop")."""
     rng = random.Random(seed)
-    return profile.model_copy(update={"stages": [_measured(rng, st) for st in profile.stages]})
+    return profile.model_copy(
+        update={"stages": _first_uses([_measured(rng, st) for st in profile.stages], seed)}
+    )
 
 
 def join_with_loop_terms(profile: Profile, seed: int) -> Profile:
@@ -160,10 +173,13 @@ def join_with_loop_terms(profile: Profile, seed: int) -> Profile:
     rng = random.Random(seed)
     assert profile.branches is not None and profile.turn is not None
     branches = [
-        b.model_copy(update={"stages": [_measured(rng, st) for st in b.stages]})
-        for b in profile.branches
+        b.model_copy(
+            update={"stages": _first_uses([_measured(rng, st) for st in b.stages], seed + j)}
+        )
+        for j, b in enumerate(profile.branches)
     ]
-    return profile.model_copy(update={"branches": branches, "turn": _measured(rng, profile.turn)})
+    turn = _first_uses([_measured(rng, profile.turn)], seed)[0]
+    return profile.model_copy(update={"branches": branches, "turn": turn})
 
 
 def _measured(rng: random.Random, stage: Stage) -> Stage:
@@ -178,3 +194,25 @@ def _measured(rng: random.Random, stage: Stage) -> Stage:
             "output_saved": rng.random() < 0.3,
         }
     )
+
+
+def _first_uses(stages: list[Stage], seed: int) -> list[Stage]:
+    """``first_use_grad_size`` and ``largest_grad_size`` drawn consistently with
+    ``weight_grad_size``: some of the gradients stage ``k`` creates belong to parameters an earlier
+    stage uses first (shared, as a tied embedding), whose step comes at that stage's backward."""
+    rng = random.Random(seed + 7919)
+    first = [0] * len(stages)
+    for k, stage in enumerate(stages):
+        created = stage.weight_grad_size or 0
+        shared = rng.randint(0, created) if k > 0 and rng.random() < 0.3 else 0
+        first[k] += created - shared
+        first[rng.randrange(k) if shared else k] += shared
+    return [
+        stage.model_copy(
+            update={
+                "first_use_grad_size": first[k],
+                "largest_grad_size": rng.randint(min(1, first[k]), first[k]),
+            }
+        )
+        for k, stage in enumerate(stages)
+    ]

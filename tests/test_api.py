@@ -82,7 +82,7 @@ def test_infeasible_is_a_status_not_an_exception():
         ({"memory": "8G"}, "ambiguous"),
         ({"memory": None}, "memory budget is required"),
         ({"slots": 1}, "--slots 1: expected an integer from 2 to"),
-        ({"optimizer": "lion"}, "--optimizer 'lion'"),
+        ({"optimizer": "lion"}, "optimizer='lion'"),
     ],
 )
 def test_bad_arguments_raise_input_error(kwargs, message):
@@ -139,7 +139,7 @@ def test_the_arguments_are_checked_before_the_profile_is_read(tmp_path):
     """A bad budget or option is named even when the profile could not be read at all (a piped
     profile may take minutes to arrive)."""
     missing = tmp_path / "not-there.yaml"
-    with pytest.raises(memplan.InputError, match=r"^--mem: size '8G'"):
+    with pytest.raises(memplan.InputError, match=r"^memory: size '8G'"):
         memplan.solve(str(missing), "rotor", "8G")
     with pytest.raises(memplan.InputError, match=r"^--slots 1: expected an integer"):
         memplan.solve(str(missing), "rotor", "8GB", slots=1)
@@ -147,18 +147,36 @@ def test_the_arguments_are_checked_before_the_profile_is_read(tmp_path):
         memplan.solve(str(missing), "rotor", "8GB")
 
 
-def test_solve_and_replay_returns_the_replay_it_checked_with():
+def test_the_api_is_five_functions():
+    """Issue 39: one door. The variants of solve are gone; the rest of the module serves the
+    command line and says so."""
+    assert sorted(memplan.api.__all__) == [
+        "compare", "list_algorithms", "load_profile", "simulate", "solve",
+    ]  # fmt: skip
+    for gone in ("solve_and_replay", "solve_checked", "check_arguments", "check_budget"):
+        assert not hasattr(memplan.api, gone), gone
+
+
+def test_typed_arguments_pass_through_the_door():
+    """A budget and an optimizer checked once (MemoryBudget, Optimizer) are taken as they are;
+    a library error names the Python parameter."""
+    from memplan.budget import check_memory
+    from memplan.loop import parse_optimizer
+
     prof = random_chain(6, seed=4)
-    solved = memplan.api.solve_and_replay(prof, "rotor", 10**6, optimizer="none")
-    assert solved.profile is prof and solved.schedule.feasible
-    assert solved.replay.valid and solved.replay.peak_memory == solved.schedule.peak_memory
-    assert solved.replay.makespan == pytest.approx(solved.schedule.makespan)
-    infeasible = memplan.api.solve_and_replay(prof, "rotor", 1, optimizer="none")
-    assert not infeasible.schedule.feasible and infeasible.replay is None
+    budget, optimizer = check_memory("1MB"), parse_optimizer("adam:fused")
+    typed = memplan.solve(prof, "rotor", budget, optimizer=optimizer)
+    plain = memplan.solve(prof, "rotor", "1MB", optimizer="adam:fused")
+    assert typed.to_dict() | {"solver": None} == plain.to_dict() | {"solver": None}
+    assert typed.budget.optimizer == "adam" and typed.budget.optimizer_step == "fused"
+    with pytest.raises(memplan.InputError, match=r"^memory=None: a memory budget is required"):
+        memplan.solve(prof, "rotor", None)
+    with pytest.raises(memplan.InputError, match=r"^gradients='sometimes'"):
+        memplan.solve(prof, "rotor", "1MB", gradients="sometimes")
 
 
-def test_solve_with_trace_replays_the_plan_once(tmp_path, monkeypatch):
-    """`memplan solve --trace` draws the memory curve of the replay that checked the plan."""
+def test_solve_with_trace_draws_the_replay(tmp_path, monkeypatch):
+    """`memplan solve --trace` draws the memory curve of the simulator's replay of the plan."""
     from typer.testing import CliRunner
 
     from memplan.cli.app import app
@@ -176,7 +194,7 @@ def test_solve_with_trace_replays_the_plan_once(tmp_path, monkeypatch):
         app, ["solve", "resnet18", "--algo", "rotor", "--mem", "1GB", "--trace", str(trace)]
     )
     assert result.exit_code == 0, result.stderr
-    assert calls == ["rotor"] and json.loads(trace.read_text())["traceEvents"]
+    assert calls and set(calls) == {"rotor"} and json.loads(trace.read_text())["traceEvents"]
 
 
 def test_the_solver_value_is_checked_against_the_replay(monkeypatch):
@@ -238,17 +256,19 @@ def test_budgets_given_as_the_gpu():
         warnings.simplefilter("error")  # within the GPU: no warning
         assert memplan.solve(prof, "rotor", "gpu").budget.memory == usable
         assert memplan.solve(prof, "rotor", "25%").budget.memory == usable // 4
-    with pytest.warns(BudgetWarning, match=r"^--mem 200GB: 200.00 GB is more than the NVIDIA H100"):
+    with pytest.warns(
+        BudgetWarning, match=r"^memory='200GB': 200.00 GB is more than the NVIDIA H100"
+    ):
         sched = memplan.solve(prof, "rotor", "200GB")
     assert sched.feasible and sched.budget.memory == 200 * 10**9
-    with pytest.warns(BudgetWarning, match=r"^--mem 101%"):
+    with pytest.warns(BudgetWarning, match=r"^memory='101%'"):
         memplan.solve(prof, "rotor", "101%")
     check = memplan.simulate(prof, memplan.solve(prof, "rotor", "gpu"), memory="gpu")
     assert check.valid and check.budget == usable
 
 
 def test_a_share_of_no_gpu_is_bad_input():
-    with pytest.raises(memplan.InputError, match=r"^--mem 90%: .* profiled on a CPU .* 8GB"):
+    with pytest.raises(memplan.InputError, match=r"^memory='90%': .* profiled on a CPU .* 8GB"):
         memplan.solve("resnet18", "rotor", "90%")
     with pytest.raises(memplan.InputError, match="profiled on a synthetic device"):
         memplan.solve(random_chain(3), "rotor", "gpu")

@@ -239,3 +239,14 @@ def test_the_oracle_check_sees_a_borrowed_kernel(tmp_path: Path) -> None:
         ("memplan.algorithms.chain", "rotor", 1),
         ("memplan.schedule", "Op", 2),
     ]
+
+
+def test_profiles_and_schedules_read_their_documents_from_below() -> None:
+    """Issue 39: no loop between memplan/profile/ and memplan/schedule.py, even through late
+    imports; the document helpers they share live below both (memplan/documents/), and so do
+    the training loop's names (memplan/loop.py)."""
+    profile = [name for name in MODULES if name.startswith("memplan.profile")]
+    assert not [name for name in profile if "memplan.schedule" in GRAPH[name]]
+    for name in ("memplan.schedule", "memplan.gpu", "memplan.loop", "memplan.documents.io"):
+        assert not [t for t in GRAPH[name] if t.startswith("memplan.profile")], name
+    assert "memplan.schedule" not in GRAPH["memplan.loop"]

@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # annotations only: the registry (`memplan algos`) loads no pydantic model
-    from memplan.profile.memory import Gradients
-    from memplan.schedule import OpName, OptimizerName, Status, Stream
+    from memplan.loop import Gradients, OptimizerName, TrainingLoop
+    from memplan.schedule import OpName, Status, Stream
 
 Sequence = list[tuple["OpName", int]]
 """``(op, stage)`` in execution order: a chain algorithm's operation sequence."""
@@ -61,17 +61,28 @@ class SolveRequest:
     family: str
     """Its family's name (``chain``): the schedule's ``family``."""
     static_memory: int
-    """Bytes present during the whole iteration (:func:`memplan.api.static_memory`)."""
-    optimizer: OptimizerName
+    """Bytes present during the whole iteration (:func:`memplan.algorithms.timeline.static_memory`)."""
+    loop: TrainingLoop
+    """The training loop the plan is made for: the optimizer (its state, and its step after the
+    backward) and, for the families that plan in the loop's terms (``Family.loop_terms``: chain,
+    offloading, combined, join), the gradients' loop and the caller's output (NOTE
+    [ training-loop memory terms ], memplan/profile/memory.py); graph and pipeline get a loop
+    without ``gradients``."""
     options: Any
     """The family's own options, one typed object (its ``Family.options`` dataclass), parsed and
     defaulted from its declaration (:mod:`memplan.algorithms.options`)."""
     progress: Callable[[str], None] | None = None
     """Where long solvers report live progress (one line at a time); None: silent."""
-    gradients: Gradients | None = None
-    """The training loop a chain plan is made for, ``at-backward`` or ``kept``
-    (NOTE [ training-loop memory terms ], memplan/profile/memory.py); None for the families that
-    plan in the model before the loop's terms (offloading, combined, join, graph, pipeline)."""
+
+    @property
+    def optimizer(self) -> OptimizerName:
+        """The optimizer's name (``budget.optimizer``)."""
+        return self.loop.optimizer.name
+
+    @property
+    def gradients(self) -> Gradients | None:
+        """The gradients' loop (None for graph and pipeline plans)."""
+        return self.loop.gradients
 
     @property
     def activation_memory(self) -> int:
@@ -141,7 +152,8 @@ class Family:
     algorithms: tuple[AlgorithmInfo, ...]
     options: type
     describe: Callable[..., dict[str, Any]] | None = field(default=None, compare=False)
-    """``describe(profile, static_memory, gradients, optimizer) -> dict``."""
+    """``describe(profile, static_memory, loop) -> dict`` (``loop``: the :class:`TrainingLoop`
+    the family plans for)."""
     loop_terms: bool = False
     """Whether its plans follow the training loop's terms (``--gradients``, NOTE [ training-loop
     memory terms ] in memplan/profile/memory.py); the others plan with the gradients kept."""

@@ -13,38 +13,23 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
-from typing import TypedDict, TypeGuard
+from dataclasses import dataclass, replace
+from typing import TypedDict
 
 from memplan.algorithms.base import ChainPlan, OffloadPlan, SolveRequest
-from memplan.errors import InputError
-from memplan.profile.memory import static_bytes
+from memplan.loop import TrainingLoop
+from memplan.profile.memory import gradient_bytes, parameter_sizes, static_bytes
 from memplan.profile.model import Profile
 from memplan.schedule import (
-    OPTIMIZER_FACTORS,
     Budget,
     Op,
     OpName,
-    OptimizerName,
     ProfileRef,
     Schedule,
     SolverInfo,
     Status,
     overhead_ratio,
 )
-
-
-def _is_optimizer(name: str) -> TypeGuard[OptimizerName]:
-    return name in OPTIMIZER_FACTORS
-
-
-def check_optimizer(optimizer: str) -> OptimizerName:
-    """``optimizer`` if it is one of :data:`OPTIMIZER_FACTORS`, else an input error."""
-    if not _is_optimizer(optimizer):
-        raise InputError(
-            f"--optimizer {optimizer!r}: expected one of {', '.join(OPTIMIZER_FACTORS)}"
-        )
-    return optimizer
 
 
 class TimeLimitReached(Exception):
@@ -80,19 +65,67 @@ class Deadline:
         return None if self.at is None else max(0.0, self.at - time.monotonic())
 
 
-def static_memory(profile: Profile, optimizer: str = "sgd", gradients: str | None = None) -> int:
-    """Bytes present during the whole iteration: weights, their gradients, optimizer state.
+def static_memory(profile: Profile, loop: TrainingLoop) -> int:
+    """Bytes present during the whole iteration: weights, optimizer state, kept gradients.
 
     The profile's ``workspace_size`` (the math libraries' workspaces on a GPU) is static too.
-    With ``gradients`` ``at-backward`` the gradients are not static: each stage's appear at its
-    backward (NOTE [ training-loop memory terms ], memplan/profile/memory.py). A graph profile
-    holds its own weights, gradients and optimizer state (docs/graph.md): its static memory is its
-    ``weight_size`` whatever the optimizer.
+    With ``gradients`` ``at-backward`` (or ``step-in-backward``) the gradients are not static:
+    each stage's appear at its backward (NOTE [ training-loop memory terms ],
+    memplan/profile/memory.py). A graph profile holds its own weights, gradients and optimizer
+    state (docs/graph.md): its static memory is its ``weight_size`` whatever the optimizer.
     """
-    name = check_optimizer(optimizer)
     if profile.kind == "graph":
         return profile.weight_size
-    return static_bytes(profile.weight_size, name, gradients, profile.workspace_size)
+    return static_bytes(profile, loop)
+
+
+def step_peak(profile: Profile, loop: TrainingLoop, static: int) -> int:
+    """The peak of the optimizer's step after the backward, static memory included (0 when the
+    plan does not count it: NOTE [ training-loop memory terms ]).
+
+    When the last ``B`` has run, the plan holds the batch (a chain's ``x[0]``, every branch input
+    of a join) and, under ``at-backward``, every gradient; the step adds its temporaries (NOTE
+    [ optimizer step temporaries ], memplan/loop.py). No plan changes this figure: a budget below
+    it has no plan, whichever the family.
+    """
+    if not loop.counts_step or profile.kind == "graph":
+        return 0
+    if profile.input_size is not None:
+        batch = profile.input_size
+    else:
+        batch = sum(branch.input_size for branch in profile.branches or ())
+    temporaries = loop.optimizer.step_temporaries(parameter_sizes(profile))
+    held = gradient_bytes(profile) if loop.gradients == "at-backward" else 0
+    return static + batch + held + temporaries
+
+
+@dataclass(frozen=True)
+class StepBound:
+    """What the optimizer's step after the backward does to a plan of any family
+    (:func:`step_bound`).
+    """
+
+    least: int | None
+    """The family's least memory (static memory included), raised to the step's peak."""
+    refusal: str | None
+    """Why a plan that fits without the step does not fit with it; None when it does."""
+
+
+def step_bound(profile: Profile, request: SolveRequest, least: int | None) -> StepBound:
+    """The step after the backward (:func:`step_peak`) applied to a plan of ``request``: its least
+    memory ``least`` (static memory included) is at least the step's peak, and a budget below
+    that peak has no plan. Every family that plans in the loop's terms (chain, offloading,
+    combined, join) calls it, so that a budget means the same bytes in each.
+    """
+    step = step_peak(profile, request.loop, request.static_memory)
+    raised = None if least is None else max(least, step)
+    if step <= request.memory:
+        return StepBound(raised, None)
+    refusal = (
+        f"the optimizer's step ({request.loop.optimizer.text}) needs {step} bytes with the "
+        "weights, the state and the gradients, more than the budget"
+    )
+    return StepBound(raised, refusal)
 
 
 def timed_ops(
@@ -139,18 +172,23 @@ class _Common(TypedDict):
 
 
 def chain_schedule(profile: Profile, request: SolveRequest, plan: ChainPlan) -> Schedule:
-    """The schedule of a chain solver's plan, its operations laid back to back."""
+    """The schedule of a chain solver's plan, its operations laid back to back.
+
+    The optimizer's step after the backward (:func:`step_bound`) is part of the plan's need: no
+    plan fits a budget below it, and the least memory is at least it.
+    """
+    bound = step_bound(profile, request, _with_static(plan.min_memory, request))
     common = _Common(
         family=request.family,
         algorithm=request.algorithm,
         profile=profile_ref(profile),
-        budget=Budget(
-            memory=request.memory, optimizer=request.optimizer, gradients=request.gradients
-        ),
+        budget=Budget.of(request.memory, request.loop),
         lower_bound=profile.lower_bound,
         static_memory=request.static_memory,
-        min_memory=_with_static(plan.min_memory, request),
+        min_memory=bound.least,
     )
+    if plan.sequence is not None and bound.refusal is not None:
+        plan = ChainPlan(None, "infeasible", min_memory=plan.min_memory, message=bound.refusal)
     ops = None if plan.sequence is None else timed_ops(profile, plan.sequence, plan.options)
     return _schedule(plan, ops, common)
 
@@ -158,22 +196,23 @@ def chain_schedule(profile: Profile, request: SolveRequest, plan: ChainPlan) -> 
 def offload_schedule(
     profile: Profile, request: SolveRequest, plan: OffloadPlan, bandwidth: float
 ) -> Schedule:
-    """The schedule of an offloading or combined solver's timed plan at ``bandwidth`` bytes/s."""
+    """The schedule of an offloading or combined solver's timed plan at ``bandwidth`` bytes/s.
+
+    The optimizer's step after the backward bounds it as a chain plan (:func:`step_bound`).
+    """
+    bound = step_bound(profile, request, _with_static(plan.min_memory, request))
     common = _Common(
         family=request.family,
         algorithm=request.algorithm,
         profile=profile_ref(profile),
-        budget=Budget(
-            memory=request.memory,
-            bandwidth=bandwidth,
-            optimizer=request.optimizer,
-            gradients=request.gradients,
-        ),
+        budget=Budget.of(request.memory, request.loop, bandwidth=bandwidth),
         lower_bound=plan.lower_bound,
         static_memory=request.static_memory,
-        min_memory=_with_static(plan.min_memory, request),
+        min_memory=bound.least,
     )
     ops = None
+    if plan.ops is not None and bound.refusal is not None:
+        plan = replace(plan, ops=None, status="infeasible", message=bound.refusal)
     if plan.ops is not None:
         ops = [
             Op(op=name, stage=stage, start=start, end=end, stream=stream, tensor=tensor)

@@ -31,7 +31,24 @@ from typing import IO, TYPE_CHECKING, Any
 
 import typer
 
-from memplan.errors import BUG_NOTE, EmptyPipe, InputError, InternalError, MemplanWarning
+from memplan.errors import (
+    BUG_NOTE,
+    ArgumentError,
+    BudgetWarning,
+    EmptyPipe,
+    InputError,
+    InternalError,
+    MemplanWarning,
+)
+
+FLAGS = {
+    "memory": "--mem",
+    "optimizer": "--optimizer",
+    "gradients": "--gradients",
+    "loss_chunks": "--loss-chunks",
+}
+"""The library's parameters the commands take as flags of other names: an
+:class:`~memplan.errors.ArgumentError` names the flag on the command line."""
 
 if TYPE_CHECKING:  # rich is imported when a console is made: `memplan alloc` prints none
     from rich.console import Console, RenderableType
@@ -163,6 +180,10 @@ def guard() -> Iterator[None]:
     except EmptyPipe as exc:  # the command before the pipe failed: not bad input
         _settle(False)
         _fail(exc, f"memplan: error: {_one_line(exc)}", EXIT_NO_INPUT)
+    except ArgumentError as exc:  # the library names its parameter, the command line its flag
+        _settle(False)
+        flag = FLAGS.get(exc.parameter, "--" + exc.parameter.replace("_", "-"))
+        _fail(exc, f"memplan: error: {' '.join(exc.for_flag(flag).split())}", EXIT_USAGE)
     except InputError as exc:
         _settle(False)
         _fail(exc, f"memplan: error: {_one_line(exc)}", EXIT_USAGE)
@@ -216,7 +237,9 @@ def _settle(keep: bool, quiet: bool = False) -> None:
 
 def _show_warning(shown, message, category, *args, **kwargs) -> None:  # type: ignore[no-untyped-def]
     """A :class:`memplan.errors.MemplanWarning` as one line; other warnings as Python shows them."""
-    if issubclass(category, MemplanWarning):
+    if isinstance(message, BudgetWarning):  # the library names its parameter, we our flag
+        echo_err(f"memplan: warning: {message.for_flag(FLAGS[message.parameter])}")
+    elif issubclass(category, MemplanWarning):
         echo_err(f"memplan: warning: {_one_line(message)}")
     else:
         shown(message, category, *args, **kwargs)

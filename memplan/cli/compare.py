@@ -31,11 +31,11 @@ from memplan.cli.common import (
 from memplan.cli.options import family_options
 from memplan.cli.solve import (
     GRADIENTS_HELP,
+    GRADIENTS_METAVAR,
     OPTIMIZER_HELP,
+    OPTIMIZER_METAVAR,
     OUTPUT_HELP,
     PROFILE_HELP,
-    Gradients,
-    Optimizer,
 )
 from memplan.errors import InputError
 
@@ -73,8 +73,10 @@ def compare(
         ),
     ] = None,
     family_options: dict[str, Any] | None = None,
-    optimizer: Annotated[Optimizer, typer.Option(help=OPTIMIZER_HELP)] = Optimizer.sgd,
-    gradients: Annotated[Gradients, typer.Option(help=GRADIENTS_HELP)] = Gradients.auto,
+    optimizer: Annotated[str, typer.Option(metavar=OPTIMIZER_METAVAR, help=OPTIMIZER_HELP)] = "sgd",
+    gradients: Annotated[
+        str, typer.Option(metavar=GRADIENTS_METAVAR, help=GRADIENTS_HELP)
+    ] = "auto",
     fmt: Annotated[
         CompareFormat | None,
         typer.Option("--format", "-f", help="table (stderr), csv or json.  [default: table]"),
@@ -122,18 +124,18 @@ def compare(
             from memplan.algorithms.options import resolve_bandwidth
 
             rate = resolve_bandwidth(prof, offloading[0], rate)
-        sweep = _Accounting.of(prof, names, optimizer.value, gradients.value)
+        sweep = _Accounting.of(prof, names, optimizer, gradients)
         if auto_steps is not None:
             from memplan.api import auto_budgets
 
-            budgets = auto_budgets(prof, names, auto_steps, optimizer.value, gradients.value)
+            budgets = auto_budgets(prof, names, auto_steps, optimizer, gradients)
         rows = _sweep(
             memplan.compare,
             prof,
             names,
             budgets,
-            optimizer=optimizer.value,
-            gradients=gradients.value,
+            optimizer=optimizer,
+            gradients=gradients,
             **options,
         )
         if form == "table":
@@ -160,8 +162,8 @@ def compare(
                 "format": "memplan-compare/1",
                 "profile": {"model": prof.model, "sha256": prof.sha256(), "stages": prof.length},
                 "lower_bound": prof.lower_bound,
-                "optimizer": optimizer.value,
-                "gradients": gradients.value,
+                "optimizer": optimizer,
+                "gradients": gradients,
                 "accounting": sweep.to_dict(),
                 "least_memory": sweep.least,
                 "slots": options.get("slots", "auto"),
@@ -211,17 +213,20 @@ class _Accounting:
     def of(cls, prof: Any, names: list[str], optimizer: str, gradients: str) -> "_Accounting":
         """The accounting of sweeping ``names`` on ``prof``."""
         from memplan.algorithms import family_of
-        from memplan.api import describe, static_memory
-        from memplan.profile.memory import resolve_gradients
+        from memplan.algorithms.timeline import static_memory
+        from memplan.describe import describe
+        from memplan.loop import parse_optimizer
+        from memplan.profile.memory import loop_on
 
         families = [family_of(n) for n in names]
-        looped = any(f.loop_terms for f in families)
-        loop = resolve_gradients(prof, gradients) if looped and prof.kind != "graph" else None
-        desc = describe(prof, optimizer, gradients)
+        looped = any(f.loop_terms for f in families) and prof.kind != "graph"
+        chosen = parse_optimizer(optimizer)
+        loop = loop_on(prof, chosen, gradients, terms=looped)
+        desc = describe(prof, chosen, gradients)
         found = desc.get("min_memory", {})
         least = {f.name: int(found[f.name]) for f in families if f.name in found}
-        static = static_memory(prof, optimizer, loop)
-        return cls(optimizer, loop, static, least, graph=prof.kind == "graph")
+        static = static_memory(prof, loop)
+        return cls(chosen.text, loop.gradients, static, least, graph=prof.kind == "graph")
 
     def header(self) -> str:
         """``static memory 102.44 MB (optimizer sgd: weights); --gradients at-backward: ...``."""
@@ -229,22 +234,24 @@ class _Accounting:
 
         if self.graph:  # a graph holds its own weights, gradients and state (docs/graph.md)
             return f"static memory {format_size(self.static)} (the graph's weight tensors)"
-        held = {
+        table = {
             "none": "none: the budgets are for activations alone",
             "sgd": "sgd: weights",
             "momentum": "momentum: weights, one momentum buffer",
             "adam": "adam: weights, two moment buffers",
-        }.get(self.optimizer, self.optimizer)
-        if self.optimizer != "none" and self.loop != "at-backward":
+            "adamw": "adamw: weights, two moment buffers",
+        }
+        name, _, step = self.optimizer.partition(":")
+        held = table.get(name, name) + (f", its {step} step after the backward" if step else "")
+        if self.optimizer != "none" and self.loop not in ("at-backward", "step-in-backward"):
             held += ", their gradients"
         line = f"static memory {format_size(self.static)} (optimizer {held})"
         if self.loop is None:
             return line
-        how = (
-            "each stage's weight gradients from its backward on"
-            if self.loop == "at-backward"
-            else "weight gradients static for the whole step"
-        )
+        how = {
+            "at-backward": "each stage's weight gradients from its backward on",
+            "step-in-backward": "each stage's weight gradients stepped and freed in its backward",
+        }.get(self.loop, "weight gradients static for the whole step")
         return f"{line}; --gradients {self.loop}: {how}"
 
     def least_line(self) -> str:

@@ -18,7 +18,7 @@ from memplan.cli.common import (
     rounded,
     write_output,
 )
-from memplan.cli.solve import OPTIMIZER_HELP, OUTPUT_HELP, PROFILE_HELP, Optimizer
+from memplan.cli.solve import OPTIMIZER_HELP, OPTIMIZER_METAVAR, OUTPUT_HELP, PROFILE_HELP
 
 
 class InfoFormat(str, enum.Enum):
@@ -36,7 +36,7 @@ def info(
     profile: Annotated[
         str | None, typer.Argument(metavar="PROFILE", help=PROFILE_HELP, show_default=False)
     ] = None,
-    optimizer: Annotated[Optimizer, typer.Option(help=OPTIMIZER_HELP)] = Optimizer.sgd,
+    optimizer: Annotated[str, typer.Option(metavar=OPTIMIZER_METAVAR, help=OPTIMIZER_HELP)] = "sgd",
     fmt: Annotated[
         InfoFormat | None,
         typer.Option("--format", "-f", help="table (stderr), json or yaml.  [default: table]"),
@@ -46,15 +46,15 @@ def info(
 
     Example: `memplan info resnet50 --optimizer adam`
     """
-    from memplan.api import describe
+    from memplan.describe import describe
 
     with guard():
-        desc = describe(profile_source(profile), optimizer.value)
+        desc = describe(profile_source(profile), optimizer)
         form = "table" if fmt is None else fmt.value
         if form == "json":  # floats rounded: NOTE [ report precision ] in common.py
             write_output(report_json(desc), None)
         elif form == "yaml":
-            from memplan.profile.io import dump_yaml
+            from memplan.documents.io import dump_yaml
 
             write_output(dump_yaml(rounded(desc)), None)
         else:

@@ -3,7 +3,7 @@
 import enum
 import json
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -21,8 +21,12 @@ from memplan.cli.profile import (
     parse_config_option,
     parse_shape,
 )
-from memplan.cli.solve import GRADIENTS_HELP, MEM_HELP, Gradients, Optimizer, infeasible_line
+from memplan.cli.solve import GRADIENTS_HELP, GRADIENTS_METAVAR, MEM_HELP, OPTIMIZER_METAVAR
 from memplan.errors import InputError
+
+if TYPE_CHECKING:
+    from memplan.budget import MemoryBudget
+    from memplan.loop import Optimizer
 
 
 class RunFormat(str, enum.Enum):
@@ -78,20 +82,23 @@ def run(
     lr: Annotated[float, typer.Option(metavar="RATE", help="Learning rate.")] = 0.01,
     family_options: dict[str, Any] | None = None,
     optimizer: Annotated[
-        Optimizer,
+        str,
         typer.Option(
-            help="The optimizer trained with and counted in the budget: SGD, SGD with momentum, "
-            "fused Adam (none: SGD, the budget for the activations alone)."
+            metavar=OPTIMIZER_METAVAR,
+            help="The optimizer trained with and counted in the budget, its state and its step: "
+            "sgd, momentum, adam, adamw; with the step, adamw:fused, adam:foreach (default: "
+            "PyTorch's; none: SGD, the budget for the activations alone).",
         ),
-    ] = Optimizer.sgd,
+    ] = "sgd",
     gradients: Annotated[
-        Gradients,
+        str,
         typer.Option(
+            metavar=GRADIENTS_METAVAR,
             help=GRADIENTS_HELP + " The steps train in that loop (auto: PyTorch's, the profile "
-            "memplan run measures has weight_grad_size)."
+            "memplan run measures has weight_grad_size).",
         ),
-    ] = Gradients.auto,
-    repeats: Annotated[int, typer.Option(metavar="N", help="Profiler repetitions.")] = 2,
+    ] = "auto",
+    repeats: Annotated[int, typer.Option(metavar="N", help="Profiler repetitions.")] = 3,
     fmt: Annotated[
         RunFormat | None,
         typer.Option("--format", "-f", help="table (stderr) or a json document on stdout."),
@@ -124,7 +131,8 @@ def run(
     and the other offloading algorithms need a bandwidth: --bandwidth or the profile's).
     """
     from memplan.algorithms import options_for
-    from memplan.api import check_budget
+    from memplan.budget import check_memory
+    from memplan.loop import check_gradients, parse_optimizer
 
     with guard():
         if mem is None:
@@ -136,7 +144,10 @@ def run(
         ):
             if value is not None and value < 1:
                 raise InputError(f"{option} {value}: expected a positive integer")
-        check_budget(mem)  # the form now; gpu and 90% take the GPU from the profile made below
+        # checked once, typed; gpu and 90% take the GPU from the profile made below
+        budget = check_memory(mem)
+        chosen = parse_optimizer(optimizer)
+        gradients = check_gradients(gradients)
         config_values = parse_config_option(model, config)
         if model in {name.strip() for name in JOIN_NAMES.split(",")}:
             raise InputError(
@@ -150,9 +161,9 @@ def run(
         if not has_torch():
             raise InputError(f"memplan run {TORCH_HINT}")
         doc = _train(
-            model, algo, mem, steps, batch_size, shape, profile, device.value, lr, options,
-            optimizer.value, repeats, trace, None if dtype is None else dtype.value,
-            config_values, gradients.value, loss_chunks,
+            model, algo, budget, steps, batch_size, shape, profile, device.value, lr, options,
+            chosen, repeats, trace, None if dtype is None else dtype.value,
+            config_values, gradients, loss_chunks,
         )  # fmt: skip
         if doc is None:
             raise typer.Exit(EXIT_INFEASIBLE)
@@ -168,7 +179,7 @@ def run(
 def _train(
     name: str,
     algo: str,
-    memory: str,
+    memory: "MemoryBudget",
     steps: int,
     batch_size: int | None,
     shape: tuple[int, ...] | None,
@@ -176,7 +187,7 @@ def _train(
     device: str,
     lr: float,
     options: dict[str, Any],
-    optimizer: str,
+    optimizer: "Optimizer",
     repeats: int,
     trace: Path | None,
     dtype: str | None,
@@ -185,14 +196,25 @@ def _train(
     loss_chunks: int | None = None,
 ) -> dict[str, Any] | None:
     import memplan
+    from memplan.profile.memory import loop_on
     from memplan.torch.base.device import resolve_device
     from memplan.torch.measure.conditions import training_as_profiled
     from memplan.torch.measure.runner import DTYPES
     from memplan.torch.measure.step import train_under_plan
     from memplan.torch.models.registry import build_model
-    from memplan.torch.profiler.model import profile_model
+    from memplan.torch.planner import (
+        PlanSettings,
+        infeasible_message,
+        plan_training,
+        profile_for_training,
+    )
+    from memplan.torch.profiler.model import CPU_THREADS
     from memplan.torch.split.chunked_loss import profile_loss_chunks
 
+    budget, chosen = memory, optimizer
+    settings = PlanSettings(
+        algo, options.get("slots"), options.get("bandwidth"), repeats, loss_chunks
+    )
     prof = None
     if profile is not None:
         prof = memplan.load_profile(profile)
@@ -207,12 +229,12 @@ def _train(
     dev = resolve_device(device)
 
     def plan(prof: Any) -> Any:
-        """The feasible schedule, or None with the reason on stderr."""
-        found = memplan.solve(
-            prof, algo, memory, optimizer=optimizer, gradients=gradients, **options
-        )
+        """The feasible schedule (NOTE [ one planning path ]), or None with the reason on
+        stderr. The steps train as measure_step runs them: the output is not held.
+        """
+        found = plan_training(prof, budget, loop_on(prof, chosen, gradients), settings)
         if not found.feasible:
-            common.echo_err(infeasible_line(found, memory))
+            common.echo_err(f"memplan: infeasible: {infeasible_message(found, budget)}")
             return None
         return found
 
@@ -227,11 +249,9 @@ def _train(
         common.echo_err(f"memplan: profiling {label} on {dev.type} ...")
         from memplan.cli.profile import run_with_progress
 
-        kwargs = {
-            "example_input": x, "device": str(dev), "dtype": dtype, "repeats": repeats,
-            "name": label, "loss_chunks": loss_chunks,
-        }  # fmt: skip
-        prof = run_with_progress(profile_model, module, kwargs, f"profiling {label}")
+        threads = CPU_THREADS if dev.type == "cpu" else None  # the threads it trains on
+        kwargs = {"x": x, "settings": settings, "name": label, "threads": threads}
+        prof = run_with_progress(profile_for_training, module, kwargs, f"profiling {label}")
         sched = plan(prof)
         if sched is None:
             return None

@@ -20,22 +20,10 @@ from memplan.cli.common import (
 )
 from memplan.cli.options import family_options
 from memplan.errors import InputError
+from memplan.loop import AUTO, GRADIENTS, check_gradients
 
 if TYPE_CHECKING:
     from rich.table import Table
-
-
-class Optimizer(str, enum.Enum):
-    none = "none"
-    sgd = "sgd"
-    momentum = "momentum"
-    adam = "adam"
-
-
-class Gradients(str, enum.Enum):
-    auto = "auto"
-    at_backward = "at-backward"
-    kept = "kept"
 
 
 class SolveFormat(str, enum.Enum):
@@ -60,13 +48,20 @@ MEM_HELP = (
     "of that."
 )
 OPTIMIZER_HELP = (
-    "Static memory counted in the budget: none 0, sgd 2W, momentum 3W, adam 4W (W = weights)."
+    "The optimizer counted in the budget: none (activations alone), sgd, momentum, adam, adamw; "
+    "optionally with its step: adamw:fused, adam:foreach, sgd:for-loop (default: PyTorch's on "
+    "the profile's device). Its state is static (momentum 1x, adam 2x the gradients), its "
+    "step's temporaries count after the backward (docs/model.md)."
 )
+OPTIMIZER_METAVAR = "NAME[:STEP]"
+GRADIENTS_METAVAR = "|".join((AUTO, *GRADIENTS))
+"""``--gradients``' choices: the names of memplan/loop.py (checked there, naming the flag)."""
 GRADIENTS_HELP = (
     "The training loop a plan is made for (graph and pipeline plans keep the gradients): "
     "at-backward (zero_grad(set_to_none=True), "
     "PyTorch's default: each stage's weight gradients appear at its backward), kept "
-    "(zero_grad(set_to_none=False), gradient accumulation: counted for the whole step); auto: "
+    "(zero_grad(set_to_none=False), gradient accumulation: counted for the whole step), "
+    "step-in-backward (the optimizer steps each parameter as its gradient is made); auto: "
     "at-backward on a profile measured with weight_grad_size, else kept."
 )
 TRACE_OPTION = typer.Option(
@@ -109,8 +104,8 @@ def solve(
             "[default: 2 x the GPUs used]",
         ),
     ] = None,
-    optimizer: Annotated[Optimizer, typer.Option(help=OPTIMIZER_HELP)] = Optimizer.sgd,
-    gradients: Annotated[Gradients, typer.Option(help=GRADIENTS_HELP)] = Gradients.auto,
+    optimizer: Annotated[str, typer.Option(metavar=OPTIMIZER_METAVAR, help=OPTIMIZER_HELP)] = "sgd",
+    gradients: Annotated[str, typer.Option(metavar=GRADIENTS_METAVAR, help=GRADIENTS_HELP)] = AUTO,
     fmt: Annotated[
         SolveFormat | None,
         typer.Option(
@@ -130,28 +125,30 @@ def solve(
     Example: `memplan solve resnet50 --algo rotor --mem 8GB --format json`
     """
     import memplan
-    from memplan.api import check_arguments, list_algorithms, solve_checked
+    from memplan.api import list_algorithms, solve_arguments
 
     with guard():
         form = resolve_format(fmt, output, ("table", "json", "yaml", "torch-csv"))
         if algo is None:
             names = ", ".join(a["name"] for a in list_algorithms())
             raise InputError(f"--algo: an algorithm is required, one of: {names}")
-        # the budget and the options are checked before the profile is read
-        arguments = check_arguments(
-            algo,
-            mem,
-            optimizer=optimizer.value,
-            gradients=gradients.value,
-            **(family_options or {}),
-        )
+        # the arguments are checked once, into typed values, before the profile is read
+        options = family_options or {}
+        arguments = solve_arguments(algo, mem, optimizer=optimizer, gradients=gradients, **options)
         common.check_positive("--micro-batches", micro_batches)
         prof = memplan.load_profile(profile_source(profile))
         with _spinner(f"solving with {algo}"):
-            solved = solve_checked(prof, arguments, _print_progress)
-        schedule = solved.schedule
-        if trace is not None and solved.replay is not None:
-            write_trace_file(trace, schedule, prof, solved.replay.memory_curve)
+            schedule = memplan.solve(
+                prof,
+                algo,
+                arguments.memory,
+                optimizer=arguments.optimizer,
+                gradients=arguments.gradients,
+                progress=_print_progress,
+                **options,
+            )
+        if trace is not None and schedule.feasible:
+            write_trace_file(trace, schedule, prof)
         if form == "table":
             print_table(_render_summary(schedule, prof))
             if schedule.feasible and schedule.ops:
@@ -228,10 +225,11 @@ def simulate(
         ),
     ] = None,
     gradients: Annotated[
-        Gradients | None,
+        str | None,
         typer.Option(
-            help="Replay a chain plan for this training loop (see solve --gradients).  "
-            "[default: the schedule's budget.gradients]"
+            metavar=GRADIENTS_METAVAR,
+            help="Replay a plan for this training loop (see solve --gradients).  "
+            "[default: the schedule's budget.gradients]",
         ),
     ] = None,
     fmt: Annotated[
@@ -258,20 +256,21 @@ def simulate(
     Example: `memplan solve net.yaml --algo rotor --mem 2GB -f json | memplan simulate net.yaml -`
     """
     import memplan
-    from memplan.api import check_budget, memory_budget
+    from memplan.api import memory_budget
+    from memplan.budget import check_memory
 
     with guard():
         form = resolve_format(fmt, None, ("table", "json"))
         if profile == "-" and schedule == "-":
             raise InputError("PROFILE and SCHEDULE cannot both be '-' (stdin)")
-        given = None if mem is None else check_budget(mem)  # before the files are read
+        given = None if mem is None else check_memory(mem)  # before the files are read
         sched = memplan.load_schedule(schedule)
         prof = memplan.load_profile(profile)
         if gradients is not None:
             from memplan.api import with_gradients
 
-            sched = with_gradients(prof, sched, gradients.value)
-        budget = sched.budget.memory if given is None else memory_budget(prof, given, given=mem)
+            sched = with_gradients(prof, sched, check_gradients(gradients))
+        budget = sched.budget.memory if given is None else memory_budget(prof, given)
         doc = _replayed(prof, sched, budget, mem, strict, trace)
         if sched.profile.sha256 and sched.profile.sha256 != prof.sha256():
             common.echo_err(

@@ -94,6 +94,17 @@ class Stage(_Strict):
         description="temporary bytes of the forward with autograd (F_all) beyond saved_size "
         "(forward_overhead is the larger of it and the F_ck/F_n one); unknown when omitted",
     )
+    first_use_grad_size: Bytes | None = Field(
+        default=None,
+        description="bytes of the gradients of the parameters this stage uses first (forward "
+        "order): complete at the end of its backward, where the optimizer step in the backward "
+        "steps and frees them; weight_grad_size when omitted",
+    )
+    largest_grad_size: Bytes | None = Field(
+        default=None,
+        description="the largest of those gradients: the temporaries of a for-loop optimizer "
+        "step are multiples of it; first_use_grad_size when omitted",
+    )
     input_saved: bool | None = Field(
         default=None, description="whether the backward keeps the stage's input x_k"
     )
@@ -258,6 +269,13 @@ class Profile(_Strict):
         "cuBLAS workspaces of the forward's and the backward's threads): static memory",
     )
     input_size: Bytes | None = Field(default=None, description="bytes of x_0 (chain profiles)")
+    parameter_sizes: list[Bytes] | None = Field(
+        default=None,
+        max_length=1_000_000,
+        description="bytes of each trainable parameter's gradient, in the order the optimizer "
+        "steps them (the model's parameter order; a 0 between two parameter groups): a "
+        "for-loop step's temporaries are those of consecutive parameters (docs/model.md)",
+    )
     stages: list[Stage] | None = Field(default=None, min_length=1, max_length=10_000)
     branches: list[Branch] | None = Field(default=None, min_length=1, max_length=1_000)
     turn: Stage | None = Field(default=None, description="join networks: the stage joining them")

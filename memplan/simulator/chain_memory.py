@@ -12,9 +12,11 @@ from the start; a computation reserves its output (``s[k]`` for ``F_all``, ``x[k
 and frees its overhead and what it consumes when it ends (:meth:`ChainMemory.finish`: ``B k``
 frees ``g[k+1]``, ``s[k]`` and the standalone ``x[k]``; ``F_n k`` frees the standalone ``x[k]``);
 under the training loop's terms (NOTE [ simulator memory terms ] in :mod:`.terms`, computed
-there from the profile's fields) ``B k`` also reserves the weight gradients it creates, which stay, ``F_all k`` reserves its own
-overhead and, where autograd frees ``x[k]``, frees it at its end (the standalone checkpoint, or
-its part of ``s[k-1]``, which then counts without it until ``B k-1``);
+there from the profile's fields and the schedule's budget) ``B k`` also reserves the weight
+gradients it creates, which stay (under ``step-in-backward`` it reserves the step's temporaries
+too, and frees at its end the gradients it steps), ``F_all k`` reserves its own overhead and,
+where autograd frees ``x[k]``, frees it at its end (the standalone checkpoint, or its part of
+``s[k-1]``, which then counts without it until ``B k-1``);
 an offloaded tensor leaves the GPU when its offload ends, or at the end of the computation that
 reads it then (T2); a prefetched one is reserved from the start of its prefetch (T3). The replay
 adds the static memory (weights, gradients, optimizer state) to every figure.
@@ -23,6 +25,7 @@ adds the static memory (weights, gradients, optimizer state) to every figure.
 from __future__ import annotations
 
 from memplan.profile.model import Profile
+from memplan.schedule import Budget
 from memplan.simulator.operations import Step, stored_sizes
 from memplan.simulator.terms import stage_loops
 
@@ -41,15 +44,13 @@ _PLACE = {
 class ChainMemory:
     """Where every stored tensor is and the bytes on the GPU (NOTE [ chain-model memory ])."""
 
-    def __init__(
-        self,
-        profile: Profile,
-        channel: list[Step],
-        gradients: str | None = None,
-        optimizer: str = "sgd",
-    ) -> None:
+    def __init__(self, profile: Profile, channel: list[Step], budget: Budget | None = None) -> None:
         stages = profile.chain_stages
-        loops = stage_loops(stages, gradients, optimizer)
+        loops = stage_loops(stages, budget)
+        # the step in the backward: B k holds the step's temporaries during it and frees what it
+        # steps at its end (whatever the option of F_all k)
+        self.stepped = [t.steps for t in loops]
+        self.step_temporaries = [t.step_temporaries for t in loops]
         self.length = len(stages)
         self.size = stored_sizes(profile)
         self.x = [f"x[{k}]" for k in range(self.length + 1)]  # the names, made once
@@ -86,7 +87,7 @@ class ChainMemory:
     def reserved(self, name: str, k: int) -> int:
         """Bytes a computation reserves when it starts: its output (or ``g[k]``) and overhead."""
         if name == "B":
-            return self.g[k] + self.wg[k] + self.bo[k]
+            return self.g[k] + self.wg[k] + self.bo[k] + self.step_temporaries[k]
         if name == "F_all":
             return self.size[self.s[k]] + self.fa[k]
         return self.size[self.x[k + 1]] + self.fo[k]
@@ -196,7 +197,10 @@ class ChainMemory:
     def finish(self, step: Step) -> str | None:
         """End of a computation: keep its output, free its overhead and what it consumes."""
         name, k = step.name, step.stage
-        self.held -= self.bo[k] if name == "B" else self.fa[k] if name == "F_all" else self.fo[k]
+        if name == "B":
+            self.held -= self.bo[k] + self.step_temporaries[k] + self.stepped[k]
+        else:
+            self.held -= self.fa[k] if name == "F_all" else self.fo[k]
         for tensor in self.leaving:
             self.held -= self.size[tensor]
             self.place[tensor] = _HOST

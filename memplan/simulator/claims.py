@@ -30,11 +30,8 @@ import math
 from typing import Any
 
 from memplan.profile.model import Profile
-from memplan.schedule import OptimizerName
+from memplan.schedule import DEFAULT_OPTIMIZER, OptimizerName
 from memplan.simulator import terms
-
-DEFAULT_OPTIMIZER: OptimizerName = "sgd"
-"""What a schedule without ``budget.optimizer`` is replayed with (the CLI's default)."""
 
 _TOLERANCE = 1e-6
 
@@ -47,9 +44,9 @@ def optimizer_of(schedule: Any) -> OptimizerName:
 def replay_static_memory(profile: Profile, schedule: Any) -> int | None:
     """The static memory the replay counts, from the profile and ``budget.optimizer``.
 
-    Chain, offload, combined and join schedules: the optimizer's copies of the weight bytes
-    (docs/model.md), less the gradients when ``budget.gradients`` is ``at-backward`` (they are
-    counted from each stage's backward on), computed by the simulator itself
+    Chain, offload, combined and join schedules: the weights, the optimizer's state, the
+    gradients unless ``budget.gradients`` makes them appear in the backward, the workspace and
+    the output the caller holds (docs/model.md), computed by the simulator itself
     (:func:`memplan.simulator.terms.static_memory`, NOTE [ simulator memory terms ]). Graph
     schedules: the bytes of the graph's ``weight`` tensors, which the replay counts in the arena.
     Pipelines: None (the pipeline simulator adds each GPU's own weights, weight versions
@@ -59,7 +56,7 @@ def replay_static_memory(profile: Profile, schedule: Any) -> int | None:
         return None
     if schedule.family == "graph":
         return profile.graph.weight_size if profile.graph is not None else 0
-    return terms.static_memory(profile, optimizer_of(schedule), schedule.budget.gradients)
+    return terms.static_memory(profile, schedule.budget)
 
 
 def with_replay_static_memory(profile: Profile, schedule: Any) -> Any:

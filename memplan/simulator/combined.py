@@ -29,7 +29,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from memplan.profile.model import Profile
-from memplan.schedule import Op
+from memplan.schedule import Budget, Op
 from memplan.simulator.chain_memory import ChainMemory
 from memplan.simulator.operations import (
     CHAIN,
@@ -43,6 +43,7 @@ from memplan.simulator.operations import (
     store_all_problem,
 )
 from memplan.simulator.result import SimulationResult
+from memplan.simulator.terms import step_temporaries
 from memplan.simulator.timing import instants
 
 
@@ -56,6 +57,7 @@ def simulate_ops(
     bandwidth: float | None = None,
     gradients: str | None = None,
     optimizer: str = "sgd",
+    budget: Budget | None = None,
 ) -> SimulationResult:
     """Replay the operations of a chain, offloading or combined schedule (``rules``).
 
@@ -77,11 +79,15 @@ def simulate_ops(
     bandwidth : float, optional
         Host<->device bytes/s (a transfer of ``b`` bytes lasts ``b / bandwidth`` s); required by
         the families with transfers.
-    gradients : {"at-backward", "kept"}, optional
+    gradients : {"at-backward", "kept", "step-in-backward"}, optional
         The training loop the plan was made for (NOTE [ training-loop memory terms ],
         memplan/profile/memory.py); None: the model before the loop's terms.
     optimizer : str
         With ``none`` the replay counts no weight gradients (the budget is for activations).
+    budget : Budget, optional
+        The schedule's budget, which replaces ``gradients`` and ``optimizer``: with its
+        optimizer's step, the step after the backward is replayed too, and its loop's terms
+        (NOTE [ simulator memory terms ] in :mod:`.terms`).
 
     Returns
     -------
@@ -92,6 +98,8 @@ def simulate_ops(
         the replay).
     """
     result = SimulationResult(static_memory=static_memory, budget=memory)
+    if budget is None:
+        budget = Budget(optimizer=optimizer, gradients=gradients)  # type: ignore[arg-type]
     transfers = "offload" in rules.operations
     if transfers and not (bandwidth is not None and bandwidth > 0):
         result.fail(f"bandwidth {bandwidth!r}: expected a positive rate")
@@ -100,7 +108,7 @@ def simulate_ops(
     if steps is None:
         return result
     if rules.back_to_back:  # computations only (checked per operation), in the schedule's order
-        started = _replay(profile, _in_order(steps), [], result, memory, gradients, optimizer)
+        started = _replay(profile, _in_order(steps), [], result, memory, budget)
         result.makespan = started[-1].end if started else 0.0
         return result
     length = len(profile.chain_stages)
@@ -115,9 +123,7 @@ def simulate_ops(
             return result
     if prefetch_problem(channel, result):
         return result
-    _replay(
-        profile, _in_time(compute, channel, instant), channel, result, memory, gradients, optimizer
-    )
+    _replay(profile, _in_time(compute, channel, instant), channel, result, memory, budget)
     result.makespan = max((s.end for s in steps), default=0.0)
     result.idle_time = max(0.0, result.makespan - sum(s.duration for s in compute))
     return result
@@ -163,13 +169,12 @@ def _replay(  # noqa: C901 - one event loop (T1-T4) over shared state
     channel: list[Step],
     result: SimulationResult,
     memory: int | None,
-    gradients: str | None = None,
-    optimizer: str = "sgd",
+    budget: Budget,
 ) -> list[Step]:
-    """Run the events on :class:`ChainMemory` (``channel``: the transfers in time); the operations
-    that started.
+    """Run the events on :class:`ChainMemory` (``channel``: the transfers in time), then the
+    optimizer's step when the budget counts it; the operations that started.
     """
-    state = ChainMemory(profile, channel, gradients, optimizer)
+    state = ChainMemory(profile, channel, budget)
     static = result.static_memory
     peak = level = static + state.held
     curve = result.memory_curve
@@ -222,6 +227,16 @@ def _replay(  # noqa: C901 - one event loop (T1-T4) over shared state
     else:
         if state.next_backward >= 0:
             result.fail(f"incomplete: B stage {state.next_backward} never ran")
+        temporaries = step_temporaries(profile, budget)
+        if temporaries is not None and result.valid:
+            # the caller's batch x[0], which the chain lets go at B 0, is its until the step ends
+            batch = 0 if state.place["x[0]"] is not None else state.size["x[0]"]
+            stepping = static + state.held + batch + temporaries
+            if memory is not None and stepping > memory:
+                result.fail(f"the optimizer's step needs {stepping} bytes, budget {memory}")
+            if events:  # the step, at the end of the last operation
+                curve += [(events[-1][0], stepping), (events[-1][0], level)]
+            peak = max(peak, stepping)
     result.peak_memory = peak
     peaks.update(running)
     result.op_peaks = [peaks[index] for index in sorted(peaks)]
@@ -236,6 +251,7 @@ def simulate_chain(
     memory: int | None = None,
     gradients: str | None = None,
     optimizer: str = "sgd",
+    budget: Budget | None = None,
 ) -> SimulationResult:
     """Replay a chain (rematerialization) plan: :func:`simulate_ops` with :data:`CHAIN`.
 
@@ -250,6 +266,7 @@ def simulate_chain(
         memory=memory,
         gradients=gradients,
         optimizer=optimizer,
+        budget=budget,
     )
 
 

@@ -21,24 +21,27 @@ loop"; the terms computed by :mod:`memplan.simulator.terms`), every ``B`` and th
 their weight gradients, which stay, and take their loop's backward overhead; in the chain model
 ``F_all`` takes its own overhead and frees its input where autograd does (the standalone
 ``x[j][i]`` and ``s[j][i-1]``'s part, as docs/model.md), and the turn's forward frees the branch
-outputs autograd does not keep.
+outputs autograd does not keep. Under ``step-in-backward`` every ``B`` and the turn hold the step's
+temporaries and free the gradients they step at their end; with the optimizer's step after the
+backward (``budget.optimizer_step``), the replay ends with it.
 """
 
 from __future__ import annotations
 
 from memplan.profile.model import Profile
-from memplan.schedule import Schedule
+from memplan.schedule import Budget, Schedule
 from memplan.simulator.result import SimulationResult
-from memplan.simulator.terms import stage_loops, static_memory, turn_loop
+from memplan.simulator.terms import stage_loops, static_memory, step_temporaries, turn_loop
 from memplan.simulator.timing import back_to_back_problem
 
 
 class _Branches:
     """Sizes and times of every branch, as plain lists (``x``, ``s``, ``g`` per docs/join.md),
-    and the training loop's terms (``fa``, ``bo``, ``wg``, ``fr`` per stage, the turn's own).
+    and the training loop's terms (``fa``, ``bo``, ``wg``, ``fr``, and under ``step-in-backward``
+    ``st`` and ``sp``, per stage; the turn's own).
     """
 
-    def __init__(self, profile: Profile, model: str, gradients: str | None, optimizer: str) -> None:
+    def __init__(self, profile: Profile, model: str, budget: Budget) -> None:
         assert profile.branches is not None and profile.turn is not None
         branches = profile.branches
         self.lengths = [len(b.stages) for b in branches]
@@ -47,16 +50,18 @@ class _Branches:
         g0 = (lambda b: b.input_size) if model == "pebble" else (lambda b: 0)
         self.g = [[g0(b)] + [st.gradient_size for st in b.stages] for b in branches]
         self.fo = [[st.forward_overhead for st in b.stages] for b in branches]
-        loops = [stage_loops(b.stages, gradients, optimizer) for b in branches]
+        loops = [stage_loops(b.stages, budget, loss=False) for b in branches]
         self.fa = [[t.forward_all for t in loop] for loop in loops]
         self.bo = [[t.backward for t in loop] for loop in loops]
         self.wg = [[t.weight_grads for t in loop] for loop in loops]
         self.fr = [[t.frees_input for t in loop] for loop in loops]
+        self.st = [[t.steps for t in loop] for loop in loops]  # stepped, freed at B's end
+        self.sp = [[t.step_temporaries for t in loop] for loop in loops]  # held during B
         self.ft = [[st.forward_time for st in b.stages] for b in branches]
         self.bt = [[st.backward_time for st in b.stages] for b in branches]
         self.turn = profile.turn
         lasts = [b.stages[-1] if b.stages else None for b in branches]
-        self.turn_loop, self.turn_frees = turn_loop(profile.turn, lasts, gradients, optimizer)
+        self.turn_loop, self.turn_frees = turn_loop(profile.turn, lasts, budget)
 
     def duration(self, name: str, branch: int | None, stage: int) -> float:
         if name == "turn":
@@ -177,7 +182,7 @@ class _State:
             outs = [net.x[b][net.lengths[b]] for b in range(self.k)]
             grads = [net.g[b][net.lengths[b]] for b in range(self.k)]
             t, loop = net.turn, net.turn_loop
-            created = loop.weight_grads
+            created = loop.weight_grads + loop.step_temporaries
             if self.model == "pebble":
                 extra = max(0, sum(grads) - sum(outs))
                 return held + extra + max(t.forward_overhead, created + loop.backward)
@@ -188,7 +193,7 @@ class _State:
             return held + t.saved_size + max(loop.forward_all, backward)
         assert j is not None
         if name == "B":
-            created = net.wg[j][i]
+            created = net.wg[j][i] + net.sp[j][i]
             if self.model == "pebble":
                 freed = net.x[j][i] + net.g[j][i + 1]
                 return held + max(0, net.g[j][i] - freed) + created + net.bo[j][i]
@@ -203,7 +208,7 @@ class _State:
         net = self.net
         if name == "turn":
             self.fresh = [-1] * self.k
-            self.held += net.turn_loop.weight_grads
+            self.held += net.turn_loop.weight_grads - net.turn_loop.steps
             for b in range(self.k):
                 top = net.lengths[b]
                 self.held += net.g[b][top]
@@ -225,7 +230,7 @@ class _State:
                 self.free(j, i)
             return
         if name == "B":
-            self.held += net.g[j][i] + net.wg[j][i] - net.g[j][i + 1]
+            self.held += net.g[j][i] + net.wg[j][i] - net.st[j][i] - net.g[j][i + 1]
             self.grad[j] = i
             if self.model == "chain":
                 self.held -= self.saved_bytes(j, i)
@@ -268,8 +273,7 @@ def simulate_join(profile: Profile, schedule: Schedule, memory: int | None) -> S
         As the chain-model simulator (:mod:`memplan.simulator.combined`): a model violation
         stops the replay; timing and memory violations are reported and the replay goes on.
     """
-    optimizer = schedule.budget.optimizer or "sgd"  # the CLI's default, as claims.optimizer_of
-    static = static_memory(profile, optimizer, schedule.budget.gradients) or 0  # never the claim
+    static = static_memory(profile, schedule.budget) or 0  # never the claim
     result = SimulationResult(static_memory=static, budget=memory)
     model = schedule.join_model
     if profile.branches is None or profile.turn is None:
@@ -278,7 +282,7 @@ def simulate_join(profile: Profile, schedule: Schedule, memory: int | None) -> S
     if model not in ("pebble", "chain"):
         result.fail("join_model: expected 'pebble' or 'chain' (docs/join.md)")
         return result
-    net = _Branches(profile, model, schedule.budget.gradients, optimizer)
+    net = _Branches(profile, model, schedule.budget)
     state = _State(net, model)
     result.peak_memory = static + state.held
     makespan = previous_end = 0.0
@@ -324,5 +328,28 @@ def simulate_join(profile: Profile, schedule: Schedule, memory: int | None) -> S
         missing = state.unfinished()
         if missing is not None:
             result.fail(missing)
+        elif schedule.ops:
+            _step_after_backward(profile, schedule, state, result, previous_end)
     result.makespan = makespan
     return result
+
+
+def _step_after_backward(
+    profile: Profile, schedule: Schedule, state: _State, result: SimulationResult, end: float
+) -> None:
+    """The optimizer's step after the last backward, when the budget counts it (NOTE
+    [ simulator memory terms ]): what the replay holds then (the weight gradients; the pebble
+    model's input gradients are no tensor of the loop), every branch's batch and the step's
+    temporaries.
+    """
+    temporaries = step_temporaries(profile, schedule.budget)
+    if temporaries is None:
+        return
+    net = state.net
+    held = state.held - sum(g[0] for g in net.g)
+    batch = sum(x[0] for j, x in enumerate(net.x) if not state.x_held[j][0])
+    stepping = result.static_memory + held + batch + temporaries
+    if result.budget is not None and stepping > result.budget:
+        result.fail(f"the optimizer's step needs {stepping} bytes, budget {result.budget}")
+    result.memory_curve += [(end, stepping), (end, result.static_memory + state.held)]
+    result.peak_memory = max(result.peak_memory, stepping)

@@ -15,7 +15,6 @@ from memplan.errors import InputError
 from memplan.profile.model import Profile
 from memplan.schedule import Schedule
 from memplan.simulator import terms
-from memplan.simulator.claims import optimizer_of
 from memplan.simulator.combined import simulate_ops
 from memplan.simulator.graph import simulate_graph
 from memplan.simulator.join import simulate_join
@@ -38,16 +37,14 @@ def _chain_model(rules: Rules) -> Replay:
                     f"budget.bandwidth: {'an' if rules.family == 'offload' else 'a'} "
                     f"{rules.model} schedule must state its bandwidth (bytes/s), e.g. 12000000000"
                 )
-        optimizer, loop = optimizer_of(schedule), schedule.budget.gradients
         return simulate_ops(
             profile,
             schedule.ops,
             rules=rules,
-            static_memory=terms.static_memory(profile, optimizer, loop) or 0,  # never the claim
+            static_memory=terms.static_memory(profile, schedule.budget) or 0,  # never the claim
             memory=memory,
             bandwidth=bandwidth,
-            gradients=loop,
-            optimizer=optimizer,
+            budget=schedule.budget,
         )
 
     replay.__doc__ = f"Replay a {rules.family} schedule (:func:`.combined.simulate_ops`)."

@@ -1,64 +1,234 @@
 """Plan a model's training in one call: profile it, solve for the budget, apply the plan.
 
-:func:`enable` installs the plan on the model itself (:mod:`memplan.torch.runtime.planned`);
-:func:`fit` returns a :class:`~memplan.torch.runtime.checkpointed.CheckpointedChain`. The top
-floor of the torch layer with :mod:`memplan.torch.compare`: it orchestrates the profiler
+NOTE [ one planning path ]
+--------------------------
+:func:`enable` (the plan installed on the model itself), :func:`fit` (a wrapped chain),
+``memplan run`` and ``memplan bench`` plan through the same two functions, with one set of
+defaults (:class:`PlanSettings`): :func:`profile_for_training` measures the model on the batch as
+the training will run it (its device, its data type, the threads it trains on, under the caller's
+autocast), and :func:`plan_training` solves for the budget with the training loop's terms
+(docs/model.md): the optimizer's state and step, the gradients' loop, the output the caller
+holds. The budget counts the same everywhere: everything the step holds on the device.
+:func:`infeasible_message` says why a budget has no plan, in the units it was typed in.
+
+The top floor of the torch layer with :mod:`memplan.torch.compare`: it orchestrates the profiler
 (:mod:`memplan.torch.profiler`), memplan's solvers and the runtime (:mod:`memplan.torch.runtime`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 from torch import Tensor, nn
 
 import memplan
-from memplan.errors import InputError
+from memplan.budget import MemoryBudget, check_memory
+from memplan.errors import ArgumentError, InputError
+from memplan.loop import AUTO, Optimizer, TrainingLoop, check_gradients
+from memplan.profile.memory import loop_on, parameter_sizes
+from memplan.profile.model import Profile
 from memplan.schedule import Schedule
 from memplan.torch.base.blame import FIRST_FORWARD, model_errors
+from memplan.torch.base.optimizers import optimizer_spec
+from memplan.torch.base.storage import tensors_of
 from memplan.torch.measure.conditions import check_conditions
 from memplan.torch.models.registry import build_model
+from memplan.torch.profiler.chain import ProgressCallback
+from memplan.torch.profiler.model import parameter_sizes as parameter_sizes_of
 from memplan.torch.profiler.model import profile_model
 from memplan.torch.runtime.checkpointed import CheckpointedChain, checkpointed
-from memplan.torch.runtime.planned import install, prepare
+from memplan.torch.runtime.loop_watch import LoopWatch
+from memplan.torch.runtime.planned import install, planned, prepare
 from memplan.torch.runtime.planned_model import describe_autocast
 from memplan.torch.runtime.slots import autocast_state
+from memplan.torch.runtime.step_in_backward import StepInBackward
 from memplan.torch.split.chunked_loss import chunk_loss, profile_loss_chunks
 from memplan.torch.split.hf import hf_batch
 from memplan.torch.split.linearize import linearize
 
-__all__ = ["enable", "fit", "solve_feasible"]
+__all__ = [
+    "PlanSettings",
+    "enable",
+    "fit",
+    "infeasible_message",
+    "plan_training",
+    "profile_for_training",
+]
 
 
-def solve_feasible(
-    profile: Any,
-    algo: str,
-    memory: int | str,
-    slots: int | None = None,
-    optimizer: str = "sgd",
-    bandwidth: float | str | None = None,
-    gradients: str = "at-backward",
-) -> Schedule:
-    """:func:`memplan.solve`, with no plan as an :class:`InputError` that says the least memory
-    that fits (what :func:`fit` and :func:`memplan.torch.enable` need: a plan to run). The
-    training loop is PyTorch's default (``gradients``, docs/model.md) unless said otherwise.
+@dataclass(frozen=True)
+class PlanSettings:
+    """The one set of defaults of :func:`enable`, :func:`fit`, ``memplan run`` and ``memplan
+    bench`` (NOTE [ one planning path ]).
     """
-    sched = memplan.solve(
-        profile,
-        algo=algo,
-        memory=memory,
-        slots=slots,
-        optimizer=optimizer,
-        bandwidth=bandwidth,
-        gradients=gradients,
+
+    algo: str = "rotor"
+    slots: int | str | None = None
+    """As in :func:`memplan.solve` (None: the family's default)."""
+    bandwidth: float | str | None = None
+    """Host link of the offloading algorithms (None: the profile's)."""
+    repeats: int = 3
+    """Timed repetitions per stage when profiling."""
+    loss_chunks: int | None = None
+    """A language model's head and loss in this many chunks of tokens (None: the model's own)."""
+
+
+def profile_for_training(
+    module: nn.Module,
+    x: Tensor,
+    settings: PlanSettings,
+    *,
+    name: str | None = None,
+    threads: int | None = None,
+    progress: ProgressCallback | None = None,
+    selective: bool = False,
+) -> Profile:
+    """The profile of ``module`` on the batch ``x`` as the training will run it.
+
+    On ``x``'s device, in the module's data type, on ``threads`` (default: the caller's, those
+    its loop trains on: the CPU kernels' scratch memory depends on them), with the caller's
+    autocast recorded in ``measured.extra.autocast`` (what the sizes were measured in);
+    ``progress(stage, done, total)`` after each stage; ``selective``: with the stages'
+    selective checkpointing options.
+    """
+    dtype = next((p.dtype for p in module.parameters() if p.is_floating_point()), None)
+    dtype_name = str(dtype).removeprefix("torch.") if dtype is not None else "float32"
+    prof = profile_model(
+        module, example_input=x, device=str(x.device), dtype=dtype_name,
+        repeats=settings.repeats, name=name, loss_chunks=settings.loss_chunks,
+        threads=torch.get_num_threads() if threads is None else threads, progress=progress,
+        selective=selective,
+    )  # fmt: skip
+    autocast = describe_autocast(autocast_state(x.device))
+    if autocast != "off" and prof.measured is not None:
+        extra = {**(prof.measured.extra or {}), "autocast": autocast}
+        prof = prof.model_copy(
+            update={"measured": prof.measured.model_copy(update={"extra": extra})}
+        )
+    return prof
+
+
+def plan_training(
+    prof: Profile, memory: MemoryBudget, loop: TrainingLoop, settings: PlanSettings
+) -> Schedule:
+    """The plan of ``settings.algo`` for ``memory`` and the training loop ``loop`` on ``prof``:
+    :func:`memplan.solve`, feasible or not (:func:`infeasible_message` says why not).
+    """
+    return memplan.solve(
+        prof,
+        settings.algo,
+        memory,
+        optimizer=loop.optimizer,
+        gradients=loop.gradients or "kept",
+        output_held=loop.output_bytes
+        if loop.output_held and loop.output_bytes is not None
+        else loop.output_held,
+        slots=settings.slots,
+        bandwidth=settings.bandwidth,
     )
+
+
+def loss_chunks_hint(prof: Profile, memory: MemoryBudget, loop: TrainingLoop) -> str:
+    """What a budget without a plan could have with the chunked loss, or ``""``.
+
+    NOTE [ the chunked loss in the infeasible message ]: :func:`enable`'s ``loss_chunks``
+    (a language model's head and loss in chunks of tokens) lowers the least memory of a causal
+    or masked LM below its logits; when it lands, this says "fits with loss_chunks=N" for the
+    budgets that only fit so (by profiling the chunked head, as :func:`fit` does). Until then a
+    profile made with chunks says so, and no other hint is given.
+    """
+    chunks = profile_loss_chunks(prof, None)
+    return "" if chunks is None else f" (the loss already in {chunks} chunks)"
+
+
+def infeasible_message(schedule: Schedule, memory: MemoryBudget, hint: str = "") -> str:
+    """Why ``schedule`` (infeasible) has no plan, sizes in the units ``memory`` was typed in."""
+    line = f"no {schedule.algorithm} plan fits in {memory.named}"
+    loop = schedule.budget.loop
+    if schedule.min_memory is not None:
+        line += f"; the least memory that fits is {memory.size(schedule.min_memory, up=True)}"
+    elif schedule.solver.message:
+        line += f"; {' '.join(schedule.solver.message.split())}"
+    line += f", counting the optimizer {loop.optimizer.text}"
+    line += f", the gradients {loop.gradients}" if loop.gradients else ""
+    line += ", the output the caller holds" if loop.output_held else ""
+    return line + hint
+
+
+def _feasible(
+    prof: Profile, memory: MemoryBudget, loop: TrainingLoop, settings: PlanSettings, why: str = ""
+) -> Schedule:
+    """:func:`plan_training`; no plan is an :class:`InputError` saying the least memory."""
+    sched = plan_training(prof, memory, loop, settings)
     if not sched.feasible:
-        least = "" if sched.min_memory is None else "; the least memory that fits is "
-        least += "" if sched.min_memory is None else f"{sched.min_memory} bytes"
-        raise InputError(f"no {algo} plan fits in {memory}{least}")
+        hint = loss_chunks_hint(prof, memory, loop)
+        raise InputError(infeasible_message(sched, memory, hint) + why)
     return sched
+
+
+def _replanner(
+    prof: Profile, budget: MemoryBudget, settings: PlanSettings
+) -> Callable[[TrainingLoop, list[list[nn.Parameter]] | None], tuple[Schedule, Profile]]:
+    """The re-solve of NOTE [ the loop seen ]: the same profile, budget and settings, for the loop
+    seen, the parameters in the order of the optimizer seen.
+    """
+
+    def replan(
+        loop: TrainingLoop, groups: list[list[nn.Parameter]] | None
+    ) -> tuple[Schedule, Profile]:
+        seen = prof
+        if groups:
+            device = next(p.device for group in groups for p in group)
+            sizes = parameter_sizes_of(groups, device)
+            seen = prof.model_copy(update={"parameter_sizes": sizes})
+        return _feasible(seen, budget, loop, settings, " (the training loop seen)"), seen
+
+    return replan
+
+
+def _loop_optimizer(optimizer: Any) -> torch.optim.Optimizer:
+    """The optimizer the step in the backward steps: the loop's own, given."""
+    if not isinstance(optimizer, torch.optim.Optimizer):
+        raise ArgumentError(
+            "optimizer",
+            "gradients='step-in-backward' steps the loop's optimizer in the backward: give it "
+            "(optimizer=<the torch.optim optimizer the loop steps>)",
+            optimizer,
+        )
+    return optimizer
+
+
+def _is_auto(optimizer: Any) -> bool:
+    return isinstance(optimizer, str) and optimizer.strip().lower() == AUTO
+
+
+def _why(optimizer: Any) -> str:
+    """What the infeasible message adds under ``optimizer="auto"``."""
+    if not _is_auto(optimizer):
+        return ""
+    return (
+        "; until the loop's optimizer steps, optimizer='auto' counts AdamW's state and step: name "
+        "yours (optimizer='sgd', torch.optim.SGD, or the optimizer itself) to plan for it from "
+        "the start"
+    )
+
+
+def _conservative_optimizer(prof: Profile) -> Optimizer:
+    """What ``optimizer="auto"`` plans for until the loop's optimizer is seen: AdamW (two
+    states) with the step of the larger temporaries on this profile (PyTorch's for-loop step or
+    its foreach one): no optimizer of :mod:`torch.optim` memplan knows needs more.
+    """
+    sizes = parameter_sizes(prof)
+    steps = [Optimizer("adamw", step) for step in ("for-loop", "foreach")]  # type: ignore[arg-type]
+    return max(steps, key=lambda opt: opt.step_temporaries(sizes))
+
+
+# --------------------------------------------------------------------------------------------
+# fit
+# --------------------------------------------------------------------------------------------
 
 
 def fit(
@@ -69,14 +239,14 @@ def fit(
     *,
     profile: Any | None = None,
     slots: int | None = None,
-    optimizer: str = "sgd",
+    optimizer: Any = "auto",
     bandwidth: float | str | None = None,
-    repeats: int = 3,
+    repeats: int = PlanSettings.repeats,
     batch_size: int | None = None,
     input_shape: tuple[int, ...] | None = None,
     labels: Tensor | None = None,
     config: str | Mapping[str, Any] | None = None,
-    gradients: str = "at-backward",
+    gradients: str = AUTO,
     loss_chunks: int | None = None,
 ) -> tuple[CheckpointedChain, Schedule]:
     """Profile a model, solve for a budget and wrap it: ``profile -> solve -> checkpointed``.
@@ -90,9 +260,12 @@ def fit(
         The chain input (built from ``batch_size``/``input_shape`` for a name when omitted), or a
         Hugging Face batch: ``{"input_ids" or "pixel_values": ..., "labels": ...,
         "attention_mask": all ones}`` (:func:`memplan.torch.split.hf.hf_batch`).
-    memory, algo, slots, optimizer, bandwidth
+    memory, algo, slots, bandwidth
         As in :func:`memplan.solve` (slots: 500 by default, pofo 50; bandwidth: the
         profile's by default, needed by the offloading algorithms and pofo).
+    optimizer : str, optimizer class or instance
+        The optimizer the chain trains with, as :func:`enable` takes it (``auto``: seen at its
+        first step, NOTE [ the loop seen ]; the chain's ``watch`` watches the loop).
     profile : optional
         A profile of this model to use instead of profiling it.
     repeats : int
@@ -104,6 +277,9 @@ def fit(
         ``labels`` otherwise. The wrapped chain's loss is then the model's training loss.
     config : str or mapping, optional
         Config values of an ``hf:`` model given by name.
+    gradients : str
+        The training loop, as in :func:`memplan.solve` (``auto``: PyTorch's default loop on a
+        profile memplan measures).
     loss_chunks : int, optional
         A language model's head and loss in this many chunks of tokens, one stage
         (:mod:`memplan.torch.split.chunked_loss`; the wrapped chain returns the loss, never the
@@ -120,6 +296,10 @@ def fit(
     InputError
         Bad input, or no plan of ``algo`` fits ``memory`` (the message says the least memory).
     """
+    budget = check_memory(memory)
+    gradients = check_gradients(gradients)
+    if gradients == "step-in-backward":
+        _loop_optimizer(optimizer)  # checked before the model is profiled
     x: Tensor | None
     if isinstance(example_input, Mapping):
         x, batch_labels = hf_batch(example_input)
@@ -137,20 +317,30 @@ def fit(
         if config:
             raise InputError("fit: config applies to a model given by name (hf:NAME)")
         module, label = model, None
-    if profile is None:  # measured on the threads the caller's loop will train on
-        prof = profile_model(
-            module, example_input=x, device=str(x.device), repeats=repeats, name=label,
-            threads=torch.get_num_threads(), loss_chunks=loss_chunks,
-        )  # fmt: skip
+    settings = PlanSettings(algo, slots, bandwidth, repeats, loss_chunks)
+    if profile is None:
+        prof = profile_for_training(module, x, settings, name=label)
     else:
         prof = memplan.load_profile(profile)
         check_conditions(prof, x.device)  # a warning where it was measured otherwise
     chunks = profile_loss_chunks(prof, loss_chunks)
-    sched = solve_feasible(prof, algo, memory, slots, optimizer, bandwidth, gradients)
+    auto_optimizer = _is_auto(optimizer)
+    chosen = _conservative_optimizer(prof) if auto_optimizer else optimizer_spec(optimizer)
+    sched = _feasible(prof, budget, loop_on(prof, chosen, gradients), settings, _why(optimizer))
     kind = label or type(module).__name__
     with model_errors(kind, FIRST_FORWARD):  # NOTE [ whose error ]
         chain = chunk_loss(linearize(module, x, labels=labels), x, chunks, kind)
-    return checkpointed(chain, sched, profile=prof), sched
+    wrapped = checkpointed(chain, sched, profile=prof)
+    if gradients == "step-in-backward":  # NOTE [ step in the backward ]
+        wrapped.stepper = StepInBackward(wrapped, _loop_optimizer(optimizer))
+    replan = _replanner(prof, budget, settings)
+    wrapped.watch = LoopWatch(wrapped, replan, (auto_optimizer, gradients == AUTO, False))
+    return wrapped, sched
+
+
+# --------------------------------------------------------------------------------------------
+# enable
+# --------------------------------------------------------------------------------------------
 
 
 def enable(
@@ -160,11 +350,12 @@ def enable(
     *,
     algo: str = "rotor",
     profile: Any | None = None,
-    optimizer: str = "sgd",
+    optimizer: Any = "auto",
     bandwidth: float | str | None = None,
     slots: int | None = None,
-    repeats: int = 3,
-    gradients: str = "at-backward",
+    repeats: int = PlanSettings.repeats,
+    gradients: str = AUTO,
+    output_held: bool | None = None,
 ) -> nn.Module:
     """Plan the memory of a model's training and apply the plan: profile, solve, install.
 
@@ -179,8 +370,10 @@ def enable(
         The model, in the device and data type it trains in (a Hugging Face model, any model
         with a run of repeated blocks, or one :func:`~memplan.torch.linearize` cuts).
     memory : int or str
-        The budget (bytes or ``"8GB"``), everything the step holds: weights, gradients,
-        optimizer state (``optimizer``) and activations.
+        The budget (bytes or ``"8GB"``): everything the step holds on the device, the weights,
+        the gradients, the optimizer's state and its step's temporaries, the activations, the
+        loss's tensors, the output the caller keeps (docs/model.md). A plan installed never
+        measures above it.
     example_input : Tensor, mapping or tuple
         The largest batch the model will train on (batches no larger in any dimension train
         under the plan: NOTE [ Smaller batches fit ]): a tensor, an HF batch (``input_ids``,
@@ -191,8 +384,14 @@ def enable(
         A chain, offloading or combined algorithm (``memplan algos``).
     profile : Profile, dict, path or name, optional
         A profile of this model on this batch, instead of profiling it.
-    optimizer : str
-        ``sgd``, ``momentum``, ``adam`` or ``none``: the static memory counted in the budget.
+    optimizer : str, optimizer class or instance
+        ``auto`` (the default): the optimizer the loop steps, seen at its first step (NOTE [ the
+        loop seen ] in :mod:`memplan.torch.runtime.loop_watch`); until then the plan counts the
+        most any optimizer of :mod:`torch.optim` memplan knows needs (AdamW with the step of the
+        larger temporaries), and it is re-solved before the next step for the one seen. Or what
+        to plan for from the start: a name (``adamw``, ``adam``, ``sgd``, ``momentum``,
+        ``none``; with the step, ``adamw:fused``), an optimizer class (PyTorch's default step)
+        or the optimizer itself.
     bandwidth : float or str, optional
         Host link for the offloading algorithms (the profile's by default).
     slots : int, optional
@@ -200,10 +399,19 @@ def enable(
     repeats : int
         Timed repetitions per stage when profiling.
     gradients : str
-        The training loop (docs/model.md): ``at-backward`` (PyTorch's default
-        ``zero_grad()``, each stage's weight gradients appear at its backward), ``kept``
-        (``zero_grad(set_to_none=False)``, gradient accumulation: the gradients are counted for
-        the whole step) or ``auto`` (``at-backward`` when the profile has ``weight_grad_size``).
+        The training loop (docs/model.md): ``auto`` (the default) sees it: PyTorch's default
+        ``zero_grad()`` (``at-backward``: each stage's weight gradients appear at its backward)
+        until a step starts with gradients held (``zero_grad(set_to_none=False)``, gradient
+        accumulation: ``kept``, the gradients counted for the whole step); or one of them; or
+        ``step-in-backward``: the optimizer (given as ``optimizer=``, the instance the loop
+        steps) steps each parameter as its gradient is made, which frees the gradients at once
+        (NOTE [ step in the backward ] in :mod:`memplan.torch.runtime.step_in_backward`: not
+        with gradient clipping, accumulation, a ``GradScaler``, DDP or FSDP).
+    output_held : bool, optional
+        Whether the loop keeps the model's output (a language model's logits) until its next
+        step: ``out = model(**batch)`` does, ``loss = model(**batch).loss`` and
+        ``transformers.Trainer`` do not. None (the default): seen at the first step; until
+        then counted as kept.
 
     Returns
     -------
@@ -213,25 +421,67 @@ def enable(
     Raises
     ------
     InputError
-        A model memplan cannot cut into a chain (the message says why), a profile of another
-        model or batch, or no plan of ``algo`` fitting ``memory`` (the least memory that fits is
-        in the message).
+        A bad argument (naming the parameter), a model memplan cannot cut into a chain (the
+        message says why), a profile of another model or batch, or no plan of ``algo`` fitting
+        ``memory`` (the least memory that fits is in the message, in the units of ``memory``).
+        At the start of a step, a loop seen that the budget cannot hold.
     """
+    budget = check_memory(memory)
+    gradients = check_gradients(gradients)
+    auto_optimizer = _is_auto(optimizer)
+    chosen = None if auto_optimizer else optimizer_spec(optimizer)
+    in_backward = gradients == "step-in-backward"
+    if in_backward:
+        _loop_optimizer(optimizer)  # checked before the model is profiled
     target = prepare(model, example_input, required=True)
-    x0 = target.x0
+    settings = PlanSettings(algo, slots, bandwidth, repeats)
     if profile is None:
-        dtype = next((p.dtype for p in model.parameters() if p.is_floating_point()), None)
-        dtype_name = str(dtype).removeprefix("torch.") if dtype is not None else "float32"
-        prof = profile_model(
-            model, example_input=x0, device=str(x0.device), dtype=dtype_name, repeats=repeats
-        )
-        autocast = describe_autocast(autocast_state(x0.device))
-        if autocast != "off" and prof.measured is not None:  # what the sizes were measured in
-            extra = {**(prof.measured.extra or {}), "autocast": autocast}
-            prof = prof.model_copy(
-                update={"measured": prof.measured.model_copy(update={"extra": extra})}
-            )
+        prof = profile_for_training(model, target.x0, settings)
     else:
         prof = memplan.load_profile(profile)
-    sched = solve_feasible(prof, algo, memory, slots, optimizer, bandwidth, gradients)
-    return install(target, sched, prof)
+    held = True if output_held is None else bool(output_held)  # counted until seen
+    kept = _output_bytes(model, example_input, target.x0) if held else None
+    first = loop_on(
+        prof, chosen or _conservative_optimizer(prof), gradients, held, output_bytes=kept
+    )
+    sched = _feasible(prof, budget, first, settings, _why(optimizer))
+    install(target, sched, prof)
+    plan = _installed(model)
+    if in_backward:  # NOTE [ step in the backward ]
+        plan._handles.append(StepInBackward(model, _loop_optimizer(optimizer)))
+
+    watched = (auto_optimizer, gradients == AUTO, output_held is not False)
+    LoopWatch(plan, _replanner(prof, budget, settings), watched)
+    return model
+
+
+def _output_bytes(model: nn.Module, example_input: Any, x0: Tensor) -> int:
+    """What the model's output holds on the example batch: every tensor of it (a dict, a Hugging
+    Face output, a tuple), each storage once, as a loop that keeps the output keeps it.
+
+    One forward without autograd, in eval mode (no buffer updated, no dropout), the random
+    generators' states kept: what the caller holds is known before the first step.
+    """
+    flags = [(m, m.training) for m in model.modules()]
+    config = getattr(model, "config", None)
+    if getattr(config, "use_cache", False):
+        config.use_cache = False  # as the plan trains it (planned.install does the same)
+    devices = [x0.device] if x0.device.type == "cuda" else []
+    try:
+        with torch.no_grad(), torch.random.fork_rng(devices=devices):
+            model.eval()
+            # a batch mapping; else a tensor, or a tuple whose first element is the input
+            out = model(**example_input) if isinstance(example_input, Mapping) else model(x0)
+    finally:
+        for module, training in flags:
+            module.training = training
+    storages = {
+        t.untyped_storage().data_ptr(): t.untyped_storage().nbytes() for t in tensors_of(out)
+    }
+    return sum(storages.values())
+
+
+def _installed(model: nn.Module) -> Any:
+    found = planned(model)
+    assert found is not None  # install() just put it there
+    return found

@@ -478,7 +478,7 @@ def test_internal_error_is_not_an_input_error(net, monkeypatch):
     def broken_solve(*args, **kwargs):
         raise memplan.InternalError("rotor and the simulator disagree")
 
-    monkeypatch.setattr(memplan.api, "solve_checked", broken_solve)  # what `solve` calls
+    monkeypatch.setattr(memplan.api, "_solve", broken_solve)  # what `solve` calls
     result = run("solve", net, "--algo", "rotor", "--mem", "1GB")
     line = assert_one_error_line(result, 70, "internal error", "disagree", "--debug")
     assert len(result.stderr.strip().splitlines()) == 1, line
@@ -492,7 +492,7 @@ def test_unexpected_exception(net, monkeypatch):
     def broken_solve(*args, **kwargs):
         raise ZeroDivisionError("division by zero")
 
-    monkeypatch.setattr(memplan.api, "solve_checked", broken_solve)  # what `solve` calls
+    monkeypatch.setattr(memplan.api, "_solve", broken_solve)  # what `solve` calls
     assert_one_error_line(
         run("solve", net, "--algo", "rotor", "--mem", "1GB"), 70, "ZeroDivisionError"
     )

@@ -60,7 +60,7 @@ def test_an_unexpected_exception_is_reported_as_a_bug_once(net, monkeypatch):
     def broken(*args, **kwargs):
         raise ZeroDivisionError("division by zero")
 
-    monkeypatch.setattr("memplan.api.solve_checked", broken)
+    monkeypatch.setattr("memplan.api._solve", broken)
     result = run("solve", net, "--algo", "rotor", "--mem", "1GB")
     assert result.exit_code == 70
     assert result.stderr.strip() == (

@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 
 from memplan.algorithms.join.pebble import opt_join
 from memplan.cli.app import app
-from memplan.profile.io import dump_yaml
+from memplan.documents.io import dump_yaml
 from memplan.profile.synthetic import homogeneous_join, random_join
 
 runner = CliRunner()

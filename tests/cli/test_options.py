@@ -167,7 +167,7 @@ def test_a_budget_above_the_gpu_is_kept_with_a_warning():
     assert warnings == [
         "memplan: warning: --mem 100GB: 100.00 GB is more than the NVIDIA A100-SXM4-40GB can give "
         "a plan (42.41 GB: its 42.95 GB less 536.87 MB for the CUDA context and the allocator, as "
-        "--mem gpu); the plan will not fit on that GPU"
+        "a budget of gpu); the plan will not fit on that GPU"
     ]
 
 
@@ -177,7 +177,7 @@ def test_mem_gpu_on_a_cpu_profile_is_an_input_error():
     assert last_line(result).startswith(
         "memplan: error: --mem gpu: resnet18 was profiled on a CPU ("
     )
-    assert "give a size, e.g. --mem 8GB" in last_line(result)
+    assert "give a size, e.g. 8GB" in last_line(result)
     assert run("solve", "resnet18", "--algo", "rotor", "--mem", "90%").exit_code == 2
 
 

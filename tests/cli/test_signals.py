@@ -94,8 +94,8 @@ SOLVE_TRACE = [*SOLVE, "--trace", "trace.json"]
     [
         ("memplan.cli.common:guard", "before", "SIGTERM"),  # typer has parsed the command line
         ("memplan:load_profile", "after", "SIGINT"),  # reading the input
-        ("memplan.api:solve_checked", "after", "SIGTERM"),  # solving
-        ("memplan.api:solve_checked", "after", "SIGHUP"),
+        ("memplan.api:_solve", "after", "SIGTERM"),  # solving
+        ("memplan.api:_solve", "after", "SIGHUP"),
         ("tempfile:mkstemp", "after", "SIGINT"),  # the temporary file exists, its name unknown
         ("tempfile:mkstemp", "after", "SIGTERM"),
         ("os:fsync", "after", "SIGINT"),  # the temporary file is complete
@@ -220,7 +220,7 @@ def test_an_ignored_sighup_stays_ignored(tmp_path):
     """Under ``nohup`` SIGHUP is ignored when memplan starts: it must stay so."""
     script = "import signal; signal.signal(signal.SIGHUP, signal.SIG_IGN)\n" + DRIVER
     result = subprocess.run(
-        [sys.executable, "-c", script, "memplan.api:solve_checked", "after", "SIGHUP", *SOLVE],
+        [sys.executable, "-c", script, "memplan.api:_solve", "after", "SIGHUP", *SOLVE],
         cwd=tmp_path,
         capture_output=True,
         text=True,

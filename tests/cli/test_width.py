@@ -18,11 +18,12 @@ from rich.console import Console
 from typer.testing import CliRunner
 
 import memplan
-from memplan.api import algorithm_details, describe, list_algorithms
+from memplan.algorithms import algorithm_details, list_algorithms
 from memplan.cli import render
 from memplan.cli.app import app
 from memplan.cli.common import print_table
 from memplan.cli.render import short_size
+from memplan.describe import describe
 
 runner = CliRunner()
 WORD = re.compile(r"[^\s\u2500-\u257f]+")  # box-drawing characters separate words too

@@ -40,6 +40,12 @@ output nor stage ``k`` its input, frees the standalone ``x[k]`` and ``s[k-1]``'s
 end (``s[k-1]`` then holds ``x[k]`` less until its backward); ``B k`` does not read ``x[k]`` then.
 The state then also records the set ``C`` of ``k`` whose ``s[k]`` lost its ``x[k+1]``.
 
+Under ``gradients="step-in-backward"`` (the optimizer step in the backward), ``B k`` creates its
+gradients as under ``at-backward``, holds the step's temporaries during it
+(``step_temporaries(size)`` of its largest stepped gradient, ``largest_grad_size``) and frees, at
+its end, the gradients of the parameters stage ``k`` uses first (``first_use_grad_size``, else
+the gradients it created).
+
 Functions
 ---------
 optimal_makespan
@@ -78,6 +84,7 @@ class _Chain:
         persistent: bool = True,
         gradients: str | None = None,
         optimizer: str = "sgd",
+        step_temporaries: Callable[[int], int] = lambda _size: 0,
     ) -> None:
         self.persistent = persistent
         stages = profile.stages
@@ -90,8 +97,10 @@ class _Chain:
         self.fa = list(self.fo)  # what F_all adds beyond s[k]
         self.wg = [0] * length  # weight gradients B k creates
         self.frees = [False] * length  # F_all k frees x[k]
+        self.step = [0] * length  # step in the backward: its temporaries during B k
+        self.stepped = [0] * length  # and the gradients it frees at the end of B k
         if gradients is not None:
-            fresh = gradients == "at-backward"
+            fresh = gradients in ("at-backward", "step-in-backward")
             for k, st in enumerate(stages):
                 if st.forward_overhead_all is not None:
                     self.fa[k] = st.forward_overhead_all
@@ -103,8 +112,16 @@ class _Chain:
                     )
                 if k > 0:
                     self.frees[k] = stages[k - 1].output_saved is False and st.input_saved is False
-        # weight gradients held once B k has run: those of stages k..L-1
-        self.wh = [sum(self.wg[k:]) for k in range(length + 1)]
+        if gradients == "step-in-backward" and optimizer != "none":
+            for k, st in enumerate(stages):
+                self.stepped[k] = (
+                    self.wg[k] if st.first_use_grad_size is None else st.first_use_grad_size
+                )
+                one = self.stepped[k] if st.largest_grad_size is None else st.largest_grad_size
+                self.step[k] = step_temporaries(one)
+        # weight gradients held once B k has run: those created by stages k..L-1, less those
+        # stepped (and freed) at the end of their backward
+        self.wh = [sum(self.wg[k:]) - sum(self.stepped[k:]) for k in range(length + 1)]
         self.ft = [st.forward_time for st in stages]
         self.bt = [st.backward_time for st in stages]
         # Bytes of every set of standalone x's and of every set of s's, by bit mask.
@@ -163,7 +180,7 @@ class _Chain:
                     after = (b, produced & ~(1 << k), ss, new_fresh, cut)
                     yield ("F_n", k), self.ft[k], peak, after
         if ss >> b & 1 and (available(b) or self.frees[b]):
-            peak = held + self.g[b] + self.wg[b] + self.bo[b]
+            peak = held + self.g[b] + self.wg[b] + self.bo[b] + self.step[b]
             after = (b - 1, xs & ~(1 << b), ss & ~(1 << b), -1, cut & ~(1 << b))
             yield ("B", b), self.bt[b], peak, after
 
@@ -235,8 +252,9 @@ class ChainOracle:
         persistent: bool = True,
         gradients: str | None = None,
         optimizer: str = "sgd",
+        step_temporaries: Callable[[int], int] = lambda _size: 0,
     ) -> None:
-        self.chain = _Chain(profile, persistent, gradients, optimizer)
+        self.chain = _Chain(profile, persistent, gradients, optimizer, step_temporaries)
         self.static_memory = static_memory
 
     def optimal_makespan(self, memory: int) -> tuple[float, list[Step]] | None:

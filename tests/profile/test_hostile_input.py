@@ -15,8 +15,8 @@ from typer.testing import CliRunner
 
 import memplan
 from memplan.cli.app import app
-from memplan.profile import parse
-from memplan.profile.parse import MAX_DEPTH, parse_document
+from memplan.documents import parse
+from memplan.documents.parse import MAX_DEPTH, parse_document
 from memplan.profile.synthetic import random_chain
 
 runner = CliRunner()

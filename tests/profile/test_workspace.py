@@ -6,6 +6,7 @@ import pytest
 
 import memplan
 from memplan.algorithms.timeline import static_memory
+from memplan.loop import Optimizer, TrainingLoop
 
 WORKSPACE = 68_157_440  # 65 MiB: what cuBLAS kept on an H100 (forward's and backward's threads)
 
@@ -22,9 +23,8 @@ def _with_workspace(name: str, workspace: int | None) -> memplan.Profile:
 def test_the_workspace_is_in_every_figure(algo, gradients):
     plain = _with_workspace("resnet18", None)
     with_ws = _with_workspace("resnet18", WORKSPACE)
-    assert static_memory(with_ws, "sgd", gradients) == static_memory(plain, "sgd", gradients) + (
-        WORKSPACE
-    )
+    loop = TrainingLoop(Optimizer("sgd"), gradients)
+    assert static_memory(with_ws, loop) == static_memory(plain, loop) + WORKSPACE
     budget = memplan.solve(plain, "store-all", 2**50, gradients=gradients).peak_memory
     a = memplan.solve(plain, algo, budget, gradients=gradients)
     b = memplan.solve(with_ws, algo, budget + WORKSPACE, gradients=gradients)
@@ -41,7 +41,7 @@ def test_the_workspace_is_in_every_figure(algo, gradients):
 
 def test_no_workspace_for_an_activation_budget():
     with_ws = _with_workspace("resnet18", WORKSPACE)
-    assert static_memory(with_ws, "none") == 0
+    assert static_memory(with_ws, TrainingLoop(Optimizer("none"))) == 0
 
 
 def test_the_field_round_trips_and_is_checked():

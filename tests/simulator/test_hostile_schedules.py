@@ -83,7 +83,10 @@ def test_negative_static_memory_and_unknown_optimizer_are_bad_input(tmp_path, ch
     doc["budget"]["optimizer"] = "lion"
     result = _simulate(tmp_path, "resnet18", doc)
     assert result.exit_code == 2
-    assert "budget.optimizer: Input should be 'none', 'sgd', 'momentum' or 'adam'" in result.stderr
+    assert (
+        "budget.optimizer: Input should be 'none', 'sgd', 'momentum', 'adam' or 'adamw'"
+        in result.stderr
+    )
 
 
 def test_the_optimizer_decides_the_static_memory(tmp_path, chain_doc):

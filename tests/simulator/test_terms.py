@@ -2,12 +2,14 @@
 memplan/simulator/terms.py): written from docs/model.md apart from the solvers' (memplan/profile/
 memory.py), they agree with them on random profiles, and a solver whose terms are wrong is
 caught: its plan is rejected by the replay (memplan.solve raises InternalError), whichever term
-is wrong (a saved tensor, the weight gradients, the static memory) and whichever family made it.
+is wrong (a saved tensor, the weight gradients, the static memory, the optimizer's step after or
+in the backward, the output the caller holds) and whichever family made it.
 """
 
 from __future__ import annotations
 
 import ast
+import dataclasses
 import functools
 from pathlib import Path
 
@@ -17,27 +19,59 @@ import memplan
 import memplan.algorithms.chain.problem as chain_problem
 import memplan.algorithms.offload.model as offload_model
 import memplan.algorithms.timeline as timeline
+import memplan.loop as loop_names
 from memplan.errors import InternalError
-from memplan.profile.memory import stage_terms, static_bytes
+from memplan.loop import Optimizer, parse_optimizer
+from memplan.profile.memory import parameter_sizes, stage_terms, static_bytes
 from memplan.profile.model import Profile, Stage
 from memplan.profile.synthetic import random_chain
-from memplan.schedule import OPTIMIZER_FACTORS, Op
+from memplan.schedule import Budget, Op
 from memplan.simulator import terms
 from tests.paths import ROOT
 from tests.strategies import with_loop_terms
 
-LOOPS = (None, "at-backward", "kept")
+LOOPS = (None, "at-backward", "kept", "step-in-backward")
+OPTIMIZERS = (
+    "none",
+    "sgd",
+    "sgd:foreach+copy",
+    "momentum",
+    "momentum:fused",
+    "adam:for-loop",
+    "adamw:foreach",
+    "adamw:for-loop+copy",
+    "adam:fused",
+)
+"""Every optimizer's state, and every kind of step (NOTE [ optimizer step temporaries ])."""
 
 
 @functools.cache
 def measured(length: int, seed: int) -> Profile:
-    """A random chain with every field of a measured profile (weights, loop terms, frees)."""
-    return with_loop_terms(random_chain(length, seed=seed, overheads=True), seed)
+    """A random chain with every field of a measured profile (weights, loop terms, frees, the
+    gradients each stage completes, the order of the parameters)."""
+    prof = with_loop_terms(random_chain(length, seed=seed, overheads=True), seed)
+    sizes = [size for st in prof.stages for size in (st.weight_grad_size or 0, 1 + seed % 3)]
+    return prof.model_copy(update={"parameter_sizes": [*sizes[:3], 0, *sizes[3:]]})
+
+
+def budget_of(optimizer: str, loop: str | None, held: bool | int = False) -> Budget:
+    """The schedule's budget of a plan for ``optimizer`` in ``loop`` (``held``: the caller holds
+    the output; a number, the bytes it holds)."""
+    found = parse_optimizer(optimizer)
+    return Budget(
+        optimizer=found.name,
+        optimizer_step=found.step,
+        optimizer_copies_grads=found.copies_grads or None,
+        gradients=loop,
+        output_held=bool(held) or None,
+        output_bytes=None if isinstance(held, bool) else held,
+    )
 
 
 def test_the_simulator_imports_no_solver_code():
-    """No module of memplan/simulator imports the solvers' memory terms or any algorithm."""
-    forbidden = ("memplan.algorithms", "memplan.profile.memory")
+    """No module of memplan/simulator imports the solvers' memory terms, the loop's step
+    temporaries (memplan.loop) or any algorithm."""
+    forbidden = ("memplan.algorithms", "memplan.profile.memory", "memplan.loop")
     for path in sorted((ROOT / "memplan" / "simulator").glob("*.py")):
         tree = ast.parse(Path(path).read_text())
         for node in ast.walk(tree):
@@ -51,47 +85,67 @@ def test_the_simulator_imports_no_solver_code():
 
 
 def test_every_optimizer_of_the_format_is_known():
-    """The simulator counts the static memory of every optimizer a schedule may name."""
-    assert set(terms.WEIGHT_COPIES) == set(OPTIMIZER_FACTORS)
+    """The simulator counts the state of every optimizer a schedule may name."""
+    assert terms.STATE_COPIES == loop_names.STATE_COPIES
+    assert terms.SCALARS == loop_names.STEP_SCALARS
 
 
+@pytest.mark.parametrize("held", [False, True, 5])
 @pytest.mark.parametrize("loop", LOOPS)
-@pytest.mark.parametrize("optimizer", sorted(OPTIMIZER_FACTORS))
-@pytest.mark.parametrize("seed", range(6))
-def test_the_two_accountings_agree(seed, optimizer, loop):
-    """Written apart, from the same document: the same bytes on random measured profiles."""
+@pytest.mark.parametrize("optimizer", OPTIMIZERS)
+@pytest.mark.parametrize("seed", range(4))
+def test_the_two_accountings_agree(seed, optimizer, loop, held):
+    """Written apart, from the same document: the same bytes on random measured profiles, for
+    every optimizer and step, every loop, the output held or not. The solvers fold the step in
+    the backward into a stage's terms; the simulator keeps it apart."""
     prof = measured(6, seed).model_copy(update={"workspace_size": 7 * seed})
-    solver = stage_terms(prof.stages, loop, optimizer)
-    mine = terms.stage_loops(prof.stages, loop, optimizer)
+    budget = budget_of(optimizer, loop, held)
+    solver = stage_terms(prof.stages, budget.loop)
+    mine = terms.stage_loops(prof.stages, budget)
     assert [t.forward_all for t in mine] == solver.forward_all
-    assert [t.backward for t in mine] == solver.backward
-    assert [t.weight_grads for t in mine] == solver.weight_grads
+    in_backward = [t.steps + t.step_temporaries for t in mine]
+    assert in_backward == solver.in_backward
+    assert [t.backward + b for t, b in zip(mine, in_backward, strict=True)] == solver.backward
+    assert [t.weight_grads - t.steps for t in mine] == solver.weight_grads
     assert [t.frees_input for t in mine] == solver.freed_input
-    expected = static_bytes(prof.weight_size, optimizer, loop, prof.workspace_size)
-    assert terms.static_memory(prof, optimizer, loop) == expected
+    assert terms.static_memory(prof, budget) == static_bytes(prof, budget.loop)
+    step = terms.step_temporaries(prof, budget)
+    if budget.loop.counts_step:
+        assert step == budget.loop.optimizer.step_temporaries(parameter_sizes(prof))
+    else:
+        assert step is None
 
 
 def test_the_random_profiles_exercise_every_term():
-    loops = [terms.stage_loops(measured(6, s).stages, "at-backward") for s in range(6)]
+    budget = budget_of("adam:for-loop", "step-in-backward")
+    loops = [terms.stage_loops(measured(6, s).stages, budget) for s in range(6)]
     assert any(t.frees_input for loop in loops for t in loop)
     assert any(t.weight_grads for loop in loops for t in loop)
     assert any(t.backward < 0 for loop in loops for t in loop)
+    assert any(t.steps != t.weight_grads for loop in loops for t in loop)  # a shared gradient
+    assert any(t.step_temporaries for loop in loops for t in loop)
+    stepping = {
+        terms.step_temporaries(measured(6, s), budget_of(o, "kept"))
+        for s in range(4)
+        for o in OPTIMIZERS
+    }
+    assert len(stepping) > 4  # the kinds of step differ
 
 
 # ---- a solver with a wrong term is caught ---------------------------------------------------
 
 
-def _store_all_need(prof: Profile, loop: str, algo: str) -> int:
+def _store_all_need(prof: Profile, loop: str, algo: str, optimizer: str = "sgd") -> int:
     """The budget the (possibly faulty) solvers of ``algo``'s family say store-all needs."""
-    desc = memplan.api.describe(prof, "sgd", loop)
+    desc = memplan.api.describe(prof, optimizer, loop)
     offloading = algo in ("greedy", "dynprog", "vdnn")
     return int(desc["offload_peak" if offloading else "store_all_memory"])
 
 
-def _solve_everywhere(prof: Profile, loop: str, algo: str) -> None:
+def _solve_everywhere(prof: Profile, loop: str, algo: str, optimizer: str = "sgd") -> None:
     """Solve at the faulty solver's own store-all need (the plan it thinks just fits)."""
-    budget = _store_all_need(prof, loop, algo)
-    memplan.solve(prof, algo, budget, gradients=loop, bandwidth=1e9)
+    budget = _store_all_need(prof, loop, algo, optimizer)
+    memplan.solve(prof, algo, budget, gradients=loop, optimizer=optimizer, bandwidth=1e9)
 
 
 def _one_saved_tensor_less(original):
@@ -106,7 +160,7 @@ def _one_saved_tensor_less(original):
     return staticmethod(faulty)
 
 
-@pytest.mark.parametrize("loop", ["at-backward", "kept"])
+@pytest.mark.parametrize("loop", ["at-backward", "kept", "step-in-backward"])
 @pytest.mark.parametrize("algo", ["store-all", "rotor", "pofo"])
 def test_a_saved_tensor_missing_from_the_solver_is_caught(monkeypatch, algo, loop):
     prof = measured(5, 3).model_copy(update={"bandwidth": 1e9})
@@ -119,9 +173,9 @@ def test_a_saved_tensor_missing_from_the_solver_is_caught(monkeypatch, algo, loo
 
 
 def _without_weight_gradients(original):
-    def faulty(stages, gradients, optimizer="sgd"):
-        found = original(stages, gradients, optimizer)
-        return type(found)(found.forward_all, found.backward, [0] * len(stages), found.freed_input)
+    def faulty(stages, loop):
+        found = original(stages, loop)
+        return dataclasses.replace(found, weight_grads=[0] * len(stages))
 
     return faulty
 
@@ -133,15 +187,46 @@ def _without_weight_gradients(original):
 def test_weight_gradients_missing_from_the_solver_are_caught(monkeypatch, module, algo):
     """Under ``at-backward`` the solver forgets the weight gradients each backward creates
     (large here: the peak is in the backward)."""
-    prof = measured(5, 2)
-    heavy = [
-        st.model_copy(update={"weight_size": 50, "weight_grad_size": 50}) for st in prof.stages
-    ]
-    prof = prof.model_copy(update={"bandwidth": 1e9, "stages": heavy})
+    prof = _heavy(measured(5, 2))
     _solve_everywhere(prof, "at-backward", algo)
     monkeypatch.setattr(module, "stage_terms", _without_weight_gradients(stage_terms))
     with pytest.raises(InternalError, match="simulator rejects"):
         _solve_everywhere(prof, "at-backward", algo)
+
+
+def _heavy(prof: Profile) -> Profile:
+    """``prof`` with weights large beside its activations: the gradients, the optimizer's state
+    and its step set the peak."""
+    heavy = [
+        st.model_copy(
+            update={
+                "weight_size": 50,
+                "weight_grad_size": 50,
+                "first_use_grad_size": 50,
+                "largest_grad_size": 30,
+            }
+        )
+        for st in prof.stages
+    ]
+    return prof.model_copy(update={"bandwidth": 1e9, "stages": heavy, "parameter_sizes": None})
+
+
+@pytest.mark.parametrize(
+    ("loop", "optimizer"),
+    [("at-backward", "adamw:foreach"), ("kept", "adam:for-loop"), ("step-in-backward", "adam")],
+)
+@pytest.mark.parametrize("algo", ["rotor", "greedy", "pofo"])
+def test_an_optimizer_step_wrong_in_the_solver_is_caught(monkeypatch, algo, loop, optimizer):
+    """The solvers forget the optimizer step's temporaries (memplan/loop.py): after the
+    backward (``at-backward``, ``kept``), or in each backward (``step-in-backward``, Adam's
+    for-loop step, one parameter at a time). Every family's plan at the faulty need is rejected:
+    the simulator computes the step itself (NOTE [ simulator memory terms ])."""
+    prof = _heavy(measured(5, 2))
+    chosen = optimizer if ":" in optimizer else f"{optimizer}:for-loop"
+    _solve_everywhere(prof, loop, algo, chosen)
+    monkeypatch.setattr(Optimizer, "step_temporaries", lambda self, sizes: 0)
+    with pytest.raises(InternalError, match="simulator rejects"):
+        _solve_everywhere(prof, loop, algo, chosen)
 
 
 def test_static_memory_too_small_in_the_solver_is_caught(monkeypatch):
@@ -150,12 +235,26 @@ def test_static_memory_too_small_in_the_solver_is_caught(monkeypatch):
     budget = _store_all_need(prof, "kept", "rotor")
     memplan.solve(prof, "rotor", budget, gradients="kept")
 
-    def faulty(weight_size, optimizer, gradients, workspace=None):
-        return static_bytes(weight_size, optimizer, gradients, workspace) - weight_size
+    def faulty(profile, loop):
+        return static_bytes(profile, loop) - profile.weight_size
 
     monkeypatch.setattr(timeline, "static_bytes", faulty)
     with pytest.raises(InternalError, match="simulator rejects"):
         memplan.solve(prof, "rotor", budget - prof.weight_size, gradients="kept")
+
+
+def test_a_held_output_wrong_in_the_solver_is_caught(monkeypatch):
+    """The solvers' static memory without the output the caller holds."""
+    prof = measured(5, 1)
+    memplan.solve(prof, "rotor", 10**6, gradients="at-backward", output_held=True)
+
+    def faulty(profile, loop):
+        return static_bytes(profile, dataclasses.replace(loop, output_held=False))
+
+    monkeypatch.setattr(timeline, "static_bytes", faulty)
+    with pytest.raises(InternalError, match="simulator rejects"):
+        budget = _store_all_need(prof, "at-backward", "rotor")
+        memplan.solve(prof, "rotor", budget, gradients="at-backward", output_held=True)
 
 
 def test_a_tensor_autograd_frees_is_never_transferred():
@@ -185,4 +284,4 @@ def test_a_tensor_autograd_frees_is_never_transferred():
 def simulate_combined_loop(prof: Profile, ops: list[Op], loop: str | None):
     from memplan.simulator.combined import simulate_ops
 
-    return simulate_ops(prof, ops, bandwidth=6000.0, gradients=loop)
+    return simulate_ops(prof, ops, bandwidth=6000.0, budget=Budget(gradients=loop))

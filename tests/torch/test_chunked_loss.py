@@ -80,7 +80,7 @@ def test_training_under_a_recomputing_plan_equals_plain_training(name):
     assert prof.stages[-1].name == CHUNKED_STAGE and profile_loss_chunks(prof) == CHUNKS
     prof = _fixed_numbers(prof)
     least = memplan.solve(prof, "rotor", 1).min_memory
-    wrapped, sched = fit(got, x, memory=least, profile=prof)
+    wrapped, sched = fit(got, x, memory=least, profile=prof, optimizer="sgd")
     assert sum(planned_forward_counts(sched, prof.length)) > prof.length  # it recomputes
     ref_opt = torch.optim.SGD(ref.parameters(), lr=0.1)
     got_opt = torch.optim.SGD(got.parameters(), lr=0.1)

@@ -30,9 +30,22 @@ VOCAB = 100
 
 
 def _budget(prof, fraction: float = 0.25) -> int:
-    desc = describe(prof)
-    least, store_all = desc["min_memory"]["chain"], desc["store_all_memory"]
+    """A budget of SGD's plans, from the least memory to store-all's, for a loop that keeps
+    nothing of the model's output (these tests' loops: ``enable(..., output_held=False)``)."""
+    least = memplan.solve(prof, "rotor", 1, optimizer="sgd", output_held=False).min_memory
+    store_all = memplan.solve(
+        prof, "store-all", 2**50, optimizer="sgd", output_held=False
+    ).peak_memory
     return least + int((store_all - least) * fraction)
+
+
+def _sgd_plan(model, x, prof, fraction: float = 0.25, **more):
+    """``enable`` on a copy of ``model`` in train mode, for the loops of these tests: SGD, the
+    output not kept, at :func:`_budget`."""
+    return enable(
+        copy.deepcopy(model).train(), _budget(prof, fraction), example_input=x, profile=prof,
+        optimizer="sgd", output_held=False, **more,
+    )  # fmt: skip
 
 
 def _assert_same(ref: nn.Module, got: nn.Module, rtol: float | None = None, atol=None) -> None:
@@ -99,10 +112,7 @@ def test_hf_model_trains_on_each_batch_like_plain(gpt2, fraction):
     assert model.lm_head.weight is model.transformer.wte.weight  # tied across stages
     ref = copy.deepcopy(model).train()
     ref.config.use_cache = False  # as enable sets it: no KV cache in training
-    got = enable(
-        copy.deepcopy(model).train(), _budget(prof, fraction),
-        example_input={"input_ids": ids, "labels": ids}, profile=prof,
-    )  # fmt: skip
+    got = _sgd_plan(model, {"input_ids": ids, "labels": ids}, prof, fraction)
     plan = planned(got)
     assert plan is not None and plan.how == "hooks"
     counts = plan.planned_forward_counts()
@@ -136,7 +146,7 @@ def test_hf_head_and_embedding_recomputed(gpt2):
 
 def test_larger_batch_is_refused_and_disable_restores(gpt2):
     model, ids, prof = gpt2
-    got = enable(copy.deepcopy(model), _budget(prof), example_input=ids, profile=prof)
+    got = _sgd_plan(model, ids, prof)
     with pytest.raises(InputError, match=r"\[4, 16\]"):
         got(input_ids=torch.randint(0, VOCAB, (4, 20)), labels=None)
     with pytest.raises(InputError, match="larger batch"):
@@ -153,7 +163,7 @@ def test_hf_gradient_accumulation(gpt2):
     model, ids, prof = gpt2
     ref = copy.deepcopy(model).train()
     ref.config.use_cache = False
-    got = enable(copy.deepcopy(model).train(), _budget(prof), example_input=ids, profile=prof)
+    got = _sgd_plan(model, ids, prof)
     batches = _hf_batches()
     for m in (ref, got):
         opt = torch.optim.SGD(m.parameters(), lr=0.1)
@@ -202,8 +212,7 @@ def test_inplace_relu_at_stage_boundaries(fraction):
     x = torch.randn(8, 16)
     prof = profile_model(copy.deepcopy(model), example_input=x, repeats=1, name="mlp")
     ref = copy.deepcopy(model).train()
-    got = enable(copy.deepcopy(model).train(), _budget(prof, fraction), example_input=x,
-                 profile=prof)  # fmt: skip
+    got = _sgd_plan(model, x, prof, fraction)
     plan = planned(got)
     assert plan.how == "stages" and any(plan.inplace)
     if fraction < 1:
@@ -240,7 +249,7 @@ def test_dict_output_trains_its_classifier():
     prof = profile_model(copy.deepcopy(model), example_input=x, repeats=1, name="dict")
     assert prof.stages[-2].name == "head"
     ref = copy.deepcopy(model).train()
-    got = enable(copy.deepcopy(model).train(), _budget(prof, 0.0), example_input=x, profile=prof)
+    got = _sgd_plan(model, x, prof, 0.0)
     assert planned(got).how == "hooks"
 
     def step(model, batch):
@@ -256,7 +265,7 @@ def test_builtin_resnet_with_its_own_labels():
     model, x, _ = build_model("resnet18", batch_size=2, input_shape=(3, 32, 32))
     prof = profile_model(copy.deepcopy(model), example_input=x, repeats=1, name="resnet18")
     ref = copy.deepcopy(model).train()
-    got = enable(copy.deepcopy(model).train(), _budget(prof), example_input=x, profile=prof)
+    got = _sgd_plan(model, x, prof)
     gen = torch.Generator().manual_seed(4)
     batches = [
         (torch.randn(n, 3, 32, 32, generator=gen), torch.randint(0, 1000, (n,), generator=gen))
@@ -280,8 +289,7 @@ def test_autocast_with_grad_scaler(gpt2, dtype):
     ref.config.use_cache = False
     with torch.autocast("cpu", dtype=dtype):
         prof = profile_model(copy.deepcopy(model), example_input=ids, repeats=1, name="amp")
-        got = enable(copy.deepcopy(model).train(), _budget(prof, 0.0), example_input=ids,
-                     profile=prof)  # fmt: skip
+        got = _sgd_plan(model, ids, prof, 0.0)
     assert sum(planned(got).planned_forward_counts()) > prof.length
     for m in (ref, got):
         opt = torch.optim.SGD(m.parameters(), lr=0.1)
@@ -355,7 +363,13 @@ def test_chain_api_takes_each_batch_labels(gpt2):
 
     model, ids, prof = gpt2
     ref = copy.deepcopy(model).eval()
-    wrapped, _ = fit(copy.deepcopy(model).eval(), ids, memory=_budget(prof), profile=prof)
+    wrapped, _ = fit(
+        copy.deepcopy(model).eval(),
+        ids,
+        memory=_budget(prof),
+        profile=prof,
+        optimizer="sgd",
+    )
     other = torch.randint(0, VOCAB, (4, 16), generator=torch.Generator().manual_seed(9))
     labels = torch.randint(0, VOCAB, (4, 16), generator=torch.Generator().manual_seed(8))
     with torch.enable_grad():
@@ -366,7 +380,7 @@ def test_chain_api_takes_each_batch_labels(gpt2):
     model2 = _mlp(inplace=False).eval()
     x, y = torch.randn(8, 16), torch.randint(0, 5, (8,))
     prof2 = profile_model(copy.deepcopy(model2), example_input=x, repeats=1, name="mlp")
-    wrapped2, _ = fit(model2, x, memory=_budget(prof2), profile=prof2)
+    wrapped2, _ = fit(model2, x, memory=_budget(prof2), profile=prof2, optimizer="sgd")
     loss = wrapped2(x, y)
     assert loss.item() == pytest.approx(nn.functional.cross_entropy(model2(x), y).item(), 1e-6)
     loss.backward()
@@ -459,7 +473,7 @@ def test_hf_offloading_plans(gpt2, algo):
     ref = copy.deepcopy(model).train()
     ref.config.use_cache = False
     got = enable(copy.deepcopy(model).train(), memory, example_input=ids, profile=timed,
-                 algo=algo, slots=500)  # fmt: skip
+                 optimizer="sgd", output_held=False, algo=algo, slots=500)  # fmt: skip
     sched = planned(got).schedule
     assert sched.count("offload") >= 1
     _train([ref, got], _hf_batches(), _hf_step)

@@ -140,7 +140,7 @@ def _train_with_fit(model, x, prof, **kw):
     labels = x.clone()
     labels[:, :2] = -100  # labels of the batch are used (some ignored, as HF allows)
     batch = {"input_ids": x, "attention_mask": torch.ones_like(x), "labels": labels}
-    wrapped, sched = fit(got, batch, profile=prof, **kw)
+    wrapped, sched = fit(got, batch, profile=prof, **{"optimizer": "sgd", **kw})
     torch.manual_seed(11)  # GPT-2 has dropout: the masks must be the same
     expected = _own_loss(ref, x, labels)
     expected.backward()
@@ -181,7 +181,13 @@ def test_encoders_train_under_a_rotor_plan_like_hf(name):
     ref, got = copy.deepcopy(model).train(), copy.deepcopy(model).train()
     labels = linearize(model, x).modules[-1].labels
     wrapped, sched = fit(
-        got, x, memory=_recomputing_budget(prof), profile=prof, labels=labels, gradients="kept"
+        got,
+        x,
+        memory=_recomputing_budget(prof),
+        profile=prof,
+        labels=labels,
+        gradients="kept",
+        optimizer="sgd",
     )
     assert sum(planned_forward_counts(sched, prof.length)) > prof.length
     torch.manual_seed(3)

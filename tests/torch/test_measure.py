@@ -209,9 +209,12 @@ def test_make_optimizer():
     params = [nn.Parameter(torch.zeros(3))]
     assert type(make_optimizer("sgd", params)) is torch.optim.SGD
     assert make_optimizer("momentum", params).defaults["momentum"] == 0.9
-    adam = make_optimizer("adam", params)
-    assert type(adam) is torch.optim.Adam and adam.defaults["fused"]
-    with pytest.raises(InputError, match="--optimizer"):
+    adam = make_optimizer("adam", params)  # PyTorch's default step, as memplan counts it
+    assert type(adam) is torch.optim.Adam and not adam.defaults["fused"]
+    assert make_optimizer("adamw:fused", params).defaults["fused"]
+    assert make_optimizer("adam:foreach", params).defaults["foreach"]
+    assert make_optimizer("adamw:for-loop", params).defaults["foreach"] is False
+    with pytest.raises(InputError, match="optimizer='lion'"):
         make_optimizer("lion", params)
 
 

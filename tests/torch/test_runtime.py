@@ -290,7 +290,7 @@ def test_stage_list_and_fit():
     wrapped = checkpointed(stages, sched)  # unnamed stages: only the count is checked
     wrapped(x).backward()
     fitted, plan = fit(copy.deepcopy(model), x, memory=_recomputing_budget(prof), algo="rotor",
-                       profile=prof)  # fmt: skip
+                       profile=prof, optimizer="sgd")  # fmt: skip
     assert plan.feasible and fitted.schedule is plan
     fitted(x).backward()
     assert [fitted.counters.forward_count(k) for k in range(prof.length)] == (

@@ -18,6 +18,7 @@ from memplan.algorithms.base import AlgorithmInfo, Family, SolveRequest
 from memplan.algorithms.options import slots_option
 
 if TYPE_CHECKING:  # annotations only: declaring the family loads no model
+    from memplan.loop import TrainingLoop
     from memplan.profile.model import Profile
     from memplan.schedule import Schedule
 
@@ -42,7 +43,7 @@ def _chain(profile: Profile, request: SolveRequest) -> Any:
     """
     from memplan.algorithms.chain.problem import Chain
 
-    return Chain.from_profile(profile, request.gradients, request.optimizer)
+    return Chain.from_profile(profile, request.loop)
 
 
 def solve_store_all(profile: Profile, request: SolveRequest) -> Schedule:
@@ -82,20 +83,21 @@ def solve_rotor(profile: Profile, request: SolveRequest) -> Schedule:
     return chain_schedule(profile, request, plan)
 
 
-def describe_chain(
-    profile: Profile, static_memory: int, gradients: str | None = None, optimizer: str = "sgd"
-) -> dict[str, Any]:
+def describe_chain(profile: Profile, static_memory: int, loop: TrainingLoop) -> dict[str, Any]:
     """What ``memplan info`` shows for a chain: store-all need, least memory, the stage table,
-    for the training loop ``gradients`` (docs/model.md).
+    for the training loop ``loop`` (docs/model.md); the optimizer's step after the backward
+    counts in both figures.
     """
     from memplan.algorithms.chain import rotor
     from memplan.algorithms.chain.problem import Chain
+    from memplan.algorithms.timeline import step_peak
 
-    chain = Chain.from_profile(profile, gradients, optimizer)
+    chain = Chain.from_profile(profile, loop)
+    step = step_peak(profile, loop, static_memory)
     return {
         "input_size": profile.input_size,
-        "store_all_memory": static_memory + chain.store_all_peak(),
-        "min_memory": {"chain": static_memory + rotor.chain_min_memory(chain)},
+        "store_all_memory": max(static_memory + chain.store_all_peak(), step),
+        "min_memory": {"chain": max(static_memory + rotor.chain_min_memory(chain), step)},
         "stage_table": [s.model_dump(exclude_none=True) for s in profile.chain_stages],
     }
 

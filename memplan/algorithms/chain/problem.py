@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from collections.abc import Sequence as Seq
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
 from memplan.algorithms.base import ChainPlan, Sequence
+from memplan.loop import TrainingLoop
 from memplan.profile.memory import stage_terms
 from memplan.profile.model import Profile, Stage
 
@@ -130,19 +131,29 @@ class Chain:
         return sum(int(a.sum(dtype=object)) for a in arrays)
 
     @classmethod
-    def from_profile(
-        cls, profile: Profile, gradients: str | None = None, optimizer: str = "sgd"
-    ) -> Chain:
-        """The chain of a chain profile, under the training loop's terms for ``gradients``
-        (``at-backward`` or ``kept``; None: the model before them).
+    def from_profile(cls, profile: Profile, loop: TrainingLoop | None = None) -> Chain:
+        """The chain of a chain profile, under the training loop's terms of ``loop`` (None, or a
+        loop without ``gradients``: the model before them).
+
+        The step in the backward (``step-in-backward``) comes folded into the terms (NOTE
+        [ training-loop memory terms ]): ``B k``'s overhead grows by the gradients it steps and
+        frees at its end and by the step's temporaries (an option's overhead too), and the
+        gradients held after it are those created less those freed, so that the rules of
+        docs/model.md hold unchanged.
         """
         stages = profile.chain_stages
         assert profile.input_size is not None  # a chain profile has one (Profile's validation)
         chain = cls.from_stages(profile.input_size, stages)
-        if gradients is None:
+        if loop is None or loop.gradients is None:
             return chain
-        terms = stage_terms(stages, gradients, optimizer)
-        held = np.concatenate((np.cumsum(terms.weight_grads[::-1])[::-1], [0]))
+        terms = stage_terms(stages, loop)
+        created = np.array(terms.weight_grads, dtype=np.int64)
+        held = np.concatenate((np.cumsum(created[::-1])[::-1], [0]))
+        options = chain.options
+        if options is not None and any(terms.in_backward):
+            counts = np.diff(options.start)
+            extra = np.repeat(np.array(terms.in_backward, dtype=np.int64), counts)
+            options = replace(options, bo=options.bo + extra)
         return cls(
             x=chain.x,
             s=chain.s,
@@ -152,7 +163,7 @@ class Chain:
             ft=chain.ft,
             bt=chain.bt,
             names=chain.names,
-            options=chain.options,
+            options=options,
             fa=np.array(terms.forward_all, dtype=np.int64),
             wh=held.astype(np.int64),
             fr=np.array(terms.freed_input, dtype=np.int64),

@@ -20,6 +20,7 @@ from memplan.algorithms.options import (
 )
 
 if TYPE_CHECKING:  # annotations only: declaring the family loads no model
+    from memplan.loop import TrainingLoop
     from memplan.profile.model import Profile
     from memplan.schedule import Schedule
 
@@ -50,32 +51,36 @@ def solve_pofo(profile: Profile, request: SolveRequest) -> Schedule:
     from memplan.algorithms.timeline import Deadline, offload_schedule
 
     rate = resolve_bandwidth(profile, request.algorithm, request.options.bandwidth)
-    loop, optimizer = request.gradients, request.optimizer  # NOTE [ pofo loop terms ]
+    loop = request.loop  # NOTE [ pofo loop terms ]
     plan = solve.solve_pofo(
-        Chain.from_profile(profile, loop, optimizer),
+        Chain.from_profile(profile, loop),
         request.activation_memory,
         bandwidth=rate,
         slots=request.options.slots,
-        offload_instance=OffloadInstance.from_profile(profile, rate, loop, optimizer),
+        offload_instance=OffloadInstance.from_profile(profile, rate, loop),
         deadline=Deadline.after(request.options.time_limit),
     )
     return offload_schedule(profile, request, plan, rate)
 
 
-def describe_combined(
-    profile: Profile, static_memory: int, gradients: str | None = None, optimizer: str = "sgd"
-) -> dict[str, Any]:
+def describe_combined(profile: Profile, static_memory: int, loop: TrainingLoop) -> dict[str, Any]:
     """What ``memplan info`` adds: pofo's least memory, the least of rotor's and dynprog's (its
-    candidates: NOTE [ pofo loop terms ]), for the training loop ``gradients``.
+    candidates: NOTE [ pofo loop terms ]), for the training loop ``loop``; the optimizer's step
+    after the backward counts in it.
     """
     from memplan.algorithms.chain.least_memory import chain_min_memory
     from memplan.algorithms.chain.problem import Chain
     from memplan.algorithms.offload.model import OffloadInstance
+    from memplan.algorithms.timeline import step_peak
 
-    chain = Chain.from_profile(profile, gradients, optimizer)
-    offload = OffloadInstance.from_profile(profile, profile.bandwidth or 1.0, gradients, optimizer)
+    chain = Chain.from_profile(profile, loop)
+    offload = OffloadInstance.from_profile(profile, profile.bandwidth or 1.0, loop)
     least = min(chain_min_memory(chain), offload.min_memory())  # neither depends on the bandwidth
-    return {"min_memory": {"combined": static_memory + least}}
+    return {
+        "min_memory": {
+            "combined": max(static_memory + least, step_peak(profile, loop, static_memory))
+        }
+    }
 
 
 FAMILY = Family(

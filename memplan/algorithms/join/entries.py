@@ -13,6 +13,7 @@ from memplan.algorithms.base import AlgorithmInfo, Family, SolveRequest
 from memplan.algorithms.options import slots_option, time_limit_option
 
 if TYPE_CHECKING:  # annotations only: declaring the family loads no model
+    from memplan.loop import TrainingLoop
     from memplan.profile.model import Profile
     from memplan.schedule import Schedule
 
@@ -45,11 +46,10 @@ def solve_equiv_chain(profile: Profile, request: SolveRequest) -> Schedule:
     return solve.run_equiv_chain(profile, request)
 
 
-def describe_join(
-    profile: Profile, static_memory: int, gradients: str | None = None, optimizer: str = "sgd"
-) -> dict[str, Any]:
+def describe_join(profile: Profile, static_memory: int, loop: TrainingLoop) -> dict[str, Any]:
     """What ``memplan info`` adds for a join profile: least memory, store-all need, c_min, for
-    the training loop ``gradients`` (NOTE [ join loop terms ]).
+    the training loop ``loop`` (NOTE [ join loop terms ]; the optimizer's step after the backward
+    counts in them).
 
     For a uniform profile (docs/join.md) ``c_min`` is Theorem 2's, in slots of ``slot_size``
     bytes, and the memory figures are the pebble model's (``c_min`` and ``sum(l) + k`` slots);
@@ -59,7 +59,9 @@ def describe_join(
     from memplan.algorithms.join.hetero import JoinNet, min_memory_plan
     from memplan.algorithms.join.pebble import c_min
     from memplan.algorithms.join.solve import uniform
+    from memplan.algorithms.timeline import step_peak
 
+    step = step_peak(profile, loop, static_memory)
     assert profile.branches is not None and profile.turn is not None, "a join profile"
     branches, turn = profile.branches, profile.turn
     lengths = [len(b.stages) for b in branches]
@@ -75,23 +77,23 @@ def describe_join(
         ]
         + [{**turn.model_dump(exclude_none=True), "name": f"turn/{turn.name}"}],
     }
-    u = uniform(profile, gradients, optimizer)
+    u = uniform(profile, loop)
     if u is not None:
         least = c_min(u.lengths)
         found.update(
             join_model="pebble",
             c_min=least,
             slot_size=u.size,
-            store_all_memory=static_memory + (sum(lengths) + len(lengths)) * u.size,
-            min_memory={"join": static_memory + least * u.size},
+            store_all_memory=max(static_memory + (sum(lengths) + len(lengths)) * u.size, step),
+            min_memory={"join": max(static_memory + least * u.size, step)},
         )
         return found
-    net = JoinNet.from_profile(profile, gradients, optimizer)
+    net = JoinNet.from_profile(profile, loop)
     least, _ = min_memory_plan(net)
     found.update(
         join_model="chain",
-        store_all_memory=static_memory + net.peak(net.store_all()),
-        min_memory={"join": static_memory + least},
+        store_all_memory=max(static_memory + net.peak(net.store_all()), step),
+        min_memory={"join": max(static_memory + least, step)},
     )
     return found
 

@@ -41,8 +41,11 @@ loop's less the weight gradients held already (``B i`` needs exactly the loop's)
 ``-g[j][i]`` (the moment before a backward that frees more than it makes); the turn's forward
 overhead and backward overhead are its loop's and its weight gradients count in the gradient of
 branch 0's output; a branch stage's forward takes the larger of ``forward_overhead`` and
-``forward_overhead_all``; autograd's frees are not counted (they only lower the memory). Every
-plan therefore fits in the loop's accounting (the simulator's, :mod:`memplan.simulator.join`).
+``forward_overhead_all``; autograd's frees are not counted (they only lower the memory); the step
+in the backward (``step-in-backward``) comes folded into the stages' terms (``StageTerms`` in
+memplan/profile/memory.py). Every plan therefore fits in the loop's accounting (the simulator's,
+:mod:`memplan.simulator.join`); the optimizer's step after the backward bounds the schedule
+(``step_bound`` in memplan/algorithms/timeline.py).
 
 Complexity: ``O(prod(l + 1) * sum(l) * S)`` for the join part (numpy over the slots), plus the
 rotor tables ``O(l_j^3 S)`` of each branch.
@@ -65,6 +68,7 @@ from memplan.algorithms.join.pebble import JoinOp
 from memplan.algorithms.timeline import Deadline, TimeLimitReached
 from memplan.core import kernels
 from memplan.errors import InputError
+from memplan.loop import TrainingLoop
 from memplan.profile.memory import stage_terms
 from memplan.profile.model import Profile
 
@@ -100,11 +104,9 @@ class JoinNet:
     t_turn: float
 
     @classmethod
-    def from_profile(
-        cls, profile: Profile, gradients: str | None = None, optimizer: str = "sgd"
-    ) -> JoinNet:
-        """The net of a join profile, under the training loop ``gradients`` (NOTE [ join loop
-        terms ]; None: the model before the loop's terms).
+    def from_profile(cls, profile: Profile, loop: TrainingLoop | None = None) -> JoinNet:
+        """The net of a join profile, under the training loop ``loop`` (NOTE [ join loop
+        terms ]; None, or a loop without ``gradients``: the model before the loop's terms).
         """
         assert profile.branches is not None and profile.turn is not None
         chains = [Chain.from_stages(b.input_size, b.stages) for b in profile.branches]
@@ -117,16 +119,16 @@ class JoinNet:
             t.gradient_size,
             t.forward_time + t.backward_time,
         )
-        return net if gradients is None else net.folded(profile, gradients, optimizer)
+        return net if loop is None or loop.gradients is None else net.folded(profile, loop)
 
-    def folded(self, profile: Profile, gradients: str, optimizer: str) -> JoinNet:
+    def folded(self, profile: Profile, loop: TrainingLoop) -> JoinNet:
         """The net with the training loop's terms folded in (NOTE [ join loop terms ])."""
         assert profile.branches is not None and profile.turn is not None
-        turn = stage_terms([profile.turn], gradients, optimizer)
+        turn = stage_terms([profile.turn], loop)
         extra = turn.weight_grads[0]  # the turn's weight gradients, held from the turn on
         chains = []
         for j, (branch, c) in enumerate(zip(profile.branches, self.chains, strict=True)):
-            terms = stage_terms(branch.stages, gradients, optimizer)
+            terms = stage_terms(branch.stages, loop)
             created = np.array(terms.weight_grads, dtype=np.int64)
             held = np.append(np.cumsum(created[::-1])[::-1], 0) + (extra if j == 0 else 0)
             g = c.g + held

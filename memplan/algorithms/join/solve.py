@@ -19,8 +19,9 @@ from typing import Literal
 
 from memplan.algorithms.base import SolveRequest
 from memplan.algorithms.join.pebble import JoinOp
-from memplan.algorithms.timeline import Deadline, TimeLimitReached
-from memplan.errors import InputError
+from memplan.algorithms.timeline import Deadline, TimeLimitReached, step_bound
+from memplan.errors import ArgumentError, InputError
+from memplan.loop import TrainingLoop
 from memplan.profile.memory import stage_terms
 from memplan.profile.model import Profile
 from memplan.schedule import (
@@ -49,19 +50,17 @@ class Uniform:
     lengths: tuple[int, ...]
 
 
-def uniform(
-    profile: Profile, gradients: str | None = None, optimizer: str = "sgd"
-) -> Uniform | None:
+def uniform(profile: Profile, loop: TrainingLoop | None = None) -> Uniform | None:
     """The pebble-model parameters when the profile is uniform (docs/join.md), else None.
 
-    Under a training loop (``gradients``) whose terms add memory to a stage (weight gradients, an
-    overhead of ``F_all`` or of the backward), the profile is not uniform: the chain model plans it
-    (NOTE [ join loop terms ]).
+    Under a training loop (``loop.gradients``) whose terms add memory to a stage (weight
+    gradients, an overhead of ``F_all`` or of the backward), the profile is not uniform: the chain
+    model plans it (NOTE [ join loop terms ]).
     """
     assert profile.branches is not None and profile.turn is not None
-    if gradients is not None:
+    if loop is not None and loop.gradients is not None:
         every = [st for b in profile.branches for st in b.stages] + [profile.turn]
-        terms = stage_terms(every, gradients, optimizer)
+        terms = stage_terms(every, loop)
         if any(terms.weight_grads) or any(terms.forward_all) or any(terms.backward):
             return None
     size = profile.branches[0].input_size
@@ -116,6 +115,9 @@ def _schedule(
     ops: list[Op] = []
     makespan: float | None = None
     overhead: float | None = None
+    bound = step_bound(profile, request, min_memory)  # the optimizer's step after the backward
+    if plan is not None and bound.refusal is not None:
+        plan, status, message = None, "infeasible", bound.refusal
     if plan is None:
         status = "unknown" if status == "unknown" else "infeasible"
     else:
@@ -132,15 +134,13 @@ def _schedule(
         family="join",
         algorithm=algorithm,
         profile=ProfileRef(model=profile.model, sha256=profile.sha256(), stages=profile.length),
-        budget=Budget(
-            memory=request.memory, optimizer=request.optimizer, gradients=request.gradients
-        ),
+        budget=Budget.of(request.memory, request.loop),
         feasible=plan is not None,
         makespan=makespan,
         overhead=overhead,
         lower_bound=profile.lower_bound,
         static_memory=request.static_memory,
-        min_memory=min_memory,
+        min_memory=bound.least,
         join_model=model,
         join_slots=join_slots,
         solver=SolverInfo(
@@ -154,10 +154,29 @@ def _pebble_slots(request: SolveRequest, u: Uniform) -> int:
     return max(0, request.memory - request.static_memory) // u.size
 
 
+def _check_loop(request: SolveRequest) -> None:
+    """Refuse what the join family cannot plan for: a caller that holds the model's output (the
+    loss joins every branch: which of its inputs the caller keeps is not a join profile's field).
+
+    Raises
+    ------
+    ArgumentError
+        Naming ``output_held``.
+    """
+    if request.loop.output_held:
+        raise ArgumentError(
+            "output_held",
+            "the join family cannot plan for a caller that holds the model's output (the loss "
+            "reads every branch); plan without it, or with a chain profile",
+            True,
+        )
+
+
 def run_join(profile: Profile, request: SolveRequest) -> Schedule:
     """``--algo join``: the optimal canonical schedule (Theorem 3; its generalization otherwise)."""
+    _check_loop(request)
     started = time.perf_counter()
-    u = uniform(profile, request.gradients, request.optimizer)
+    u = uniform(profile, request.loop)
     if u is not None:
         return _join_pebble(profile, request, u, started)
     return _join_chain(profile, request, started)
@@ -207,7 +226,7 @@ def _join_chain(profile: Profile, request: SolveRequest, started: float) -> Sche
 
     slots = request.options.slots
     deadline = Deadline.after(request.options.time_limit)
-    net = JoinNet.from_profile(profile, request.gradients, request.optimizer)
+    net = JoinNet.from_profile(profile, request.loop)
     budget = request.memory - request.static_memory
     try:
         least, least_plan = min_memory_plan(net, deadline)
@@ -286,8 +305,9 @@ def _join_chain(profile: Profile, request: SolveRequest, started: float) -> Sche
 
 def run_equiv_chain(profile: Profile, request: SolveRequest) -> Schedule:
     """``--algo equiv-chain``: the paper's baseline (Section 4, Figure 9)."""
+    _check_loop(request)
     started = time.perf_counter()
-    u = uniform(profile, request.gradients, request.optimizer)
+    u = uniform(profile, request.loop)
     if u is not None:
         return _equiv_pebble(profile, request, u, started)
     return _equiv_chain_model(profile, request, started)
@@ -339,7 +359,7 @@ def _equiv_chain_model(profile: Profile, request: SolveRequest, started: float) 
     from memplan.algorithms.join.hetero import JoinNet
 
     slots = request.options.slots
-    net = JoinNet.from_profile(profile, request.gradients, request.optimizer)
+    net = JoinNet.from_profile(profile, request.loop)
     chain, starts, pinned = equivalent_chain(net)
     budget = request.memory - request.static_memory
     result = plan_rotor(chain, budget - pinned, slots=slots)

@@ -20,6 +20,7 @@ from memplan.algorithms.options import (
 )
 
 if TYPE_CHECKING:  # annotations only: declaring the family loads no model
+    from memplan.loop import TrainingLoop
     from memplan.profile.model import Profile
     from memplan.schedule import Schedule
 
@@ -52,7 +53,7 @@ def _instance(profile: Profile, request: SolveRequest) -> tuple[Any, float]:
     from memplan.algorithms.offload.model import OffloadInstance
 
     rate = resolve_bandwidth(profile, request.algorithm, request.options.bandwidth)
-    instance = OffloadInstance.from_profile(profile, rate, request.gradients, request.optimizer)
+    instance = OffloadInstance.from_profile(profile, rate, request.loop)
     return instance, rate
 
 
@@ -107,18 +108,19 @@ def solve_vdnn(profile: Profile, request: SolveRequest) -> Schedule:
     return offload_schedule(profile, request, plan, rate)
 
 
-def describe_offload(
-    profile: Profile, static_memory: int, gradients: str | None = None, optimizer: str = "sgd"
-) -> dict[str, Any]:
+def describe_offload(profile: Profile, static_memory: int, loop: TrainingLoop) -> dict[str, Any]:
     """What ``memplan info`` adds: the least memory with every activation offloaded, M_peak,
-    for the training loop ``gradients`` (NOTE [ offload loop terms ]).
+    for the training loop ``loop`` (NOTE [ offload loop terms ]); the optimizer's step after the
+    backward counts in both figures.
     """
     from memplan.algorithms.offload.model import OffloadInstance
+    from memplan.algorithms.timeline import step_peak
 
-    offload = OffloadInstance.from_profile(profile, profile.bandwidth or 1.0, gradients, optimizer)
+    offload = OffloadInstance.from_profile(profile, profile.bandwidth or 1.0, loop)
+    step = step_peak(profile, loop, static_memory)
     return {
-        "min_memory": {"offload": static_memory + offload.min_memory()},
-        "offload_peak": static_memory + offload.peak(),
+        "min_memory": {"offload": max(static_memory + offload.min_memory(), step)},
+        "offload_peak": max(static_memory + offload.peak(), step),
     }
 
 

@@ -33,7 +33,12 @@ before it starts is then the most, and a prefetch overlapping it must fit there 
 ``a[k]`` (``s[k-1]``, which holds it) counts ``ac[k] = a[k] - fr[k]`` bytes from the end of
 ``F_k`` on: ``F_k`` needs ``a[k]``, every later operation counts ``ac[k]`` (``B_k`` needs
 ``ac[k]`` and ``ac[k+1]``); such an activation is *pinned*, never offloaded (T6 of
-docs/combined.md). In the model before the loop's terms ``ac = a`` and nothing is pinned.
+docs/combined.md). In the model before the loop's terms ``ac = a`` and nothing is pinned. Under
+``step-in-backward`` the step in the backward comes folded into the terms (``StageTerms``,
+memplan/profile/memory.py): ``bo[k]`` holds the gradients ``B_k`` steps and frees at its end and
+the step's temporaries, ``wg[k]`` is what ``B_k`` leaves held (negative where it completes a
+gradient a later stage created). The optimizer's step after the backward is no term of this
+model: it bounds the schedule (``step_bound`` in memplan/algorithms/timeline.py).
 """
 
 from __future__ import annotations
@@ -45,6 +50,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from memplan.loop import TrainingLoop
 from memplan.profile.memory import stage_terms
 from memplan.profile.model import Profile
 
@@ -86,18 +92,14 @@ class OffloadInstance:
 
     @classmethod
     def from_profile(
-        cls,
-        profile: Profile,
-        bandwidth: float,
-        gradients: str | None = None,
-        optimizer: str = "sgd",
+        cls, profile: Profile, bandwidth: float, loop: TrainingLoop | None = None
     ) -> OffloadInstance:
         """Build the instance; ``bandwidth`` is in bytes per second (the profile's unit);
-        ``gradients``: the training loop whose terms it counts (NOTE [ offload loop terms ];
-        None: the model before them).
+        ``loop``: the training loop whose terms it counts (NOTE [ offload loop terms ]; None, or
+        a loop without ``gradients``: the model before them).
         """
         st = profile.chain_stages
-        terms = stage_terms(st, gradients, optimizer)
+        terms = stage_terms(st, loop)
         created = np.array(terms.weight_grads, dtype=np.int64)
         after = np.append(np.cumsum(created[::-1])[::-1], 0)[1:]  # wh[k+1]: stages k+1 .. n-1
         g = np.array([0] + [s.gradient_size for s in st], dtype=np.int64)

@@ -2,9 +2,29 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 import torch
 
-__all__ = ["storage_key"]
+__all__ = ["storage_key", "tensors_of"]
+
+
+def tensors_of(value: Any) -> list[torch.Tensor]:
+    """The tensors of a value: itself, or those of a mapping (a dict, a Hugging Face output), a
+    tuple or a list, at any depth (a model's output, what a loop keeps of it).
+    """
+    found: list[torch.Tensor] = []
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, torch.Tensor):
+            found.append(item)
+        elif isinstance(item, Mapping):
+            stack.extend(item.values())
+        elif isinstance(item, (tuple, list)):
+            stack.extend(item)
+    return found
 
 
 def storage_key(tensor: torch.Tensor) -> tuple[int, int] | None:

@@ -96,11 +96,12 @@ from memplan.torch.compare.ways import (
     least_memory,
     make_setup,
     sequential_way,
+    store_all_peak,
     without_options,
 )
 from memplan.torch.measure.allocator_peak import allocator_peak, profiled_copy
 from memplan.torch.measure.step import make_optimizer
-from memplan.torch.profiler.model import profile_model
+from memplan.torch.planner import PlanSettings, profile_for_training
 from memplan.torch.split.chunked_loss import chunk_loss, profile_loss_chunks
 
 __all__ = [
@@ -469,10 +470,10 @@ def _profiles(
             continue
         label = f"{setup.label}, the loss in {loss_chunks} chunks" if chunked else setup.label
         note(f"profiling {label} ({len(setup.chain.stages)} stages)")
-        found[chunked] = profile_model(
-            setup.module, example_input=setup.x, device=str(setup.x.device), repeats=repeats,
-            name=setup.label, threads=threads, selective=selective,
-            loss_chunks=loss_chunks if chunked else None,
+        settings = PlanSettings(repeats=repeats, loss_chunks=loss_chunks if chunked else None)
+        found[chunked] = profile_for_training(
+            setup.module, setup.x, settings, name=setup.label, threads=threads,
+            selective=selective,
         )  # fmt: skip
     if False not in found:
         raise InputError("profile: a profile with the loss in chunks; give the model's own")
@@ -537,9 +538,7 @@ class _Plans:
             ways += self._least(algo) if algo != "store-all" else []
         if fractions and "rotor" in algos:
             least = least_memory(self.blocks, "rotor", self.optimizer)
-            top = memplan.solve(
-                self.blocks, "store-all", 2**50, optimizer=self.optimizer, gradients="at-backward"
-            ).peak_memory
+            top = store_all_peak(self.blocks, self.optimizer)
             for f in fractions:
                 if least is None or top is None or not 0.0 <= f <= 1.0:
                     raise InputError(f"fractions {f!r}: expected 0..1 (and a rotor plan)")

@@ -20,11 +20,13 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-import memplan
+from memplan.budget import check_memory
 from memplan.errors import InputError
+from memplan.loop import parse_optimizer
+from memplan.profile.memory import loop_on
 from memplan.torch.models.hf import hf_task, is_hf_model
 from memplan.torch.models.registry import build_model
-from memplan.torch.planner import enable
+from memplan.torch.planner import PlanSettings, enable, plan_training
 from memplan.torch.runtime.checkpointed import checkpointed
 from memplan.torch.runtime.planned import disable, install, planned, prepare
 from memplan.torch.split.hf import default_labels
@@ -364,20 +366,23 @@ def enable_way(
     example_input=batch, profile=prof)``, then the model's own step (``model(**batch).loss``).
     ``memory`` None: a store-all plan, given its own need as the budget.
 
-    The plan is installed while the way runs (:attr:`Way.active`) and removed after, so that the
-    other ways train the same model plainly; installing it is not part of the measured step.
+    The loop is the one every way trains in, told to ``enable`` (nothing left to watch):
+    PyTorch's default (``zero_grad()`` sets the gradients to None), the loss held, the output
+    not. The plan is installed while the way runs (:attr:`Way.active`) and removed after, so that
+    the other ways train the same model plainly; installing it is not part of the measured step.
     """
     outcome = Outcome(_memplan_name(algo, setting, suffix), "memplan", setting, budget=memory)
     model = setup.module
     try:
         enable(
             model, STORE_ALL_PROBE if memory is None else memory, example_input=setup.x,
-            algo=algo, profile=prof, optimizer=optimizer,
+            algo=algo, profile=prof, optimizer=optimizer, gradients=GRADIENTS,
+            output_held=False,
         )  # fmt: skip
     except InputError as exc:
         if not str(exc).startswith("no "):  # "no rotor plan fits in ...": a row without a plan
             raise
-        outcome.skipped = str(exc).replace(f"fits in {memory}", f"fits in {memory} bytes")
+        outcome.skipped = str(exc)
         return Way(outcome)
     found = planned(model)
     assert found is not None
@@ -401,6 +406,17 @@ def enable_way(
 
 STORE_ALL_PROBE = 2**50
 """A budget no store-all plan exceeds: what its need is read from (never shown as a budget)."""
+GRADIENTS = "at-backward"
+"""The loop every way trains in: PyTorch's default, ``zero_grad()`` sets the gradients to None."""
+
+
+def _planned(prof: Any, algo: str, memory: int, optimizer: str) -> Any:
+    """The plan :func:`enable_way`'s ``enable`` makes, without a model (NOTE [ one planning
+    path ] in memplan/torch/planner.py): the same loop (:data:`GRADIENTS`, the output not held),
+    the same settings.
+    """
+    loop = loop_on(prof, parse_optimizer(optimizer), GRADIENTS)
+    return plan_training(prof, check_memory(memory), loop, PlanSettings(algo))
 
 
 def fit_way(
@@ -420,11 +436,7 @@ def fit_way(
     """
     front = f"fit(loss_chunks={chunks}) "
     outcome = Outcome(_memplan_name(algo, setting, suffix, front), "memplan", setting)
-    # every way trains in PyTorch's default loop (zero_grad() sets the gradients to None)
-    sched = memplan.solve(
-        prof, algo=algo, memory=STORE_ALL_PROBE if memory is None else memory,
-        optimizer=optimizer, gradients="at-backward",
-    )  # fmt: skip
+    sched = _planned(prof, algo, STORE_ALL_PROBE if memory is None else memory, optimizer)
     outcome.budget = sched.peak_memory if memory is None else memory
     if not sched.feasible:
         least = "" if sched.min_memory is None else f"; least memory {sched.min_memory} bytes"
@@ -437,5 +449,10 @@ def fit_way(
 
 
 def least_memory(prof: Any, algo: str, optimizer: str) -> int | None:
-    probe = memplan.solve(prof, algo=algo, memory=1, optimizer=optimizer, gradients="at-backward")
-    return probe.min_memory
+    """The least memory of ``algo``'s plans, as :func:`enable_way` plans them."""
+    return _planned(prof, algo, 1, optimizer).min_memory
+
+
+def store_all_peak(prof: Any, optimizer: str) -> int | None:
+    """The planned peak of the store-all plan (the budget above which nothing is recomputed)."""
+    return _planned(prof, "store-all", STORE_ALL_PROBE, optimizer).peak_memory

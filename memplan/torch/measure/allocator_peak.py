@@ -27,7 +27,9 @@ from typing import Any, TypeVar
 import torch
 from torch import Tensor
 
-__all__ = ["allocator_peak", "distinct_bytes", "profiled_copy"]
+from memplan.torch.base.storage import tensors_of
+
+__all__ = ["allocator_peak", "distinct_bytes", "loop_peaks", "profiled_copy"]
 
 T = TypeVar("T")
 
@@ -113,3 +115,56 @@ def allocator_peak(
     _, first_bytes, first_total = events[0]
     before = first_total - first_bytes
     return start + max(0, max(total for _, _, total in events) - before), result
+
+
+def loop_peaks(
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    batches: Iterable[Any],
+    loss: Callable[[torch.nn.Module, Any, dict[str, Any]], Tensor],
+    *,
+    set_to_none: bool = True,
+    after: Callable[[], T] | None = None,
+) -> list[tuple[int, T | None]]:
+    """A user's training loop, each step's peak by the allocator's own count: ``[(peak,
+    after())]``.
+
+    Each step: ``optimizer.zero_grad(set_to_none=...)``, ``loss(model, batch, kept).backward()``,
+    ``optimizer.step()``, where ``loss`` computes the loss as the user does and may keep what the
+    user keeps until the next step in ``kept`` (``kept["out"] = model(x)``). Resident at a step's
+    start: the weights and buffers, the gradients kept, the optimizer's state, the batch (copied
+    under the profiler, :func:`profiled_copy`) and what was kept from the step before (counted by
+    its bytes). The garbage collector runs before each step: a cycle freed during a step (the
+    caller's, not the loop's) would lower the allocator's running total. ``after`` is called after
+    each step (what memplan planned for it, for a comparison).
+    """
+    import gc
+
+    kept: dict[str, Any] = {}
+    rows: list[tuple[int, T | None]] = []
+    for batch in batches:
+        optimizer.zero_grad(set_to_none=set_to_none)
+        if isinstance(batch, dict):
+            copied: Any = {k: profiled_copy(v) for k, v in batch.items()}
+            inputs = list(copied.values())
+        else:
+            copied = tuple(profiled_copy(t) for t in batch)
+            inputs = list(copied)
+        held: list[Any] = [*model.parameters(), *model.buffers(), *inputs]
+        held += [p.grad for p in model.parameters() if p.grad is not None]
+        held += [t for state in optimizer.state.values() for t in state.values()]
+        before = distinct_bytes(tensors_of(kept))
+        gc.collect()
+
+        def step(copied: Any = copied) -> None:
+            loss(model, copied, kept).backward()
+            optimizer.step()
+
+        peak, _ = allocator_peak(step, held, _device(model))
+        rows.append((peak + before, None if after is None else after()))
+    return rows
+
+
+def _device(model: torch.nn.Module) -> torch.device:
+    first = next(iter(model.parameters()), None)
+    return first.device if first is not None else torch.device("cpu")

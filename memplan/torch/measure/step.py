@@ -18,7 +18,7 @@ temporaries, the input batch and the loss (docs/runtime.md, "The measured peak")
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,51 +26,42 @@ import torch
 from torch import Tensor, nn
 
 import memplan
-from memplan.api import static_memory
 from memplan.errors import InputError
+from memplan.loop import Optimizer, TrainingLoop, parse_optimizer
+from memplan.profile.memory import static_bytes
+from memplan.torch.base.optimizers import build_optimizer
 from memplan.torch.measure.probe import CpuProbe
-from memplan.torch.runtime.checkpointed import checkpointed
+from memplan.torch.runtime.checkpointed import CheckpointedChain, checkpointed
 from memplan.torch.runtime.plan import planned_activation_peak
 from memplan.torch.split.chunked_loss import chunk_loss, profile_loss_chunks
+from memplan.torch.split.hf import hf_batch
 from memplan.torch.split.linearize import linearize
 
 __all__ = [
-    "OPTIMIZERS",
     "StepMeasurement",
     "make_optimizer",
     "measure_step",
     "train_under_plan",
 ]
 
-OPTIMIZERS = ("none", "sgd", "momentum", "adam")
-"""The ``--optimizer`` names :func:`make_optimizer` builds (``none`` trains with plain SGD)."""
 
-MOMENTUM = 0.9
-
-
-def make_optimizer(name: str, params: Iterable[Tensor], lr: float = 0.01) -> torch.optim.Optimizer:
-    """The ``torch.optim`` optimizer of ``--optimizer NAME``, as memplan's static memory counts it.
+def make_optimizer(
+    name: str | Optimizer, params: Iterable[Tensor], lr: float = 0.01
+) -> torch.optim.Optimizer:
+    """The ``torch.optim`` optimizer of ``--optimizer NAME[:STEP]``, as memplan's budget counts it.
 
     ``sgd`` (and ``none``, whose budget leaves the weights out): ``SGD(lr)``; ``momentum``:
-    ``SGD(lr, momentum=0.9)``; ``adam``: ``Adam(lr, fused=True)``. The fused Adam updates each
-    parameter in place: its step needs no memory beyond its state (two moments and a step count
-    per parameter). The default implementations need more during the step: the ``foreach`` one
-    (CUDA) a temporary as large as all the weights, the for-loop one (CPU) two temporaries as
-    large as the largest parameter (docs/runtime.md, "The optimizer step").
+    ``SGD(lr, momentum=0.9)``; ``adam``: ``Adam(lr)``; ``adamw``: ``AdamW(lr)``; the step as
+    named (``adamw:fused``: ``fused=True``, ``:foreach``, ``:for-loop``), PyTorch's default
+    otherwise (:func:`memplan.torch.base.optimizers.build_optimizer`; the temporaries of each:
+    NOTE [ optimizer step temporaries ] in memplan/loop.py).
 
     Raises
     ------
     InputError
-        An unknown name.
+        An unknown name (:class:`~memplan.errors.ArgumentError` naming ``optimizer``).
     """
-    params = list(params)
-    if name in ("none", "sgd"):
-        return torch.optim.SGD(params, lr=lr)
-    if name == "momentum":
-        return torch.optim.SGD(params, lr=lr, momentum=MOMENTUM)
-    if name == "adam":
-        return torch.optim.Adam(params, lr=lr, fused=True)
-    raise InputError(f"--optimizer {name!r}: expected one of {', '.join(OPTIMIZERS)}")
+    return build_optimizer(parse_optimizer(name), params, lr)
 
 
 @dataclass(frozen=True)
@@ -122,9 +113,10 @@ def _storages(tensors: Iterable[Any]) -> dict[int, int]:
     return found
 
 
-def _resident(model: nn.Module, x: Tensor, optimizer: torch.optim.Optimizer) -> dict[int, int]:
+def _resident(model: nn.Module, x: Any, optimizer: torch.optim.Optimizer) -> dict[int, int]:
     """The storages the iteration starts with: model, gradients, optimizer state, input."""
-    tensors: list[Any] = [*model.parameters(), *model.buffers(), x]
+    inputs = list(x.values()) if isinstance(x, Mapping) else [x]
+    tensors: list[Any] = [*model.parameters(), *model.buffers(), *inputs]
     tensors += [p.grad for p in model.parameters() if p.grad is not None]
     for group in optimizer.param_groups:
         for param in group["params"]:
@@ -171,16 +163,59 @@ def replay_peak(events: Iterable[tuple[int, int]], resident: dict[int, int]) -> 
     return peak, total
 
 
+Batch = Tensor | Mapping[str, Any]
+"""A step's input: a tensor, or a Hugging Face batch (``input_ids``, ``labels``...)."""
+
+
+def _loss(model: Callable[..., Any], batch: Batch) -> Tensor:
+    """The loss of one step on ``batch``.
+
+    ``model(x)``; for a batch mapping, ``model(x, labels)`` on a wrapped chain (its loss stage
+    takes them), ``model(**batch).loss`` on a model.
+    """
+    if not isinstance(batch, Mapping):
+        return model(batch)
+    if isinstance(model, CheckpointedChain):
+        x, labels = hf_batch(batch)
+        return model(x, labels)
+    out = model(**batch)
+    loss = out.get("loss") if isinstance(out, Mapping) else getattr(out, "loss", out)
+    if not isinstance(loss, Tensor):
+        raise InputError(
+            f"{type(model).__name__}(**batch) returned no loss: give the batch its labels"
+        )
+    return loss
+
+
 def _iteration(
-    model: Callable[[Tensor], Tensor], x: Tensor, optimizer: torch.optim.Optimizer
+    model: Callable[..., Any], x: Batch, optimizer: torch.optim.Optimizer
 ) -> Callable[[], Tensor]:
     def run() -> Tensor:
-        loss = model(x)
+        loss = _loss(model, x)
         loss.backward()
         optimizer.step()
         return loss.detach()
 
     return run
+
+
+def _copy(batch: Batch) -> Batch:
+    """A copy of the batch made while the profiler records memory (its frees are seen)."""
+    with torch.profiler.profile(
+        activities=[torch.profiler.ProfilerActivity.CPU], profile_memory=True
+    ):
+        if isinstance(batch, Mapping):
+            return {k: v.clone() if isinstance(v, Tensor) else v for k, v in batch.items()}
+        return batch.clone()
+
+
+def _device(batch: Batch) -> torch.device:
+    if isinstance(batch, Tensor):
+        return batch.device
+    found = next((v for v in batch.values() if isinstance(v, Tensor)), None)
+    if found is None:
+        raise InputError("measure_step: the batch holds no tensor")
+    return found.device
 
 
 def _measure_cpu(run: Callable[[], Tensor], resident: dict[int, int]) -> tuple[int, int, Tensor]:
@@ -192,8 +227,8 @@ def _measure_cpu(run: Callable[[], Tensor], resident: dict[int, int]) -> tuple[i
 
 
 def measure_step(
-    model: Callable[[Tensor], Tensor],
-    x: Tensor,
+    model: Callable[..., Any],
+    x: Batch,
     optimizer: torch.optim.Optimizer,
     *,
     set_to_none: bool = True,
@@ -203,7 +238,9 @@ def measure_step(
     The iteration is ``optimizer.zero_grad(set_to_none=...)``, then (measured) ``loss = model(x)``,
     ``loss.backward()``, ``optimizer.step()``. ``model`` is a module whose forward returns the
     scalar loss: a :class:`~memplan.torch.CheckpointedChain` (the iteration follows its plan) or
-    any training module (plain training, to compare).
+    any training module (plain training, to compare). With a Hugging Face batch, the loss is
+    ``model(**batch).loss`` (a model under :func:`memplan.torch.enable`, or plain), or the
+    wrapped chain's on the batch's input and labels.
 
     By default the loop is PyTorch's: ``zero_grad()`` sets the gradients to None, so each
     parameter's gradient appears during the backward, at the backward of the stage that owns it,
@@ -216,9 +253,10 @@ def measure_step(
     Parameters
     ----------
     model : callable
-        ``model(x)`` returns the loss.
-    x : Tensor
-        The input batch (on the device measured).
+        ``model(x)`` returns the loss (``model(**x).loss`` for a batch mapping).
+    x : Tensor or mapping
+        The input batch (on the device measured), or a Hugging Face batch (``input_ids``,
+        ``labels``, ...).
     optimizer : torch.optim.Optimizer
         The optimizer of the parameters (see :func:`make_optimizer`).
     set_to_none : bool
@@ -231,7 +269,7 @@ def measure_step(
         ``peak``: bytes, everything included (see the module docstring for the method).
     """
     optimizer.zero_grad(set_to_none=set_to_none)
-    device = x.device
+    device = _device(x)
     started = time.perf_counter()
     if device.type == "cuda":
         run = _iteration(model, x, optimizer)
@@ -248,10 +286,7 @@ def measure_step(
         # The allocator reports the free of a block only when it saw its allocation (under a
         # profiler): the iteration reads a copy of the input made under one, so that a plan
         # offloading x[0] is seen freeing it.
-        with torch.profiler.profile(
-            activities=[torch.profiler.ProfilerActivity.CPU], profile_memory=True
-        ):
-            batch = x.clone()
+        batch = _copy(x)
         run = _iteration(model, batch, optimizer)
         modules = model if isinstance(model, nn.Module) else nn.Module()
         resident = _resident(modules, batch, optimizer)
@@ -314,27 +349,28 @@ def train_under_plan(
         weights and gradients out: the measure is compared with ``budget_measured`` = the budget
         plus the static memory of SGD.
     """
-    optimizer_name = schedule.budget.optimizer
+    loop = schedule.budget.loop
+    optimizer_name = loop.optimizer.name
     if set_to_none is None:
-        set_to_none = schedule.budget.gradients == "at-backward"
+        set_to_none = loop.gradients != "kept"
     module.train()
     prof = memplan.load_profile(profile)
     chain = chunk_loss(linearize(module, x), x, profile_loss_chunks(prof), prof.model)
     wrapped = checkpointed(chain, schedule, profile=prof, tally=True)  # the bytes held
-    optimizer = make_optimizer(optimizer_name, module.parameters(), lr=lr)
+    optimizer = build_optimizer(loop.optimizer, module.parameters(), lr=lr)
     measured = [measure_step(wrapped, x, optimizer, set_to_none=set_to_none) for _ in range(steps)]
     counters = wrapped.counters
     budget = schedule.budget.memory
     compared = budget
     if optimizer_name == "none" and budget is not None:
-        compared = budget + static_memory(prof, "sgd")
+        compared = budget + static_bytes(prof, TrainingLoop(Optimizer("sgd")))
     peak = max(m.peak for m in measured)
     n = len(wrapped.names)
     return {
         "model": prof.model,
         "algorithm": schedule.algorithm,
         "device": x.device.type,
-        "optimizer": optimizer_name,
+        "optimizer": loop.optimizer.text,
         "torch_optimizer": type(optimizer).__name__,
         "set_to_none": set_to_none,
         "steps": steps,

@@ -64,7 +64,12 @@ LINEARIZE_SAMPLES = 1
 """Samples of the batch on which :func:`linearize_on_sample` checks the chain."""
 
 
-def linearize_on_sample(model: nn.Module, x: Tensor, samples: int = LINEARIZE_SAMPLES) -> Chain:
+def linearize_on_sample(
+    model: nn.Module,
+    x: Tensor,
+    samples: int = LINEARIZE_SAMPLES,
+    labels: Tensor | None = None,
+) -> Chain:
     """:func:`~memplan.torch.split.linearize.linearize`, checked on the first ``samples`` samples only.
 
     The check (the chain reproduces the model's output, in eval mode) is about the model's
@@ -74,10 +79,11 @@ def linearize_on_sample(model: nn.Module, x: Tensor, samples: int = LINEARIZE_SA
     built on the whole batch, their stages being tied to the traced shapes. The loss stage is
     built for the whole batch, as
     ``linearize(model, x)`` builds it (same targets). A model whose output on the sample has no
-    batch dimension of that size (it squeezes it) is checked on the whole batch instead.
+    batch dimension of that size (it squeezes it) is checked on the whole batch instead, and so
+    is one given ``labels`` (a Hugging Face batch's: the loss stage's targets).
     """
-    if x.dim() == 0 or x.shape[0] <= samples or traces_its_input(model):
-        return linearize(model, x)  # a traced chain serves inputs of the traced shape only
+    if x.dim() == 0 or x.shape[0] <= samples or traces_its_input(model) or labels is not None:
+        return linearize(model, x, labels=labels)  # a traced chain: inputs of its shape only
     outputs: list[Tensor] = []  # the model's output on the sample, which the check computes
     hook = model.register_forward_hook(lambda _module, _args, out: outputs.append(out))
     try:
@@ -192,6 +198,14 @@ def _gradient_bytes(module: nn.Module, creates: set[int], device: torch.device) 
     return sum(allocation_bytes(p.numel() * p.element_size(), device) for p in params.values())
 
 
+def _first_use_gradients(params: list[nn.Parameter], device: torch.device) -> tuple[int, int]:
+    """Bytes of the gradients of ``params`` (the trainable ones), and the largest of them."""
+    sizes = [
+        allocation_bytes(p.numel() * p.element_size(), device) for p in params if p.requires_grad
+    ]
+    return sum(sizes), max(sizes, default=0)
+
+
 def _noise(summaries: list[tuple[str, Summary, float]], timed: bool) -> Noise | None:
     if not timed or not summaries:
         return None
@@ -232,6 +246,9 @@ def profile_stages(
             counted.update(id(p) for p in params)
             own = {id(p) for p in params}
             creates = {i for i, last in last_user.items() if last == k}
+            # the gradients this stage completes (it uses their parameters first): what the
+            # optimizer step in the backward steps and frees at the end of its backward
+            first_use, largest = _first_use_gradients(params, x.device)
             key = None
             if dedupe and k < len(chain) - 1:
                 key = stage_signature(module, x, input_grad=k > 0, counted=own, creates=creates)
@@ -277,6 +294,8 @@ def profile_stages(
                     + (2 * m.output_size if k == len(chain) - 1 else 0),
                     grad_size=None if m.grad_size == m.output_size else m.grad_size,
                     weight_grad_size=m.weight_grad_size,
+                    first_use_grad_size=first_use if weight_grads else None,
+                    largest_grad_size=largest if weight_grads else None,
                     backward_overhead_fresh=m.backward_overhead_fresh,
                     forward_overhead_all=m.forward_overhead_all if weight_grads else None,
                     input_saved=m.input_saved if weight_grads else None,

@@ -45,8 +45,9 @@ from memplan.torch.models.registry import example_input as default_example_input
 from memplan.torch.profiler.chain import ProgressCallback, linearize_on_sample, profile_stages
 from memplan.torch.profiler.join import profile_join
 from memplan.torch.split.chunked_loss import chunk_loss, loss_chunks_extra
+from memplan.torch.split.hf import hf_batch
 
-__all__ = ["CPU_THREADS", "library_workspace", "profile_model", "resolve_gpu"]
+__all__ = ["CPU_THREADS", "library_workspace", "parameter_sizes", "profile_model", "resolve_gpu"]
 
 
 def resolve_gpu(
@@ -87,7 +88,7 @@ def _module_label(model: nn.Module) -> str:
 def profile_model(
     model: str | nn.Module,
     *,
-    example_input: Tensor | None = None,
+    example_input: Tensor | Mapping[str, Any] | None = None,
     batch_size: int | None = None,
     input_shape: tuple[int, ...] | None = None,
     device: str = "auto",
@@ -118,8 +119,11 @@ def profile_model(
         A model name (``resnet50``, ``gpt-small``, see :data:`memplan.torch.models.registry.MODELS`), a
         ``package.module:factory`` spec, or a module. A module is moved to ``device`` and
         ``dtype`` in place; its training flags and buffers are restored afterwards.
-    example_input : Tensor, optional
-        The chain input; built from ``batch_size`` and ``input_shape`` when omitted.
+    example_input : Tensor or mapping, optional
+        The chain input, or a Hugging Face batch (``input_ids`` or ``pixel_values``,
+        ``labels``, an all-ones ``attention_mask``: :func:`memplan.torch.split.hf.hf_batch`; its
+        labels are the loss stage's targets); built from ``batch_size`` and ``input_shape`` when
+        omitted.
     batch_size : int, optional
         Samples per batch (default: 32 for images, the model's own for transformers).
     input_shape : tuple of int, optional
@@ -186,6 +190,9 @@ def profile_model(
         isinstance(threads, bool) or not isinstance(threads, int) or threads < 1
     ):
         raise InputError(f"--threads {threads!r}: expected a positive integer")
+    labels = None
+    if isinstance(example_input, Mapping):
+        example_input, labels = hf_batch(example_input)
     on_cpu = device == "cpu" or (device == "auto" and not torch.cuda.is_available())
     if threads is None and (on_cpu or estimate is not None or gpu_spec is not None):
         threads = CPU_THREADS
@@ -194,7 +201,7 @@ def profile_model(
             model, example_input=example_input, batch_size=batch_size, input_shape=input_shape,
             device=device, dtype=dtype, repeats=repeats, progress=progress, name=name,
             estimate=estimate, gpu_spec=gpu_spec, config=config, dedupe=dedupe,
-            selective=selective, loss_chunks=loss_chunks,
+            selective=selective, loss_chunks=loss_chunks, labels=labels,
         )  # fmt: skip
         prof = _with_conditions(prof, dtype)
     if prof.device is not None and prof.device.kind == "cuda":
@@ -229,6 +236,24 @@ def library_workspace(device: torch.device, dtype: torch.dtype) -> int:
     return max(0, torch.cuda.memory_allocated(device) - before)
 
 
+def parameter_sizes(groups: list[list[nn.Parameter]], device: torch.device) -> list[int]:
+    """The gradients of the trainable parameters of ``groups``, in order, 0 between two groups.
+
+    Each distinct parameter once, as the allocator counts its gradient: the order a for-loop
+    optimizer step goes through them (a profile's ``parameter_sizes``, docs/model.md).
+    """
+    sizes: list[int] = []
+    seen: set[int] = set()
+    for group in groups:
+        if sizes and sizes[-1] != 0:
+            sizes.append(0)
+        for p in group:
+            if p.requires_grad and id(p) not in seen:
+                seen.add(id(p))
+                sizes.append(allocation_bytes(p.numel() * p.element_size(), device))
+    return sizes[:-1] if sizes and sizes[-1] == 0 else sizes
+
+
 CPU_THREADS = 1
 """torch's intra-op threads :func:`profile_model` measures with on the CPU by default."""
 
@@ -261,6 +286,7 @@ def _profile_model(
     dedupe: bool,
     selective: bool = False,
     loss_chunks: int | None = None,
+    labels: Tensor | None = None,
 ) -> Profile:
     join = resolve_join(model, batch_size) if isinstance(model, str) else None
     if join is not None:  # a join network: branches + turn, docs/profiling.md
@@ -299,7 +325,8 @@ def _profile_model(
     x = x.to(device=dev, dtype=torch_dtype) if x.is_floating_point() else x.to(device=dev)
 
     with model_errors(name or label, FIRST_FORWARD):  # the model's first run: NOTE [ whose error ]
-        chain = chunk_loss(linearize_on_sample(module, x), x, loss_chunks, name or label)
+        cut = linearize_on_sample(module, x, labels=None if labels is None else labels.to(dev))
+        chain = chunk_loss(cut, x, loss_chunks, name or label)
     for _, stage in chain.stages:
         stage.to(device=dev)
     fake_failed = None
@@ -341,6 +368,7 @@ def _profile_model(
             estimated["fake_failed"] = fake_failed
     return Profile(
         model=name or label,
+        parameter_sizes=parameter_sizes([list(module.parameters())], dev),
         batch_size=int(x.shape[0]) if x.dim() > 0 else None,
         input_shape=[int(d) for d in x.shape[1:]],
         dtype=dtype,

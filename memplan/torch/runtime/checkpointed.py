@@ -7,7 +7,7 @@ The chain's forward runs its stages one after the other between the brackets of
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import torch
@@ -28,6 +28,7 @@ from memplan.torch.runtime.plan import (
     planned_forward_counts,
     tensor_name,
 )
+from memplan.torch.split.hf import hf_batch
 from memplan.torch.split.linearize import Chain, linearize
 
 
@@ -223,7 +224,7 @@ def checkpointed(
     model: Chain | nn.Module | Sequence[Any],
     schedule: Schedule | dict[str, Any] | str,
     *,
-    example_input: Tensor | None = None,
+    example_input: Tensor | Mapping[str, Any] | None = None,
     profile: Any | None = None,
     tally: bool = False,
 ) -> CheckpointedChain:
@@ -238,8 +239,9 @@ def checkpointed(
         scalar.
     schedule : Schedule, dict or path
         A feasible ``chain`` or ``offload`` schedule for this chain.
-    example_input : Tensor, optional
-        Input used to linearize ``model`` when it is a plain module.
+    example_input : Tensor or mapping, optional
+        Input used to linearize ``model`` when it is a plain module, or a Hugging Face batch
+        (:func:`memplan.torch.split.hf.hf_batch`: its labels are the loss stage's targets).
     profile : Profile, dict, path or name, optional
         The profile the schedule was made from: its sha256, model name, stage count and names are
         checked against the schedule and the chain.
@@ -265,7 +267,10 @@ def checkpointed(
                 "checkpointed: give example_input to linearize the model, or pass a "
                 "memplan.torch.Chain (linearize(model, x)) or a list of stages ending with the loss"
             )
-        model = linearize(model, example_input)
+        labels = None
+        if isinstance(example_input, Mapping):
+            example_input, labels = hf_batch(example_input)
+        model = linearize(model, example_input, labels=labels)
     stages = _stages_of(model)
     check_schedule(sched, [name for name, _ in stages], profile)
     inplace = model.inplace if isinstance(model, Chain) and model.inplace else None

@@ -43,7 +43,7 @@ def budget_in(draw: st.DrawFn, prof: Profile, static: int) -> int:
 def test_plans_replay_valid(data):
     prof = data.draw(chains())
     optimizer = data.draw(st.sampled_from(OPTIMIZERS))
-    static = memplan.static_memory(prof, optimizer)
+    static = memplan.api.describe(prof, optimizer)["static_memory"]
     memory = budget_in(data.draw, prof, static)
     slots = data.draw(st.sampled_from([2, 7, 50, 500]))
     for algo in ALGORITHMS:

@@ -271,14 +271,13 @@ def test_on_a_window_sizes_rounded_up_when_the_nearest_slot_gives_nothing_that_f
     nearest slot counts many as free and every plan it finds needs more than the budget; the DP
     then runs with sizes rounded up (even beside rotor's finer grid: that DP only looks for plans
     faster than rotor's), and such a plan fits (replayed by the combined simulator)."""
-    from memplan.algorithms.timeline import static_memory
     from memplan.profile.synthetic import random_chain
 
     prof = random_chain(length, seed=seed, max_size=10**8)
     chain = Chain.from_profile(prof)
     desc = memplan.api.describe(prof, "none")
     low, high = desc["min_memory"]["chain"], desc["store_all_memory"]
-    memory = round(low + (high - low) * fraction) - static_memory(prof, "none")
+    memory = round(low + (high - low) * fraction) - desc["static_memory"]
     plan = solve_pofo(chain, memory, bandwidth=12e9, slots=slots, rotor_slots="auto")
     assert plan.details["window"] < length
     assert plan.details["frac_rounding"] == "up"

@@ -3,7 +3,7 @@ issue 37): for one profile and one loop a budget means the same bytes whichever 
 
 On random chains with the fields of a measured profile (tests/strategies.py,
 ``with_loop_terms``: weight gradients, F_all's own overhead, backward overheads below 0, autograd's
-frees), under both loops:
+frees), under every loop (the optimizer's step after the backward and in it included):
 
 * the offloading family's store-all need is the chain family's, its least memory is exact (every
   algorithm plans there, none one byte below) and every plan replays valid in the simulator;
@@ -26,12 +26,17 @@ import memplan
 import memplan.api
 from memplan.algorithms.chain.problem import Chain
 from memplan.algorithms.offload.model import OffloadInstance
+from memplan.loop import TrainingLoop, parse_optimizer
 from memplan.profile.model import Profile
 from memplan.profile.synthetic import random_chain
-from tests.strategies import examples, with_loop_terms
+from tests.strategies import LOOP_CASES, examples, with_loop_terms
 
 LOOPS = ("at-backward", "kept")
 RATES = (1e3, 1e5)  # bytes/s on chains of bytes and milliseconds: slow, and fast transfers
+
+
+def training(loop: str, optimizer: str) -> TrainingLoop:
+    return TrainingLoop(parse_optimizer(optimizer), loop)  # type: ignore[arg-type]
 
 
 def measured(length: int, seed: int) -> Profile:
@@ -41,23 +46,27 @@ def measured(length: int, seed: int) -> Profile:
     return with_loop_terms(base, seed)
 
 
-@pytest.mark.parametrize("loop", LOOPS)
+@pytest.mark.parametrize(("loop", "optimizer"), LOOP_CASES)
 @pytest.mark.parametrize("seed", range(8))
 @pytest.mark.parametrize("length", [1, 3, 6])
-def test_the_offloading_family_counts_the_loop(length, seed, loop):
+def test_the_offloading_family_counts_the_loop(length, seed, loop, optimizer):
     prof = measured(length, seed)
-    inst = OffloadInstance.from_profile(prof, 1e3, loop)
-    assert inst.peak() == Chain.from_profile(prof, loop).store_all_peak()  # one accounting
-    desc = memplan.api.describe(prof, "sgd", loop)
+    terms = training(loop, optimizer)
+    inst = OffloadInstance.from_profile(prof, 1e3, terms)
+    assert inst.peak() == Chain.from_profile(prof, terms).store_all_peak()  # one accounting
+    desc = memplan.api.describe(prof, optimizer, loop)
     least, high = desc["min_memory"]["offload"], desc["offload_peak"]
     assert high == desc["store_all_memory"]
+    named = {"gradients": loop, "optimizer": optimizer, "bandwidth": 1e3}
     for algo in ("greedy", "dynprog", "vdnn"):
-        below = memplan.solve(prof, algo, least - 1, gradients=loop, bandwidth=1e3)
+        below = memplan.solve(prof, algo, least - 1, **named)
         assert not below.feasible and below.min_memory == least
         for memory in sorted({least, (least + high) // 2, high}):
-            sched = memplan.solve(prof, algo, memory, gradients=loop, bandwidth=1e3)
+            sched = memplan.solve(prof, algo, memory, **named)
             assert sched.feasible, (algo, memory)
             assert sched.budget.gradients == loop
+            # the step counted: as given, else PyTorch's default off a CPU (foreach)
+            assert sched.budget.optimizer_step == (parse_optimizer(optimizer).step or "foreach")
             replay = memplan.simulate(prof, sched)  # the claims too: static memory, peak
             assert replay.valid and replay.peak_memory <= memory, replay.violation
 
@@ -65,7 +74,7 @@ def test_the_offloading_family_counts_the_loop(length, seed, loop):
 def test_the_random_profiles_pin_and_free():
     """The cases exercise the frees: some activation is pinned (never offloaded) somewhere."""
     pinned = [
-        OffloadInstance.from_profile(measured(n, s), 1e3, "kept").pinned.any()
+        OffloadInstance.from_profile(measured(n, s), 1e3, training("kept", "sgd")).pinned.any()
         for n in (3, 6)
         for s in range(8)
     ]
@@ -80,19 +89,24 @@ def test_the_random_profiles_pin_and_free():
 @given(
     length=st.integers(1, 7),
     seed=st.integers(0, 10_000),
-    loop=st.sampled_from(LOOPS),
+    case=st.sampled_from(LOOP_CASES),
     fraction=st.floats(0.0, 1.0),
     rate=st.sampled_from(RATES),
 )
-def test_pofo_is_never_slower_than_rotor_nor_dynprog(length, seed, loop, fraction, rate):
+def test_pofo_is_never_slower_than_rotor_nor_dynprog(length, seed, case, fraction, rate):
+    """For one profile and one loop, the optimizer's step included (after the backward or in
+    it), a budget means the same bytes in every family."""
+    loop, optimizer = case
     prof = measured(length, seed)
-    desc = memplan.api.describe(prof, "sgd", loop)
+    desc = memplan.api.describe(prof, optimizer, loop)
     low = min(desc["min_memory"][f] for f in ("chain", "offload", "combined"))
     assert low == desc["min_memory"]["combined"]
     memory = round(low + (desc["store_all_memory"] - low) * fraction)
     found = {}
     for algo in ("rotor", "dynprog", "pofo"):
-        sched = memplan.solve(prof, algo, memory, gradients=loop, bandwidth=rate)
+        sched = memplan.solve(
+            prof, algo, memory, gradients=loop, optimizer=optimizer, bandwidth=rate
+        )
         found[algo] = sched.makespan if sched.feasible else math.inf
         if sched.feasible:
             assert memplan.simulate(prof, sched).valid

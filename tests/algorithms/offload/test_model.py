@@ -170,10 +170,10 @@ def test_solve_reports_lb_and_the_least_memory(tiny):
 
 
 def test_static_memory_is_counted_in_the_budget(tiny):
-    static = memplan.static_memory(tiny, "adam")
+    static = memplan.api.describe(tiny, "adam")["static_memory"]
     assert static == 0  # no weights in the tiny chain
     prof = random_chain(5, seed=3, max_size=40)
-    static = memplan.static_memory(prof, "sgd")
+    static = memplan.api.describe(prof, "sgd")["static_memory"]
     inst = OffloadInstance.from_profile(prof, 2000.0)
     memory = static + inst.min_memory()
     sched = memplan.solve(prof, "dynprog", memory, bandwidth=2000.0)

@@ -35,7 +35,7 @@ rates = st.sampled_from([500.0, 1000.0, 3000.0, 12345.6, 1e6])
 @given(prof=chains(), rate=rates, data=st.data())
 def test_every_schedule_replays_valid_within_budget(prof, rate, data):
     optimizer = data.draw(st.sampled_from(OPTIMIZERS))
-    static = memplan.static_memory(prof, optimizer)
+    static = memplan.api.describe(prof, optimizer)["static_memory"]
     inst = OffloadInstance.from_profile(prof, rate)
     least, peak = static + inst.min_memory(), static + inst.peak()
     memory = data.draw(st.integers(max(0, least - 5), peak + 5))
