@@ -165,6 +165,7 @@ def enable(
     slots: int | None = None,
     repeats: int = 3,
     gradients: str = "at-backward",
+    loss_chunks: int | str | None = None,
 ) -> nn.Module:
     """Plan the memory of a model's training and apply the plan: profile, solve, install.
 
@@ -204,6 +205,12 @@ def enable(
         ``zero_grad()``, each stage's weight gradients appear at its backward), ``kept``
         (``zero_grad(set_to_none=False)``, gradient accumulation: the gradients are counted for
         the whole step) or ``auto`` (``at-backward`` when the profile has ``weight_grad_size``).
+    loss_chunks : int or "auto", optional
+        A Hugging Face causal or masked language model's head and own loss computed in this many
+        chunks of tokens, one stage (:mod:`memplan.torch.split.chunked_loss`; ``"auto"``:
+        :func:`~memplan.torch.split.chunked_loss.auto_loss_chunks`): ``model(**batch).loss`` is
+        the same loss, and no step holds more than one chunk's logits; while training the
+        output's ``logits`` are None (evaluation, without gradients, runs plainly).
 
     Returns
     -------
@@ -217,14 +224,15 @@ def enable(
         model or batch, or no plan of ``algo`` fitting ``memory`` (the least memory that fits is
         in the message).
     """
-    target = prepare(model, example_input, required=True)
+    target = prepare(model, example_input, required=True, loss_chunks=loss_chunks)
     x0 = target.x0
     if profile is None:
         dtype = next((p.dtype for p in model.parameters() if p.is_floating_point()), None)
         dtype_name = str(dtype).removeprefix("torch.") if dtype is not None else "float32"
         prof = profile_model(
-            model, example_input=x0, device=str(x0.device), dtype=dtype_name, repeats=repeats
-        )
+            model, example_input=x0, device=str(x0.device), dtype=dtype_name, repeats=repeats,
+            loss_chunks=target.loss_chunks,
+        )  # fmt: skip
         autocast = describe_autocast(autocast_state(x0.device))
         if autocast != "off" and prof.measured is not None:  # what the sizes were measured in
             extra = {**(prof.measured.extra or {}), "autocast": autocast}
@@ -233,5 +241,6 @@ def enable(
             )
     else:
         prof = memplan.load_profile(profile)
+        profile_loss_chunks(prof, target.loss_chunks)  # the profile's chain is the target's
     sched = solve_feasible(prof, algo, memory, slots, optimizer, bandwidth, gradients)
     return install(target, sched, prof)

@@ -63,6 +63,7 @@ __all__ = [
     "import_transformers",
     "quiet_transformers",
     "is_hf_model",
+    "loss_output",
     "parse_config",
 ]
 
@@ -163,6 +164,18 @@ def hf_task(model: nn.Module) -> str | None:
         if name.endswith(suffixes):
             return task
     return None
+
+
+def loss_output(model: nn.Module, loss: Tensor) -> Any:
+    """What an HF language model returns for a step whose loss was computed in chunks of tokens
+    (:mod:`memplan.torch.split.chunked_loss`): its output class with the ``loss`` and no
+    ``logits`` (None: they are never whole).
+    """
+    from transformers import modeling_outputs  # local: the optional hf extra
+
+    if hf_task(model) == "masked-lm":
+        return modeling_outputs.MaskedLMOutput(loss=loss)
+    return modeling_outputs.CausalLMOutputWithPast(loss=loss)
 
 
 def _config_class_kwargs(config_class: type, overrides: Mapping[str, Any]) -> dict[str, Any]:

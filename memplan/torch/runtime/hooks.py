@@ -2,6 +2,7 @@
 model's own forward ] in :mod:`memplan.torch.runtime.planned`).
 """
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -10,9 +11,12 @@ import torch
 from torch import Tensor, nn
 
 from memplan.errors import InputError
+from memplan.torch.models.hf import loss_output
 from memplan.torch.runtime.iteration import PlannedIteration
 from memplan.torch.runtime.planned_model import PlannedModel
+from memplan.torch.split.chunked_loss import ChunkedLoss
 from memplan.torch.split.repeated import RepeatedBlocks
+from memplan.torch.split.tape import TapeRecorder
 from memplan.torch.split.trace import (
     ViewSpec,
     model_output,
@@ -21,7 +25,7 @@ from memplan.torch.split.trace import (
     replace_primary,
     view_relation,
 )
-from memplan.torch.split.wrappers import PrefixStage, redo_view
+from memplan.torch.split.wrappers import PrefixStage, TapeStage, redo_view
 
 
 @dataclass
@@ -45,6 +49,9 @@ class _Step:
     head: list[_HeadCall] = field(default_factory=list)
     head_input: Tensor | None = None
     head_exact: bool = True
+    recorder: TapeRecorder | None = None  # the head's operations (NOTE [ The head on a tape ])
+    labels: Tensor | None = None  # the batch's labels and count, for the chunked loss
+    count: Any = None
 
 
 # ------------------------------------------------------------------------------------------------
@@ -55,7 +62,13 @@ class _Step:
 class ModelHooks:
     """The module hooks of NOTE [ Following the model's own forward ]."""
 
-    def __init__(self, planned: PlannedModel, found: RepeatedBlocks, input_key: int | str) -> None:
+    def __init__(
+        self,
+        planned: PlannedModel,
+        found: RepeatedBlocks,
+        input_key: int | str,
+        chunked: ChunkedLoss | None = None,
+    ) -> None:
         self.planned = planned
         self.found = found
         self.input_key = input_key
@@ -65,6 +78,10 @@ class ModelHooks:
         self.head = self.first_block + self.blocks if found.head_by != "none" else None
         self.prefix_stage = found.stages[0][1] if found.prefix else None
         self.head_stage = found.stages[-1][1] if self.head is not None else None
+        self.chunked = chunked  # the head and the model's loss in chunks: one stage
+        if chunked is not None:
+            self.head_stage = chunked
+            _ChunkedForward(self).install()
         model = planned.model
         add = planned._handles.append
         add(model.register_forward_pre_hook(self.model_pre, with_kwargs=True))
@@ -72,7 +89,7 @@ class ModelHooks:
         for i, block in enumerate(found.block_modules):
             add(block.register_forward_pre_hook(self.block_pre(i), with_kwargs=True))
             add(block.register_forward_hook(self.block_post(i), with_kwargs=True))
-        if found.head_by == "calls":
+        if found.head_by == "calls" and chunked is None:
             for module in found.head_modules:
                 add(module.register_forward_pre_hook(self.head_pre, with_kwargs=True))
                 add(module.register_forward_hook(self.head_post, with_kwargs=True))
@@ -138,11 +155,19 @@ class ModelHooks:
         if step is None:
             return None
         self.step = None
+        self._stop_recording(step)
         it = step.iteration
         try:
             if output is None:  # the forward raised
                 it.abort()
                 return None
+            if step.open and step.stage == self.head and step.recorder is not None:
+                raise RuntimeError(
+                    f"memplan: the head of {type(module).__name__} ran "
+                    f"{step.recorder.counted} operations, not the "
+                    f"{self.found.head_operations} that made its output when it was profiled: "
+                    "the model did not run as it did when it was profiled"
+                )
             if step.open and step.stage == self.head:
                 out = model_output(output)
                 if out is None:
@@ -165,6 +190,7 @@ class ModelHooks:
 
     def _abort(self) -> None:
         if self.step is not None:
+            self._stop_recording(self.step)
             self.step.iteration.abort()
             self.step = None
 
@@ -234,6 +260,12 @@ class ModelHooks:
                 step.head = []
                 y = it.begin(self.head, out, self._head_function(step), self.head_stage)
                 step.open = True
+                if self.chunked is not None:  # the rest is the chunked loss (_ChunkedForward)
+                    raise _AtHead(y)
+                if isinstance(self.head_stage, TapeStage):
+                    self._record_head(step, y, self.head_stage)
+            except _AtHead:
+                raise
             except BaseException:
                 self._abort()
                 raise
@@ -244,7 +276,47 @@ class ModelHooks:
         return hook
 
     # -- the head --------------------------------------------------------------------------
+    def _record_head(self, step: _Step, x: Tensor, stage: TapeStage) -> None:
+        """Record the head's operations from its input ``x`` on, until the one that makes the
+        model's output, which ends the stage (NOTE [ The head on a tape ]).
+        """
+        assert stage.training_tape.end is not None and self.found.head_operations is not None
+
+        def end(out: Tensor) -> None:
+            try:
+                self._end(step, out)
+            except BaseException:
+                self._abort()
+                raise
+
+        recorder = TapeRecorder(self.found.head_operations, end, stage.training_tape.end.leaf)
+        recorder.start(x)
+        recorder.__enter__()
+        step.recorder = recorder
+
+    @staticmethod
+    def _stop_recording(step: _Step) -> None:
+        if step.recorder is not None and step.recorder.active:
+            step.recorder.active = False
+            step.recorder.__exit__(None, None, None)
+
     def _head_function(self, step: _Step) -> Callable[[Tensor], Tensor]:
+        if self.chunked is not None:
+            chunked = self.chunked
+
+            def loss(x: Tensor) -> Tensor:
+                return chunked(x, step.labels, step.count)
+
+            return self.planned._recompute(loss)
+        if self.found.head_by == "tape":
+
+            def replay(x: Tensor) -> Tensor:
+                recorder = step.recorder
+                if recorder is None or recorder.tape.end is None:
+                    raise RuntimeError("memplan: the head of the model was not recorded")
+                return recorder.tape.replay(x)
+
+            return self.planned._recompute(replay)
         if self.found.head_by != "calls":
             stage = self.head_stage
             assert stage is not None
@@ -305,3 +377,69 @@ def _with_primary(output: Any, value: Tensor) -> Any:
     if isinstance(output, list):
         return [value, *output[1:]]
     raise RuntimeError(f"cannot replace the output of type {type(output).__name__}")
+
+
+# ------------------------------------------------------------------------------------------------
+# The head and the model's loss in chunks of tokens
+# ------------------------------------------------------------------------------------------------
+
+
+class _AtHead(BaseException):
+    """Raised by the last block's hook to stop the model's forward where the chunked loss takes
+    over (a BaseException, so that the model's own ``except Exception`` clauses let it through).
+    """
+
+    def __init__(self, value: Tensor) -> None:
+        super().__init__()
+        self.value = value
+
+
+class _ChunkedForward:
+    """The model's ``forward`` under a plan with a chunked loss (``enable(..., loss_chunks=N)``).
+
+    With gradients, the model's own forward runs up to the return of its last block (its
+    ``labels`` and ``num_items_in_batch`` held back), which begins the ``head+loss`` stage and
+    stops it; the stage computes the model's loss from the last hidden state in chunks of tokens
+    (:class:`~memplan.torch.split.chunked_loss.ChunkedLoss`: the head, the cross-entropy and
+    their gradients chunk by chunk), and the model returns its output class with that ``loss``
+    and ``logits=None``: the logits are never whole. Without gradients (evaluation) the model's
+    own forward runs, logits included.
+    """
+
+    def __init__(self, hooks: ModelHooks) -> None:
+        self.hooks = hooks
+
+    def install(self) -> None:
+        model = self.hooks.planned.model
+        original = model.forward
+        hooks = self.hooks
+        chunked = hooks.chunked
+        assert chunked is not None
+
+        @functools.wraps(original)
+        def forward(*args: Any, **kwargs: Any) -> Any:
+            step = hooks.active()
+            if step is None:
+                return original(*args, **kwargs)
+            labels = kwargs.pop("labels", None)
+            count = kwargs.pop("num_items_in_batch", None)
+            if labels is None:
+                raise InputError(
+                    f"{type(model).__name__} under a plan with loss_chunks computes its own loss "
+                    "in chunks of tokens and returns no logits: call it with labels"
+                )
+            step.labels, step.count = labels, count
+            try:
+                original(*args, **kwargs)
+            except _AtHead as reached:
+                hidden = reached.value
+            else:
+                raise RuntimeError(
+                    f"memplan: the forward of {type(model).__name__} returned without reaching "
+                    "its last block"
+                )
+            loss = chunked(hidden, labels, count)
+            hooks._end(step, loss)
+            return loss_output(model, loss)
+
+        object.__setattr__(model, "forward", forward)

@@ -55,6 +55,7 @@ class PlannedModel:
         self.inplace = inplace
         self.counters = RuntimeCounters()
         self.how = "stages"
+        self.loss_virtual = True  # the loss is the model's or the caller's, not a stage run here
         self._handles: list[Any] = []
         self._streams: dict[Any, Any] = {}
         self._recomputing = 0
@@ -108,7 +109,8 @@ class PlannedModel:
         static = {key[0] for key in keys if key is not None}
         return PlannedIteration(
             self.plan, x0, static, self.counters, self._streams,
-            virtual={len(self.names) - 1}, input_transfers=False, inplace=self.inplace,
+            virtual={len(self.names) - 1} if self.loss_virtual else set(),
+            input_transfers=False, inplace=self.inplace,
             names=self.names,
         )  # fmt: skip
 

@@ -15,6 +15,8 @@ from contextlib import contextmanager
 import torch
 from torch import Tensor, nn
 
+from memplan.torch.split.stages import buffer_copies, restore_buffers
+
 __all__ = ["RngSnapshot", "recomputing", "rng_snapshot"]
 
 RngSnapshot = tuple[bytes, "bytes | None"]
@@ -48,7 +50,7 @@ def recomputing(
     the profiler measures every forward inside this context.
     """
     cuda = device.type == "cuda"
-    buffers = [(b, b.detach().clone()) for b in module.buffers()]
+    buffers = buffer_copies([module])
     with torch.random.fork_rng(devices=[device] if cuda else []):
         if snapshot is not None:
             cpu_state, cuda_state = snapshot
@@ -56,6 +58,4 @@ def recomputing(
             if cuda_state is not None:
                 torch.cuda.set_rng_state(_state_tensor(cuda_state), device)
         yield
-    with torch.no_grad():
-        for buffer, value in buffers:
-            buffer.copy_(value)
+    restore_buffers(buffers)

@@ -46,9 +46,10 @@ those the model's own ``forward`` uses directly (a ViT's class token and positio
 
 The head is found by walking back from the model's output through module calls (a call's input
 may be a view of the previous call's output, e.g. ``x[:, 0]``: the wrapper redoes the view with
-``as_strided``); when something else stands between (a functional ``x.mean(1)``), by a
-``torch.fx`` trace of the model's forward with the blocks and every other module as leaves, from
-which the nodes after the last block are cut out.
+``as_strided``); when something else stands between (a functional ``x.mean(1)``, Gemma-2's
+soft-capped logits, a dict built from the pooled state), it is every tensor operation the model
+runs from its last block's return to its output, recorded on a tape and replayed (NOTE [ The head
+on a tape ] in :mod:`memplan.torch.split.tape`), whether or not it is a module call.
 
 Examples
 --------
@@ -97,7 +98,14 @@ import torch
 from torch import Tensor, nn
 
 from memplan.errors import InputError
-from memplan.torch.split.stages import eval_mode, first_line, outputs_match, run_stages
+from memplan.torch.split.stages import (
+    eval_mode,
+    first_line,
+    outputs_match,
+    run_stages,
+    train_mode,
+)
+from memplan.torch.split.tape import TapeRecorder
 from memplan.torch.split.trace import (
     FROM_INPUT,
     FROM_PARAM,
@@ -108,8 +116,9 @@ from memplan.torch.split.trace import (
     ViewSpec,
     call_model,
     model_output,
+    primary_output,
 )
-from memplan.torch.split.wrappers import BlockCall, PrefixStage, ViewStage
+from memplan.torch.split.wrappers import BlockCall, PrefixStage, TapeStage, ViewStage
 
 __all__ = ["RepeatedBlocks", "find_repeated_blocks", "repeated_block_stages"]
 
@@ -130,7 +139,8 @@ class RepeatedBlocks:
     blocks : list of str
         The module paths of the blocks.
     head_by : str
-        ``calls`` (module calls after the last block), ``fx`` (a ``torch.fx`` trace) or ``none``.
+        ``calls`` (module calls after the last block), ``tape`` (the tensor operations after
+        it, NOTE [ The head on a tape ]) or ``none``.
     output : Tensor
         The chain's output on the example input (eval mode, no gradients): the model's output.
     inplace : list of bool
@@ -144,6 +154,9 @@ class RepeatedBlocks:
         The module whose call returns the model's output (the end of the head), when one does.
     prefix : bool
         Whether the first stage is the part of the model's forward before the first block.
+    head_operations : int, optional
+        With ``head_by == "tape"``: the operations returning a tensor from the last block's
+        return to the model's output, the last one included (where the head stage ends).
     """
 
     stages: list[tuple[str, nn.Module]]
@@ -156,6 +169,7 @@ class RepeatedBlocks:
     head_modules: list[nn.Module] = field(default_factory=list)
     output_module: nn.Module | None = None
     prefix: bool = False
+    head_operations: int | None = None
 
 
 def _usable(run: list[TracedCall]) -> bool:
@@ -217,24 +231,25 @@ def _relative_names(names: list[str]) -> list[str]:
     return [".".join(p[common:]) for p in parts]
 
 
-def _leaf_kinds(call: TracedCall) -> list[str]:
-    what = []
-    for kind in call.taints.values():
-        if kind & FROM_PARAM:
-            what.append("the parameters or activations")
-        elif kind & FROM_INPUT:
-            what.append("the values of the input")
-    return what
-
-
-def _check_extras(kind: str, call: TracedCall) -> None:
-    what = _leaf_kinds(call)
-    if what:
-        raise InputError(
-            f"cannot linearize {kind}: {call.name} ({type(call.module).__name__}) also reads a "
-            f"tensor computed from {what[0]}, not only the previous stage's output: the model "
-            "is not a chain of these blocks; give it a memplan_stages() method"
-        )
+def _reads_input_values(kind: str, call: TracedCall, allowed: bool) -> bool:
+    """Whether a call also reads a tensor computed from the values of the model's input (its
+    token ids: a hash router, a position bias). InputError when it reads one computed from the
+    parameters (an earlier block's activation: the model is not a chain), or from the input's
+    values where no stage before the blocks can check that a batch is the traced one
+    (``allowed``, NOTE [ Stage wrappers ]).
+    """
+    kinds = list(call.taints.values())
+    if any(k & FROM_PARAM for k in kinds):
+        what = "the parameters or activations (an earlier block's output, a state it carries)"
+    elif any(k & FROM_INPUT for k in kinds) and not allowed:
+        what = "the values of the input"
+    else:
+        return any(k & FROM_INPUT for k in kinds)
+    raise InputError(
+        f"cannot linearize {kind}: {call.name} ({type(call.module).__name__}) also reads a "
+        f"tensor computed from {what}, not only the previous stage's output: the model is not a "
+        "chain of these blocks; give it a memplan_stages() method returning [(name, module), ...]"
+    )
 
 
 def _prefix(
@@ -273,12 +288,13 @@ def _prefix(
 
 
 def _head_by_calls(
-    kind: str, last: TracedCall, final: list[tuple[TracedCall | None, ViewSpec | None]]
-) -> list[nn.Module] | None:
+    last: TracedCall, final: list[tuple[TracedCall | None, ViewSpec | None]]
+) -> tuple[list[nn.Module], list[TracedCall]] | None:
     """Module calls from the last block's output to the model's output, in forward order (each
-    preceded by the view of the previous output it reads, if any); None when something other than
-    module calls and views stands between.
+    preceded by the view of the previous output it reads, if any), and the traced calls; None when
+    something other than module calls and views stands between.
     """
+    calls: list[TracedCall] = []
     backward: list[nn.Module] = []  # the steps from the output back to the last block
     producers = final
     while True:
@@ -286,7 +302,7 @@ def _head_by_calls(
             if producer is last:
                 if view is not None:
                     backward.append(ViewStage(view))
-                return backward[::-1]
+                return backward[::-1], calls
         options = [
             (c, v)
             for c, v in producers
@@ -297,101 +313,117 @@ def _head_by_calls(
         call, view = min(options, key=lambda cv: (cv[0].depth, cv[0].start - cv[0].end))
         if view is not None:
             backward.append(ViewStage(view))
-        _check_extras(kind, call)
+        calls.append(call)
         backward.append(BlockCall(call.module, call.args, call.kwargs, call.input_shape))
         producers = call.producers
 
 
-def _head_by_fx(  # noqa: C901 - each way the traced head may read something else refuses it
-    model: nn.Module, blocks: list[str], last: str
-) -> nn.Module | None:
-    """The nodes of a ``torch.fx`` trace after the last block, as a GraphModule; None when the
-    model cannot be traced or the part after the last block reads anything else.
+def _record_head(
+    model: nn.Module,
+    call: ModelCall,
+    pick: Callable[[Any], Any],
+    x: Tensor,
+    last: TracedCall,
+    ordinal: int,
+) -> tuple[TapeRecorder, Tracer, Any]:
+    """Run the model on ``x`` (no gradients, in the mode it is in), recording its operations
+    from the return of call ``ordinal`` of the last block on; the recorder, the tracer that
+    followed what each tensor is computed from, and the model's output.
     """
-    import torch.fx as fx
+    seen = [0]
+    recorder = TapeRecorder()
+    taint = Tracer(model)
 
-    on_path = {""}
-    for name in blocks:
-        parts = name.split(".")
-        on_path.update(".".join(parts[:i]) for i in range(1, len(parts)))
-    leaves = set(blocks)
+    def started(module: nn.Module, args: Any, output: Any) -> None:
+        out = primary_output(output)
+        if seen[0] == ordinal and out is not None:
+            recorder.start(out)
+        seen[0] += 1
 
-    class Tracer(fx.Tracer):
-        def is_leaf_module(self, m: nn.Module, qualname: str) -> bool:
-            return qualname in leaves or qualname not in on_path
-
+    hook = last.module.register_forward_hook(started)
     try:
-        graph = Tracer().trace(model)
-    except Exception:  # any failure to trace: fall back to the error of the caller
-        return None
-    nodes = list(graph.nodes)
-    found = [n for n in nodes if n.op == "call_module" and n.target == last]
-    outputs = [n for n in nodes if n.op == "output"]
-    if len(found) != 1 or len(outputs) != 1 or not isinstance(outputs[0].args[0], fx.Node):
-        return None
-    start, result = found[0], outputs[0].args[0]
-    after = {start}
-    for node in nodes[nodes.index(start) + 1 :]:
-        if node.op != "output" and any(a in after for a in node.all_input_nodes):
-            after.add(node)
-    if result not in after:
-        return None
-    needed, todo = set(), [result]
-    while todo:
-        node = todo.pop()
-        if node in needed or node is start:
-            continue
-        needed.add(node)
-        for arg in node.all_input_nodes:
-            if arg not in after and arg.op != "get_attr":
-                return None  # the head reads something computed before the last block
-            todo.append(arg)
-    head = fx.Graph()
-    env: dict[fx.Node, fx.Node] = {start: head.placeholder("x")}
-    for node in nodes:
-        if node in needed:
-            for arg in node.all_input_nodes:
-                if arg not in env:  # get_attr: a parameter or buffer of the model
-                    env[arg] = head.node_copy(arg)
-            env[node] = head.node_copy(node, lambda a: env[a])
-    head.output(env[result])
-    return fx.GraphModule(model, head, class_name="Head")
+        with taint.tracing(x, calls=False), recorder, torch.random.fork_rng(devices=[]):
+            result = pick(call(model, x))
+    finally:
+        hook.remove()
+    return recorder, taint, result
+
+
+def _head_by_tape(
+    kind: str,
+    model: nn.Module,
+    call: ModelCall,
+    pick: Callable[[Any], Any],
+    x: Tensor,
+    tracer: Tracer,
+    last: TracedCall,
+) -> TapeStage:
+    """The part after the last block as a :class:`TapeStage` (NOTE [ The head on a tape ]): the
+    model runs again in eval mode and in training mode (without gradients; batch-norm statistics
+    restored), recorded from the return of that call of the last block on. InputError when the
+    model's output is not computed from the last block's output, or when the head also reads a
+    tensor computed before it from the parameters (an activation of an earlier block: the model
+    is not a chain).
+    """
+    ordinal = [c for c in tracer.calls if c.module is last.module].index(last)
+    tapes = []
+    for mode in (eval_mode, train_mode):
+        with mode(model):
+            recorder, taint, result = _record_head(model, call, pick, x, last, ordinal)
+        end = recorder.ref(result) if isinstance(result, Tensor) else None
+        if end is None:
+            raise InputError(
+                f"cannot linearize {kind}: its output is not computed from the output of its "
+                f"last block {last.name}; give it a memplan_stages() method returning "
+                "[(name, module), ...]"
+            )
+        tapes.append(recorder.tape.until(end))
+        owned = set(taint.params) | set(taint.buffers)
+        for constant in tapes[-1].constants():
+            if id(constant) not in owned and taint.taint.kind(constant) & FROM_PARAM:
+                raise InputError(
+                    f"cannot linearize {kind}: what follows its last block {last.name} also "
+                    f"reads a tensor of shape {tuple(constant.shape)} computed before it from "
+                    "the parameters (an earlier block's activation), not only the last block's "
+                    "output: the model is not a chain of these blocks; give it a "
+                    "memplan_stages() method returning [(name, module), ...]"
+                )
+    assert last.input_shape is not None and recorder.input_shape is not None
+    return TapeStage(tapes[0], tapes[1], recorder.input_shape, owned)
 
 
 def _cut(
     kind: str,
     model: nn.Module,
     call: ModelCall,
+    pick: Callable[[Any], Any],
+    x: Tensor,
     tracer: Tracer,
     run: list[TracedCall],
     final: list[tuple[TracedCall | None, ViewSpec | None]],
-    floating_input: bool,
 ) -> RepeatedBlocks:
     """The stages for one run (InputError when it does not make a chain)."""
     first, last = run[0], run[-1]
     names = [c.name for c in run]
     stages: list[tuple[str, nn.Module]] = []
     prefix = not any(p is None and v is None for p, v in first.producers)
-    if prefix:
-        stages.append(
-            ("stem" if floating_input else "embedding", _prefix(kind, model, call, tracer, first))
-        )
     for c, label in zip(run, _relative_names(names), strict=True):
-        _check_extras(kind, c)
         stages.append((label, BlockCall(c.module, c.args, c.kwargs, c.input_shape)))
-    head = _head_by_calls(kind, last, final)
+    by_calls = _head_by_calls(last, final)
+    head, head_calls = by_calls if by_calls is not None else (None, [])
+    values = [_reads_input_values(kind, c, prefix) for c in [*run, *head_calls]]
+    if prefix:
+        stem = _prefix(kind, model, call, tracer, first)
+        if any(values):  # NOTE [ Stage wrappers ]: the chain is for this batch's values
+            stem.traced_for(x)
+        stages.insert(0, ("stem" if x.is_floating_point() else "embedding", stem))
     head_by = "calls" if head else "none"
     head_modules = [m.block for m in head or [] if isinstance(m, BlockCall)]
     output_module = head_modules[-1] if head_modules else None
+    head_operations = None
     if head is None:
-        fx_head = _head_by_fx(model, names, last.name)
-        if fx_head is None:
-            raise InputError(
-                f"cannot linearize {kind}: what follows its last block {last.name} is not a "
-                "sequence of module calls and cannot be traced by torch.fx; give it a "
-                "memplan_stages() method returning [(name, module), ...]"
-            )
-        head, head_by = [fx_head], "fx"
+        tape = _head_by_tape(kind, model, call, pick, x, tracer, last)
+        head, head_by, head_operations = [tape], "tape", tape.training_tape.operations()
     if head:
         stages.append(("head", head[0] if len(head) == 1 else nn.Sequential(*head)))
     _check_body(kind, tracer, run, prefix, bool(head))
@@ -400,6 +432,7 @@ def _cut(
         block_modules=[c.module for c in run],
         block_keys=[c.key for c in run if c.key is not None],
         head_modules=head_modules, output_module=output_module, prefix=prefix,
+        head_operations=head_operations,
     )  # fmt: skip
 
 
@@ -505,9 +538,7 @@ def find_repeated_blocks(
         failure: InputError | None = None
         for run in runs:
             try:
-                found = _cut(
-                    kind, model, call, tracer, run, final, example_input.is_floating_point()
-                )
+                found = _cut(kind, model, call, pick, example_input, tracer, run, final)
                 inplace: list[bool] = []
                 out = _chain_output(kind, found.stages, example_input, inplace)
             except InputError as exc:

@@ -14,7 +14,15 @@ from torch import Tensor, nn
 
 from memplan.errors import InputError
 
-__all__ = ["eval_mode", "first_line", "outputs_match", "run_stages"]
+__all__ = [
+    "buffer_copies",
+    "eval_mode",
+    "first_line",
+    "outputs_match",
+    "restore_buffers",
+    "run_stages",
+    "train_mode",
+]
 
 
 @contextmanager
@@ -28,6 +36,52 @@ def eval_mode(*modules: nn.Module) -> Iterator[None]:
     finally:
         for m, training in flags:
             m.training = training
+
+
+@contextmanager
+def train_mode(*modules: nn.Module) -> Iterator[None]:
+    """Put modules in training mode; restore each submodule's training flag and the buffers the
+    forward changes (batch-norm statistics) afterwards.
+    """
+    flags = [(m, m.training) for module in modules for m in module.modules()]
+    buffers = buffer_copies(list(modules))
+    try:
+        for module in modules:
+            module.train()
+        yield
+    finally:
+        for m, training in flags:
+            m.training = training
+        restore_buffers(buffers)
+
+
+def _writable(tensor: Tensor) -> bool:
+    """Whether an in-place write can change ``tensor``: not when elements share memory (an
+    expanded attention mask, stride 0), which PyTorch refuses to write in place, so that the
+    model cannot have changed it either.
+    """
+    return bool(torch._debug_has_internal_overlap(tensor) != 1)  # 1: MemOverlap::Yes
+
+
+def buffer_copies(modules: list[nn.Module]) -> list[tuple[Tensor, Tensor]]:
+    """``(buffer, copy)`` of every distinct buffer of ``modules`` that the forward can change in
+    place (batch-norm running statistics), for :func:`restore_buffers`.
+    """
+    seen: set[int] = set()
+    found = []
+    for module in modules:
+        for buffer in module.buffers():
+            if id(buffer) not in seen and _writable(buffer):
+                seen.add(id(buffer))
+                found.append((buffer, buffer.detach().clone()))
+    return found
+
+
+def restore_buffers(copies: list[tuple[Tensor, Tensor]]) -> None:
+    """Give each buffer of :func:`buffer_copies` back the value it had."""
+    with torch.no_grad():
+        for buffer, value in copies:
+            buffer.copy_(value)
 
 
 def first_line(exc: BaseException) -> str:

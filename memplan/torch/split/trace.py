@@ -48,14 +48,14 @@ def call_model(model: nn.Module, x: Tensor) -> Any:
 
 
 def primary_output(value: Any) -> Tensor | None:
-    """The tensor a call returns: itself, the first element of a tuple/list whose other elements
-    are not tensors, or the first tensor value of a mapping (HF model outputs). None otherwise.
+    """The tensor a call returns: itself, the first element of a tuple/list (a block's hidden
+    state, before what else it returns: BLOOM's and GPT-Neo's attention weights), or the first
+    tensor value of a mapping (HF model outputs). None otherwise.
     """
     if isinstance(value, Tensor):
         return value
     if isinstance(value, (tuple, list)) and value and isinstance(value[0], Tensor):
-        rest = pytree.tree_leaves(list(value[1:]))
-        return None if any(isinstance(v, Tensor) for v in rest) else value[0]
+        return value[0]
     if isinstance(value, dict):
         for item in value.values():
             if isinstance(item, Tensor):
@@ -316,9 +316,12 @@ class Tracer:
             self.register(call, out)
 
     @contextmanager
-    def tracing(self, x: Tensor) -> Iterator[None]:
+    def tracing(self, x: Tensor, calls: bool = True) -> Iterator[None]:
+        """Trace a run of the model on ``x`` inside: its module calls (unless ``calls`` is
+        False) and what every tensor is computed from.
+        """
         hooks = []
-        for module in self.model.modules():
+        for module in self.model.modules() if calls else ():
             hooks.append(module.register_forward_pre_hook(self.pre, with_kwargs=True))
             hooks.append(module.register_forward_hook(self.post, with_kwargs=True))
         self.register(None, x)
