@@ -7,8 +7,9 @@ Usage::
     nice -n 10 python benchmarks/sweep_models.py --tasks causal-lm --types gpt2 falcon
     python benchmarks/sweep_models.py --table sweep.json              # docs/models.md's table
 
-For each type (:data:`memplan.torch.models.tiny.TASK_MAPPINGS`), in a process of its own (one
-type cannot break the sweep; ``--timeout`` seconds at most): a tiny model from the type's own
+For each type (:data:`memplan.torch.models.tiny.TASK_MAPPINGS`), in a worker process that one
+type cannot take the sweep down with (a crash or ``--timeout`` seconds end the process, not the
+sweep; :class:`Worker`): a tiny model from the type's own
 config class (:func:`memplan.torch.models.tiny.tiny_model`: 2 layers, 64 wide, a vocabulary of
 1,000, random weights) trains ``--steps`` AdamW steps on different batches plainly, and a copy
 trains the same steps with the same random draws under ``memplan.torch.enable`` at
@@ -33,8 +34,11 @@ import copy
 import json
 import math
 import os
+import queue
+import random
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -77,6 +81,7 @@ def _one_line(exc: BaseException) -> str:
 
 def _train(model: Any, batches: list[dict[str, Any]]) -> tuple[list[float], list[int]]:
     """AdamW steps, one per batch, with the same seed per step; the losses and measured peaks."""
+    import numpy as np
     import torch
 
     from memplan.torch.measure.allocator_peak import allocator_peak, profiled_copy
@@ -89,6 +94,8 @@ def _train(model: Any, batches: list[dict[str, Any]]) -> tuple[list[float], list
 
         def step(batch: dict[str, Any] = batch, i: int = i) -> float:
             torch.manual_seed(100 + i)
+            np.random.seed(100 + i)  # BigBird draws its random attention blocks from numpy
+            random.seed(100 + i)
             loss = model(**batch).loss
             loss.backward()
             opt.step()
@@ -143,7 +150,7 @@ def check_type(
     fraction: float = 0.8,
     fallback: float = 0.95,
     batch: int = 2,
-    seq: int = 32,
+    seq: int = 64,
 ) -> Verdict:
     """Build a tiny model of ``model_type``, train it plainly and under a plan; the verdict."""
     import torch
@@ -166,6 +173,11 @@ def check_type(
     except Exception as exc:  # noqa: BLE001 - whatever transformers raises: not memplan's
         return done(NOT_PLAIN, f"the tiny model does not build: {_one_line(exc)}")
     found.params = sum(p.numel() for p in model.parameters())
+    try:  # a first call that sets a model's lazy state (BigBird's) before the copies
+        with torch.no_grad(), torch.random.fork_rng(devices=[]):
+            model(**batches[0])
+    except Exception as exc:  # noqa: BLE001
+        return done(NOT_PLAIN, f"it does not run: {_one_line(exc)}")
     ref, got = copy.deepcopy(model), copy.deepcopy(model)
     try:
         ref_losses, ref_peaks = _train(ref, batches)
@@ -223,26 +235,95 @@ def check_type(
 # ------------------------------------------------------------------------------------------------
 
 
-def _run_one(task: str, model_type: str, args: argparse.Namespace) -> Verdict:
-    command = [
-        sys.executable, __file__, "--one", task, model_type, "--steps", str(args.steps),
-        "--fraction", str(args.fraction), "--fallback", str(args.fallback),
-    ]  # fmt: skip
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "KINETO_LOG_LEVEL": "6"}
-    start = time.perf_counter()
-    try:
-        done = subprocess.run(
-            command, capture_output=True, text=True, timeout=args.timeout, env=env, check=False
+class Worker:
+    """A process that checks types one after the other (``--worker``: a task and a type per
+    line in, one JSON verdict per line out): the imports are paid once per :data:`RECYCLE`
+    types, and a type that crashes the process or runs past the timeout ends only it (the type
+    is ``failed``; a new process takes the next one).
+    """
+
+    RECYCLE = 25
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args = args
+        self.process: subprocess.Popen[str] | None = None
+        self.lines: queue.Queue[str | None] = queue.Queue()
+        self.done = 0
+
+    def _start(self) -> subprocess.Popen[str]:
+        args = self.args
+        command = [
+            sys.executable, __file__, "--worker", "--steps", str(args.steps),
+            "--fraction", str(args.fraction), "--fallback", str(args.fallback),
+        ]  # fmt: skip
+        env = {**os.environ, "OMP_NUM_THREADS": "1", "KINETO_LOG_LEVEL": "6"}
+        process = subprocess.Popen(
+            command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+            text=True, env=env,
+        )  # fmt: skip
+        lines: queue.Queue[str | None] = queue.Queue()
+
+        def read(out: Any = process.stdout) -> None:
+            for line in out:
+                lines.put(line)
+            lines.put(None)
+
+        threading.Thread(target=read, daemon=True).start()
+        self.process, self.lines, self.done = process, lines, 0
+        while (line := lines.get()) is not None and not line.startswith("ready"):
+            pass  # the imports: not part of the first type's time
+        return process
+
+    def stop(self) -> None:
+        if self.process is not None:
+            self.process.kill()
+            self.process.wait()
+            self.process = None
+
+    def check(self, task: str, model_type: str) -> Verdict:
+        if self.process is None or self.done >= self.RECYCLE:
+            self.stop()
+            self._start()
+        assert self.process is not None and self.process.stdin is not None
+        self.process.stdin.write(f"{task} {model_type}\n")
+        self.process.stdin.flush()
+        start = time.perf_counter()
+        while True:
+            left = self.args.timeout - (time.perf_counter() - start)
+            try:
+                line = self.lines.get(timeout=max(left, 0.01))
+            except queue.Empty:
+                self.stop()
+                return Verdict(model_type, task, FAILED, f"timed out after {self.args.timeout} s")
+            if line is None:
+                code = self.process.wait()
+                self.process = None
+                return Verdict(model_type, task, FAILED, f"the process ended (exit {code})")
+            if line.startswith("{"):
+                self.done += 1
+                return Verdict(**json.loads(line))
+
+
+def _serve(args: argparse.Namespace) -> None:
+    """``--worker``: check the types given on stdin, one JSON line each on stdout."""
+    import warnings
+
+    import torch
+
+    import memplan.torch  # noqa: F401 - the imports, before the first type's clock starts
+    from memplan.torch.models.tiny import model_types
+
+    torch.set_num_threads(1)
+    warnings.filterwarnings("ignore")
+    model_types("causal-lm")  # transformers
+    print("ready", flush=True)
+    for line in sys.stdin:
+        task, model_type = line.split()
+        found = check_type(
+            model_type, task, steps=args.steps, fraction=args.fraction, fallback=args.fallback
         )
-    except subprocess.TimeoutExpired:
-        return Verdict(model_type, task, FAILED, f"timed out after {args.timeout} s")
-    lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
-    if done.returncode != 0 or not lines:
-        tail = " ".join(done.stderr.strip().splitlines()[-1:])[:300]
-        verdict = Verdict(model_type, task, FAILED, f"exit {done.returncode}: {tail}")
-        verdict.seconds = round(time.perf_counter() - start, 1)
-        return verdict
-    return Verdict(**json.loads(lines[-1]))
+        torch.set_default_dtype(torch.float32)  # whatever a model's code set
+        print(json.dumps(asdict(found)), flush=True)
 
 
 def _types(tasks: list[str], only: list[str] | None) -> list[tuple[str, str]]:
@@ -290,25 +371,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--fallback", type=float, default=0.95)
     parser.add_argument("--timeout", type=int, default=600, help="seconds per type")
     parser.add_argument("--out", type=Path, default=Path("sweep_models.json"))
-    parser.add_argument("--one", nargs=2, metavar=("TASK", "TYPE"), help=argparse.SUPPRESS)
+    parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--table", type=Path, help="print the markdown table of a results file")
     args = parser.parse_args(argv)
     if args.table is not None:
         doc = json.loads(args.table.read_text())
         print(table(doc["results"], doc["header"]))
         return 0
-    if args.one is not None:
-        import torch
-
-        torch.set_num_threads(1)
-        import warnings
-
-        warnings.filterwarnings("ignore")
-        found = check_type(
-            args.one[1], args.one[0], steps=args.steps, fraction=args.fraction,
-            fallback=args.fallback,
-        )  # fmt: skip
-        print(json.dumps(asdict(found)))
+    if args.worker:
+        _serve(args)
         return 0
     import torch
     import transformers
@@ -325,12 +396,14 @@ def main(argv: list[str] | None = None) -> int:
     }
     print(f"# {header}", flush=True)
     results = []
+    worker = Worker(args)
     for task, model_type in _types(args.tasks, args.types):
-        found = _run_one(task, model_type, args)
+        found = worker.check(task, model_type)
         results.append(found)
         print(f"{task:22} {model_type:28} {found.verdict:10} {found.reason[:150]}", flush=True)
         doc = {"header": header, "results": [asdict(r) for r in results]}
         args.out.write_text(json.dumps(doc, indent=1))
+    worker.stop()
     header["load_after"] = " ".join(f"{x:.1f}" for x in os.getloadavg())
     doc = {"header": header, "results": [asdict(r) for r in results], "summary": _summary(results)}
     args.out.write_text(json.dumps(doc, indent=1))

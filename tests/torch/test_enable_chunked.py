@@ -125,13 +125,15 @@ def test_the_chunked_loss_trains_as_plain_training(kind):
     assert out.logits is not None and out.logits.shape == (2, SEQ, VOCAB)
 
 
-def test_auto_picks_chunks_no_larger_than_the_hidden_states():
-    assert auto_loss_chunks(VOCAB, WIDTH, SEQ) == VOCAB // WIDTH
-    assert auto_loss_chunks(50257, 768, 1024) == 66  # GPT-2: ceil(50257 / 768)
-    assert auto_loss_chunks(50257, 768, 16) == 16  # at most one chunk per token
+def test_auto_picks_the_fewest_chunks_no_larger_than_what_the_stage_holds():
+    # one chunk's logits no larger than the head's weight gradient or the hidden states'
+    assert auto_loss_chunks(VOCAB, WIDTH, 2 * SEQ, SEQ) == 2 * SEQ // WIDTH
+    assert auto_loss_chunks(50257, 768, 4 * 1024, 1024) == 6  # GPT-2 at 4 x 1,024 tokens
+    assert auto_loss_chunks(128256, 2048, 2048, 2048) == 1  # Llama-3.2-1B at 2,048 tokens
+    assert auto_loss_chunks(50257, 8, 4 * 16, 16) == 8  # at most one chunk per position
     model = _model("llama")
     got = enable(model, "1GB", example_input=_batches("llama")[0], loss_chunks="auto", repeats=1)
-    assert planned(got).profile.measured.extra["loss_chunks"] == VOCAB // WIDTH
+    assert planned(got).profile.measured.extra["loss_chunks"] == 2 * SEQ // WIDTH
 
 
 def _measured_peak(model: nn.Module, batch: dict) -> int:
@@ -216,3 +218,15 @@ def test_what_the_chunked_loss_refuses():
     with pytest.raises(InputError, match="measured with the loss in 2 chunks"):
         enable(copy.deepcopy(model), "1GB", example_input=example, loss_chunks=4,
                profile=planned(got).profile)  # fmt: skip
+
+
+def test_a_plan_made_with_chunks_is_applied_with_them():
+    from memplan.torch.runtime.planned import apply_plan
+
+    model = _model("llama")
+    example = _batches("llama")[0]
+    got = enable(copy.deepcopy(model), "1GB", example_input=example, loss_chunks=2, repeats=1)
+    plan = planned(got)
+    again = apply_plan(copy.deepcopy(model), plan.schedule, plan.profile, example)
+    assert planned(again).names[-1] == CHUNKED_STAGE
+    assert again(**example).logits is None

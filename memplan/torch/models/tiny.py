@@ -12,9 +12,9 @@ Config classes name the same size many ways (``num_hidden_layers``, ``n_layer``,
 :data:`SIZES` the class knows (a field of its defaults, an argument of its constructor or an alias
 of its ``attribute_map``) and only those, so the rest of the structure is the type's own:
 its norms, its attention variant, its routers. Lists with one entry per layer (``layer_types``,
-``mlp_layer_types``...) keep two entries: the first layer's and the first of another kind if
-there is one (a hybrid model stays hybrid: one sliding-window and one full-attention layer, one
-state-space and one attention block); lists with one entry per stage of a vision model
+``mlp_layer_types``..., and the per-layer overrides of a heterogeneous config) keep two layers:
+the first, and the first that differs from it if one does (a hybrid model stays hybrid: one
+sliding-window and one full-attention layer, one state-space and one attention block); lists with one entry per stage of a vision model
 (``depths``, ``hidden_sizes``, ``num_heads``) keep their length with small values. Special token
 ids that fall outside the small vocabulary are moved to its last ids, and sub-configs
 (``text_config``, ``vision_config``) are shrunk the same way. Some types still need more than
@@ -37,6 +37,7 @@ from memplan.torch.models.hf import (
     MASKED_FRACTION,
     import_transformers,
     quiet_transformers,
+    without_kv_cache,
 )
 
 __all__ = [
@@ -66,13 +67,13 @@ SIZES: dict[tuple[str, ...], Any] = {
     ("hidden_size", "n_embd", "d_model", "dim", "emb_dim", "n_embed", "embedding_size",
      "word_embed_proj_dim", "embedding_dim", "attention_hidden_size"): WIDTH,
     ("intermediate_size", "n_inner", "ffn_dim", "decoder_ffn_dim", "encoder_ffn_dim", "d_ff",
-     "ffn_hidden_size", "d_inner", "hidden_dim", "mamba_d_ssm"): 2 * WIDTH,
+     "ffn_hidden_size", "d_inner", "hidden_dim", "mamba_d_ssm", "dff", "dim_ff"): 2 * WIDTH,
     # attention
     ("num_attention_heads", "n_head", "n_heads", "decoder_attention_heads",
      "encoder_attention_heads", "swa_num_attention_heads"): HEADS,
     ("num_key_value_heads", "swa_num_key_value_heads", "multi_query_group_num",
      "num_kv_heads"): 2,
-    ("head_dim", "d_head", "attention_head_dim", "kv_channels", "swa_head_dim",
+    ("head_dim", "d_head", "dim_head", "attention_head_dim", "kv_channels", "swa_head_dim",
      "v_head_dim", "qk_head_dim", "index_head_dim", "linear_key_head_dim",
      "linear_value_head_dim", "linear_head_dim", "mamba_d_head", "mamba_head_dim",
      "attention_head_size"): HEAD_DIM,
@@ -84,7 +85,8 @@ SIZES: dict[tuple[str, ...], Any] = {
      "attention_window"): 16,
     ("max_position_embeddings", "n_positions", "n_ctx", "max_sequence_length"): 128,
     # vocabulary
-    ("vocab_size",): VOCAB,
+    ("vocab_size", "vocab_size_per_layer_input"): VOCAB,
+    ("hidden_size_per_layer_input",): HEAD_DIM,
     # mixture of experts
     ("num_experts", "num_local_experts", "n_routed_experts", "moe_num_experts"): 4,
     ("num_experts_per_tok", "num_experts_per_token", "moe_topk", "top_k_experts"): 2,
@@ -143,10 +145,47 @@ def _names(config_class: type, default: Any) -> set[str]:
     return names
 
 
-def _two_layers(values: list[Any]) -> list[Any]:
-    """The first entry and the first of another kind (else the second): a hybrid stays one."""
-    other = next((v for v in values[1:] if v != values[0]), values[1])
-    return [values[0], other]
+def _kept_layers(lists: list[list[Any]], layers: int) -> list[int]:
+    """The two layers a tiny model keeps: the first, and the first that differs from it in one of
+    the per-layer lists (else the second): a hybrid model stays one.
+    """
+    other = min(
+        (next((i for i in range(1, layers) if v[i] != v[0]), layers) for v in lists),
+        default=layers,
+    )
+    return [0, other if other < layers else 1]
+
+
+def _per_layer_config(overrides: dict[str, Any], kept: list[int]) -> dict[str, Any]:
+    """A heterogeneous config's per-layer overrides (Gemma-4's wider global layers) for the kept
+    layers, renumbered and shrunk like the rest.
+    """
+    found: dict[str, Any] = {}
+    for key, entry in overrides.items():
+        index = int(key)
+        if index in kept and isinstance(entry, dict):
+            tiny = {k: next((v for keys, v in SIZES.items() if k in keys), value)
+                    for k, value in entry.items()}  # fmt: skip
+            tiny.update(_same_heads(entry))
+            found[str(kept.index(index)).zfill(len(key))] = tiny
+    return found
+
+
+def _same_heads(values: dict[str, Any]) -> dict[str, Any]:
+    """As many key-value heads as query heads where the type has as many (no grouped-query
+    attention where it has none).
+    """
+    heads = values.get("num_attention_heads")
+    if isinstance(heads, int) and values.get("num_key_value_heads") == heads:
+        return {"num_key_value_heads": HEADS}
+    return {}
+
+
+def _value(config: Any, key: str) -> Any:
+    try:
+        return getattr(config, key, None)
+    except Exception:  # noqa: BLE001 - a per-layer attribute a config refuses to read globally
+        return None
 
 
 def _per_stage(key: str, values: list[Any]) -> list[Any]:
@@ -184,26 +223,30 @@ def _shrunk(config_class: type, default: Any) -> dict[str, Any]:
     kwargs: dict[str, Any] = {}
     for keys, value in SIZES.items():
         for key in keys:
-            if key in names and not (key in values and values[key] is None and "lora" in key):
-                current = values.get(key, getattr(default, key, None))
-                if isinstance(current, (list, tuple, dict)):
-                    continue
+            if key in names:
+                current = values[key] if key in values else _value(default, key)
+                if isinstance(current, (list, tuple, dict)) or (key in values and not current):
+                    continue  # a list, or a part the type's defaults leave out (0, None)
                 kwargs[key] = value
-    layers = next((values[k] for k in SIZES_LAYER_KEYS if isinstance(values.get(k), int)), None)
+    layers = next((values[k] for k in SIZES_LAYER_KEYS if isinstance(values.get(k), int)), 0)
+    per_layer = {
+        k: v
+        for k, v in values.items()
+        if isinstance(v, list) and layers > 1 and len(v) == layers and k not in PER_STAGE
+    }
+    kept = _kept_layers(list(per_layer.values()), layers)
     for key, value in values.items():
         if key in PER_STAGE and isinstance(value, list) and value:
             kwargs[key] = _per_stage(key, value)
-        elif (
-            isinstance(value, list)
-            and layers is not None
-            and layers > 1
-            and len(value) == layers
-            and key not in kwargs
-        ):
-            kwargs[key] = _two_layers(value)
+        elif key in per_layer and key not in kwargs:
+            kwargs[key] = [value[i] for i in kept]
+        elif key == "per_layer_config" and isinstance(value, dict):
+            kwargs[key] = _per_layer_config(value, kept)
         elif isinstance(value, dict) and key.endswith("_config") and "model_type" in value:
             kwargs[key] = _shrunk_sub(value)
     kwargs.update(_coupled(names, values, kwargs))
+    if "num_key_value_heads" in kwargs:
+        kwargs.update(_same_heads(values))
     if isinstance(kwargs.get("vocab_size"), int):
         kwargs.update(_token_ids(values, kwargs["vocab_size"]))
     if "num_labels" in names or "id2label" in names:
@@ -213,7 +256,8 @@ def _shrunk(config_class: type, default: Any) -> dict[str, Any]:
 
 def _coupled(names: set[str], values: dict[str, Any], kwargs: dict[str, Any]) -> dict[str, Any]:
     """Sizes that must agree with others: a state-space block's heads times their width is its
-    expanded width; multi-head latent attention's rotary part is its ``head_dim``.
+    expanded width; a convolutional stem as wide as the first stage; multi-head latent
+    attention's rotary part is its ``head_dim``.
     """
     found: dict[str, Any] = {}
     expand = values.get("mamba_expand", values.get("expand", 2))
@@ -224,6 +268,8 @@ def _coupled(names: set[str], values: dict[str, Any], kwargs: dict[str, Any]) ->
                 found[key] = heads
         if isinstance(values.get("num_heads"), int) and "expand" in values:  # Mamba-2
             found["num_heads"] = heads
+    if isinstance(kwargs.get("hidden_sizes"), list) and "embedding_size" in names:
+        found["embedding_size"] = kwargs["hidden_sizes"][0]  # a ResNet's stem: its first stage's
     if "qk_rope_head_dim" in kwargs:
         for key, value in (("head_dim", HEAD_DIM // 2), ("qk_head_dim", HEAD_DIM)):
             if key in names:
@@ -298,7 +344,7 @@ def tiny_model(model_type: str, task: str, seed: int = 0) -> nn.Module:
     with quiet_transformers(transformers), torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         model = model_class._from_config(config)
-    model.config.use_cache = False
+    without_kv_cache(model)
     return model.train()
 
 

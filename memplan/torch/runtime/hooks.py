@@ -4,7 +4,7 @@ model's own forward ] in :mod:`memplan.torch.runtime.planned`).
 
 import functools
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -18,25 +18,11 @@ from memplan.torch.split.chunked_loss import ChunkedLoss
 from memplan.torch.split.repeated import RepeatedBlocks
 from memplan.torch.split.tape import TapeRecorder
 from memplan.torch.split.trace import (
-    ViewSpec,
-    model_output,
     primary_key,
     primary_output,
     replace_primary,
-    view_relation,
 )
-from memplan.torch.split.wrappers import PrefixStage, TapeStage, redo_view
-
-
-@dataclass
-class _HeadCall:
-    """A module call of the head during a step: what a recomputation of the head replays."""
-
-    module: nn.Module
-    args: tuple[Any, ...]
-    kwargs: dict[str, Any]
-    key: int | str
-    view: ViewSpec | None
+from memplan.torch.split.wrappers import PrefixStage, TapeStage
 
 
 @dataclass
@@ -46,9 +32,6 @@ class _Step:
     iteration: PlannedIteration
     stage: int = 0  # the stage being computed (or next)
     open: bool = False  # between begin and end of ``stage``
-    head: list[_HeadCall] = field(default_factory=list)
-    head_input: Tensor | None = None
-    head_exact: bool = True
     recorder: TapeRecorder | None = None  # the head's operations (NOTE [ The head on a tape ])
     labels: Tensor | None = None  # the batch's labels and count, for the chunked loss
     count: Any = None
@@ -89,10 +72,8 @@ class ModelHooks:
         for i, block in enumerate(found.block_modules):
             add(block.register_forward_pre_hook(self.block_pre(i), with_kwargs=True))
             add(block.register_forward_hook(self.block_post(i), with_kwargs=True))
-        if found.head_by == "calls" and chunked is None:
-            for module in found.head_modules:
-                add(module.register_forward_pre_hook(self.head_pre, with_kwargs=True))
-                add(module.register_forward_hook(self.head_post, with_kwargs=True))
+        if found.output_module is not None and chunked is None:  # the head ends at its return
+            add(found.output_module.register_forward_hook(self.head_post, with_kwargs=True))
 
     def active(self) -> _Step | None:
         return None if self.planned._recomputing else self.step
@@ -161,21 +142,14 @@ class ModelHooks:
             if output is None:  # the forward raised
                 it.abort()
                 return None
-            if step.open and step.stage == self.head and step.recorder is not None:
+            if step.open and step.stage == self.head and isinstance(self.head_stage, TapeStage):
+                assert step.recorder is not None
                 raise RuntimeError(
                     f"memplan: the head of {type(module).__name__} ran "
                     f"{step.recorder.counted} operations, not the "
                     f"{self.found.head_operations} that made its output when it was profiled: "
                     "the model did not run as it did when it was profiled"
                 )
-            if step.open and step.stage == self.head:
-                out = model_output(output)
-                if out is None:
-                    raise RuntimeError(
-                        f"{type(module).__name__} returned no tensor memplan recognizes as its "
-                        "output (a tensor, a dict with logits, a tuple starting with one)"
-                    )
-                self._end(step, out)
             last = self.head if self.head is not None else self.first_block + self.blocks - 1
             if step.stage != last + 1 or step.open:
                 raise RuntimeError(
@@ -256,14 +230,11 @@ class ModelHooks:
                 self._end(step, out)
                 if self.head is None or i != self.blocks - 1:
                     return None
-                step.head_input = out
-                step.head = []
                 y = it.begin(self.head, out, self._head_function(step), self.head_stage)
                 step.open = True
                 if self.chunked is not None:  # the rest is the chunked loss (_ChunkedForward)
                     raise _AtHead(y)
-                if isinstance(self.head_stage, TapeStage):
-                    self._record_head(step, y, self.head_stage)
+                self._record_head(step, y)
             except _AtHead:
                 raise
             except BaseException:
@@ -276,20 +247,27 @@ class ModelHooks:
         return hook
 
     # -- the head --------------------------------------------------------------------------
-    def _record_head(self, step: _Step, x: Tensor, stage: TapeStage) -> None:
-        """Record the head's operations from its input ``x`` on, until the one that makes the
-        model's output, which ends the stage (NOTE [ The head on a tape ]).
+    def _record_head(self, step: _Step, x: Tensor) -> None:
+        """Record the head's operations from its input ``x`` on (NOTE [ The head on a tape ]):
+        what a recomputation of the head replays, every operation of the stage in order (those
+        off the way to the output too: what autograd saved for them fills the stage's slots).
+        A head cut at module calls ends at the return of the last one (:meth:`head_post`); one
+        cut on a tape at the operation that made the output when it was cut.
         """
-        assert stage.training_tape.end is not None and self.found.head_operations is not None
+        stage = self.head_stage
+        limit, leaf, end = None, 0, None
+        if isinstance(stage, TapeStage):
+            assert stage.training_tape.end is not None
+            limit, leaf = self.found.head_operations, stage.training_tape.end.leaf
 
-        def end(out: Tensor) -> None:
-            try:
-                self._end(step, out)
-            except BaseException:
-                self._abort()
-                raise
+            def end(out: Tensor) -> None:
+                try:
+                    self._end(step, out)
+                except BaseException:
+                    self._abort()
+                    raise
 
-        recorder = TapeRecorder(self.found.head_operations, end, stage.training_tape.end.leaf)
+        recorder = TapeRecorder(limit, end, leaf)
         recorder.start(x)
         recorder.__enter__()
         step.recorder = recorder
@@ -308,64 +286,31 @@ class ModelHooks:
                 return chunked(x, step.labels, step.count)
 
             return self.planned._recompute(loss)
-        if self.found.head_by == "tape":
 
-            def replay(x: Tensor) -> Tensor:
-                recorder = step.recorder
-                if recorder is None or recorder.tape.end is None:
-                    raise RuntimeError("memplan: the head of the model was not recorded")
-                return recorder.tape.replay(x)
+        def replay(x: Tensor) -> Tensor:
+            recorder = step.recorder
+            if recorder is None or recorder.tape.end is None:
+                raise RuntimeError("memplan: the head of the model was not recorded in this step")
+            return recorder.tape.replay(x)
 
-            return self.planned._recompute(replay)
-        if self.found.head_by != "calls":
-            stage = self.head_stage
-            assert stage is not None
-            return self.planned._recompute(stage)
-
-        def head(x: Tensor) -> Tensor:
-            if not step.head_exact or not step.head:
-                raise RuntimeError(
-                    "memplan: the head of the model did not run as a sequence of module calls "
-                    "in this step; it cannot be recomputed"
-                )
-            for call in step.head:
-                a, kw = replace_primary(call.args, call.kwargs, call.key, redo_view(x, call.view))
-                out = primary_output(call.module(*a, **kw))
-                if out is None:
-                    raise RuntimeError(f"{type(call.module).__name__} returned no tensor")
-                x = out
-            return x
-
-        return self.planned._recompute(head)
-
-    def head_pre(self, module: nn.Module, args: tuple, kwargs: dict) -> None:
-        step = self.active()
-        if step is None or step.stage != self.head or not step.open:
-            return
-        key = primary_key(args, kwargs)
-        previous = step.head_input
-        if key is None or previous is None:
-            step.head_exact = False
-            return
-        x = args[key] if isinstance(key, int) else kwargs[key]
-        related, view = view_relation(previous, x)
-        step.head_exact = step.head_exact and related
-        rest, kw = replace_primary(args, kwargs, key, None)  # not the tensor: the replay's own
-        step.head.append(_HeadCall(module, rest, kw, key, view))
+        return self.planned._recompute(replay)
 
     def head_post(self, module: nn.Module, args: tuple, kwargs: dict, output: Any) -> None:
+        """The return of the module that gives the model's output: the head ends."""
         step = self.active()
-        if step is None or step.stage != self.head or not step.open:
+        if step is None or step.stage != self.head or not step.open or step.recorder is None:
             return
-        out = primary_output(output)
-        step.head_input = out
-        if module is self.found.output_module and out is not None:
-            try:
-                self._end(step, out)
-            except BaseException:
-                self._abort()
-                raise
-            step.head_input = None
+        try:
+            out = primary_output(output)
+            if out is None or not step.recorder.finish(out):
+                raise RuntimeError(
+                    f"memplan: {type(module).__name__} did not compute the model's output from "
+                    "its last block's output in this step, as it did when the model was profiled"
+                )
+            self._end(step, out)
+        except BaseException:
+            self._abort()
+            raise
 
 
 def _with_primary(output: Any, value: Tensor) -> Any:

@@ -54,7 +54,7 @@ from torch import Tensor, nn
 import memplan
 from memplan.errors import InputError
 from memplan.schedule import Schedule, load_schedule
-from memplan.torch.models.hf import is_hf_model
+from memplan.torch.models.hf import is_hf_model, without_kv_cache
 from memplan.torch.runtime.checkpointed import check_schedule
 from memplan.torch.runtime.hooks import ModelHooks
 from memplan.torch.runtime.planned_model import PLAN_ATTRIBUTE, PlannedModel
@@ -62,6 +62,7 @@ from memplan.torch.split.chunked_loss import (
     CHUNKED_STAGE,
     ChunkedLoss,
     chunked_stage,
+    profile_loss_chunks,
     resolve_loss_chunks,
 )
 from memplan.torch.split.hf import hf_loss, hf_stages
@@ -231,7 +232,7 @@ def prepare(
     if loss_chunks is not None:
         head = model.get_output_embeddings() if is_hf_model(model) else None
         vocab, width = head.weight.shape if isinstance(head, nn.Linear) else (1, 1)
-        chunks = resolve_loss_chunks(loss_chunks, vocab, width, x0.shape[-1])
+        chunks = resolve_loss_chunks(loss_chunks, vocab, width, x0.numel(), x0.shape[-1])
         target.chunked = None if chunks is None else _chunked(target, chunks)
     return target
 
@@ -256,7 +257,7 @@ def apply_plan(
 ) -> nn.Module:
     """Install a plan made already (``memplan solve``'s) on ``model``: :func:`enable` without
     the profiling and the solving. ``profile`` is the one the plan was made from, on a batch
-    like ``example_input``.
+    like ``example_input`` (with its loss in chunks of tokens when it was measured so).
 
     Raises
     ------
@@ -264,8 +265,9 @@ def apply_plan(
         The schedule, the profile and the model's chain do not match (stages, sha256), or the
         schedule does not replay on the profile.
     """
-    target = prepare(model, example_input)
-    return install(target, load_schedule(schedule), memplan.load_profile(profile))
+    prof = memplan.load_profile(profile)
+    target = prepare(model, example_input, loss_chunks=profile_loss_chunks(prof))
+    return install(target, load_schedule(schedule), prof)
 
 
 def _check_model(model: Any) -> None:
@@ -302,9 +304,7 @@ def _install(
     check_schedule(sched, names, prof)
     plan = PlannedModel(model, sched, prof, names, inplace)
     plan.loss_virtual = chunked is None  # the chunked loss is the runtime's stage
-    config = getattr(model, "config", None)
-    if getattr(config, "use_cache", False):
-        config.use_cache = False  # a KV cache is for generation (HF's checkpointing does this too)
+    without_kv_cache(model)
     if how == "hooks":
         plan.how = "hooks"
         ModelHooks(plan, layout, input_key, chunked)

@@ -375,23 +375,26 @@ def _check_exact(kind: str, stage: ChunkedLoss, head_input: Tensor) -> None:
         )
 
 
-def auto_loss_chunks(vocab: int, width: int, tokens: int) -> int:
-    """The chunks of tokens ``loss_chunks="auto"`` takes: ``ceil(vocab / width)``, at most one per
-    token.
+def auto_loss_chunks(vocab: int, width: int, tokens: int, seq: int) -> int:
+    """The chunks of tokens ``loss_chunks="auto"`` takes: ``ceil(min(tokens, vocab) / width)``,
+    at most one per position of the sequence (the chunks are along it).
 
-    One chunk's logits (``tokens / chunks x vocab``) are then no larger than the hidden states
-    the head reads (``tokens x width``), so that the head and loss stage holds about what a
-    block holds, where the whole sequence's logits are ``vocab / width`` times larger (65x on
-    GPT-2: 50,257 / 768; 63x on Llama-3.2-1B: 128,256 / 2,048). Fewer chunks are faster on a
-    CPU (larger matrix products); more save little further: the hidden states and the head's
-    weight gradient, which every chunk count holds, set the stage's floor. Liger Kernel's fused
-    linear cross-entropy sizes its chunks the same way.
+    That is the fewest chunks whose logits (``tokens / chunks x vocab``) are each no larger than
+    the larger of two tensors the head and loss stage holds whatever the count: the head's
+    weight gradient (``vocab x width``) and the hidden states' gradient (``tokens x width``).
+    The stage's peak is then within a small factor of that floor (a chunk's logits, their
+    log-softmax and their gradient beside it), and more chunks would save little more while
+    making the products smaller, which is slower: on issue 35's tiny GPT-2 and Llama (vocabulary
+    8,000, width 128, 512 tokens: 4 chunks) 4, 8, 12 and 16 chunks measure the same least memory
+    through ``enable`` and 63 chunks take 1.5x the step time of 8 (docs/profiling.md). GPT-2 at
+    4 x 1,024 tokens takes 6 chunks; Llama-3.2-1B at 2,048 tokens 1, where its head's weight
+    gradient is as large as the logits.
     """
-    return max(1, min(tokens, -(-vocab // width)))
+    return max(1, min(seq, -(-min(tokens, vocab) // width)))
 
 
 def resolve_loss_chunks(
-    chunks: int | str | None, vocab: int, width: int, tokens: int
+    chunks: int | str | None, vocab: int, width: int, tokens: int, seq: int
 ) -> int | None:
     """``loss_chunks`` as a count: ``"auto"`` by :func:`auto_loss_chunks`, a positive integer as
     it is, None for none.
@@ -404,7 +407,7 @@ def resolve_loss_chunks(
     if chunks is None:
         return None
     if chunks == "auto":
-        return auto_loss_chunks(vocab, width, tokens)
+        return auto_loss_chunks(vocab, width, tokens, seq)
     if isinstance(chunks, bool) or not isinstance(chunks, int) or chunks < 1:
         raise InputError(f"loss_chunks {chunks!r}: expected a positive integer or 'auto'")
     return chunks

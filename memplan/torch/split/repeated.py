@@ -240,7 +240,10 @@ def _reads_input_values(kind: str, call: TracedCall, allowed: bool) -> bool:
     """
     kinds = list(call.taints.values())
     if any(k & FROM_PARAM for k in kinds):
-        what = "the parameters or activations (an earlier block's output, a state it carries)"
+        what = (
+            "the parameters (an earlier block's output, a state it hands on, a learned bias "
+            "every block reads), whose gradient would flow through every block"
+        )
     elif any(k & FROM_INPUT for k in kinds) and not allowed:
         what = "the values of the input"
     else:
@@ -316,6 +319,23 @@ def _head_by_calls(
         calls.append(call)
         backward.append(BlockCall(call.module, call.args, call.kwargs, call.input_shape))
         producers = call.producers
+
+
+def _calls_off_the_way(tracer: Tracer, last: TracedCall, path: list[TracedCall]) -> bool:
+    """Whether the model calls a module after its last block, before its output, that is neither
+    on the way from the one to the other nor inside a call that is (BigBird's pooler): the head
+    stage computes it too, which a sequence of module calls would leave out.
+    """
+    if not path:
+        return False
+    on_path = {id(c) for c in path}
+    end = max(c.end for c in path)
+    return any(
+        last.end < c.start < end
+        and id(c) not in on_path
+        and not any(id(p) in on_path for p in c.parents)
+        for c in tracer.calls
+    )
 
 
 def _record_head(
@@ -410,6 +430,8 @@ def _cut(
     for c, label in zip(run, _relative_names(names), strict=True):
         stages.append((label, BlockCall(c.module, c.args, c.kwargs, c.input_shape)))
     by_calls = _head_by_calls(last, final)
+    if by_calls is not None and _calls_off_the_way(tracer, last, by_calls[1]):
+        by_calls = None  # the tape has them all: what the stage computes is measured
     head, head_calls = by_calls if by_calls is not None else (None, [])
     values = [_reads_input_values(kind, c, prefix) for c in [*run, *head_calls]]
     if prefix:

@@ -174,6 +174,12 @@ class TapeRecorder(TorchFunctionMode):  # type: ignore[misc]  # torch's types ar
             return None
         return found[0]
 
+    def finish(self, out: Tensor) -> bool:
+        """Stop recording, with ``out`` as the output; False when the tape did not make it."""
+        self.recording = False
+        self.tape.end = self.ref(out)
+        return self.tape.end is not None
+
     def _note(self, tensor: Tensor, ref: Ref) -> None:
         self.made[id(tensor)] = (ref, weakref.ref(tensor))
 
