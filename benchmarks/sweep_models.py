@@ -122,6 +122,8 @@ def _differs(ref: Any, got: Any) -> str | None:
         *zip(ref.named_buffers(), got.named_buffers(), strict=True),
     ]
     for (name, a), (_, b) in pairs:
+        if a.dtype != b.dtype or a.shape != b.shape:
+            return f"{name} is {b.dtype} {tuple(b.shape)}, not {a.dtype} {tuple(a.shape)}"
         if not a.is_floating_point():
             if not torch.equal(a, b):
                 return f"{name} differs"
@@ -149,10 +151,14 @@ def check_type(
     steps: int = 3,
     fraction: float = 0.8,
     fallback: float = 0.95,
-    batch: int = 2,
+    batch: int | None = None,
     seq: int = 64,
 ) -> Verdict:
-    """Build a tiny model of ``model_type``, train it plainly and under a plan; the verdict."""
+    """Build a tiny model of ``model_type``, train it plainly and under a plan; the verdict.
+
+    Batches of 2 x ``seq`` tokens, or of 8 images (the tiny images' activations are small: with
+    2, the weights and AdamW's state leave no plan below plain training's peak).
+    """
     import torch
 
     from memplan.errors import InputError
@@ -161,6 +167,8 @@ def check_type(
 
     start = time.perf_counter()
     found = Verdict(model_type, task, FAILED)
+    if batch is None:
+        batch = 8 if task == "image-classification" else 2
 
     def done(verdict: str, reason: str = "") -> Verdict:
         found.verdict, found.reason = verdict, reason

@@ -85,7 +85,10 @@ SIZES: dict[tuple[str, ...], Any] = {
      "attention_window"): 16,
     ("max_position_embeddings", "n_positions", "n_ctx", "max_sequence_length"): 128,
     # vocabulary
-    ("vocab_size", "vocab_size_per_layer_input"): VOCAB,
+    ("vocab_size", "vocab_size_per_layer_input", "entity_vocab_size", "pronunciation_vocab_size",
+     "shape_vocab_size"): VOCAB,
+    ("input_embedding_size", "output_embedding_size", "entity_emb_size", "pronunciation_embed_dim",
+     "shape_embed_dim"): WIDTH,
     ("hidden_size_per_layer_input",): HEAD_DIM,
     # mixture of experts
     ("num_experts", "num_local_experts", "n_routed_experts", "moe_num_experts"): 4,
@@ -104,8 +107,8 @@ SIZES: dict[tuple[str, ...], Any] = {
     ("attn_layer_offset", "expert_layer_offset"): 1,
     # images
     ("image_size",): IMAGE_SIZE,
-    ("patch_size",): 8,
-    ("window_size",): 4,
+    ("patch_size",): 4,
+    ("window_size",): 2,
     ("num_channels",): 3,
     ("embed_dim",): WIDTH // 4,
 }  # fmt: skip
@@ -193,7 +196,7 @@ def _per_stage(key: str, values: list[Any]) -> list[Any]:
         return [PER_STAGE[key]] * len(values)
     if key == "num_heads":
         return [min(2**i, HEADS) for i in range(len(values))]
-    return [min(8 * 2**i, WIDTH) for i in range(len(values))]
+    return [min(32 * 2 ** (i // 2), WIDTH) for i in range(len(values))]  # group norms of 32
 
 
 def _token_ids(config: dict[str, Any], vocab: int) -> dict[str, Any]:
@@ -221,7 +224,10 @@ def _shrunk(config_class: type, default: Any) -> dict[str, Any]:
     names = _names(config_class, default)
     values = default.to_dict()
     kwargs: dict[str, Any] = {}
+    staged = isinstance(values.get("depths"), list)  # a hierarchical vision model
     for keys, value in SIZES.items():
+        if staged and keys in (SIZES_LAYER_KEYS, SIZES_WIDTH_KEYS):
+            continue  # its stages' lists say its depth and widths
         for key in keys:
             if key in names:
                 current = values[key] if key in values else _value(default, key)
@@ -244,6 +250,8 @@ def _shrunk(config_class: type, default: Any) -> dict[str, Any]:
             kwargs[key] = _per_layer_config(value, kept)
         elif isinstance(value, dict) and key.endswith("_config") and "model_type" in value:
             kwargs[key] = _shrunk_sub(value)
+    if staged and "image_size" in kwargs:
+        kwargs["image_size"] = 2 * IMAGE_SIZE  # four stages halving it: 16 x 16 patches to 2 x 2
     kwargs.update(_coupled(names, values, kwargs))
     if "num_key_value_heads" in kwargs:
         kwargs.update(_same_heads(values))
@@ -269,7 +277,8 @@ def _coupled(names: set[str], values: dict[str, Any], kwargs: dict[str, Any]) ->
         if isinstance(values.get("num_heads"), int) and "expand" in values:  # Mamba-2
             found["num_heads"] = heads
     if isinstance(kwargs.get("hidden_sizes"), list) and "embedding_size" in names:
-        found["embedding_size"] = kwargs["hidden_sizes"][0]  # a ResNet's stem: its first stage's
+        found["embedding_size"] = kwargs["hidden_sizes"][0] // 4  # a ResNet's stem, narrow:
+        # at full resolution, it would outweigh the blocks
     if "qk_rope_head_dim" in kwargs:
         for key, value in (("head_dim", HEAD_DIM // 2), ("qk_head_dim", HEAD_DIM)):
             if key in names:
@@ -278,6 +287,7 @@ def _coupled(names: set[str], values: dict[str, Any], kwargs: dict[str, Any]) ->
 
 
 SIZES_LAYER_KEYS = next(keys for keys in SIZES if "num_hidden_layers" in keys)
+SIZES_WIDTH_KEYS = next(keys for keys in SIZES if "hidden_size" in keys)
 
 
 def _shrunk_sub(values: dict[str, Any]) -> dict[str, Any]:
@@ -337,7 +347,8 @@ def tiny_model(model_type: str, task: str, seed: int = 0) -> nn.Module:
     """
     transformers = import_transformers()
     config = tiny_config(model_type)
-    model_class = getattr(transformers, _mapping(task)[model_type])
+    names = _mapping(task)[model_type]  # a tuple where a type has several heads (DeiT's)
+    model_class = getattr(transformers, names[0] if isinstance(names, tuple) else names)
     expected = getattr(model_class, "config_class", None)
     if isinstance(expected, type) and not isinstance(config, expected):
         config = config.get_text_config()  # a multimodal type whose head takes its text config

@@ -107,6 +107,8 @@ from memplan.torch.split.stages import (
 )
 from memplan.torch.split.tape import TapeRecorder
 from memplan.torch.split.trace import (
+    FLOATING,
+    FROM_BLOCK,
     FROM_INPUT,
     FROM_PARAM,
     MAX_RUNS_TRIED,
@@ -231,28 +233,48 @@ def _relative_names(names: list[str]) -> list[str]:
     return [".".join(p[common:]) for p in parts]
 
 
-def _reads_input_values(kind: str, call: TracedCall, allowed: bool) -> bool:
-    """Whether a call also reads a tensor computed from the values of the model's input (its
-    token ids: a hash router, a position bias). InputError when it reads one computed from the
-    parameters (an earlier block's activation: the model is not a chain), or from the input's
-    values where no stage before the blocks can check that a batch is the traced one
-    (``allowed``, NOTE [ Stage wrappers ]).
+def _reads_values(kind: str, call: TracedCall, prefix: bool) -> int:
+    """What ``call`` also reads that depends on the batch (NOTE [ Stage wrappers ]): 0 nothing;
+    :data:`FROM_INPUT` a tensor computed from the input's token ids only (a padding mask,
+    DeepSeek-V4's hash router); :data:`FROM_PARAM` one without a gradient computed from the
+    parameters too (integer indices: DeepSeek-V3.2's top-k, which an earlier block computes and
+    the next reuses), which also changes as the parameters train. ``enable`` passes each step's
+    own; a chain's stage wrappers hold the traced ones.
+
+    Raises
+    ------
+    InputError
+        A floating tensor computed from the parameters: by an earlier block (its activation, a
+        state it hands on) or before the blocks (a learned position bias, per-layer inputs),
+        whose gradient would flow through every block, which a chain of stages passing one tensor
+        does not carry; values where nothing before the first block can check the batch.
     """
-    kinds = list(call.taints.values())
-    if any(k & FROM_PARAM for k in kinds):
-        what = (
-            "the parameters (an earlier block's output, a state it hands on, a learned bias "
-            "every block reads), whose gradient would flow through every block"
-        )
-    elif any(k & FROM_INPUT for k in kinds) and not allowed:
-        what = "the values of the input"
-    else:
-        return any(k & FROM_INPUT for k in kinds)
-    raise InputError(
-        f"cannot linearize {kind}: {call.name} ({type(call.module).__name__}) also reads a "
-        f"tensor computed from {what}, not only the previous stage's output: the model is not a "
-        "chain of these blocks; give it a memplan_stages() method returning [(name, module), ...]"
-    )
+    values = 0
+    for taint in call.taints.values():
+        if not taint & (FROM_INPUT | FROM_PARAM):
+            continue  # from the input's shape only: the same for every batch of that shape
+        if taint & FROM_PARAM and taint & FLOATING:
+            what = (
+                "computed by an earlier block (its activation, a state it hands on)"
+                if taint & FROM_BLOCK
+                else "computed from the parameters before the blocks (a learned bias, per-layer "
+                "inputs), whose gradient flows through every block"
+            )
+            raise InputError(
+                f"cannot linearize {kind}: {call.name} ({type(call.module).__name__}) also reads "
+                f"a tensor {what}, not only the previous stage's output: the model is not a "
+                "chain of these blocks; give it a memplan_stages() method returning "
+                "[(name, module), ...]"
+            )
+        if not prefix:
+            raise InputError(
+                f"cannot linearize {kind}: {call.name} ({type(call.module).__name__}) also reads "
+                "a tensor computed from the values of the input, and the model computes nothing "
+                "before its first block; give it a memplan_stages() method returning "
+                "[(name, module), ...]"
+            )
+        values |= taint & (FROM_INPUT | FROM_PARAM)
+    return values
 
 
 def _prefix(
@@ -425,6 +447,7 @@ def _cut(
     """The stages for one run (InputError when it does not make a chain)."""
     first, last = run[0], run[-1]
     names = [c.name for c in run]
+    _check_distinct(kind, run)
     stages: list[tuple[str, nn.Module]] = []
     prefix = not any(p is None and v is None for p, v in first.producers)
     for c, label in zip(run, _relative_names(names), strict=True):
@@ -433,11 +456,13 @@ def _cut(
     if by_calls is not None and _calls_off_the_way(tracer, last, by_calls[1]):
         by_calls = None  # the tape has them all: what the stage computes is measured
     head, head_calls = by_calls if by_calls is not None else (None, [])
-    values = [_reads_input_values(kind, c, prefix) for c in [*run, *head_calls]]
+    values = 0
+    for c in [*run, *head_calls]:
+        values |= _reads_values(kind, c, prefix)
     if prefix:
         stem = _prefix(kind, model, call, tracer, first)
-        if any(values):  # NOTE [ Stage wrappers ]: the chain is for this batch's values
-            stem.traced_for(x)
+        if values:  # NOTE [ Stage wrappers ]: the chain is for this batch's values
+            stem.traced_for(x, trains=not values & FROM_PARAM)
         stages.insert(0, ("stem" if x.is_floating_point() else "embedding", stem))
     head_by = "calls" if head else "none"
     head_modules = [m.block for m in head or [] if isinstance(m, BlockCall)]
@@ -471,6 +496,23 @@ def _leaf_calls(calls: list[TracedCall], start: int, end: int) -> int:
     return sum(
         1 for c in calls if start < c.start < end and next(c.module.children(), None) is None
     )
+
+
+def _check_distinct(kind: str, run: list[TracedCall]) -> None:
+    """Refuse a run whose blocks share parameters (ALBERT calls one layer for every layer): the
+    runtime marks a stage by its module, which would be called more than once a step.
+    """
+    seen: set[int] = set()
+    for c in run:
+        params = {id(p) for p in c.module.parameters()}
+        if params & seen:
+            raise InputError(
+                f"cannot linearize {kind}: its blocks share their weights ({c.name} calls "
+                "parameters an earlier block of the run called, as ALBERT's shared layers), "
+                "where memplan's stages are distinct blocks; give it a memplan_stages() method "
+                "returning [(name, module), ...]"
+            )
+        seen |= params
 
 
 def _check_body(kind: str, tracer: Tracer, run: list[TracedCall], prefix: bool, head: bool) -> None:

@@ -15,6 +15,7 @@ from torch import Tensor, nn
 from memplan.errors import InputError
 
 __all__ = [
+    "BufferCopy",
     "buffer_copies",
     "eval_mode",
     "first_line",
@@ -63,25 +64,36 @@ def _writable(tensor: Tensor) -> bool:
     return bool(torch._debug_has_internal_overlap(tensor) != 1)  # 1: MemOverlap::Yes
 
 
-def buffer_copies(modules: list[nn.Module]) -> list[tuple[Tensor, Tensor]]:
-    """``(buffer, copy)`` of every distinct buffer of ``modules`` that the forward can change in
-    place (batch-norm running statistics), for :func:`restore_buffers`.
+BufferCopy = tuple[nn.Module, str, Tensor, Tensor]
+"""A buffer's module, name, tensor and a copy of its value (:func:`buffer_copies`)."""
+
+
+def buffer_copies(modules: list[nn.Module]) -> list[BufferCopy]:
+    """A copy of every distinct buffer of ``modules`` that the forward can change (batch-norm
+    running statistics, I-BERT's observed ranges), for :func:`restore_buffers`.
     """
     seen: set[int] = set()
     found = []
     for module in modules:
-        for buffer in module.buffers():
-            if id(buffer) not in seen and _writable(buffer):
-                seen.add(id(buffer))
-                found.append((buffer, buffer.detach().clone()))
+        for owner in module.modules():
+            for name, buffer in owner._buffers.items():
+                if buffer is not None and id(buffer) not in seen and _writable(buffer):
+                    seen.add(id(buffer))
+                    found.append((owner, name, buffer, buffer.detach().clone()))
     return found
 
 
-def restore_buffers(copies: list[tuple[Tensor, Tensor]]) -> None:
-    """Give each buffer of :func:`buffer_copies` back the value it had."""
+def restore_buffers(copies: list[BufferCopy]) -> None:
+    """Give each buffer of :func:`buffer_copies` back the value it had: in place, or as the
+    module's buffer again where the forward put another tensor in its place (``self.x_min =
+    x.min()``).
+    """
     with torch.no_grad():
-        for buffer, value in copies:
-            buffer.copy_(value)
+        for owner, name, buffer, value in copies:
+            if owner._buffers.get(name) is buffer:
+                buffer.copy_(value)
+            else:
+                owner._buffers[name] = value
 
 
 def first_line(exc: BaseException) -> str:

@@ -18,6 +18,8 @@ from torch.utils import _pytree as pytree
 from torch.utils.weak import WeakIdKeyDictionary
 
 __all__ = [
+    "FLOATING",
+    "FROM_BLOCK",
     "FROM_INPUT",
     "FROM_PARAM",
     "MAX_RUNS_TRIED",
@@ -40,6 +42,8 @@ ModelCall = Callable[[nn.Module, Tensor], Any]
 
 FROM_PARAM = 1  # computed from a parameter (or from anything computed from one: activations)
 FROM_INPUT = 2  # computed from the values of the model's input
+FROM_BLOCK = 4  # computed from a parameter inside a block call (an activation of a block)
+FLOATING = 8  # (in TracedCall.taints only) a floating-point tensor: one that gradients reach
 MAX_RUNS_TRIED = 8
 
 
@@ -168,7 +172,7 @@ class TracedCall:
     has_output: bool = False  # returns one tensor (registered, weakly, in Tracer.produced)
     # the calls whose output is this call's output too (the last child of an nn.Sequential...)
     output_producers: list[tuple[TracedCall | None, ViewSpec | None]] = field(default_factory=list)
-    taints: dict[int, int] = field(default_factory=dict)  # leaf index -> kinds
+    taints: dict[int, int] = field(default_factory=dict)  # leaf index -> kinds (and FLOATING)
 
     @property
     def depth(self) -> int:
@@ -215,6 +219,8 @@ class _Taint(TorchFunctionMode):
             if isinstance(leaf, Tensor):
                 kind |= self.kind(leaf)
                 self.tracer.note_use(leaf)
+        if kind & FROM_PARAM and any(c.is_block for c in self.tracer.stack):
+            kind |= FROM_BLOCK
         if kind:
             for leaf in pytree.tree_leaves(out):
                 if isinstance(leaf, Tensor):
@@ -299,7 +305,7 @@ class Tracer:
             call.kwargs = {k: (PRIMARY if k == key else v) for k, v in kwargs.items()}
             leaves = pytree.tree_leaves((call.args, call.kwargs))
             call.taints = {
-                i: self.taint.kind(leaf)
+                i: self.taint.kind(leaf) | (FLOATING if leaf.is_floating_point() else 0)
                 for i, leaf in enumerate(leaves)
                 if isinstance(leaf, Tensor)
             }

@@ -155,16 +155,28 @@ class PrefixStage(nn.Module):
         self._call = call
         self._key = key
         self._stepping = False
+        self.chain_refusal: str | None = None  # why the chain API cannot train on this stage
         self.parts = nn.ModuleDict({name.replace(".", "/"): m for name, m in parts.items()})
         self.direct_params = nn.ParameterList(params)
         for i, buffer in enumerate(buffers):
             self.register_buffer(f"direct_buffer{i}", buffer, persistent=False)
 
-    def traced_for(self, x: Tensor) -> None:
+    def traced_for(self, x: Tensor, trains: bool = True) -> None:
         """The chain's blocks also read tensors computed from the values of ``x`` (NOTE [ Stage
-        wrappers ]): the chain computes the model on ``x`` only, which is checked.
+        wrappers ]): the chain computes the model on ``x`` only, which is checked; with
+        ``trains`` False, from the parameters too (a top-k of an earlier block), so that it
+        computes the model as it is now only: it measures it, it does not train it
+        (:attr:`chain_refusal`).
         """
         self.register_buffer("traced_input", x.detach().clone(), persistent=False)
+        if not trains:
+            self.chain_refusal = (
+                f"the chain of {type(self._model).__name__} holds what its blocks read besides "
+                "their hidden state as traced, and some of it is computed from the parameters "
+                "(an earlier block's top-k): it would not change as they train; train the model "
+                "with memplan.torch.enable(model, memory, example_input=batch), which passes "
+                "each step's own"
+            )
 
     @contextmanager
     def calling(self, call: ModelCall) -> Iterator[None]:
