@@ -78,6 +78,12 @@ SIZES: dict[tuple[str, ...], Any] = {
      "linear_value_head_dim", "linear_head_dim", "mamba_d_head", "mamba_head_dim",
      "attention_head_size"): HEAD_DIM,
     ("q_lora_rank", "kv_lora_rank"): 32,
+    ("d_latents",): WIDTH,  # Perceiver
+    ("num_latents",): 16,
+    ("num_self_attends_per_block",): LAYERS,
+    ("num_blocks",): 1,
+    ("num_self_attention_heads",): HEADS,
+    ("num_cross_attention_heads",): 1,
     ("qk_rope_head_dim", "qk_nope_head_dim", "rotary_dim"): HEAD_DIM // 2,
     ("index_n_heads", "linear_num_key_heads", "linear_num_heads"): 2,
     ("linear_num_value_heads",): HEADS,
@@ -231,8 +237,9 @@ def _shrunk(config_class: type, default: Any) -> dict[str, Any]:
         for key in keys:
             if key in names:
                 current = values[key] if key in values else _value(default, key)
-                if isinstance(current, (list, tuple, dict)) or (key in values and not current):
-                    continue  # a list, or a part the type's defaults leave out (0, None)
+                off = current == 0 or (current is None and "lora" in key)
+                if isinstance(current, (list, tuple, dict)) or (key in values and off):
+                    continue  # a list, or a part the type's defaults leave out (0, no LoRA)
                 kwargs[key] = value
     layers = next((values[k] for k in SIZES_LAYER_KEYS if isinstance(values.get(k), int)), 0)
     per_layer = {

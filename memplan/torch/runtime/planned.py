@@ -115,7 +115,11 @@ def _example(model: nn.Module, example_input: Any) -> tuple[Tensor, Tensor | Non
     if isinstance(example_input, Tensor):
         return example_input, None, main or 0
     if isinstance(example_input, Mapping):
-        names = [main] if main else [k for k, v in example_input.items() if isinstance(v, Tensor)]
+        names = (  # the model's main input, or the name its processor gives it (Perceiver)
+            [main, "input_ids", "pixel_values"]
+            if main
+            else [k for k, v in example_input.items() if isinstance(v, Tensor)]
+        )
         name = next((n for n in names if isinstance(example_input.get(n), Tensor)), None)
         if name is None:
             raise InputError(

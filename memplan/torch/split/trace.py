@@ -6,7 +6,7 @@ from (NOTE [ Finding the run of blocks ] and NOTE [ Stage wrappers ] in
 from __future__ import annotations
 
 import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -303,7 +303,8 @@ class Tracer:
             call.producers = self.producers_of(primary)
             call.args = tuple(PRIMARY if i == key else a for i, a in enumerate(args))
             call.kwargs = {k: (PRIMARY if k == key else v) for k, v in kwargs.items()}
-            leaves = pytree.tree_leaves((call.args, call.kwargs))
+            leaves = [*pytree.tree_leaves((call.args, call.kwargs))]
+            leaves += [t for leaf in leaves for t in _held(leaf)]
             call.taints = {
                 i: self.taint.kind(leaf) | (FLOATING if leaf.is_floating_point() else 0)
                 for i, leaf in enumerate(leaves)
@@ -338,6 +339,19 @@ class Tracer:
         finally:
             for hook in hooks:
                 hook.remove()
+
+
+def _held(value: Any) -> list[Tensor]:
+    """The tensors a mapping that pytree does not open holds (its values, or tuples of them):
+    Gemma-4's ``KVSharingDict`` of the keys and values an earlier layer stored for a later one.
+    """
+    if isinstance(value, Tensor) or not isinstance(value, Mapping):
+        return []
+    found = []
+    for item in value.values():
+        items = item if isinstance(item, (tuple, list)) else (item,)
+        found += [t for t in items if isinstance(t, Tensor)]
+    return found
 
 
 class _Primary:
