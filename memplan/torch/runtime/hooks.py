@@ -251,11 +251,14 @@ class ModelHooks:
         """Record the head's operations from its input ``x`` on (NOTE [ The head on a tape ]):
         what a recomputation of the head replays, every operation of the stage in order (those
         off the way to the output too: what autograd saved for them fills the stage's slots).
-        A head cut at module calls ends at the return of the last one (:meth:`head_post`); one
-        cut on a tape at the operation that made the output when it was cut.
+        A head cut at module calls ends at the return of the last one (:meth:`head_post`), and
+        is recorded only when the plan computes it more than once; one cut on a tape at the
+        operation that made the output when it was cut.
         """
         stage = self.head_stage
         limit, leaf, end = None, 0, None
+        if not isinstance(stage, TapeStage) and self.planned.plan.forward_counts[self.head] < 2:
+            return  # nothing to replay: no recorder in the way of the model's head
         if isinstance(stage, TapeStage):
             assert stage.training_tape.end is not None
             limit, leaf = self.found.head_operations, stage.training_tape.end.leaf
@@ -298,11 +301,11 @@ class ModelHooks:
     def head_post(self, module: nn.Module, args: tuple, kwargs: dict, output: Any) -> None:
         """The return of the module that gives the model's output: the head ends."""
         step = self.active()
-        if step is None or step.stage != self.head or not step.open or step.recorder is None:
+        if step is None or step.stage != self.head or not step.open:
             return
         try:
             out = primary_output(output)
-            if out is None or not step.recorder.finish(out):
+            if out is None or (step.recorder is not None and not step.recorder.finish(out)):
                 raise RuntimeError(
                     f"memplan: {type(module).__name__} did not compute the model's output from "
                     "its last block's output in this step, as it did when the model was profiled"
