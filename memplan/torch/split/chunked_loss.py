@@ -385,8 +385,8 @@ def auto_loss_chunks(vocab: int, width: int, tokens: int, seq: int) -> int:
     The stage's peak is then within a small factor of that floor (a chunk's logits, their
     log-softmax and their gradient beside it), and more chunks would save little more while
     making the products smaller, which is slower: on issue 35's tiny GPT-2 and Llama (vocabulary
-    8,000, width 128, 512 tokens: 4 chunks) 4, 8, 12 and 16 chunks measure the same least memory
-    through ``enable`` and 63 chunks take 1.5x the step time of 8 (docs/profiling.md). GPT-2 at
+    8,000, width 128, 512 tokens: 4 chunks) 4, 8, 12 and 16 chunks measured the same least memory
+    through ``enable``, and 63 chunks 1.5x the step time of 8 (docs/profiling.md). GPT-2 at
     4 x 1,024 tokens takes 6 chunks; Llama-3.2-1B at 2,048 tokens 1, where its head's weight
     gradient is as large as the logits.
     """
