@@ -252,12 +252,14 @@ class ModelHooks:
         what a recomputation of the head replays, every operation of the stage in order (those
         off the way to the output too: what autograd saved for them fills the stage's slots).
         A head cut at module calls ends at the return of the last one (:meth:`head_post`), and
-        is recorded only when the plan computes it more than once; one cut on a tape at the
-        operation that made the output when it was cut.
+        is recorded only when the plan runs it again (a recomputation, a selective option); one
+        cut on a tape at the operation that made the output when it was cut.
         """
         stage = self.head_stage
         limit, leaf, end = None, 0, None
-        if not isinstance(stage, TapeStage) and self.planned.plan.forward_counts[self.head] < 2:
+        plan = self.planned.plan
+        again = plan.forward_counts[self.head] > 1 or self.head in plan.policies
+        if not isinstance(stage, TapeStage) and not again:
             return  # nothing to replay: no recorder in the way of the model's head
         if isinstance(stage, TapeStage):
             assert stage.training_tape.end is not None
