@@ -17,6 +17,7 @@ The top floor of the torch layer with :mod:`memplan.torch.compare`: it orchestra
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -41,7 +42,7 @@ from memplan.torch.profiler.model import parameter_sizes as parameter_sizes_of
 from memplan.torch.profiler.model import profile_model
 from memplan.torch.runtime.checkpointed import CheckpointedChain, checkpointed
 from memplan.torch.runtime.loop_watch import LoopWatch
-from memplan.torch.runtime.planned import install, planned, prepare
+from memplan.torch.runtime.planned import can_chunk_loss, install, planned, prepare
 from memplan.torch.runtime.planned_model import describe_autocast
 from memplan.torch.runtime.slots import autocast_state
 from memplan.torch.runtime.step_in_backward import StepInBackward
@@ -57,6 +58,11 @@ __all__ = [
     "plan_training",
     "profile_for_training",
 ]
+
+
+CHUNKED_OUTPUT_BYTES = 8
+"""What the output of a model with a chunked loss holds while training, until seen: its loss, a
+scalar (float64 at most); the logits are None."""
 
 
 @dataclass(frozen=True)
@@ -131,17 +137,25 @@ def plan_training(
     )
 
 
-def loss_chunks_hint(prof: Profile, memory: MemoryBudget, loop: TrainingLoop) -> str:
-    """What a budget without a plan could have with the chunked loss, or ``""``.
+def loss_chunks_hint(prof: Profile, chunkable: Callable[[], bool] | None = None) -> str:
+    """What the infeasible message adds about the chunked loss, or ``""``.
 
-    NOTE [ the chunked loss in the infeasible message ]: :func:`enable`'s ``loss_chunks``
-    (a language model's head and loss in chunks of tokens) lowers the least memory of a causal
-    or masked LM below its logits; when it lands, this says "fits with loss_chunks=N" for the
-    budgets that only fit so (by profiling the chunked head, as :func:`fit` does). Until then a
-    profile made with chunks says so, and no other hint is given.
+    NOTE [ the chunked loss in the infeasible message ]: a language model's logits (tokens x
+    vocabulary) are often the largest tensor of its step, and :func:`enable`'s ``loss_chunks``
+    (its head and loss in chunks of tokens) never holds them whole. A profile measured with chunks
+    says so; a model that could chunk its loss (``chunkable()``: a Hugging Face causal or masked
+    LM, asked only when no plan fits) is told how. No least memory is promised for the chunked
+    loss: that takes profiling the chunked head, which a caller does by passing ``loss_chunks``.
     """
     chunks = profile_loss_chunks(prof, None)
-    return "" if chunks is None else f" (the loss already in {chunks} chunks)"
+    if chunks is not None:
+        return f" (the loss already in {chunks} chunks)"
+    if chunkable is not None and chunkable():
+        return (
+            "; its loss in chunks of tokens never holds the whole logits and needs less: "
+            "loss_chunks='auto'"
+        )
+    return ""
 
 
 def infeasible_message(schedule: Schedule, memory: MemoryBudget, hint: str = "") -> str:
@@ -159,12 +173,19 @@ def infeasible_message(schedule: Schedule, memory: MemoryBudget, hint: str = "")
 
 
 def _feasible(
-    prof: Profile, memory: MemoryBudget, loop: TrainingLoop, settings: PlanSettings, why: str = ""
+    prof: Profile,
+    memory: MemoryBudget,
+    loop: TrainingLoop,
+    settings: PlanSettings,
+    why: str = "",
+    chunkable: Callable[[], bool] | None = None,
 ) -> Schedule:
-    """:func:`plan_training`; no plan is an :class:`InputError` saying the least memory."""
+    """:func:`plan_training`; no plan is an :class:`InputError` saying the least memory (and,
+    for a model that could chunk its loss, how: :func:`loss_chunks_hint`).
+    """
     sched = plan_training(prof, memory, loop, settings)
     if not sched.feasible:
-        hint = loss_chunks_hint(prof, memory, loop)
+        hint = loss_chunks_hint(prof, chunkable)
         raise InputError(infeasible_message(sched, memory, hint) + why)
     return sched
 
@@ -356,6 +377,7 @@ def enable(
     repeats: int = PlanSettings.repeats,
     gradients: str = AUTO,
     output_held: bool | None = None,
+    loss_chunks: int | str | None = None,
 ) -> nn.Module:
     """Plan the memory of a model's training and apply the plan: profile, solve, install.
 
@@ -412,6 +434,12 @@ def enable(
         step: ``out = model(**batch)`` does, ``loss = model(**batch).loss`` and
         ``transformers.Trainer`` do not. None (the default): seen at the first step; until
         then counted as kept.
+    loss_chunks : int or "auto", optional
+        A Hugging Face causal or masked language model's head and own loss computed in this many
+        chunks of tokens, one stage (:mod:`memplan.torch.split.chunked_loss`; ``"auto"``:
+        :func:`~memplan.torch.split.chunked_loss.auto_loss_chunks`): ``model(**batch).loss`` is
+        the same loss, and no step holds more than one chunk's logits; while training the
+        output's ``logits`` are None (evaluation, without gradients, runs plainly).
 
     Returns
     -------
@@ -433,18 +461,26 @@ def enable(
     in_backward = gradients == "step-in-backward"
     if in_backward:
         _loop_optimizer(optimizer)  # checked before the model is profiled
-    target = prepare(model, example_input, required=True)
-    settings = PlanSettings(algo, slots, bandwidth, repeats)
+    target = prepare(model, example_input, required=True, loss_chunks=loss_chunks)
+    settings = PlanSettings(algo, slots, bandwidth, repeats, target.loss_chunks)
     if profile is None:
         prof = profile_for_training(model, target.x0, settings)
     else:
         prof = memplan.load_profile(profile)
+        profile_loss_chunks(prof, target.loss_chunks)  # the profile's chain is the target's
     held = True if output_held is None else bool(output_held)  # counted until seen
-    kept = _output_bytes(model, example_input, target.x0) if held else None
+    kept = None
+    if held:  # a chunked loss's output holds no logits while training: the loss only
+        kept = (
+            CHUNKED_OUTPUT_BYTES
+            if target.chunked is not None
+            else _output_bytes(model, example_input, target.x0)
+        )
     first = loop_on(
         prof, chosen or _conservative_optimizer(prof), gradients, held, output_bytes=kept
     )
-    sched = _feasible(prof, budget, first, settings, _why(optimizer))
+    chunkable = functools.partial(can_chunk_loss, target)
+    sched = _feasible(prof, budget, first, settings, _why(optimizer), chunkable)
     install(target, sched, prof)
     plan = _installed(model)
     if in_backward:  # NOTE [ step in the backward ]

@@ -158,7 +158,8 @@ def test_a_model_with_a_module_list_of_blocks_is_profiled_and_trained_under_plan
 
 
 class PooledNet(nn.Module):
-    """Stem, blocks in an nn.Sequential, then a functional mean over tokens: the head needs fx."""
+    """Stem, blocks in an nn.Sequential, then a functional mean over tokens: the head is the
+    tape of its operations."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -172,13 +173,14 @@ class PooledNet(nn.Module):
         return self.fc(self.blocks(self.stem(x)).mean(dim=1))
 
 
-def test_a_functional_head_is_cut_with_fx():
+def test_a_functional_head_is_cut_on_a_tape():
     torch.manual_seed(0)
     model, x = PooledNet(), torch.randn(4, 7, 6)
     found = find_repeated_blocks(model, x)
     # The finest run: the Linear and Tanh of every block, across the blocks.
     assert [n for n, _ in found.stages][:3] == ["stem", "0.0", "0.1"]
-    assert len(found.stages) == 1 + 6 + 1 and found.head_by == "fx"
+    assert len(found.stages) == 1 + 6 + 1 and found.head_by == "tape"
+    assert found.head_operations == 2  # mean, then the classifier's linear
     head = found.stages[-1][1]
     assert {id(p) for p in head.parameters()} == {id(model.fc.weight), id(model.fc.bias)}
     prof = profile_model(copy.deepcopy(model), example_input=x, repeats=1, name="pooled")
@@ -313,9 +315,7 @@ class ReadsTheInputValues(TinyLM):
 @pytest.mark.parametrize(
     ("cls", "match"),
     [
-        (ReadsAParameter, "also reads a tensor computed from the parameters"),
         (ReadsTheEmbedding, "cannot linearize ReadsTheEmbedding"),
-        (ReadsTheInputValues, "computed from the values of the input"),
     ],
 )
 def test_models_that_are_not_chains_are_input_errors(cls, match):
@@ -323,6 +323,61 @@ def test_models_that_are_not_chains_are_input_errors(cls, match):
     with pytest.raises(InputError, match=match) as info:
         linearize(cls(), torch.randint(0, VOCAB, (2, SEQ)))
     assert "\n" not in str(info.value)
+
+
+def test_a_chain_whose_blocks_read_a_parameter_measures_and_does_not_train():
+    """A mask computed from a parameter (no gradient) changes as the parameter trains: the chain
+    API holds the traced one, so it is profiled (the batch it was cut for) and refuses to train
+    (``enable`` passes each step's own)."""
+    torch.manual_seed(0)
+    model, x = ReadsAParameter(), torch.randint(0, VOCAB, (2, SEQ))
+    chain = linearize(model, x)
+    prof = profile_model(copy.deepcopy(model), example_input=x, repeats=1, name="reads")
+    sched = memplan.solve(prof, "rotor", _recomputing_budget(prof))
+    with pytest.raises(InputError, match="computed from the parameters.*memplan.torch.enable"):
+        checkpointed(chain, sched)
+
+
+def test_blocks_reading_the_input_values_train_under_enable_on_every_batch():
+    """A padding mask computed from the token ids: the chain API computes the model on the batch
+    it was cut for only (another batch is an input error), while ``enable`` passes each batch's
+    own mask to the blocks and trains as plain training does."""
+    from memplan.torch import enable, planned
+
+    torch.manual_seed(0)
+    model, ids = ReadsTheInputValues(layers=3), torch.randint(1, VOCAB, (3, SEQ))
+    ids[0, :2] = 0
+    chain = linearize(model, ids)
+    other = torch.randint(1, VOCAB, (3, SEQ))
+    with torch.no_grad():
+        chain.stages[0][1](ids)
+        with pytest.raises(InputError, match="computed from the values of that batch"):
+            chain.stages[0][1](other)
+    prof = profile_model(copy.deepcopy(model), example_input=ids, repeats=1, name="padded")
+    ref = copy.deepcopy(model).train()
+    got = enable(
+        copy.deepcopy(model).train(),
+        _recomputing_budget(prof),
+        example_input=ids,
+        profile=prof,
+        optimizer="sgd",
+        output_held=False,
+    )  # the loop below; fmt: skip
+    counts = planned(got).planned_forward_counts()
+    assert sum(counts) > len(counts), "the budget forces recomputation"
+    gen = torch.Generator().manual_seed(2)
+    batches = [torch.randint(1, VOCAB, (3, SEQ), generator=gen) for _ in range(3)]
+    for step, batch in enumerate(batches):
+        batch[step, : step + 1] = 0  # padding at another place in every batch
+    for m in (ref, got):
+        opt = torch.optim.SGD(m.parameters(), lr=0.1)
+        for step, batch in enumerate(batches):
+            opt.zero_grad()
+            torch.manual_seed(step)
+            F.cross_entropy(m(batch).flatten(0, 1), batch.flatten()).backward()
+            opt.step()
+    for (name, p), (_, q) in zip(ref.named_parameters(), got.named_parameters(), strict=True):
+        torch.testing.assert_close(q, p, msg=lambda m, n=name: f"{n}: {m}")
 
 
 def test_no_repeated_blocks_is_an_input_error():

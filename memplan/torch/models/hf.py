@@ -63,7 +63,9 @@ __all__ = [
     "import_transformers",
     "quiet_transformers",
     "is_hf_model",
+    "loss_output",
     "parse_config",
+    "without_kv_cache",
 ]
 
 HF_HINT = "needs the hf extra: pip install 'memplan[hf]' (Hugging Face transformers)"
@@ -163,6 +165,39 @@ def hf_task(model: nn.Module) -> str | None:
         if name.endswith(suffixes):
             return task
     return None
+
+
+def without_kv_cache(model: nn.Module) -> None:
+    """Turn a model's key-value cache off in its config and its sub-configs (a multimodal
+    model's language model reads its ``text_config``): a cache is for generation, and in training
+    it grows at every call of a block, recomputations included (HF's checkpointing turns it off
+    too).
+    """
+    config = getattr(model, "config", None)
+    seen: set[int] = set()
+    todo = [config]
+    while todo:
+        current = todo.pop()
+        if current is None or id(current) in seen:
+            continue
+        seen.add(id(current))
+        if getattr(current, "use_cache", False):
+            current.use_cache = False
+        for key in list(getattr(current, "__dict__", {})):
+            if key.endswith("_config") and hasattr(getattr(current, key), "use_cache"):
+                todo.append(getattr(current, key))
+
+
+def loss_output(model: nn.Module, loss: Tensor) -> Any:
+    """What an HF language model returns for a step whose loss was computed in chunks of tokens
+    (:mod:`memplan.torch.split.chunked_loss`): its output class with the ``loss`` and no
+    ``logits`` (None: they are never whole).
+    """
+    from transformers import modeling_outputs  # local: the optional hf extra
+
+    if hf_task(model) == "masked-lm":
+        return modeling_outputs.MaskedLMOutput(loss=loss)
+    return modeling_outputs.CausalLMOutputWithPast(loss=loss)
 
 
 def _config_class_kwargs(config_class: type, overrides: Mapping[str, Any]) -> dict[str, Any]:
@@ -313,7 +348,7 @@ def build_hf_model(
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)
             model = model_class.from_config(cfg)
-    model.config.use_cache = False
+    without_kv_cache(model)
     default_seq = preset.seq_len if preset else 1024
     x = hf_example_input(model, batch_size, input_shape, default_seq=default_seq)
     return model, x, _label(key, overrides)

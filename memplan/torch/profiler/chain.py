@@ -20,6 +20,7 @@ from memplan.errors import InputError
 from memplan.gpu import GpuSpec
 from memplan.interrupt import interrupt_within
 from memplan.profile.model import Noise, Stage
+from memplan.torch.base.blame import raised_by_model
 from memplan.torch.estimate.roofline import OpCounter, estimate_stage, tf32_flags
 from memplan.torch.measure.fake import TensorLevelRun
 from memplan.torch.measure.probe import (
@@ -37,6 +38,7 @@ from memplan.torch.measure.timing import Summary, profile_noise, summarize
 from memplan.torch.profiler.identical import stage_signature
 from memplan.torch.runtime.selective import POLICIES
 from memplan.torch.split.linearize import Chain, linearize, make_loss, traces_its_input
+from memplan.torch.split.stages import train_mode
 
 ProgressCallback = Callable[[str, int, int], None]
 
@@ -101,24 +103,8 @@ def linearize_on_sample(
 @contextmanager
 def training_state(modules: list[nn.Module]) -> Iterator[None]:
     """Train mode during profiling; restore the training flags and buffers (BN statistics)."""
-    flags = [(m, m.training) for module in modules for m in module.modules()]
-    seen: set[int] = set()
-    buffers = []
-    for module in modules:
-        for buffer in module.buffers():
-            if id(buffer) not in seen:
-                seen.add(id(buffer))
-                buffers.append((buffer, buffer.detach().clone()))
-    try:
-        for module in modules:
-            module.train()
+    with train_mode(*modules):
         yield
-    finally:
-        with torch.no_grad():
-            for buffer, value in buffers:
-                buffer.copy_(value)
-        for m, training in flags:
-            m.training = training
 
 
 def profile_chain(
@@ -335,10 +321,22 @@ def _measure_or_explain(
         stop = interrupt_within(exc)
         if stop is not None:  # Ctrl-C or a stop signal, wrapped by Python (__set_name__)
             raise stop from None
-        # The model itself refuses these sizes in training mode (e.g. batch norm on a
-        # single value per channel): a problem of the input, not of memplan.
+        if not raised_by_model(exc, through_module_call=False):
+            raise  # a line of memplan's own: a bug (NOTE [ whose error ])
+        # The model itself refuses to train on this input (e.g. batch norm on a single value
+        # per channel: then a larger batch is the way out): a problem of the input.
         what = " ".join(str(exc).split())
-        raise InputError(
-            f"stage {k} ({name}) fails in training mode: {what}; "
+        advice = (
             "try a larger --batch-size or --input-shape"
-        ) from exc
+            if _too_small(what)
+            else ("the model does not train on this input in training mode")
+        )
+        raise InputError(f"stage {k} ({name}) fails in training mode: {what}; {advice}") from exc
+
+
+def _too_small(message: str) -> bool:
+    """Whether a model's error in training mode says that the batch or the input is too small."""
+    return any(
+        words in message
+        for words in ("more than 1 value per channel", "Kernel size can't be greater", "too small")
+    )

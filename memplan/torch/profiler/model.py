@@ -269,6 +269,15 @@ def _with_conditions(prof: Profile, dtype: str) -> Profile:
     return prof.model_copy(update={"measured": measured})
 
 
+def _move(module: nn.Module, device: torch.device, dtype: torch.dtype) -> None:
+    """``module`` to ``device``, and to ``dtype`` unless its parameters are in it already (a
+    model's own buffers of another type stay as they are: Recurrent-Gemma's bfloat16 ones).
+    """
+    if any(p.is_floating_point() and p.dtype != dtype for p in module.parameters()):
+        module.to(dtype=dtype)
+    module.to(device=device)
+
+
 def _profile_model(
     model: str | nn.Module,
     *,
@@ -321,7 +330,7 @@ def _profile_model(
         )
     else:
         raise InputError(f"model: expected a name or an nn.Module, got {type(model).__name__}")
-    module.to(device=dev, dtype=torch_dtype)
+    _move(module, dev, torch_dtype)
     x = x.to(device=dev, dtype=torch_dtype) if x.is_floating_point() else x.to(device=dev)
 
     with model_errors(name or label, FIRST_FORWARD):  # the model's first run: NOTE [ whose error ]

@@ -66,6 +66,9 @@ class CheckpointedChain(nn.Module):
         tally: bool = False,
     ) -> None:
         super().__init__()
+        for _, module in stages:  # a stage made to be measured, not trained (its reason)
+            if getattr(module, "chain_refusal", None):
+                raise InputError(module.chain_refusal)
         self.names = [name for name, _ in stages]
         self.modules_ = nn.ModuleList([module for _, module in stages])
         self.schedule = schedule

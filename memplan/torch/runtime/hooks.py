@@ -2,37 +2,28 @@
 model's own forward ] in :mod:`memplan.torch.runtime.planned`).
 """
 
+import functools
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 from torch import Tensor, nn
 
 from memplan.errors import InputError
+from memplan.torch.models.hf import loss_output
 from memplan.torch.runtime.iteration import PassiveIteration, PlannedIteration
 from memplan.torch.runtime.planned_model import PlannedModel
+from memplan.torch.split.chunked_loss import ChunkedLoss
 from memplan.torch.split.repeated import RepeatedBlocks
+from memplan.torch.split.tape import TapeRecorder
 from memplan.torch.split.trace import (
-    ViewSpec,
     model_output,
     primary_key,
     primary_output,
     replace_primary,
-    view_relation,
 )
-from memplan.torch.split.wrappers import PrefixStage, redo_view
-
-
-@dataclass
-class _HeadCall:
-    """A module call of the head during a step: what a recomputation of the head replays."""
-
-    module: nn.Module
-    args: tuple[Any, ...]
-    kwargs: dict[str, Any]
-    key: int | str
-    view: ViewSpec | None
+from memplan.torch.split.wrappers import PrefixStage, TapeStage
 
 
 @dataclass
@@ -42,9 +33,9 @@ class _Step:
     iteration: PlannedIteration | PassiveIteration
     stage: int = 0  # the stage being computed (or next)
     open: bool = False  # between begin and end of ``stage``
-    head: list[_HeadCall] = field(default_factory=list)
-    head_input: Tensor | None = None
-    head_exact: bool = True
+    recorder: TapeRecorder | None = None  # the head's operations (NOTE [ The head on a tape ])
+    labels: Tensor | None = None  # the batch's labels and count, for the chunked loss
+    count: Any = None
     passive: bool = False  # a plan that keeps what plain training keeps: no stage marked
 
 
@@ -56,7 +47,13 @@ class _Step:
 class ModelHooks:
     """The module hooks of NOTE [ Following the model's own forward ]."""
 
-    def __init__(self, planned: PlannedModel, found: RepeatedBlocks, input_key: int | str) -> None:
+    def __init__(
+        self,
+        planned: PlannedModel,
+        found: RepeatedBlocks,
+        input_key: int | str,
+        chunked: ChunkedLoss | None = None,
+    ) -> None:
         self.planned = planned
         self.found = found
         self.input_key = input_key
@@ -66,6 +63,10 @@ class ModelHooks:
         self.head = self.first_block + self.blocks if found.head_by != "none" else None
         self.prefix_stage = found.stages[0][1] if found.prefix else None
         self.head_stage = found.stages[-1][1] if self.head is not None else None
+        self.chunked = chunked  # the head and the model's loss in chunks: one stage
+        if chunked is not None:
+            self.head_stage = chunked
+            _ChunkedForward(self).install()
         model = planned.model
         planned._handles.append(model.register_forward_pre_hook(self.model_pre, with_kwargs=True))
         planned._handles.append(
@@ -98,10 +99,8 @@ class ModelHooks:
         for i, block in enumerate(found.block_modules):
             add(block.register_forward_pre_hook(self.block_pre(i), with_kwargs=True))
             add(block.register_forward_hook(self.block_post(i), with_kwargs=True))
-        if found.head_by == "calls":
-            for module in found.head_modules:
-                add(module.register_forward_pre_hook(self.head_pre, with_kwargs=True))
-                add(module.register_forward_hook(self.head_post, with_kwargs=True))
+        if found.output_module is not None and self.chunked is None:  # the head ends at its return
+            add(found.output_module.register_forward_hook(self.head_post, with_kwargs=True))
 
     def active(self) -> _Step | None:
         return None if self.planned._recomputing else self.step
@@ -167,6 +166,7 @@ class ModelHooks:
         if step is None:
             return None
         self.step = None
+        self._stop_recording(step)
         it = step.iteration
         if step.passive:
             if output is not None:  # else the forward raised
@@ -176,14 +176,14 @@ class ModelHooks:
             if output is None:  # the forward raised
                 it.abort()
                 return None
-            if step.open and step.stage == self.head:
-                out = model_output(output)
-                if out is None:
-                    raise RuntimeError(
-                        f"{type(module).__name__} returned no tensor memplan recognizes as its "
-                        "output (a tensor, a dict with logits, a tuple starting with one)"
-                    )
-                self._end(step, out)
+            if step.open and step.stage == self.head and isinstance(self.head_stage, TapeStage):
+                assert step.recorder is not None
+                raise RuntimeError(
+                    f"memplan: the head of {type(module).__name__} ran "
+                    f"{step.recorder.counted} operations, not the "
+                    f"{self.found.head_operations} that made its output when it was profiled: "
+                    "the model did not run as it did when it was profiled"
+                )
             last = self.head if self.head is not None else self.first_block + self.blocks - 1
             if step.stage != last + 1 or step.open:
                 raise RuntimeError(
@@ -198,6 +198,7 @@ class ModelHooks:
 
     def _abort(self) -> None:
         if self.step is not None:
+            self._stop_recording(self.step)
             self.step.iteration.abort()
             self.step = None
 
@@ -263,10 +264,13 @@ class ModelHooks:
                 self._end(step, out)
                 if self.head is None or i != self.blocks - 1:
                     return None
-                step.head_input = out
-                step.head = []
                 y = it.begin(self.head, out, self._head_function(step), self.head_stage)
                 step.open = True
+                if self.chunked is not None:  # the rest is the chunked loss (_ChunkedForward)
+                    raise _AtHead(y)
+                self._record_head(step, y)
+            except _AtHead:
+                raise
             except BaseException:
                 self._abort()
                 raise
@@ -277,56 +281,75 @@ class ModelHooks:
         return hook
 
     # -- the head --------------------------------------------------------------------------
+    def _record_head(self, step: _Step, x: Tensor) -> None:
+        """Record the head's operations from its input ``x`` on (NOTE [ The head on a tape ]):
+        what a recomputation of the head replays, every operation of the stage in order (those
+        off the way to the output too: what autograd saved for them fills the stage's slots).
+        A head cut at module calls ends at the return of the last one (:meth:`head_post`), and
+        is recorded only when the plan runs it again (a recomputation, a selective option); one
+        cut on a tape at the operation that made the output when it was cut.
+        """
+        stage = self.head_stage
+        limit, leaf, end = None, 0, None
+        plan = self.planned.plan
+        again = plan.forward_counts[self.head] > 1 or self.head in plan.policies
+        if not isinstance(stage, TapeStage) and not again:
+            return  # nothing to replay: no recorder in the way of the model's head
+        if isinstance(stage, TapeStage):
+            assert stage.training_tape.end is not None
+            limit, leaf = self.found.head_operations, stage.training_tape.end.leaf
+
+            def end(out: Tensor) -> None:
+                try:
+                    self._end(step, out)
+                except BaseException:
+                    self._abort()
+                    raise
+
+        recorder = TapeRecorder(limit, end, leaf)
+        recorder.start(x)
+        recorder.__enter__()
+        step.recorder = recorder
+
+    @staticmethod
+    def _stop_recording(step: _Step) -> None:
+        if step.recorder is not None and step.recorder.active:
+            step.recorder.active = False
+            step.recorder.__exit__(None, None, None)
+
     def _head_function(self, step: _Step) -> Callable[[Tensor], Tensor]:
-        if self.found.head_by != "calls":
-            stage = self.head_stage
-            assert stage is not None
-            return self.planned._recompute(stage)
+        if self.chunked is not None:
+            chunked = self.chunked
 
-        def head(x: Tensor) -> Tensor:
-            if not step.head_exact or not step.head:
-                raise RuntimeError(
-                    "memplan: the head of the model did not run as a sequence of module calls "
-                    "in this step; it cannot be recomputed"
-                )
-            for call in step.head:
-                a, kw = replace_primary(call.args, call.kwargs, call.key, redo_view(x, call.view))
-                out = primary_output(call.module(*a, **kw))
-                if out is None:
-                    raise RuntimeError(f"{type(call.module).__name__} returned no tensor")
-                x = out
-            return x
+            def loss(x: Tensor) -> Tensor:
+                return chunked(x, step.labels, step.count)
 
-        return self.planned._recompute(head)
+            return self.planned._recompute(loss)
 
-    def head_pre(self, module: nn.Module, args: tuple, kwargs: dict) -> None:
-        step = self.active()
-        if step is None or step.stage != self.head or not step.open:
-            return
-        key = primary_key(args, kwargs)
-        previous = step.head_input
-        if key is None or previous is None:
-            step.head_exact = False
-            return
-        x = args[key] if isinstance(key, int) else kwargs[key]
-        related, view = view_relation(previous, x)
-        step.head_exact = step.head_exact and related
-        rest, kw = replace_primary(args, kwargs, key, None)  # not the tensor: the replay's own
-        step.head.append(_HeadCall(module, rest, kw, key, view))
+        def replay(x: Tensor) -> Tensor:
+            recorder = step.recorder
+            if recorder is None or recorder.tape.end is None:
+                raise RuntimeError("memplan: the head of the model was not recorded in this step")
+            return recorder.tape.replay(x)
+
+        return self.planned._recompute(replay)
 
     def head_post(self, module: nn.Module, args: tuple, kwargs: dict, output: Any) -> None:
+        """The return of the module that gives the model's output: the head ends."""
         step = self.active()
         if step is None or step.stage != self.head or not step.open:
             return
-        out = primary_output(output)
-        step.head_input = out
-        if module is self.found.output_module and out is not None:
-            try:
-                self._end(step, out)
-            except BaseException:
-                self._abort()
-                raise
-            step.head_input = None
+        try:
+            out = primary_output(output)
+            if out is None or (step.recorder is not None and not step.recorder.finish(out)):
+                raise RuntimeError(
+                    f"memplan: {type(module).__name__} did not compute the model's output from "
+                    "its last block's output in this step, as it did when the model was profiled"
+                )
+            self._end(step, out)
+        except BaseException:
+            self._abort()
+            raise
 
 
 def _with_primary(output: Any, value: Tensor) -> Any:
@@ -338,3 +361,69 @@ def _with_primary(output: Any, value: Tensor) -> Any:
     if isinstance(output, list):
         return [value, *output[1:]]
     raise RuntimeError(f"cannot replace the output of type {type(output).__name__}")
+
+
+# ------------------------------------------------------------------------------------------------
+# The head and the model's loss in chunks of tokens
+# ------------------------------------------------------------------------------------------------
+
+
+class _AtHead(BaseException):
+    """Raised by the last block's hook to stop the model's forward where the chunked loss takes
+    over (a BaseException, so that the model's own ``except Exception`` clauses let it through).
+    """
+
+    def __init__(self, value: Tensor) -> None:
+        super().__init__()
+        self.value = value
+
+
+class _ChunkedForward:
+    """The model's ``forward`` under a plan with a chunked loss (``enable(..., loss_chunks=N)``).
+
+    With gradients, the model's own forward runs up to the return of its last block (its
+    ``labels`` and ``num_items_in_batch`` held back), which begins the ``head+loss`` stage and
+    stops it; the stage computes the model's loss from the last hidden state in chunks of tokens
+    (:class:`~memplan.torch.split.chunked_loss.ChunkedLoss`: the head, the cross-entropy and
+    their gradients chunk by chunk), and the model returns its output class with that ``loss``
+    and ``logits=None``: the logits are never whole. Without gradients (evaluation) the model's
+    own forward runs, logits included.
+    """
+
+    def __init__(self, hooks: ModelHooks) -> None:
+        self.hooks = hooks
+
+    def install(self) -> None:
+        model = self.hooks.planned.model
+        original = model.forward
+        hooks = self.hooks
+        chunked = hooks.chunked
+        assert chunked is not None
+
+        @functools.wraps(original)
+        def forward(*args: Any, **kwargs: Any) -> Any:
+            step = hooks.active()
+            if step is None:
+                return original(*args, **kwargs)
+            labels = kwargs.pop("labels", None)
+            count = kwargs.pop("num_items_in_batch", None)
+            if labels is None:
+                raise InputError(
+                    f"{type(model).__name__} under a plan with loss_chunks computes its own loss "
+                    "in chunks of tokens and returns no logits: call it with labels"
+                )
+            step.labels, step.count = labels, count
+            try:
+                original(*args, **kwargs)
+            except _AtHead as reached:
+                hidden = reached.value
+            else:
+                raise RuntimeError(
+                    f"memplan: the forward of {type(model).__name__} returned without reaching "
+                    "its last block"
+                )
+            loss = chunked(hidden, labels, count)
+            hooks._end(step, loss)
+            return loss_output(model, loss)
+
+        object.__setattr__(model, "forward", forward)

@@ -54,11 +54,18 @@ from torch import Tensor, nn
 import memplan
 from memplan.errors import InputError
 from memplan.schedule import Schedule, load_schedule
-from memplan.torch.models.hf import is_hf_model
+from memplan.torch.models.hf import hf_task, is_hf_model, without_kv_cache
 from memplan.torch.runtime.checkpointed import check_schedule
 from memplan.torch.runtime.hooks import ModelHooks
 from memplan.torch.runtime.planned_model import PLAN_ATTRIBUTE, PlannedModel
-from memplan.torch.split.hf import hf_stages
+from memplan.torch.split.chunked_loss import (
+    CHUNKED_STAGE,
+    ChunkedLoss,
+    chunked_stage,
+    profile_loss_chunks,
+    resolve_loss_chunks,
+)
+from memplan.torch.split.hf import hf_loss, hf_stages
 from memplan.torch.split.linearize import linearize, traces_its_input
 from memplan.torch.split.repeated import find_repeated_blocks
 
@@ -109,7 +116,11 @@ def _example(model: nn.Module, example_input: Any) -> tuple[Tensor, Tensor | Non
     if isinstance(example_input, Tensor):
         return example_input, None, main or 0
     if isinstance(example_input, Mapping):
-        names = [main] if main else [k for k, v in example_input.items() if isinstance(v, Tensor)]
+        names = (  # the model's main input, or the name its processor gives it (Perceiver)
+            [main, "input_ids", "pixel_values"]
+            if main
+            else [k for k, v in example_input.items() if isinstance(v, Tensor)]
+        )
         name = next((n for n in names if isinstance(example_input.get(n), Tensor)), None)
         if name is None:
             raise InputError(
@@ -142,6 +153,40 @@ def _layout(model: nn.Module, x0: Tensor) -> tuple[str, Any, list[str], list[boo
     return "stages", stages, chain.names, chain.inplace or [False] * len(chain.names)
 
 
+def _chunked(target: Target, chunks: int) -> ChunkedLoss:
+    """The model's head and own loss in ``chunks`` chunks of tokens, one stage
+    (:mod:`memplan.torch.split.chunked_loss`); the target's last two stages become it.
+
+    Raises
+    ------
+    InputError
+        Not a Hugging Face causal or masked language model, or a head that mixes tokens.
+    """
+    model, found = target.model, target.layout
+    kind = type(model).__name__
+    loss = hf_loss(model, target.x0, None) if is_hf_model(model) else None
+    if target.how != "hooks" or found.head_by == "none" or loss is None:
+        raise InputError(
+            f"loss_chunks: {kind} computes no loss of its own in chunks of tokens; the chunked "
+            "loss applies to Hugging Face causal and masked language models (model(**batch)"
+            ".loss), such as GPT-2, Llama or BERT"
+        )
+    stage = chunked_stage(found.stages, loss, target.x0, chunks, kind)
+    target.names[-2:] = [CHUNKED_STAGE]
+    target.inplace[-2:] = [False]
+    return stage
+
+
+def can_chunk_loss(target: Target) -> bool:
+    """Whether ``target`` (not chunked) could compute its head and own loss in chunks of tokens
+    (``loss_chunks``): a Hugging Face causal or masked language model whose head memplan follows.
+    """
+    model, found = target.model, target.layout
+    if target.chunked is not None or target.how != "hooks" or found.head_by == "none":
+        return False
+    return is_hf_model(model) and hf_task(model) in ("causal-lm", "masked-lm")
+
+
 def planned(model: nn.Module) -> PlannedModel | None:
     """The plan :func:`enable` installed on ``model`` (None when there is none)."""
     return getattr(model, PLAN_ATTRIBUTE, None)
@@ -166,16 +211,31 @@ class Target:
     layout: Any
     names: list[str]
     inplace: list[bool]
+    chunked: ChunkedLoss | None = None
+
+    @property
+    def loss_chunks(self) -> int | None:
+        """The chunks of tokens of the model's head and loss (None: not chunked)."""
+        return None if self.chunked is None else self.chunked.chunks
 
 
-def prepare(model: nn.Module, example_input: Any, *, required: bool = False) -> Target:
-    """Check the model, remove a plan installed before, and find how a plan follows it.
+def prepare(
+    model: nn.Module,
+    example_input: Any,
+    *,
+    required: bool = False,
+    loss_chunks: int | str | None = None,
+) -> Target:
+    """Check the model, remove a plan installed before, and find how a plan follows it: with
+    ``loss_chunks`` (a count or ``"auto"``: :func:`~memplan.torch.split.chunked_loss.
+    resolve_loss_chunks`), its head and own loss are one stage computed in chunks of tokens.
 
     Raises
     ------
     InputError
         Not an ``nn.Module``, Hugging Face checkpointing on, no ``example_input`` (when
-        ``required``) or one the model does not take, or a model memplan cannot cut.
+        ``required``) or one the model does not take, a model memplan cannot cut, or chunks
+        for a model that is not a Hugging Face language model.
     """
     _check_model(model)
     disable(model)
@@ -183,7 +243,13 @@ def prepare(model: nn.Module, example_input: Any, *, required: bool = False) -> 
         raise InputError("enable: example_input (the largest batch) is required")
     x0, _, input_key = _example(model, example_input)
     how, layout, names, inplace = _layout(model, x0)
-    return Target(model, x0, input_key, how, layout, names, inplace)
+    target = Target(model, x0, input_key, how, layout, names, inplace)
+    if loss_chunks is not None:
+        head = model.get_output_embeddings() if is_hf_model(model) else None
+        vocab, width = head.weight.shape if isinstance(head, nn.Linear) else (1, 1)
+        chunks = resolve_loss_chunks(loss_chunks, vocab, width, x0.numel(), x0.shape[-1])
+        target.chunked = None if chunks is None else _chunked(target, chunks)
+    return target
 
 
 def install(target: Target, schedule: Schedule, profile: Any) -> nn.Module:
@@ -197,7 +263,7 @@ def install(target: Target, schedule: Schedule, profile: Any) -> nn.Module:
     _check_profile(profile, target.names)
     return _install(
         target.model, schedule, profile, target.how, target.layout, target.names,
-        target.inplace, target.input_key,
+        target.inplace, target.input_key, target.chunked,
     )  # fmt: skip
 
 
@@ -206,7 +272,7 @@ def apply_plan(
 ) -> nn.Module:
     """Install a plan made already (``memplan solve``'s) on ``model``: :func:`enable` without
     the profiling and the solving. ``profile`` is the one the plan was made from, on a batch
-    like ``example_input``.
+    like ``example_input`` (with its loss in chunks of tokens when it was measured so).
 
     Raises
     ------
@@ -214,8 +280,9 @@ def apply_plan(
         The schedule, the profile and the model's chain do not match (stages, sha256), or the
         schedule does not replay on the profile.
     """
-    target = prepare(model, example_input)
-    return install(target, load_schedule(schedule), memplan.load_profile(profile))
+    prof = memplan.load_profile(profile)
+    target = prepare(model, example_input, loss_chunks=profile_loss_chunks(prof))
+    return install(target, load_schedule(schedule), prof)
 
 
 def _check_model(model: Any) -> None:
@@ -247,27 +314,16 @@ def _install(
     names: list[str],
     inplace: list[bool],
     input_key: int | str,
+    chunked: ChunkedLoss | None = None,
 ) -> nn.Module:
     check_schedule(sched, names, prof)
     plan = PlannedModel(model, sched, prof, names, inplace)
-    config = getattr(model, "config", None)
-    if getattr(config, "use_cache", False):
-        config.use_cache = False  # a KV cache is for generation (HF's checkpointing does this too)
+    plan.loss_virtual = chunked is None  # the chunked loss is the runtime's stage
+    without_kv_cache(model)
     if how == "hooks":
-        if layout.head_by == "fx" and sched_recomputes(sched, len(names) - 2):
-            raise InputError(
-                f"the {sched.algorithm} plan recomputes the head of {type(model).__name__}, "
-                "which its forward computes with other code than module calls: give a larger "
-                "budget"
-            )
         plan.how = "hooks"
-        ModelHooks(plan, layout, input_key)
+        ModelHooks(plan, layout, input_key, chunked)
     else:
         _install_stages(plan, layout)
     object.__setattr__(model, PLAN_ATTRIBUTE, plan)
     return model
-
-
-def sched_recomputes(schedule: Schedule, stage: int) -> bool:
-    """Whether the plan computes ``stage`` more than once."""
-    return sum(op.stage == stage and op.op.startswith("F") for op in schedule.ops) > 1

@@ -63,6 +63,7 @@ class PlannedModel:
         self.how = "stages"
         self.tally = False
         self._modules = list(model.modules())  # whose parameters and buffers are never s[k]
+        self.loss_virtual = True  # the loss is the model's or the caller's, not a stage run here
         self._handles: list[Any] = []
         self._streams: dict[Any, Any] = {}
         self._recomputing = 0
@@ -111,9 +112,9 @@ class PlannedModel:
 
     def passive(self) -> bool:
         """Whether a step runs the model untouched (a plan that keeps what plain training
-        keeps, and no tally): no stage needs marking.
+        keeps, no tally, the loss not a stage run here): no stage needs marking.
         """
-        return self.plan.passive and not self.tally
+        return self.plan.passive and not self.tally and self.loss_virtual
 
     def _iteration(self, x0: Tensor) -> PlannedIteration | PassiveIteration:
         self._check_batch(x0)
@@ -122,7 +123,8 @@ class PlannedModel:
             return PassiveIteration(self.plan, self.counters)
         return PlannedIteration(
             self.plan, x0, self._static, self.counters, self._streams,
-            virtual={len(self.names) - 1}, tally=self.tally, inplace=self.inplace,
+            virtual={len(self.names) - 1} if self.loss_virtual else set(),
+            tally=self.tally, inplace=self.inplace,
             names=self.names,
         )  # fmt: skip
 

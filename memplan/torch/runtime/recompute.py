@@ -15,6 +15,8 @@ from contextlib import contextmanager
 import torch
 from torch import Tensor, nn
 
+from memplan.torch.split.stages import buffer_copies, restore_buffers
+
 __all__ = ["RngSnapshot", "recomputing", "rng_snapshot"]
 
 RngSnapshot = tuple[bytes, "bytes | None"]
@@ -49,7 +51,7 @@ def recomputing(
     stage's forward overhead: the profiler measures every forward inside this context.
     """
     cuda = device.type == "cuda"
-    buffers = [(b, b._version, b.detach().clone()) for b in module.buffers()]
+    buffers = buffer_copies([module])
     with torch.random.fork_rng(devices=[device] if cuda else []):
         if snapshot is not None:
             cpu_state, cuda_state = snapshot
@@ -57,11 +59,4 @@ def recomputing(
             if cuda_state is not None:
                 torch.cuda.set_rng_state(_state_tensor(cuda_state), device)
         yield
-    with torch.no_grad():
-        for buffer, version, value in buffers:
-            # Only a buffer the stage changed (batch-norm statistics, which the kernel writes
-            # without bumping the version) is written back: one it only read (a mask, rotary
-            # tables shared by the blocks) keeps its version, which autograd checks where
-            # another stage saved it.
-            if buffer._version != version or not torch.equal(buffer, value):
-                buffer.copy_(value)
+    restore_buffers(buffers)

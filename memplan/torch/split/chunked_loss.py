@@ -90,9 +90,12 @@ __all__ = [
     "CHUNKED_STAGE",
     "LOSS_CHUNKS",
     "ChunkedLoss",
+    "auto_loss_chunks",
     "chunk_loss",
+    "chunked_stage",
     "loss_chunks_extra",
     "profile_loss_chunks",
+    "resolve_loss_chunks",
     "supports_chunked_loss",
 ]
 
@@ -190,15 +193,21 @@ class ChunkedLoss(nn.Module):
             reduction="sum",
         )
 
-    def forward(self, hidden: Tensor, labels: Tensor | None = None) -> Tensor:
-        """The mean cross-entropy against ``labels`` (the batch's) or the stage's own."""
-        return self.mean_loss(hidden, self.targets(labels).to(hidden.device))
-
-    def mean_loss(self, hidden: Tensor, targets: Tensor) -> Tensor:
-        """The mean cross-entropy of ``head(hidden)`` against the target of every position
-        (NOTE [ Gradients in the forward ] when gradients are wanted).
+    def forward(self, hidden: Tensor, labels: Tensor | None = None, count: Any = None) -> Tensor:
+        """The mean cross-entropy against ``labels`` (the batch's) or the stage's own; over
+        ``count`` targets when given (``num_items_in_batch``, as a causal LM's loss takes it
+        under gradient accumulation), else over the batch's own.
         """
-        count = (targets != IGNORE_INDEX).sum()
+        return self.mean_loss(hidden, self.targets(labels).to(hidden.device), count)
+
+    def mean_loss(self, hidden: Tensor, targets: Tensor, count: Any = None) -> Tensor:
+        """The mean cross-entropy of ``head(hidden)`` against the target of every position
+        (NOTE [ Gradients in the forward ] when gradients are wanted), over ``count`` targets
+        (by default the positions with a target).
+        """
+        if count is None:
+            count = (targets != IGNORE_INDEX).sum()
+        count = torch.as_tensor(count, device=hidden.device)
         params = [p for p in self.head.parameters() if p.requires_grad]
         if torch.is_grad_enabled() and (hidden.requires_grad or params):
             return _LossAndGradients.apply(self, hidden, targets, count, *params)
@@ -364,6 +373,56 @@ def _check_exact(kind: str, stage: ChunkedLoss, head_input: Tensor) -> None:
             f"--loss-chunks: the head of {kind} does not act on each token alone (the loss in "
             f"chunks is {float(chunked):.6g}, the model's {float(whole):.6g}); train without it"
         )
+
+
+def auto_loss_chunks(vocab: int, width: int, tokens: int, seq: int) -> int:
+    """The chunks of tokens ``loss_chunks="auto"`` takes: ``ceil(min(tokens, vocab) / width)``,
+    at most one per position of the sequence (the chunks are along it).
+
+    That is the fewest chunks whose logits (``tokens / chunks x vocab``) are each no larger than
+    the larger of two tensors the head and loss stage holds whatever the count: the head's
+    weight gradient (``vocab x width``) and the hidden states' gradient (``tokens x width``).
+    The stage's peak is then within a small factor of that floor (a chunk's logits, their
+    log-softmax and their gradient beside it), and more chunks would save little more while
+    making the products smaller, which is slower: on issue 35's tiny GPT-2 and Llama (vocabulary
+    8,000, width 128, 512 tokens: 4 chunks) 4, 8, 12 and 16 chunks measured the same least memory
+    through ``enable``, and 63 chunks 1.5x the step time of 8 (docs/profiling.md). GPT-2 at
+    4 x 1,024 tokens takes 6 chunks; Llama-3.2-1B at 2,048 tokens 1, where its head's weight
+    gradient is as large as the logits.
+    """
+    return max(1, min(seq, -(-min(tokens, vocab) // width)))
+
+
+def resolve_loss_chunks(
+    chunks: int | str | None, vocab: int, width: int, tokens: int, seq: int
+) -> int | None:
+    """``loss_chunks`` as a count: ``"auto"`` by :func:`auto_loss_chunks`, a positive integer as
+    it is, None for none.
+
+    Raises
+    ------
+    InputError
+        Anything else.
+    """
+    if chunks is None:
+        return None
+    if chunks == "auto":
+        return auto_loss_chunks(vocab, width, tokens, seq)
+    if isinstance(chunks, bool) or not isinstance(chunks, int) or chunks < 1:
+        raise InputError(f"loss_chunks {chunks!r}: expected a positive integer or 'auto'")
+    return chunks
+
+
+def chunked_stage(
+    stages: list[tuple[str, nn.Module]], loss: nn.Module, x: Tensor, chunks: int, kind: str
+) -> ChunkedLoss:
+    """The ``head+loss`` stage of a chain made of ``stages`` (the last one its head) and
+    ``loss``, checked by :func:`chunk_loss`.
+    """
+    chain = chunk_loss(Chain(stages=[*stages, ("loss", loss)]), x, chunks, kind)
+    stage = chain.modules[-1]
+    assert isinstance(stage, ChunkedLoss)
+    return stage
 
 
 def chunk_loss(chain: Chain, x: Tensor, chunks: int | None, kind: str = "the model") -> Chain:

@@ -117,11 +117,9 @@ class HFLoss(nn.Module):
         model = self._model
         labels = self.labels if labels is None else labels
         if self.task == "causal-lm":
-            return self._loss_function(
-                logits=logits, labels=labels, vocab_size=model.config.vocab_size
-            )
+            return self._loss_function(logits=logits, labels=labels, vocab_size=logits.shape[-1])
         if self.task == "masked-lm":  # BertForMaskedLM.forward: CrossEntropyLoss on the scores
-            return F.cross_entropy(logits.view(-1, model.config.vocab_size), labels.view(-1))
+            return F.cross_entropy(logits.view(-1, logits.shape[-1]), labels.view(-1))
         return self._loss_function(labels, logits, model.config)
 
 

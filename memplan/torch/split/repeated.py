@@ -46,9 +46,10 @@ those the model's own ``forward`` uses directly (a ViT's class token and positio
 
 The head is found by walking back from the model's output through module calls (a call's input
 may be a view of the previous call's output, e.g. ``x[:, 0]``: the wrapper redoes the view with
-``as_strided``); when something else stands between (a functional ``x.mean(1)``), by a
-``torch.fx`` trace of the model's forward with the blocks and every other module as leaves, from
-which the nodes after the last block are cut out.
+``as_strided``); when something else stands between (a functional ``x.mean(1)``, Gemma-2's
+soft-capped logits, a dict built from the pooled state), it is every tensor operation the model
+runs from its last block's return to its output, recorded on a tape and replayed (NOTE [ The head
+on a tape ] in :mod:`memplan.torch.split.tape`), whether or not it is a module call.
 
 Examples
 --------
@@ -97,8 +98,17 @@ import torch
 from torch import Tensor, nn
 
 from memplan.errors import InputError
-from memplan.torch.split.stages import eval_mode, first_line, outputs_match, run_stages
+from memplan.torch.split.stages import (
+    eval_mode,
+    first_line,
+    outputs_match,
+    run_stages,
+    train_mode,
+)
+from memplan.torch.split.tape import TapeRecorder
 from memplan.torch.split.trace import (
+    FLOATING,
+    FROM_BLOCK,
     FROM_INPUT,
     FROM_PARAM,
     MAX_RUNS_TRIED,
@@ -108,8 +118,9 @@ from memplan.torch.split.trace import (
     ViewSpec,
     call_model,
     model_output,
+    primary_output,
 )
-from memplan.torch.split.wrappers import BlockCall, PrefixStage, ViewStage
+from memplan.torch.split.wrappers import BlockCall, PrefixStage, TapeStage, ViewStage
 
 __all__ = ["RepeatedBlocks", "find_repeated_blocks", "repeated_block_stages"]
 
@@ -130,7 +141,8 @@ class RepeatedBlocks:
     blocks : list of str
         The module paths of the blocks.
     head_by : str
-        ``calls`` (module calls after the last block), ``fx`` (a ``torch.fx`` trace) or ``none``.
+        ``calls`` (module calls after the last block), ``tape`` (the tensor operations after
+        it, NOTE [ The head on a tape ]) or ``none``.
     output : Tensor
         The chain's output on the example input (eval mode, no gradients): the model's output.
     inplace : list of bool
@@ -144,6 +156,9 @@ class RepeatedBlocks:
         The module whose call returns the model's output (the end of the head), when one does.
     prefix : bool
         Whether the first stage is the part of the model's forward before the first block.
+    head_operations : int, optional
+        With ``head_by == "tape"``: the operations returning a tensor from the last block's
+        return to the model's output, the last one included (where the head stage ends).
     """
 
     stages: list[tuple[str, nn.Module]]
@@ -156,6 +171,7 @@ class RepeatedBlocks:
     head_modules: list[nn.Module] = field(default_factory=list)
     output_module: nn.Module | None = None
     prefix: bool = False
+    head_operations: int | None = None
 
 
 def _usable(run: list[TracedCall]) -> bool:
@@ -217,24 +233,48 @@ def _relative_names(names: list[str]) -> list[str]:
     return [".".join(p[common:]) for p in parts]
 
 
-def _leaf_kinds(call: TracedCall) -> list[str]:
-    what = []
-    for kind in call.taints.values():
-        if kind & FROM_PARAM:
-            what.append("the parameters or activations")
-        elif kind & FROM_INPUT:
-            what.append("the values of the input")
-    return what
+def _reads_values(kind: str, call: TracedCall, prefix: bool) -> int:
+    """What ``call`` also reads that depends on the batch (NOTE [ Stage wrappers ]): 0 nothing;
+    :data:`FROM_INPUT` a tensor computed from the input's token ids only (a padding mask,
+    DeepSeek-V4's hash router); :data:`FROM_PARAM` one without a gradient computed from the
+    parameters too (integer indices: DeepSeek-V3.2's top-k, which an earlier block computes and
+    the next reuses), which also changes as the parameters train. ``enable`` passes each step's
+    own; a chain's stage wrappers hold the traced ones.
 
-
-def _check_extras(kind: str, call: TracedCall) -> None:
-    what = _leaf_kinds(call)
-    if what:
-        raise InputError(
-            f"cannot linearize {kind}: {call.name} ({type(call.module).__name__}) also reads a "
-            f"tensor computed from {what[0]}, not only the previous stage's output: the model "
-            "is not a chain of these blocks; give it a memplan_stages() method"
-        )
+    Raises
+    ------
+    InputError
+        A floating tensor computed from the parameters: by an earlier block (its activation, a
+        state it hands on) or before the blocks (a learned position bias, per-layer inputs),
+        whose gradient would flow through every block, which a chain of stages passing one tensor
+        does not carry; values where nothing before the first block can check the batch.
+    """
+    values = 0
+    for taint in call.taints.values():
+        if not taint & (FROM_INPUT | FROM_PARAM):
+            continue  # from the input's shape only: the same for every batch of that shape
+        if taint & FROM_PARAM and taint & FLOATING:
+            what = (
+                "computed by an earlier block (its activation, a state it hands on)"
+                if taint & FROM_BLOCK
+                else "computed from the parameters before the blocks (a learned bias, per-layer "
+                "inputs), whose gradient flows through every block"
+            )
+            raise InputError(
+                f"cannot linearize {kind}: {call.name} ({type(call.module).__name__}) also reads "
+                f"a tensor {what}, not only the previous stage's output: the model is not a "
+                "chain of these blocks; give it a memplan_stages() method returning "
+                "[(name, module), ...]"
+            )
+        if not prefix:
+            raise InputError(
+                f"cannot linearize {kind}: {call.name} ({type(call.module).__name__}) also reads "
+                "a tensor computed from the values of the input, and the model computes nothing "
+                "before its first block; give it a memplan_stages() method returning "
+                "[(name, module), ...]"
+            )
+        values |= taint & (FROM_INPUT | FROM_PARAM)
+    return values
 
 
 def _prefix(
@@ -273,12 +313,13 @@ def _prefix(
 
 
 def _head_by_calls(
-    kind: str, last: TracedCall, final: list[tuple[TracedCall | None, ViewSpec | None]]
-) -> list[nn.Module] | None:
+    last: TracedCall, final: list[tuple[TracedCall | None, ViewSpec | None]]
+) -> tuple[list[nn.Module], list[TracedCall]] | None:
     """Module calls from the last block's output to the model's output, in forward order (each
-    preceded by the view of the previous output it reads, if any); None when something other than
-    module calls and views stands between.
+    preceded by the view of the previous output it reads, if any), and the traced calls; None when
+    something other than module calls and views stands between.
     """
+    calls: list[TracedCall] = []
     backward: list[nn.Module] = []  # the steps from the output back to the last block
     producers = final
     while True:
@@ -286,7 +327,7 @@ def _head_by_calls(
             if producer is last:
                 if view is not None:
                     backward.append(ViewStage(view))
-                return backward[::-1]
+                return backward[::-1], calls
         options = [
             (c, v)
             for c, v in producers
@@ -297,101 +338,139 @@ def _head_by_calls(
         call, view = min(options, key=lambda cv: (cv[0].depth, cv[0].start - cv[0].end))
         if view is not None:
             backward.append(ViewStage(view))
-        _check_extras(kind, call)
+        calls.append(call)
         backward.append(BlockCall(call.module, call.args, call.kwargs, call.input_shape))
         producers = call.producers
 
 
-def _head_by_fx(  # noqa: C901 - each way the traced head may read something else refuses it
-    model: nn.Module, blocks: list[str], last: str
-) -> nn.Module | None:
-    """The nodes of a ``torch.fx`` trace after the last block, as a GraphModule; None when the
-    model cannot be traced or the part after the last block reads anything else.
+def _calls_off_the_way(tracer: Tracer, last: TracedCall, path: list[TracedCall]) -> bool:
+    """Whether the model calls a module after its last block, before its output, that is neither
+    on the way from the one to the other nor inside a call that is (BigBird's pooler): the head
+    stage computes it too, which a sequence of module calls would leave out.
     """
-    import torch.fx as fx
+    if not path:
+        return False
+    on_path = {id(c) for c in path}
+    end = max(c.end for c in path)
+    return any(
+        last.end < c.start < end
+        and id(c) not in on_path
+        and not any(id(p) in on_path for p in c.parents)
+        for c in tracer.calls
+    )
 
-    on_path = {""}
-    for name in blocks:
-        parts = name.split(".")
-        on_path.update(".".join(parts[:i]) for i in range(1, len(parts)))
-    leaves = set(blocks)
 
-    class Tracer(fx.Tracer):
-        def is_leaf_module(self, m: nn.Module, qualname: str) -> bool:
-            return qualname in leaves or qualname not in on_path
+def _record_head(
+    model: nn.Module,
+    call: ModelCall,
+    pick: Callable[[Any], Any],
+    x: Tensor,
+    last: TracedCall,
+    ordinal: int,
+) -> tuple[TapeRecorder, Tracer, Any]:
+    """Run the model on ``x`` (no gradients, in the mode it is in), recording its operations
+    from the return of call ``ordinal`` of the last block on; the recorder, the tracer that
+    followed what each tensor is computed from, and the model's output.
+    """
+    seen = [0]
+    recorder = TapeRecorder()
+    taint = Tracer(model)
 
+    def started(module: nn.Module, args: Any, output: Any) -> None:
+        out = primary_output(output)
+        if seen[0] == ordinal and out is not None:
+            recorder.start(out)
+        seen[0] += 1
+
+    hook = last.module.register_forward_hook(started)
     try:
-        graph = Tracer().trace(model)
-    except Exception:  # any failure to trace: fall back to the error of the caller
-        return None
-    nodes = list(graph.nodes)
-    found = [n for n in nodes if n.op == "call_module" and n.target == last]
-    outputs = [n for n in nodes if n.op == "output"]
-    if len(found) != 1 or len(outputs) != 1 or not isinstance(outputs[0].args[0], fx.Node):
-        return None
-    start, result = found[0], outputs[0].args[0]
-    after = {start}
-    for node in nodes[nodes.index(start) + 1 :]:
-        if node.op != "output" and any(a in after for a in node.all_input_nodes):
-            after.add(node)
-    if result not in after:
-        return None
-    needed, todo = set(), [result]
-    while todo:
-        node = todo.pop()
-        if node in needed or node is start:
-            continue
-        needed.add(node)
-        for arg in node.all_input_nodes:
-            if arg not in after and arg.op != "get_attr":
-                return None  # the head reads something computed before the last block
-            todo.append(arg)
-    head = fx.Graph()
-    env: dict[fx.Node, fx.Node] = {start: head.placeholder("x")}
-    for node in nodes:
-        if node in needed:
-            for arg in node.all_input_nodes:
-                if arg not in env:  # get_attr: a parameter or buffer of the model
-                    env[arg] = head.node_copy(arg)
-            env[node] = head.node_copy(node, lambda a: env[a])
-    head.output(env[result])
-    return fx.GraphModule(model, head, class_name="Head")
+        with taint.tracing(x, calls=False), recorder, torch.random.fork_rng(devices=[]):
+            result = pick(call(model, x))
+    finally:
+        hook.remove()
+    return recorder, taint, result
+
+
+def _head_by_tape(
+    kind: str,
+    model: nn.Module,
+    call: ModelCall,
+    pick: Callable[[Any], Any],
+    x: Tensor,
+    tracer: Tracer,
+    last: TracedCall,
+) -> TapeStage:
+    """The part after the last block as a :class:`TapeStage` (NOTE [ The head on a tape ]): the
+    model runs again in eval mode and in training mode (without gradients; batch-norm statistics
+    restored), recorded from the return of that call of the last block on. InputError when the
+    model's output is not computed from the last block's output, or when the head also reads a
+    tensor computed before it from the parameters (an activation of an earlier block: the model
+    is not a chain).
+    """
+    ordinal = [c for c in tracer.calls if c.module is last.module].index(last)
+    tapes = []
+    for mode in (eval_mode, train_mode):
+        with mode(model):
+            recorder, taint, result = _record_head(model, call, pick, x, last, ordinal)
+        end = recorder.ref(result) if isinstance(result, Tensor) else None
+        if end is None:
+            raise InputError(
+                f"cannot linearize {kind}: its output is not computed from the output of its "
+                f"last block {last.name}; give it a memplan_stages() method returning "
+                "[(name, module), ...]"
+            )
+        tapes.append(recorder.tape.until(end))
+        owned = set(taint.params) | set(taint.buffers)
+        for constant in tapes[-1].constants():
+            if id(constant) not in owned and taint.taint.kind(constant) & FROM_PARAM:
+                raise InputError(
+                    f"cannot linearize {kind}: what follows its last block {last.name} also "
+                    f"reads a tensor of shape {tuple(constant.shape)} computed before it from "
+                    "the parameters (an earlier block's activation), not only the last block's "
+                    "output: the model is not a chain of these blocks; give it a "
+                    "memplan_stages() method returning [(name, module), ...]"
+                )
+    assert last.input_shape is not None and recorder.input_shape is not None
+    return TapeStage(tapes[0], tapes[1], recorder.input_shape, owned)
 
 
 def _cut(
     kind: str,
     model: nn.Module,
     call: ModelCall,
+    pick: Callable[[Any], Any],
+    x: Tensor,
     tracer: Tracer,
     run: list[TracedCall],
     final: list[tuple[TracedCall | None, ViewSpec | None]],
-    floating_input: bool,
 ) -> RepeatedBlocks:
     """The stages for one run (InputError when it does not make a chain)."""
     first, last = run[0], run[-1]
     names = [c.name for c in run]
+    _check_distinct(kind, run)
     stages: list[tuple[str, nn.Module]] = []
     prefix = not any(p is None and v is None for p, v in first.producers)
-    if prefix:
-        stages.append(
-            ("stem" if floating_input else "embedding", _prefix(kind, model, call, tracer, first))
-        )
     for c, label in zip(run, _relative_names(names), strict=True):
-        _check_extras(kind, c)
         stages.append((label, BlockCall(c.module, c.args, c.kwargs, c.input_shape)))
-    head = _head_by_calls(kind, last, final)
+    by_calls = _head_by_calls(last, final)
+    if by_calls is not None and _calls_off_the_way(tracer, last, by_calls[1]):
+        by_calls = None  # the tape has them all: what the stage computes is measured
+    head, head_calls = by_calls if by_calls is not None else (None, [])
+    values = 0
+    for c in [*run, *head_calls]:
+        values |= _reads_values(kind, c, prefix)
+    if prefix:
+        stem = _prefix(kind, model, call, tracer, first)
+        if values:  # NOTE [ Stage wrappers ]: the chain is for this batch's values
+            stem.traced_for(x, trains=not values & FROM_PARAM)
+        stages.insert(0, ("stem" if x.is_floating_point() else "embedding", stem))
     head_by = "calls" if head else "none"
     head_modules = [m.block for m in head or [] if isinstance(m, BlockCall)]
     output_module = head_modules[-1] if head_modules else None
+    head_operations = None
     if head is None:
-        fx_head = _head_by_fx(model, names, last.name)
-        if fx_head is None:
-            raise InputError(
-                f"cannot linearize {kind}: what follows its last block {last.name} is not a "
-                "sequence of module calls and cannot be traced by torch.fx; give it a "
-                "memplan_stages() method returning [(name, module), ...]"
-            )
-        head, head_by = [fx_head], "fx"
+        tape = _head_by_tape(kind, model, call, pick, x, tracer, last)
+        head, head_by, head_operations = [tape], "tape", tape.training_tape.operations()
     if head:
         stages.append(("head", head[0] if len(head) == 1 else nn.Sequential(*head)))
     _check_body(kind, tracer, run, prefix, bool(head))
@@ -400,6 +479,7 @@ def _cut(
         block_modules=[c.module for c in run],
         block_keys=[c.key for c in run if c.key is not None],
         head_modules=head_modules, output_module=output_module, prefix=prefix,
+        head_operations=head_operations,
     )  # fmt: skip
 
 
@@ -416,6 +496,23 @@ def _leaf_calls(calls: list[TracedCall], start: int, end: int) -> int:
     return sum(
         1 for c in calls if start < c.start < end and next(c.module.children(), None) is None
     )
+
+
+def _check_distinct(kind: str, run: list[TracedCall]) -> None:
+    """Refuse a run whose blocks share parameters (ALBERT calls one layer for every layer): the
+    runtime marks a stage by its module, which would be called more than once a step.
+    """
+    seen: set[int] = set()
+    for c in run:
+        params = {id(p) for p in c.module.parameters()}
+        if params & seen:
+            raise InputError(
+                f"cannot linearize {kind}: its blocks share their weights ({c.name} calls "
+                "parameters an earlier block of the run called, as ALBERT's shared layers), "
+                "where memplan's stages are distinct blocks; give it a memplan_stages() method "
+                "returning [(name, module), ...]"
+            )
+        seen |= params
 
 
 def _check_body(kind: str, tracer: Tracer, run: list[TracedCall], prefix: bool, head: bool) -> None:
@@ -505,9 +602,7 @@ def find_repeated_blocks(
         failure: InputError | None = None
         for run in runs:
             try:
-                found = _cut(
-                    kind, model, call, tracer, run, final, example_input.is_floating_point()
-                )
+                found = _cut(kind, model, call, pick, example_input, tracer, run, final)
                 inplace: list[bool] = []
                 out = _chain_output(kind, found.stages, example_input, inplace)
             except InputError as exc:

@@ -14,7 +14,16 @@ from torch import Tensor, nn
 
 from memplan.errors import InputError
 
-__all__ = ["eval_mode", "first_line", "outputs_match", "run_stages"]
+__all__ = [
+    "BufferCopy",
+    "buffer_copies",
+    "eval_mode",
+    "first_line",
+    "outputs_match",
+    "restore_buffers",
+    "run_stages",
+    "train_mode",
+]
 
 
 @contextmanager
@@ -28,6 +37,68 @@ def eval_mode(*modules: nn.Module) -> Iterator[None]:
     finally:
         for m, training in flags:
             m.training = training
+
+
+@contextmanager
+def train_mode(*modules: nn.Module) -> Iterator[None]:
+    """Put modules in training mode; restore each submodule's training flag and the buffers the
+    forward changes (batch-norm statistics) afterwards.
+    """
+    flags = [(m, m.training) for module in modules for m in module.modules()]
+    buffers = buffer_copies(list(modules))
+    try:
+        for module in modules:
+            module.train()
+        yield
+    finally:
+        for m, training in flags:
+            m.training = training
+        restore_buffers(buffers)
+
+
+def _writable(tensor: Tensor) -> bool:
+    """Whether an in-place write can change ``tensor``: not when elements share memory (an
+    expanded attention mask, stride 0), which PyTorch refuses to write in place, so that the
+    model cannot have changed it either.
+    """
+    return bool(torch._debug_has_internal_overlap(tensor) != 1)  # 1: MemOverlap::Yes
+
+
+BufferCopy = tuple[nn.Module, str, Tensor, int, Tensor]
+"""A buffer's module, name, tensor, version counter and a copy of its value
+(:func:`buffer_copies`)."""
+
+
+def buffer_copies(modules: list[nn.Module]) -> list[BufferCopy]:
+    """A copy of every distinct buffer of ``modules`` that the forward can change (batch-norm
+    running statistics, I-BERT's observed ranges), for :func:`restore_buffers`.
+    """
+    seen: set[int] = set()
+    found = []
+    for module in modules:
+        for owner in module.modules():
+            for name, buffer in owner._buffers.items():
+                if buffer is not None and id(buffer) not in seen and _writable(buffer):
+                    seen.add(id(buffer))
+                    found.append((owner, name, buffer, buffer._version, buffer.detach().clone()))
+    return found
+
+
+def restore_buffers(copies: list[BufferCopy]) -> None:
+    """Give each buffer of :func:`buffer_copies` back the value it had: in place, or as the
+    module's buffer again where the forward put another tensor in its place (``self.x_min =
+    x.min()``). A buffer the forward only read (a mask, rotary tables shared by the blocks) is
+    not written: it keeps its version counter, which autograd checks where another stage saved
+    it; one it changed (batch-norm statistics, which the kernel writes without bumping the
+    version) is.
+    """
+    with torch.no_grad():
+        for owner, name, buffer, version, value in copies:
+            if owner._buffers.get(name) is buffer:
+                if buffer._version != version or not torch.equal(buffer, value):
+                    buffer.copy_(value)
+            else:
+                owner._buffers[name] = value
 
 
 def first_line(exc: BaseException) -> str:

@@ -6,7 +6,7 @@ from (NOTE [ Finding the run of blocks ] and NOTE [ Stage wrappers ] in
 from __future__ import annotations
 
 import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -18,6 +18,8 @@ from torch.utils import _pytree as pytree
 from torch.utils.weak import WeakIdKeyDictionary
 
 __all__ = [
+    "FLOATING",
+    "FROM_BLOCK",
     "FROM_INPUT",
     "FROM_PARAM",
     "MAX_RUNS_TRIED",
@@ -40,6 +42,8 @@ ModelCall = Callable[[nn.Module, Tensor], Any]
 
 FROM_PARAM = 1  # computed from a parameter (or from anything computed from one: activations)
 FROM_INPUT = 2  # computed from the values of the model's input
+FROM_BLOCK = 4  # computed from a parameter inside a block call (an activation of a block)
+FLOATING = 8  # (in TracedCall.taints only) a floating-point tensor: one that gradients reach
 MAX_RUNS_TRIED = 8
 
 
@@ -48,14 +52,14 @@ def call_model(model: nn.Module, x: Tensor) -> Any:
 
 
 def primary_output(value: Any) -> Tensor | None:
-    """The tensor a call returns: itself, the first element of a tuple/list whose other elements
-    are not tensors, or the first tensor value of a mapping (HF model outputs). None otherwise.
+    """The tensor a call returns: itself, the first element of a tuple/list (a block's hidden
+    state, before what else it returns: BLOOM's and GPT-Neo's attention weights), or the first
+    tensor value of a mapping (HF model outputs). None otherwise.
     """
     if isinstance(value, Tensor):
         return value
     if isinstance(value, (tuple, list)) and value and isinstance(value[0], Tensor):
-        rest = pytree.tree_leaves(list(value[1:]))
-        return None if any(isinstance(v, Tensor) for v in rest) else value[0]
+        return value[0]
     if isinstance(value, dict):
         for item in value.values():
             if isinstance(item, Tensor):
@@ -168,7 +172,7 @@ class TracedCall:
     has_output: bool = False  # returns one tensor (registered, weakly, in Tracer.produced)
     # the calls whose output is this call's output too (the last child of an nn.Sequential...)
     output_producers: list[tuple[TracedCall | None, ViewSpec | None]] = field(default_factory=list)
-    taints: dict[int, int] = field(default_factory=dict)  # leaf index -> kinds
+    taints: dict[int, int] = field(default_factory=dict)  # leaf index -> kinds (and FLOATING)
 
     @property
     def depth(self) -> int:
@@ -215,6 +219,8 @@ class _Taint(TorchFunctionMode):
             if isinstance(leaf, Tensor):
                 kind |= self.kind(leaf)
                 self.tracer.note_use(leaf)
+        if kind & FROM_PARAM and any(c.is_block for c in self.tracer.stack):
+            kind |= FROM_BLOCK
         if kind:
             for leaf in pytree.tree_leaves(out):
                 if isinstance(leaf, Tensor):
@@ -297,9 +303,10 @@ class Tracer:
             call.producers = self.producers_of(primary)
             call.args = tuple(PRIMARY if i == key else a for i, a in enumerate(args))
             call.kwargs = {k: (PRIMARY if k == key else v) for k, v in kwargs.items()}
-            leaves = pytree.tree_leaves((call.args, call.kwargs))
+            leaves = [*pytree.tree_leaves((call.args, call.kwargs))]
+            leaves += [t for leaf in leaves for t in _held(leaf)]
             call.taints = {
-                i: self.taint.kind(leaf)
+                i: self.taint.kind(leaf) | (FLOATING if leaf.is_floating_point() else 0)
                 for i, leaf in enumerate(leaves)
                 if isinstance(leaf, Tensor)
             }
@@ -316,9 +323,12 @@ class Tracer:
             self.register(call, out)
 
     @contextmanager
-    def tracing(self, x: Tensor) -> Iterator[None]:
+    def tracing(self, x: Tensor, calls: bool = True) -> Iterator[None]:
+        """Trace a run of the model on ``x`` inside: its module calls (unless ``calls`` is
+        False) and what every tensor is computed from.
+        """
         hooks = []
-        for module in self.model.modules():
+        for module in self.model.modules() if calls else ():
             hooks.append(module.register_forward_pre_hook(self.pre, with_kwargs=True))
             hooks.append(module.register_forward_hook(self.post, with_kwargs=True))
         self.register(None, x)
@@ -329,6 +339,19 @@ class Tracer:
         finally:
             for hook in hooks:
                 hook.remove()
+
+
+def _held(value: Any) -> list[Tensor]:
+    """The tensors a mapping that pytree does not open holds (its values, or tuples of them):
+    Gemma-4's ``KVSharingDict`` of the keys and values an earlier layer stored for a later one.
+    """
+    if isinstance(value, Tensor) or not isinstance(value, Mapping):
+        return []
+    found = []
+    for item in value.values():
+        items = item if isinstance(item, (tuple, list)) else (item,)
+        found += [t for t in items if isinstance(t, Tensor)]
+    return found
 
 
 class _Primary:

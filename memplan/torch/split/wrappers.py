@@ -9,9 +9,12 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+import torch
 from torch import Tensor, nn
 from torch.utils import _pytree as pytree
 
+from memplan.errors import InputError
+from memplan.torch.split.tape import Tape
 from memplan.torch.split.trace import (
     PRIMARY,
     ModelCall,
@@ -21,7 +24,7 @@ from memplan.torch.split.trace import (
     view_geometry,
 )
 
-__all__ = ["BlockCall", "PrefixStage", "ViewStage", "redo_view"]
+__all__ = ["BlockCall", "PrefixStage", "TapeStage", "ViewStage", "redo_view"]
 
 
 def redo_view(x: Tensor, spec: ViewSpec | None) -> Tensor:
@@ -110,6 +113,10 @@ class BlockCall(nn.Module):
         return out
 
 
+def _same_values(x: Tensor, traced: Tensor) -> bool:
+    return x.shape == traced.shape and bool(torch.equal(x, traced.to(x.device)))
+
+
 class _Reached(BaseException):
     """Raised by the first block's pre-hook to stop the model's forward (a BaseException, so that
     the model's own ``except Exception`` clauses do not swallow it).
@@ -147,20 +154,41 @@ class PrefixStage(nn.Module):
         object.__setattr__(self, "_ancestors", ancestors)
         self._call = call
         self._key = key
+        self._stepping = False
+        self.chain_refusal: str | None = None  # why the chain API cannot train on this stage
         self.parts = nn.ModuleDict({name.replace(".", "/"): m for name, m in parts.items()})
         self.direct_params = nn.ParameterList(params)
         for i, buffer in enumerate(buffers):
             self.register_buffer(f"direct_buffer{i}", buffer, persistent=False)
+
+    def traced_for(self, x: Tensor, trains: bool = True) -> None:
+        """The chain's blocks also read tensors computed from the values of ``x`` (NOTE [ Stage
+        wrappers ]): the chain computes the model on ``x`` only, which is checked; with
+        ``trains`` False, from the parameters too (a top-k of an earlier block), so that it
+        computes the model as it is now only: it measures it, it does not train it
+        (:attr:`chain_refusal`).
+        """
+        self.register_buffer("traced_input", x.detach().clone(), persistent=False)
+        if not trains:
+            self.chain_refusal = (
+                f"the chain of {type(self._model).__name__} holds what its blocks read besides "
+                "their hidden state as traced, and some of it is computed from the parameters "
+                "(an earlier block's top-k): it would not change as they train; train the model "
+                "with memplan.torch.enable(model, memory, example_input=batch), which passes "
+                "each step's own"
+            )
 
     @contextmanager
     def calling(self, call: ModelCall) -> Iterator[None]:
         """Call the model another way while inside (the arguments of one training step)."""
         before = self._call
         self._call = call
+        self._stepping = True
         try:
             yield
         finally:
             self._call = before
+            self._stepping = False
 
     def _stop(self, module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         key = self._key
@@ -170,6 +198,14 @@ class PrefixStage(nn.Module):
         raise _Reached(value)
 
     def forward(self, x: Tensor) -> Tensor:
+        traced = getattr(self, "traced_input", None)
+        if traced is not None and not self._stepping and not _same_values(x, traced):
+            raise InputError(
+                f"the chain of {type(self._model).__name__} computes it on the batch it was cut "
+                "for only: its blocks also read tensors computed from the values of that batch "
+                "(token ids); train it with memplan.torch.enable(model, memory, "
+                "example_input=batch), which passes each batch's own to the model"
+            )
         flags = [(m, m.training) for m in self._ancestors]
         hook = self._first.register_forward_pre_hook(self._stop, with_kwargs=True, prepend=True)
         try:
@@ -183,3 +219,59 @@ class PrefixStage(nn.Module):
             for module, training in flags:
                 module.training = training
         raise RuntimeError("the model returned without calling its first block")
+
+
+class TapeStage(nn.Module):
+    """What a model computes after its last block, replayed from tapes of the example's forward
+    (NOTE [ The head on a tape ] in :mod:`memplan.torch.split.tape`): one recorded in eval mode,
+    one in training mode (their functional dropouts differ), replayed in the stage's mode.
+
+    The tensors the tapes read besides their input are the stage's: parameters in
+    ``direct_params``, buffers and other tensors (an attention mask) as non-persistent buffers
+    ``constant0``, ``constant1``..., which follow ``.to()``.
+
+    Parameters
+    ----------
+    eval_tape, training_tape : Tape
+        The recorded operations, ending with the model's output.
+    input_shape : tuple of int
+        The traced shape of the head's input, checked when the tapes read tensors that are not
+        the model's (``owned``): they were computed for a batch of that shape.
+    owned : set of int
+        ``id()`` of the model's parameters and buffers.
+    """
+
+    def __init__(
+        self, eval_tape: Tape, training_tape: Tape, input_shape: tuple[int, ...], owned: set[int]
+    ) -> None:
+        super().__init__()
+        self.eval_tape = eval_tape
+        self.training_tape = training_tape
+        self.input_shape = input_shape
+        constants = list(
+            {id(t): t for t in [*eval_tape.constants(), *training_tape.constants()]}.values()
+        )
+        params = [t for t in constants if isinstance(t, nn.Parameter)]
+        self.direct_params = nn.ParameterList(params)
+        self._params = [(id(p), i) for i, p in enumerate(params)]
+        self._names: list[tuple[int, str]] = []
+        for t in constants:
+            if not isinstance(t, nn.Parameter):
+                name = f"constant{len(self._names)}"
+                self.register_buffer(name, t, persistent=False)
+                self._names.append((id(t), name))
+        self.batch_data = any(id(t) not in owned for t in constants)
+
+    def forward(self, x: Tensor) -> Tensor:
+        if self.batch_data and tuple(x.shape) != self.input_shape:
+            raise RuntimeError(
+                f"the head was traced for hidden states of shape {self.input_shape} (it also "
+                f"reads tensors of that batch); got {tuple(x.shape)}: linearize the model again"
+            )
+        constants = {key: getattr(self, name) for key, name in self._names}
+        constants.update({key: self.direct_params[i] for key, i in self._params})
+        tape = self.training_tape if self.training else self.eval_tape
+        return tape.replay(x, constants)
+
+    def extra_repr(self) -> str:
+        return f"operations={len(self.training_tape.events)}"

@@ -1,0 +1,45 @@
+"""The model sweep's sample (benchmarks/sweep_models.py, docs/models.md): a tiny model of each
+structure a user brings trains under ``memplan.torch.enable`` at 0.8x plain training's measured
+peak, equal to plain training (AdamW, different batches, the same random draws) and within the
+budget, by the allocator's own count.
+
+The types cover tied and untied heads (GPT-2, Llama), a mixture-of-experts router (Mixtral),
+sliding-window attention (Mistral), hybrid attention with soft-capped logits (Gemma-2: a head
+that is tensor code), ALiBi (BLOOM), rotary embeddings (Llama), a state-space model (Mamba), a
+post-norm encoder (BERT, masked LM) and image classifiers (ViT, ResNet). The sweep over every
+type of the installed transformers is the benchmark.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+from benchmarks.sweep_models import NOT_PLAIN, TRAINS, check_type  # noqa: E402
+
+pytestmark = pytest.mark.torch
+
+SAMPLE = [
+    ("gpt2", "causal-lm"),  # tied head, learned positions
+    ("llama", "causal-lm"),  # untied head, rotary, grouped-query attention
+    ("mixtral", "causal-lm"),  # mixture-of-experts router
+    ("mistral", "causal-lm"),  # sliding-window attention
+    ("gemma2", "causal-lm"),  # hybrid sliding/global attention, soft-capped logits
+    ("bloom", "causal-lm"),  # ALiBi; blocks return their attention weights too
+    ("mamba", "causal-lm"),  # state-space blocks
+    ("bert", "masked-lm"),  # post-norm encoder
+    ("vit", "image-classification"),  # class token, x[:, 0] before the classifier
+    ("resnet", "image-classification"),  # convolutions, pooling, batch norm
+]
+
+
+@pytest.mark.parametrize(("model_type", "task"), SAMPLE)
+def test_a_tiny_model_of_each_structure_trains_under_a_plan(model_type, task):
+    found = check_type(model_type, task, steps=2)
+    assert found.verdict != NOT_PLAIN, found.reason  # the sample must stay buildable
+    assert found.verdict == TRAINS, (found.reason, found)
+    assert found.measured_peak is not None and found.budget is not None
+    assert found.measured_peak <= found.budget < found.plain_peak
+    assert found.recomputed, "a budget below plain training's peak: the plan recomputes"

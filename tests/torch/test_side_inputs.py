@@ -1,0 +1,157 @@
+"""What blocks read besides their hidden state, and what memplan makes of it (NOTE [ Stage
+wrappers ] in memplan.torch.split.repeated): indices an earlier block computed without a
+gradient train under ``enable`` with each step's own; keys and values an earlier layer stores
+for a later one in a mapping, and blocks that share their weights, are refused with the reason;
+a buffer a block reassigns is restored after a recomputation.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from torch import nn  # noqa: E402
+
+import memplan  # noqa: E402
+from memplan.api import describe  # noqa: E402
+from memplan.errors import InputError  # noqa: E402
+from memplan.torch import checkpointed, enable, linearize, planned, profile_model  # noqa: E402
+
+pytestmark = pytest.mark.torch
+
+VOCAB, DIM, SEQ = 40, 16, 8
+
+
+class TopKBlock(nn.Module):
+    """Attends to the keys an index picks; returns its hidden state and the top-k positions of
+    its own scores, which the next block reuses (DeepSeek-V3.2's shared indexer)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.norm = nn.LayerNorm(DIM)
+        self.score = nn.Linear(DIM, 1)
+        self.ff = nn.Linear(DIM, DIM)
+        self.register_buffer("calls", torch.zeros(()))
+
+    def forward(self, h: torch.Tensor, picked: torch.Tensor | None = None):
+        if self.training:
+            self.calls = self.calls + 1  # a buffer put in place of the old one, every call
+        mine = self.score(self.norm(h)).squeeze(-1).topk(SEQ // 2, dim=-1).indices
+        picked = mine if picked is None else picked
+        keys = torch.gather(h, 1, picked[..., None].expand(-1, -1, DIM)).mean(1, keepdim=True)
+        return h + torch.tanh(self.ff(self.norm(h) + keys)), mine
+
+
+class TopKNet(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(VOCAB, DIM)
+        self.blocks = nn.ModuleList(TopKBlock() for _ in range(3))
+        self.head = nn.Linear(DIM, VOCAB)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        h, picked = self.embed(ids), None
+        for block in self.blocks:
+            h, picked = block(h, picked)
+        return self.head(h)
+
+
+class SharingDict(dict):
+    """A dict subclass, which pytree does not open (Gemma-4's KVSharingDict)."""
+
+
+class StoresKeys(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.ff = nn.Linear(DIM, DIM)
+
+    def forward(self, h: torch.Tensor, shared: SharingDict) -> torch.Tensor:
+        if "keys" not in shared:
+            shared["keys"] = self.ff(h)  # the first layer stores, the later ones reuse
+        return h + torch.tanh(shared["keys"])
+
+
+class SharedKeys(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(VOCAB, DIM)
+        self.blocks = nn.ModuleList(StoresKeys() for _ in range(3))
+        self.head = nn.Linear(DIM, VOCAB)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        h, shared = self.embed(ids), SharingDict()
+        for block in self.blocks:
+            h = block(h, shared)
+        return self.head(h)
+
+
+class SharedWeights(nn.Module):
+    """One layer called for every layer (ALBERT)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(VOCAB, DIM)
+        layer = nn.Sequential(nn.Linear(DIM, DIM), nn.Tanh())
+        self.blocks = nn.ModuleList([layer, layer, layer])
+        self.head = nn.Linear(DIM, VOCAB)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        h = self.embed(ids)
+        for block in self.blocks:
+            h = block(h)
+        return self.head(h)
+
+
+def _ids(seed: int, size: int = 3) -> torch.Tensor:
+    return torch.randint(0, VOCAB, (size, SEQ), generator=torch.Generator().manual_seed(seed))
+
+
+def test_indices_an_earlier_block_computed_train_under_enable():
+    torch.manual_seed(0)
+    model, x = TopKNet(), _ids(0)
+    prof = profile_model(copy.deepcopy(model), example_input=x, repeats=1, name="topk")
+    desc = describe(prof)
+    least, store_all = desc["min_memory"]["chain"], desc["store_all_memory"]
+    budget = least + (store_all - least) // 3
+    with pytest.raises(InputError, match="computed from the parameters"):
+        checkpointed(linearize(model, x), memplan.solve(prof, "rotor", budget))
+    ref = copy.deepcopy(model).train()
+    got = enable(
+        copy.deepcopy(model).train(),
+        budget,
+        example_input=x,
+        profile=prof,
+        optimizer="sgd",
+        output_held=False,
+    )  # the loop below; fmt: skip
+    counts = planned(got).planned_forward_counts()
+    assert sum(counts) > len(counts), "the budget forces recomputation"
+    for m in (ref, got):
+        opt = torch.optim.SGD(m.parameters(), lr=0.1)
+        for step in range(3):
+            opt.zero_grad()
+            batch = _ids(10 + step)
+            nn.functional.cross_entropy(m(batch).flatten(0, 1), batch.flatten()).backward()
+            opt.step()
+    for (name, p), (_, q) in zip(ref.named_parameters(), got.named_parameters(), strict=True):
+        torch.testing.assert_close(q, p, msg=lambda m, n=name: f"{n}: {m}")
+    for (name, p), (_, q) in zip(ref.named_buffers(), got.named_buffers(), strict=True):
+        torch.testing.assert_close(q, p, msg=lambda m, n=name: f"{n}: {m}")  # counted once a step
+    assert float(got.blocks[0].calls) == 3
+
+
+@pytest.mark.parametrize(
+    ("cls", "match"),
+    [
+        (SharedKeys, "reads a tensor computed by an earlier block"),
+        (SharedWeights, "share their weights"),
+    ],
+)
+def test_what_a_chain_cannot_carry_is_refused(cls, match):
+    torch.manual_seed(0)
+    with pytest.raises(InputError, match=match) as info:
+        linearize(cls(), _ids(0))
+    assert "\n" not in str(info.value)
