@@ -32,6 +32,7 @@ from memplan.errors import BudgetWarning, InputError, InternalError
 from memplan.profile.io import load_profile
 from memplan.profile.memory import check_gradients, resolve_gradients
 from memplan.profile.model import Profile
+from memplan.profile.sharding import check_shards, for_ranks
 from memplan.schedule import (
     OPTIMIZER_FACTORS,
     Budget,
@@ -163,6 +164,7 @@ def solve(
     optimizer: str = "sgd",
     gradients: str = "auto",
     progress: Callable[[str], None] | None = None,
+    shards: int | None = None,
     **options: Any,
 ) -> Schedule:
     """Run one algorithm and return its schedule, replayed and checked by the simulator.
@@ -189,6 +191,10 @@ def solve(
     progress : callable, optional
         Long solvers (CP-SAT) call it with one line of live progress at a time (the CLI prints
         them on stderr).
+    shards : int, optional
+        Plan one of ``shards`` GPUs training the model sharded with FSDP2 (``fully_shard`` per
+        block and on the root), from the profile of the whole model: ``memory`` is one GPU's
+        budget (docs/sharding.md). The schedule's ``budget.shards`` says so.
     **options
         The family's options, as each family declares them (``memplan algos NAME`` lists them;
         None: the default): ``slots`` (the DP algorithms: 2 to 100000 or ``"auto"``, rotor's
@@ -223,6 +229,7 @@ def solve(
         optimizer=optimizer,
         gradients=gradients,
         progress=progress,
+        shards=shards,
         **options,
     ).schedule
 
@@ -235,6 +242,7 @@ def solve_and_replay(
     optimizer: str = "sgd",
     gradients: str = "auto",
     progress: Callable[[str], None] | None = None,
+    shards: int | None = None,
     **options: Any,
 ) -> Solved:
     """:func:`solve`, returning the profile it read and the replay that checked the plan too.
@@ -242,7 +250,9 @@ def solve_and_replay(
     The arguments are checked (:func:`check_arguments`) before the profile is read (a profile
     piped in may take minutes to arrive), then :func:`solve_checked` runs the algorithm.
     """
-    arguments = check_arguments(algo, memory, optimizer=optimizer, gradients=gradients, **options)
+    arguments = check_arguments(
+        algo, memory, optimizer=optimizer, gradients=gradients, shards=shards, **options
+    )
     return solve_checked(load_profile(profile), arguments, progress)
 
 
@@ -260,6 +270,8 @@ class SolveArguments:
     optimizer: OptimizerName
     gradients: str = "auto"
     """``auto``, ``at-backward`` or ``kept`` (resolved against the profile when it is read)."""
+    shards: int | None = None
+    """The FSDP2 ranks the plan is one of (None: one GPU, the whole model)."""
 
 
 def check_arguments(
@@ -268,6 +280,7 @@ def check_arguments(
     *,
     optimizer: str = "sgd",
     gradients: str | None = "auto",
+    shards: int | None = None,
     **options: Any,
 ) -> SolveArguments:
     """Validate a solve's arguments, the one place that does (InputError naming the option).
@@ -283,7 +296,12 @@ def check_arguments(
     family_options = options_for(info.name, options)
     name = check_optimizer(optimizer)
     loop = check_gradients(gradients)
-    return SolveArguments(info, budget, str(memory).strip(), family_options, name, loop)
+    ranks = check_shards(shards)
+    if ranks is not None and info.family == "pipeline":
+        raise InputError(
+            f"--shards: {info.name} places stages on GPUs; FSDP2 shards every stage over them"
+        )
+    return SolveArguments(info, budget, str(memory).strip(), family_options, name, loop, ranks)
 
 
 def solve_checked(
@@ -294,13 +312,15 @@ def solve_checked(
     """Run the algorithm of ``arguments`` on ``prof``.
 
     The family is checked against the profile, the plan solved, replayed once, and its makespan
-    compared once with the solver's own value.
+    compared once with the solver's own value. With ``shards``, the plan is one rank's: the
+    profile is one rank's (:func:`memplan.profile.sharding.for_ranks`), and ``Solved.profile``.
     """
     info = arguments.algorithm
     family = FAMILIES[info.family]
     check_family(prof, family, info.name)
     # Only the chain family plans under the training loop's terms (docs/model.md).
     loop = resolve_gradients(prof, arguments.gradients) if family.loop_terms else None
+    prof = for_ranks(prof, arguments.shards, loop)  # docs/sharding.md
     request = SolveRequest(
         memory=memory_budget(prof, arguments.memory, given=arguments.memory_text),
         algorithm=info.name,
@@ -313,6 +333,9 @@ def solve_checked(
     )
     started = time.perf_counter()
     schedule = info.solve(prof, request)
+    if arguments.shards is not None:
+        budget = schedule.budget.model_copy(update={"shards": arguments.shards})
+        schedule = schedule.model_copy(update={"budget": budget})
     if schedule.solver.seconds == 0.0:
         solver = schedule.solver.model_copy(update={"seconds": time.perf_counter() - started})
         schedule = schedule.model_copy(update={"solver": solver})
@@ -460,8 +483,9 @@ def simulate(
     the schedule states (static memory, makespan, peak, a pipeline's GPU peaks and throughput) must
     match the replay (NOTE [ schedule claims ] in :mod:`memplan.simulator.claims`).
     """
-    prof = load_profile(profile)
     claimed = load_schedule(schedule)
+    budget = claimed.budget  # a plan of one FSDP2 rank replays on that rank's profile
+    prof = for_ranks(load_profile(profile), budget.shards, budget.gradients)
     sched = claims.with_replay_static_memory(prof, claimed)  # NOTE [ schedule claims ]
     if sched.family not in prof.families:
         raise InputError(

@@ -93,12 +93,16 @@ class Budget(_Model):
     """The training loop a chain plan was made for (docs/model.md); None: the model before the
     loop's terms (schedules written before them, and the other families'), left out of the
     document."""
+    shards: int | None = Field(default=None, ge=1)
+    """The FSDP2 ranks the plan is one of (``--shards``, docs/sharding.md): the profile was
+    planned as one rank's; None (left out of the document): the whole model on one GPU."""
 
     @model_serializer(mode="wrap")
     def _drop_unset_gradients(self, handler: Any) -> dict[str, Any]:
         data: dict[str, Any] = handler(self)
-        if data.get("gradients") is None:
-            data.pop("gradients", None)
+        for key in ("gradients", "shards"):
+            if data.get(key) is None:
+                data.pop(key, None)
         return data
 
 

@@ -68,6 +68,10 @@ GRADIENTS_HELP = (
     "(zero_grad(set_to_none=False), gradient accumulation: counted for the whole step); auto: "
     "at-backward on a profile measured with weight_grad_size, else kept."
 )
+SHARDS_HELP = (
+    "Plan one of N GPUs training the model sharded with FSDP2 (fully_shard per block and on the "
+    "root), from the profile of the whole model: --mem is one GPU's budget (docs/sharding.md)."
+)
 TRACE_OPTION = typer.Option(
     "--trace",
     metavar="FILE.json",
@@ -110,6 +114,7 @@ def solve(
     ] = None,
     optimizer: Annotated[Optimizer, typer.Option(help=OPTIMIZER_HELP)] = Optimizer.sgd,
     gradients: Annotated[Gradients, typer.Option(help=GRADIENTS_HELP)] = Gradients.auto,
+    shards: Annotated[int | None, typer.Option("--shards", metavar="N", help=SHARDS_HELP)] = None,
     fmt: Annotated[
         SolveFormat | None,
         typer.Option(
@@ -142,6 +147,7 @@ def solve(
             mem,
             optimizer=optimizer.value,
             gradients=gradients.value,
+            shards=shards,
             **(family_options or {}),
         )
         common.check_positive("--micro-batches", micro_batches)
@@ -252,6 +258,10 @@ def simulate(
         given = None if mem is None else check_budget(mem)  # before the files are read
         sched = memplan.load_schedule(schedule)
         prof = memplan.load_profile(profile)
+        if sched.budget.shards is not None:  # one FSDP2 rank's plan: that rank's profile
+            from memplan.profile.sharding import for_ranks
+
+            prof = for_ranks(prof, sched.budget.shards, sched.budget.gradients)
         if gradients is not None:
             from memplan.api import with_gradients
 

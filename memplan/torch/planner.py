@@ -21,8 +21,9 @@ from memplan.torch.base.blame import FIRST_FORWARD, model_errors
 from memplan.torch.measure.conditions import check_conditions
 from memplan.torch.models.registry import build_model
 from memplan.torch.profiler.model import profile_model
+from memplan.torch.runtime import fsdp
 from memplan.torch.runtime.checkpointed import CheckpointedChain, checkpointed
-from memplan.torch.runtime.planned import install, prepare
+from memplan.torch.runtime.planned import prepare
 from memplan.torch.runtime.planned_model import describe_autocast
 from memplan.torch.runtime.slots import autocast_state
 from memplan.torch.split.chunked_loss import chunk_loss, profile_loss_chunks
@@ -165,6 +166,7 @@ def enable(
     slots: int | None = None,
     repeats: int = 3,
     gradients: str = "at-backward",
+    shards: int | None = None,
 ) -> nn.Module:
     """Plan the memory of a model's training and apply the plan: profile, solve, install.
 
@@ -204,6 +206,11 @@ def enable(
         ``zero_grad()``, each stage's weight gradients appear at its backward), ``kept``
         (``zero_grad(set_to_none=False)``, gradient accumulation: the gradients are counted for
         the whole step) or ``auto`` (``at-backward`` when the profile has ``weight_grad_size``).
+    shards : int, optional
+        Under FSDP2 (``fully_shard`` on each block and on the root, called after ``enable``),
+        the ranks the model is sharded over: the budget is then one rank's (docs/sharding.md).
+        None: the default process group's size when FSDP2 is loaded, else one; the first step
+        plans again for the model's FSDP2 mesh if it differs.
 
     Returns
     -------
@@ -217,6 +224,7 @@ def enable(
         model or batch, or no plan of ``algo`` fitting ``memory`` (the least memory that fits is
         in the message).
     """
+    ranks = fsdp.shard_count(model, shards)
     target = prepare(model, example_input, required=True)
     x0 = target.x0
     if profile is None:
@@ -233,5 +241,9 @@ def enable(
             )
     else:
         prof = memplan.load_profile(profile)
-    sched = solve_feasible(prof, algo, memory, slots, optimizer, bandwidth, gradients)
-    return install(target, sched, prof)
+
+    def solve(plan_profile: Any) -> Schedule:
+        return solve_feasible(plan_profile, algo, memory, slots, optimizer, bandwidth, gradients)
+
+    labels = isinstance(example_input, Mapping) and example_input.get("labels") is not None
+    return fsdp.install_sharded(target, prof, ranks, gradients, solve, loss_in_model=labels)

@@ -607,18 +607,27 @@ class PlannedIteration:
     # -- the backward ----------------------------------------------------------------------
     def _backward_reaches(self, k: int) -> Callable[[Any], None]:
         def prehook(grad_outputs: Any) -> None:
-            if self.done:
-                return
-            try:
-                if not self.queued:
-                    self.queued = True
-                    torch.autograd.Variable._execution_engine.queue_callback(self._complete)
-                self.run_until(self.plan.backward_start[k] + 1)
-            except BaseException:
-                self.abort()
-                raise
+            self.reach_backward(k)
 
         return prehook
+
+    def reach_backward(self, k: int) -> None:
+        """The backward reaches stage ``k``: run the plan's events up to the start of ``B k``.
+
+        Called by the pre-hook of the node that produced the stage's output, or earlier by a
+        caller that must run the plan first (:mod:`memplan.torch.runtime.fsdp`); a second call
+        does nothing.
+        """
+        if self.done:
+            return
+        try:
+            if not self.queued:
+                self.queued = True
+                torch.autograd.Variable._execution_engine.queue_callback(self._complete)
+            self.run_until(self.plan.backward_start[k] + 1)
+        except BaseException:
+            self.abort()
+            raise
 
     def _complete(self) -> None:
         """After the backward: the rest of the plan (the end of ``B 0``...)."""

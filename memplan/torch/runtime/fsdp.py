@@ -1,0 +1,427 @@
+"""A plan on a model sharded with FSDP2 (``fully_shard``): its layout, its recomputations.
+
+NOTE [ Plans under FSDP2 ]
+--------------------------
+memplan plans one rank of a model sharded with PyTorch's FSDP2 over ``N`` ranks, one
+``fully_shard`` per block and one on the root, from the profile of the whole model
+(:func:`memplan.profile.sharding.shard_profile`, NOTE [ FSDP2 memory terms ]). This module gives
+the planner the layout of a real model (:func:`model_layout`: every stage's parameters, their
+shards as FSDP2 pads them, which stages are blocks) and the runtime what FSDP2 needs
+(:class:`ShardedSteps`):
+
+* **Recomputations all-gather what they need.** A recomputed block is called as a module, so
+  FSDP2's pre-forward hook all-gathers its parameters, as under FSDP2's own activation
+  checkpointing. Inside the backward FSDP2's post-forward hook does not reshard them (it expects
+  the block's backward next): memplan reshards a block it recomputed unless its backward is the
+  next to run (``FSDPModule.reshard``). The recomputation's own graph is dropped (memplan keeps
+  its saved tensors, not its graph), so FSDP2's post-backward hook (the reduce-scatter) runs once
+  per block, from the graph of the step's forward, as does its pre-backward hook.
+* **memplan recomputes before FSDP2's pre-backward hook.** FSDP2's pre-backward hook of a block
+  runs on its output's gradient, before the node that produced it. memplan's recomputations for
+  ``B k`` run first: a view of block ``k``'s output is what the next stage reads, and the plan's
+  events up to ``B k`` run in a pre-hook of that view's node. The window of ``B k`` then holds
+  the reduce-scatter input of block ``k+1`` and the all-gather output FSDP2 prefetched for block
+  ``k``, whatever the plan recomputes (the terms' ``C[k+1]``).
+* **The unsharded parameters are the model's, not the plan's.** A block's saved tensors include
+  its unsharded parameters; memplan treats their storages as parameters (never part of ``s[k]``,
+  never offloaded) through :meth:`ShardedSteps.static`.
+* **The shard count can change after enable.** ``enable`` before ``fully_shard`` profiles the
+  whole model (it is whole on every rank then); the first step on a sharded model checks the
+  plan's layout against the model's (:func:`model_layout`) and plans again when they differ.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from memplan.errors import InputError
+from memplan.profile.memory import resolve_gradients
+from memplan.profile.model import Profile
+from memplan.profile.sharding import ShardLayout, StageShard, check_shards, shard_profile
+from memplan.schedule import Schedule, load_schedule
+from memplan.torch.runtime.checkpointed import check_schedule
+from memplan.torch.runtime.plan import RuntimePlan
+from memplan.torch.runtime.planned import Target, install, planned, sched_recomputes
+from memplan.torch.split.trace import primary_output
+
+__all__ = [
+    "ShardedSteps",
+    "collective_copies",
+    "fsdp_blocks",
+    "install_sharded",
+    "is_sharded",
+    "model_layout",
+    "shard_count",
+    "sharded_over",
+]
+
+
+def _fsdp_module_class() -> type | None:
+    """FSDP2's ``FSDPModule``, when torch's FSDP2 is loaded (a model sharded with it is)."""
+    if "torch.distributed.fsdp" not in sys.modules:
+        return None
+    from torch.distributed.fsdp import FSDPModule
+
+    return FSDPModule
+
+
+def is_sharded(module: nn.Module) -> bool:
+    """Whether ``module`` is an FSDP2 unit (``fully_shard`` was applied to it)."""
+    cls = _fsdp_module_class()
+    return cls is not None and isinstance(module, cls)
+
+
+def _is_dtensor(tensor: Tensor) -> bool:
+    return type(tensor).__name__ == "DTensor" and hasattr(tensor, "device_mesh")
+
+
+def sharded_over(model: nn.Module) -> int | None:
+    """The ranks ``model``'s parameters are sharded over by FSDP2 (None: not sharded)."""
+    if _fsdp_module_class() is None or not any(is_sharded(m) for m in model.modules()):
+        return None
+    for param in model.parameters():
+        if _is_dtensor(param):
+            return int(param.device_mesh.size())
+    return None
+
+
+def collective_copies() -> int:
+    """Extra copies the default process group's collectives make: gloo 1, NCCL 0.
+
+    Measured on CPU (NOTE [ FSDP2 memory terms ]): gloo copies an all-gather's output and a
+    reduce-scatter's input once.
+    """
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized() and dist.get_backend() == "gloo":
+        return 1
+    return 0
+
+
+def _stage_module(module: nn.Module | None) -> nn.Module | None:
+    """The module a stage calls: a block call's block."""
+    inner = getattr(module, "block", None)
+    return inner if isinstance(inner, nn.Module) else module
+
+
+def fsdp_blocks(model: nn.Module, modules: Sequence[nn.Module | None]) -> set[int]:
+    """The stages whose module is an FSDP2 unit of its own (not the root)."""
+    found = set()
+    for k, module in enumerate(modules):
+        inner = _stage_module(module)
+        if inner is not None and inner is not model and is_sharded(inner):
+            found.add(k)
+    return found
+
+
+def model_layout(
+    modules: Sequence[nn.Module | None],
+    shards: int,
+    blocks: set[int],
+    copies: int = 0,
+    loss_in_root: bool = True,
+) -> ShardLayout:
+    """The layout of a chain whose stages call ``modules`` (None: no module, the loss).
+
+    Each stage's parameters are those of its module that no earlier stage has (the profiler's
+    rule for ``weight_size``); FSDP2 keeps ``ceil(rows / shards)`` rows of each parameter on every
+    rank (NOTE [ FSDP2 memory terms ]; a sharded parameter's shape is the whole one).
+    ``blocks``: the stages sharded as units of their own; ``loss_in_root``: the model computes
+    its loss (:class:`~memplan.profile.sharding.ShardLayout`).
+    """
+    seen: set[int] = set()
+    figures = []
+    for k, module in enumerate(modules):
+        params = [] if module is None else [p for p in module.parameters() if id(p) not in seen]
+        seen.update(id(p) for p in params)
+        total = shard = 0
+        for param in params:
+            shape = tuple(param.shape)
+            rows = shape[0] if shape else 1
+            row_bytes = math.prod(shape[1:]) * param.element_size()
+            total += rows * row_bytes
+            shard += math.ceil(rows / shards) * row_bytes
+        unit = "block" if k in blocks else "root"
+        figures.append(StageShard(total, shard, shard * shards, unit))
+    return ShardLayout(shards, tuple(figures), copies, loss_in_root)
+
+
+def _in_backward() -> bool:
+    """Whether autograd's engine runs a backward on this thread (FSDP2's own test)."""
+    return bool(torch._C._current_graph_task_id() != -1)
+
+
+def _gathered(block: nn.Module) -> bool:
+    """Whether a block's parameters are unsharded (FSDP2 registers them as plain tensors)."""
+    return not any(_is_dtensor(p) for p in block.parameters())
+
+
+class ShardedSteps:
+    """What the runtime does for FSDP2 (NOTE [ Plans under FSDP2 ]), for one planned model.
+
+    Parameters
+    ----------
+    planned : PlannedModel
+        The plan installed on the model (``planned.sharding`` is set to this).
+    modules : sequence of nn.Module or None
+        The module each stage of the chain calls (None for the loss).
+    layout : ShardLayout
+        The layout the plan was made for.
+    replan : callable, optional
+        ``replan(layout)`` plans again for another layout and installs the plan (``enable``
+        before ``fully_shard``); None: a sharded model whose layout differs is an error.
+    """
+
+    def __init__(
+        self,
+        planned: Any,
+        modules: Sequence[nn.Module | None],
+        layout: ShardLayout,
+        replan: Callable[[ShardLayout], None] | None = None,
+    ) -> None:
+        self.planned = planned
+        self.model: nn.Module = planned.model
+        self.modules = list(modules)
+        self.layout = layout
+        self.replan = replan
+        self.blocks: dict[int, nn.Module] = {}  # stage -> its FSDP2 unit, once sharded
+        self.window = len(self.modules) - 1  # the stage whose backward is next
+        self.checked = False
+        self._handles: list[Any] = []
+        planned.sharding = self
+
+    # -- the step ------------------------------------------------------------------------------
+    def before_step(self) -> None:
+        """At the first step: the model's layout is the plan's, or the plan is made again."""
+        self.window = len(self.modules) - 1
+        if self.checked:
+            return
+        ranks = sharded_over(self.model)
+        blocks = set() if ranks is None else fsdp_blocks(self.model, self.modules)
+        copies = 0 if ranks is None else collective_copies()
+        found = model_layout(self.modules, ranks or 1, blocks, copies, self.layout.loss_in_root)
+        if found != self.layout and (ranks is not None or self.layout.shards > 1):
+            if self.replan is None:
+                raise RuntimeError(
+                    f"memplan: the model is sharded over {ranks or 1} rank(s), the plan was made "
+                    f"for {self.layout.shards}: enable it again"
+                )
+            self.replan(found)
+            self.layout = found
+        self.checked = True
+        for k in sorted(blocks):
+            block = _stage_module(self.modules[k])
+            assert block is not None
+            self.blocks[k] = block
+            # appended: after FSDP2's post-forward hook, which hooks the block's output
+            self._handles.append(block.register_forward_hook(self._reached(k)))
+
+    def _reached(self, k: int) -> Callable[..., Any]:
+        """A block's forward hook: the next stage reads a view of its output, whose node runs
+        the plan up to ``B k`` before FSDP2's pre-backward hook of the block.
+        """
+
+        def hook(module: nn.Module, args: Any, output: Any) -> Any:
+            out = primary_output(output)
+            if out is None or not out.requires_grad or _in_backward():
+                return None
+            view = out.view_as(out)
+            assert view.grad_fn is not None
+            view.grad_fn.register_prehook(lambda grads: self._reach(k))
+            if isinstance(output, Tensor):
+                return view
+            if isinstance(output, tuple):
+                return (view, *output[1:])
+            if isinstance(output, list):
+                return [view, *output[1:]]
+            return None  # a mapping: left as it is (memplan recomputes after FSDP2's hook)
+
+        return hook
+
+    def _reach(self, k: int) -> None:
+        self.window = k
+        iteration = self.planned.iteration
+        if iteration is not None:
+            iteration.reach_backward(k)
+
+    def static(self, pointers: set[int]) -> set[int]:
+        """The storages the plan treats as parameters: ``pointers`` and, while they are
+        gathered, the blocks' unsharded parameters.
+        """
+        return _WithUnsharded(pointers, list(self.blocks.values()))
+
+    @contextmanager
+    def recomputing(self) -> Iterator[None]:
+        """Around a recomputation: reshard the blocks it gathered, but the next to run backward."""
+        if not self.blocks or not _in_backward():
+            yield
+            return
+        before = {k: _gathered(block) for k, block in self.blocks.items()}
+        try:
+            yield
+        finally:
+            nearest = [k for k in self.blocks if k <= self.window]
+            keep = max(nearest) if nearest else None
+            for k, block in self.blocks.items():
+                if not before[k] and k != keep and _gathered(block):
+                    block.reshard()  # type: ignore[operator]
+
+    def remove(self) -> None:
+        """Remove the hooks (``disable``)."""
+        for handle in self._handles:
+            handle.remove()
+        self._handles = []
+        self.blocks = {}
+        self.checked = False
+
+
+class _WithUnsharded(set[int]):
+    """A set of data pointers that also holds those of the blocks' unsharded parameters while
+    they are gathered (their storages are allocated anew at each all-gather).
+    """
+
+    def __init__(self, pointers: set[int], blocks: list[nn.Module]) -> None:
+        super().__init__(pointers)
+        self.blocks = blocks
+
+    def __contains__(self, ptr: object) -> bool:
+        if super().__contains__(ptr):
+            return True
+        for block in self.blocks:
+            for param in block.parameters():
+                if not _is_dtensor(param) and param.untyped_storage().data_ptr() == ptr:
+                    return True
+        return False
+
+
+# ------------------------------------------------------------------------------------------------
+# enable under FSDP2
+# ------------------------------------------------------------------------------------------------
+
+
+def shard_count(model: nn.Module, shards: int | None) -> int:
+    """The ranks ``enable`` plans one of.
+
+    ``shards``; else, when FSDP2 is loaded and a default process group exists, its size; else
+    one. The first step checks it against the model's FSDP2 mesh and plans again if they differ
+    (:meth:`ShardedSteps.before_step`).
+
+    Raises
+    ------
+    InputError
+        ``shards`` not a positive count, or a model sharded already: ``enable`` profiles and cuts
+        the whole model (its stages run alone, outside FSDP2's root), so it comes before
+        ``fully_shard``.
+    """
+    given = check_shards(shards, "enable: shards")
+    if sharded_over(model) is not None:
+        raise InputError(
+            f"enable: {type(model).__name__} is sharded with fully_shard already; memplan "
+            "profiles and cuts the whole model: call memplan.torch.enable before fully_shard "
+            "(the first sharded step plans for the ranks of the model's mesh)"
+        )
+    if given is not None:
+        return given
+    import torch.distributed as dist
+
+    if _fsdp_module_class() is not None and dist.is_available() and dist.is_initialized():
+        return int(dist.get_world_size())
+    return 1
+
+
+def _stage_modules(target: Target) -> tuple[list[nn.Module | None], set[int]]:
+    """The module of each stage of a prepared model (None: the loss) and the stages ``fully_shard``
+    makes units of their own in FSDP2's recipe: the blocks (NOTE [ FSDP2 memory terms ]).
+    """
+    if target.how == "hooks":
+        found = target.layout
+        modules: list[nn.Module | None] = [m for _, m in found.stages]
+        first = 1 if found.prefix else 0
+        blocks = set(range(first, first + len(found.block_modules)))
+    else:
+        modules = [m for _, m in target.layout]
+        blocks = set(range(1, len(modules) - 1)) if len(modules) >= 3 else set()
+    return [*modules, None], blocks
+
+
+def install_sharded(
+    target: Target,
+    profile: Profile,
+    ranks: int,
+    gradients: str,
+    solve: Callable[[Profile], Schedule],
+    loss_in_model: bool = False,
+) -> nn.Module:
+    """Plan one of ``ranks`` ranks of the prepared model from the whole model's ``profile``
+    with ``solve``, install the plan, and follow FSDP2 (:class:`ShardedSteps`).
+
+    The layout is FSDP2's recipe's (:func:`_stage_modules`; with one rank the profile is the
+    model's own); the first step on a model sharded otherwise plans again. ``loss_in_model``: the
+    model computes its loss (an HF batch with labels).
+    """
+    modules, expected = _stage_modules(target)
+    model = target.model
+    loop = resolve_gradients(profile, gradients)
+
+    layout = model_layout(modules, ranks, expected, collective_copies(), loss_in_model)
+    rank_profile, schedule = _agreed(shard_profile(profile, layout, loop), solve, ranks)
+    install(target, schedule, rank_profile)
+    plan = planned(model)
+    assert plan is not None
+
+    def replan(found: ShardLayout) -> None:
+        again, schedule = _agreed(shard_profile(profile, found, loop), solve, found.shards)
+        check_schedule(schedule, plan.names, again)
+        fx_head = plan.how == "hooks" and target.layout.head_by == "fx"
+        if fx_head and sched_recomputes(schedule, len(plan.names) - 2):
+            raise InputError(
+                f"the {schedule.algorithm} plan for {found.shards} ranks recomputes the head of "
+                f"{type(model).__name__}, which its forward computes with other code than module "
+                "calls: give a larger budget"
+            )
+        plan.schedule, plan.profile = schedule, again
+        plan.plan = RuntimePlan(schedule, len(plan.names))
+
+    ShardedSteps(plan, modules, layout, replan)
+    return model
+
+
+def _agreed(
+    profile: Profile, solve: Callable[[Profile], Schedule], ranks: int
+) -> tuple[Profile, Schedule]:
+    """The profile and plan of rank 0, on every rank of the default process group.
+
+    Ranks profile their own copies, so their times differ, and so may their plans; the ranks of
+    a sharded model must recompute the same blocks (each recomputation all-gathers), so they
+    follow rank 0's plan. With one rank, or no process group: ``profile`` and its plan.
+    """
+    import torch.distributed as dist
+
+    if ranks == 1 or not (dist.is_available() and dist.is_initialized()):
+        return profile, solve(profile)
+    sent: list[Any] = [None]
+    if dist.get_rank() == 0:
+        try:
+            sent = [(profile.to_dict(), solve(profile).to_json())]
+        except InputError as exc:
+            sent = [str(exc)]
+    device = torch.device("cuda", torch.cuda.current_device()) if _nccl() else None
+    dist.broadcast_object_list(sent, src=0, device=device)
+    if isinstance(sent[0], str):
+        raise InputError(sent[0])
+    made, plan = sent[0]
+    return Profile.model_validate(made), load_schedule(json.loads(plan))
+
+
+def _nccl() -> bool:
+    import torch.distributed as dist
+
+    return bool(dist.get_backend() == "nccl")
