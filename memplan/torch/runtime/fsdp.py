@@ -159,9 +159,33 @@ def _in_backward() -> bool:
     return bool(torch._C._current_graph_task_id() != -1)
 
 
-def _gathered(block: nn.Module) -> bool:
-    """Whether a block's parameters are unsharded (FSDP2 registers them as plain tensors)."""
-    return not any(_is_dtensor(p) for p in block.parameters())
+class _Block:
+    """A block's FSDP2 unit and where its parameters are registered.
+
+    FSDP2 swaps the sharded and the unsharded ones in place at every all-gather and reshard.
+    """
+
+    def __init__(self, module: nn.Module) -> None:
+        self.module = module
+        self.places = [
+            (owner, name)
+            for owner in module.modules()
+            for name, _ in owner.named_parameters(recurse=False)
+        ]
+
+    def first(self) -> Tensor:
+        owner, name = self.places[0]
+        return getattr(owner, name)  # type: ignore[no-any-return]
+
+    def gathered(self) -> bool:
+        """Whether its parameters are unsharded (FSDP2 registers them as plain tensors)."""
+        return bool(self.places) and not _is_dtensor(self.first())
+
+    def pointers(self) -> set[int]:
+        """The data pointers of its unsharded parameters (none while sharded)."""
+        if not self.gathered():
+            return set()
+        return {getattr(o, n).untyped_storage().data_ptr() for o, n in self.places}
 
 
 class ShardedSteps:
@@ -192,7 +216,7 @@ class ShardedSteps:
         self.modules = list(modules)
         self.layout = layout
         self.replan = replan
-        self.blocks: dict[int, nn.Module] = {}  # stage -> its FSDP2 unit, once sharded
+        self.blocks: dict[int, _Block] = {}  # stage -> its FSDP2 unit, once sharded
         self.window = len(self.modules) - 1  # the stage whose backward is next
         self.checked = False
         self._handles: list[Any] = []
@@ -220,7 +244,7 @@ class ShardedSteps:
         for k in sorted(blocks):
             block = _stage_module(self.modules[k])
             assert block is not None
-            self.blocks[k] = block
+            self.blocks[k] = _Block(block)
             # appended: after FSDP2's post-forward hook, which hooks the block's output
             self._handles.append(block.register_forward_hook(self._reached(k)))
 
@@ -264,15 +288,15 @@ class ShardedSteps:
         if not self.blocks or not _in_backward():
             yield
             return
-        before = {k: _gathered(block) for k, block in self.blocks.items()}
+        before = {k: block.gathered() for k, block in self.blocks.items()}
         try:
             yield
         finally:
             nearest = [k for k in self.blocks if k <= self.window]
             keep = max(nearest) if nearest else None
             for k, block in self.blocks.items():
-                if not before[k] and k != keep and _gathered(block):
-                    block.reshard()  # type: ignore[operator]
+                if not before[k] and k != keep and block.gathered():
+                    block.module.reshard()  # type: ignore[operator]
 
     def remove(self) -> None:
         """Remove the hooks (``disable``)."""
@@ -286,20 +310,29 @@ class ShardedSteps:
 class _WithUnsharded(set[int]):
     """A set of data pointers that also holds those of the blocks' unsharded parameters while
     they are gathered (their storages are allocated anew at each all-gather).
+
+    The pointers are found again only when a block's first parameter changed (FSDP2 gathers and
+    reshards a block's parameters together).
     """
 
-    def __init__(self, pointers: set[int], blocks: list[nn.Module]) -> None:
+    def __init__(self, pointers: set[int], blocks: list[_Block]) -> None:
         super().__init__(pointers)
         self.blocks = blocks
+        self._key: tuple[tuple[int, int], ...] = ()
+        self._found: set[int] = set()
+
+    def _unsharded(self) -> set[int]:
+        firsts = [block.first() for block in self.blocks if block.places]
+        key = tuple(
+            (id(p), 0 if _is_dtensor(p) else p.untyped_storage().data_ptr()) for p in firsts
+        )
+        if key != self._key:
+            self._key = key
+            self._found = set().union(*(block.pointers() for block in self.blocks))
+        return self._found
 
     def __contains__(self, ptr: object) -> bool:
-        if super().__contains__(ptr):
-            return True
-        for block in self.blocks:
-            for param in block.parameters():
-                if not _is_dtensor(param) and param.untyped_storage().data_ptr() == ptr:
-                    return True
-        return False
+        return super().__contains__(ptr) or ptr in self._unsharded()
 
 
 # ------------------------------------------------------------------------------------------------
