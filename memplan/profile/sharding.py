@@ -201,6 +201,7 @@ class _Terms:
         self.root_params = sum(s.params for s in self.shards if s.unit == "root")
         self.root_shard = sum(s.shard for s in self.shards if s.unit == "root")
         self.root_output = len(stages) - (1 if layout.loss_in_root else 2)
+        self.largest = max((s.gathered for s in self.shards if s.unit == "block"), default=0)
 
     def block(self, k: int) -> bool:
         return 0 <= k < len(self.shards) and self.shards[k].unit == "block"
@@ -220,30 +221,36 @@ class _Terms:
         return self.gathered(self.last) if k == self.root_output else 0
 
     def window(self, k: int) -> int:
-        """``C[k]``: what FSDP2 holds while memplan recomputes for ``B k-1``.
+        """``C[k]``: what FSDP2 holds while memplan recomputes for ``B k-1`` (added to ``g[k]``).
 
-        Added to ``g[k]``, the gradient of stage ``k-1``'s output: the reduce-scatter input of
-        the block after stage ``k-1`` and the prefetched all-gather output of the next block to
-        run backward.
+        The reduce-scatter input of the block after stage ``k-1`` (the first block's, kept to
+        the root's, for the stages before it). The all-gather output prefetched for the next
+        block to run backward is not: memplan drops it before recomputing another block.
         """
         j = k - 1
         if self.first is not None and j < self.first:
-            return self.gathered(self.first)  # its reduce-scatter input, to the root's
-        if self.block(j):
-            return self.gathered(j + 1) + self.gathered(j)
-        return self.gathered(self.last)  # the root's stages after the blocks
+            return self.gathered(self.first)
+        return self.gathered(j + 1)
 
     def before_forward(self, k: int) -> int:
-        """The all-gather output of the unit computed before block ``k``."""
-        return self.gathered(k - 1) if self.block(k - 1) else self.root_gathered
+        """What FSDP2 holds when block ``k``'s forward starts, beyond its own.
+
+        The all-gather output of the unit computed before it (freed after the copy-out); in
+        the backward, the prefetched output memplan drops first (its copy-out, and with gloo
+        the output itself until the next collective).
+        """
+        before = self.gathered(k - 1) if self.block(k - 1) else self.root_gathered
+        largest, own = self.largest, self.gathered(k)
+        return max(before, self.layout.copies * largest, 2 * largest - 2 * own)
 
     def held_in_forward(self, k: int) -> int:
         """What a root stage's forward holds of FSDP2.
 
-        The root's all-gather output before the first block, the last block's after it.
+        Before the first block: the root's all-gather output, or the prefetched output of the
+        next block while the stage is recomputed; after the last block, the last block's.
         """
         if self.first is not None and k < self.first:
-            return self.root_gathered
+            return max(self.root_gathered, self.largest)
         return self.gathered(self.last) if self.last is not None and k > self.last else 0
 
     def forward_fields(self, k: int) -> dict[str, int]:
@@ -267,8 +274,8 @@ class _Terms:
     def backward_peak(self, k: int) -> int:
         """The largest bytes ``B k`` holds beyond the chain's ``held`` (which has ``C[k+1]``).
 
-        Its computation (``g[k]``, the unsharded gradients and parameters, its temporaries) and
-        the moments of FSDP2's hooks around it.
+        Its computation (``g[k]``, the unsharded gradients and parameters, the prefetched
+        output, its temporaries) and the moments of FSDP2's hooks around it.
         """
         st, sh = self.stages[k], self.shards[k]
         grad_in = self.stages[k - 1].gradient_size if k > 0 else 0
@@ -277,15 +284,18 @@ class _Terms:
             base = st.backward_overhead_fresh
         unsharded = sh.params if self.fresh or sh.unit == "block" else 0
         compute = grad_in + unsharded + base
-        done = grad_in - st.saved_size - st.gradient_size  # after its nodes ran
         copies = self.layout.copies
         prefetch = self.prefetched(k)
-        if not self.block(k):  # the root's pre-backward hook prefetches the last block
-            if k == len(self.stages) - 1:  # before the loss: not in its C[k+1]
-                moments = [compute + prefetch, (1 + copies) * prefetch]
-            else:  # before the head: in C[k+1] (the gradient the loss made), but its copy
-                moments = [compute, copies * prefetch]
+        if not self.block(k):
+            last = self.gathered(self.last)  # prefetched by the root, until B last
+            if self.last is not None and self.last < k <= self.root_output:
+                moments = [compute + last]
+                if k == self.root_output:
+                    moments.append((1 + copies) * last)
+            else:
+                moments = [compute]
         else:
+            done = grad_in - st.saved_size - st.gradient_size  # after its nodes ran
             after = self.gathered(k + 1)  # the reduce-scatter input of the block after, freed
             # gloo's worker thread may release a collective's buffers after FSDP2 drops them,
             # until the rank's next collective: the reduce-scatter copy of the block after, and
@@ -294,9 +304,9 @@ class _Terms:
             if prefetch == 0:  # no collective before this block's own reduce-scatter
                 compute += late + copies * sh.gathered
             moments = [
-                prefetch + compute,
-                sh.gathered + late,  # pre-backward: copied out of the prefetched output
-                late + copies * sh.gathered + (1 + copies) * prefetch,  # the next prefetch
+                sh.gathered + prefetch + compute,
+                2 * sh.gathered + late,  # pre-backward: copied out of the prefetched output
+                (1 + copies) * sh.gathered + late + (1 + copies) * prefetch,  # the next prefetch
                 done + prefetch + sh.params - after,  # post-backward: the reduce-scatter input
                 done + prefetch - after + sh.shard + copies * sh.gathered,  # the reduce-scatter
             ]

@@ -75,31 +75,24 @@ def test_the_terms_of_a_hand_counted_chain():
     assert second.forward_overhead_all == 2 * g + max(50, g - 300)
     assert rank.stages[0].forward_overhead == 50 + g_root  # the root's all-gather output
     assert rank.stages[4].forward_overhead == 50 + g  # the last block's
-    # windows: g[k] of a block carries the reduce-scatter input of the block after and the
-    # prefetched block; the loss's gradient nothing (it exists from the start)
-    assert [st.grad_size for st in rank.stages] == [
-        100 + g,  # C[1]: block1's reduce-scatter input, to the root's
-        100 + g + g,  # C[2]: block2's input, block1 prefetched
-        100 + g + g,
-        100 + g,  # C[4]: block3 prefetched by the root
-        500 + g,  # C[5]: the same, through the head's backward
-        4,
-    ]
+    # windows: g[k] carries the reduce-scatter input of the block after stage k-1 (the first
+    # block's to the end); the loss's gradient nothing (it exists from the start)
+    assert [st.grad_size for st in rank.stages] == [100 + g, 100 + g, 100 + g, 100, 500, 4]
     # a block keeps its shard of the gradients, the root its whole ones
     assert [st.weight_grad_size for st in rank.stages] == [800, 500, 500, 500, 400, 0]
-    # B of the middle block: held C[3] (block3's reduce-scatter input, its own parameters),
-    # plus the next prefetch and its computation; the chain counts g[2] with C[2] and the shard
-    # (gloo's worker may release the collectives' buffers late: block3's reduce-scatter copy
-    # and the output block2's parameters were copied out of, until the next collective)
+    # B of the middle block: held C[3] (block3's reduce-scatter input); beyond it, its own
+    # parameters, block1's prefetch, its computation; with gloo, the buffers gloo's worker may
+    # release late (block3's reduce-scatter copy, the prefetched output block2 was copied out
+    # of), until the next collective. The chain counts g[2] with C[2] and the shard.
     done = 100 - 300 - 100  # g[2] made, s[2] and g[3] freed
     peak = max(
-        g + 100 + 1000 - 20,  # computing: block1 prefetched, g[2], the unsharded gradients
-        g + g,  # copied out, the late reduce-scatter copy
-        g + g + 2 * g,  # the two late buffers, block1's prefetch and its copy
+        g + g + 100 + 1000 - 20,  # computing: its parameters, block1's prefetch, g[2], gradients
+        2 * g + g,  # copied out of the prefetched output, the late reduce-scatter copy
+        2 * g + g + 2 * g,  # its parameters, the two late buffers, block1's prefetch and copy
         done + g + 1000 - g,  # the reduce-scatter input (block3's freed)
         done + g - g + 500 + g,  # its output and copy
     )
-    assert rank.stages[2].backward_overhead_fresh == peak - 100 - 2 * g - 500
+    assert rank.stages[2].backward_overhead_fresh == peak - 100 - g - 500
 
 
 def test_sharded_plans_replay_on_the_whole_models_profile():

@@ -19,9 +19,11 @@ shards as FSDP2 pads them, which stages are blocks) and the runtime what FSDP2 n
 * **memplan recomputes before FSDP2's pre-backward hook.** FSDP2's pre-backward hook of a block
   runs on its output's gradient, before the node that produced it. memplan's recomputations for
   ``B k`` run first: a view of block ``k``'s output is what the next stage reads, and the plan's
-  events up to ``B k`` run in a pre-hook of that view's node. The window of ``B k`` then holds
-  the reduce-scatter input of block ``k+1`` and the all-gather output FSDP2 prefetched for block
-  ``k``, whatever the plan recomputes (the terms' ``C[k+1]``).
+  events up to ``B k`` run in a pre-hook of that view's node. Before recomputing a block other
+  than ``k`` there, memplan drops the all-gather FSDP2 prefetched for block ``k`` (copied out and
+  resharded; a recomputation of block ``k`` itself uses it): the window of ``B k`` holds the
+  reduce-scatter input of block ``k+1`` alone (the terms' ``C[k+1]``), and every recomputation of
+  a block gathers its own parameters, as the terms count.
 * **The unsharded parameters are the model's, not the plan's.** A block's saved tensors include
   its unsharded parameters; memplan treats their storages as parameters (never part of ``s[k]``,
   never offloaded) through :meth:`ShardedSteps.static`.
@@ -218,6 +220,8 @@ class ShardedSteps:
         self.replan = replan
         self.blocks: dict[int, _Block] = {}  # stage -> its FSDP2 unit, once sharded
         self.window = len(self.modules) - 1  # the stage whose backward is next
+        self.dropped = False  # the prefetched all-gather of this window was dropped
+        self.gathered: set[int] = set()  # the unsharded parameters of the block computing
         self.checked = False
         self._handles: list[Any] = []
         planned.sharding = self
@@ -225,7 +229,7 @@ class ShardedSteps:
     # -- the step ------------------------------------------------------------------------------
     def before_step(self) -> None:
         """At the first step: the model's layout is the plan's, or the plan is made again."""
-        self.window = len(self.modules) - 1
+        self.window, self.dropped = len(self.modules) - 1, False
         if self.checked:
             return
         ranks = sharded_over(self.model)
@@ -247,6 +251,9 @@ class ShardedSteps:
             self.blocks[k] = _Block(block)
             # appended: after FSDP2's post-forward hook, which hooks the block's output
             self._handles.append(block.register_forward_hook(self._reached(k)))
+            # prepended: before FSDP2's pre-forward hook, which all-gathers the block
+            self._handles.append(block.register_forward_pre_hook(self._drop(k), prepend=True))
+            self._handles.append(block.register_forward_pre_hook(self._gathering(k)))
 
     def _reached(self, k: int) -> Callable[..., Any]:
         """A block's forward hook: the next stage reads a view of its output, whose node runs
@@ -254,7 +261,8 @@ class ShardedSteps:
         """
 
         def hook(module: nn.Module, args: Any, output: Any) -> Any:
-            out = primary_output(output)
+            self.gathered = set()  # resharded, or kept by FSDP2: no saved tensor of another
+            out = primary_output(output)  # stage holds them (their addresses may be reused)
             if out is None or not out.requires_grad or _in_backward():
                 return None
             view = out.view_as(out)
@@ -271,16 +279,51 @@ class ShardedSteps:
         return hook
 
     def _reach(self, k: int) -> None:
-        self.window = k
+        self.window, self.dropped = k, False
         iteration = self.planned.iteration
         if iteration is not None:
             iteration.reach_backward(k)
 
-    def static(self, pointers: set[int]) -> set[int]:
-        """The storages the plan treats as parameters: ``pointers`` and, while they are
-        gathered, the blocks' unsharded parameters.
+    def _next(self) -> int | None:
+        """The block whose backward runs next (the last while the root's stages after it run)."""
+        nearest = [k for k in self.blocks if k <= self.window]
+        return max(nearest) if nearest else None
+
+    def _drop(self, k: int) -> Callable[..., None]:
+        """A block's pre-forward hook: drop FSDP2's prefetch before recomputing another block.
+
+        Before memplan recomputes a block other than the next to run backward, the all-gather
+        FSDP2's backward prefetch made for that one is copied out and resharded, once per window
+        (NOTE [ FSDP2 memory terms ]: a window holds no prefetched output).
         """
-        return _WithUnsharded(pointers, list(self.blocks.values()))
+
+        def hook(module: nn.Module, args: Any) -> None:
+            if not _in_backward() or self.dropped:
+                return
+            following = self._next()
+            if following is None or following == k:
+                return
+            self.dropped = True
+            block = self.blocks[following]
+            if not block.gathered():
+                block.module.unshard()  # type: ignore[operator]
+                block.module.reshard()  # type: ignore[operator]
+
+        return hook
+
+    def _gathering(self, k: int) -> Callable[..., None]:
+        """A block's pre-forward hook, after FSDP2's: its unsharded parameters' storages."""
+
+        def hook(module: nn.Module, args: Any) -> None:
+            self.gathered = self.blocks[k].pointers()
+
+        return hook
+
+    def static(self, pointers: set[int]) -> set[int]:
+        """The storages the plan treats as parameters: ``pointers`` and the unsharded
+        parameters of the block computing (its saved tensors are the only ones holding them).
+        """
+        return _WithGathered(pointers, self)
 
     @contextmanager
     def recomputing(self) -> Iterator[None]:
@@ -292,8 +335,7 @@ class ShardedSteps:
         try:
             yield
         finally:
-            nearest = [k for k in self.blocks if k <= self.window]
-            keep = max(nearest) if nearest else None
+            keep = self._next()
             for k, block in self.blocks.items():
                 if not before[k] and k != keep and block.gathered():
                     block.module.reshard()  # type: ignore[operator]
@@ -307,32 +349,17 @@ class ShardedSteps:
         self.checked = False
 
 
-class _WithUnsharded(set[int]):
-    """A set of data pointers that also holds those of the blocks' unsharded parameters while
-    they are gathered (their storages are allocated anew at each all-gather).
-
-    The pointers are found again only when a block's first parameter changed (FSDP2 gathers and
-    reshards a block's parameters together).
+class _WithGathered(set[int]):
+    """A set of data pointers that also holds those of the unsharded parameters of the block
+    computing (FSDP2 allocates them anew at each all-gather: :meth:`ShardedSteps._gathering`).
     """
 
-    def __init__(self, pointers: set[int], blocks: list[_Block]) -> None:
+    def __init__(self, pointers: set[int], steps: ShardedSteps) -> None:
         super().__init__(pointers)
-        self.blocks = blocks
-        self._key: tuple[tuple[int, int], ...] = ()
-        self._found: set[int] = set()
-
-    def _unsharded(self) -> set[int]:
-        firsts = [block.first() for block in self.blocks if block.places]
-        key = tuple(
-            (id(p), 0 if _is_dtensor(p) else p.untyped_storage().data_ptr()) for p in firsts
-        )
-        if key != self._key:
-            self._key = key
-            self._found = set().union(*(block.pointers() for block in self.blocks))
-        return self._found
+        self.steps = steps
 
     def __contains__(self, ptr: object) -> bool:
-        return super().__contains__(ptr) or ptr in self._unsharded()
+        return super().__contains__(ptr) or ptr in self.steps.gathered
 
 
 # ------------------------------------------------------------------------------------------------
