@@ -252,8 +252,9 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def run(options: argparse.Namespace) -> dict[str, Any]:
-    """Start the ranks, wait for them, and gather rank 0's figures with the run's conditions."""
+def run(options: argparse.Namespace, argv: list[str]) -> dict[str, Any]:
+    """Start the ranks (this script with ``argv``, which ``options`` were parsed from), wait for
+    them, and gather rank 0's figures with the run's conditions."""
     import tempfile
 
     import torch
@@ -266,7 +267,6 @@ def run(options: argparse.Namespace) -> dict[str, Any]:
     began, load = time.time(), _uptime()
     with tempfile.TemporaryDirectory() as folder:
         outs = [Path(folder) / f"rank{rank}.json" for rank in range(world)]
-        argv = [a for a in sys.argv[1:]]
         env = {**os.environ, "FSDP_WORLD": str(world), "OMP_NUM_THREADS": str(options.threads)}
         procs = [
             subprocess.Popen(
@@ -335,12 +335,11 @@ def report(doc: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def main() -> None:
-    options = _options()
-    if options.worker:
-        _worker(options)
-        return
-    doc = run(options)
+def check(argv: list[str]) -> int:
+    """Run the benchmark with ``argv`` (its command line), print and write its table; 1 when a
+    plan measured above its budget."""
+    options = _options(argv)
+    doc = run(options, argv)
     text = report(doc)
     print(text)
     if options.json is not None:
@@ -349,12 +348,19 @@ def main() -> None:
         options.out.mkdir(parents=True, exist_ok=True)
         (options.out / "fsdp.json").write_text(json.dumps(doc, indent=1))
         (options.out / "fsdp.md").write_text(text + "\n")
-    over = [
-        n for n in ("memplan", "memplan-least") if doc["ways"][n]["peak"] > doc["ways"][n]["budget"]
-    ]
+    ways = doc["ways"]
+    over = [n for n in ("memplan", "memplan-least") if ways[n]["peak"] > ways[n]["budget"]]
     if over:
         print(f"bench_fsdp: measured above the budget: {', '.join(over)}", file=sys.stderr)
-        raise SystemExit(1)
+    return 1 if over else 0
+
+
+def main() -> None:
+    options = _options()
+    if options.worker:
+        _worker(options)
+        return
+    raise SystemExit(check(sys.argv[1:]))
 
 
 if __name__ == "__main__":

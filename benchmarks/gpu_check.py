@@ -24,6 +24,9 @@ its results replace that line.
    pinned host buffers and a side stream, the measured peak is
    ``torch.cuda.max_memory_allocated`` over the whole step. ``OUT/gpu-measure.json`` holds every
    document, ``OUT/gpu-measure.md`` the tables of ``bench_measure.py --report``.
+4. **FSDP2.** ``bench_fsdp.py --device cuda`` on every GPU the machine has (one rank each, NCCL):
+   FSDP2, FSDP2 + per-block checkpointing and memplan's plans, per-rank peaks and paired step
+   times; ``OUT/fsdp.md`` and ``OUT/fsdp.json`` (``--skip-fsdp`` leaves it out).
 
 Exit 0 when every measured peak is within its budget, 1 otherwise, 2 without CUDA.
 """
@@ -212,6 +215,7 @@ def main() -> int:
     parser.add_argument("--budgets", type=int, default=8)
     parser.add_argument("--steps", type=int, default=2)
     parser.add_argument("--add-to-catalog", action="store_true")
+    parser.add_argument("--skip-fsdp", action="store_true", help="leave out bench_fsdp.py")
     args = parser.parse_args()
     import torch
 
@@ -325,6 +329,10 @@ def main() -> int:
         (out / "gpu-measure.json").write_text(json.dumps({**doc, "results": results}, indent=1))
     (out / "gpu-measure.md").write_text(report(results) + "\n")
     (out / "estimate-vs-measured.md").write_text("\n\n".join(comparisons) + "\n")
+    if not args.skip_fsdp:  # FSDP2 on every GPU here, one rank each
+        import bench_fsdp
+
+        failures += bench_fsdp.check(["--device", "cuda", "--out", str(out)])
     print(f"# wall time {time.perf_counter() - started:.0f} s; results in {out}/")
     return 1 if failures else 0
 

@@ -484,8 +484,8 @@ def simulate(
     match the replay (NOTE [ schedule claims ] in :mod:`memplan.simulator.claims`).
     """
     claimed = load_schedule(schedule)
-    budget = claimed.budget  # a plan of one FSDP2 rank replays on that rank's profile
-    prof = for_ranks(load_profile(profile), budget.shards, budget.gradients)
+    made_for = claimed.budget  # a plan of one FSDP2 rank replays on that rank's profile
+    prof = for_ranks(load_profile(profile), made_for.shards, made_for.gradients)
     sched = claims.with_replay_static_memory(prof, claimed)  # NOTE [ schedule claims ]
     if sched.family not in prof.families:
         raise InputError(

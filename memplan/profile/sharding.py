@@ -67,7 +67,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from memplan.errors import InputError
-from memplan.profile.model import Profile, Stage
+from memplan.profile.model import Profile, Stage, StageOption
 
 __all__ = [
     "MAX_SHARDS",
@@ -253,22 +253,24 @@ class _Terms:
             return max(self.root_gathered, self.largest)
         return self.gathered(self.last) if self.last is not None and k > self.last else 0
 
+    def forward(self, k: int, own: int, out: int) -> int:
+        """The overhead of a forward of stage ``k`` with ``own`` bytes of its own.
+
+        ``out``: the bytes of what it produces (``x[k+1]``, or ``s[k]`` for an ``F_all``).
+        """
+        if not self.block(k):
+            return own + self.held_in_forward(k)
+        return 2 * self.gathered(k) + max(own, self.before_forward(k) - out)
+
     def forward_fields(self, k: int) -> dict[str, int]:
         """``forward_overhead`` and ``forward_overhead_all`` of stage ``k``."""
         st = self.stages[k]
         own_all = (
             st.forward_overhead if st.forward_overhead_all is None else st.forward_overhead_all
         )
-        if not self.block(k):
-            held = self.held_in_forward(k)
-            return {
-                "forward_overhead": st.forward_overhead + held,
-                "forward_overhead_all": own_all + held,
-            }
-        gathered, before = self.gathered(k), self.before_forward(k)
         return {
-            "forward_overhead": 2 * gathered + max(st.forward_overhead, before - st.output_size),
-            "forward_overhead_all": 2 * gathered + max(own_all, before - st.saved_size),
+            "forward_overhead": self.forward(k, st.forward_overhead, st.output_size),
+            "forward_overhead_all": self.forward(k, own_all, st.saved_size),
         }
 
     def backward_peak(self, k: int) -> int:
@@ -332,6 +334,17 @@ class _Terms:
         return [done + self.root_gathered + own, done + scatter]
 
 
+def _option(option: StageOption, k: int, terms: _Terms, added: int) -> StageOption:
+    """A selective option of stage ``k`` under FSDP2 (its ``F_all`` and the ``B`` after it).
+
+    Its forward holds what a forward of the stage holds; its backward adds what the stage's
+    does, never below nothing (an option's overhead is a size).
+    """
+    forward = terms.forward(k, option.forward_overhead, option.saved_size)
+    backward = max(0, option.backward_overhead + added)
+    return option.model_copy(update={"forward_overhead": forward, "backward_overhead": backward})
+
+
 def shard_profile(
     profile: Profile, layout: ShardLayout, gradients: str | None = "at-backward"
 ) -> Profile:
@@ -367,12 +380,19 @@ def shard_profile(
             "grad_size": st.gradient_size + held,
             **terms.forward_fields(k),
         }
+        base = st.backward_overhead
         if fresh:  # a block keeps its shard of the gradients, the root its whole ones
             kept = sh.shard if sh.unit == "block" else sh.params
             update["weight_grad_size"] = kept
             update["backward_overhead_fresh"] = peak - grad_in - counted - kept
+            if st.backward_overhead_fresh is not None:
+                base = st.backward_overhead_fresh
+            added = peak - grad_in - counted - kept - base
         else:
             update["backward_overhead"] = max(0, peak - grad_in - counted)
+            added = update["backward_overhead"] - base  # type: ignore[operator]
+        if st.options:  # selective F_all: FSDP2's terms on the option's own figures
+            update["options"] = [_option(o, k, terms, added) for o in st.options]
         new.append(st.model_copy(update=update))
     static = terms.root_gathered + (0 if fresh else terms.root_params)
     shards = {"ranks": layout.shards, "copies": layout.copies}

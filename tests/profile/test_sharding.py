@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 
 import memplan
 from memplan.errors import InputError
-from memplan.profile.model import Profile, Stage
+from memplan.profile.model import Profile, Stage, StageOption
 from memplan.profile.sharding import (
     ShardLayout,
     StageShard,
@@ -93,6 +93,27 @@ def test_the_terms_of_a_hand_counted_chain():
         done + g - g + 500 + g,  # its output and copy
     )
     assert rank.stages[2].backward_overhead_fresh == peak - 100 - g - 500
+
+
+def test_a_selective_option_holds_what_its_stage_does():
+    """An option's F_all gathers the block as the stage's forward does; its backward gets what the
+    stage's gets (docs/model.md, "Options of a stage")."""
+    prof = _chain()
+    option = StageOption(
+        name="save-matmuls", saved_size=200, forward_overhead=30, backward_overhead=60,
+        backward_time=3.0,
+    )  # fmt: skip
+    stages = list(prof.chain_stages)
+    stages[2] = stages[2].model_copy(update={"options": [option]})
+    prof = prof.model_copy(update={"stages": stages})
+    rank = shard_profile(prof, default_layout(prof, 2, copies=1), "at-backward")
+    got = (rank.stages[2].options or [])[0]
+    g = 1000
+    assert got.forward_overhead == 2 * g + max(30, g - 200)
+    added = rank.stages[2].backward_overhead_fresh - (-20)  # what the stage's backward gained
+    assert got.backward_overhead == 60 + added
+    sched = memplan.solve(rank, "rotor", 10**5)
+    assert sched.feasible and memplan.simulate(rank, sched).valid
 
 
 def test_sharded_plans_replay_on_the_whole_models_profile():

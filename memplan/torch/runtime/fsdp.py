@@ -47,7 +47,7 @@ from torch import Tensor, nn
 from memplan.errors import InputError
 from memplan.profile.memory import resolve_gradients
 from memplan.profile.model import Profile
-from memplan.profile.sharding import ShardLayout, StageShard, check_shards, shard_profile
+from memplan.profile.sharding import ShardLayout, StageShard, Unit, check_shards, shard_profile
 from memplan.schedule import Schedule, load_schedule
 from memplan.torch.runtime.checkpointed import check_schedule
 from memplan.torch.runtime.plan import RuntimePlan
@@ -72,7 +72,8 @@ def _fsdp_module_class() -> type | None:
         return None
     from torch.distributed.fsdp import FSDPModule
 
-    return FSDPModule
+    found: type = FSDPModule
+    return found
 
 
 def is_sharded(module: nn.Module) -> bool:
@@ -151,7 +152,7 @@ def model_layout(
             row_bytes = math.prod(shape[1:]) * param.element_size()
             total += rows * row_bytes
             shard += math.ceil(rows / shards) * row_bytes
-        unit = "block" if k in blocks else "root"
+        unit: Unit = "block" if k in blocks else "root"
         figures.append(StageShard(total, shard, shard * shards, unit))
     return ShardLayout(shards, tuple(figures), copies, loss_in_root)
 
@@ -177,7 +178,7 @@ class _Block:
 
     def first(self) -> Tensor:
         owner, name = self.places[0]
-        return getattr(owner, name)  # type: ignore[no-any-return]
+        return getattr(owner, name)
 
     def gathered(self) -> bool:
         """Whether its parameters are unsharded (FSDP2 registers them as plain tensors)."""
@@ -306,8 +307,8 @@ class ShardedSteps:
             self.dropped = True
             block = self.blocks[following]
             if not block.gathered():
-                block.module.unshard()  # type: ignore[operator]
-                block.module.reshard()  # type: ignore[operator]
+                block.module.unshard()
+                block.module.reshard()
 
         return hook
 
@@ -323,7 +324,7 @@ class ShardedSteps:
         """The storages the plan treats as parameters: ``pointers`` and the unsharded
         parameters of the block computing (its saved tensors are the only ones holding them).
         """
-        return _WithGathered(pointers, self)
+        return _WithGathered(pointers, self) if self.blocks else pointers
 
     @contextmanager
     def recomputing(self) -> Iterator[None]:
@@ -338,7 +339,7 @@ class ShardedSteps:
             keep = self._next()
             for k, block in self.blocks.items():
                 if not before[k] and k != keep and block.gathered():
-                    block.module.reshard()  # type: ignore[operator]
+                    block.module.reshard()
 
     def remove(self) -> None:
         """Remove the hooks (``disable``)."""
