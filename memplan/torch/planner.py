@@ -209,8 +209,9 @@ def enable(
     shards : int, optional
         Under FSDP2 (``fully_shard`` on each block and on the root, called after ``enable``),
         the ranks the model is sharded over: the budget is then one rank's (docs/sharding.md).
-        None: the default process group's size when FSDP2 is loaded, else one; the first step
-        plans again for the model's FSDP2 mesh if it differs.
+        None: one, or the default process group's size when the whole model fits in no plan;
+        the first step plans again for the model's FSDP2 mesh (or the whole model) if it
+        differs.
 
     Returns
     -------

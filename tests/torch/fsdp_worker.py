@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import copy
 import json
-import os
 import sys
 from typing import Any
 
@@ -32,6 +31,7 @@ from memplan.torch import enable, linearize, planned, profile_model
 from memplan.torch.measure.allocator_peak import allocator_peak, count_every_thread, profiled_copy
 from memplan.torch.runtime.fsdp import collective_copies, model_layout
 from memplan.torch.zoo.gpt import GPT, GPTConfig
+from tests.torch.ranks import gloo_rank
 
 CONFIG = GPTConfig(vocab_size=512, seq_len=128, n_layer=4, n_head=4, d_model=64)
 BATCH = 8  # per rank
@@ -152,15 +152,12 @@ def _run(rank: int, world: int) -> dict[str, Any]:
 
 def main() -> None:
     rank, world, port, out = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4]
-    os.environ["MASTER_ADDR"] = "127.0.0.1"
-    os.environ["MASTER_PORT"] = port
-    torch.set_num_threads(1)
-    count_every_thread()  # gloo's worker threads release the collectives' buffers
-    dist.init_process_group("gloo", rank=rank, world_size=world)
-    try:
-        result = _run(rank, world)
-    finally:
-        dist.destroy_process_group()
+
+    def run() -> dict[str, Any]:
+        count_every_thread()  # gloo's worker threads release the collectives' buffers
+        return _run(rank, world)
+
+    result = gloo_rank(rank, world, port, run)
     with open(out, "w") as handle:
         json.dump(result, handle)
 

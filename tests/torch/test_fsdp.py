@@ -12,9 +12,6 @@ from __future__ import annotations
 import copy
 import json
 import os
-import socket
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -31,39 +28,17 @@ from memplan.profile.sharding import shard_profile  # noqa: E402
 from memplan.torch import enable, linearize, planned, profile_model  # noqa: E402
 from memplan.torch.runtime.fsdp import model_layout  # noqa: E402
 from memplan.torch.zoo.gpt import GPT, GPTConfig  # noqa: E402
+from tests.torch.ranks import free_port, run_ranks  # noqa: E402
 
 pytestmark = pytest.mark.torch
 
 HERE = Path(__file__).parent
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _two_ranks(tmp_path: Path) -> list[dict]:
-    port = str(_free_port())
+    port = free_port()
     outs = [tmp_path / f"rank{rank}.json" for rank in range(2)]
-    procs = [
-        subprocess.Popen(
-            [sys.executable, str(HERE / "fsdp_worker.py"), str(rank), "2", port, str(out)],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-        )
-        for rank, out in enumerate(outs)
-    ]
-    logs = []
-    try:
-        for proc in procs:
-            logs.append(proc.communicate(timeout=300)[0].decode(errors="replace"))
-    finally:
-        for proc in procs:
-            if proc.poll() is None:
-                proc.kill()
-    for proc, log in zip(procs, logs, strict=True):
-        assert proc.returncode == 0, log[-3000:]
+    run_ranks(HERE / "fsdp_worker.py", 2, lambda rank: ["2", port, outs[rank]])
     return [json.loads(out.read_text()) for out in outs]
 
 
@@ -99,7 +74,7 @@ def test_two_ranks_train_as_plain_fsdp2_within_their_budget(tmp_path):
 def one_rank() -> Iterator[None]:
     """A gloo process group of one rank in this process (FSDP2 shards over it)."""
     os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
-    os.environ["MASTER_PORT"] = str(_free_port())
+    os.environ["MASTER_PORT"] = str(free_port())
     dist.init_process_group("gloo", rank=0, world_size=1)
     try:
         yield

@@ -50,6 +50,7 @@ from memplan.profile.model import Profile
 from memplan.profile.sharding import ShardLayout, StageShard, Unit, check_shards, shard_profile
 from memplan.schedule import Schedule, load_schedule
 from memplan.torch.runtime.checkpointed import check_schedule
+from memplan.torch.runtime.hooks import with_primary
 from memplan.torch.runtime.plan import RuntimePlan
 from memplan.torch.runtime.planned import Target, install, planned, sched_recomputes
 from memplan.torch.split.trace import primary_output
@@ -266,16 +267,12 @@ class ShardedSteps:
             out = primary_output(output)  # stage holds them (their addresses may be reused)
             if out is None or not out.requires_grad or _in_backward():
                 return None
+            if not isinstance(output, (Tensor, tuple, list)):
+                return None  # a mapping: left as it is (memplan recomputes after FSDP2's hook)
             view = out.view_as(out)
             assert view.grad_fn is not None
             view.grad_fn.register_prehook(lambda grads: self._reach(k))
-            if isinstance(output, Tensor):
-                return view
-            if isinstance(output, tuple):
-                return (view, *output[1:])
-            if isinstance(output, list):
-                return [view, *output[1:]]
-            return None  # a mapping: left as it is (memplan recomputes after FSDP2's hook)
+            return with_primary(output, view)
 
         return hook
 
@@ -368,12 +365,8 @@ class _WithGathered(set[int]):
 # ------------------------------------------------------------------------------------------------
 
 
-def shard_count(model: nn.Module, shards: int | None) -> int:
-    """The ranks ``enable`` plans one of.
-
-    ``shards``; else, when FSDP2 is loaded and a default process group exists, its size; else
-    one. The first step checks it against the model's FSDP2 mesh and plans again if they differ
-    (:meth:`ShardedSteps.before_step`).
+def shard_count(model: nn.Module, shards: int | None) -> int | None:
+    """The ranks ``enable`` was told to plan one of (None: not told; :func:`install_sharded`).
 
     Raises
     ------
@@ -389,13 +382,14 @@ def shard_count(model: nn.Module, shards: int | None) -> int:
             "profiles and cuts the whole model: call memplan.torch.enable before fully_shard "
             "(the first sharded step plans for the ranks of the model's mesh)"
         )
-    if given is not None:
-        return given
+    return given
+
+
+def _world_size() -> int:
+    """The default process group's size (1 without one)."""
     import torch.distributed as dist
 
-    if _fsdp_module_class() is not None and dist.is_available() and dist.is_initialized():
-        return int(dist.get_world_size())
-    return 1
+    return int(dist.get_world_size()) if dist.is_available() and dist.is_initialized() else 1
 
 
 def _stage_modules(target: Target) -> tuple[list[nn.Module | None], set[int]]:
@@ -416,7 +410,7 @@ def _stage_modules(target: Target) -> tuple[list[nn.Module | None], set[int]]:
 def install_sharded(
     target: Target,
     profile: Profile,
-    ranks: int,
+    ranks: int | None,
     gradients: str,
     solve: Callable[[Profile], Schedule],
     loss_in_model: bool = False,
@@ -424,16 +418,31 @@ def install_sharded(
     """Plan one of ``ranks`` ranks of the prepared model from the whole model's ``profile``
     with ``solve``, install the plan, and follow FSDP2 (:class:`ShardedSteps`).
 
-    The layout is FSDP2's recipe's (:func:`_stage_modules`; with one rank the profile is the
-    model's own); the first step on a model sharded otherwise plans again. ``loss_in_model``: the
-    model computes its loss (an HF batch with labels).
+    ``ranks`` None: one (the whole model), or, when no plan of the whole model fits and a default
+    process group has N > 1 ranks, one of N as FSDP2 would shard it. The layout is FSDP2's
+    recipe's (:func:`_stage_modules`; with one rank the profile is the model's own); the first
+    step checks it against the model (sharded or not, a DDP model for one) and plans again when
+    they differ. ``loss_in_model``: the model computes its loss (an HF batch with labels).
+
+    Raises
+    ------
+    InputError
+        No plan fits (the least memory that fits is in the message).
     """
     modules, expected = _stage_modules(target)
     model = target.model
     loop = resolve_gradients(profile, gradients)
 
-    layout = model_layout(modules, ranks, expected, collective_copies(), loss_in_model)
-    rank_profile, schedule = _agreed(shard_profile(profile, layout, loop), solve, ranks)
+    def plan_for(count: int) -> tuple[ShardLayout, Profile, Schedule]:
+        found = model_layout(modules, count, expected, collective_copies(), loss_in_model)
+        return (found, *_agreed(shard_profile(profile, found, loop), solve, count))
+
+    try:
+        layout, rank_profile, schedule = plan_for(ranks or 1)
+    except InputError:
+        if ranks is not None or _world_size() == 1:
+            raise
+        layout, rank_profile, schedule = plan_for(_world_size())  # then fully_shard, or not
     install(target, schedule, rank_profile)
     plan = planned(model)
     assert plan is not None
