@@ -296,11 +296,7 @@ def check_arguments(
     family_options = options_for(info.name, options)
     name = check_optimizer(optimizer)
     loop = check_gradients(gradients)
-    ranks = check_shards(shards)
-    if ranks is not None and info.family == "pipeline":
-        raise InputError(
-            f"--shards: {info.name} places stages on GPUs; FSDP2 shards every stage over them"
-        )
+    ranks = check_shards(shards, algorithm=info)
     return SolveArguments(info, budget, str(memory).strip(), family_options, name, loop, ranks)
 
 

@@ -20,41 +20,42 @@ loss), which FSDP2 keeps gathered from the root's pre-forward to the end of the 
 block ``k``, which FSDP2 keeps until the next block's reduce-scatter (the first block's until the
 root's, after the backward); ``c``: the extra copies the process group makes (gloo: one copy of an
 all-gather's output and of a reduce-scatter's input, measured on CPU; NCCL: none). What one rank
-holds (measured with the allocator's events on CPU, ``benchmarks/bench_fsdp.py --terms``):
+holds (measured with the allocator's events on CPU: tests/torch/test_fsdp.py,
+benchmarks/bench_fsdp.py):
 
 * **static memory** (the whole step): the shards (``weight_size`` becomes ``weight_size - P +
   S``: buffers and step counts stay whole), the optimizer's state of the shards (the optimizer's
   factor times ``weight_size``, as on one GPU), and the root's gathered parameters ``G_root``
   (``workspace_size``);
 * **the forward of block k** (``F_all``, ``F_ck``, ``F_n``; in the forward phase or recomputed):
-  the all-gather's output and the unsharded parameters, ``2 G[k]``, and, in the forward phase,
-  before it computes, the all-gather output of the unit computed before it (FSDP2 frees it after
-  the copy-out): ``forward_overhead`` becomes ``2 G[k] + max(forward_overhead, G[prev] -
-  output_size)`` (``forward_overhead_all``: the same with ``saved_size``). The root's stages before
-  the first block hold the root's all-gather output (``+ G_root``), those after the last block the
-  last block's (``+ G[last]``);
+  the all-gather's output and the unsharded parameters, ``2 G[k]``, and, before it computes, what
+  is still held of the unit before: in the forward phase the all-gather output of the unit
+  computed before it (FSDP2 frees it after the copy-out), in the backward the prefetch memplan
+  drops first (its copy-out, ``2 G[next]``; with gloo the output until the next collective):
+  ``forward_overhead`` becomes ``2 G[k] + max(forward_overhead, before - output_size)``
+  (``forward_overhead_all``: the same with ``saved_size``). The root's stages before the first
+  block hold the root's all-gather output, or a prefetched block while recomputed (``+
+  max(G_root, G)``), those after the last block the last block's output (``+ G[last]``);
 * **the window of g[k]** (from the start of ``B k`` to the end of ``B k-1``, when memplan
   recomputes for ``B k-1``, before FSDP2's pre-backward hook of stage ``k-1``: NOTE [ Plans under
   FSDP2 ]): ``C[k]``, added to ``grad_size`` of stage ``k-1`` (the chain model holds ``g[k]``
   exactly over that window, and during the forwards of a sub-chain ending at ``k-1``): the
-  reduce-scatter input of the block after stage ``k-1``, and the all-gather output FSDP2's
-  backward prefetch made for the next block to run backward (block ``k-1``, or the last block
-  while the root's stages after it run);
+  reduce-scatter input of the block after stage ``k-1``. Not the all-gather FSDP2's backward
+  prefetch made for block ``k-1``: a recomputation of block ``k-1`` copies its parameters out of
+  it (``2 G``, as a forward counts), and memplan drops it before recomputing another block;
 * **the backward of stage k**: the unsharded gradients ``P[k]``, reduce-scattered at its end into
   ``S[k]`` (a block's ``weight_grad_size`` becomes ``S[k]``; the root's gradients stay whole to
-  the end of the backward: ``P[k]``); a block's unsharded parameters (copied out of the prefetched
-  output) and the prefetch of the block before it; the moments of FSDP2's hooks (the copy-out,
-  the prefetch's copy, the reduce-scatter's input, its copy and output, after the stage's saved
-  tensors and its output's gradient are freed; with gloo, the buffers of the rank's previous
-  collective, which gloo's worker thread may release only at the next one); after ``B 0``, the
-  root's reduce-scatter.
-  ``backward_overhead_fresh`` is the largest of these beyond what the chain model counts at
-  ``B k`` (``g[k]`` with ``C[k]``, the weight gradients), so it may be negative.
+  the end of the backward: ``P[k]``); a block's unsharded parameters and the prefetch of the block
+  before it (the last block's, from the root's pre-backward hook, through the loss's or the head's
+  backward); the moments of FSDP2's hooks (the copy-out, the prefetch's copy, the reduce-scatter's
+  input, its copy and output, after the stage's saved tensors and its output's gradient are freed;
+  with gloo, the buffers of the rank's previous collective, which gloo's worker thread may release
+  only at the next one); after ``B 0``, the root's reduce-scatter. ``backward_overhead_fresh`` is
+  the largest of these beyond what the chain model counts at ``B k`` (``g[k]`` with ``C[k]``, the
+  weight gradients), so it may be negative. A selective option of a stage gets the stage's terms.
 
-A recomputation of block ``k`` right before ``B k`` copies its parameters out of the prefetched
-output, already counted in ``C[k+1]``: ``G[k]`` less than its forward's ``2 G[k]`` (the one term
-that over-counts). FSDP2's root pre-backward hook prefetches the last block at the loss when the
-model computes its loss (``loss_in_root``), at the head's output otherwise.
+FSDP2's root pre-backward hook prefetches the last block at the loss when the model computes its
+loss (``loss_in_root``), at the head's output otherwise.
 
 Times are unchanged: FSDP2 overlaps its collectives with the computation on a GPU.
 """
@@ -64,7 +65,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from memplan.errors import InputError
 from memplan.profile.model import Profile, Stage, StageOption
@@ -129,12 +130,20 @@ class ShardLayout:
         return [k for k, st in enumerate(self.stages) if st.unit == "block"]
 
 
-def check_shards(shards: int | None, option: str = "--shards") -> int | None:
-    """``shards`` as given (None: not sharded); an input error naming the option otherwise."""
+def check_shards(shards: int | None, option: str = "--shards", algorithm: Any = None) -> int | None:
+    """``shards`` as given (None: not sharded); an input error naming the option otherwise.
+
+    ``algorithm`` (an :class:`~memplan.algorithms.AlgorithmInfo`, when known): the pipeline
+    family places stages on GPUs, where FSDP2 shards every stage over them: not both.
+    """
     if shards is None:
         return None
     if isinstance(shards, bool) or not isinstance(shards, int) or not 1 <= shards <= MAX_SHARDS:
         raise InputError(f"{option} {shards!r}: expected a number of ranks from 1 to {MAX_SHARDS}")
+    if algorithm is not None and algorithm.family == "pipeline":
+        raise InputError(
+            f"{option}: {algorithm.name} places stages on GPUs; FSDP2 shards every stage over them"
+        )
     return shards
 
 
