@@ -146,6 +146,7 @@ def _rank(rank: int, world: int, options: argparse.Namespace) -> dict[str, Any]:
     import torch.distributed as dist
     from torch import nn
 
+    from memplan.errors import InputError
     from memplan.torch import enable, planned, profile_model
     from memplan.torch.measure.allocator_peak import allocator_peak
     from memplan.torch.zoo.gpt import GPT, GPTConfig
@@ -191,7 +192,11 @@ def _rank(rank: int, world: int, options: argparse.Namespace) -> dict[str, Any]:
     found["fsdp2"]["modelled"] = modelled
     budgets = {"memplan": found["checkpoint"]["peak"], "memplan-least": least}
     for name, budget in budgets.items():
-        under = enable(copy.deepcopy(model), budget, example_input=x, profile=prof)
+        try:
+            under = enable(copy.deepcopy(model), budget, example_input=x, profile=prof)
+        except InputError as exc:  # no plan fits: said in the table
+            found[name].update(budget=budget, peak=None, error=str(exc))
+            continue
         models[name] = _shard(under)
         opts[name] = torch.optim.SGD(under.parameters(), lr=1e-3)
         measure(name)
@@ -204,7 +209,7 @@ def _rank(rank: int, world: int, options: argparse.Namespace) -> dict[str, Any]:
             stages=len(plan.names),
         )
     for _ in range(options.rounds):  # paired: every way once per round
-        for name in WAYS:
+        for name in [n for n in WAYS if n in models]:
             dist.barrier()
             if device.type == "cuda":
                 torch.cuda.synchronize(device)
@@ -314,6 +319,9 @@ def report(doc: dict[str, Any]) -> str:
     ]
     for name in WAYS:
         way = ways[name]
+        if way.get("peak") is None:  # no plan fitted its budget
+            lines.append(f"| {LABELS[name]} | no plan: {way['error']} | | | | |")
+            continue
         ratios = [a / b for a, b in zip(way["seconds"], anchor["seconds"], strict=True)]
         model = way.get("planned", way.get("modelled"))
         lines.append(
@@ -328,10 +336,12 @@ def report(doc: dict[str, Any]) -> str:
         f"{m['vocab']} tokens, batch {m['batch_per_rank']} x {m['seq']} per rank; SGD; "
         f"{doc['ranks']} ranks ({doc['device']}), {doc['threads']} thread(s) each. "
         f"{doc['machine']}. Load at start: {doc['load_start']}; at the end: {doc['load_end']}; "
-        f"{doc['wall_seconds']} s. memplan recomputes "
-        f"{ways['memplan']['forwards'] - ways['memplan']['stages']} forwards at their peak, "
-        f"{ways['memplan-least']['forwards'] - ways['memplan-least']['stages']} at its least.",
+        f"{doc['wall_seconds']} s.",
     ]
+    for name, where in (("memplan", "at their peak"), ("memplan-least", "at its least")):
+        if "forwards" in ways[name]:
+            lines[-1] += f" memplan recomputes {ways[name]['forwards'] - ways[name]['stages']}"
+            lines[-1] += f" forwards {where}."
     return "\n".join(lines)
 
 
@@ -349,7 +359,11 @@ def check(argv: list[str]) -> int:
         (options.out / "fsdp.json").write_text(json.dumps(doc, indent=1))
         (options.out / "fsdp.md").write_text(text + "\n")
     ways = doc["ways"]
-    over = [n for n in ("memplan", "memplan-least") if ways[n]["peak"] > ways[n]["budget"]]
+    over = [
+        n
+        for n in ("memplan", "memplan-least")
+        if ways[n].get("peak") is not None and ways[n]["peak"] > ways[n]["budget"]
+    ]
     if over:
         print(f"bench_fsdp: measured above the budget: {', '.join(over)}", file=sys.stderr)
     return 1 if over else 0
