@@ -29,6 +29,9 @@ its results replace that line.
    Hugging Face checkpointing's measured peak against HF checkpointing, paired medians, on the
    12-layer, 64-wide GPT-2 at batch 2 x 32 and on GPT-2 8 x 256 at batch 4 x 256 (issue 35);
    ``OUT/enable-overhead-*.json`` and ``.txt``. ``--skip-overhead`` leaves it out.
+5. **FSDP2.** ``bench_fsdp.py --device cuda`` on every GPU the machine has (one rank each, NCCL):
+   FSDP2, FSDP2 + per-block checkpointing and memplan's plans, per-rank peaks and paired step
+   times; ``OUT/fsdp.md`` and ``OUT/fsdp.json`` (``--skip-fsdp`` leaves it out).
 
 Exit 0 when every measured peak is within its budget, 1 otherwise, 2 without CUDA.
 """
@@ -245,6 +248,7 @@ def main() -> int:
     parser.add_argument("--add-to-catalog", action="store_true")
     parser.add_argument("--skip-overhead", action="store_true", help="leave out step 4")
     parser.add_argument("--overhead-rounds", type=int, default=60)
+    parser.add_argument("--skip-fsdp", action="store_true", help="leave out bench_fsdp.py")
     args = parser.parse_args()
     import torch
 
@@ -360,6 +364,10 @@ def main() -> int:
     (out / "estimate-vs-measured.md").write_text("\n\n".join(comparisons) + "\n")
     if not args.skip_overhead:
         enable_overhead(out, args.overhead_rounds)
+    if not args.skip_fsdp:  # FSDP2 on every GPU here, one rank each
+        import bench_fsdp
+
+        failures += bench_fsdp.check(["--device", "cuda", "--out", str(out)])
     print(f"# wall time {time.perf_counter() - started:.0f} s; results in {out}/")
     return 1 if failures else 0
 

@@ -33,6 +33,7 @@ from memplan.loop import Optimizer, TrainingLoop, check_gradients, parse_optimiz
 from memplan.profile.io import load_profile
 from memplan.profile.memory import loop_on, resolve_gradients
 from memplan.profile.model import Profile
+from memplan.profile.sharding import check_shards, for_ranks
 from memplan.schedule import Budget, OpName, ProfileRef, Schedule, load_schedule
 from memplan.simulator import claims
 from memplan.simulator.replay import replay
@@ -104,6 +105,8 @@ class SolveArguments:
     """What the caller holds of the output, when told in bytes (None: the loss stage's input)."""
     options: Any
     """The family's options object (:func:`memplan.algorithms.options_for`)."""
+    shards: int | None = None
+    """The FSDP2 ranks the plan is one of (None: one GPU, the whole model; docs/sharding.md)."""
 
     def loop(self, profile: Profile, family: Family) -> TrainingLoop:
         """The loop the plan is made for on ``profile``.
@@ -129,6 +132,7 @@ def solve_arguments(
     optimizer: str | Optimizer = "sgd",
     gradients: str | None = "auto",
     output_held: bool | int = False,
+    shards: int | None = None,
     **options: Any,
 ) -> SolveArguments:
     """Check a solve's arguments, the one place that does (an error naming the parameter).
@@ -151,6 +155,7 @@ def solve_arguments(
         bool(output_held),
         held_bytes,
         family_options,
+        check_shards(shards, algorithm=info),
     )
 
 
@@ -172,6 +177,7 @@ def solve(
     gradients: str = "auto",
     output_held: bool | int = False,
     progress: Callable[[str], None] | None = None,
+    shards: int | None = None,
     **options: Any,
 ) -> Schedule:
     """Run one algorithm and return its schedule, replayed and checked by the simulator.
@@ -210,6 +216,10 @@ def solve(
     progress : callable, optional
         Long solvers (CP-SAT) call it with one line of live progress at a time (the CLI prints
         them on stderr).
+    shards : int, optional
+        Plan one of ``shards`` GPUs training the model sharded with FSDP2 (``fully_shard`` per
+        block and on the root), from the profile of the whole model: ``memory`` is one GPU's
+        budget (docs/sharding.md). The schedule's ``budget.shards`` says so.
     **options
         The family's options, as each family declares them (``memplan algos NAME`` lists them;
         None: the default): ``slots`` (the DP algorithms: 2 to 100000 or ``"auto"``, rotor's
@@ -243,6 +253,7 @@ def solve(
         optimizer=optimizer,
         gradients=gradients,
         output_held=output_held,
+        shards=shards,
         **options,
     )
     return _solve(load_profile(profile), arguments, progress).schedule
@@ -256,12 +267,14 @@ def _solve(
     """Run the algorithm of ``arguments`` on ``prof``.
 
     The family is checked against the profile, the plan solved, replayed once, and its makespan
-    compared once with the solver's own value.
+    compared once with the solver's own value. With ``shards``, the plan is one rank's: the
+    profile is one rank's (:func:`memplan.profile.sharding.for_ranks`), and ``Solved.profile``.
     """
     info = arguments.algorithm
     family = FAMILIES[info.family]
     check_family(prof, family, info.name)
     loop = arguments.loop(prof, family)
+    prof = for_ranks(prof, arguments.shards, loop.gradients)  # docs/sharding.md
     request = SolveRequest(
         memory=memory_budget(prof, arguments.memory),
         algorithm=info.name,
@@ -273,6 +286,9 @@ def _solve(
     )
     started = time.perf_counter()
     schedule = info.solve(prof, request)
+    if arguments.shards is not None:
+        budget = schedule.budget.model_copy(update={"shards": arguments.shards})
+        schedule = schedule.model_copy(update={"budget": budget})
     if schedule.solver.seconds == 0.0:
         solver = schedule.solver.model_copy(update={"seconds": time.perf_counter() - started})
         schedule = schedule.model_copy(update={"solver": solver})
@@ -401,8 +417,9 @@ def simulate(
     the schedule states (static memory, makespan, peak, a pipeline's GPU peaks and throughput) must
     match the replay (NOTE [ schedule claims ] in :mod:`memplan.simulator.claims`).
     """
-    prof = load_profile(profile)
     claimed = load_schedule(schedule)
+    made_for = claimed.budget  # a plan of one FSDP2 rank replays on that rank's profile
+    prof = for_ranks(load_profile(profile), made_for.shards, made_for.gradients)
     sched = claims.with_replay_static_memory(prof, claimed)  # NOTE [ schedule claims ]
     if sched.family not in prof.families:
         raise InputError(

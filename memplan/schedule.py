@@ -117,12 +117,15 @@ class Budget(_Model):
     output_bytes: Size | None = None
     """The bytes it holds of it, as seen in the loop (every tensor of the output it keeps); None:
     the loss stage's input ``x[L-1]``."""
+    shards: int | None = Field(default=None, ge=1)
+    """The FSDP2 ranks the plan is one of (``--shards``, docs/sharding.md): the profile was
+    planned as one rank's; None (left out of the document): the whole model on one GPU."""
 
     @model_serializer(mode="wrap")
     def _drop_unset_loop(self, handler: Any) -> dict[str, Any]:
         data: dict[str, Any] = handler(self)
         loop = ("optimizer_step", "optimizer_copies_grads", "gradients", "output_held")
-        for key in (*loop, "output_bytes"):
+        for key in (*loop, "output_bytes", "shards"):
             if data.get(key) is None or data.get(key) is False:
                 data.pop(key, None)
         return data

@@ -64,6 +64,10 @@ GRADIENTS_HELP = (
     "step-in-backward (the optimizer steps each parameter as its gradient is made); auto: "
     "at-backward on a profile measured with weight_grad_size, else kept."
 )
+SHARDS_HELP = (
+    "Plan one of N GPUs training the model sharded with FSDP2 (fully_shard per block and on the "
+    "root), from the profile of the whole model: --mem is one GPU's budget (docs/sharding.md)."
+)
 TRACE_OPTION = typer.Option(
     "--trace",
     metavar="FILE.json",
@@ -106,6 +110,7 @@ def solve(
     ] = None,
     optimizer: Annotated[str, typer.Option(metavar=OPTIMIZER_METAVAR, help=OPTIMIZER_HELP)] = "sgd",
     gradients: Annotated[str, typer.Option(metavar=GRADIENTS_METAVAR, help=GRADIENTS_HELP)] = AUTO,
+    shards: Annotated[int | None, typer.Option("--shards", metavar="N", help=SHARDS_HELP)] = None,
     fmt: Annotated[
         SolveFormat | None,
         typer.Option(
@@ -134,7 +139,9 @@ def solve(
             raise InputError(f"--algo: an algorithm is required, one of: {names}")
         # the arguments are checked once, into typed values, before the profile is read
         options = family_options or {}
-        arguments = solve_arguments(algo, mem, optimizer=optimizer, gradients=gradients, **options)
+        arguments = solve_arguments(
+            algo, mem, optimizer=optimizer, gradients=gradients, shards=shards, **options
+        )
         common.check_positive("--micro-batches", micro_batches)
         prof = memplan.load_profile(profile_source(profile))
         with _spinner(f"solving with {algo}"):
@@ -145,6 +152,7 @@ def solve(
                 optimizer=arguments.optimizer,
                 gradients=arguments.gradients,
                 progress=_print_progress,
+                shards=arguments.shards,
                 **options,
             )
         if trace is not None and schedule.feasible:
@@ -266,6 +274,10 @@ def simulate(
         given = None if mem is None else check_memory(mem)  # before the files are read
         sched = memplan.load_schedule(schedule)
         prof = memplan.load_profile(profile)
+        if sched.budget.shards is not None:  # one FSDP2 rank's plan: that rank's profile
+            from memplan.profile.sharding import for_ranks
+
+            prof = for_ranks(prof, sched.budget.shards, sched.budget.gradients)
         if gradients is not None:
             from memplan.api import with_gradients
 

@@ -40,9 +40,10 @@ from memplan.torch.models.registry import build_model
 from memplan.torch.profiler.chain import ProgressCallback
 from memplan.torch.profiler.model import parameter_sizes as parameter_sizes_of
 from memplan.torch.profiler.model import profile_model
+from memplan.torch.runtime import fsdp
 from memplan.torch.runtime.checkpointed import CheckpointedChain, checkpointed
 from memplan.torch.runtime.loop_watch import LoopWatch
-from memplan.torch.runtime.planned import can_chunk_loss, install, planned, prepare
+from memplan.torch.runtime.planned import can_chunk_loss, planned, prepare
 from memplan.torch.runtime.planned_model import describe_autocast
 from memplan.torch.runtime.slots import autocast_state
 from memplan.torch.runtime.step_in_backward import StepInBackward
@@ -190,12 +191,30 @@ def _feasible(
     return sched
 
 
+Solver = Callable[[Profile, TrainingLoop, str], Schedule]
+"""``solve(profile, loop, why)``: a feasible plan for ``loop`` on ``profile`` (:func:`_feasible`
+with the caller's budget and settings; ``why`` ends the infeasible message)."""
+
+
+def _solver(
+    budget: MemoryBudget,
+    settings: PlanSettings,
+    chunkable: Callable[[], bool] | None = None,
+) -> Solver:
+    def solve(prof: Profile, loop: TrainingLoop, why: str = "") -> Schedule:
+        return _feasible(prof, budget, loop, settings, why, chunkable)
+
+    return solve
+
+
 def _replanner(
-    prof: Profile, budget: MemoryBudget, settings: PlanSettings
+    prof: Profile, solve: Solver, plan: Any = None
 ) -> Callable[[TrainingLoop, list[list[nn.Parameter]] | None], tuple[Schedule, Profile]]:
     """The re-solve of NOTE [ the loop seen ]: the same profile, budget and settings, for the loop
-    seen, the parameters in the order of the optimizer seen.
+    seen, the parameters in the order of the optimizer seen. Under FSDP2 (``plan.sharding``) the
+    plan is one rank's, agreed by every rank (NOTE [ Plans under FSDP2 ]).
     """
+    seen_why = " (the training loop seen)"
 
     def replan(
         loop: TrainingLoop, groups: list[list[nn.Parameter]] | None
@@ -205,7 +224,13 @@ def _replanner(
             device = next(p.device for group in groups for p in group)
             sizes = parameter_sizes_of(groups, device)
             seen = prof.model_copy(update={"parameter_sizes": sizes})
-        return _feasible(seen, budget, loop, settings, " (the training loop seen)"), seen
+        sharding = getattr(plan, "sharding", None)
+        if sharding is not None:
+            rank_profile, schedule = sharding.plan_for(
+                seen, loop, lambda p: solve(p, loop, seen_why)
+            )
+            return schedule, rank_profile
+        return solve(seen, loop, seen_why), seen
 
     return replan
 
@@ -347,14 +372,15 @@ def fit(
     chunks = profile_loss_chunks(prof, loss_chunks)
     auto_optimizer = _is_auto(optimizer)
     chosen = _conservative_optimizer(prof) if auto_optimizer else optimizer_spec(optimizer)
-    sched = _feasible(prof, budget, loop_on(prof, chosen, gradients), settings, _why(optimizer))
+    solve = _solver(budget, settings)
+    sched = solve(prof, loop_on(prof, chosen, gradients), _why(optimizer))
     kind = label or type(module).__name__
     with model_errors(kind, FIRST_FORWARD):  # NOTE [ whose error ]
         chain = chunk_loss(linearize(module, x, labels=labels), x, chunks, kind)
     wrapped = checkpointed(chain, sched, profile=prof)
     if gradients == "step-in-backward":  # NOTE [ step in the backward ]
         wrapped.stepper = StepInBackward(wrapped, _loop_optimizer(optimizer))
-    replan = _replanner(prof, budget, settings)
+    replan = _replanner(prof, solve)
     wrapped.watch = LoopWatch(wrapped, replan, (auto_optimizer, gradients == AUTO, False))
     return wrapped, sched
 
@@ -378,6 +404,7 @@ def enable(
     gradients: str = AUTO,
     output_held: bool | None = None,
     loss_chunks: int | str | None = None,
+    shards: int | None = None,
 ) -> nn.Module:
     """Plan the memory of a model's training and apply the plan: profile, solve, install.
 
@@ -440,6 +467,12 @@ def enable(
         :func:`~memplan.torch.split.chunked_loss.auto_loss_chunks`): ``model(**batch).loss`` is
         the same loss, and no step holds more than one chunk's logits; while training the
         output's ``logits`` are None (evaluation, without gradients, runs plainly).
+    shards : int, optional
+        Under FSDP2 (``fully_shard`` on each block and on the root, called after ``enable``),
+        the ranks the model is sharded over: the budget is then one rank's (docs/sharding.md).
+        None: one, or the default process group's size when the whole model fits in no plan;
+        the first step plans again for the model's FSDP2 mesh (or the whole model) if it
+        differs.
 
     Returns
     -------
@@ -461,6 +494,7 @@ def enable(
     in_backward = gradients == "step-in-backward"
     if in_backward:
         _loop_optimizer(optimizer)  # checked before the model is profiled
+    ranks = fsdp.shard_count(model, shards)
     target = prepare(model, example_input, required=True, loss_chunks=loss_chunks)
     settings = PlanSettings(algo, slots, bandwidth, repeats, target.loss_chunks)
     if profile is None:
@@ -480,14 +514,20 @@ def enable(
         prof, chosen or _conservative_optimizer(prof), gradients, held, output_bytes=kept
     )
     chunkable = functools.partial(can_chunk_loss, target)
-    sched = _feasible(prof, budget, first, settings, _why(optimizer), chunkable)
-    install(target, sched, prof)
+    solve = _solver(budget, settings, chunkable)
+    why = _why(optimizer)
+
+    def plan_for(plan_profile: Profile, loop: TrainingLoop) -> Schedule:
+        return solve(plan_profile, loop, why)
+
+    labels = isinstance(example_input, Mapping) and example_input.get("labels") is not None
+    fsdp.install_sharded(target, prof, ranks, first, plan_for, loss_in_model=labels)
     plan = _installed(model)
     if in_backward:  # NOTE [ step in the backward ]
         plan._handles.append(StepInBackward(model, _loop_optimizer(optimizer)))
 
     watched = (auto_optimizer, gradients == AUTO, output_held is not False)
-    LoopWatch(plan, _replanner(prof, budget, settings), watched)
+    LoopWatch(plan, _replanner(prof, solve, plan), watched)
     return model
 
 

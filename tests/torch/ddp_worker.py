@@ -11,16 +11,15 @@ from __future__ import annotations
 
 import copy
 import json
-import os
 import sys
 
 import torch
-import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
 from memplan.api import describe
 from memplan.torch import build_model, enable, planned, profile_model
+from tests.torch.ranks import gloo_rank
 
 
 class Blocks(nn.Module):
@@ -82,14 +81,9 @@ def _case(name: str, rank: int) -> float:
 
 def main() -> None:
     rank, world, port, out = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4]
-    os.environ["MASTER_ADDR"] = "127.0.0.1"
-    os.environ["MASTER_PORT"] = port
-    torch.set_num_threads(1)
-    dist.init_process_group("gloo", rank=rank, world_size=world)
-    try:
-        result = {name: _case(name, rank) for name in ("gpt-tiny", "blocks")}
-    finally:
-        dist.destroy_process_group()
+    result = gloo_rank(
+        rank, world, port, lambda: {name: _case(name, rank) for name in ("gpt-tiny", "blocks")}
+    )
     with open(out, "w") as handle:
         json.dump(result, handle)
 

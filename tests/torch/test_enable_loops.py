@@ -10,9 +10,6 @@ from __future__ import annotations
 
 import copy
 import json
-import socket
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -32,17 +29,12 @@ from memplan.torch import (  # noqa: E402
     profile_model,
 )
 from memplan.torch.measure.step import measure_step  # noqa: E402
+from tests.torch.ranks import free_port, run_ranks  # noqa: E402
 
 pytestmark = pytest.mark.torch
 
 HERE = Path(__file__).parent
 VOCAB = 100
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _assert_same(ref: nn.Module, got: nn.Module) -> None:
@@ -70,26 +62,9 @@ def _least(prof) -> int:
 def test_ddp_gloo_on_cpu(tmp_path):
     """Two ranks, DDP over gloo: a model under a plan trains as plain DDP does (the worker
     compares them on every rank)."""
-    port = str(_free_port())
+    port = free_port()
     outs = [tmp_path / f"rank{rank}.json" for rank in range(2)]
-    procs = [
-        subprocess.Popen(
-            [sys.executable, str(HERE / "ddp_worker.py"), str(rank), "2", port, str(out)],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-        )
-        for rank, out in enumerate(outs)
-    ]
-    logs = []
-    try:
-        for proc in procs:
-            logs.append(proc.communicate(timeout=300)[0].decode(errors="replace"))
-    finally:
-        for proc in procs:
-            if proc.poll() is None:
-                proc.kill()
-    for proc, log in zip(procs, logs, strict=True):
-        assert proc.returncode == 0, log[-3000:]
+    run_ranks(HERE / "ddp_worker.py", 2, lambda rank: ["2", port, outs[rank]])
     for out in outs:
         diffs = json.loads(out.read_text())
         assert set(diffs) == {"gpt-tiny", "blocks"}

@@ -10,8 +10,6 @@ slow (``make test-all``); ``make test`` parses every exported plan with torch's 
 
 from __future__ import annotations
 
-import socket
-import subprocess
 import sys
 from pathlib import Path
 
@@ -19,6 +17,7 @@ import pytest
 
 import memplan
 from memplan.export.torch_csv import torch_csv
+from tests.torch.ranks import free_port, run_ranks
 
 torch = pytest.importorskip("torch")
 
@@ -43,12 +42,6 @@ def chain(work: list[float], act: int = 1000) -> dict:
             for k, w in enumerate(work)
         ],
     }
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _plans():
@@ -123,36 +116,13 @@ def test_real_run_matches_unpipelined_gradients(plans, which, tmp_path):
     path.write_text(torch_csv(sched, micro))
     world = max(sched.assignment) + 1
     count = len(sched.assignment)
-    port = _free_port()
-    procs = [
-        subprocess.Popen(
-            [
-                sys.executable,
-                str(HERE / "pipeline_worker.py"),
-                str(rank),
-                str(world),
-                str(port),
-                str(path),
-                str(count),
-                str(micro),
-                str(tmp_path / f"grads{rank}.pt"),
-            ],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-        )
-        for rank in range(world)
-    ]
-    outputs = []
-    try:
-        for proc in procs:
-            out, _ = proc.communicate(timeout=120)
-            outputs.append(out.decode(errors="replace"))
-    finally:
-        for proc in procs:
-            if proc.poll() is None:
-                proc.kill()
-    for proc, out in zip(procs, outputs, strict=True):
-        assert proc.returncode == 0, out[-3000:]
+    port = free_port()
+    run_ranks(
+        HERE / "pipeline_worker.py",
+        world,
+        lambda rank: [world, port, path, count, micro, tmp_path / f"grads{rank}.pt"],
+        timeout=120,
+    )
     got = {}
     for rank in range(world):
         got.update(torch.load(tmp_path / f"grads{rank}.pt"))

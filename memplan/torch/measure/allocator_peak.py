@@ -17,6 +17,9 @@ Blocks allocated while no profiler recorded memory and freed during the step are
 the reporter: the CPU meter then over-counts from their free on. Give the step a batch copied
 under the profiler (:func:`profiled_copy`) and free the gradients before the step
 (``zero_grad(set_to_none=True)``): what a step frees is then either made during it or reported.
+A block freed on a thread the profiler does not record (gloo's worker threads release the
+tensors of the collectives they ran) is not subtracted from the running total either, unless
+:func:`count_every_thread` was called first (multi-process steps: FSDP2, DDP over gloo).
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ from torch import Tensor
 
 from memplan.torch.base.storage import tensors_of
 
-__all__ = ["allocator_peak", "distinct_bytes", "loop_peaks", "profiled_copy"]
+__all__ = ["allocator_peak", "count_every_thread", "distinct_bytes", "loop_peaks", "profiled_copy"]
 
 T = TypeVar("T")
 
@@ -48,6 +51,26 @@ def distinct_bytes(tensors: Iterable[Any]) -> int:
         if ptr:
             seen[ptr] = storage.nbytes()
     return sum(seen.values())
+
+
+def count_every_thread() -> None:
+    """Make the CPU allocator's running total count the allocations of every thread.
+
+    c10's reporter keeps its total (and the sizes it subtracts at each free) only while a thread
+    records memory, or always under its flag ``caffe2_report_cpu_memory_usage``, which this sets
+    (a global of libc10, set once per process, before the tensors to count are allocated).
+    Without it, a block freed on another thread (gloo's worker, releasing an all-gather's output)
+    stays in the total: the same step measures up to that block more, by the threads' timing.
+    """
+    import ctypes
+    from pathlib import Path
+
+    found = sorted((Path(torch.__file__).parent / "lib").glob("*c10.*"))
+    libraries = [p for p in found if p.suffix in (".so", ".dylib", ".dll")]
+    if not libraries:
+        raise RuntimeError(f"no c10 library in {Path(torch.__file__).parent / 'lib'}")
+    library = ctypes.CDLL(str(libraries[0]))
+    ctypes.c_bool.in_dll(library, "FLAGS_caffe2_report_cpu_memory_usage").value = True
 
 
 def _recording() -> torch.profiler.profile:

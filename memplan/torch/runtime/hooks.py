@@ -275,7 +275,7 @@ class ModelHooks:
                 self._abort()
                 raise
             if y is not out:
-                return _with_primary(output, y)
+                return with_primary(output, y)
             return None
 
         return hook
@@ -352,7 +352,7 @@ class ModelHooks:
             raise
 
 
-def _with_primary(output: Any, value: Tensor) -> Any:
+def with_primary(output: Any, value: Tensor) -> Any:
     """A module's output with its primary tensor replaced."""
     if isinstance(output, Tensor):
         return value

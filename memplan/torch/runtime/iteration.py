@@ -530,8 +530,10 @@ class PlannedIteration:
             # Detached: a recomputed tensor must not refer to the recomputation's graph, whose
             # saved-tensor hooks refer to this list (a cycle through autograd that would keep
             # every recomputed tensor until the last one is freed).
-            packed.append(tensor.detach())
             key = storage_key(tensor)
+            if key is not None and key[0] in self.static:
+                return  # a parameter: the first forward kept it too (told apart when packed:
+            packed.append(tensor.detach())  # FSDP2 frees a block's gathered ones after it)
             if key is not None and self._owned(key[0]):
                 saved.setdefault(key[0], tensor.untyped_storage())
 
@@ -552,7 +554,7 @@ class PlannedIteration:
             out = run.function(inp)
         slots = [s for s in run.slots]
         dropped = len(slots)
-        kept = [t for t in packed if storage_key(t) is None or storage_key(t)[0] not in self.static]
+        kept = packed  # the tensors that are not parameters or buffers, as the pack hooks saw
         if len(kept) != dropped:
             raise RuntimeError(
                 f"stage {k} ({self.names[k]}): its recomputation saved {len(kept)} tensors for "
@@ -594,7 +596,9 @@ class PlannedIteration:
         packed: list[Tensor] = []
 
         def pack(tensor: Tensor) -> None:
-            packed.append(tensor.detach())
+            key = storage_key(tensor)
+            if key is None or key[0] not in self.static:
+                packed.append(tensor.detach())
 
         self._fill_slots(k, inp, pack, packed)
 
@@ -664,18 +668,27 @@ class PlannedIteration:
     # -- the backward ----------------------------------------------------------------------
     def _backward_reaches(self, k: int) -> Callable[[Any], None]:
         def prehook(grad_outputs: Any) -> None:
-            if self.done:
-                return
-            try:
-                if not self.queued:
-                    self.queued = True
-                    torch.autograd.Variable._execution_engine.queue_callback(self._complete)
-                self.run_until(self.plan.backward_start[k] + 1)
-            except BaseException:
-                self.abort()
-                raise
+            self.reach_backward(k)
 
         return prehook
+
+    def reach_backward(self, k: int) -> None:
+        """The backward reaches stage ``k``: run the plan's events up to the start of ``B k``.
+
+        Called by the pre-hook of the node that produced the stage's output, or earlier by a
+        caller that must run the plan first (:mod:`memplan.torch.runtime.fsdp`); a second call
+        does nothing.
+        """
+        if self.done:
+            return
+        try:
+            if not self.queued:
+                self.queued = True
+                torch.autograd.Variable._execution_engine.queue_callback(self._complete)
+            self.run_until(self.plan.backward_start[k] + 1)
+        except BaseException:
+            self.abort()
+            raise
 
     def _complete(self) -> None:
         """After the backward: the rest of the plan (the end of ``B 0``...)."""

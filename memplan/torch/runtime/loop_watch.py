@@ -107,6 +107,7 @@ class LoopWatch:
         self.replan = replan
         self.watch_optimizer, self.watch_gradients, self.watch_output = watched
         model = planned.model if isinstance(planned, PlannedModel) else planned
+        self.model = model
         self.params = [p for p in model.parameters() if p.requires_grad]
         self.ids = {id(p) for p in self.params}
         self.optimizer: Optimizer | None = None
@@ -167,6 +168,7 @@ class LoopWatch:
     def _step_starts(self, module: nn.Module, args: Any) -> None:
         if not self._training():
             return
+        self._refresh_parameters()
         if self.watch_gradients and any(p.grad is not None for p in self.params):
             self.kept = True
         if self.output is not None:  # the step before has ended
@@ -177,6 +179,19 @@ class LoopWatch:
             schedule, profile = self.replan(wanted, self.groups)
             self.planned_groups = self.groups
             self._install(schedule, profile)
+
+    def _refresh_parameters(self) -> None:
+        """The model's parameters, again when they were replaced (``fully_shard`` after
+        ``enable`` makes them sharded parameters): the optimizer seen steps those.
+        """
+        current = [p for p in self.model.parameters() if p.requires_grad]
+        if len(current) == len(self.params) and all(
+            p is q for p, q in zip(current, self.params, strict=True)
+        ):
+            return
+        self.params = current
+        self.ids = {id(p) for p in current}
+        self.last = None  # read the optimizer's groups again at its next step
 
     def _forward_ends(self, module: nn.Module, args: Any, output: Any) -> None:
         if not self._training():
@@ -211,7 +226,9 @@ class LoopWatch:
     def _install(self, schedule: Schedule, profile: Any) -> None:
         planned = self.planned
         planned.schedule = schedule
-        planned.plan = RuntimePlan(schedule, len(planned.names))  # the next step follows it
+        planned.plan = RuntimePlan(  # the next step follows it
+            schedule, len(planned.names), planned.plan.input_transfers
+        )
         if isinstance(planned, PlannedModel):
             planned.profile = profile
         self.replans += 1

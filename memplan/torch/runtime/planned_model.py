@@ -72,6 +72,11 @@ class PlannedModel:
         recorded = (getattr(measured, "extra", None) or {}).get("autocast")
         self._profiled = recorded or describe_autocast(self._autocast)
         self._warned = False
+        self.iteration: PlannedIteration | None = None
+        """The step under way (or the last one)."""
+        self.sharding: Any = None
+        """Under FSDP2, :class:`memplan.torch.runtime.fsdp.ShardedSteps` (NOTE [ Plans under
+        FSDP2 ]): checked at each step's start, told about each recomputation."""
 
     def planned_forward_counts(self) -> list[int]:
         """Forward operations per stage in the plan."""
@@ -82,6 +87,8 @@ class PlannedModel:
         for handle in self._handles:
             handle.remove()
         self._handles = []
+        if self.sharding is not None:
+            self.sharding.remove()
         if "forward" in vars(self.model):
             del self.model.forward
         if getattr(self.model, PLAN_ATTRIBUTE, None) is self:
@@ -118,18 +125,25 @@ class PlannedModel:
 
     def _iteration(self, x0: Tensor) -> PlannedIteration | PassiveIteration:
         self._check_batch(x0)
+        if self.sharding is not None:
+            self.sharding.before_step()  # may plan again (the model sharded since enable)
         self.counters = RuntimeCounters.for_stages(len(self.names))
         if self.passive():
+            self.iteration = None
             return PassiveIteration(self.plan, self.counters)
-        return PlannedIteration(
+        self.iteration = PlannedIteration(
             self.plan, x0, self._static, self.counters, self._streams,
             virtual={len(self.names) - 1} if self.loss_virtual else set(),
             tally=self.tally, inplace=self.inplace,
             names=self.names,
         )  # fmt: skip
+        return self.iteration
 
     def _static(self) -> set[int]:
-        return static_pointers(self._modules)
+        pointers = static_pointers(self._modules)
+        if self.sharding is not None:  # FSDP2's unsharded parameters too
+            return self.sharding.static(pointers)  # type: ignore[no-any-return]
+        return pointers
 
     def _recompute(self, function: Callable[[Tensor], Tensor]) -> Callable[[Tensor], Tensor]:
         """A stage function that the hooks let through (a recomputation is not a step)."""
@@ -137,7 +151,10 @@ class PlannedModel:
         def run(x: Tensor) -> Tensor:
             self._recomputing += 1
             try:
-                return function(x)
+                if self.sharding is None:
+                    return function(x)
+                with self.sharding.recomputing():
+                    return function(x)
             finally:
                 self._recomputing -= 1
 

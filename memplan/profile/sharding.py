@@ -1,0 +1,443 @@
+"""One rank's profile of a chain sharded over N ranks with FSDP2 (``fully_shard``): the terms.
+
+:func:`shard_profile` turns a one-GPU chain profile into the profile of one rank when the model is
+sharded with PyTorch's FSDP2 over ``N`` ranks, one ``fully_shard`` per block and one on the root
+(the recipe of PyTorch's FSDP2 documentation). Every chain-model family (rotor, revolve, periodic,
+dynprog, pofo...) plans with the result unchanged, and the simulator replays it: what FSDP2 holds
+is put into the fields of the chain model (docs/model.md) at the operations during which it holds
+it. docs/sharding.md gives the same terms for users.
+
+NOTE [ FSDP2 memory terms ]
+---------------------------
+Notation, per stage ``k`` of the chain (:class:`ShardLayout`): ``P[k]`` the bytes of its
+parameters (one GPU), ``S[k]`` the bytes one rank holds of them (FSDP2 shards every parameter on
+dim 0 in ``N`` chunks of ``ceil(rows / N)`` rows, the last ranks' padded: the same bytes on every
+rank), ``G[k] = N * S[k]`` the bytes of the all-gathered parameters, padding included. A stage is
+a *block* (a ``fully_shard`` unit of its own, resharded after its forward and its backward) or
+part of the *root* unit (the stages before the first block and after the last: embeddings, head,
+loss), which FSDP2 keeps gathered from the root's pre-forward to the end of the backward.
+``G_root``, ``P_root``, ``S_root``: the root's sums; ``R[k] = G[k]``: the reduce-scatter input of
+block ``k``, which FSDP2 keeps until the next block's reduce-scatter (the first block's until the
+root's, after the backward); ``c``: the extra copies the process group makes (gloo: one copy of an
+all-gather's output and of a reduce-scatter's input, measured on CPU; NCCL: none). What one rank
+holds (measured with the allocator's events on CPU: tests/torch/test_fsdp.py,
+benchmarks/bench_fsdp.py):
+
+* **static memory** (the whole step): the shards (``weight_size`` becomes ``weight_size - P +
+  S``: buffers and step counts stay whole), the optimizer's state of the shards (the optimizer's
+  factor times ``weight_size``, as on one GPU), and the root's gathered parameters ``G_root``
+  (``workspace_size``);
+* **the forward of block k** (``F_all``, ``F_ck``, ``F_n``; in the forward phase or recomputed):
+  the all-gather's output and the unsharded parameters, ``2 G[k]``, and, before it computes, what
+  is still held of the unit before: in the forward phase the all-gather output of the unit
+  computed before it (FSDP2 frees it after the copy-out), in the backward the prefetch memplan
+  drops first (its copy-out, ``2 G[next]``; with gloo the output until the next collective):
+  ``forward_overhead`` becomes ``2 G[k] + max(forward_overhead, before - output_size)``
+  (``forward_overhead_all``: the same with ``saved_size``). The root's stages before the first
+  block hold the root's all-gather output, or a prefetched block while recomputed (``+
+  max(G_root, G)``), those after the last block the last block's output (``+ G[last]``);
+* **the window of g[k]** (from the start of ``B k`` to the end of ``B k-1``, when memplan
+  recomputes for ``B k-1``, before FSDP2's pre-backward hook of stage ``k-1``: NOTE [ Plans under
+  FSDP2 ]): ``C[k]``, added to ``grad_size`` of stage ``k-1`` (the chain model holds ``g[k]``
+  exactly over that window, and during the forwards of a sub-chain ending at ``k-1``): the
+  reduce-scatter input of the block after stage ``k-1``. Not the all-gather FSDP2's backward
+  prefetch made for block ``k-1``: a recomputation of block ``k-1`` copies its parameters out of
+  it (``2 G``, as a forward counts), and memplan drops it before recomputing another block;
+* **the backward of stage k**: the unsharded gradients ``P[k]``, reduce-scattered at its end into
+  ``S[k]`` (a block's ``weight_grad_size`` becomes ``S[k]``; the root's gradients stay whole to
+  the end of the backward: ``P[k]``); a block's unsharded parameters and the prefetch of the block
+  before it (the last block's, from the root's pre-backward hook, through the loss's or the head's
+  backward); the moments of FSDP2's hooks (the copy-out, the prefetch's copy, the reduce-scatter's
+  input, its copy and output, after the stage's saved tensors and its output's gradient are freed;
+  with gloo, the buffers of the rank's previous collective, which gloo's worker thread may release
+  only at the next one); after ``B 0``, the root's reduce-scatter. ``backward_overhead_fresh`` is
+  the largest of these beyond what the chain model counts at ``B k`` (``g[k]`` with ``C[k]``, the
+  weight gradients), so it may be negative. A selective option of a stage gets the stage's terms.
+
+FSDP2's root pre-backward hook prefetches the last block at the loss when the model computes its
+loss (``loss_in_root``), at the head's output otherwise.
+
+Times are unchanged: FSDP2 overlaps its collectives with the computation on a GPU.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from memplan.errors import ArgumentError, InputError
+from memplan.profile.model import Profile, Stage, StageOption
+
+__all__ = [
+    "MAX_SHARDS",
+    "ShardLayout",
+    "StageShard",
+    "check_shards",
+    "default_layout",
+    "for_ranks",
+    "shard_profile",
+    "sharded_ranks",
+]
+
+MAX_SHARDS = 1_000_000
+"""The most ranks ``--shards`` accepts."""
+
+Unit = Literal["root", "block"]
+
+
+@dataclass(frozen=True)
+class StageShard:
+    """What FSDP2 does with one stage's parameters (NOTE [ FSDP2 memory terms ]).
+
+    Attributes
+    ----------
+    params : int
+        ``P``: bytes of the stage's parameters among its ``weight_size``, one GPU.
+    shard : int
+        ``S``: bytes one rank holds of them, padding included.
+    gathered : int
+        ``G``: bytes of the all-gathered parameters (``N * S``).
+    unit : {"root", "block"}
+        A block (its own ``fully_shard``) or part of the root unit.
+    """
+
+    params: int
+    shard: int
+    gathered: int
+    unit: Unit
+
+
+@dataclass(frozen=True)
+class ShardLayout:
+    """How a chain's parameters are sharded: the shard count and every stage's figures.
+
+    ``copies``: the extra copies the collectives make of an all-gather's output and of a
+    reduce-scatter's input (gloo 1, NCCL 0). ``loss_in_root``: the model computes its loss in its
+    forward (Hugging Face models given labels), so FSDP2's root pre-backward hook runs at the
+    loss; otherwise at the head's output, after the loss's backward.
+    """
+
+    shards: int
+    stages: tuple[StageShard, ...]
+    copies: int = 0
+    loss_in_root: bool = True
+
+    @property
+    def blocks(self) -> list[int]:
+        """Indices of the block stages, in order."""
+        return [k for k, st in enumerate(self.stages) if st.unit == "block"]
+
+
+def check_shards(
+    shards: int | None, parameter: str = "shards", algorithm: Any = None
+) -> int | None:
+    """``shards`` as given (None: not sharded), else an error naming ``parameter``.
+
+    An :class:`~memplan.errors.ArgumentError` (the command line names its flag, ``--shards``).
+
+    ``algorithm`` (an :class:`~memplan.algorithms.AlgorithmInfo`, when known): the pipeline
+    family places stages on GPUs, where FSDP2 shards every stage over them: not both.
+    """
+    if shards is None:
+        return None
+    if isinstance(shards, bool) or not isinstance(shards, int) or not 1 <= shards <= MAX_SHARDS:
+        raise ArgumentError(parameter, f"expected a number of ranks from 1 to {MAX_SHARDS}", shards)
+    if algorithm is not None and algorithm.family == "pipeline":
+        raise ArgumentError(
+            parameter,
+            f"{algorithm.name} places stages on GPUs; FSDP2 shards every stage over them",
+            shards,
+        )
+    return shards
+
+
+def default_layout(profile: Profile, shards: int, copies: int = 0) -> ShardLayout:
+    """The layout of a profile alone, as FSDP2's recipe shards a chain.
+
+    The first stage and the last two (head, loss) are the root unit, every other stage a block of
+    its own, and each stage's ``weight_size`` its parameters. A profile states bytes, not the
+    parameters' shapes, so the padding of FSDP2's dim-0 chunks is not known: a shard is
+    ``ceil(weight_size / N)`` bytes (the padding adds at most ``N - 1`` rows per parameter).
+    """
+    if profile.kind != "chain":
+        raise InputError(
+            f"--shards: {profile.model} is a {profile.kind} profile; FSDP2 sharding is planned "
+            "for chain profiles (stages)"
+        )
+    stages = profile.chain_stages
+    length = len(stages)
+    root = {0, length - 2, length - 1} if length >= 4 else set(range(length))
+    figures = []
+    for k, st in enumerate(stages):
+        shard = math.ceil(st.weight_size / shards)
+        unit: Unit = "root" if k in root else "block"
+        figures.append(StageShard(st.weight_size, shard, shard * shards, unit))
+    return ShardLayout(shards, tuple(figures), copies)
+
+
+def _check_layout(profile: Profile, layout: ShardLayout) -> list[Stage]:
+    if profile.kind != "chain":
+        default_layout(profile, layout.shards)  # the error
+    stages = profile.chain_stages
+    if len(layout.stages) != len(stages):
+        raise InputError(
+            f"--shards: the layout has {len(layout.stages)} stages, {profile.model} has "
+            f"{len(stages)}"
+        )
+    blocks = layout.blocks
+    if blocks and blocks != list(range(blocks[0], blocks[-1] + 1)):
+        raise InputError(
+            f"--shards: the blocks of {profile.model} (stages {blocks}) are not one run of "
+            "stages: FSDP2's root unit holds the stages before and after them"
+        )
+    for k, (st, sh) in enumerate(zip(stages, layout.stages, strict=True)):
+        if sh.params > st.weight_size:
+            raise InputError(
+                f"--shards: stages[{k}] ({st.name}) has {sh.params} bytes of parameters, more "
+                f"than its weight_size {st.weight_size}"
+            )
+    return stages
+
+
+class _Terms:
+    """The figures of NOTE [ FSDP2 memory terms ] of one layout, by stage index."""
+
+    def __init__(self, layout: ShardLayout, stages: Sequence[Stage], fresh: bool) -> None:
+        self.layout = layout
+        self.shards = layout.stages
+        self.stages = stages
+        self.fresh = fresh
+        blocks = layout.blocks
+        self.first = blocks[0] if blocks else None
+        self.last = blocks[-1] if blocks else None
+        self.root_gathered = sum(s.gathered for s in self.shards if s.unit == "root")
+        self.root_params = sum(s.params for s in self.shards if s.unit == "root")
+        self.root_shard = sum(s.shard for s in self.shards if s.unit == "root")
+        self.root_output = len(stages) - (1 if layout.loss_in_root else 2)
+        self.largest = max((s.gathered for s in self.shards if s.unit == "block"), default=0)
+
+    def block(self, k: int) -> bool:
+        return 0 <= k < len(self.shards) and self.shards[k].unit == "block"
+
+    def gathered(self, k: int | None) -> int:
+        """``G[k]`` of a block (0 for the root's stages and outside the chain)."""
+        return self.shards[k].gathered if k is not None and self.block(k) else 0
+
+    def prefetched(self, k: int) -> int:
+        """The all-gather output FSDP2's backward prefetch makes when ``B k`` starts.
+
+        A block's pre-backward hook prefetches the block before it (none before the first); the
+        root's, at the loss or at the head's output, the last block.
+        """
+        if self.block(k):
+            return self.gathered(k - 1)
+        return self.gathered(self.last) if k == self.root_output else 0
+
+    def window(self, k: int) -> int:
+        """``C[k]``: what FSDP2 holds while memplan recomputes for ``B k-1`` (added to ``g[k]``).
+
+        The reduce-scatter input of the block after stage ``k-1`` (the first block's, kept to
+        the root's, for the stages before it). The all-gather output prefetched for the next
+        block to run backward is not: memplan drops it before recomputing another block.
+        """
+        j = k - 1
+        if self.first is not None and j < self.first:
+            return self.gathered(self.first)
+        return self.gathered(j + 1)
+
+    def before_forward(self, k: int) -> int:
+        """What FSDP2 holds when block ``k``'s forward starts, beyond its own.
+
+        The all-gather output of the unit computed before it (freed after the copy-out); in
+        the backward, the prefetched output memplan drops first (its copy-out, and with gloo
+        the output itself until the next collective).
+        """
+        before = self.gathered(k - 1) if self.block(k - 1) else self.root_gathered
+        largest, own = self.largest, self.gathered(k)
+        return max(before, self.layout.copies * largest, 2 * largest - 2 * own)
+
+    def held_in_forward(self, k: int) -> int:
+        """What a root stage's forward holds of FSDP2.
+
+        Before the first block: the root's all-gather output, or the prefetched output of the
+        next block while the stage is recomputed; after the last block, the last block's.
+        """
+        if self.first is not None and k < self.first:
+            return max(self.root_gathered, self.largest)
+        return self.gathered(self.last) if self.last is not None and k > self.last else 0
+
+    def forward(self, k: int, own: int, out: int) -> int:
+        """The overhead of a forward of stage ``k`` with ``own`` bytes of its own.
+
+        ``out``: the bytes of what it produces (``x[k+1]``, or ``s[k]`` for an ``F_all``).
+        """
+        if not self.block(k):
+            return own + self.held_in_forward(k)
+        return 2 * self.gathered(k) + max(own, self.before_forward(k) - out)
+
+    def forward_fields(self, k: int) -> dict[str, int]:
+        """``forward_overhead`` and ``forward_overhead_all`` of stage ``k``."""
+        st = self.stages[k]
+        own_all = (
+            st.forward_overhead if st.forward_overhead_all is None else st.forward_overhead_all
+        )
+        return {
+            "forward_overhead": self.forward(k, st.forward_overhead, st.output_size),
+            "forward_overhead_all": self.forward(k, own_all, st.saved_size),
+        }
+
+    def backward_peak(self, k: int) -> int:
+        """The largest bytes ``B k`` holds beyond the chain's ``held`` (which has ``C[k+1]``).
+
+        Its computation (``g[k]``, the unsharded gradients and parameters, the prefetched
+        output, its temporaries) and the moments of FSDP2's hooks around it.
+        """
+        st, sh = self.stages[k], self.shards[k]
+        grad_in = self.stages[k - 1].gradient_size if k > 0 else 0
+        base = st.backward_overhead
+        if st.backward_overhead_fresh is not None:
+            base = st.backward_overhead_fresh
+        unsharded = sh.params if self.fresh or sh.unit == "block" else 0
+        compute = grad_in + unsharded + base
+        copies = self.layout.copies
+        prefetch = self.prefetched(k)
+        if not self.block(k):
+            last = self.gathered(self.last)  # prefetched by the root, until B last
+            if self.last is not None and self.last < k <= self.root_output:
+                moments = [compute + last]
+                if k == self.root_output:
+                    moments.append((1 + copies) * last)
+            else:
+                moments = [compute]
+        else:
+            done = grad_in - st.saved_size - st.gradient_size  # after its nodes ran
+            after = self.gathered(k + 1)  # the reduce-scatter input of the block after, freed
+            # gloo's worker thread may release a collective's buffers after FSDP2 drops them,
+            # until the rank's next collective: the reduce-scatter copy of the block after, and
+            # the prefetched output this block's parameters are copied out of
+            late = copies * after
+            if prefetch == 0:  # no collective before this block's own reduce-scatter
+                compute += late + copies * sh.gathered
+            moments = [
+                sh.gathered + prefetch + compute,
+                2 * sh.gathered + late,  # pre-backward: copied out of the prefetched output
+                (1 + copies) * sh.gathered + late + (1 + copies) * prefetch,  # the next prefetch
+                done + prefetch + sh.params - after,  # post-backward: the reduce-scatter input
+                done + prefetch - after + sh.shard + copies * sh.gathered,  # the reduce-scatter
+            ]
+        if k == 0:
+            moments += self.root_reduce(st)
+        return max(moments)
+
+    def root_reduce(self, st: Stage) -> list[int]:
+        """The moments of the root's reduce-scatter after ``B 0``, beyond the chain's ``held``.
+
+        The first block's reduce-scatter input is freed first.
+        """
+        sh = self.shards[0]
+        done = -st.saved_size - st.gradient_size - self.window(1)
+        own = sh.params if self.fresh and sh.unit == "root" else 0
+        others = self.root_params - own if self.fresh else 0
+        scatter = (
+            self.root_gathered
+            - others
+            + self.root_shard
+            + self.layout.copies * (self.root_gathered)
+        )
+        return [done + self.root_gathered + own, done + scatter]
+
+
+def _option(option: StageOption, k: int, terms: _Terms, added: int) -> StageOption:
+    """A selective option of stage ``k`` under FSDP2 (its ``F_all`` and the ``B`` after it).
+
+    Its forward holds what a forward of the stage holds; its backward adds what the stage's
+    does, never below nothing (an option's overhead is a size).
+    """
+    forward = terms.forward(k, option.forward_overhead, option.saved_size)
+    backward = max(0, option.backward_overhead + added)
+    return option.model_copy(update={"forward_overhead": forward, "backward_overhead": backward})
+
+
+def shard_profile(
+    profile: Profile, layout: ShardLayout, gradients: str | None = "at-backward"
+) -> Profile:
+    """The profile of one rank of ``profile`` sharded as ``layout`` says.
+
+    NOTE [ FSDP2 memory terms ], for the training loop ``gradients`` (docs/model.md):
+    ``at-backward`` (PyTorch's default loop): the gradients a backward keeps are a block's shard
+    (``weight_grad_size``) and the root's whole gradients. ``kept`` or None (the families that
+    plan without the loop's terms): the shards' gradients are static memory (``weight_grad_size``
+    becomes the shards' when measured), the root's whole gradients too (``workspace_size``), and
+    a block's unsharded gradients are temporary bytes of its backward. The optimizer's state is
+    counted on ``weight_grad_size`` (docs/model.md): the shards', but under ``at-backward`` the
+    root's whole gradients (held whole to the end of the backward), an over-count of the state of
+    the root's ``P - S`` bytes; its step's temporaries on the whole parameters
+    (``parameter_sizes``), an over-count too. A layout of one shard returns the profile.
+
+    Raises
+    ------
+    InputError
+        A profile other than a chain, or a layout that does not fit it.
+    """
+    stages = _check_layout(profile, layout)
+    if layout.shards == 1:
+        return profile
+    fresh = gradients == "at-backward"
+    terms = _Terms(layout, stages, fresh)
+    length = len(stages)
+    new: list[Stage] = []
+    for k, st in enumerate(stages):
+        sh = layout.stages[k]
+        held = terms.window(k + 1) if k + 1 < length else 0  # C[k+1], the window of g[k+1]
+        counted = terms.window(k) if k > 0 else 0  # C[k], reserved with g[k] at B k's start
+        peak = terms.backward_peak(k)
+        grad_in = stages[k - 1].gradient_size if k > 0 else 0
+        update: dict[str, object] = {
+            "weight_size": st.weight_size - sh.params + sh.shard,
+            "grad_size": st.gradient_size + held,
+            **terms.forward_fields(k),
+        }
+        base = st.backward_overhead
+        if fresh:  # a block keeps its shard of the gradients, the root its whole ones
+            kept = sh.shard if sh.unit == "block" else sh.params
+            update["weight_grad_size"] = kept
+            update["backward_overhead_fresh"] = peak - grad_in - counted - kept
+            if st.backward_overhead_fresh is not None:
+                base = st.backward_overhead_fresh
+            added = peak - grad_in - counted - kept - base
+        else:
+            if st.weight_grad_size is not None:  # the loop keeps the shards' gradients
+                update["weight_grad_size"] = st.weight_grad_size - sh.params + sh.shard
+            update["backward_overhead"] = max(0, peak - grad_in - counted)
+            added = update["backward_overhead"] - base  # type: ignore[operator]
+        if st.options:  # selective F_all: FSDP2's terms on the option's own figures
+            update["options"] = [_option(o, k, terms, added) for o in st.options]
+        new.append(st.model_copy(update=update))
+    static = terms.root_gathered + (0 if fresh else terms.root_params)
+    shards = {"ranks": layout.shards, "copies": layout.copies}
+    return profile.model_copy(
+        update={
+            "stages": new,
+            "workspace_size": (profile.workspace_size or 0) + static,
+            "extra": {**(profile.extra or {}), "shards": shards},
+        }
+    )
+
+
+def sharded_ranks(profile: Profile) -> int | None:
+    """The ranks a profile made by :func:`shard_profile` is one of (None: a whole model's)."""
+    found = (profile.extra or {}).get("shards")
+    return found.get("ranks") if isinstance(found, dict) else None
+
+
+def for_ranks(profile: Profile, shards: int | None, gradients: str | None) -> Profile:
+    """``profile`` as one of ``shards`` ranks plans it (``--shards``).
+
+    :func:`default_layout`, NCCL's collectives; the profile as it is with no shards, one, or when
+    it is one rank's already.
+    """
+    if shards is None or shards == 1 or sharded_ranks(profile) is not None:
+        return profile
+    return shard_profile(profile, default_layout(profile, shards), gradients)

@@ -1,0 +1,513 @@
+"""A plan on a model sharded with FSDP2 (``fully_shard``): its layout, its recomputations.
+
+NOTE [ Plans under FSDP2 ]
+--------------------------
+memplan plans one rank of a model sharded with PyTorch's FSDP2 over ``N`` ranks, one
+``fully_shard`` per block and one on the root, from the profile of the whole model
+(:func:`memplan.profile.sharding.shard_profile`, NOTE [ FSDP2 memory terms ]). This module gives
+the planner the layout of a real model (:func:`model_layout`: every stage's parameters, their
+shards as FSDP2 pads them, which stages are blocks) and the runtime what FSDP2 needs
+(:class:`ShardedSteps`):
+
+* **Recomputations all-gather what they need.** A recomputed block is called as a module, so
+  FSDP2's pre-forward hook all-gathers its parameters, as under FSDP2's own activation
+  checkpointing. Inside the backward FSDP2's post-forward hook does not reshard them (it expects
+  the block's backward next): memplan reshards a block it recomputed unless its backward is the
+  next to run (``FSDPModule.reshard``). The recomputation's own graph is dropped (memplan keeps
+  its saved tensors, not its graph), so FSDP2's post-backward hook (the reduce-scatter) runs once
+  per block, from the graph of the step's forward, as does its pre-backward hook.
+* **memplan recomputes before FSDP2's pre-backward hook.** FSDP2's pre-backward hook of a block
+  runs on its output's gradient, before the node that produced it. memplan's recomputations for
+  ``B k`` run first: a view of block ``k``'s output is what the next stage reads, and the plan's
+  events up to ``B k`` run in a pre-hook of that view's node. Before recomputing a block other
+  than ``k`` there, memplan drops the all-gather FSDP2 prefetched for block ``k`` (copied out and
+  resharded; a recomputation of block ``k`` itself uses it): the window of ``B k`` holds the
+  reduce-scatter input of block ``k+1`` alone (the terms' ``C[k+1]``), and every recomputation of
+  a block gathers its own parameters, as the terms count.
+* **The unsharded parameters are the model's, not the plan's.** A block's saved tensors include
+  its unsharded parameters; memplan treats their storages as parameters (never part of ``s[k]``,
+  never offloaded) through :meth:`ShardedSteps.static`.
+* **The shard count can change after enable.** ``enable`` before ``fully_shard`` profiles the
+  whole model (it is whole on every rank then); the first step on a sharded model checks the
+  plan's layout against the model's (:func:`model_layout`) and plans again when they differ.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from memplan.errors import InputError
+from memplan.loop import TrainingLoop
+from memplan.profile.model import Profile
+from memplan.profile.sharding import ShardLayout, StageShard, Unit, check_shards, shard_profile
+from memplan.schedule import Schedule, load_schedule
+from memplan.torch.runtime.checkpointed import check_schedule
+from memplan.torch.runtime.hooks import with_primary
+from memplan.torch.runtime.plan import RuntimePlan
+from memplan.torch.runtime.planned import Target, install, planned
+from memplan.torch.split.trace import primary_output
+
+__all__ = [
+    "ShardedSteps",
+    "collective_copies",
+    "fsdp_blocks",
+    "install_sharded",
+    "is_sharded",
+    "model_layout",
+    "shard_count",
+    "sharded_over",
+]
+
+
+def _fsdp_module_class() -> type | None:
+    """FSDP2's ``FSDPModule``, when torch's FSDP2 is loaded (a model sharded with it is)."""
+    if "torch.distributed.fsdp" not in sys.modules:
+        return None
+    from torch.distributed.fsdp import FSDPModule
+
+    found: type = FSDPModule
+    return found
+
+
+def is_sharded(module: nn.Module) -> bool:
+    """Whether ``module`` is an FSDP2 unit (``fully_shard`` was applied to it)."""
+    cls = _fsdp_module_class()
+    return cls is not None and isinstance(module, cls)
+
+
+def _is_dtensor(tensor: Tensor) -> bool:
+    return type(tensor).__name__ == "DTensor" and hasattr(tensor, "device_mesh")
+
+
+def sharded_over(model: nn.Module) -> int | None:
+    """The ranks ``model``'s parameters are sharded over by FSDP2 (None: not sharded)."""
+    if _fsdp_module_class() is None or not any(is_sharded(m) for m in model.modules()):
+        return None
+    for param in model.parameters():
+        if _is_dtensor(param):
+            return int(param.device_mesh.size())
+    return None
+
+
+def collective_copies() -> int:
+    """Extra copies the default process group's collectives make: gloo 1, NCCL 0.
+
+    Measured on CPU (NOTE [ FSDP2 memory terms ]): gloo copies an all-gather's output and a
+    reduce-scatter's input once.
+    """
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized() and dist.get_backend() == "gloo":
+        return 1
+    return 0
+
+
+def _stage_module(module: nn.Module | None) -> nn.Module | None:
+    """The module a stage calls: a block call's block."""
+    inner = getattr(module, "block", None)
+    return inner if isinstance(inner, nn.Module) else module
+
+
+def fsdp_blocks(model: nn.Module, modules: Sequence[nn.Module | None]) -> set[int]:
+    """The stages whose module is an FSDP2 unit of its own (not the root)."""
+    found = set()
+    for k, module in enumerate(modules):
+        inner = _stage_module(module)
+        if inner is not None and inner is not model and is_sharded(inner):
+            found.add(k)
+    return found
+
+
+def model_layout(
+    modules: Sequence[nn.Module | None],
+    shards: int,
+    blocks: set[int],
+    copies: int = 0,
+    loss_in_root: bool = True,
+) -> ShardLayout:
+    """The layout of a chain whose stages call ``modules`` (None: no module, the loss).
+
+    Each stage's parameters are those of its module that no earlier stage has (the profiler's
+    rule for ``weight_size``); FSDP2 keeps ``ceil(rows / shards)`` rows of each parameter on every
+    rank (NOTE [ FSDP2 memory terms ]; a sharded parameter's shape is the whole one).
+    ``blocks``: the stages sharded as units of their own; ``loss_in_root``: the model computes
+    its loss (:class:`~memplan.profile.sharding.ShardLayout`).
+    """
+    seen: set[int] = set()
+    figures = []
+    for k, module in enumerate(modules):
+        params = [] if module is None else [p for p in module.parameters() if id(p) not in seen]
+        seen.update(id(p) for p in params)
+        total = shard = 0
+        for param in params:
+            shape = tuple(param.shape)
+            rows = shape[0] if shape else 1
+            row_bytes = math.prod(shape[1:]) * param.element_size()
+            total += rows * row_bytes
+            shard += math.ceil(rows / shards) * row_bytes
+        unit: Unit = "block" if k in blocks else "root"
+        figures.append(StageShard(total, shard, shard * shards, unit))
+    return ShardLayout(shards, tuple(figures), copies, loss_in_root)
+
+
+def _in_backward() -> bool:
+    """Whether autograd's engine runs a backward on this thread (FSDP2's own test)."""
+    return bool(torch._C._current_graph_task_id() != -1)
+
+
+class _Block:
+    """A block's FSDP2 unit and where its parameters are registered.
+
+    FSDP2 swaps the sharded and the unsharded ones in place at every all-gather and reshard.
+    """
+
+    def __init__(self, module: nn.Module) -> None:
+        self.module = module
+        self.places = [
+            (owner, name)
+            for owner in module.modules()
+            for name, _ in owner.named_parameters(recurse=False)
+        ]
+
+    def first(self) -> Tensor:
+        owner, name = self.places[0]
+        return getattr(owner, name)
+
+    def gathered(self) -> bool:
+        """Whether its parameters are unsharded (FSDP2 registers them as plain tensors)."""
+        return bool(self.places) and not _is_dtensor(self.first())
+
+    def pointers(self) -> set[int]:
+        """The data pointers of its unsharded parameters (none while sharded)."""
+        if not self.gathered():
+            return set()
+        return {getattr(o, n).untyped_storage().data_ptr() for o, n in self.places}
+
+
+class ShardedSteps:
+    """What the runtime does for FSDP2 (NOTE [ Plans under FSDP2 ]), for one planned model.
+
+    Parameters
+    ----------
+    planned : PlannedModel
+        The plan installed on the model (``planned.sharding`` is set to this).
+    modules : sequence of nn.Module or None
+        The module each stage of the chain calls (None for the loss).
+    layout : ShardLayout
+        The layout the plan was made for.
+    replan : callable, optional
+        ``replan(layout)`` plans again for another layout and installs the plan (``enable``
+        before ``fully_shard``); None: a sharded model whose layout differs is an error.
+    """
+
+    def __init__(
+        self,
+        planned: Any,
+        modules: Sequence[nn.Module | None],
+        layout: ShardLayout,
+        replan: Callable[[ShardLayout], None] | None = None,
+    ) -> None:
+        self.planned = planned
+        self.model: nn.Module = planned.model
+        self.modules = list(modules)
+        self.layout = layout
+        self.replan = replan
+        self.blocks: dict[int, _Block] = {}  # stage -> its FSDP2 unit, once sharded
+        self.window = len(self.modules) - 1  # the stage whose backward is next
+        self.dropped = False  # the prefetched all-gather of this window was dropped
+        self.gathered: set[int] = set()  # the unsharded parameters of the block computing
+        self.checked = False
+        self._handles: list[Any] = []
+        planned.sharding = self
+
+    def plan_for(
+        self, profile: Profile, loop: TrainingLoop, solve: Callable[[Profile], Schedule]
+    ) -> tuple[Profile, Schedule]:
+        """One rank's profile of the whole model's ``profile`` in the layout the plan follows,
+        for ``loop``, and its plan by ``solve``, agreed by every rank (rank 0's): the re-solve of
+        a loop seen (NOTE [ the loop seen ] in :mod:`memplan.torch.runtime.loop_watch`).
+        """
+        sharded = shard_profile(profile, self.layout, loop.gradients)
+        return _agreed(sharded, solve, self.layout.shards)
+
+    # -- the step ------------------------------------------------------------------------------
+    def before_step(self) -> None:
+        """At the first step: the model's layout is the plan's, or the plan is made again."""
+        self.window, self.dropped = len(self.modules) - 1, False
+        if self.checked:
+            return
+        ranks = sharded_over(self.model)
+        if ranks is not None and self.planned.schedule.budget.gradients == "step-in-backward":
+            raise InputError(
+                f"{type(self.model).__name__} is sharded with fully_shard: a plan with "
+                "gradients='step-in-backward' steps whole parameters in the backward, which "
+                "FSDP2 reduce-scatters after it; enable it with the loop's gradients (the default)"
+            )
+        blocks = set() if ranks is None else fsdp_blocks(self.model, self.modules)
+        copies = 0 if ranks is None else collective_copies()
+        found = model_layout(self.modules, ranks or 1, blocks, copies, self.layout.loss_in_root)
+        if found != self.layout and (ranks is not None or self.layout.shards > 1):
+            if self.replan is None:
+                raise RuntimeError(
+                    f"memplan: the model is sharded over {ranks or 1} rank(s), the plan was made "
+                    f"for {self.layout.shards}: enable it again"
+                )
+            self.replan(found)
+            self.layout = found
+        self.checked = True
+        for k in sorted(blocks):
+            block = _stage_module(self.modules[k])
+            assert block is not None
+            self.blocks[k] = _Block(block)
+            # appended: after FSDP2's post-forward hook, which hooks the block's output
+            self._handles.append(block.register_forward_hook(self._reached(k)))
+            # prepended: before FSDP2's pre-forward hook, which all-gathers the block
+            self._handles.append(block.register_forward_pre_hook(self._drop(k), prepend=True))
+            self._handles.append(block.register_forward_pre_hook(self._gathering(k)))
+
+    def _reached(self, k: int) -> Callable[..., Any]:
+        """A block's forward hook: the next stage reads a view of its output, whose node runs
+        the plan up to ``B k`` before FSDP2's pre-backward hook of the block.
+        """
+
+        def hook(module: nn.Module, args: Any, output: Any) -> Any:
+            self.gathered = set()  # resharded, or kept by FSDP2: no saved tensor of another
+            out = primary_output(output)  # stage holds them (their addresses may be reused)
+            if out is None or not out.requires_grad or _in_backward():
+                return None
+            if not isinstance(output, (Tensor, tuple, list)):
+                return None  # a mapping: left as it is (memplan recomputes after FSDP2's hook)
+            view = out.view_as(out)
+            assert view.grad_fn is not None
+            view.grad_fn.register_prehook(lambda grads: self._reach(k))
+            return with_primary(output, view)
+
+        return hook
+
+    def _reach(self, k: int) -> None:
+        self.window, self.dropped = k, False
+        iteration = self.planned.iteration
+        if iteration is not None:
+            iteration.reach_backward(k)
+
+    def _next(self) -> int | None:
+        """The block whose backward runs next (the last while the root's stages after it run)."""
+        nearest = [k for k in self.blocks if k <= self.window]
+        return max(nearest) if nearest else None
+
+    def _drop(self, k: int) -> Callable[..., None]:
+        """A block's pre-forward hook: drop FSDP2's prefetch before recomputing another block.
+
+        Before memplan recomputes a block other than the next to run backward, the all-gather
+        FSDP2's backward prefetch made for that one is copied out and resharded, once per window
+        (NOTE [ FSDP2 memory terms ]: a window holds no prefetched output).
+        """
+
+        def hook(module: nn.Module, args: Any) -> None:
+            if not _in_backward() or self.dropped:
+                return
+            following = self._next()
+            if following is None or following == k:
+                return
+            self.dropped = True
+            block = self.blocks[following]
+            if not block.gathered():
+                block.module.unshard()
+                block.module.reshard()
+
+        return hook
+
+    def _gathering(self, k: int) -> Callable[..., None]:
+        """A block's pre-forward hook, after FSDP2's: its unsharded parameters' storages."""
+
+        def hook(module: nn.Module, args: Any) -> None:
+            self.gathered = self.blocks[k].pointers()
+
+        return hook
+
+    def static(self, pointers: set[int]) -> set[int]:
+        """The storages the plan treats as parameters: ``pointers`` and the unsharded
+        parameters of the block computing (its saved tensors are the only ones holding them).
+        """
+        return _WithGathered(pointers, self) if self.blocks else pointers
+
+    @contextmanager
+    def recomputing(self) -> Iterator[None]:
+        """Around a recomputation: reshard the blocks it gathered, but the next to run backward."""
+        if not self.blocks or not _in_backward():
+            yield
+            return
+        before = {k: block.gathered() for k, block in self.blocks.items()}
+        try:
+            yield
+        finally:
+            keep = self._next()
+            for k, block in self.blocks.items():
+                if not before[k] and k != keep and block.gathered():
+                    block.module.reshard()
+
+    def remove(self) -> None:
+        """Remove the hooks (``disable``)."""
+        for handle in self._handles:
+            handle.remove()
+        self._handles = []
+        self.blocks = {}
+        self.checked = False
+
+
+class _WithGathered(set[int]):
+    """A set of data pointers that also holds those of the unsharded parameters of the block
+    computing (FSDP2 allocates them anew at each all-gather: :meth:`ShardedSteps._gathering`).
+    """
+
+    def __init__(self, pointers: set[int], steps: ShardedSteps) -> None:
+        super().__init__(pointers)
+        self.steps = steps
+
+    def __contains__(self, ptr: object) -> bool:
+        return super().__contains__(ptr) or ptr in self.steps.gathered
+
+
+# ------------------------------------------------------------------------------------------------
+# enable under FSDP2
+# ------------------------------------------------------------------------------------------------
+
+
+def shard_count(model: nn.Module, shards: int | None) -> int | None:
+    """The ranks ``enable`` was told to plan one of (None: not told; :func:`install_sharded`).
+
+    Raises
+    ------
+    InputError
+        ``shards`` not a positive count, or a model sharded already: ``enable`` profiles and cuts
+        the whole model (its stages run alone, outside FSDP2's root), so it comes before
+        ``fully_shard``.
+    """
+    given = check_shards(shards)
+    if sharded_over(model) is not None:
+        raise InputError(
+            f"enable: {type(model).__name__} is sharded with fully_shard already; memplan "
+            "profiles and cuts the whole model: call memplan.torch.enable before fully_shard "
+            "(the first sharded step plans for the ranks of the model's mesh)"
+        )
+    return given
+
+
+def _world_size() -> int:
+    """The default process group's size (1 without one)."""
+    import torch.distributed as dist
+
+    return int(dist.get_world_size()) if dist.is_available() and dist.is_initialized() else 1
+
+
+def _stage_modules(target: Target) -> tuple[list[nn.Module | None], set[int]]:
+    """The module of each stage of a prepared model (None: the loss) and the stages ``fully_shard``
+    makes units of their own in FSDP2's recipe: the blocks (NOTE [ FSDP2 memory terms ]).
+    """
+    if target.how == "hooks":
+        found = target.layout
+        modules: list[nn.Module | None] = [m for _, m in found.stages]
+        first = 1 if found.prefix else 0
+        blocks = set(range(first, first + len(found.block_modules)))
+        if target.chunked is not None:  # the head and the loss: one stage, the chunked loss
+            return [*modules[:-1], target.chunked], blocks
+    else:
+        modules = [m for _, m in target.layout]
+        blocks = set(range(1, len(modules) - 1)) if len(modules) >= 3 else set()
+    return [*modules, None], blocks
+
+
+def install_sharded(
+    target: Target,
+    profile: Profile,
+    ranks: int | None,
+    loop: TrainingLoop,
+    solve: Callable[[Profile, TrainingLoop], Schedule],
+    loss_in_model: bool = False,
+) -> nn.Module:
+    """Plan one of ``ranks`` ranks of the prepared model from the whole model's ``profile``
+    for the training loop ``loop`` with ``solve``, install the plan, and follow FSDP2
+    (:class:`ShardedSteps`).
+
+    ``ranks`` None: one (the whole model), or, when no plan of the whole model fits and a default
+    process group has N > 1 ranks, one of N as FSDP2 would shard it. The layout is FSDP2's
+    recipe's (:func:`_stage_modules`; with one rank the profile is the model's own); the first
+    step checks it against the model (sharded or not, a DDP model for one) and plans again when
+    they differ, for the loop the plan then counts. ``loss_in_model``: the model computes its
+    loss (an HF batch with labels).
+
+    Raises
+    ------
+    InputError
+        No plan fits (the least memory that fits is in the message).
+    """
+    modules, expected = _stage_modules(target)
+    model = target.model
+
+    def plan_for(count: int) -> tuple[ShardLayout, Profile, Schedule]:
+        found = model_layout(modules, count, expected, collective_copies(), loss_in_model)
+        sharded = shard_profile(profile, found, loop.gradients)
+        return (found, *_agreed(sharded, lambda p: solve(p, loop), count))
+
+    try:
+        layout, rank_profile, schedule = plan_for(ranks or 1)
+    except InputError:
+        if ranks is not None or _world_size() == 1:
+            raise
+        layout, rank_profile, schedule = plan_for(_world_size())  # then fully_shard, or not
+    install(target, schedule, rank_profile)
+    plan = planned(model)
+    assert plan is not None
+
+    def replan(found: ShardLayout) -> None:
+        now = plan.schedule.budget.loop  # the loop the installed plan counts
+        again, schedule = _agreed(
+            shard_profile(profile, found, now.gradients), lambda p: solve(p, now), found.shards
+        )
+        check_schedule(schedule, plan.names, again)
+        plan.schedule, plan.profile = schedule, again
+        plan.plan = RuntimePlan(schedule, len(plan.names), plan.plan.input_transfers)
+
+    ShardedSteps(plan, modules, layout, replan)
+    return model
+
+
+def _agreed(
+    profile: Profile, solve: Callable[[Profile], Schedule], ranks: int
+) -> tuple[Profile, Schedule]:
+    """The profile and plan of rank 0, on every rank of the default process group.
+
+    Ranks profile their own copies, so their times differ, and so may their plans; the ranks of
+    a sharded model must recompute the same blocks (each recomputation all-gathers), so they
+    follow rank 0's plan. With one rank, or no process group: ``profile`` and its plan.
+    """
+    import torch.distributed as dist
+
+    if ranks == 1 or not (dist.is_available() and dist.is_initialized()):
+        return profile, solve(profile)
+    sent: list[Any] = [None]
+    if dist.get_rank() == 0:
+        try:
+            sent = [(profile.to_dict(), solve(profile).to_json())]
+        except InputError as exc:
+            sent = [str(exc)]
+    device = torch.device("cuda", torch.cuda.current_device()) if _nccl() else None
+    dist.broadcast_object_list(sent, src=0, device=device)
+    if isinstance(sent[0], str):
+        raise InputError(sent[0])
+    made, plan = sent[0]
+    return Profile.model_validate(made), load_schedule(json.loads(plan))
+
+
+def _nccl() -> bool:
+    import torch.distributed as dist
+
+    return bool(dist.get_backend() == "nccl")
