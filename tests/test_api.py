@@ -81,7 +81,7 @@ def test_infeasible_is_a_status_not_an_exception():
         ({"algo": "nope"}, "unknown algorithm 'nope'; choose one of: store-all"),
         ({"memory": "8G"}, "ambiguous"),
         ({"memory": None}, "memory budget is required"),
-        ({"slots": 1}, "--slots 1: expected an integer from 2 to"),
+        ({"slots": 1}, "slots=1: expected an integer from 2 to"),
         ({"optimizer": "lion"}, "optimizer='lion'"),
     ],
 )
@@ -141,7 +141,7 @@ def test_the_arguments_are_checked_before_the_profile_is_read(tmp_path):
     missing = tmp_path / "not-there.yaml"
     with pytest.raises(memplan.InputError, match=r"^memory: size '8G'"):
         memplan.solve(str(missing), "rotor", "8G")
-    with pytest.raises(memplan.InputError, match=r"^--slots 1: expected an integer"):
+    with pytest.raises(memplan.InputError, match=r"^slots=1: expected an integer"):
         memplan.solve(str(missing), "rotor", "8GB", slots=1)
     with pytest.raises(memplan.InputError, match=r"not-there\.yaml"):
         memplan.solve(str(missing), "rotor", "8GB")

@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from memplan.errors import InputError
+from memplan.errors import ArgumentError, InputError
 from memplan.units import check_time_limit, parse_rate
 
 COMMANDS = ("solve", "compare", "run")
@@ -47,7 +47,9 @@ class Option:
     default: Any
     default_text: str
     parse: Callable[[Any], Any] = dataclasses.field(compare=False)
-    """A given value -> the typed value; raises InputError naming the flag."""
+    """A given value -> the typed value; raises an
+    :class:`~memplan.errors.ArgumentError` naming the parameter (the command line names the
+    flag)."""
     commands: tuple[str, ...] = COMMANDS
     family: str = ""
 
@@ -119,13 +121,14 @@ def parse_options(
 
 
 def integer_in(
-    flag: str, least: int, most: int, what: str = "", words: tuple[str, ...] = ()
+    name: str, least: int, most: int, what: str = "", words: tuple[str, ...] = ()
 ) -> Callable[[Any], int | str]:
     """An integer from ``least`` to ``most`` (not a bool), as a number or as the command line's
-    text, or one of ``words`` (e.g. ``("auto",)``); the message names ``flag``.
+    text, or one of ``words`` (e.g. ``("auto",)``); an error names the parameter ``name``.
     """
 
     def parse(value: Any) -> int | str:
+        given = value
         if isinstance(value, str):
             text = value.strip()
             if text.lower() in words:
@@ -134,40 +137,45 @@ def integer_in(
                 value = int(text)
         if isinstance(value, bool) or not isinstance(value, int) or not least <= value <= most:
             also = "".join(f" or {word!r}" for word in words)
-            raise InputError(
-                f"{flag} {value!r}: expected an integer from {least} to {most}{also}{what}"
+            raise ArgumentError(
+                name, f"expected an integer from {least} to {most}{also}{what}", given
             )
         return value
 
     return parse
 
 
-def positive_integer(flag: str) -> Callable[[Any], int]:
+def positive_integer(name: str) -> Callable[[Any], int]:
     def parse(value: Any) -> int:
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise InputError(f"{flag} {value}: expected a positive number")
+            raise ArgumentError(name, "expected a positive integer", value)
         return value
 
     return parse
 
 
-def positive_number(flag: str) -> Callable[[Any], float]:
+def positive_number(name: str) -> Callable[[Any], float]:
     def parse(value: Any) -> float:
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-            raise InputError(f"{flag} {value}: expected a positive number")
+            raise ArgumentError(name, "expected a positive number", value)
         return float(value)
 
     return parse
 
 
-def rate(flag: str) -> Callable[[Any], float]:
+def _detail(exc: InputError) -> str:
+    """What a parser of :mod:`memplan.units` said, without the value it names first."""
+    return str(exc).split(": ", 1)[-1]
+
+
+def rate(name: str) -> Callable[[Any], float]:
     """A rate (``12GB/s``, ``16GiB/s`` or bytes/s as a number) in bytes/s."""
 
     def parse(value: Any) -> float:
         try:
             return parse_rate(value)
         except InputError as exc:
-            raise InputError(f"{flag}: {exc}") from None
+            raise ArgumentError(name, _detail(exc), value) from None
 
     return parse
 
@@ -194,7 +202,7 @@ def slots_option(
         help=SLOTS_HELP,
         accepts=accepts,
         default=default,
-        parse=integer_in("--slots", 2, most, what, words),
+        parse=integer_in("slots", 2, most, what, words),
         **kwargs,
     )
 
@@ -208,12 +216,15 @@ def bandwidth_option() -> Any:
         accepts="a rate: 12GB/s, 16GiB/s, bytes/s",
         default=None,
         default_text="the profile's",
-        parse=rate("--bandwidth"),
+        parse=rate("bandwidth"),
     )
 
 
 def _time_limit(value: Any) -> float | None:
-    return check_time_limit(value, "--time-limit")
+    try:
+        return check_time_limit(value)
+    except InputError as exc:
+        raise ArgumentError("time_limit", _detail(exc), value) from None
 
 
 def time_limit_option(default: float | None) -> Any:

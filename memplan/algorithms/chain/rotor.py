@@ -80,7 +80,7 @@ from memplan.algorithms.chain.least_memory import (
 )
 from memplan.algorithms.chain.problem import Chain
 from memplan.core import kernels
-from memplan.errors import InputError
+from memplan.errors import ArgumentError
 from memplan.schedule import OpName
 
 __all__ = [
@@ -102,7 +102,7 @@ NONE = int(kernels.CHOICE_NONE)
 """Choice code of :class:`DenseTable`: no plan at that budget."""
 AUTO = "auto"
 TABLE_LIMIT = 4 * 10**9
-"""Bytes the grid tables may take (L (L+1) / 2 rows of S+1 values); beyond, --slots is refused."""
+"""Bytes the grid tables may take (L (L+1) / 2 rows of S+1 values); beyond, ``slots`` is refused."""
 EXACT_WORK = 5_000_000
 """Candidate points the byte-level DP may process under ``--slots auto`` (every bundled profile
 needs at most 2.2 million), before the slot grid takes over."""
@@ -331,7 +331,7 @@ def plan_rotor(  # noqa: C901 - NOTE [ rotor guarantees ]'s cases in the order t
             )
         slots = auto_slots(chain.length)
     if isinstance(slots, bool) or not isinstance(slots, int) or slots < 1:
-        raise InputError(f"--slots {slots!r}: expected an integer or auto")
+        raise ArgumentError("slots", "expected an integer or 'auto'", slots)
     if fused is not None:
         found = None
         if fused.ops is not None:
@@ -452,7 +452,7 @@ def auto_slots(length: int) -> int:
 
 def _grid_shape(
     chain: Chain, budget: int, slots: int, tighten: bool
-) -> tuple[int, bool, int, type, str | None]:
+) -> tuple[int, bool, int, type, ArgumentError | None]:
     """The grid of :func:`_on_grid`: its budget in slots, whether it is exact, the extra slots
     of tightening, the table's dtype, and why the table is refused (None: it is not).
     """
@@ -466,9 +466,11 @@ def _grid_shape(
     refused = None
     if table_bytes > TABLE_LIMIT:
         most = max(2, TABLE_LIMIT // (pairs * 4) - 2)
-        refused = (
-            f"--slots {slots}: the rotor table for {chain.length} stages would take "
-            f"{table_bytes / 1e9:.1f} GB; use --slots {most} or fewer"
+        refused = ArgumentError(
+            "slots",
+            f"the rotor table for {chain.length} stages would take {table_bytes / 1e9:.1f} GB; "
+            f"use {most} slots or fewer",
+            slots,
         )
     return capacity, exact, extra, dtype, refused
 
@@ -504,7 +506,7 @@ def _on_grid(
     """
     capacity, exact, extra, dtype, refused = _grid_shape(chain, budget, slots, tighten)
     if refused is not None:
-        raise InputError(refused)
+        raise refused
     grid = kernels.rotor_grid(
         *_chain_arrays(chain),
         budget,

@@ -20,7 +20,7 @@ from typing import Literal
 from memplan.algorithms.base import SolveRequest
 from memplan.algorithms.join.pebble import JoinOp
 from memplan.algorithms.timeline import Deadline, TimeLimitReached, step_bound
-from memplan.errors import ArgumentError, InputError
+from memplan.errors import ArgumentError
 from memplan.loop import TrainingLoop
 from memplan.profile.memory import stage_terms
 from memplan.profile.model import Profile
@@ -207,9 +207,10 @@ def _join_pebble(profile: Profile, request: SolveRequest, u: Uniform, started: f
     c_eff = min(c, sum(u.lengths) + len(u.lengths))  # store-all needs no more (sum l + k)
     table_bytes = math.prod(length + 1 for length in u.lengths) * (c_eff + 1) * 12
     if table_bytes > TABLE_LIMIT:
-        raise InputError(
-            f"--mem: the Opt_join table for branches of {list(u.lengths)} stages and {c_eff} "
-            f"slots would take {table_bytes / 1e9:.1f} GB; this join is too large for the exact DP"
+        raise ArgumentError(
+            "memory",
+            f"the Opt_join table for branches of {list(u.lengths)} stages and {c_eff} slots "
+            f"would take {table_bytes / 1e9:.1f} GB; this join is too large for the exact DP",
         )
     table = cached_table(u.lengths, u.uf, u.ub, u.ut)
     table.grow(c_eff)
@@ -270,14 +271,16 @@ def _join_chain(profile: Profile, request: SolveRequest, started: float) -> Sche
     table_bytes = states * (capacity + 1) * 12
     if table_bytes > TABLE_LIMIT:
         most = max(2, TABLE_LIMIT // (states * 12) - 1)
-        raise InputError(
-            f"--slots {slots}: the join table for branches of {list(net.lengths)} stages would "
-            f"take {table_bytes / 1e9:.1f} GB; use --slots {most} or fewer"
+        raise ArgumentError(
+            "slots",
+            f"the join table for branches of {list(net.lengths)} stages would take "
+            f"{table_bytes / 1e9:.1f} GB; use {most} slots or fewer",
+            slots,
         )
     value, plan = math.inf, None
     message = (
         "the slot grid is too coarse near the least memory: returned the least-memory canonical "
-        "plan (raise --slots for a faster one)"
+        "plan (more slots give a faster one)"
     )
     try:
         dp = HeteroJoin(rounded, capacity, deadline)

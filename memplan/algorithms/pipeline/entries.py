@@ -39,7 +39,7 @@ class PipelineOptions:
         accepts="an integer >= 1",
         default=None,
         default_text="required",
-        parse=positive_integer("--gpus"),
+        parse=positive_integer("gpus"),
         commands=("solve", "compare"),
     )
     link_bandwidth: float | None = option(
@@ -49,7 +49,7 @@ class PipelineOptions:
         accepts="a rate: 25GB/s, bytes/s",
         default=None,
         default_text="transfers are free",
-        parse=rate("--link-bandwidth"),
+        parse=rate("link_bandwidth"),
         commands=("solve", "compare"),
     )
     time_limit: float = time_limit_option(DEFAULT_TIME_LIMIT)

@@ -36,7 +36,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from memplan.errors import InputError
+from memplan.errors import ArgumentError
 from memplan.profile.model import Profile
 from memplan.schedule import OPTIMIZER_FACTORS, OptimizerName
 
@@ -82,11 +82,11 @@ class PipelineInstance:
     ) -> PipelineInstance:
         """Check ``gpus`` and build the instance (InputError on bad input)."""
         if gpus is None:
-            raise InputError("--gpus: the pipeline family needs a number of GPUs, e.g. --gpus 4")
+            raise ArgumentError("gpus", "the pipeline family needs a number of GPUs, e.g. 4")
         if isinstance(gpus, bool) or not isinstance(gpus, int) or gpus < 1:
-            raise InputError(f"--gpus {gpus!r}: expected an integer >= 1")
+            raise ArgumentError("gpus", "expected a positive integer", gpus)
         if link_bandwidth is not None and not link_bandwidth > 0:
-            raise InputError(f"--link-bandwidth {link_bandwidth!r}: expected a rate > 0")
+            raise ArgumentError("link_bandwidth", "expected a rate > 0", link_bandwidth)
         stages = profile.stages
         assert stages is not None and profile.input_size is not None
         stash = np.array([st.saved_size for st in stages], dtype=np.int64)

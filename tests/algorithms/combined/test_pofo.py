@@ -409,5 +409,5 @@ def test_time_limit_returns_the_best_plan_so_far():
     )
     assert plan.details["stopped"] == "time limit"
     assert plan.details["source"] in ("rotor", "dynprog")
-    with pytest.raises(InputError, match="--time-limit"):
+    with pytest.raises(InputError, match="^time_limit=0: "):
         memplan.solve(prof, "pofo", memory, optimizer="none", bandwidth=12e9, time_limit=0)

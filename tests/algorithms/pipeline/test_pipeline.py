@@ -243,9 +243,9 @@ def test_simulator_memory_by_hand():
 
 def test_gpus_missing_or_bad_is_an_input_error():
     prof = chain([1, 1])
-    with pytest.raises(InputError, match="--gpus"):
+    with pytest.raises(InputError, match="^gpus"):
         memplan.solve(prof, "pipedream", "1GB")
-    with pytest.raises(InputError, match="--gpus"):
+    with pytest.raises(InputError, match="^gpus"):
         memplan.solve(prof, "pipeline-ilp", "1GB", gpus=0)
 
 
