@@ -42,7 +42,7 @@ from memplan.simulator.operations import (
     store_all_position,
     store_all_problem,
 )
-from memplan.simulator.result import SimulationResult
+from memplan.simulator.result import SimulationResult, over_budget
 from memplan.simulator.terms import step_temporaries
 from memplan.simulator.timing import instants
 
@@ -217,7 +217,7 @@ def _replay(  # noqa: C901 - one event loop (T1-T4) over shared state
             if step.timing is not None:
                 result.fail(step.timing, step.index)
             if memory is not None and level > memory:
-                result.fail(f"{step.where}: needs {level} bytes, budget {memory}", step.index)
+                result.fail(f"{step.where}: {over_budget(level, memory)}", step.index)
             running[step.index] = level
         for index, most in running.items():
             if level > most:
@@ -233,7 +233,7 @@ def _replay(  # noqa: C901 - one event loop (T1-T4) over shared state
             batch = 0 if state.place["x[0]"] is not None else state.size["x[0]"]
             stepping = static + state.held + batch + temporaries
             if memory is not None and stepping > memory:
-                result.fail(f"the optimizer's step needs {stepping} bytes, budget {memory}")
+                result.fail(f"the optimizer's step {over_budget(stepping, memory)}")
             if events:  # the step, at the end of the last operation
                 curve += [(events[-1][0], stepping), (events[-1][0], level)]
             peak = max(peak, stepping)

@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 
 from memplan.profile.model import Profile
-from memplan.simulator.result import SimulationResult
+from memplan.simulator.result import SimulationResult, over_budget
 
 _PAIR_BLOCK = 1024
 """Tensors per block of the vectorized pairwise overlap check (bounds its memory)."""
@@ -182,7 +182,7 @@ def simulate_graph(  # noqa: C901 - the replay's checks in its docstring's order
         )
         return result
     if memory is not None and arena > memory:
-        result.fail(f"arena: {arena} bytes exceed the budget of {memory} bytes")
+        result.fail(f"arena: {over_budget(arena, memory)}")
     return result
 
 

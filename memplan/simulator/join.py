@@ -30,7 +30,7 @@ from __future__ import annotations
 
 from memplan.profile.model import Profile
 from memplan.schedule import Budget, Schedule
-from memplan.simulator.result import SimulationResult
+from memplan.simulator.result import SimulationResult, over_budget
 from memplan.simulator.terms import stage_loops, static_memory, step_temporaries, turn_loop
 from memplan.simulator.timing import back_to_back_problem
 
@@ -318,7 +318,7 @@ def simulate_join(profile: Profile, schedule: Schedule, memory: int | None) -> S
         makespan += duration
         peak = static + state.peak(name, j, i)
         if memory is not None and peak > memory:
-            result.fail(f"{where}: needs {peak} bytes, budget {memory}", index)
+            result.fail(f"{where}: {over_budget(peak, memory)}", index)
         result.op_peaks.append(peak)
         result.peak_memory = max(result.peak_memory, peak)
         result.memory_curve.append((op.start, peak))
@@ -350,6 +350,6 @@ def _step_after_backward(
     batch = sum(x[0] for j, x in enumerate(net.x) if not state.x_held[j][0])
     stepping = result.static_memory + held + batch + temporaries
     if result.budget is not None and stepping > result.budget:
-        result.fail(f"the optimizer's step needs {stepping} bytes, budget {result.budget}")
+        result.fail(f"the optimizer's step {over_budget(stepping, result.budget)}")
     result.memory_curve += [(end, stepping), (end, result.static_memory + state.held)]
     result.peak_memory = max(result.peak_memory, stepping)

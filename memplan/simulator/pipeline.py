@@ -29,7 +29,7 @@ import numpy as np
 from memplan.profile.model import Profile, Stage
 from memplan.schedule import OPTIMIZER_FACTORS, Schedule
 from memplan.simulator.claims import optimizer_of
-from memplan.simulator.result import SimulationResult
+from memplan.simulator.result import SimulationResult, over_budget
 
 TOLERANCE = 1e-6
 """Absolute tolerance (ms) of the timing checks (relative to the period for large values)."""
@@ -150,7 +150,7 @@ def _replay(
     if memory is not None:
         for g, p in zip(used, peaks, strict=True):
             if p > memory:
-                raise _Invalid(f"GPU {g}: needs {int(p)} bytes, budget {memory} per GPU")
+                raise _Invalid(f"GPU {g}: {over_budget(int(p), memory)} per GPU")
 
 
 def _compute_spans(

@@ -4,6 +4,20 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from memplan.units import format_size
+
+
+def _bytes(nbytes: int | float) -> str:
+    exact = f"{int(nbytes)} bytes"
+    return exact if abs(nbytes) < 10_000 else f"{exact} ({format_size(nbytes)})"
+
+
+def over_budget(needs: int | float, budget: int | float | None) -> str:
+    """``needs N bytes, budget B bytes``, each with its size for people when it is large
+    (``123456789 bytes (123.46 MB)``): a violation's memory, exact and readable.
+    """
+    return f"needs {_bytes(needs)}, budget {'-' if budget is None else _bytes(budget)}"
+
 
 @dataclass
 class SimulationResult:

@@ -187,7 +187,7 @@ def test_double_production():
 
 def test_over_budget_names_the_first_op():
     result = violation(STORE_ALL, memory=20)
-    assert result.violation == "ops[3] B stage 2: needs 21 bytes, budget 20"
+    assert result.violation == "ops[3] B stage 2: needs 21 bytes, budget 20 bytes"
     assert result.violation_index == 3
     # The replay goes on after a memory violation: the figures are the whole plan's.
     assert result.peak_memory == 22 and not result.fits
@@ -196,7 +196,7 @@ def test_over_budget_names_the_first_op():
 
 def test_over_budget_counts_static_memory():
     result = violation(CHECKPOINTED, static_memory=5, memory=24)
-    assert result.violation == "ops[6] B stage 1: needs 25 bytes, budget 24"
+    assert result.violation == "ops[6] B stage 1: needs 25 bytes, budget 24 bytes"
 
 
 def test_incomplete():

@@ -249,4 +249,4 @@ def test_an_instant_runs_in_schedule_order():
     before = forward + [t("prefetch", 10.0), c("B", 2, 10.0), c("B", 1, 10.0), c("B", 0, 20.0)]
     assert replay(prof, after, memory=15).valid
     assert simulate_offload(prof, after, bandwidth=RATE, memory=15).valid
-    assert "needs 20 bytes, budget 15" in replay(prof, before, memory=15).violation
+    assert "needs 20 bytes, budget 15 bytes" in replay(prof, before, memory=15).violation

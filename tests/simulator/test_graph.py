@@ -95,7 +95,7 @@ def test_control_edges_order_but_hold_no_memory():
 
 def test_budget():
     result = simulate_graph(PROFILE, _schedule(list("wabcd"), GOOD), memory=41)
-    assert not result.valid and "exceed the budget" in result.violation
+    assert not result.valid and "arena: needs" in result.violation
     assert simulate_graph(PROFILE, _schedule(list("wabcd"), GOOD), memory=42).valid
 
 
