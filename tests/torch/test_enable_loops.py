@@ -95,9 +95,12 @@ def test_transformers_trainer(tmp_path):
     for under_plan in (False, True):
         m = copy.deepcopy(model)
         if under_plan:
-            # Trainer steps AdamW (foreach off CUDA too? PyTorch's default): named, planned for
-            least = memplan.solve(prof, "rotor", 1, optimizer="adamw", output_held=True).min_memory
-            m = enable(m, least, example_input=batch, profile=prof, optimizer="adamw")
+            # Trainer steps AdamW (PyTorch's default step: named, planned for) and keeps only
+            # the loss of the model's output (enable's docstring: output_held=False)
+            least = memplan.solve(prof, "rotor", 1, optimizer="adamw").min_memory
+            m = enable(
+                m, least, example_input=batch, profile=prof, optimizer="adamw", output_held=False
+            )
             assert sum(planned(m).planned_forward_counts()) > prof.length
         else:
             m.config.use_cache = False
@@ -139,7 +142,13 @@ def test_lightning(tmp_path):
         m = copy.deepcopy(model)
         m.config.use_cache = False
         if under_plan:
-            m = enable(m, _least(prof), example_input=batch, profile=prof, optimizer="sgd")
+            # Lightning's training_step returns the loss: no output held; it zeroes the
+            # gradients after the forward (in its closure, before the backward), so a step's
+            # forward runs with the last step's gradients: the loop enable sees is "kept"
+            least = memplan.solve(prof, "rotor", 1, optimizer="sgd", gradients="kept").min_memory
+            m = enable(
+                m, least, example_input=batch, profile=prof, optimizer="sgd", output_held=False
+            )
         lightning.seed_everything(0, verbose=False)
         trainer = lightning.Trainer(
             max_steps=3, accelerator="cpu", devices=1, logger=False, enable_checkpointing=False,
