@@ -223,8 +223,7 @@ def _pending_gradients(
         box = [pending]
 
         def add(grad: Tensor, box: list[Tensor] = box) -> Tensor:
-            total = grad + box.pop() if box else grad
-            return total
+            return grad + box.pop() if box else grad
 
         handles.append(param.register_hook(add))
     made.clear()
