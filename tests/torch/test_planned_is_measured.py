@@ -78,7 +78,7 @@ def _close(planned: int, measured: int, tolerance: float) -> bool:
 def test_planned_is_measured(key):
     """Also on recomputing plans where autograd frees a stage's input (the CNN's batch norm and
     ReLU: the runtime lets go of it as the model does) and where a tied embedding's gradient is
-    summed with the head's (BERT: NOTE [ a gradient a later stage made ])."""
+    summed out of place with the head's (BERT: NOTE [ a gradient a later stage made ])."""
     first = _compare(key)
     rows = {o.name: o for o in first.outcomes}
     plain, store_all = rows["plain"], rows["memplan store-all"]
