@@ -143,8 +143,9 @@ def static_bytes(profile: Profile, loop: TrainingLoop) -> int:
     The weights (``weight_size``: parameters, buffers, step counts), the optimizer state
     (``state_copies`` times the gradients), the gradients when they are kept for the whole step
     (``kept``, or the model before the loop's terms), the math libraries' workspace
-    (``workspace_size``: cuBLAS keeps it from the first step on) and, when the caller holds it, one
-    copy of the model's output. Optimizer ``none``: a budget for the activations alone.
+    (``workspace_size``: cuBLAS keeps it from the first step on), the weights outside every stage
+    (``unreached_weight_size``: no gradient, no state) and, when the caller holds it, one copy of
+    the model's output. Optimizer ``none``: a budget for the activations alone.
     """
     optimizer = loop.optimizer
     if optimizer.name == "none":
@@ -155,7 +156,8 @@ def static_bytes(profile: Profile, loop: TrainingLoop) -> int:
     if loop.output_held:
         held = held_output_bytes(profile) if loop.output_bytes is None else loop.output_bytes
     state = optimizer.state_copies * gradients
-    return profile.weight_size + state + kept + (profile.workspace_size or 0) + held
+    weights = profile.weight_size + (profile.unreached_weight_size or 0)
+    return weights + state + kept + (profile.workspace_size or 0) + held
 
 
 @dataclass(frozen=True)

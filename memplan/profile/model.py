@@ -276,6 +276,12 @@ class Profile(_Strict):
         "steps them (the model's parameter order; a 0 between two parameter groups): a "
         "for-loop step's temporaries are those of consecutive parameters (docs/model.md)",
     )
+    unreached_weight_size: Bytes | None = Field(
+        default=None,
+        description="bytes of the model's parameters and buffers that belong to no stage (a "
+        "vision or audio tower a text batch never reaches): in memory for the whole step, "
+        "without gradients or optimizer state (docs/model.md); 0 when omitted",
+    )
     stages: list[Stage] | None = Field(default=None, min_length=1, max_length=10_000)
     branches: list[Branch] | None = Field(default=None, min_length=1, max_length=1_000)
     turn: Stage | None = Field(default=None, description="join networks: the stage joining them")

@@ -9,7 +9,9 @@ memplan/algorithms; the simulator reads the profile's fields, the schedule's ``b
 docs/model.md, and computes every term below itself, here:
 
 * **static memory** (:func:`static_memory`), present for the whole step: the weights ``W`` (every
-  stage's ``weight_size``: parameters, buffers, step counts), the optimizer's state
+  stage's ``weight_size``: parameters, buffers, step counts; and the profile's
+  ``unreached_weight_size``, the parameters and buffers in no stage, which the backward never
+  reaches: weights alone, no gradient, no state), the optimizer's state
   (:data:`STATE_COPIES` copies of the gradients ``G``, each stage's ``weight_grad_size``, else its
   ``weight_size``), the gradients ``G`` themselves unless ``budget.gradients`` makes them appear
   in the backward (``at-backward``, ``step-in-backward``), the profile's ``workspace_size`` and,
@@ -89,7 +91,8 @@ def static_memory(profile: Profile, budget: Budget) -> int | None:
     if optimizer == "none":
         return 0
     every = _every_stage(profile)
-    weights = sum(stage.weight_size for stage in every)
+    outside = profile.unreached_weight_size or 0  # in no stage: weights alone, no gradient
+    weights = sum(stage.weight_size for stage in every) + outside
     grads = sum(_grads(stage) for stage in every)
     kept = 0 if budget.gradients in _IN_BACKWARD else grads
     held = 0

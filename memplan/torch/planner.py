@@ -40,10 +40,11 @@ from memplan.torch.models.registry import build_model
 from memplan.torch.profiler.chain import ProgressCallback
 from memplan.torch.profiler.model import parameter_sizes as parameter_sizes_of
 from memplan.torch.profiler.model import profile_model
+from memplan.torch.profiler.unreached import unreached_tensors
 from memplan.torch.runtime import fsdp
 from memplan.torch.runtime.checkpointed import CheckpointedChain, checkpointed
 from memplan.torch.runtime.loop_watch import LoopWatch
-from memplan.torch.runtime.planned import can_chunk_loss, planned, prepare
+from memplan.torch.runtime.planned import can_chunk_loss, planned, prepare, stage_modules
 from memplan.torch.runtime.planned_model import describe_autocast
 from memplan.torch.runtime.slots import autocast_state
 from memplan.torch.runtime.step_in_backward import StepInBackward
@@ -208,11 +209,12 @@ def _solver(
 
 
 def _replanner(
-    prof: Profile, solve: Solver, plan: Any = None
+    prof: Profile, solve: Solver, plan: Any = None, unreached: frozenset[int] = frozenset()
 ) -> Callable[[TrainingLoop, list[list[nn.Parameter]] | None], tuple[Schedule, Profile]]:
     """The re-solve of NOTE [ the loop seen ]: the same profile, budget and settings, for the loop
-    seen, the parameters in the order of the optimizer seen. Under FSDP2 (``plan.sharding``) the
-    plan is one rank's, agreed by every rank (NOTE [ Plans under FSDP2 ]).
+    seen, the parameters in the order of the optimizer seen but those in no stage (``unreached``,
+    ids: no gradient, never stepped, NOTE [ weights outside every stage ]). Under FSDP2
+    (``plan.sharding``) the plan is one rank's, agreed by every rank (NOTE [ Plans under FSDP2 ]).
     """
     seen_why = " (the training loop seen)"
 
@@ -222,7 +224,8 @@ def _replanner(
         seen = prof
         if groups:
             device = next(p.device for group in groups for p in group)
-            sizes = parameter_sizes_of(groups, device)
+            stepped = [[p for p in group if id(p) not in unreached] for group in groups]
+            sizes = parameter_sizes_of(stepped, device)
             seen = prof.model_copy(update={"parameter_sizes": sizes})
         sharding = getattr(plan, "sharding", None)
         if sharding is not None:
@@ -527,7 +530,8 @@ def enable(
         plan._handles.append(StepInBackward(model, _loop_optimizer(optimizer)))
 
     watched = (auto_optimizer, gradients == AUTO, output_held is not False)
-    LoopWatch(plan, _replanner(prof, solve, plan), watched)
+    unreached = frozenset(id(t) for t in unreached_tensors(model, stage_modules(target)))
+    LoopWatch(plan, _replanner(prof, solve, plan, unreached), watched)
     return model
 
 

@@ -48,10 +48,12 @@ OPTIMIZERS = (
 @functools.cache
 def measured(length: int, seed: int) -> Profile:
     """A random chain with every field of a measured profile (weights, loop terms, frees, the
-    gradients each stage completes, the order of the parameters)."""
+    gradients each stage completes, the order of the parameters, weights in no stage)."""
     prof = with_loop_terms(random_chain(length, seed=seed, overheads=True), seed)
     sizes = [size for st in prof.stages for size in (st.weight_grad_size or 0, 1 + seed % 3)]
-    return prof.model_copy(update={"parameter_sizes": [*sizes[:3], 0, *sizes[3:]]})
+    return prof.model_copy(
+        update={"parameter_sizes": [*sizes[:3], 0, *sizes[3:]], "unreached_weight_size": 3 + seed}
+    )
 
 
 def budget_of(optimizer: str, loop: str | None, held: bool | int = False) -> Budget:
@@ -241,6 +243,21 @@ def test_static_memory_too_small_in_the_solver_is_caught(monkeypatch):
     monkeypatch.setattr(timeline, "static_bytes", faulty)
     with pytest.raises(InternalError, match="simulator rejects"):
         memplan.solve(prof, "rotor", budget - prof.weight_size, gradients="kept")
+
+
+def test_weights_outside_every_stage_missing_from_the_solver_are_caught(monkeypatch):
+    """The solvers' static memory without the weights no stage holds (``unreached_weight_size``,
+    a tower the batch never reaches): the replay counts them itself."""
+    prof = measured(5, 1).model_copy(update={"unreached_weight_size": 10**5})
+    budget = _store_all_need(prof, "at-backward", "rotor")
+    memplan.solve(prof, "rotor", budget, gradients="at-backward")
+
+    def faulty(profile, loop):
+        return static_bytes(profile, loop) - (profile.unreached_weight_size or 0)
+
+    monkeypatch.setattr(timeline, "static_bytes", faulty)
+    with pytest.raises(InternalError, match="simulator rejects"):
+        memplan.solve(prof, "rotor", budget - 10**5, gradients="at-backward")
 
 
 def test_a_held_output_wrong_in_the_solver_is_caught(monkeypatch):

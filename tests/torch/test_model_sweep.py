@@ -5,7 +5,7 @@ budget, by the allocator's own count.
 
 The types cover tied and untied heads (GPT-2, Llama), a mixture-of-experts router (Mixtral),
 sliding-window attention (Mistral), hybrid attention with soft-capped logits (Gemma-2: a head
-that is tensor code), ALiBi (BLOOM), rotary embeddings (Llama), a state-space model (Mamba), a
+that is tensor code), a vision tower a text batch never reaches (Gemma-3: weights in no stage), ALiBi (BLOOM), rotary embeddings (Llama), a state-space model (Mamba), a
 post-norm encoder (BERT, masked LM) and image classifiers (ViT, ResNet). The sweep over every
 type of the installed transformers is the benchmark.
 """
@@ -27,6 +27,7 @@ SAMPLE = [
     ("mixtral", "causal-lm"),  # mixture-of-experts router
     ("mistral", "causal-lm"),  # sliding-window attention
     ("gemma2", "causal-lm"),  # hybrid sliding/global attention, soft-capped logits
+    ("gemma3", "causal-lm"),  # a vision tower the text batch never reaches (in no stage)
     ("bloom", "causal-lm"),  # ALiBi; blocks return their attention weights too
     ("mamba", "causal-lm"),  # state-space blocks
     ("bert", "masked-lm"),  # post-norm encoder

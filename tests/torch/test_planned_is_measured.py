@@ -74,24 +74,11 @@ def _close(planned: int, measured: int, tolerance: float) -> bool:
     return abs(planned - measured) <= tolerance * measured
 
 
-UNDER_PLANNED = pytest.mark.xfail(
-    strict=True,
-    reason="rotor's least-memory plan measures 11-15% above its planned peak on this model "
-    "(BERT: 1,415,152 planned, 1,621,832 measured; the CNN: 2,554,952 and 2,835,744): a term "
-    "of the runtime's recomputing plans that the chain model does not count yet",
-)
-
-
-@pytest.mark.parametrize(
-    "key",
-    [
-        "gpt2",
-        "llama",
-        pytest.param("bert", marks=UNDER_PLANNED),
-        pytest.param("cnn", marks=UNDER_PLANNED),
-    ],
-)
+@pytest.mark.parametrize("key", ["gpt2", "llama", "bert", "cnn"])
 def test_planned_is_measured(key):
+    """Also on recomputing plans where autograd frees a stage's input (the CNN's batch norm and
+    ReLU: the runtime lets go of it as the model does) and where a tied embedding's gradient is
+    summed out of place with the head's (BERT: NOTE [ a gradient a later stage made ])."""
     first = _compare(key)
     rows = {o.name: o for o in first.outcomes}
     plain, store_all = rows["plain"], rows["memplan store-all"]

@@ -91,6 +91,14 @@ class StageMeasurement:
         (``creates_grads`` of :func:`measure_stage`; None when not measured).
     backward_overhead_fresh : int or None
         The backward's temporary bytes in that case, beyond the input gradient and them.
+    backward_overhead_summed : int or None
+        The same with the gradients of the parameters shared with a later stage summed out of
+        place, as autograd sums them when it cannot reuse the later stage's (NOTE [ a gradient
+        a later stage made ] in :mod:`memplan.torch.measure.tied`); None without such
+        parameters.
+    sums_in_place : set of int
+        Ids of the parameters whose gradient, as this stage makes it, autograd could add an
+        earlier stage's into in place.
     forward_overhead_all : int or None
         The temporary bytes of the forward with autograd alone (``F_all``), beyond what it saves.
     input_saved, output_saved : bool or None
@@ -109,6 +117,8 @@ class StageMeasurement:
     output: Tensor
     weight_grad_size: int | None = None
     backward_overhead_fresh: int | None = None
+    backward_overhead_summed: int | None = None
+    sums_in_place: set[int] = field(default_factory=set)
     forward_overhead_all: int | None = None
     input_saved: bool | None = None
     output_saved: bool | None = None

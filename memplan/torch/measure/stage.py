@@ -44,6 +44,7 @@ docs/profiling.md describes the method and its approximations; docs/estimation.m
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
@@ -70,6 +71,12 @@ from memplan.torch.measure.runner import (
     median_ms,
     static_pointers,
     storage_bytes,
+)
+from memplan.torch.measure.tied import (
+    backward_owning,
+    shared_parameters,
+    sum_out_of_place,
+    sums_in_place,
 )
 from memplan.torch.runtime.recompute import recomputing
 from memplan.torch.runtime.selective import cached_storages, contexts
@@ -194,19 +201,36 @@ def _allocate_grads(module: nn.Module, which: Callable[[Tensor], bool]) -> None:
 
 def _fresh_backward(
     runner: StageRunner, probe: MemoryProbe, creates: Collection[int]
-) -> tuple[int, int]:
+) -> tuple[int, int, int | None, set[int]]:
     """A forward (as ``F_all`` runs) and a backward measured as PyTorch's default loop runs it:
     the gradients of the parameters in ``creates`` (ids) are None before it, so that the backward
     creates them; the stage's other parameters (shared with a later stage, whose backward comes
-    first and creates their gradients) have theirs already.
+    first and creates their gradients) have theirs already. Where there are such parameters, a
+    second run with their gradients summed out of place (NOTE [ a gradient a later stage made ]
+    in :mod:`memplan.torch.measure.tied`).
 
     Returns
     -------
-    (int, int)
-        ``(weight_grad_size, backward_overhead_fresh)``: the bytes of the gradients created, and
-        the peak beyond them and the input gradient, relative to the backward's start (what the
-        forward saved included). Negative when the backward frees saved tensors before it has
-        created every gradient: the sum of the two is the peak, neither short of it nor above.
+    (int, int, int or None)
+        ``(weight_grad_size, backward_overhead_fresh, summed)``: the bytes of the gradients
+        created; the peak beyond them and the input gradient, relative to the backward's start
+        (what the forward saved included), negative when the backward frees saved tensors before
+        it has created every gradient (the sum of the two is the peak, neither short of it nor
+        above); the same with the shared gradients summed out of place (None without shared
+        parameters).
+    """
+    shared = shared_parameters(runner.module, creates)
+    weight_grads, fresh = _fresh_run(runner, probe, creates, summed=False)
+    summed = _fresh_run(runner, probe, creates, summed=True)[1] if shared else None
+    return weight_grads, fresh, summed
+
+
+def _fresh_run(
+    runner: StageRunner, probe: MemoryProbe, creates: Collection[int], summed: bool
+) -> tuple[int, int]:
+    """One run of :func:`_fresh_backward`: the shared gradients in ``.grad`` beforehand, or
+    (``summed``) added out of place as autograd's input buffer adds them, the output's gradient
+    autograd's alone.
     """
     device = runner.x.device
     leaf, inp = runner.fresh_input()
@@ -226,9 +250,22 @@ def _fresh_backward(
     grad = runner.output_gradient(out)
     if grad is None:
         return 0, 0
-    _allocate_grads(runner.module, lambda param: id(param) not in creates)
+    handles: list[Any] = []
+    if summed:  # the output's gradient made under the probe too, whose events see it freed
+        handles = sum_out_of_place(shared_parameters(runner.module, creates), probe)
+        box: list[Tensor] = []
+        del grad
+        probe.peak(lambda: box.append(torch.ones_like(out)), dict)
+        step = backward_owning(out, box)
+    else:
+        _allocate_grads(runner.module, lambda param: id(param) not in creates)
+        step = functools.partial(out.backward, grad)
     runner.sync()
-    peak = probe.peak(lambda: out.backward(grad), dict)
+    try:
+        peak = probe.peak(step, dict)
+    finally:
+        for handle in handles:
+            handle.remove()
     created: dict[int, int] = {}
     for param in runner.module.parameters():
         key = None if id(param) not in creates or param.grad is None else storage_key(param.grad)
@@ -367,6 +404,7 @@ def measure_stage(
     counter: OpCounter | None = None,
     creates_grads: Collection[int] | None = None,
     policies: Sequence[str] = (),
+    tied: Collection[int] = (),
 ) -> StageMeasurement:
     """Measure one stage on input ``x``: times, output and saved sizes, temporary memory.
 
@@ -402,6 +440,10 @@ def measure_stage(
     policies : sequence of str
         Selective checkpointing policies (:data:`memplan.torch.runtime.selective.POLICIES`) to measure
         the stage's ``F_all`` under (:func:`measure_option`): its ``options``, in that order.
+    tied : collection of int
+        Ids of the parameters whose gradient this stage makes that an earlier stage uses too:
+        whether autograd adds the earlier stage's gradient into it in place (``sums_in_place``,
+        NOTE [ a gradient a later stage made ] in :mod:`memplan.torch.measure.tied`).
 
     Returns
     -------
@@ -415,9 +457,10 @@ def measure_stage(
     # warm-up: allocator caches, lazy initialisation, kernel selection (and the operator counts)
     warm_forward, warm_backward, output = runner.timed(counter)
     sizes = _instrumented(runner, probe, static)
-    weight_grads = fresh = None
+    weight_grads = fresh = summed = None
     if creates_grads is not None:
-        weight_grads, fresh = _fresh_backward(runner, probe, set(creates_grads))
+        weight_grads, fresh, summed = _fresh_backward(runner, probe, set(creates_grads))
+    in_place = sums_in_place(runner, [p for p in module.parameters() if id(p) in tied])
     forward_times, backward_times = [0.0], [0.0]
     if counter is None:
         forward_times, backward_times = [], []
@@ -449,6 +492,8 @@ def measure_stage(
         output=output,
         weight_grad_size=weight_grads,
         backward_overhead_fresh=fresh,
+        backward_overhead_summed=summed,
+        sums_in_place=in_place,
         forward_overhead_all=sizes.forward_overhead_all,
         input_saved=sizes.input_saved,
         output_saved=sizes.output_saved,

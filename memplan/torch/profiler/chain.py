@@ -34,6 +34,7 @@ from memplan.torch.measure.runner import (
     kept_bytes,
 )
 from memplan.torch.measure.stage import measure_stage
+from memplan.torch.measure.tied import shared_parameters
 from memplan.torch.measure.timing import Summary, profile_noise, summarize
 from memplan.torch.profiler.identical import stage_signature
 from memplan.torch.runtime.selective import POLICIES
@@ -224,6 +225,8 @@ def profile_stages(
         runner = TensorLevelRun()
         x = runner.fake(x)
     last_user = _last_users(chain)
+    summed: dict[int, tuple[set[int], int]] = {}  # NOTE [ a gradient a later stage made ]
+    in_place: set[int] = set()
     measured: dict[Any, tuple[str, StageMeasurement, dict[str, Any] | None]] = {}
     summaries: dict[str, tuple[str, Summary, float]] = {}
     with training_state(chain.modules), torch.enable_grad():
@@ -251,9 +254,10 @@ def profile_stages(
             else:
                 counter = None if gpu is None else OpCounter(tf32)
                 policies = tuple(POLICIES) if selective and k < len(chain) - 1 else ()
+                tied = creates - own  # its gradients an earlier stage's is added into
                 m = _measure_or_explain(
                     k, name, module, x, runner, repeats, probe, counter,
-                    creates if weight_grads else None, policies,
+                    creates if weight_grads else None, policies, tied if weight_grads else None,
                 )  # fmt: skip
                 output = m.output
                 if weight_grads and m.weight_grad_size is None:  # fake tensors: by definition
@@ -290,9 +294,18 @@ def profile_stages(
                     extra=extra,
                 )
             )
+            in_place |= m.sums_in_place
+            if m.backward_overhead_summed is not None:
+                summed[k] = (
+                    {id(p) for p in shared_parameters(module, creates)},
+                    m.backward_overhead_summed,
+                )
             x = output
             if progress is not None:
                 progress(name, k + 1, len(chain))
+    for k, (shared, overhead) in summed.items():  # summed out of place where autograd does
+        if not shared <= in_place:
+            stages[k] = stages[k].model_copy(update={"backward_overhead_fresh": overhead})
     timed = gpu is None and runner is None and repeats >= 2  # one repeat has no spread
     return ProfiledStages(stages, _noise(list(summaries.values()), timed))
 
@@ -308,6 +321,7 @@ def _measure_or_explain(
     counter: OpCounter | None,
     creates: set[int] | None,
     policies: tuple[str, ...] = (),
+    tied: set[int] | None = None,
 ) -> StageMeasurement:
     """:func:`measure_stage` (or the fake-tensor run's), a model's refusal as an input error."""
     try:
@@ -315,7 +329,7 @@ def _measure_or_explain(
             return runner.measure_stage(module, x, input_grad=k > 0, counter=counter)
         return measure_stage(
             module, x, input_grad=k > 0, repeats=repeats, probe=probe, counter=counter,
-            creates_grads=creates, policies=policies,
+            creates_grads=creates, policies=policies, tied=tied or (),
         )  # fmt: skip
     except (RuntimeError, ValueError) as exc:
         stop = interrupt_within(exc)

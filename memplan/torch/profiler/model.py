@@ -44,6 +44,7 @@ from memplan.torch.models.registry import build_model
 from memplan.torch.models.registry import example_input as default_example_input
 from memplan.torch.profiler.chain import ProgressCallback, linearize_on_sample, profile_stages
 from memplan.torch.profiler.join import profile_join
+from memplan.torch.profiler.unreached import unreached_bytes, unreached_tensors
 from memplan.torch.split.chunked_loss import chunk_loss, loss_chunks_extra
 from memplan.torch.split.hf import hf_batch
 
@@ -355,6 +356,9 @@ def _profile_model(
     if not fake:
         profiled = profile_stages(chain, x, repeats=repeats, fake=False, **common)
     stages = profiled.stages
+    # NOTE [ weights outside every stage ]: a tower the batch never reaches
+    outside = unreached_tensors(module, [stage for _, stage in chain.stages])
+    skipped = {id(t) for t in outside}
 
     threads = torch.get_num_threads()
     probe_method = CudaProbe.method if dev.type == "cuda" else CpuProbe.method
@@ -377,7 +381,10 @@ def _profile_model(
             estimated["fake_failed"] = fake_failed
     return Profile(
         model=name or label,
-        parameter_sizes=parameter_sizes([list(module.parameters())], dev),
+        parameter_sizes=parameter_sizes(
+            [[p for p in module.parameters() if id(p) not in skipped]], dev
+        ),
+        unreached_weight_size=unreached_bytes(outside, dev) or None,
         batch_size=int(x.shape[0]) if x.dim() > 0 else None,
         input_shape=[int(d) for d in x.shape[1:]],
         dtype=dtype,

@@ -27,7 +27,11 @@ the stages in :class:`CheckpointedChain`, the model's own code between module ho
   whose saved tensors fill the slots of stage ``k`` in the order they were packed) and the
   transfers; autograd then runs stage ``k``'s nodes, unpacking the slots, and frees each saved
   tensor when its node has run, as in plain training;
-* a callback queued on the autograd engine runs what remains after ``B 0``.
+* a callback queued on the autograd engine runs what remains after ``B 0``;
+* a recomputed ``F_all k`` whose autograd does not save its input lets go of the runtime's hold
+  on ``x[k]`` (held for that recomputation), unless a later event reads it: as the chain model
+  frees it (docs/model.md, "autograd's frees"), nothing but autograd holds it then, as in plain
+  training (a batch norm's output read by a ReLU, which saves its own output).
 
 Recomputations are exact: the first forward of each stage the plan runs more than once records
 the RNG state and the autocast state; every later forward runs in
@@ -197,6 +201,9 @@ class PlannedIteration:
         self.hooks: Any = None  # the saved_tensors_hooks of the stage being computed
         self.saved: dict[int, torch.UntypedStorage] = {}
         self.inputs: set[int] = set()  # the storages of the stage's input: not part of s[k]
+        # the data pointer of s[k]'s output x[k+1] when the runtime holds it only for a later
+        # recomputation (autograd did not save it)
+        self.readers_only: dict[str, int] = {}
         self.queued = False
         self.done = False
         self._record()
@@ -426,6 +433,7 @@ class PlannedIteration:
                 if (keep or self.tally) and self._owned(out_key[0]):
                     if keep:
                         storages.append(out.untyped_storage())
+                        self.readers_only[target] = out_key[0]
                     else:
                         counted = out_key[1]
             if self.tally:
@@ -525,8 +533,11 @@ class PlannedIteration:
             return
         packed: list[Tensor] = []
         saved: dict[int, torch.UntypedStorage] = {}
+        source = storage_key(src)
+        reads_input = False
 
         def pack(tensor: Tensor) -> None:
+            nonlocal reads_input
             # Detached: a recomputed tensor must not refer to the recomputation's graph, whose
             # saved-tensor hooks refer to this list (a cycle through autograd that would keep
             # every recomputed tensor until the last one is freed).
@@ -536,9 +547,12 @@ class PlannedIteration:
             packed.append(tensor.detach())  # FSDP2 frees a block's gathered ones after it)
             if key is not None and self._owned(key[0]):
                 saved.setdefault(key[0], tensor.untyped_storage())
+            reads_input |= key is not None and source is not None and key[0] == source[0]
 
         out = self._fill_slots(k, inp, pack, packed)
         self._store("F_all", k, out, saved, keep)
+        if not reads_input:
+            self._autograd_frees(k)
 
     def _fill_slots(
         self, k: int, inp: Tensor, pack: Callable[[Tensor], None], packed: list[Tensor]
@@ -566,6 +580,24 @@ class PlannedIteration:
         run.slots = []
         run.recompute = None
         return out.detach()
+
+    def _autograd_frees(self, k: int) -> None:
+        """A recomputed ``F_all k`` whose autograd did not save its input ``x[k]``: let go of the
+        runtime's hold on it (the standalone checkpoint, or ``s[k-1]``'s output kept for this
+        recomputation), as the chain model does at the end of ``F_all k`` (docs/model.md,
+        "autograd's frees"). The memory is then autograd's alone: freed unless the stage before
+        saved it, as in plain training. The bytes stay counted (``counted``) for the counters,
+        which follow the plan's activations.
+        """
+        if k == 0 or k in self.plan.reread:
+            return  # the chain input (the caller's), or an input a later forward reads again
+        before = self.held.get(f"s[{k - 1}]")
+        ptr = self.readers_only.pop(f"s[{k - 1}]", None)
+        if before is not None and ptr is not None and before.place == GPU:
+            _release(before, [s for s in before.storages if s.data_ptr() == ptr])
+        standalone = self.held.get(f"x[{k}]")
+        if standalone is not None and standalone.place == GPU:
+            _release(standalone, list(standalone.storages))
 
     def backward(self, k: int) -> None:
         """Start of ``B k``: autograd is about to run stage ``k``'s nodes."""
@@ -703,6 +735,16 @@ class PlannedIteration:
         self.held.clear()
         self.runs = []
         self.done = True
+
+
+def _release(stored: Stored, storages: list[torch.UntypedStorage]) -> None:
+    """Drop the runtime's references to ``storages`` of ``stored`` (and to its tensor), their
+    bytes still counted as the plan counts them.
+    """
+    stored.counted += sum(storage.nbytes() for storage in storages)
+    stored.storages = [s for s in stored.storages if all(s is not t for t in storages)]
+    stored.sizes = [s.nbytes() for s in stored.storages]
+    stored.tensor = None
 
 
 def static_pointers(modules: Iterable[nn.Module]) -> set[int]:

@@ -210,6 +210,7 @@ class RuntimePlan:
         self.backward_start = {op.stage: starts[id(op)] for op in compute[first_b:] if op.op == "B"}
         self.policies = _policies(schedule)
         self.keeps = self._reads()
+        self.reread = self._read_after_f_all()
         self.plain, self.watched = self._lean()
         self.passive = all(self.plain) and not self.keeps and not self.transfers
 
@@ -274,6 +275,26 @@ class RuntimePlan:
                 held.pop(f"s[{k}]", None)
                 held.pop(f"x[{k}]", None)
         return keeps
+
+    def _read_after_f_all(self) -> set[int]:
+        """The stages ``k`` whose input an event after ``F_all k`` reads or moves (a forward of
+        stage ``k``, a transfer of ``x[k]`` or ``s[k-1]``): the runtime keeps holding their
+        input there (NOTE [ Planned iteration ], autograd's frees).
+        """
+        done: set[int] = set()
+        found: set[int] = set()
+        for is_end, op in self.events:
+            k = op.stage
+            if op.op == "F_all" and is_end:
+                done.add(k)
+            elif op.op in FORWARD_OPS and not is_end and k in done:
+                found.add(k)
+            elif op.op not in COMPUTE_OPS:
+                match = TENSOR_NAME.match(tensor_name(op))
+                if match is not None:
+                    reader = int(match.group(2)) + (1 if match.group(1) == "s" else 0)
+                    found.update({reader} & done)
+        return found
 
 
 def _policies(schedule: Schedule) -> dict[int, str]:

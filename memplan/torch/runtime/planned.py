@@ -73,7 +73,7 @@ from memplan.torch.split.repeated import find_repeated_blocks
 # Stages: the chain replaces the model's forward
 # ------------------------------------------------------------------------------------------------
 
-__all__ = ["Target", "apply_plan", "disable", "install", "planned", "prepare"]
+__all__ = ["Target", "apply_plan", "disable", "install", "planned", "prepare", "stage_modules"]
 
 
 def _install_stages(planned: PlannedModel, stages: list[tuple[str, nn.Module]]) -> None:
@@ -217,6 +217,14 @@ class Target:
     def loss_chunks(self) -> int | None:
         """The chunks of tokens of the model's head and loss (None: not chunked)."""
         return None if self.chunked is None else self.chunked.chunks
+
+
+def stage_modules(target: Target) -> list[nn.Module]:
+    """The modules of the target's stages, the loss apart (what the batch reaches of the model:
+    NOTE [ weights outside every stage ] in :mod:`memplan.torch.profiler.unreached`).
+    """
+    found = target.layout.stages if target.how == "hooks" else target.layout
+    return [module for _, module in found]
 
 
 def prepare(
