@@ -70,7 +70,7 @@ import numpy.typing as npt
 
 from memplan.algorithms.base import ChainPlan, OffloadPlan, Sequence, Transfer
 from memplan.algorithms.chain.least_memory import least_memory_bounds
-from memplan.algorithms.chain.problem import Chain
+from memplan.algorithms.chain.problem import ChainInstance
 from memplan.algorithms.chain.rotor import plan_rotor
 from memplan.algorithms.combined.fractional import MAX_SLOTS as FRACTIONAL_MAX_SLOTS
 from memplan.algorithms.combined.fractional import FractionalDP, table_bytes
@@ -113,7 +113,7 @@ schedule): its Python recursion costs more than the Theorem 1 DP on long chains,
 in benchmarks/bench_combined.py."""
 
 
-def _timed(chain: Chain, sequence: Sequence) -> list[Transfer]:
+def _timed(chain: ChainInstance, sequence: Sequence) -> list[Transfer]:
     ops: list[Transfer] = []
     clock = 0.0
     for name, k in sequence:
@@ -123,7 +123,7 @@ def _timed(chain: Chain, sequence: Sequence) -> list[Transfer]:
     return ops
 
 
-def dp_chain(chain: Chain) -> tuple[Chain, npt.NDArray[np.bool_]]:
+def dp_chain(chain: ChainInstance) -> tuple[ChainInstance, npt.NDArray[np.bool_]]:
     """The chain pofo's DPs and realization plan on, and the segment inputs they never offload
     (NOTE [ pofo loop terms ]); ``chain`` itself (nothing pinned) in the model before the loop's
     terms.
@@ -138,7 +138,7 @@ def dp_chain(chain: Chain) -> tuple[Chain, npt.NDArray[np.bool_]]:
     # The loss's F_all is always right before its B: where it frees its input (a language
     # model's logits), its backward finds that much less in memory, exactly.
     bo[-1] -= chain.freed[-1]
-    folded = Chain(
+    folded = ChainInstance(
         x=chain.x,
         s=chain.s,
         g=g,
@@ -152,20 +152,20 @@ def dp_chain(chain: Chain) -> tuple[Chain, npt.NDArray[np.bool_]]:
     return folded, pinned
 
 
-def _one_overhead(chain: Chain) -> Chain:
+def _one_overhead(chain: ChainInstance) -> ChainInstance:
     """``chain`` with one forward overhead, the larger of ``fo`` and ``fa``, for the window DP,
     whose rotor tables read one (NOTE [ pofo loop terms ]).
     """
     if chain.fa is None:
         return chain
-    return Chain(
+    return ChainInstance(
         chain.x, chain.s, chain.g, np.maximum(chain.fo, chain.fa), chain.bo, chain.ft, chain.bt,
         chain.names,
     )  # fmt: skip
 
 
 def solve_pofo(
-    chain: Chain,
+    chain: ChainInstance,
     memory: int,
     *,
     bandwidth: float,
@@ -179,7 +179,7 @@ def solve_pofo(
 
     Parameters
     ----------
-    chain : Chain
+    chain : ChainInstance
         The chain, under the training loop's terms the plan is for (NOTE [ pofo loop terms ]).
     memory : int
         Bytes for activations, ``x[0]`` included (budget minus static memory).
@@ -306,7 +306,7 @@ def solve_pofo(
 
 
 def _rotor_plan(
-    chain: Chain, memory: int, rotor_slots: int | str | None, grid: int | None
+    chain: ChainInstance, memory: int, rotor_slots: int | str | None, grid: int | None
 ) -> ChainPlan:
     """Rotor's candidate: at ``rotor_slots`` when given, else on pofo's ``grid`` when given, else
     at rotor's own default (so that pofo is never slower than rotor run with its defaults).
@@ -318,7 +318,9 @@ def _rotor_plan(
     return plan_rotor(chain, memory, slots=grid)
 
 
-def _least_memory(chain: Chain, rotor: ChainPlan | None, offload: OffloadInstance | None) -> int:
+def _least_memory(
+    chain: ChainInstance, rotor: ChainPlan | None, offload: OffloadInstance | None
+) -> int:
     """Pofo's ``min_memory``: the least of rotor's and dynprog's, a budget where pofo surely
     fits. Where rotor did not run (dynprog reached the lower bound) and the chain's least memory
     is not settled by its bounds, the chain's is the upper bound (the recompute-all plan's peak:
@@ -332,7 +334,7 @@ def _least_memory(chain: Chain, rotor: ChainPlan | None, offload: OffloadInstanc
 
 
 def _dynamic_programs(
-    chain: Chain,
+    chain: ChainInstance,
     pinned: npt.NDArray[np.bool_],
     memory: int,
     bandwidth: float,
@@ -388,7 +390,7 @@ def _dynamic_programs(
             candidates.append((value, "dp", dp.schedule()))
 
 
-def pofo_window(chain: Chain, memory: int, slots: int) -> int:
+def pofo_window(chain: ChainInstance, memory: int, slots: int) -> int:
     """The window of the Theorem 1 DP on a chain longer than :data:`EXACT_STAGES` (NOTE [ pofo
     window ]): as wide as :data:`WINDOW_WORK` allows, at least :data:`MIN_WINDOW`, and within
     :data:`TABLE_LIMIT` bytes of tables (else :class:`InputError`).
@@ -417,7 +419,7 @@ def pofo_window(chain: Chain, memory: int, slots: int) -> int:
     return window
 
 
-def _dp_width(chain: Chain, memory: int, slots: int) -> int:
+def _dp_width(chain: ChainInstance, memory: int, slots: int) -> int:
     """``C + 1`` of :class:`FractionalDP` at ``slots`` (its tables are ``(C + 1)^2`` per pair)."""
     return FractionalDP(chain, memory, 1.0, slots).W
 
@@ -436,7 +438,7 @@ def _summary(source: str, details: dict[str, Any]) -> str:
 
 
 def _fractional_grids(
-    chain: Chain,
+    chain: ChainInstance,
     memory: int,
     bandwidth: float,
     grids: list[int],
@@ -485,7 +487,7 @@ def _fractional_grids(
 
 
 def _fractional(
-    chain: Chain,
+    chain: ChainInstance,
     memory: int,
     bandwidth: float,
     slots: int,
