@@ -261,7 +261,7 @@ def dense_table(
     return DenseTable(opt, choice, np.asarray(x, dtype=np.int64), np.asarray(s, dtype=np.int64))
 
 
-def plan_rotor(  # noqa: C901 - NOTE [ rotor guarantees ]'s cases in the order tried
+def plan_rotor(
     chain: ChainInstance, memory: int, *, slots: int | str | None = AUTO
 ) -> ChainPlan:
     """Optimal checkpointing plan within ``memory`` activation bytes.
@@ -317,18 +317,9 @@ def plan_rotor(  # noqa: C901 - NOTE [ rotor guarantees ]'s cases in the order t
         )
     budget = memory - int(chain.x[0])
     if auto:
-        status, codes, _ = kernels.rotor_exact(
-            *_chain_arrays(chain), budget, float(EXACT_WORK), **_chain_terms(chain)
-        )
-        if status == 0 and len(codes):
-            sequence = _sequence(codes, chain.length)
-            return ChainPlan(
-                sequence,
-                "optimal",
-                chain.makespan(sequence),
-                min_memory,
-                message="exact in bytes (no slots)",
-            )
+        in_bytes = _exact_in_bytes(chain, budget, min_memory)
+        if in_bytes is not None:
+            return in_bytes
         slots = auto_slots(chain.length)
     if isinstance(slots, bool) or not isinstance(slots, int) or slots < 1:
         raise InputError(f"--slots {slots!r}: expected an integer or auto")
@@ -344,25 +335,9 @@ def plan_rotor(  # noqa: C901 - NOTE [ rotor guarantees ]'s cases in the order t
     else:
         capacity = budget if budget <= slots else slots  # as slot_sizes
         value, exact = np.inf, False
-    # A least-memory plan, in case the grid finds nothing or something slower: the fastest one
-    # (an O(L^3) DP) on shorter chains, else the recompute-all plan (least memory when the bounds
-    # meet; its makespan has a closed form, so it is built only if it wins). Every least-memory
-    # plan fits the grid, so cannot beat it, when the grid's budget exceeds the least memory in
-    # slots by more than the sizes one peak can add up (each rounds up by less than a slot).
-    x0 = int(chain.x[0])
-    unit = max(1.0, budget / slots)
-    fits_grid = capacity - (min_memory - x0) / unit >= 2 * chain.length + 4
-    fallback: Sequence | None = None
-    if found is not None and fits_grid:
-        pass
-    elif least_plan is not None:
-        fallback = least_plan[1]
-    elif chain.length <= LEAST_PLAN_STAGES:
-        fallback = least_memory_plan(chain)[1]
-    else:
-        fprefix = np.concatenate(([0.0], np.cumsum(chain.ft)))
-        slowest = float(fprefix[:-1].sum()) + chain.lower_bound
-        fallback = recompute_all_sequence(chain) if slowest < value else None
+    fallback = _least_memory_fallback(
+        chain, found is not None, capacity, min_memory, budget / slots, least_plan, value
+    )
     if fallback is not None and chain.makespan(fallback) < value:
         return ChainPlan(
             fallback,
@@ -374,6 +349,55 @@ def plan_rotor(  # noqa: C901 - NOTE [ rotor guarantees ]'s cases in the order t
             "plan (raise --slots for a faster one)",
         )
     return ChainPlan(sequence, "optimal" if exact else "feasible", value, min_memory, capacity)
+
+
+def _exact_in_bytes(chain: ChainInstance, budget: int, min_memory: int) -> ChainPlan | None:
+    """The byte-level DP (NOTE [ rotor in bytes ]) within :data:`EXACT_WORK`: its optimal plan,
+    or None (too much work, or no plan within ``budget``).
+    """
+    status, codes, _ = kernels.rotor_exact(
+        *_chain_arrays(chain), budget, float(EXACT_WORK), **_chain_terms(chain)
+    )
+    if status != 0 or not len(codes):
+        return None
+    sequence = _sequence(codes, chain.length)
+    return ChainPlan(
+        sequence,
+        "optimal",
+        chain.makespan(sequence),
+        min_memory,
+        message="exact in bytes (no slots)",
+    )
+
+
+def _least_memory_fallback(
+    chain: ChainInstance,
+    on_grid: bool,
+    capacity: int,
+    min_memory: int,
+    slot_bytes: float,
+    least_plan: tuple[int, Sequence] | None,
+    value: float,
+) -> Sequence | None:
+    """A least-memory plan, in case the grid finds nothing or something slower: the fastest one
+    (an O(L^3) DP) on shorter chains, else the recompute-all plan (least memory when the bounds
+    meet; its makespan has a closed form, so it is built only if it wins). None where every
+    least-memory plan fits the grid, so cannot beat it: where the grid's budget (``capacity``
+    slots of ``slot_bytes``) exceeds the least memory in slots by more than the sizes one peak
+    can add up (each rounds up by less than a slot).
+    """
+    x0 = int(chain.x[0])
+    unit = max(1.0, slot_bytes)
+    fits_grid = capacity - (min_memory - x0) / unit >= 2 * chain.length + 4
+    if on_grid and fits_grid:
+        return None
+    if least_plan is not None:
+        return least_plan[1]
+    if chain.length <= LEAST_PLAN_STAGES:
+        return least_memory_plan(chain)[1]
+    fprefix = np.concatenate(([0.0], np.cumsum(chain.ft)))
+    slowest = float(fprefix[:-1].sum()) + chain.lower_bound
+    return recompute_all_sequence(chain) if slowest < value else None
 
 
 def _exact_with_options(

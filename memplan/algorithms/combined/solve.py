@@ -220,59 +220,28 @@ def solve_pofo(
     deadline = deadline or Deadline()
     lower = chain.lower_bound
     peak = chain.store_all_peak()
-    candidates: list[tuple[float, str, list[Transfer]]] = []
-    details: dict[str, Any] = {}
     auto = slots == "auto"
     grid = DEFAULT_SLOTS if auto else int(slots)
-
-    def reached() -> bool:
-        """Whether a candidate reaches the lower bound: nothing can beat it."""
-        best = min((c[0] for c in candidates), default=INF)
-        if best <= lower * (1 + 1e-12):
-            details["bound_reached"] = min(candidates)[1]
-            return True
-        return False
-
     offload = offload_instance if bandwidth > 0 else None
-    rotor: ChainPlan | None = None
+    found = _Candidates(lower)
     try:
-        if offload is not None and peak > memory:
-            # dynprog first where store-all does not fit: cheap, and where it reaches the lower
-            # bound, rotor (cubic in the stages) is not needed
-            plan = solve_dynprog(offload, memory, slots=dynprog_slots, deadline=deadline)
-            if plan.ops is not None:
-                assert plan.claimed_makespan is not None, "a dynprog plan states its makespan"
-                candidates.append((plan.claimed_makespan, "dynprog", list(plan.ops)))
-        if not reached():
-            rotor = _rotor_plan(chain, memory, rotor_slots, grid if not auto else None)
-            if rotor.sequence is not None:
-                assert rotor.claimed_makespan is not None, "a rotor plan states its makespan"
-                candidates.append((rotor.claimed_makespan, "rotor", _timed(chain, rotor.sequence)))
-        if rotor is not None and memory - int(chain.x[0]) >= 0 and not reached():
-            exact = chain.length <= EXACT_STAGES
-            folded, pinned = dp_chain(chain)
-            window = None if exact else pofo_window(folded, memory, grid)
-            if window is not None:
-                details["window"] = window
-            _dynamic_programs(
-                folded,
-                pinned,
-                memory,
-                bandwidth,
-                grid,
-                auto,
-                rotor,
-                rotor_slots,
-                details,
-                candidates,
-                window,
-                deadline,
-            )
+        _search(
+            found,
+            chain,
+            memory,
+            bandwidth,
+            grid,
+            auto,
+            rotor_slots,
+            offload,
+            dynprog_slots,
+            deadline,
+        )
     except TimeLimitReached:
-        details["stopped"] = "time limit"
-    least = _least_memory(chain, rotor, offload)
-    if not candidates:
-        stopped = "stopped" in details
+        found.details["stopped"] = "time limit"
+    least = _least_memory(chain, found.rotor, offload)
+    if not found.plans:
+        stopped = "stopped" in found.details
         return OffloadPlan(
             ops=None,
             status="unknown" if stopped else "infeasible",
@@ -285,11 +254,12 @@ def solve_pofo(
             else "no combined schedule fits: neither recomputing everything nor offloading "
             "every activation does",
         )
+    details = found.details
     # Ties go to the simpler plan: rotor (no transfers), then dynprog, then the DP's.
     rank = {"rotor": 0, "dynprog": 1, "dp": 2, "frac": 3}
-    value, source, ops = min(candidates, key=lambda c: (round(c[0], 9), rank[c[1]]))
+    value, source, ops = min(found.plans, key=lambda c: (round(c[0], 9), rank[c[1]]))
     details["source"] = source
-    for v, name, _ in candidates:
+    for v, name, _ in found.plans:
         details[name] = v
     status: Status = "optimal" if value <= lower * (1 + 1e-12) else "feasible"
     return OffloadPlan(
@@ -303,6 +273,75 @@ def solve_pofo(
         message=_summary(source, details),
         details=details,
     )
+
+
+class _Candidates:
+    """The plans :func:`solve_pofo` found so far, ``(makespan, source, operations)``, what the
+    search noted (``details``), and rotor's plan once it is made.
+    """
+
+    def __init__(self, lower: float) -> None:
+        self.lower = lower
+        self.plans: list[tuple[float, str, list[Transfer]]] = []
+        self.details: dict[str, Any] = {}
+        self.rotor: ChainPlan | None = None
+
+    def reached(self) -> bool:
+        """Whether a candidate reaches the lower bound: nothing can beat it."""
+        best = min((c[0] for c in self.plans), default=INF)
+        if best <= self.lower * (1 + 1e-12):
+            self.details["bound_reached"] = min(self.plans)[1]
+            return True
+        return False
+
+
+def _search(
+    found: _Candidates,
+    chain: ChainInstance,
+    memory: int,
+    bandwidth: float,
+    grid: int,
+    auto: bool,
+    rotor_slots: int | str | None,
+    offload: OffloadInstance | None,
+    dynprog_slots: int | str,
+    deadline: Deadline,
+) -> None:
+    """The candidates in the order of :func:`solve_pofo`'s ``deadline``: dynprog (where store-all
+    does not fit), rotor, then the DPs, until one reaches the lower bound.
+    """
+    if offload is not None and chain.store_all_peak() > memory:
+        # dynprog first where store-all does not fit: cheap, and where it reaches the lower
+        # bound, rotor (cubic in the stages) is not needed
+        plan = solve_dynprog(offload, memory, slots=dynprog_slots, deadline=deadline)
+        if plan.ops is not None:
+            assert plan.claimed_makespan is not None, "a dynprog plan states its makespan"
+            found.plans.append((plan.claimed_makespan, "dynprog", list(plan.ops)))
+    if not found.reached():
+        rotor = found.rotor = _rotor_plan(chain, memory, rotor_slots, grid if not auto else None)
+        if rotor.sequence is not None:
+            assert rotor.claimed_makespan is not None, "a rotor plan states its makespan"
+            found.plans.append((rotor.claimed_makespan, "rotor", _timed(chain, rotor.sequence)))
+    if found.rotor is not None and memory - int(chain.x[0]) >= 0 and not found.reached():
+        exact = chain.length <= EXACT_STAGES
+        folded, pinned = dp_chain(chain)
+        window = None if exact else pofo_window(folded, memory, grid)
+        if window is not None:
+            found.details["window"] = window
+        _dynamic_programs(
+            folded,
+            pinned,
+            memory,
+            bandwidth,
+            grid,
+            auto,
+            found.rotor,
+            rotor_slots,
+            found.details,
+            found.plans,
+            window,
+            deadline,
+        )
 
 
 def _rotor_plan(
