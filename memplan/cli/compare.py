@@ -177,9 +177,11 @@ def _print_table(
     names: list[str],
     budgets: list[int],
     sweep: "_Accounting",
-    rate: float | None,
+    rate: Any,
 ) -> None:
-    """The sweep's table on stderr, titled with what it compares, the least memories under it."""
+    """The sweep's table on stderr, titled with what it compares, the least memories under it
+    (``rate``: the bandwidth the offloading algorithms plan with, bytes/s).
+    """
     from rich.console import Group
     from rich.text import Text
 
