@@ -261,9 +261,7 @@ def dense_table(
     return DenseTable(opt, choice, np.asarray(x, dtype=np.int64), np.asarray(s, dtype=np.int64))
 
 
-def plan_rotor(
-    chain: ChainInstance, memory: int, *, slots: int | str | None = AUTO
-) -> ChainPlan:
+def plan_rotor(chain: ChainInstance, memory: int, *, slots: int | str | None = AUTO) -> ChainPlan:
     """Optimal checkpointing plan within ``memory`` activation bytes.
 
     Parameters
