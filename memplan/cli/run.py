@@ -72,7 +72,7 @@ DataTypeOption = Annotated[
     ),
 ]
 LearningRateOption = Annotated[float, typer.Option(metavar="RATE", help="Learning rate.")]
-OptimizerOption = Annotated[
+TrainingOptimizerOption = Annotated[
     str,
     typer.Option(
         metavar=OPTIMIZER_METAVAR,
@@ -81,7 +81,7 @@ OptimizerOption = Annotated[
         "PyTorch's; none: SGD, the budget for the activations alone).",
     ),
 ]
-GradientsOption = Annotated[
+TrainingGradientsOption = Annotated[
     str,
     typer.Option(
         metavar=GRADIENTS_METAVAR,
@@ -121,8 +121,8 @@ def run(
     config: ConfigOption = None,
     lr: LearningRateOption = 0.01,
     family_options: dict[str, Any] | None = None,
-    optimizer: OptimizerOption = "sgd",
-    gradients: GradientsOption = "auto",
+    optimizer: TrainingOptimizerOption = "sgd",
+    gradients: TrainingGradientsOption = "auto",
     repeats: ProfilerRepeatsOption = 3,
     fmt: FormatOption = None,
     trace: TraceOption = None,
