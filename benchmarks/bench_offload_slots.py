@@ -44,7 +44,7 @@ from pathlib import Path
 from _common import machine
 
 import memplan
-from memplan.algorithms.chain.problem import Chain
+from memplan.algorithms.chain.problem import ChainInstance
 from memplan.algorithms.combined.solve import solve_pofo
 from memplan.algorithms.offload.dynprog import solve_dynprog
 from memplan.algorithms.offload.model import OffloadInstance
@@ -136,7 +136,7 @@ def pofo_table(names: list[str], points: int) -> None:
     print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for name in names:
         prof = memplan.load_profile(name)
-        chain = Chain.from_profile(prof)
+        chain = ChainInstance.from_profile(prof)
         desc = describe(prof, "none")
         low, high = desc["min_memory"]["chain"], desc["store_all_memory"]
         budgets = [round(low + (high - low) * i / (points - 1)) for i in range(points)]

@@ -9,7 +9,7 @@ Usage::
 Chains are ``random_chain(L, seed=L, max_size=1000)``, budgets a percentage of the store-all peak
 (activations, ``--optimizer none``). A time is one call of :func:`memplan.algorithms.chain.rotor.
 plan_rotor` (least memory, the DP, the backtrack), wall clock and CPU (``time.process_time``, which
-varies less on a loaded machine); each plan is checked against the budget (``Chain.peak``, exact in
+varies less on a loaded machine); each plan is checked against the budget (``ChainInstance.peak``, exact in
 bytes). Each memplan runs in a worker process of its own (this tree's interpreter, and with
 ``--baseline`` another memplan's, e.g. ``/work/main/.venv/bin/python``), started once; each cell is
 the median of ``--repeats`` rounds, the order of the tools alternating every round, after one
@@ -45,7 +45,7 @@ WORKER = r"""
 import json, sys, time
 import memplan
 from memplan.algorithms import chain as chain_package
-from memplan.algorithms.chain import Chain, chain_min_memory
+from memplan.algorithms.chain import ChainInstance, chain_min_memory
 from memplan.profile.synthetic import random_chain
 plan_rotor = getattr(chain_package, "plan_rotor", None) or chain_package.solve_rotor
 chains = {}
@@ -54,10 +54,10 @@ def chain_of(task):
     key = (task["length"], task.get("profile"))
     if key not in chains:
         if task.get("profile"):
-            chains[key] = Chain.from_profile(memplan.load_profile(task["profile"]))
+            chains[key] = ChainInstance.from_profile(memplan.load_profile(task["profile"]))
         else:
             L = task["length"]
-            chains[key] = Chain.from_profile(random_chain(L, seed=L, max_size=1000))
+            chains[key] = ChainInstance.from_profile(random_chain(L, seed=L, max_size=1000))
     return chains[key]
 
 for line in sys.stdin:
@@ -145,7 +145,7 @@ def port_runner(run, ft, bt, rounded, capacity):
 
 
 def lengths_table(args: argparse.Namespace, workers: dict[str, Worker]) -> None:
-    from memplan.algorithms.chain import Chain, chain_min_memory
+    from memplan.algorithms.chain import ChainInstance, chain_min_memory
     from memplan.algorithms.chain.rotor import slot_sizes
     from memplan.profile.synthetic import random_chain
 
@@ -168,7 +168,7 @@ def lengths_table(args: argparse.Namespace, workers: dict[str, Worker]) -> None:
     print(head)
     print("|---|---|" + "---:|" * (head.count("|") - 3))
     for length in (int(v) for v in args.lengths.split(",")):
-        chain = Chain.from_profile(random_chain(length, seed=length, max_size=1000))
+        chain = ChainInstance.from_profile(random_chain(length, seed=length, max_size=1000))
         store_all, least = chain.store_all_peak(), chain_min_memory(chain)
         for percent in (int(v) for v in args.budgets.split(",")):
             memory = max(least, store_all * percent // 100)
@@ -202,7 +202,7 @@ def lengths_table(args: argparse.Namespace, workers: dict[str, Worker]) -> None:
 
 def bundled_table(args: argparse.Namespace, workers: dict[str, Worker]) -> None:
     import memplan
-    from memplan.algorithms.chain import Chain, chain_min_memory
+    from memplan.algorithms.chain import ChainInstance, chain_min_memory
     from memplan.profile import bundled_profiles
 
     names = list(workers)
@@ -215,7 +215,7 @@ def bundled_table(args: argparse.Namespace, workers: dict[str, Worker]) -> None:
         prof = memplan.load_profile(name)
         if prof.stages is None:
             continue
-        chain = Chain.from_profile(prof)
+        chain = ChainInstance.from_profile(prof)
         least, store_all = chain_min_memory(chain), chain.store_all_peak()
         slowest: dict[str, dict] = {}
         same = True

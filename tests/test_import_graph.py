@@ -201,7 +201,7 @@ CHECKED = ("memplan.algorithms", "memplan.alloc", "memplan.core", "memplan._core
 """What the oracles check: the algorithms, the allocator and the compiled core."""
 DATA_TYPES = {
     "memplan.algorithms.base": {"Sequence"},  # a plan: list of (operation, stage)
-    "memplan.algorithms.chain.problem": {"Chain"},  # a chain's sizes and times
+    "memplan.algorithms.chain.problem": {"ChainInstance"},  # a chain's sizes and times
 }
 """The only names an oracle may take from :data:`CHECKED`: the documented data types of the
 problems (docs/formats.md, docs/model.md), no code that computes an answer."""

@@ -82,7 +82,7 @@ fit scanned every buffer; it now reads an index of the lifetimes, and :func:`mem
 runs it first on every large instance, passing its placement to :func:`first_guess`.)"""
 
 
-def least_arena(  # noqa: C901 - the bisection's rounds and the repair's turns share the bounds
+def least_arena(
     engine: PartSearch,
     lower: np.ndarray,
     upper: np.ndarray,
@@ -99,67 +99,21 @@ def least_arena(  # noqa: C901 - the bisection's rounds and the repair's turns s
     nodes searched. ``first_guess`` is a placement of all of them; ``left()`` the seconds left
     (None: no limit); ``started``, the ``time.perf_counter()`` the progress counts from (None:
     now). With a ``goal`` (a capacity), NOTE [ least arena with a goal ]: it stops once the
-    arena is at most ``goal`` or the lower bound above it. One function for its length: the
-    rounds of probes and the repair's turns share the bounds, the best placements and the slices
-    of time, which closures over them keep in one place.
+    arena is at most ``goal`` or the lower bound above it. The rounds of probes and the repair's
+    turns share the bounds and the best placements (:class:`_LeastArena`); here, the slices of
+    time they take turns in (``TURN_SHARE``).
     """
-    started = time.perf_counter() if started is None else started
-    parts = engine.parts
-    best = [first_guess[p.buffers].copy() for p in parts]
-    arena = [_arena(best[k], size[p.buffers]) for k, p in enumerate(parts)]
-    hi = max(arena, default=0)
-    lo = max(peak, engine.section_peak)
-    step = math.gcd(*size.tolist()) if len(size) else 1
-    # The highest probe: a placement within the goal has an arena that is a multiple of step.
-    ceiling = None if goal is None else goal // step * step
-    nodes = 0
-    factor = PROBE_BUDGET
-    repair = Repair(lower, upper, size, first_guess, step)
-
-    def open_question() -> bool:
-        """Whether the bounds have not answered yet: the least arena, or the goal."""
-        return lo < hi and (ceiling is None or lo <= ceiling < hi)
-
-    def report() -> None:
-        if on_progress is not None:
-            over = 100.0 * (hi - peak) / peak if peak else 0.0
-            on_progress(
-                f"arena {hi} (+{over:.2f}% over the peak live load {peak}; at least {lo}) after "
-                f"{time.perf_counter() - started:.1f} s"
-            )
-
-    def improve(seconds: float | None, moves: int | None) -> bool:
-        """The repair's turn (NOTE [ ruin and recreate ]): what it finds, part by part; whether
-        the arena fell.
-        """
-        nonlocal hi
-        if not open_question() or (seconds is not None and seconds <= 0):
-            return False
-        repair.offer(_gather(engine, best, len(size)))
-        if repair.run(lo if ceiling is None else max(lo, ceiling), seconds, moves) >= hi:
-            return False
-        placed = repair.best()
-        for k, part in enumerate(parts):
-            top = _arena(placed[part.buffers], size[part.buffers])
-            if top < arena[k]:
-                best[k], arena[k] = placed[part.buffers], top
-        hi = max(arena)
-        report()
-        return True
-
-    report()
+    search = _LeastArena(engine, lower, upper, size, first_guess, peak, on_progress, started, goal)
+    search.report()
     remaining = left()
     turn = None if remaining is None else max(TURN_SHARE * remaining, FIRST_TURN)
-    if turn is not None and ceiling is not None and len(size) <= SKYLINE_BUFFERS:
+    if turn is not None and search.ceiling is not None and len(size) <= SKYLINE_BUFFERS:
         turn = FIRST_TURN  # NOTE [ least arena with a goal ]: the exact search answers first
     moves = REPAIR_MOVES * len(size)  # without a time limit: the repair's turns in moves
     # The repair's time over the bisection's: equal with the skyline search, a quarter with the
     # compiled search (its probes prove least arenas on hundreds to thousands of buffers).
     ratio = 1.0 if engine.skyline else 0.25
-    probe = lo  # the first probe is at the lower bound, every later round bisects at once
-    floor = lo  # lowest capacity not yet tried in this round
-    cut = False
-    while open_question():
+    while search.open_question():
         round_started = time.perf_counter()
         # A round of the compiled search runs to its end: a probe cut short starts over from an
         # empty memo (10,000 short-lived buffers: the probe at the peak places them after 2 s of
@@ -167,75 +121,171 @@ def least_arena(  # noqa: C901 - the bisection's rounds and the repair's turns s
         until = None
         if turn is not None and engine.skyline:
             until = round_started + turn / (1 + ratio)
-        before_round = (lo, hi)
-        if cut:  # the round cut short goes on at the probe it stopped at
-            floor = max(floor, lo)
-            if probe >= hi or probe < floor:
-                probe = _bisect(floor, hi, step)
-        else:
-            floor = lo
-        cut = False
-        while floor < hi and (ceiling is None or floor <= ceiling):
-            if ceiling is not None:
-                probe = min(probe, ceiling)  # above the goal a probe cannot answer
-            placed, proven = True, False
-            for k, part in enumerate(parts):
-                if arena[k] <= probe:
-                    continue
-                remaining = left()
-                if remaining is not None and remaining <= 0:
-                    return _gather(engine, best, len(size)), lo, hi, nodes
-                if until is not None and remaining is not None:
-                    remaining = min(remaining, until - time.perf_counter())
-                status, nodes, offsets = engine.solve(
-                    part,
-                    probe,
-                    nodes + factor * len(part.buffers),  # the core caps the nodes counted
-                    nodes,
-                    tight=False,  # the lower bound is the first probe
-                    time_limit=remaining,
-                    fresh=probe != ceiling,  # at the goal the memo of the probes before holds
-                )
-                if status == FOUND:
-                    assert offsets is not None
-                    best[k] = offsets
-                    arena[k] = _arena(offsets, size[part.buffers])
-                    continue
-                placed = False
-                proven = status == NOT_FOUND
-                cut = status == TIMEOUT
-                break
-            if cut:
-                break
-            before = (lo, hi)
-            if placed:
-                hi = max(arena)
-            elif proven:
-                lo = floor = _round_up(probe + 1, step)
-            else:
-                floor = _round_up(probe + 1, step)
-            if (lo, hi) != before:
-                report()
-            probe = _bisect(floor, hi, step)
-            if not open_question():
-                break
-        if not cut:
-            factor *= 4
-            probe = _bisect(lo, hi, step)
-        searched = (lo, hi) != before_round
+        before_round = (search.lo, search.hi)
+        if not search.round(left, until):
+            break  # the time is up
+        searched = (search.lo, search.hi) != before_round
         remaining = left()
         if turn is None:
-            repaired = improve(None, moves)
+            repaired = search.improve(None, moves)
             moves *= 2
         else:
             assert remaining is not None
-            repaired = improve(min(turn * ratio / (1 + ratio), remaining), None)
+            repaired = search.improve(min(turn * ratio / (1 + ratio), remaining), None)
             turn *= 2
         if repaired and not searched:
             ratio = min(ratio * 2, MOST_RATIO)
         elif not repaired:
             ratio = max(ratio / 2, 1 / MOST_RATIO)
-    return _gather(engine, best, len(size)), lo, hi, nodes
+    return search.result()
+
+
+class _LeastArena:
+    """What NOTE [ least arena ]'s rounds of probes and the repair's turns share: the bounds
+    ``lo`` and ``hi``, the best placement and arena of each part, the nodes searched, and where
+    the bisection stands (the next ``probe``, the lowest capacity not yet tried in this round,
+    ``floor``, and whether the last round was ``cut`` short by its slice of time).
+    """
+
+    def __init__(
+        self,
+        engine: PartSearch,
+        lower: np.ndarray,
+        upper: np.ndarray,
+        size: np.ndarray,
+        first_guess: np.ndarray,
+        peak: int,
+        on_progress: Callable[[str], None] | None,
+        started: float | None,
+        goal: int | None,
+    ) -> None:
+        self.started = time.perf_counter() if started is None else started
+        self.engine, self.size, self.peak, self.on_progress = engine, size, peak, on_progress
+        parts = engine.parts
+        self.best = [first_guess[p.buffers].copy() for p in parts]
+        self.arena = [_arena(self.best[k], size[p.buffers]) for k, p in enumerate(parts)]
+        self.hi = max(self.arena, default=0)
+        self.lo = max(peak, engine.section_peak)
+        self.step = math.gcd(*size.tolist()) if len(size) else 1
+        # The highest probe: a placement within the goal has an arena that is a multiple of step.
+        self.ceiling = None if goal is None else goal // self.step * self.step
+        self.nodes = 0
+        self.factor = PROBE_BUDGET
+        self.repair = Repair(lower, upper, size, first_guess, self.step)
+        self.probe = self.lo  # the first probe is at the lower bound, every later round bisects
+        self.floor = self.lo  # lowest capacity not yet tried in this round
+        self.cut = False
+
+    def result(self) -> tuple[np.ndarray, int, int, int]:
+        """The best placement, the lower bound, its arena and the nodes searched."""
+        return _gather(self.engine, self.best, len(self.size)), self.lo, self.hi, self.nodes
+
+    def open_question(self) -> bool:
+        """Whether the bounds have not answered yet: the least arena, or the goal."""
+        lo, hi, ceiling = self.lo, self.hi, self.ceiling
+        return lo < hi and (ceiling is None or lo <= ceiling < hi)
+
+    def report(self) -> None:
+        if self.on_progress is not None:
+            hi, lo, peak = self.hi, self.lo, self.peak
+            over = 100.0 * (hi - peak) / peak if peak else 0.0
+            self.on_progress(
+                f"arena {hi} (+{over:.2f}% over the peak live load {peak}; at least {lo}) after "
+                f"{time.perf_counter() - self.started:.1f} s"
+            )
+
+    def improve(self, seconds: float | None, moves: int | None) -> bool:
+        """The repair's turn (NOTE [ ruin and recreate ]): what it finds, part by part; whether
+        the arena fell.
+        """
+        if not self.open_question() or (seconds is not None and seconds <= 0):
+            return False
+        size, parts = self.size, self.engine.parts
+        self.repair.offer(_gather(self.engine, self.best, len(size)))
+        aim = self.lo if self.ceiling is None else max(self.lo, self.ceiling)
+        if self.repair.run(aim, seconds, moves) >= self.hi:
+            return False
+        placed = self.repair.best()
+        for k, part in enumerate(parts):
+            top = _arena(placed[part.buffers], size[part.buffers])
+            if top < self.arena[k]:
+                self.best[k], self.arena[k] = placed[part.buffers], top
+        self.hi = max(self.arena)
+        self.report()
+        return True
+
+    def round(self, left: Callable[[], float | None], until: float | None) -> bool:
+        """A round of bisection: probes from ``floor`` up until the bounds meet or a probe is
+        cut short at ``until``; the next round's node budget four times this one's (unless cut
+        short: the next goes on at the probe it stopped at). False when the time is up.
+        """
+        step, ceiling = self.step, self.ceiling
+        if self.cut:  # the round cut short goes on at the probe it stopped at
+            self.floor = max(self.floor, self.lo)
+            if self.probe >= self.hi or self.probe < self.floor:
+                self.probe = _bisect(self.floor, self.hi, step)
+        else:
+            self.floor = self.lo
+        self.cut = False
+        while self.floor < self.hi and (ceiling is None or self.floor <= ceiling):
+            if ceiling is not None:
+                self.probe = min(self.probe, ceiling)  # above the goal a probe cannot answer
+            outcome = self._probe(left, until)
+            if outcome is None:
+                return False
+            if self.cut:
+                break
+            placed, proven = outcome
+            before = (self.lo, self.hi)
+            if placed:
+                self.hi = max(self.arena)
+            elif proven:
+                self.lo = self.floor = _round_up(self.probe + 1, step)
+            else:
+                self.floor = _round_up(self.probe + 1, step)
+            if (self.lo, self.hi) != before:
+                self.report()
+            self.probe = _bisect(self.floor, self.hi, step)
+            if not self.open_question():
+                break
+        if not self.cut:
+            self.factor *= 4
+            self.probe = _bisect(self.lo, self.hi, step)
+        return True
+
+    def _probe(
+        self, left: Callable[[], float | None], until: float | None
+    ) -> tuple[bool, bool] | None:
+        """The parts whose best arena is above ``probe`` searched at it, each under its node
+        budget: (all placed, one proven infeasible); ``cut`` set when one ran out of its slice;
+        None when the time is up.
+        """
+        probe, size = self.probe, self.size
+        for k, part in enumerate(self.engine.parts):
+            if self.arena[k] <= probe:
+                continue
+            remaining = left()
+            if remaining is not None and remaining <= 0:
+                return None
+            if until is not None and remaining is not None:
+                remaining = min(remaining, until - time.perf_counter())
+            status, self.nodes, offsets = self.engine.solve(
+                part,
+                probe,
+                self.nodes + self.factor * len(part.buffers),  # the core caps the nodes counted
+                self.nodes,
+                tight=False,  # the lower bound is the first probe
+                time_limit=remaining,
+                fresh=probe != self.ceiling,  # at the goal the memo of the probes before holds
+            )
+            if status == FOUND:
+                assert offsets is not None
+                self.best[k] = offsets
+                self.arena[k] = _arena(offsets, size[part.buffers])
+                continue
+            self.cut = status == TIMEOUT
+            return False, status == NOT_FOUND
+        return True, False
 
 
 def first_guess(  # noqa: C901 - one schedule of the time over closures sharing the best
@@ -315,10 +365,7 @@ def first_guess(  # noqa: C901 - one schedule of the time over closures sharing 
     found = [placed for placed in best if placed is not None]
     if len(found) < len(best):
         return None
-    offsets = np.zeros(len(size), dtype=np.int64)
-    for part, placed in zip(parts, found, strict=True):
-        offsets[part.buffers] = placed
-    return offsets
+    return _gather(engine, found, len(size))
 
 
 def descent_first(

@@ -17,12 +17,17 @@ from memplan.cli.common import (
     resolve_format,
     write_output,
 )
-from memplan.cli.profile import (
-    CONFIG_HELP,
+from memplan.cli.model_options import (
     LOSS_CHUNKS_HELP,
-    MODEL_HELP,
     TORCH_HINT,
-    Device,
+    BatchSizeOption,
+    ConfigOption,
+    DeviceChoice,
+    InputShapeOption,
+    ModelArgument,
+    ProfilerRepeatsOption,
+    TrainingDeviceOption,
+    check_counts,
     has_torch,
     parse_config_option,
     parse_shape,
@@ -80,94 +85,100 @@ def _numbers(option: str, text: str | None, kind: type) -> list[Any] | None:
     return values
 
 
+# The options of memplan bench (those of every command that builds a model: model_options.py).
+ThreadsOption = Annotated[
+    int,
+    typer.Option(metavar="N", help="torch's intra-op threads (the profile's too)."),
+]
+RoundsOption = Annotated[
+    int,
+    typer.Option(
+        metavar="N", help="Timed rounds: every way once per round, time as a ratio to plain."
+    ),
+]
+SegmentsOption = Annotated[
+    str | None,
+    typer.Option(
+        metavar="K,...",
+        help="checkpoint_sequential segment counts (none: skip).  [default: 2, 4, about the "
+        "square root of the stages, one per stage]",
+    ),
+]
+CompileBudgetsOption = Annotated[
+    str,
+    typer.Option(
+        "--compile-budgets",
+        metavar="B,...",
+        help="torch.compile's activation_memory_budget values (none: skip compiling).",
+    ),
+]
+AlgosOption = Annotated[
+    str,
+    typer.Option(
+        metavar="A,...",
+        help="memplan's algorithms: store-all and rotor (at its least memory, and at each "
+        "other way's measured peak).",
+    ),
+]
+GivenProfileOption = Annotated[
+    str | None,
+    typer.Option(
+        "--profile",
+        "-p",
+        metavar="FILE",
+        help="A profile of this model and batch instead of profiling it here.",
+    ),
+]
+OptimizerOption = Annotated[
+    BenchOptimizer,
+    typer.Option(help="The optimizer every way trains with (memplan plans for it)."),
+]
+SelectiveOption = Annotated[
+    bool,
+    typer.Option(
+        "--selective",
+        help="Profile the stages' selective checkpointing options too and add rotor+sac: "
+        'rotor choosing them (docs/model.md, "Options of a stage").',
+    ),
+]
+LossChunksOption = Annotated[
+    int | None,
+    typer.Option(
+        "--loss-chunks",
+        metavar="N",
+        help=LOSS_CHUNKS_HELP + " Adds memplan's plans with the loss in N chunks (run as "
+        "fit runs them: enable does not take it yet); the hand-written chunked loss "
+        "alternative takes N chunks too (8 without).",
+    ),
+]
+FormatOption = Annotated[
+    BenchFormat | None,
+    typer.Option("--format", "-f", help="table (stderr), json or csv.  [default: table]"),
+]
+OutputOption = Annotated[
+    Path | None,
+    typer.Option("--output", "-o", metavar="FILE", help="Write the json or csv to FILE."),
+]
+
+
 def bench(
-    model: Annotated[str, typer.Argument(metavar="MODEL", help=MODEL_HELP)],
-    batch_size: Annotated[
-        int | None,
-        typer.Option("--batch-size", "-b", metavar="N", help="Batch size.  [default: the model's]"),
-    ] = None,
-    input_shape: Annotated[
-        str | None,
-        typer.Option(metavar="C,H,W", help="Shape of one sample.  [default: the model's]"),
-    ] = None,
-    config: Annotated[
-        str | None, typer.Option("--config", metavar="NAME=VALUE,...", help=CONFIG_HELP)
-    ] = None,
-    device: Annotated[Device, typer.Option(help="Where to train.")] = Device.auto,
-    threads: Annotated[
-        int,
-        typer.Option(metavar="N", help="torch's intra-op threads (the profile's too)."),
-    ] = 1,
-    rounds: Annotated[
-        int,
-        typer.Option(
-            metavar="N", help="Timed rounds: every way once per round, time as a ratio to plain."
-        ),
-    ] = 5,
-    segments: Annotated[
-        str | None,
-        typer.Option(
-            metavar="K,...",
-            help="checkpoint_sequential segment counts (none: skip).  [default: 2, 4, about the "
-            "square root of the stages, one per stage]",
-        ),
-    ] = None,
-    compile_budgets: Annotated[
-        str,
-        typer.Option(
-            "--compile-budgets",
-            metavar="B,...",
-            help="torch.compile's activation_memory_budget values (none: skip compiling).",
-        ),
-    ] = "0.2",
-    algos: Annotated[
-        str,
-        typer.Option(
-            metavar="A,...",
-            help="memplan's algorithms: store-all and rotor (at its least memory, and at each "
-            "other way's measured peak).",
-        ),
-    ] = "store-all,rotor",
-    profile: Annotated[
-        str | None,
-        typer.Option(
-            "--profile",
-            "-p",
-            metavar="FILE",
-            help="A profile of this model and batch instead of profiling it here.",
-        ),
-    ] = None,
-    repeats: Annotated[int, typer.Option(metavar="N", help="Profiler repetitions.")] = 3,
-    optimizer: Annotated[
-        BenchOptimizer,
-        typer.Option(help="The optimizer every way trains with (memplan plans for it)."),
-    ] = BenchOptimizer.sgd,
-    selective: Annotated[
-        bool,
-        typer.Option(
-            "--selective",
-            help="Profile the stages' selective checkpointing options too and add rotor+sac: "
-            'rotor choosing them (docs/model.md, "Options of a stage").',
-        ),
-    ] = False,
-    loss_chunks: Annotated[
-        int | None,
-        typer.Option(
-            "--loss-chunks",
-            metavar="N",
-            help=LOSS_CHUNKS_HELP + " Adds memplan's plans with the loss in N chunks (run as "
-            "fit runs them: enable does not take it yet); the hand-written chunked loss "
-            "alternative takes N chunks too (8 without).",
-        ),
-    ] = None,
-    fmt: Annotated[
-        BenchFormat | None,
-        typer.Option("--format", "-f", help="table (stderr), json or csv.  [default: table]"),
-    ] = None,
-    output: Annotated[
-        Path | None,
-        typer.Option("--output", "-o", metavar="FILE", help="Write the json or csv to FILE."),
-    ] = None,
+    model: ModelArgument,
+    batch_size: BatchSizeOption = None,
+    input_shape: InputShapeOption = None,
+    config: ConfigOption = None,
+    device: TrainingDeviceOption = DeviceChoice.auto,
+    threads: ThreadsOption = 1,
+    rounds: RoundsOption = 5,
+    segments: SegmentsOption = None,
+    compile_budgets: CompileBudgetsOption = "0.2",
+    algos: AlgosOption = "store-all,rotor",
+    profile: GivenProfileOption = None,
+    repeats: ProfilerRepeatsOption = 3,
+    optimizer: OptimizerOption = BenchOptimizer.sgd,
+    selective: SelectiveOption = False,
+    loss_chunks: LossChunksOption = None,
+    fmt: FormatOption = None,
+    output: OutputOption = None,
 ) -> None:
     """Train MODEL every way: plainly, with Hugging Face checkpointing (with the model's loss or
     a loss in chunks of tokens), checkpoint_sequential, torch.compile's memory budget and
@@ -180,33 +191,20 @@ def bench(
     in the plan's measured peak). Example:
     `memplan bench hf:gpt2 --config n_layer=4,n_embd=256,n_head=4 -b 4 --input-shape 256`
     """
-    from memplan.algorithms import REGISTRY
-
     with guard():
         form = resolve_format(fmt, output, ("table", "json", "csv"))
-        for option, value in (
+        check_counts(
             ("--batch-size", batch_size),
             ("--threads", threads),
             ("--rounds", rounds),
             ("--repeats", repeats),
             ("--loss-chunks", loss_chunks),
-        ):
-            if value is not None and value < 1:
-                raise InputError(f"{option} {value}: expected a positive integer")
+        )
         shape = None if input_shape is None else parse_shape(input_shape)
         config_values = parse_config_option(model, config)
         ks = _numbers("--segments", segments, int)
-        budgets = _numbers("--compile-budgets", compile_budgets, float) or []
-        for b in budgets:
-            if not 0.0 <= b <= 1.0:
-                raise InputError(f"--compile-budgets {b:g}: expected fractions from 0 to 1")
-        names = [a.strip() for a in algos.split(",") if a.strip()]
-        for name in names:
-            if name not in ("store-all", "rotor"):
-                known = "" if name in REGISTRY else " (unknown algorithm)"
-                raise InputError(
-                    f"--algos {name!r}{known}: memplan bench runs store-all and rotor plans"
-                )
+        budgets = _compile_budgets(compile_budgets)
+        names = _bench_algos(algos)
         if not has_torch():
             raise InputError(f"memplan bench {TORCH_HINT}")
         from memplan.torch.compare.training import compare_training
@@ -230,6 +228,29 @@ def bench(
             write_output(rows_to_csv(doc["rows"]), output)
         else:
             print_table(bench_table(doc), console)
+
+
+def _compile_budgets(text: str) -> list[float]:
+    """``--compile-budgets 0.2,0.5``: fractions from 0 to 1 (``none``: no compiling)."""
+    budgets = _numbers("--compile-budgets", text, float) or []
+    for b in budgets:
+        if not 0.0 <= b <= 1.0:
+            raise InputError(f"--compile-budgets {b:g}: expected fractions from 0 to 1")
+    return budgets
+
+
+def _bench_algos(text: str) -> list[str]:
+    """``--algos store-all,rotor``: the algorithms whose plans ``bench`` measures."""
+    from memplan.algorithms import REGISTRY
+
+    names = [a.strip() for a in text.split(",") if a.strip()]
+    for name in names:
+        if name not in ("store-all", "rotor"):
+            known = "" if name in REGISTRY else " (unknown algorithm)"
+            raise InputError(
+                f"--algos {name!r}{known}: memplan bench runs store-all and rotor plans"
+            )
+    return names
 
 
 def _mb(nbytes: int | None) -> str:

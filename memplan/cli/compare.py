@@ -29,13 +29,11 @@ from memplan.cli.common import (
     write_output,
 )
 from memplan.cli.options import family_options
-from memplan.cli.solve import (
-    GRADIENTS_HELP,
-    GRADIENTS_METAVAR,
-    OPTIMIZER_HELP,
-    OPTIMIZER_METAVAR,
-    OUTPUT_HELP,
-    PROFILE_HELP,
+from memplan.cli.plan_options import (
+    DocumentOutputOption,
+    GradientsOption,
+    OptimizerOption,
+    ProfileArgument,
 )
 from memplan.errors import InputError
 
@@ -54,42 +52,43 @@ class CompareFormat(str, enum.Enum):
     json = "json"
 
 
+# The options of memplan compare (those of every command that reads a profile: plan_options.py).
+AlgosOption = Annotated[
+    str, typer.Option("--algos", metavar="A,B,...", help="Comma-separated algorithm names.")
+]
+BudgetRangeOption = Annotated[
+    str | None,
+    typer.Option(
+        "--mem",
+        "-m",
+        metavar="START:STOP[:STEPS]",
+        help="Budgets, evenly spaced (STEPS default 10): 2GB:8GB:13; auto[:STEPS] goes from "
+        "the least memory of the algorithms to the store-all need (M_peak).  [required]",
+    ),
+]
+FormatOption = Annotated[
+    CompareFormat | None,
+    typer.Option("--format", "-f", help="table (stderr), csv or json.  [default: table]"),
+]
+PlotOption = Annotated[
+    Path | None,
+    typer.Option(
+        metavar="FILE", help="Also draw makespan / lower bound vs budget (.png, .svg, .pdf)."
+    ),
+]
+
+
 @family_options("compare")
 def compare(
-    profile: Annotated[
-        str | None, typer.Argument(metavar="PROFILE", help=PROFILE_HELP, show_default=False)
-    ] = None,
-    algos: Annotated[
-        str, typer.Option("--algos", metavar="A,B,...", help="Comma-separated algorithm names.")
-    ] = DEFAULT_ALGOS,
-    mem: Annotated[
-        str | None,
-        typer.Option(
-            "--mem",
-            "-m",
-            metavar="START:STOP[:STEPS]",
-            help="Budgets, evenly spaced (STEPS default 10): 2GB:8GB:13; auto[:STEPS] goes from "
-            "the least memory of the algorithms to the store-all need (M_peak).  [required]",
-        ),
-    ] = None,
+    profile: ProfileArgument = None,
+    algos: AlgosOption = DEFAULT_ALGOS,
+    mem: BudgetRangeOption = None,
     family_options: dict[str, Any] | None = None,
-    optimizer: Annotated[str, typer.Option(metavar=OPTIMIZER_METAVAR, help=OPTIMIZER_HELP)] = "sgd",
-    gradients: Annotated[
-        str, typer.Option(metavar=GRADIENTS_METAVAR, help=GRADIENTS_HELP)
-    ] = "auto",
-    fmt: Annotated[
-        CompareFormat | None,
-        typer.Option("--format", "-f", help="table (stderr), csv or json.  [default: table]"),
-    ] = None,
-    output: Annotated[
-        Path | None, typer.Option("--output", "-o", metavar="FILE", help=OUTPUT_HELP)
-    ] = None,
-    plot: Annotated[
-        Path | None,
-        typer.Option(
-            metavar="FILE", help="Also draw makespan / lower bound vs budget (.png, .svg, .pdf)."
-        ),
-    ] = None,
+    optimizer: OptimizerOption = "sgd",
+    gradients: GradientsOption = "auto",
+    fmt: FormatOption = None,
+    output: DocumentOutputOption = None,
+    plot: PlotOption = None,
 ) -> None:
     """Compare algorithms over a range of memory budgets (makespan / lower bound).
 
@@ -103,11 +102,7 @@ def compare(
         form = resolve_format(fmt, output, ("table", "csv", "json"))
         if mem is None:
             raise InputError("--mem: a budget range is required, e.g. --mem 2GB:8GB:10")
-        names = [a.strip() for a in algos.split(",") if a.strip()]
-        if not names:
-            raise InputError(f"--algos {algos!r}: expected algorithm names, e.g. {DEFAULT_ALGOS}")
-        if len(set(names)) != len(names):
-            raise InputError(f"--algos {algos!r}: an algorithm is listed twice")
+        names = _algorithm_names(algos)
         auto_steps = _auto_steps(mem)
         budgets = [] if auto_steps is not None else budgets_from_range(mem)
         options = family_options or {}
@@ -139,22 +134,7 @@ def compare(
             **options,
         )
         if form == "table":
-            from memplan.cli.render import compare_table
-
-            title = f"{prof.model}: makespan / lower bound ({prof.lower_bound:.3f} ms)"
-            families = {_family(n) for n in names}
-            if families == {"offload"}:
-                title = _offload_title(prof, rate)
-            elif len(families) > 1:
-                title = (
-                    f"{prof.model}: makespan / compute lower bound ({prof.lower_bound:.3f} ms, "
-                    "the same for every family)"
-                )
-            from rich.console import Group
-            from rich.text import Text
-
-            table = compare_table(rows, names, budgets, f"{title}\n{sweep.header()}")
-            print_table(Group(table, Text(sweep.least_line(), style="dim")))
+            _print_table(prof, rows, names, budgets, sweep, rate)
         elif form == "csv":
             write_output(rows_to_csv(rows), output)
         else:
@@ -175,18 +155,66 @@ def compare(
             write_output(report_json(doc), output)  # NOTE [ report precision ]
         feasible = any(row.feasible for row in rows)
         if plot is not None and feasible:
-            from memplan.cli.plot import plot_sweep
-
-            title = _plot_title(prof)
-            if offloading:
-                from memplan.units import format_size
-
-                title += f", {format_size(rate)}/s"
-            plot_sweep(plot, rows, names, title=title)
-            echo_err(f"memplan: wrote {plot}")
+            _plot(plot, prof, rows, names, rate if offloading else None)
         if not feasible:
             echo_err(sweep.nothing_fits(budgets))
             raise typer.Exit(EXIT_INFEASIBLE)
+
+
+def _algorithm_names(algos: str) -> list[str]:
+    """``--algos rotor,pofo``: the names, at least one, none twice."""
+    names = [a.strip() for a in algos.split(",") if a.strip()]
+    if not names:
+        raise InputError(f"--algos {algos!r}: expected algorithm names, e.g. {DEFAULT_ALGOS}")
+    if len(set(names)) != len(names):
+        raise InputError(f"--algos {algos!r}: an algorithm is listed twice")
+    return names
+
+
+def _print_table(
+    prof: Any,
+    rows: list["CompareRow"],
+    names: list[str],
+    budgets: list[int],
+    sweep: "_Accounting",
+    rate: Any,
+) -> None:
+    """The sweep's table on stderr, titled with what it compares, the least memories under it
+    (``rate``: the bandwidth the offloading algorithms plan with, bytes/s).
+    """
+    from rich.console import Group
+    from rich.text import Text
+
+    from memplan.cli.render import compare_table
+
+    title = f"{prof.model}: makespan / lower bound ({prof.lower_bound:.3f} ms)"
+    families = {_family(n) for n in names}
+    if families == {"offload"}:
+        title = _offload_title(prof, rate)
+    elif len(families) > 1:
+        title = (
+            f"{prof.model}: makespan / compute lower bound ({prof.lower_bound:.3f} ms, "
+            "the same for every family)"
+        )
+    table = compare_table(rows, names, budgets, f"{title}\n{sweep.header()}")
+    print_table(Group(table, Text(sweep.least_line(), style="dim")))
+
+
+def _plot(
+    plot: Path, prof: Any, rows: list["CompareRow"], names: list[str], rate: float | None
+) -> None:
+    """``--plot FILE``: makespan / lower bound against the budget (with the bandwidth of the
+    offloading algorithms, ``rate``, in the title).
+    """
+    from memplan.cli.plot import plot_sweep
+
+    title = _plot_title(prof)
+    if rate is not None:
+        from memplan.units import format_size
+
+        title += f", {format_size(rate)}/s"
+    plot_sweep(plot, rows, names, title=title)
+    echo_err(f"memplan: wrote {plot}")
 
 
 class _Accounting:

@@ -4,7 +4,6 @@ profile itself, as a file ``solve`` reads); ``memplan algos`` is :mod:`memplan.c
 
 import enum
 import json
-from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -18,7 +17,7 @@ from memplan.cli.common import (
     rounded,
     write_output,
 )
-from memplan.cli.solve import OPTIMIZER_HELP, OPTIMIZER_METAVAR, OUTPUT_HELP, PROFILE_HELP
+from memplan.cli.plan_options import DocumentOutputOption, OptimizerOption, ProfileArgument
 
 
 class InfoFormat(str, enum.Enum):
@@ -33,10 +32,8 @@ class ShowFormat(str, enum.Enum):
 
 
 def info(
-    profile: Annotated[
-        str | None, typer.Argument(metavar="PROFILE", help=PROFILE_HELP, show_default=False)
-    ] = None,
-    optimizer: Annotated[str, typer.Option(metavar=OPTIMIZER_METAVAR, help=OPTIMIZER_HELP)] = "sgd",
+    profile: ProfileArgument = None,
+    optimizer: OptimizerOption = "sgd",
     fmt: Annotated[
         InfoFormat | None,
         typer.Option("--format", "-f", help="table (stderr), json or yaml.  [default: table]"),
@@ -64,16 +61,12 @@ def info(
 
 
 def show(
-    profile: Annotated[
-        str | None, typer.Argument(metavar="PROFILE", help=PROFILE_HELP, show_default=False)
-    ] = None,
+    profile: ProfileArgument = None,
     fmt: Annotated[
         ShowFormat | None,
         typer.Option("--format", "-f", help="yaml or json.  [default: yaml, or -o FILE's suffix]"),
     ] = None,
-    output: Annotated[
-        Path | None, typer.Option("--output", "-o", metavar="FILE", help=OUTPUT_HELP)
-    ] = None,
+    output: DocumentOutputOption = None,
 ) -> None:
     """Print a profile itself (a memplan-profile/1 document) as solve reads it: edit it, pipe it.
 

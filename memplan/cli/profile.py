@@ -1,7 +1,5 @@
 """``memplan profile``: measure a model stage by stage and write a ``memplan-profile/1`` YAML."""
 
-import enum
-import importlib.util
 from collections.abc import Callable
 from contextlib import nullcontext
 from pathlib import Path
@@ -10,80 +8,28 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from memplan.cli.common import echo_err, err_console, guard, write_output
+from memplan.cli.model_options import (
+    LOSS_CHUNKS_HELP,
+    TORCH_HINT,
+    ConfigOption,
+    DeviceChoice,
+    DType,
+    ModelArgument,
+    check_counts,
+    has_torch,
+    parse_config_option,
+    parse_shape,
+)
 from memplan.errors import InputError, did_you_mean
-from memplan.units import parse_config
 
 if TYPE_CHECKING:
     from memplan.gpu import GpuSpec
     from memplan.profile.model import Profile
 
-TORCH_HINT = "needs the torch extra: pip install 'memplan[torch]'"
 GPU_NAMES = "v100, v100-32gb, a100, a100-80gb, h100, l4, rtx4090"
 """The catalog's GPUs, for --help (tests/test_gpu.py checks it against the catalog)."""
-MODEL_NAMES = (
-    "resnet18, resnet34, resnet50, resnet101, resnet152, alexnet, vgg11, vgg16, densenet121, "
-    "mobilenet_v2, inception_v3, gpt-small, gpt-tiny"
-)
-"""The built-in models, for --help without importing torch (tests/cli/test_docs.py checks them
-against :data:`memplan.torch.models.registry.MODELS`)."""
-JOIN_NAMES = "siamese-resnet18, cross-modal-resnet18, tiny-join"
-"""The built-in join networks (:data:`memplan.torch.models.join.JOIN_MODELS`)."""
 DEFAULT_REPEATS = 5
 """The profiler's timed repetitions per stage (``profile_model(repeats=...)``), for --help."""
-MODEL_HELP = (
-    f"A built-in model ({MODEL_NAMES}), a join network ({JOIN_NAMES}), hf:NAME (Hugging Face: "
-    "hf:gpt2, hf:llama-1b, hf:bert, hf:vit..., the hf extra), timm:NAME, package.module:factory "
-    "(a factory of yours, found from the current directory as with python -m), or a torchvision "
-    "model name when torchvision is installed."
-)
-
-
-class Device(str, enum.Enum):
-    auto = "auto"
-    cpu = "cpu"
-    cuda = "cuda"
-
-
-class DType(str, enum.Enum):
-    float32 = "float32"
-    bfloat16 = "bfloat16"
-    float16 = "float16"
-
-
-def has_torch() -> bool:
-    """Whether PyTorch is installed (checked without importing it)."""
-    return importlib.util.find_spec("torch") is not None
-
-
-def parse_shape(text: str) -> tuple[int, ...]:
-    """``3,224,224`` (or ``3x224x224``) -> ``(3, 224, 224)``."""
-    parts = [p.strip() for p in text.replace("x", ",").split(",")]
-    try:
-        shape = tuple(int(p) for p in parts)
-    except ValueError:
-        raise InputError(
-            f"--input-shape {text!r}: expected positive integers separated by commas, "
-            "e.g. 3,224,224"
-        ) from None
-    if not shape or any(d <= 0 for d in shape):
-        raise InputError(f"--input-shape {text!r}: expected positive integers, e.g. 3,224,224")
-    return shape
-
-
-def parse_config_option(model: str, text: str | None) -> str | None:
-    """Check ``--config n_layer=24,n_embd=1024`` before torch is imported; the text, or None.
-
-    Raises
-    ------
-    InputError
-        A malformed list, or values for a model that is not ``hf:``.
-    """
-    if text is None:
-        return None
-    values = parse_config(text)
-    if values and not model.startswith("hf:"):
-        raise InputError(f"--config: only hf: models take config values (not {model!r})")
-    return text if values else None
 
 
 def _check_gpu(
@@ -117,106 +63,101 @@ def _check_gpu(
         raise InputError(f"--gpu-spec {exc}") from None
 
 
-CONFIG_HELP = (
-    "Config values of an hf: model, e.g. n_layer=24,n_embd=1024 (names of its transformers "
-    "config class)."
-)
-
-LOSS_CHUNKS_HELP = (
-    "A language model's head and loss as one stage computed in N chunks of tokens (hf: causal "
-    "and masked LMs, the built-in GPTs): no step holds more than one chunk's logits; the same "
-    "loss and gradients. What you lose: the full logits are never made (the chain returns the "
-    "loss alone)."
-)
+# The options of memplan profile (those of every command that builds a model: model_options.py).
+BatchSizeOption = Annotated[
+    int | None,
+    typer.Option(
+        "--batch-size",
+        "-b",
+        metavar="N",
+        help="Batch size.  [default: 32 for images, the model's own for transformers]",
+    ),
+]
+InputShapeOption = Annotated[
+    str | None,
+    typer.Option(
+        metavar="C,H,W",
+        help="Shape of one sample, e.g. 3,224,224.  [default: the model's: 3,224,224 "
+        "(3,299,299 for inception_v3), the sequence length for transformers]",
+    ),
+]
+DeviceOption = Annotated[
+    DeviceChoice, typer.Option(help="Where to measure; auto picks cuda when available.")
+]
+DataTypeOption = Annotated[DType, typer.Option(help="Data type of the activations and weights.")]
+RepeatsOption = Annotated[
+    int | None,
+    typer.Option(metavar="N", help=f"Timed repetitions per stage.  [default: {DEFAULT_REPEATS}]"),
+]
+GraphOption = Annotated[
+    bool,
+    typer.Option(
+        "--graph",
+        help="Capture the whole training step (forward, backward, SGD step) as an "
+        "operator-level graph for the graph family instead (fake tensors: sizes only).",
+    ),
+]
+EstimateOption = Annotated[
+    str | None,
+    typer.Option(
+        metavar="GPU",
+        help=f"Estimate the times for a GPU of the catalog instead of measuring them: {GPU_NAMES}.",
+    ),
+]
+GpuSpecFileOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--gpu-spec",
+        metavar="FILE",
+        help="Estimate the times for the GPU described in FILE (YAML; see "
+        "docs/estimation.md). Not together with --estimate.",
+    ),
+]
+OutputOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--output",
+        "-o",
+        metavar="FILE",
+        help="Write the YAML to FILE atomically instead of stdout.",
+    ),
+]
+ThreadsOption = Annotated[
+    int | None,
+    typer.Option(
+        metavar="N",
+        help="torch's intra-op threads while measuring (recorded in the profile; memplan "
+        "run trains on them).  [default: 1 on the CPU, torch's own on CUDA]",
+    ),
+]
+SelectiveOption = Annotated[
+    bool,
+    typer.Option(
+        "--selective",
+        help="Also measure every stage but the loss under memplan's selective checkpointing "
+        "policies: the stages' options, which rotor chooses from.",
+    ),
+]
+LossChunksOption = Annotated[
+    int | None, typer.Option("--loss-chunks", metavar="N", help=LOSS_CHUNKS_HELP)
+]
 
 
 def profile(
-    model: Annotated[str, typer.Argument(metavar="MODEL", help=MODEL_HELP)],
-    batch_size: Annotated[
-        int | None,
-        typer.Option(
-            "--batch-size",
-            "-b",
-            metavar="N",
-            help="Batch size.  [default: 32 for images, the model's own for transformers]",
-        ),
-    ] = None,
-    input_shape: Annotated[
-        str | None,
-        typer.Option(
-            metavar="C,H,W",
-            help="Shape of one sample, e.g. 3,224,224.  [default: the model's: 3,224,224 "
-            "(3,299,299 for inception_v3), the sequence length for transformers]",
-        ),
-    ] = None,
-    device: Annotated[
-        Device, typer.Option(help="Where to measure; auto picks cuda when available.")
-    ] = Device.auto,
-    dtype: Annotated[
-        DType, typer.Option(help="Data type of the activations and weights.")
-    ] = DType.float32,
-    repeats: Annotated[
-        int | None,
-        typer.Option(
-            metavar="N", help=f"Timed repetitions per stage.  [default: {DEFAULT_REPEATS}]"
-        ),
-    ] = None,
-    graph: Annotated[
-        bool,
-        typer.Option(
-            "--graph",
-            help="Capture the whole training step (forward, backward, SGD step) as an "
-            "operator-level graph for the graph family instead (fake tensors: sizes only).",
-        ),
-    ] = False,
-    estimate: Annotated[
-        str | None,
-        typer.Option(
-            metavar="GPU",
-            help="Estimate the times for a GPU of the catalog instead of measuring them: "
-            f"{GPU_NAMES}.",
-        ),
-    ] = None,
-    gpu_spec: Annotated[
-        Path | None,
-        typer.Option(
-            "--gpu-spec",
-            metavar="FILE",
-            help="Estimate the times for the GPU described in FILE (YAML; see "
-            "docs/estimation.md). Not together with --estimate.",
-        ),
-    ] = None,
-    output: Annotated[
-        Path | None,
-        typer.Option(
-            "--output",
-            "-o",
-            metavar="FILE",
-            help="Write the YAML to FILE atomically instead of stdout.",
-        ),
-    ] = None,
-    config: Annotated[
-        str | None, typer.Option("--config", metavar="NAME=VALUE,...", help=CONFIG_HELP)
-    ] = None,
-    threads: Annotated[
-        int | None,
-        typer.Option(
-            metavar="N",
-            help="torch's intra-op threads while measuring (recorded in the profile; memplan "
-            "run trains on them).  [default: 1 on the CPU, torch's own on CUDA]",
-        ),
-    ] = None,
-    selective: Annotated[
-        bool,
-        typer.Option(
-            "--selective",
-            help="Also measure every stage but the loss under memplan's selective checkpointing "
-            "policies: the stages' options, which rotor chooses from.",
-        ),
-    ] = False,
-    loss_chunks: Annotated[
-        int | None, typer.Option("--loss-chunks", metavar="N", help=LOSS_CHUNKS_HELP)
-    ] = None,
+    model: ModelArgument,
+    batch_size: BatchSizeOption = None,
+    input_shape: InputShapeOption = None,
+    device: DeviceOption = DeviceChoice.auto,
+    dtype: DataTypeOption = DType.float32,
+    repeats: RepeatsOption = None,
+    graph: GraphOption = False,
+    estimate: EstimateOption = None,
+    gpu_spec: GpuSpecFileOption = None,
+    output: OutputOption = None,
+    config: ConfigOption = None,
+    threads: ThreadsOption = None,
+    selective: SelectiveOption = False,
+    loss_chunks: LossChunksOption = None,
 ) -> None:
     """Profile a PyTorch model and write its profile (YAML) to stdout or -o FILE.
 
@@ -224,28 +165,19 @@ def profile(
     memplan profile resnet18 | memplan solve --algo rotor --mem 2GB
     """
     with guard():
-        for option, value in (
+        check_counts(
             ("--batch-size", batch_size),
             ("--repeats", repeats),
             ("--threads", threads),
             ("--loss-chunks", loss_chunks),
-        ):
-            if value is not None and value < 1:
-                raise InputError(f"{option} {value}: expected a positive integer")
+        )
         gpu = _check_gpu(estimate, gpu_spec, repeats)
         shape = None if input_shape is None else parse_shape(input_shape)
         config_values = parse_config_option(model, config)
         if not has_torch():
             raise InputError(f"memplan profile {TORCH_HINT}")
         if graph:
-            if config_values:
-                raise InputError("--config: not with --graph")
-            if threads is not None:
-                raise InputError("--threads: not with --graph (nothing is computed)")
-            if selective:
-                raise InputError("--selective: not with --graph (chain profiles only)")
-            if loss_chunks is not None:
-                raise InputError("--loss-chunks: not with --graph (chain profiles only)")
+            _check_graph_options(config_values, threads, selective, loss_chunks)
             _profile_graph(model, batch_size, shape, dtype.value, device, gpu, repeats, output)
             return
         from memplan.profile import save_profile
@@ -270,16 +202,35 @@ def profile(
             kwargs["config"] = config_values
         result = run_with_progress(profile_model, model, kwargs, label, start)
         write_output(save_profile(result), output)
-        where = result.device.kind if result.device else device.value
-        if result.device is not None and result.device.kind == "estimated":
-            info = (result.measured.estimate if result.measured else None) or {}
-            sizes_on = info.get("sizes_on", "cpu")
-            sizes_on = "fake tensors" if sizes_on == "fake" else sizes_on
-            where = f"{sizes_on}, times estimated for {result.device.name}"
-        echo_err(
-            f"memplan: profiled {result.model}: {result.length} stages on {where}, "
-            f"lower bound {result.lower_bound:.3f} ms{_measurement_note(result)}"
-        )
+        echo_err(_profiled_line(result, device))
+
+
+def _check_graph_options(
+    config: str | None, threads: int | None, selective: bool, loss_chunks: int | None
+) -> None:
+    """``--graph``: the options of a measured chain profile are usage errors."""
+    if config:
+        raise InputError("--config: not with --graph")
+    if threads is not None:
+        raise InputError("--threads: not with --graph (nothing is computed)")
+    if selective:
+        raise InputError("--selective: not with --graph (chain profiles only)")
+    if loss_chunks is not None:
+        raise InputError("--loss-chunks: not with --graph (chain profiles only)")
+
+
+def _profiled_line(result: "Profile", device: DeviceChoice) -> str:
+    """``memplan: profiled resnet18: 11 stages on cpu, lower bound ... ms; 1 thread, ...``."""
+    where = result.device.kind if result.device else device.value
+    if result.device is not None and result.device.kind == "estimated":
+        info = (result.measured.estimate if result.measured else None) or {}
+        sizes_on = info.get("sizes_on", "cpu")
+        sizes_on = "fake tensors" if sizes_on == "fake" else sizes_on
+        where = f"{sizes_on}, times estimated for {result.device.name}"
+    return (
+        f"memplan: profiled {result.model}: {result.length} stages on {where}, "
+        f"lower bound {result.lower_bound:.3f} ms{_measurement_note(result)}"
+    )
 
 
 def _measurement_note(prof: "Profile") -> str:
@@ -307,7 +258,7 @@ def _profile_graph(
     batch_size: int | None,
     shape: tuple[int, ...] | None,
     dtype: str,
-    device: Device,
+    device: DeviceChoice,
     gpu: object,
     repeats: int | None,
     output: Path | None,
@@ -318,7 +269,7 @@ def _profile_graph(
             "--graph: the graph is captured with fake tensors and not timed "
             "(leave out --estimate, --gpu-spec and --repeats)"
         )
-    if device == Device.cuda:
+    if device == DeviceChoice.cuda:
         raise InputError(
             "--graph: captured on the CPU with fake tensors (sizes do not depend "
             "on the device); leave out --device cuda"

@@ -350,6 +350,18 @@ def _accounting(desc: Mapping[str, Any]) -> str:
 
 def info_tables(desc: Mapping[str, Any]) -> Group:
     """The profile's header, totals and memory needs, then one row per stage."""
+    stage_rows = desc.get("stage_table") or []
+    estimates = [_stage_estimate(st) for st in stage_rows]
+    header = _key_values("Profile", _profile_rows(desc, estimates))
+    if not stage_rows:
+        return Group(header)
+    return Group(header, Text(""), _stage_table(stage_rows, estimates))
+
+
+def _profile_rows(
+    desc: Mapping[str, Any], estimates: list[Mapping[str, Any]]
+) -> list[tuple[str, Any]]:
+    """The header's rows: what the profile is, how it was measured, its totals and needs."""
     device = desc.get("device") or {}
     device_text = " ".join(str(device[k]) for k in ("kind", "name") if device.get(k)) or "-"
     if device.get("memory"):
@@ -369,8 +381,6 @@ def info_tables(desc: Mapping[str, Any]) -> Group:
     if desc.get("bandwidth"):
         rows.append(("bandwidth", f"{format_size(desc['bandwidth'])}/s"))
     rows += _measured_rows(measured)
-    stage_rows = desc.get("stage_table") or []
-    estimates = [_stage_estimate(st) for st in stage_rows]
     if isinstance(measured.get("estimate"), Mapping) or any(estimates):
         rows += _estimate_rows(measured.get("estimate") or {}, estimates)
     rows += [
@@ -382,22 +392,7 @@ def info_tables(desc: Mapping[str, Any]) -> Group:
     ]
     graph = desc.get("graph")
     if isinstance(graph, Mapping):
-        kinds = ", ".join(f"{v} {k}" for k, v in (graph.get("kinds") or {}).items())
-        rows += [
-            (
-                "graph",
-                f"{graph['nodes']} nodes ({kinds}), {graph['tensors']} tensors, "
-                f"{graph['control_edges']} control edges",
-            ),
-            ("persistent", _size(graph["persistent_bytes"])),
-            ("framework peak resident", _size(graph["framework_peak_resident"])),
-            (
-                "framework arena",
-                f"{_size(graph['framework_arena'])}, fragmentation "
-                f"{graph['framework_fragmentation'] * 100:.2f}%",
-            ),
-            ("peak resident >=", _size(graph["peak_resident_lower_bound"])),
-        ]
+        rows += _graph_rows(graph)
     for family, value in (desc.get("min_memory") or {}).items():
         rows.append((f"least memory ({family})", _size(value)))
     for key, label in (("branches", "branches"), ("join_model", "join model")):
@@ -406,10 +401,31 @@ def info_tables(desc: Mapping[str, Any]) -> Group:
     if desc.get("c_min") is not None:
         rows.append(("c_min (Theorem 2)", f"{desc['c_min']} slots of {_size(desc['slot_size'])}"))
     rows.append(("sha256", desc.get("sha256", "-")))
-    header = _key_values("Profile", rows)
-    if not stage_rows:
-        return Group(header)
+    return rows
 
+
+def _graph_rows(graph: Mapping[str, Any]) -> list[tuple[str, Any]]:
+    """A graph profile's rows: its nodes and tensors, and the framework's own placement."""
+    kinds = ", ".join(f"{v} {k}" for k, v in (graph.get("kinds") or {}).items())
+    return [
+        (
+            "graph",
+            f"{graph['nodes']} nodes ({kinds}), {graph['tensors']} tensors, "
+            f"{graph['control_edges']} control edges",
+        ),
+        ("persistent", _size(graph["persistent_bytes"])),
+        ("framework peak resident", _size(graph["framework_peak_resident"])),
+        (
+            "framework arena",
+            f"{_size(graph['framework_arena'])}, fragmentation "
+            f"{graph['framework_fragmentation'] * 100:.2f}%",
+        ),
+        ("peak resident >=", _size(graph["peak_resident_lower_bound"])),
+    ]
+
+
+def _stage_table(stage_rows: list[Mapping[str, Any]], estimates: list[Mapping[str, Any]]) -> Table:
+    """One row per stage: times, sizes, and the bound of each estimated time."""
     longest = max((len(str(st.get("name", ""))) for st in stage_rows), default=4)
     stages = Table(
         title="Stages (sizes in decimal units)",
@@ -449,7 +465,7 @@ def info_tables(desc: Mapping[str, Any]) -> Group:
             Text(short_size(st.get("weight_size", 0))),
             *((_bound_cell(estimates[index]),) if any(estimates) else ()),
         )
-    return Group(header, Text(""), stages)
+    return stages
 
 
 def _stage_estimate(stage: Mapping[str, Any]) -> Mapping[str, Any]:

@@ -9,18 +9,23 @@ import typer
 
 from memplan.cli import common
 from memplan.cli.common import EXIT_INFEASIBLE, err_console, guard
-from memplan.cli.options import family_options
-from memplan.cli.profile import (
-    CONFIG_HELP,
+from memplan.cli.model_options import (
     JOIN_NAMES,
     LOSS_CHUNKS_HELP,
     TORCH_HINT,
-    Device,
+    BatchSizeOption,
+    ConfigOption,
+    DeviceChoice,
     DType,
+    InputShapeOption,
+    ProfilerRepeatsOption,
+    TrainingDeviceOption,
+    check_counts,
     has_torch,
     parse_config_option,
     parse_shape,
 )
+from memplan.cli.options import family_options
 from memplan.cli.solve import GRADIENTS_HELP, GRADIENTS_METAVAR, MEM_HELP, OPTIMIZER_METAVAR
 from memplan.errors import InputError
 
@@ -34,87 +39,94 @@ class RunFormat(str, enum.Enum):
     json = "json"
 
 
+# The options of memplan run (those of every command that builds a model: model_options.py).
+ModelName = Annotated[str, typer.Argument(help="A model name, e.g. resnet18, gpt-tiny.")]
+AlgoOption = Annotated[
+    str, typer.Option("--algo", "-a", metavar="ALGO", help="Algorithm (see `memplan algos`).")
+]
+MemOption = Annotated[
+    str | None, typer.Option("--mem", "-m", metavar="SIZE", help=MEM_HELP + " [required]")
+]
+StepsOption = Annotated[
+    int,
+    typer.Option(
+        metavar="N",
+        help="Training steps, each measured (from the 2nd on, the gradients and the "
+        "optimizer state are allocated for the whole step).",
+    ),
+]
+GivenProfileOption = Annotated[
+    str | None,
+    typer.Option(
+        "--profile",
+        "-p",
+        metavar="FILE",
+        help="Use this profile of the same model and input instead of profiling it.",
+    ),
+]
+DataTypeOption = Annotated[
+    DType | None,
+    typer.Option(
+        help="Data type of the weights and activations, profiled and trained in.  "
+        "[default: the profile's with --profile, else float32]"
+    ),
+]
+LearningRateOption = Annotated[float, typer.Option(metavar="RATE", help="Learning rate.")]
+TrainingOptimizerOption = Annotated[
+    str,
+    typer.Option(
+        metavar=OPTIMIZER_METAVAR,
+        help="The optimizer trained with and counted in the budget, its state and its step: "
+        "sgd, momentum, adam, adamw; with the step, adamw:fused, adam:foreach (default: "
+        "PyTorch's; none: SGD, the budget for the activations alone).",
+    ),
+]
+TrainingGradientsOption = Annotated[
+    str,
+    typer.Option(
+        metavar=GRADIENTS_METAVAR,
+        help=GRADIENTS_HELP + " The steps train in that loop (auto: PyTorch's, the profile "
+        "memplan run measures has weight_grad_size).",
+    ),
+]
+FormatOption = Annotated[
+    RunFormat | None,
+    typer.Option("--format", "-f", help="table (stderr) or a json document on stdout."),
+]
+TraceOption = Annotated[
+    Path | None,
+    typer.Option("--trace", metavar="FILE.json", help="Also write the plan's trace."),
+]
+LossChunksOption = Annotated[
+    int | None,
+    typer.Option(
+        "--loss-chunks",
+        metavar="N",
+        help=LOSS_CHUNKS_HELP + "  [default: the profile's with --profile, else none]",
+    ),
+]
+
+
 @family_options("run")
 def run(
-    model: Annotated[str, typer.Argument(help="A model name, e.g. resnet18, gpt-tiny.")],
-    algo: Annotated[
-        str, typer.Option("--algo", "-a", metavar="ALGO", help="Algorithm (see `memplan algos`).")
-    ] = "rotor",
-    mem: Annotated[
-        str | None, typer.Option("--mem", "-m", metavar="SIZE", help=MEM_HELP + " [required]")
-    ] = None,
-    steps: Annotated[
-        int,
-        typer.Option(
-            metavar="N",
-            help="Training steps, each measured (from the 2nd on, the gradients and the "
-            "optimizer state are allocated for the whole step).",
-        ),
-    ] = 2,
-    batch_size: Annotated[
-        int | None,
-        typer.Option("--batch-size", "-b", metavar="N", help="Batch size.  [default: the model's]"),
-    ] = None,
-    input_shape: Annotated[
-        str | None,
-        typer.Option(metavar="C,H,W", help="Shape of one sample.  [default: the model's]"),
-    ] = None,
-    profile: Annotated[
-        str | None,
-        typer.Option(
-            "--profile",
-            "-p",
-            metavar="FILE",
-            help="Use this profile of the same model and input instead of profiling it.",
-        ),
-    ] = None,
-    device: Annotated[Device, typer.Option(help="Where to train.")] = Device.auto,
-    dtype: Annotated[
-        DType | None,
-        typer.Option(
-            help="Data type of the weights and activations, profiled and trained in.  "
-            "[default: the profile's with --profile, else float32]"
-        ),
-    ] = None,
-    config: Annotated[
-        str | None, typer.Option("--config", metavar="NAME=VALUE,...", help=CONFIG_HELP)
-    ] = None,
-    lr: Annotated[float, typer.Option(metavar="RATE", help="Learning rate.")] = 0.01,
+    model: ModelName,
+    algo: AlgoOption = "rotor",
+    mem: MemOption = None,
+    steps: StepsOption = 2,
+    batch_size: BatchSizeOption = None,
+    input_shape: InputShapeOption = None,
+    profile: GivenProfileOption = None,
+    device: TrainingDeviceOption = DeviceChoice.auto,
+    dtype: DataTypeOption = None,
+    config: ConfigOption = None,
+    lr: LearningRateOption = 0.01,
     family_options: dict[str, Any] | None = None,
-    optimizer: Annotated[
-        str,
-        typer.Option(
-            metavar=OPTIMIZER_METAVAR,
-            help="The optimizer trained with and counted in the budget, its state and its step: "
-            "sgd, momentum, adam, adamw; with the step, adamw:fused, adam:foreach (default: "
-            "PyTorch's; none: SGD, the budget for the activations alone).",
-        ),
-    ] = "sgd",
-    gradients: Annotated[
-        str,
-        typer.Option(
-            metavar=GRADIENTS_METAVAR,
-            help=GRADIENTS_HELP + " The steps train in that loop (auto: PyTorch's, the profile "
-            "memplan run measures has weight_grad_size).",
-        ),
-    ] = "auto",
-    repeats: Annotated[int, typer.Option(metavar="N", help="Profiler repetitions.")] = 3,
-    fmt: Annotated[
-        RunFormat | None,
-        typer.Option("--format", "-f", help="table (stderr) or a json document on stdout."),
-    ] = None,
-    trace: Annotated[
-        Path | None,
-        typer.Option("--trace", metavar="FILE.json", help="Also write the plan's trace."),
-    ] = None,
-    loss_chunks: Annotated[
-        int | None,
-        typer.Option(
-            "--loss-chunks",
-            metavar="N",
-            help=LOSS_CHUNKS_HELP + "  [default: the profile's with --profile, else none]",
-        ),
-    ] = None,
+    optimizer: TrainingOptimizerOption = "sgd",
+    gradients: TrainingGradientsOption = "auto",
+    repeats: ProfilerRepeatsOption = 3,
+    fmt: FormatOption = None,
+    trace: TraceOption = None,
+    loss_chunks: LossChunksOption = None,
 ) -> None:
     """Profile a model, solve, and train N steps under the plan, measuring each step.
 
@@ -137,24 +149,15 @@ def run(
     with guard():
         if mem is None:
             raise InputError("--mem: a memory budget is required, e.g. --mem 8GB")
-        for option, value in (
-            ("--steps", steps),
-            ("--batch-size", batch_size),
-            ("--loss-chunks", loss_chunks),
-        ):
-            if value is not None and value < 1:
-                raise InputError(f"{option} {value}: expected a positive integer")
+        check_counts(
+            ("--steps", steps), ("--batch-size", batch_size), ("--loss-chunks", loss_chunks)
+        )
         # checked once, typed; gpu and 90% take the GPU from the profile made below
         budget = check_memory(mem)
         chosen = parse_optimizer(optimizer)
         gradients = check_gradients(gradients)
         config_values = parse_config_option(model, config)
-        if model in {name.strip() for name in JOIN_NAMES.split(",")}:
-            raise InputError(
-                f"{model} is a join network: memplan run trains chains (its runtime follows "
-                "chain, offloading and combined plans); profile, solve and simulate join plans "
-                f"with memplan profile {model} | memplan solve --algo join"
-            )
+        _refuse_join_network(model)
         options = family_options or {}
         options_for(algo, options)  # bad options fail before the model is built and profiled
         shape = None if input_shape is None else parse_shape(input_shape)
@@ -176,6 +179,16 @@ def run(
             raise typer.Exit(EXIT_INFEASIBLE)
 
 
+def _refuse_join_network(model: str) -> None:
+    """A join network is a usage error: ``run`` trains chains."""
+    if model in {name.strip() for name in JOIN_NAMES.split(",")}:
+        raise InputError(
+            f"{model} is a join network: memplan run trains chains (its runtime follows "
+            "chain, offloading and combined plans); profile, solve and simulate join plans "
+            f"with memplan profile {model} | memplan solve --algo join"
+        )
+
+
 def _train(
     name: str,
     algo: str,
@@ -195,37 +208,21 @@ def _train(
     gradients: str = "auto",
     loss_chunks: int | None = None,
 ) -> dict[str, Any] | None:
-    import memplan
+    """Plan, build the model (profiled here without ``profile``), train ``steps`` steps under the
+    plan and measure them: ``train_under_plan``'s document, or None when no plan fits (the
+    reason on stderr).
+    """
     from memplan.profile.memory import loop_on
     from memplan.torch.base.device import resolve_device
     from memplan.torch.measure.conditions import training_as_profiled
-    from memplan.torch.measure.runner import DTYPES
     from memplan.torch.measure.step import train_under_plan
-    from memplan.torch.models.registry import build_model
-    from memplan.torch.planner import (
-        PlanSettings,
-        infeasible_message,
-        plan_training,
-        profile_for_training,
-    )
-    from memplan.torch.profiler.model import CPU_THREADS
-    from memplan.torch.split.chunked_loss import profile_loss_chunks
+    from memplan.torch.planner import PlanSettings, infeasible_message, plan_training
 
     budget, chosen = memory, optimizer
     settings = PlanSettings(
         algo, options.get("slots"), options.get("bandwidth"), repeats, loss_chunks
     )
-    prof = None
-    if profile is not None:
-        prof = memplan.load_profile(profile)
-        if dtype is not None and prof.dtype != dtype:
-            raise InputError(
-                f"--dtype {dtype}: the profile {profile} was measured in {prof.dtype}; a plan "
-                "is for the data type it was profiled in (profile again with --dtype)"
-            )
-        dtype = prof.dtype
-        profile_loss_chunks(prof, loss_chunks)  # the chain is the profile's
-    dtype = dtype or "float32"
+    prof, dtype = _given_profile(profile, dtype, loss_chunks)
     dev = resolve_device(device)
 
     def plan(prof: Any) -> Any:
@@ -242,16 +239,9 @@ def _train(
     sched = None if prof is None else plan(prof)
     if prof is not None and sched is None:
         return None
-    module, x, label = build_model(name, batch_size=batch_size, input_shape=shape, config=config)
-    module.to(device=dev, dtype=DTYPES[dtype])
-    x = x.to(device=dev, dtype=DTYPES[dtype]) if x.is_floating_point() else x.to(dev)
+    module, x, label = _model_on(name, batch_size, shape, config, dev, dtype)
     if prof is None:
-        common.echo_err(f"memplan: profiling {label} on {dev.type} ...")
-        from memplan.cli.profile import run_with_progress
-
-        threads = CPU_THREADS if dev.type == "cpu" else None  # the threads it trains on
-        kwargs = {"x": x, "settings": settings, "name": label, "threads": threads}
-        prof = run_with_progress(profile_for_training, module, kwargs, f"profiling {label}")
+        prof = _profile_here(module, x, settings, label, dev)
         sched = plan(prof)
         if sched is None:
             return None
@@ -265,6 +255,58 @@ def _train(
     except InputError as exc:
         where = f"--profile {profile}: " if profile is not None else ""
         raise InputError(f"{where}{exc}") from None
+
+
+def _given_profile(
+    profile: str | None, dtype: str | None, loss_chunks: int | None
+) -> tuple[Any, str]:
+    """``--profile FILE`` loaded (None without it) and the data type trained in: the profile's,
+    which ``--dtype`` may only repeat, else ``--dtype`` or float32.
+    """
+    import memplan
+    from memplan.torch.split.chunked_loss import profile_loss_chunks
+
+    prof = None
+    if profile is not None:
+        prof = memplan.load_profile(profile)
+        if dtype is not None and prof.dtype != dtype:
+            raise InputError(
+                f"--dtype {dtype}: the profile {profile} was measured in {prof.dtype}; a plan "
+                "is for the data type it was profiled in (profile again with --dtype)"
+            )
+        dtype = prof.dtype
+        profile_loss_chunks(prof, loss_chunks)  # the chain is the profile's
+    return prof, dtype or "float32"
+
+
+def _model_on(
+    name: str,
+    batch_size: int | None,
+    shape: tuple[int, ...] | None,
+    config: str | None,
+    dev: Any,
+    dtype: str,
+) -> tuple[Any, Any, str]:
+    """The model and its example input built and moved to ``dev`` in ``dtype``, and its label."""
+    from memplan.torch.measure.runner import DTYPES
+    from memplan.torch.models.registry import build_model
+
+    module, x, label = build_model(name, batch_size=batch_size, input_shape=shape, config=config)
+    module.to(device=dev, dtype=DTYPES[dtype])
+    x = x.to(device=dev, dtype=DTYPES[dtype]) if x.is_floating_point() else x.to(dev)
+    return module, x, label
+
+
+def _profile_here(module: Any, x: Any, settings: Any, label: str, dev: Any) -> Any:
+    """The model profiled for training on the threads it trains on, with progress on stderr."""
+    from memplan.cli.profile import run_with_progress
+    from memplan.torch.planner import profile_for_training
+    from memplan.torch.profiler.model import CPU_THREADS
+
+    common.echo_err(f"memplan: profiling {label} on {dev.type} ...")
+    threads = CPU_THREADS if dev.type == "cpu" else None  # the threads it trains on
+    kwargs = {"x": x, "settings": settings, "name": label, "threads": threads}
+    return run_with_progress(profile_for_training, module, kwargs, f"profiling {label}")
 
 
 def over_budget_line(doc: dict[str, Any], typed: str) -> str:

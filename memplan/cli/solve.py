@@ -128,7 +128,11 @@ def solve(
     that fits, when known), 2 on bad input.
 
     Example: `memplan solve resnet50 --algo rotor --mem 8GB --format json`
-    """
+    \f
+    Long because: its options are spelled out in its signature (39 lines); the shared ones
+    become memplan/cli/plan_options.py's aliases once the rework of this file on a parallel
+    branch lands (issue 39 item 5 leaves it there).
+    """  # noqa: D301 - the form feed ends the help typer shows (click's convention)
     import memplan
     from memplan.api import list_algorithms, solve_arguments
 

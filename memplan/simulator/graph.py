@@ -63,9 +63,7 @@ def resident_per_step(
     return np.cumsum(delta[:-1])
 
 
-def simulate_graph(  # noqa: C901 - the replay's checks in its docstring's order
-    profile: Profile, schedule: Any, memory: int | None = None
-) -> SimulationResult:
+def simulate_graph(profile: Profile, schedule: Any, memory: int | None = None) -> SimulationResult:
     """Replay ``schedule.order`` and ``schedule.addresses`` on ``profile.graph``.
 
     Parameters
@@ -90,31 +88,10 @@ def simulate_graph(  # noqa: C901 - the replay's checks in its docstring's order
         result.fail("the profile has no graph")
         return result
     order = list(schedule.order or [])
-    nodes = {node.name: node for node in graph.nodes}
-    position: dict[str, int] = {}
-    for k, name in enumerate(order):
-        if name not in nodes:
-            result.fail(f"order[{k}]: unknown node {name!r}", k)
-            return result
-        if name in position:
-            result.fail(f"order[{k}] {name}: runs twice (also order[{position[name]}])", k)
-            return result
-        position[name] = k
-    missing = [node.name for node in graph.nodes if node.name not in position]
-    if missing:
-        result.fail(f"order: {len(missing)} node(s) never run, e.g. {missing[0]!r}")
+    problem = _order_problem(graph, order)
+    if problem is not None:
+        result.fail(*problem)
         return result
-    for tensor in graph.tensors:
-        p = position[tensor.producer]
-        for consumer in tensor.consumers:
-            c = position[consumer]
-            if c <= p:
-                result.fail(
-                    f"order[{c}] {consumer}: reads tensor {tensor.name!r} before its producer "
-                    f"{tensor.producer!r} (order[{p}]) runs",
-                    c,
-                )
-                return result
 
     sizes = np.array([t.size for t in graph.tensors], dtype=np.int64)
     start, end = graph_lifetimes(profile, order)
@@ -122,24 +99,10 @@ def simulate_graph(  # noqa: C901 - the replay's checks in its docstring's order
     resident = resident_per_step(sizes, start, end, steps)
     peak_resident = int(resident.max()) if steps else 0
 
-    addresses = dict(schedule.addresses or {})
-    known = {t.name for t in graph.tensors}
-    for name in addresses:
-        if name not in known:
-            result.fail(f"addresses: unknown tensor {name!r}")
-            return result
-    offsets = np.zeros(len(sizes), dtype=np.int64)
-    for i, tensor in enumerate(graph.tensors):
-        if tensor.size == 0:
-            continue
-        if tensor.name not in addresses:
-            result.fail(f"addresses: tensor {tensor.name!r} ({tensor.size} bytes) has no offset")
-            return result
-        offset = addresses[tensor.name]
-        if not isinstance(offset, int) or offset < 0:
-            result.fail(f"addresses.{tensor.name}: expected a byte offset >= 0, got {offset!r}")
-            return result
-        offsets[i] = offset
+    offsets = _offsets(graph, dict(schedule.addresses or {}))
+    if isinstance(offsets, str):
+        result.fail(offsets)
+        return result
     clash = _first_overlap(sizes, offsets, start, end)
     if clash is not None:
         i, j = clash
@@ -155,35 +118,103 @@ def simulate_graph(  # noqa: C901 - the replay's checks in its docstring's order
     sized = sizes > 0
     arena = int((offsets[sized] + sizes[sized]).max()) if sized.any() else 0
 
+    _replay_times(result, graph, order, resident)
+    result.peak_memory = arena
+    result.static_memory = graph.weight_size  # counted in the arena: reported, not added
+    problem_text = _claims_problem(schedule, arena, peak_resident)
+    if problem_text is not None:
+        result.fail(problem_text)
+        return result
+    if memory is not None and arena > memory:
+        result.fail(f"arena: {over_budget(arena, memory)}")
+    return result
+
+
+def _order_problem(graph: Any, order: list[str]) -> tuple[str, int | None] | None:
+    """Check 1: the first problem of ``order`` (an unknown node, one run twice or never, a
+    tensor read before its producer runs) and the index it is at, or None.
+    """
+    nodes = {node.name for node in graph.nodes}
+    position: dict[str, int] = {}
+    for k, name in enumerate(order):
+        if name not in nodes:
+            return f"order[{k}]: unknown node {name!r}", k
+        if name in position:
+            return f"order[{k}] {name}: runs twice (also order[{position[name]}])", k
+        position[name] = k
+    missing = [node.name for node in graph.nodes if node.name not in position]
+    if missing:
+        return f"order: {len(missing)} node(s) never run, e.g. {missing[0]!r}", None
+    for tensor in graph.tensors:
+        p = position[tensor.producer]
+        for consumer in tensor.consumers:
+            c = position[consumer]
+            if c <= p:
+                return (
+                    f"order[{c}] {consumer}: reads tensor {tensor.name!r} before its producer "
+                    f"{tensor.producer!r} (order[{p}]) runs",
+                    c,
+                )
+    return None
+
+
+def _offsets(graph: Any, addresses: dict[str, Any]) -> np.ndarray | str:
+    """Check 4's first half: every tensor of positive size at a byte offset >= 0, and no address
+    of an unknown tensor; the offsets, or the first problem.
+    """
+    known = {t.name for t in graph.tensors}
+    for name in addresses:
+        if name not in known:
+            return f"addresses: unknown tensor {name!r}"
+    offsets = np.zeros(len(graph.tensors), dtype=np.int64)
+    for i, tensor in enumerate(graph.tensors):
+        if tensor.size == 0:
+            continue
+        if tensor.name not in addresses:
+            return f"addresses: tensor {tensor.name!r} ({tensor.size} bytes) has no offset"
+        offset = addresses[tensor.name]
+        if not isinstance(offset, int) or offset < 0:
+            return f"addresses.{tensor.name}: expected a byte offset >= 0, got {offset!r}"
+        offsets[i] = offset
+    return offsets
+
+
+def _replay_times(
+    result: SimulationResult, graph: Any, order: list[str], resident: np.ndarray
+) -> None:
+    """The makespan (the node times summed), the resident bytes per step and the memory curve
+    (two points per step; 1 ms per node when the graph has no times).
+    """
+    nodes = {node.name: node for node in graph.nodes}
     times = np.array([nodes[name].time for name in order], dtype=float)
     result.makespan = float(times.sum())
     if not times.any():  # no times (a captured graph): the memory curve is drawn per step
         times = np.ones(len(order))
     clock = np.concatenate([[0.0], np.cumsum(times)])
-    result.peak_memory = arena
-    result.static_memory = graph.weight_size  # counted in the arena: reported, not added
     result.op_peaks = [int(v) for v in resident]
     curve: list[tuple[float, int]] = []
-    for k in range(steps):
+    for k in range(len(order)):
         curve += [(float(clock[k]), int(resident[k])), (float(clock[k + 1]), int(resident[k]))]
     result.memory_curve = curve
+
+
+def _claims_problem(schedule: Any, arena: int, peak_resident: int) -> str | None:
+    """Check 5's claims: the schedule's ``arena``, ``peak_resident`` and ``fragmentation``,
+    where stated, against the replay's; the first that differs, or None.
+    """
     claims = (
         ("arena", schedule.arena, arena),
         ("peak_resident", schedule.peak_resident, peak_resident),
     )
     for field, claimed, replayed in claims:
         if claimed is not None and claimed != replayed:
-            result.fail(f"{field}: schedule says {claimed}, replay gives {replayed}")
-            return result
+            return f"{field}: schedule says {claimed}, replay gives {replayed}"
     fragmentation = (arena - peak_resident) / arena if arena else 0.0
     if schedule.fragmentation is not None and abs(schedule.fragmentation - fragmentation) > 1e-9:
-        result.fail(
+        return (
             f"fragmentation: schedule says {schedule.fragmentation}, replay gives {fragmentation}"
         )
-        return result
-    if memory is not None and arena > memory:
-        result.fail(f"arena: {over_budget(arena, memory)}")
-    return result
+    return None
 
 
 def _first_overlap(

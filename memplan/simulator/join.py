@@ -70,7 +70,7 @@ class _Branches:
         return (self.bt if name == "B" else self.ft)[branch][stage]
 
 
-class _State:
+class _JoinMemory:
     """What is in memory during a replay; ``held`` is the running total of bytes."""
 
     def __init__(self, net: _Branches, model: str) -> None:
@@ -283,7 +283,7 @@ def simulate_join(profile: Profile, schedule: Schedule, memory: int | None) -> S
         result.fail("join_model: expected 'pebble' or 'chain' (docs/join.md)")
         return result
     net = _Branches(profile, model, schedule.budget)
-    state = _State(net, model)
+    state = _JoinMemory(net, model)
     result.peak_memory = static + state.held
     makespan = previous_end = 0.0
     k = len(net.lengths)
@@ -335,7 +335,7 @@ def simulate_join(profile: Profile, schedule: Schedule, memory: int | None) -> S
 
 
 def _step_after_backward(
-    profile: Profile, schedule: Schedule, state: _State, result: SimulationResult, end: float
+    profile: Profile, schedule: Schedule, state: _JoinMemory, result: SimulationResult, end: float
 ) -> None:
     """The optimizer's step after the last backward, when the budget counts it (NOTE
     [ simulator memory terms ]): what the replay holds then (the weight gradients; the pebble

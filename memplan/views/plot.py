@@ -80,7 +80,6 @@ def plot_schedule(
         ) from None
     matplotlib.use("Agg", force=True)
     from matplotlib.figure import Figure
-    from matplotlib.patches import Patch
 
     names = [s.name for s in profile.stages] if profile.stages is not None else []
     budget = schedule.budget.memory
@@ -88,6 +87,22 @@ def plot_schedule(
     unit, scale = memory_unit(peak)
     figure = Figure(figsize=(10, 5.2), layout="constrained")
     top, bottom = figure.subplots(2, 1, sharex=True, gridspec_kw={"height_ratios": [3, 1.3]})
+    _draw_memory(top, schedule, memory_curve, peak, unit, scale)
+    top.set_title(_default_title(schedule, unit, scale) if title is None else title, fontsize=10)
+    _draw_operations(bottom, schedule, names)
+    save_figure_atomic(figure, target)
+
+
+def _draw_memory(
+    top: Any,
+    schedule: Schedule,
+    memory_curve: Sequence[tuple[float, int]],
+    peak: int,
+    unit: str,
+    scale: float,
+) -> None:
+    """The top panel: the simulated memory, the budget and the static memory."""
+    budget = schedule.budget.memory
     xs = [t for t, _ in memory_curve]
     ys = [b / scale for _, b in memory_curve]
     # The curve's points are levels that hold until the next point (a peak during an operation,
@@ -110,17 +125,25 @@ def plot_schedule(
     top.set_ylim(0, peak / scale * 1.08)
     top.grid(True, linewidth=0.4, alpha=0.6)
     top.legend(frameon=False, loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8)
-    if title is None:
-        makespan = f", makespan {schedule.makespan:.1f} ms" if schedule.makespan else ""
-        mem = f" at {budget / scale:.3g} {unit}" if budget is not None else ""
-        rate = schedule.budget.bandwidth
-        mem += (
-            f", {rate / 1e9:.3g} GB/s"
-            if rate and any(o.stream == "transfer" for o in schedule.ops)
-            else ""
-        )
-        title = f"{schedule.algorithm} plan of {schedule.profile.model}{mem}{makespan}"
-    top.set_title(title, fontsize=10)
+
+
+def _default_title(schedule: Schedule, unit: str, scale: float) -> str:
+    """``rotor plan of resnet50 at 4 GB, makespan 123.4 ms`` (the bandwidth when it transfers)."""
+    budget = schedule.budget.memory
+    makespan = f", makespan {schedule.makespan:.1f} ms" if schedule.makespan else ""
+    mem = f" at {budget / scale:.3g} {unit}" if budget is not None else ""
+    rate = schedule.budget.bandwidth
+    mem += (
+        f", {rate / 1e9:.3g} GB/s"
+        if rate and any(o.stream == "transfer" for o in schedule.ops)
+        else ""
+    )
+    return f"{schedule.algorithm} plan of {schedule.profile.model}{mem}{makespan}"
+
+
+def _draw_operations(bottom: Any, schedule: Schedule, names: list[str]) -> None:
+    """The bottom panel: a bar per operation on its stream's row, coloured by kind."""
+    from matplotlib.patches import Patch
 
     streams = ["compute"] + (
         ["transfer"] if any(o.stream == "transfer" for o in schedule.ops) else []
@@ -166,7 +189,6 @@ def plot_schedule(
         else "operations",
         fontsize=8,
     )
-    save_figure_atomic(figure, target)
 
 
 def save_figure_atomic(figure: Any, path: Path) -> None:

@@ -13,7 +13,8 @@ import pytest
 from typer.testing import CliRunner
 
 from memplan.cli.app import COMMANDS, app
-from memplan.cli.profile import DEFAULT_REPEATS, JOIN_NAMES, MODEL_NAMES
+from memplan.cli.model_options import JOIN_NAMES, MODEL_NAMES
+from memplan.cli.profile import DEFAULT_REPEATS
 from memplan.cli.synopsis import documented_synopsis, synopsis
 from tests.paths import ROOT
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from memplan.algorithms.base import Sequence
-from memplan.algorithms.chain.problem import Chain
+from memplan.algorithms.chain.problem import ChainInstance
 
 _F_ALL = -1  # choice code: start with F_all; j >= 1: start with F_ck and checkpoint x[j]
 _NONE = -2
@@ -31,7 +31,7 @@ def _pair_needs(x: np.ndarray, fo: np.ndarray) -> np.ndarray:
 
 
 def dense_table(
-    chain: Chain,
+    chain: ChainInstance,
     capacity: int,
     x: np.ndarray,
     s: np.ndarray,
@@ -204,7 +204,7 @@ class GridTable:
 
 
 def grid_table(
-    chain: Chain,
+    chain: ChainInstance,
     capacity: int,
     x: np.ndarray,
     s: np.ndarray,
@@ -291,7 +291,7 @@ def grid_table(
 
 
 def grid_backtrack(
-    chain: Chain,
+    chain: ChainInstance,
     table: GridTable,
     x: np.ndarray,
     s: np.ndarray,
@@ -373,7 +373,9 @@ class WorkLimit(Exception):
     """The DP processed more candidate points than it was allowed."""
 
 
-def exact_frontiers(chain: Chain, budget: int, work_limit: float = np.inf) -> list[list[Frontier]]:
+def exact_frontiers(
+    chain: ChainInstance, budget: int, work_limit: float = np.inf
+) -> list[list[Frontier]]:
     """Frontiers of every sub-chain, steps above ``budget`` (bytes besides ``x[0]``) dropped.
 
     ``frontiers[a][b - a]`` is the frontier of ``(a, b)``. Raises :class:`WorkLimit` after
@@ -507,7 +509,7 @@ def _fall_choice(option: int) -> int:
 
 
 def exact_backtrack(
-    chain: Chain,
+    chain: ChainInstance,
     frontiers: list[list[Frontier]],
     budget: int,
     options: dict[int, int] | None = None,

@@ -151,7 +151,7 @@ def _solve_everywhere(prof: Profile, loop: str, algo: str, optimizer: str = "sgd
 
 
 def _one_saved_tensor_less(original):
-    """``Chain._arrays`` with every saved tensor ``s[k]`` missing its output ``x[k+1]``: the
+    """``ChainInstance._arrays`` with every saved tensor ``s[k]`` missing its output ``x[k+1]``: the
     solver's stage terms off by one saved tensor."""
 
     def faulty(input_size, stages):
@@ -168,7 +168,9 @@ def test_a_saved_tensor_missing_from_the_solver_is_caught(monkeypatch, algo, loo
     prof = measured(5, 3).model_copy(update={"bandwidth": 1e9})
     _solve_everywhere(prof, loop, algo)  # the true terms: accepted
     monkeypatch.setattr(
-        chain_problem.Chain, "_arrays", _one_saved_tensor_less(chain_problem.Chain._arrays)
+        chain_problem.ChainInstance,
+        "_arrays",
+        _one_saved_tensor_less(chain_problem.ChainInstance._arrays),
     )
     with pytest.raises(InternalError, match="simulator rejects"):
         _solve_everywhere(prof, loop, algo)

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 _EXPORTS = {
     "periodic_sequence": "periodic",
     "solve_periodic": "periodic",
-    "Chain": "problem",
+    "ChainInstance": "problem",
     "extra_forwards": "revolve",
     "revolve_sequence": "revolve",
     "solve_revolve": "revolve",
@@ -24,7 +24,7 @@ _EXPORTS = {
 """Public name -> the module of this package that defines it."""
 
 __all__ = [
-    "Chain",
+    "ChainInstance",
     "chain_min_memory",
     "extra_forwards",
     "periodic_sequence",
@@ -37,7 +37,7 @@ __all__ = [
 
 if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
     from memplan.algorithms.chain.periodic import periodic_sequence, solve_periodic
-    from memplan.algorithms.chain.problem import Chain
+    from memplan.algorithms.chain.problem import ChainInstance
     from memplan.algorithms.chain.revolve import extra_forwards, revolve_sequence, solve_revolve
     from memplan.algorithms.chain.rotor import chain_min_memory, plan_rotor
     from memplan.algorithms.chain.store_all import solve_store_all

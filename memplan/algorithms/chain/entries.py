@@ -41,9 +41,9 @@ def _chain(profile: Profile, request: SolveRequest) -> Any:
     """The chain the request plans for: the profile's, under the training loop's terms of
     ``request.gradients`` (NOTE [ training-loop memory terms ], memplan/profile/memory.py).
     """
-    from memplan.algorithms.chain.problem import Chain
+    from memplan.algorithms.chain.problem import ChainInstance
 
-    return Chain.from_profile(profile, request.loop)
+    return ChainInstance.from_profile(profile, request.loop)
 
 
 def solve_store_all(profile: Profile, request: SolveRequest) -> Schedule:
@@ -89,10 +89,10 @@ def describe_chain(profile: Profile, static_memory: int, loop: TrainingLoop) -> 
     counts in both figures.
     """
     from memplan.algorithms.chain import rotor
-    from memplan.algorithms.chain.problem import Chain
+    from memplan.algorithms.chain.problem import ChainInstance
     from memplan.algorithms.timeline import step_peak
 
-    chain = Chain.from_profile(profile, loop)
+    chain = ChainInstance.from_profile(profile, loop)
     step = step_peak(profile, loop, static_memory)
     return {
         "input_size": profile.input_size,

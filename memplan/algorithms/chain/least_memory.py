@@ -26,14 +26,14 @@ from __future__ import annotations
 import numpy as np
 
 from memplan.algorithms.base import Sequence
-from memplan.algorithms.chain.problem import Chain
+from memplan.algorithms.chain.problem import ChainInstance
 
 _F_ALL = -1
 INT64_SAFE = 2**62
 """Sums of sizes below this stay exact in int64 (with room for one more addition)."""
 
 
-def least_memory_bounds(chain: Chain) -> tuple[int, int]:
+def least_memory_bounds(chain: ChainInstance) -> tuple[int, int]:
     """``(lower, upper)`` bounds of the least activation memory (bytes, ``x[0]`` included).
 
     ``upper`` is the peak of :func:`recompute_all_sequence`; see NOTE [ least memory ]. Under the
@@ -74,7 +74,7 @@ def least_memory_bounds(chain: Chain) -> tuple[int, int]:
     return lower, upper
 
 
-def recompute_all_sequence(chain: Chain) -> Sequence:
+def recompute_all_sequence(chain: ChainInstance) -> Sequence:
     """For each stage from the last: recompute its input from ``x[0]``, then ``F_all k, B k``."""
     sequence: Sequence = []
     for k in reversed(range(chain.length)):
@@ -85,7 +85,7 @@ def recompute_all_sequence(chain: Chain) -> Sequence:
     return sequence
 
 
-def chain_min_memory(chain: Chain) -> int:
+def chain_min_memory(chain: ChainInstance) -> int:
     """The least activation memory (bytes, ``x[0]`` included) with which any plan exists (exact)."""
     lower, upper = least_memory_bounds(chain)
     if lower == upper:
@@ -93,7 +93,7 @@ def chain_min_memory(chain: Chain) -> int:
     return least_memory_plan(chain)[0]
 
 
-def least_memory_plan(chain: Chain) -> tuple[int, Sequence]:
+def least_memory_plan(chain: ChainInstance) -> tuple[int, Sequence]:
     """The exact least memory and a plan reaching it, the fastest such plan of the recurrences.
 
     ``need[a][b]`` is the least memory (beyond ``x[a]``) to run stages ``a..b`` with ``g[b+1]``
@@ -107,7 +107,7 @@ def least_memory_plan(chain: Chain) -> tuple[int, Sequence]:
     )
 
 
-def least_memory_tables(chain: Chain) -> tuple[np.ndarray, np.ndarray]:
+def least_memory_tables(chain: ChainInstance) -> tuple[np.ndarray, np.ndarray]:
     """``need[a, b]`` of :func:`least_memory_plan` for every sub-chain ``a..b`` (beyond ``x[a]``,
     ``g[b+1]`` held), and the choice reaching it, ``pick[a, b]`` (for
     :func:`least_memory_sequence`): the least memory of stages ``a..b`` alone is ``x[a] +

@@ -24,8 +24,8 @@ minutes at 10,000 stages). With ``S[j] = s[0] + .. + s[j-1]`` and, for segment `
   ``X_i - S[f] + max_{f<=j<=l} S[j+1] + g[j+1] + g[j] + bo[j]``;
 
 and ``x[0] + g[L]`` before anything runs (under the training loop's terms, NOTE [ training-loop
-memory terms ], each plan is laid out and replayed by :meth:`Chain.peak` instead). These are
-:meth:`Chain.peak`'s rules (the tests compare
+memory terms ], each plan is laid out and replayed by :meth:`ChainInstance.peak` instead). These are
+:meth:`ChainInstance.peak`'s rules (the tests compare
 every ``k`` with it). Every ``k`` with the same ``size = L // k`` cuts the same leading segments, so
 their figures are computed once per size (``O(sqrt(L))`` sizes, ``L / size`` segments each, range
 maxima from sparse tables) and each ``k`` takes a prefix maximum of them and its last segment, a
@@ -41,7 +41,7 @@ from __future__ import annotations
 import numpy as np
 
 from memplan.algorithms.base import ChainPlan, Sequence
-from memplan.algorithms.chain.problem import Chain
+from memplan.algorithms.chain.problem import ChainInstance
 
 INT64_SAFE = 2**62
 _NEAR = 1e-9
@@ -98,7 +98,7 @@ def _suffix_max(values: np.ndarray) -> np.ndarray:
     return out
 
 
-def periodic_figures(chain: Chain) -> tuple[list[float], list[int]]:
+def periodic_figures(chain: ChainInstance) -> tuple[list[float], list[int]]:
     """Makespan (ms, in closed form) and peak (bytes) of the plan with ``k`` segments, for ``k``
     from 1 to L (NOTE [ periodic in closed form ]).
     """
@@ -161,7 +161,7 @@ def periodic_figures(chain: Chain) -> tuple[list[float], list[int]]:
     return times, peaks
 
 
-def solve_periodic(chain: Chain, memory: int) -> ChainPlan:
+def solve_periodic(chain: ChainInstance, memory: int) -> ChainPlan:
     """Fastest equal-segment plan within ``memory`` activation bytes."""
     L = chain.length
     times, peaks = periodic_figures(chain)

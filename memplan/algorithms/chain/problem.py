@@ -15,7 +15,7 @@ from memplan.profile.model import Profile, Stage
 
 
 @dataclass(frozen=True)
-class ChainOptions:
+class StageOptionTable:
     """The options of every stage's ``F_all`` beyond option 0, flattened: stage ``k``'s option
     ``o >= 1`` is entry ``start[k] + o - 1`` of ``s, fo, bo`` (bytes) and ``bt`` (ms).
     """
@@ -27,7 +27,7 @@ class ChainOptions:
     bt: np.ndarray
 
     @classmethod
-    def of(cls, stages: Seq[Stage]) -> ChainOptions | None:
+    def of(cls, stages: Seq[Stage]) -> StageOptionTable | None:
         """The options of ``stages``; None when no stage has any."""
         if not any(st.options for st in stages):
             return None
@@ -43,7 +43,7 @@ class ChainOptions:
 
 
 @dataclass(frozen=True)
-class Chain:
+class ChainInstance:
     """Sizes (bytes) and times (ms) of a chain in the notation of docs/model.md.
 
     ``x[k]`` for k = 0..L (x[0] is the input), ``s[k]``, ``fo[k]``, ``bo[k]``, ``ft[k]``, ``bt[k]``
@@ -62,7 +62,7 @@ class Chain:
     ft: np.ndarray
     bt: np.ndarray
     names: list[str] = field(default_factory=list)
-    options: ChainOptions | None = None
+    options: StageOptionTable | None = None
     """More ways to run each stage's ``F_all`` (selective checkpointing); None: option 0 only."""
     fa: np.ndarray | None = None
     wh: np.ndarray | None = None
@@ -87,9 +87,9 @@ class Chain:
         o = self.options
         return int(o.s[i]), int(o.fo[i]), int(o.bo[i]), float(o.bt[i])
 
-    def without_options(self) -> Chain:
+    def without_options(self) -> ChainInstance:
         """The same chain with option 0 only (the solvers that do not read options)."""
-        return Chain(
+        return ChainInstance(
             self.x, self.s, self.g, self.fo, self.bo, self.ft, self.bt, self.names,
             fa=self.fa, wh=self.wh, fr=self.fr,
         )  # fmt: skip
@@ -131,7 +131,7 @@ class Chain:
         return sum(int(a.sum(dtype=object)) for a in arrays)
 
     @classmethod
-    def from_profile(cls, profile: Profile, loop: TrainingLoop | None = None) -> Chain:
+    def from_profile(cls, profile: Profile, loop: TrainingLoop | None = None) -> ChainInstance:
         """The chain of a chain profile, under the training loop's terms of ``loop`` (None, or a
         loop without ``gradients``: the model before them).
 
@@ -170,13 +170,15 @@ class Chain:
         )
 
     @classmethod
-    def from_stages(cls, input_size: int, stages: Seq[Stage]) -> Chain:
+    def from_stages(cls, input_size: int, stages: Seq[Stage]) -> ChainInstance:
         """The chain of ``stages`` (forward order) reading an input of ``input_size`` bytes: a
         chain profile's, or one branch of a join network's.
         """
         st = stages
         return cls(
-            **cls._arrays(input_size, st), names=[s.name for s in st], options=ChainOptions.of(st)
+            **cls._arrays(input_size, st),
+            names=[s.name for s in st],
+            options=StageOptionTable.of(st),
         )
 
     @staticmethod
@@ -311,7 +313,7 @@ class Chain:
 
 
 def fastest_fitting(
-    chain: Chain, memory: int, candidates: Iterable[tuple[int, Sequence]], what: str
+    chain: ChainInstance, memory: int, candidates: Iterable[tuple[int, Sequence]], what: str
 ) -> tuple[ChainPlan, int | None]:
     """Pick the fastest plan whose peak fits ``memory`` among ``(parameter, sequence)`` candidates.
 

@@ -22,7 +22,7 @@ from functools import lru_cache
 import numpy as np
 
 from memplan.algorithms.base import ChainPlan, Sequence
-from memplan.algorithms.chain.problem import Chain, fastest_fitting
+from memplan.algorithms.chain.problem import ChainInstance, fastest_fitting
 
 
 def _revolve_table(length: int, checkpoints: int) -> tuple[np.ndarray, np.ndarray]:
@@ -84,7 +84,7 @@ def revolve_sequence(length: int, checkpoints: int) -> Sequence:
     return sequence
 
 
-def solve_revolve(chain: Chain, memory: int) -> ChainPlan:
+def solve_revolve(chain: ChainInstance, memory: int) -> ChainPlan:
     """Fastest Revolve plan (over the checkpoint slot count) within ``memory`` activation bytes."""
     L = chain.length
     candidates = ((c, revolve_sequence(L, c)) for c in range(1, L + 1))

@@ -50,7 +50,7 @@ rounded up to slots (docs/model.md), so the grid's plan fits in bytes but may be
 optimum in bytes by the rounding. Under ``auto`` the grid is the finest :func:`auto_slots` allows
 for the chain's length and is **tightened in bytes**: its table also covers :func:`_extra_slots`
 more slots than its own budget, and the plans at those larger budgets, fastest first, are replayed
-in bytes (:meth:`Chain.peak`); the first that fits wins, the grid's own plan always does. Two exact
+in bytes (:meth:`ChainInstance.peak`); the first that fits wins, the grid's own plan always does. Two exact
 plans complete a grid: store-all when it fits (its makespan is the lower bound, so it is optimal)
 and a least-memory plan (NOTE [ least memory ], exact in bytes) when the grid finds nothing or
 something slower. So rotor is feasible exactly when some plan exists; in bytes, and on a grid of N
@@ -78,7 +78,7 @@ from memplan.algorithms.chain.least_memory import (
     least_memory_plan,
     recompute_all_sequence,
 )
-from memplan.algorithms.chain.problem import Chain
+from memplan.algorithms.chain.problem import ChainInstance
 from memplan.core import kernels
 from memplan.errors import ArgumentError
 from memplan.schedule import OpName
@@ -124,7 +124,7 @@ _OPERATIONS: tuple[OpName, ...] = ("F_all", "F_ck", "F_n", "B")
 """Operation names by the core's code: operation ``code`` on ``stage`` is ``4 * stage + code``."""
 
 
-def slot_sizes(chain: Chain, budget: int, slots: int) -> tuple[int, dict[str, np.ndarray]]:
+def slot_sizes(chain: ChainInstance, budget: int, slots: int) -> tuple[int, dict[str, np.ndarray]]:
     """Round every size up to whole slots of ``max(1, budget / slots)`` bytes.
 
     Returns the budget in slots and the rounded arrays ``x, s, g, fo, bo``.
@@ -168,7 +168,7 @@ class _ChainTerms(TypedDict, total=False):
 
 
 def _chain_arrays(
-    chain: Chain,
+    chain: ChainInstance,
     sizes: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None = None,
 ) -> _ChainArrays:
     """The arrays the core reads: sizes ``x, s, g, fo, bo`` (int64; the chain's unless given) and
@@ -182,7 +182,7 @@ def _chain_arrays(
     return x, s, g, fo, bo, ft, bt
 
 
-def _chain_terms(chain: Chain) -> _ChainTerms:
+def _chain_terms(chain: ChainInstance) -> _ChainTerms:
     """The training loop's terms as the core's keywords ``fa, wh, fr`` (int64, contiguous), or
     none when the chain has none (the model before them, NOTE [ training-loop memory terms ]).
     """
@@ -240,7 +240,7 @@ class DenseTable:
 
 
 def dense_table(
-    chain: Chain,
+    chain: ChainInstance,
     capacity: int,
     x: np.ndarray,
     s: np.ndarray,
@@ -261,14 +261,12 @@ def dense_table(
     return DenseTable(opt, choice, np.asarray(x, dtype=np.int64), np.asarray(s, dtype=np.int64))
 
 
-def plan_rotor(  # noqa: C901 - NOTE [ rotor guarantees ]'s cases in the order tried
-    chain: Chain, memory: int, *, slots: int | str | None = AUTO
-) -> ChainPlan:
+def plan_rotor(chain: ChainInstance, memory: int, *, slots: int | str | None = AUTO) -> ChainPlan:
     """Optimal checkpointing plan within ``memory`` activation bytes.
 
     Parameters
     ----------
-    chain : Chain
+    chain : ChainInstance
     memory : int
         Bytes for activations, the chain input x[0] included (the budget minus static memory).
     slots : int or "auto"
@@ -317,18 +315,9 @@ def plan_rotor(  # noqa: C901 - NOTE [ rotor guarantees ]'s cases in the order t
         )
     budget = memory - int(chain.x[0])
     if auto:
-        status, codes, _ = kernels.rotor_exact(
-            *_chain_arrays(chain), budget, float(EXACT_WORK), **_chain_terms(chain)
-        )
-        if status == 0 and len(codes):
-            sequence = _sequence(codes, chain.length)
-            return ChainPlan(
-                sequence,
-                "optimal",
-                chain.makespan(sequence),
-                min_memory,
-                message="exact in bytes (no slots)",
-            )
+        in_bytes = _exact_in_bytes(chain, budget, min_memory)
+        if in_bytes is not None:
+            return in_bytes
         slots = auto_slots(chain.length)
     if isinstance(slots, bool) or not isinstance(slots, int) or slots < 1:
         raise ArgumentError("slots", "expected an integer or 'auto'", slots)
@@ -344,25 +333,9 @@ def plan_rotor(  # noqa: C901 - NOTE [ rotor guarantees ]'s cases in the order t
     else:
         capacity = budget if budget <= slots else slots  # as slot_sizes
         value, exact = np.inf, False
-    # A least-memory plan, in case the grid finds nothing or something slower: the fastest one
-    # (an O(L^3) DP) on shorter chains, else the recompute-all plan (least memory when the bounds
-    # meet; its makespan has a closed form, so it is built only if it wins). Every least-memory
-    # plan fits the grid, so cannot beat it, when the grid's budget exceeds the least memory in
-    # slots by more than the sizes one peak can add up (each rounds up by less than a slot).
-    x0 = int(chain.x[0])
-    unit = max(1.0, budget / slots)
-    fits_grid = capacity - (min_memory - x0) / unit >= 2 * chain.length + 4
-    fallback: Sequence | None = None
-    if found is not None and fits_grid:
-        pass
-    elif least_plan is not None:
-        fallback = least_plan[1]
-    elif chain.length <= LEAST_PLAN_STAGES:
-        fallback = least_memory_plan(chain)[1]
-    else:
-        fprefix = np.concatenate(([0.0], np.cumsum(chain.ft)))
-        slowest = float(fprefix[:-1].sum()) + chain.lower_bound
-        fallback = recompute_all_sequence(chain) if slowest < value else None
+    fallback = _least_memory_fallback(
+        chain, found is not None, capacity, min_memory, budget / slots, least_plan, value
+    )
     if fallback is not None and chain.makespan(fallback) < value:
         return ChainPlan(
             fallback,
@@ -376,7 +349,58 @@ def plan_rotor(  # noqa: C901 - NOTE [ rotor guarantees ]'s cases in the order t
     return ChainPlan(sequence, "optimal" if exact else "feasible", value, min_memory, capacity)
 
 
-def _exact_with_options(chain: Chain, budget: int) -> tuple[int, Sequence, dict[int, int], int]:
+def _exact_in_bytes(chain: ChainInstance, budget: int, min_memory: int) -> ChainPlan | None:
+    """The byte-level DP (NOTE [ rotor in bytes ]) within :data:`EXACT_WORK`: its optimal plan,
+    or None (too much work, or no plan within ``budget``).
+    """
+    status, codes, _ = kernels.rotor_exact(
+        *_chain_arrays(chain), budget, float(EXACT_WORK), **_chain_terms(chain)
+    )
+    if status != 0 or not len(codes):
+        return None
+    sequence = _sequence(codes, chain.length)
+    return ChainPlan(
+        sequence,
+        "optimal",
+        chain.makespan(sequence),
+        min_memory,
+        message="exact in bytes (no slots)",
+    )
+
+
+def _least_memory_fallback(
+    chain: ChainInstance,
+    on_grid: bool,
+    capacity: int,
+    min_memory: int,
+    slot_bytes: float,
+    least_plan: tuple[int, Sequence] | None,
+    value: float,
+) -> Sequence | None:
+    """A least-memory plan, in case the grid finds nothing or something slower: the fastest one
+    (an O(L^3) DP) on shorter chains, else the recompute-all plan (least memory when the bounds
+    meet; its makespan has a closed form, so it is built only if it wins). None where every
+    least-memory plan fits the grid, so cannot beat it: where the grid's budget (``capacity``
+    slots of ``slot_bytes``) exceeds the least memory in slots by more than the sizes one peak
+    can add up (each rounds up by less than a slot).
+    """
+    x0 = int(chain.x[0])
+    unit = max(1.0, slot_bytes)
+    fits_grid = capacity - (min_memory - x0) / unit >= 2 * chain.length + 4
+    if on_grid and fits_grid:
+        return None
+    if least_plan is not None:
+        return least_plan[1]
+    if chain.length <= LEAST_PLAN_STAGES:
+        return least_memory_plan(chain)[1]
+    fprefix = np.concatenate(([0.0], np.cumsum(chain.ft)))
+    slowest = float(fprefix[:-1].sum()) + chain.lower_bound
+    return recompute_all_sequence(chain) if slowest < value else None
+
+
+def _exact_with_options(
+    chain: ChainInstance, budget: int
+) -> tuple[int, Sequence, dict[int, int], int]:
     """The DP in bytes with the options of every ``F_all``: its status, the plan (empty: none
     within ``budget``), the option of each stage's ``F_all`` (the nonzero ones) and the least
     budget of the chain (-1: above ``budget``).
@@ -404,7 +428,7 @@ def _exact_with_options(chain: Chain, budget: int) -> tuple[int, Sequence, dict[
     return int(status), sequence, per_stage, int(least)
 
 
-def _plan_with_options(chain: Chain, memory: int) -> ChainPlan | None:
+def _plan_with_options(chain: ChainInstance, memory: int) -> ChainPlan | None:
     """The rotor plan with the options of every stage's ``F_all`` (selective checkpointing,
     docs/model.md "Options of a stage"): the DP in bytes, each ``F_all a`` taking the best of its
     options (NOTE [ rotor in bytes ]: the frontier of ``(a+1, b)`` shifted by each option's saved
@@ -451,7 +475,7 @@ def auto_slots(length: int) -> int:
 
 
 def _grid_shape(
-    chain: Chain, budget: int, slots: int, tighten: bool
+    chain: ChainInstance, budget: int, slots: int, tighten: bool
 ) -> tuple[int, bool, int, type, ArgumentError | None]:
     """The grid of :func:`_on_grid`: its budget in slots, whether it is exact, the extra slots
     of tightening, the table's dtype, and why the table is refused (None: it is not).
@@ -475,7 +499,7 @@ def _grid_shape(
     return capacity, exact, extra, dtype, refused
 
 
-def _grid_with_bounds(chain: Chain, memory: int, slots: object) -> kernels.RotorGrid | None:
+def _grid_with_bounds(chain: ChainInstance, memory: int, slots: object) -> kernels.RotorGrid | None:
     """With ``--slots N``: the chain's least-memory bounds, its store-all peak and the grid's plan,
     in one call of the core (the grid only when the bounds do not settle the answer), or None where
     :func:`plan_rotor` takes the usual path (an invalid or too large grid, or sizes too large for
@@ -496,7 +520,7 @@ def _grid_with_bounds(chain: Chain, memory: int, slots: object) -> kernels.Rotor
 
 
 def _on_grid(
-    chain: Chain, memory: int, budget: int, slots: int, tighten: bool
+    chain: ChainInstance, memory: int, budget: int, slots: int, tighten: bool
 ) -> tuple[Sequence, int, bool] | None:
     """The grid DP's plan, its budget in slots and whether the grid is exact (one byte per slot).
 

@@ -7,10 +7,10 @@ It needs the most memory of all chain plans and is the fastest: its makespan is 
 from __future__ import annotations
 
 from memplan.algorithms.base import ChainPlan
-from memplan.algorithms.chain.problem import Chain
+from memplan.algorithms.chain.problem import ChainInstance
 
 
-def solve_store_all(chain: Chain, memory: int) -> ChainPlan:
+def solve_store_all(chain: ChainInstance, memory: int) -> ChainPlan:
     """Plan store-all within ``memory`` activation bytes (x[0] included, static memory excluded)."""
     peak = chain.store_all_peak()
     if peak > memory:

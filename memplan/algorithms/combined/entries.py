@@ -45,7 +45,7 @@ class CombinedOptions:
 
 def solve_pofo(profile: Profile, request: SolveRequest) -> Schedule:
     """``pofo``: the fastest of its DPs, rotor's and dynprog's plans (docs/combined.md)."""
-    from memplan.algorithms.chain.problem import Chain
+    from memplan.algorithms.chain.problem import ChainInstance
     from memplan.algorithms.combined import solve
     from memplan.algorithms.offload.model import OffloadInstance
     from memplan.algorithms.timeline import Deadline, offload_schedule
@@ -53,7 +53,7 @@ def solve_pofo(profile: Profile, request: SolveRequest) -> Schedule:
     rate = resolve_bandwidth(profile, request.algorithm, request.options.bandwidth)
     loop = request.loop  # NOTE [ pofo loop terms ]
     plan = solve.solve_pofo(
-        Chain.from_profile(profile, loop),
+        ChainInstance.from_profile(profile, loop),
         request.activation_memory,
         bandwidth=rate,
         slots=request.options.slots,
@@ -69,11 +69,11 @@ def describe_combined(profile: Profile, static_memory: int, loop: TrainingLoop) 
     after the backward counts in it.
     """
     from memplan.algorithms.chain.least_memory import chain_min_memory
-    from memplan.algorithms.chain.problem import Chain
+    from memplan.algorithms.chain.problem import ChainInstance
     from memplan.algorithms.offload.model import OffloadInstance
     from memplan.algorithms.timeline import step_peak
 
-    chain = Chain.from_profile(profile, loop)
+    chain = ChainInstance.from_profile(profile, loop)
     offload = OffloadInstance.from_profile(profile, profile.bandwidth or 1.0, loop)
     least = min(chain_min_memory(chain), offload.min_memory())  # neither depends on the bandwidth
     return {

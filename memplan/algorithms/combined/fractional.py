@@ -90,7 +90,7 @@ import numpy as np
 import numpy.typing as npt
 
 from memplan.algorithms.base import Sequence
-from memplan.algorithms.chain.problem import Chain
+from memplan.algorithms.chain.problem import ChainInstance
 from memplan.algorithms.chain.rotor import slot_sizes
 from memplan.algorithms.timeline import Deadline, TimeLimitReached
 from memplan.core import kernels
@@ -157,7 +157,7 @@ class FractionalDP:
 
     Parameters
     ----------
-    chain : Chain
+    chain : ChainInstance
     memory : int
         Activation bytes, ``x[0]`` included.
     bandwidth : float
@@ -184,7 +184,7 @@ class FractionalDP:
 
     def __init__(
         self,
-        chain: Chain,
+        chain: ChainInstance,
         memory: int,
         bandwidth: float,
         slots: int,

@@ -42,7 +42,7 @@ from typing import Literal
 import numpy as np
 
 from memplan.algorithms.base import Sequence, Transfer
-from memplan.algorithms.chain.problem import Chain
+from memplan.algorithms.chain.problem import ChainInstance
 from memplan.algorithms.chain.rotor import F_ALL, dense_table, slot_sizes
 
 INF = math.inf
@@ -66,7 +66,7 @@ class PofoDP:
 
     Parameters
     ----------
-    chain : Chain
+    chain : ChainInstance
     memory : int
         Activation bytes, ``x[0]`` included (budget minus static memory).
     bandwidth : float
@@ -79,7 +79,7 @@ class PofoDP:
 
     def __init__(
         self,
-        chain: Chain,
+        chain: ChainInstance,
         memory: int,
         bandwidth: float,
         slots: int,

@@ -23,22 +23,22 @@ The result is valid by construction; :func:`memplan.solve` replays it anyway.
 from __future__ import annotations
 
 from memplan.algorithms.base import Sequence, Transfer
-from memplan.algorithms.chain.problem import Chain
+from memplan.algorithms.chain.problem import ChainInstance
 
 _TOL = 1e-9
 
 
-def _size(chain: Chain, name: str) -> int:
+def _size(chain: ChainInstance, name: str) -> int:
     k = int(name[2:-1])
     return int(chain.x[k] if name[0] == "x" else chain.s[k])
 
 
-def _stage(chain: Chain, name: str) -> int:
+def _stage(chain: ChainInstance, name: str) -> int:
     return min(int(name[2:-1]), chain.length - 1)
 
 
 def _peaks(
-    chain: Chain,
+    chain: ChainInstance,
     sequence: Sequence,
     offloaded_after: dict[int, list[str]],
     fetched_before: dict[int, list[str]],
@@ -82,7 +82,7 @@ def _peaks(
 
 
 def plan_peak(
-    chain: Chain,
+    chain: ChainInstance,
     sequence: Sequence,
     offloads: list[tuple[str, int]],
     prefetches: list[tuple[str, int]],
@@ -93,7 +93,7 @@ def plan_peak(
 
 
 def _plan_peaks(
-    chain: Chain,
+    chain: ChainInstance,
     sequence: Sequence,
     offloads: list[tuple[str, int]],
     prefetches: list[tuple[str, int]],
@@ -111,7 +111,7 @@ def _plan_peaks(
 
 
 def realize(
-    chain: Chain,
+    chain: ChainInstance,
     sequence: Sequence,
     offloads: list[tuple[str, int]],
     prefetches: list[tuple[str, int]],
@@ -122,7 +122,7 @@ def realize(
 
     Parameters
     ----------
-    chain : Chain
+    chain : ChainInstance
     sequence : list of (op, stage)
         Computations in order.
     offloads : list of (tensor, trigger)

@@ -70,7 +70,7 @@ import numpy.typing as npt
 
 from memplan.algorithms.base import ChainPlan, OffloadPlan, Sequence, Transfer
 from memplan.algorithms.chain.least_memory import least_memory_bounds
-from memplan.algorithms.chain.problem import Chain
+from memplan.algorithms.chain.problem import ChainInstance
 from memplan.algorithms.chain.rotor import plan_rotor
 from memplan.algorithms.combined.fractional import MAX_SLOTS as FRACTIONAL_MAX_SLOTS
 from memplan.algorithms.combined.fractional import FractionalDP, table_bytes
@@ -113,7 +113,7 @@ schedule): its Python recursion costs more than the Theorem 1 DP on long chains,
 in benchmarks/bench_combined.py."""
 
 
-def _timed(chain: Chain, sequence: Sequence) -> list[Transfer]:
+def _timed(chain: ChainInstance, sequence: Sequence) -> list[Transfer]:
     ops: list[Transfer] = []
     clock = 0.0
     for name, k in sequence:
@@ -123,7 +123,7 @@ def _timed(chain: Chain, sequence: Sequence) -> list[Transfer]:
     return ops
 
 
-def dp_chain(chain: Chain) -> tuple[Chain, npt.NDArray[np.bool_]]:
+def dp_chain(chain: ChainInstance) -> tuple[ChainInstance, npt.NDArray[np.bool_]]:
     """The chain pofo's DPs and realization plan on, and the segment inputs they never offload
     (NOTE [ pofo loop terms ]); ``chain`` itself (nothing pinned) in the model before the loop's
     terms.
@@ -138,7 +138,7 @@ def dp_chain(chain: Chain) -> tuple[Chain, npt.NDArray[np.bool_]]:
     # The loss's F_all is always right before its B: where it frees its input (a language
     # model's logits), its backward finds that much less in memory, exactly.
     bo[-1] -= chain.freed[-1]
-    folded = Chain(
+    folded = ChainInstance(
         x=chain.x,
         s=chain.s,
         g=g,
@@ -152,20 +152,20 @@ def dp_chain(chain: Chain) -> tuple[Chain, npt.NDArray[np.bool_]]:
     return folded, pinned
 
 
-def _one_overhead(chain: Chain) -> Chain:
+def _one_overhead(chain: ChainInstance) -> ChainInstance:
     """``chain`` with one forward overhead, the larger of ``fo`` and ``fa``, for the window DP,
     whose rotor tables read one (NOTE [ pofo loop terms ]).
     """
     if chain.fa is None:
         return chain
-    return Chain(
+    return ChainInstance(
         chain.x, chain.s, chain.g, np.maximum(chain.fo, chain.fa), chain.bo, chain.ft, chain.bt,
         chain.names,
     )  # fmt: skip
 
 
 def solve_pofo(
-    chain: Chain,
+    chain: ChainInstance,
     memory: int,
     *,
     bandwidth: float,
@@ -179,7 +179,7 @@ def solve_pofo(
 
     Parameters
     ----------
-    chain : Chain
+    chain : ChainInstance
         The chain, under the training loop's terms the plan is for (NOTE [ pofo loop terms ]).
     memory : int
         Bytes for activations, ``x[0]`` included (budget minus static memory).
@@ -220,59 +220,28 @@ def solve_pofo(
     deadline = deadline or Deadline()
     lower = chain.lower_bound
     peak = chain.store_all_peak()
-    candidates: list[tuple[float, str, list[Transfer]]] = []
-    details: dict[str, Any] = {}
     auto = slots == "auto"
     grid = DEFAULT_SLOTS if auto else int(slots)
-
-    def reached() -> bool:
-        """Whether a candidate reaches the lower bound: nothing can beat it."""
-        best = min((c[0] for c in candidates), default=INF)
-        if best <= lower * (1 + 1e-12):
-            details["bound_reached"] = min(candidates)[1]
-            return True
-        return False
-
     offload = offload_instance if bandwidth > 0 else None
-    rotor: ChainPlan | None = None
+    found = _Candidates(lower)
     try:
-        if offload is not None and peak > memory:
-            # dynprog first where store-all does not fit: cheap, and where it reaches the lower
-            # bound, rotor (cubic in the stages) is not needed
-            plan = solve_dynprog(offload, memory, slots=dynprog_slots, deadline=deadline)
-            if plan.ops is not None:
-                assert plan.claimed_makespan is not None, "a dynprog plan states its makespan"
-                candidates.append((plan.claimed_makespan, "dynprog", list(plan.ops)))
-        if not reached():
-            rotor = _rotor_plan(chain, memory, rotor_slots, grid if not auto else None)
-            if rotor.sequence is not None:
-                assert rotor.claimed_makespan is not None, "a rotor plan states its makespan"
-                candidates.append((rotor.claimed_makespan, "rotor", _timed(chain, rotor.sequence)))
-        if rotor is not None and memory - int(chain.x[0]) >= 0 and not reached():
-            exact = chain.length <= EXACT_STAGES
-            folded, pinned = dp_chain(chain)
-            window = None if exact else pofo_window(folded, memory, grid)
-            if window is not None:
-                details["window"] = window
-            _dynamic_programs(
-                folded,
-                pinned,
-                memory,
-                bandwidth,
-                grid,
-                auto,
-                rotor,
-                rotor_slots,
-                details,
-                candidates,
-                window,
-                deadline,
-            )
+        _search(
+            found,
+            chain,
+            memory,
+            bandwidth,
+            grid,
+            auto,
+            rotor_slots,
+            offload,
+            dynprog_slots,
+            deadline,
+        )
     except TimeLimitReached:
-        details["stopped"] = "time limit"
-    least = _least_memory(chain, rotor, offload)
-    if not candidates:
-        stopped = "stopped" in details
+        found.details["stopped"] = "time limit"
+    least = _least_memory(chain, found.rotor, offload)
+    if not found.plans:
+        stopped = "stopped" in found.details
         return OffloadPlan(
             ops=None,
             status="unknown" if stopped else "infeasible",
@@ -285,11 +254,12 @@ def solve_pofo(
             else "no combined schedule fits: neither recomputing everything nor offloading "
             "every activation does",
         )
+    details = found.details
     # Ties go to the simpler plan: rotor (no transfers), then dynprog, then the DP's.
     rank = {"rotor": 0, "dynprog": 1, "dp": 2, "frac": 3}
-    value, source, ops = min(candidates, key=lambda c: (round(c[0], 9), rank[c[1]]))
+    value, source, ops = min(found.plans, key=lambda c: (round(c[0], 9), rank[c[1]]))
     details["source"] = source
-    for v, name, _ in candidates:
+    for v, name, _ in found.plans:
         details[name] = v
     status: Status = "optimal" if value <= lower * (1 + 1e-12) else "feasible"
     return OffloadPlan(
@@ -305,8 +275,77 @@ def solve_pofo(
     )
 
 
+class _Candidates:
+    """The plans :func:`solve_pofo` found so far, ``(makespan, source, operations)``, what the
+    search noted (``details``), and rotor's plan once it is made.
+    """
+
+    def __init__(self, lower: float) -> None:
+        self.lower = lower
+        self.plans: list[tuple[float, str, list[Transfer]]] = []
+        self.details: dict[str, Any] = {}
+        self.rotor: ChainPlan | None = None
+
+    def reached(self) -> bool:
+        """Whether a candidate reaches the lower bound: nothing can beat it."""
+        best = min((c[0] for c in self.plans), default=INF)
+        if best <= self.lower * (1 + 1e-12):
+            self.details["bound_reached"] = min(self.plans)[1]
+            return True
+        return False
+
+
+def _search(
+    found: _Candidates,
+    chain: ChainInstance,
+    memory: int,
+    bandwidth: float,
+    grid: int,
+    auto: bool,
+    rotor_slots: int | str | None,
+    offload: OffloadInstance | None,
+    dynprog_slots: int | str,
+    deadline: Deadline,
+) -> None:
+    """The candidates in the order of :func:`solve_pofo`'s ``deadline``: dynprog (where store-all
+    does not fit), rotor, then the DPs, until one reaches the lower bound.
+    """
+    if offload is not None and chain.store_all_peak() > memory:
+        # dynprog first where store-all does not fit: cheap, and where it reaches the lower
+        # bound, rotor (cubic in the stages) is not needed
+        plan = solve_dynprog(offload, memory, slots=dynprog_slots, deadline=deadline)
+        if plan.ops is not None:
+            assert plan.claimed_makespan is not None, "a dynprog plan states its makespan"
+            found.plans.append((plan.claimed_makespan, "dynprog", list(plan.ops)))
+    if not found.reached():
+        rotor = found.rotor = _rotor_plan(chain, memory, rotor_slots, grid if not auto else None)
+        if rotor.sequence is not None:
+            assert rotor.claimed_makespan is not None, "a rotor plan states its makespan"
+            found.plans.append((rotor.claimed_makespan, "rotor", _timed(chain, rotor.sequence)))
+    if found.rotor is not None and memory - int(chain.x[0]) >= 0 and not found.reached():
+        exact = chain.length <= EXACT_STAGES
+        folded, pinned = dp_chain(chain)
+        window = None if exact else pofo_window(folded, memory, grid)
+        if window is not None:
+            found.details["window"] = window
+        _dynamic_programs(
+            folded,
+            pinned,
+            memory,
+            bandwidth,
+            grid,
+            auto,
+            found.rotor,
+            rotor_slots,
+            found.details,
+            found.plans,
+            window,
+            deadline,
+        )
+
+
 def _rotor_plan(
-    chain: Chain, memory: int, rotor_slots: int | str | None, grid: int | None
+    chain: ChainInstance, memory: int, rotor_slots: int | str | None, grid: int | None
 ) -> ChainPlan:
     """Rotor's candidate: at ``rotor_slots`` when given, else on pofo's ``grid`` when given, else
     at rotor's own default (so that pofo is never slower than rotor run with its defaults).
@@ -318,7 +357,9 @@ def _rotor_plan(
     return plan_rotor(chain, memory, slots=grid)
 
 
-def _least_memory(chain: Chain, rotor: ChainPlan | None, offload: OffloadInstance | None) -> int:
+def _least_memory(
+    chain: ChainInstance, rotor: ChainPlan | None, offload: OffloadInstance | None
+) -> int:
     """Pofo's ``min_memory``: the least of rotor's and dynprog's, a budget where pofo surely
     fits. Where rotor did not run (dynprog reached the lower bound) and the chain's least memory
     is not settled by its bounds, the chain's is the upper bound (the recompute-all plan's peak:
@@ -332,7 +373,7 @@ def _least_memory(chain: Chain, rotor: ChainPlan | None, offload: OffloadInstanc
 
 
 def _dynamic_programs(
-    chain: Chain,
+    chain: ChainInstance,
     pinned: npt.NDArray[np.bool_],
     memory: int,
     bandwidth: float,
@@ -388,7 +429,7 @@ def _dynamic_programs(
             candidates.append((value, "dp", dp.schedule()))
 
 
-def pofo_window(chain: Chain, memory: int, slots: int) -> int:
+def pofo_window(chain: ChainInstance, memory: int, slots: int) -> int:
     """The window of the Theorem 1 DP on a chain longer than :data:`EXACT_STAGES` (NOTE [ pofo
     window ]): as wide as :data:`WINDOW_WORK` allows, at least :data:`MIN_WINDOW`, and within
     :data:`TABLE_LIMIT` bytes of tables (else :class:`InputError`).
@@ -417,7 +458,7 @@ def pofo_window(chain: Chain, memory: int, slots: int) -> int:
     return window
 
 
-def _dp_width(chain: Chain, memory: int, slots: int) -> int:
+def _dp_width(chain: ChainInstance, memory: int, slots: int) -> int:
     """``C + 1`` of :class:`FractionalDP` at ``slots`` (its tables are ``(C + 1)^2`` per pair)."""
     return FractionalDP(chain, memory, 1.0, slots).W
 
@@ -436,7 +477,7 @@ def _summary(source: str, details: dict[str, Any]) -> str:
 
 
 def _fractional_grids(
-    chain: Chain,
+    chain: ChainInstance,
     memory: int,
     bandwidth: float,
     grids: list[int],
@@ -485,7 +526,7 @@ def _fractional_grids(
 
 
 def _fractional(
-    chain: Chain,
+    chain: ChainInstance,
     memory: int,
     bandwidth: float,
     slots: int,

@@ -30,7 +30,7 @@ from ortools.sat.python import cp_model
 
 from memplan import interrupt
 from memplan.algorithms.graph.cpsat import PeakProgress, workers
-from memplan.algorithms.graph.olla import build_order_model, contract_nodes, read_order
+from memplan.algorithms.graph.olla import OrderVars, build_order_model, contract_nodes, read_order
 from memplan.algorithms.graph.placement import (
     arena_of,
     greedy_by_size,
@@ -64,7 +64,7 @@ def joint_size(problem: GraphProblem, extra: Sequence[tuple[int, int]]) -> int:
     return len(nodes)
 
 
-def solve_joint(  # noqa: C901 - eq. 9's model: data, variables, constraints, solve
+def solve_joint(
     problem: GraphProblem,
     *,
     time_limit: float,
@@ -86,76 +86,17 @@ def solve_joint(  # noqa: C901 - eq. 9's model: data, variables, constraints, so
     extra = list(extra_edges)
     order = list(hint_order) if hint_order is not None else problem.topological_order(extra=extra)
     sizes = problem.sizes
-    persistent = problem.persistent
-    fixed = stack_persistent(sizes, persistent)
-    start, end = problem.lifetimes(order)
-    offsets = greedy_by_size(sizes, start, end, fixed=fixed)
-    if (
-        hint_offsets is not None
-        and all(hint_offsets[i] == o for i, o in fixed.items())
-        and arena_of(sizes, hint_offsets) <= arena_of(sizes, offsets)
-    ):
-        offsets = np.asarray(hint_offsets, dtype=np.int64)
+    fixed, offsets = _hint_placement(problem, order, hint_offsets)
     upper = arena_of(sizes, offsets)
-    base = int(sizes[persistent].sum())
-
     nodes, succ = contract_nodes(problem, extra)
     model, var, _ = build_order_model(problem, nodes, succ, order, minimize=False)
-    movable = [i for i in range(len(sizes)) if sizes[i] > 0 and not persistent[i]]
-    live_range: dict[int, tuple[int, int]] = {}
-    for i in movable:
-        p = int(problem.producer[i])
-        sinks = problem.consumers[i]
-        last = max([var.alap[p], *(var.alap[s] for s in sinks)])
-        live_range[i] = (var.asap[p], last)
-
-    def live(i: int, t: int) -> list[Any]:
-        p = int(problem.producer[i])
-        terms = []
-        if t in var.x[p]:
-            terms.append(var.x[p][t])
-        if t in var.P.get(i, {}):
-            terms.append(var.P[i][t])
-        return terms
-
-    def precedes(i: int, j: int) -> bool:  # section 4.2: e_i <_prec e_j
-        src_j = int(problem.producer[j])
-        sinks = problem.consumers[i] or [int(problem.producer[i])]
-        anc = var.ancestors[src_j]
-        return all(s != src_j and (anc >> var.local[s]) & 1 for s in sinks)
-
-    pairs: list[tuple[int, int, int, int]] = []
-    count = 0
-    for k, i in enumerate(movable):
-        for j in movable[k + 1 :]:
-            lo = max(live_range[i][0], live_range[j][0])
-            hi = min(live_range[i][1], live_range[j][1])
-            if lo > hi or precedes(i, j) or precedes(j, i):
-                continue
-            pairs.append((i, j, lo, hi))
-            count += hi - lo + 1
-    if count > JOINT_MAX_PAIRS:
+    movable = [i for i in range(len(sizes)) if sizes[i] > 0 and not problem.persistent[i]]
+    pairs = _pairs(problem, var, movable)
+    if sum(hi - lo + 1 for _, _, lo, hi in pairs) > JOINT_MAX_PAIRS:
         return None
-
-    address = {}
+    base = int(sizes[problem.persistent].sum())
     arena = model.new_int_var(max(base, lower_bound), max(upper, base), "arena")
-    for i in movable:
-        address[i] = model.new_int_var(base, max(base, upper - int(sizes[i])), f"address_{i}")
-        model.add(arena >= address[i] + int(sizes[i]))
-        model.add_hint(address[i], int(offsets[i]))
-    for i, j, lo, hi in pairs:
-        a = model.new_bool_var(f"a_{i}_{j}")
-        b = model.new_bool_var(f"b_{i}_{j}")
-        model.add(a + b <= 1)  # eq. 6, first line
-        for t in range(lo, hi + 1):  # eq. 6: a + b >= live_i,t + live_j,t - 1
-            li, lj = live(i, t), live(j, t)
-            if li and lj:
-                model.add(a + b >= sum(li) + sum(lj) - 1)
-        model.add(address[i] + int(sizes[i]) <= address[j]).only_enforce_if(a)  # eq. 7a
-        model.add(address[j] + int(sizes[j]) <= address[i]).only_enforce_if(b)  # eq. 7b
-        below = bool(offsets[i] + sizes[i] <= offsets[j])
-        model.add_hint(a, below)
-        model.add_hint(b, not below and bool(offsets[j] + sizes[j] <= offsets[i]))
+    address = _addresses(model, var, problem, movable, pairs, offsets, arena, base, upper)
     model.add_hint(arena, upper)
     model.minimize(arena)
 
@@ -191,3 +132,101 @@ def solve_joint(  # noqa: C901 - eq. 9's model: data, variables, constraints, so
         seconds,
         f"no better CP-SAT solution in time, gap {gap:.2%}",
     )
+
+
+def _hint_placement(
+    problem: GraphProblem, order: list[int], hint_offsets: np.ndarray | None
+) -> tuple[dict[int, int], np.ndarray]:
+    """The persistent tensors' fixed offsets (at the bottom), and the addresses the model is
+    hinted with: the greedy placement of ``order``, or ``hint_offsets`` when they keep the fixed
+    offsets and are no worse.
+    """
+    sizes = problem.sizes
+    fixed = stack_persistent(sizes, problem.persistent)
+    start, end = problem.lifetimes(order)
+    offsets = greedy_by_size(sizes, start, end, fixed=fixed)
+    if (
+        hint_offsets is not None
+        and all(hint_offsets[i] == o for i, o in fixed.items())
+        and arena_of(sizes, hint_offsets) <= arena_of(sizes, offsets)
+    ):
+        offsets = np.asarray(hint_offsets, dtype=np.int64)
+    return fixed, offsets
+
+
+def _pairs(
+    problem: GraphProblem, var: OrderVars, movable: list[int]
+) -> list[tuple[int, int, int, int]]:
+    """The pairs ``(i, j, lo, hi)`` of tensors that may be resident together, at steps
+    ``lo..hi``: section 4.2 prunes those whose useful lifetimes never meet and those ordered by
+    the graph (every sink of one a strict ancestor of the other's source).
+    """
+    live_range: dict[int, tuple[int, int]] = {}
+    for i in movable:
+        p = int(problem.producer[i])
+        sinks = problem.consumers[i]
+        last = max([var.alap[p], *(var.alap[s] for s in sinks)])
+        live_range[i] = (var.asap[p], last)
+
+    def precedes(i: int, j: int) -> bool:  # section 4.2: e_i <_prec e_j
+        src_j = int(problem.producer[j])
+        sinks = problem.consumers[i] or [int(problem.producer[i])]
+        anc = var.ancestors[src_j]
+        return all(s != src_j and (anc >> var.local[s]) & 1 for s in sinks)
+
+    pairs: list[tuple[int, int, int, int]] = []
+    for k, i in enumerate(movable):
+        for j in movable[k + 1 :]:
+            lo = max(live_range[i][0], live_range[j][0])
+            hi = min(live_range[i][1], live_range[j][1])
+            if lo > hi or precedes(i, j) or precedes(j, i):
+                continue
+            pairs.append((i, j, lo, hi))
+    return pairs
+
+
+def _addresses(
+    model: cp_model.CpModel,
+    var: OrderVars,
+    problem: GraphProblem,
+    movable: list[int],
+    pairs: list[tuple[int, int, int, int]],
+    offsets: np.ndarray,
+    arena: Any,
+    base: int,
+    upper: int,
+) -> dict[int, Any]:
+    """The addresses ``A_e`` above the persistent tensors (eq. 8 with ``arena``) and, per pair,
+    ``a_ij`` and ``b_ij`` (eqs. 6, 7a, 7b), hinted with ``offsets``.
+    """
+    sizes = problem.sizes
+    address = {}
+    for i in movable:
+        address[i] = model.new_int_var(base, max(base, upper - int(sizes[i])), f"address_{i}")
+        model.add(arena >= address[i] + int(sizes[i]))
+        model.add_hint(address[i], int(offsets[i]))
+    for i, j, lo, hi in pairs:
+        a = model.new_bool_var(f"a_{i}_{j}")
+        b = model.new_bool_var(f"b_{i}_{j}")
+        model.add(a + b <= 1)  # eq. 6, first line
+        for t in range(lo, hi + 1):  # eq. 6: a + b >= live_i,t + live_j,t - 1
+            li, lj = _live(problem, var, i, t), _live(problem, var, j, t)
+            if li and lj:
+                model.add(a + b >= sum(li) + sum(lj) - 1)
+        model.add(address[i] + int(sizes[i]) <= address[j]).only_enforce_if(a)  # eq. 7a
+        model.add(address[j] + int(sizes[j]) <= address[i]).only_enforce_if(b)  # eq. 7b
+        below = bool(offsets[i] + sizes[i] <= offsets[j])
+        model.add_hint(a, below)
+        model.add_hint(b, not below and bool(offsets[j] + sizes[j] <= offsets[i]))
+    return address
+
+
+def _live(problem: GraphProblem, var: OrderVars, i: int, t: int) -> list[Any]:
+    """``live_i,t = C + P``: tensor ``i`` created (its producer runs) or preserved at step ``t``."""
+    p = int(problem.producer[i])
+    terms = []
+    if t in var.x[p]:
+        terms.append(var.x[p][t])
+    if t in var.P.get(i, {}):
+        terms.append(var.P[i][t])
+    return terms

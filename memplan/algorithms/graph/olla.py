@@ -292,7 +292,7 @@ def contract_nodes(
     return nodes, succ
 
 
-def build_order_model(  # noqa: C901 - eq. 14's constraints in the paper's order
+def build_order_model(
     problem: GraphProblem,
     nodes: list[int],
     succ: dict[int, set[int]],
@@ -317,6 +317,48 @@ def build_order_model(  # noqa: C901 - eq. 14's constraints in the paper's order
     # (also added for every dependency: it propagates better than eq. 4 alone).
     # Persistent tensors add a constant; sizes are divided by their gcd (exact).
     """
+    T = len(nodes)  # noqa: N806 - the paper's name
+    local, anc, asap, alap = _spans(nodes, succ)
+    persistent = problem.persistent
+    sizes = problem.sizes
+    movable = [i for i in range(len(sizes)) if not persistent[i] and sizes[i] > 0]
+    scale = math.gcd(*(int(sizes[i]) for i in movable)) if movable else 1
+    scale = max(scale, 1)
+    constant = int(sizes[persistent].sum())
+
+    model = cp_model.CpModel()
+    x, position = _node_steps(model, nodes, succ, asap, alap, hint, local)
+    memory = _Residence(model, nodes, position)
+    for i in movable:
+        memory.add_tensor(problem, i, int(sizes[i]) // scale, x, asap, alap)
+    lower = max(memory.node_lb.values(), default=0)
+    stats = {
+        "steps": T,
+        "x_vars": sum(len(x[v]) for v in nodes),
+        "p_vars": memory.n_p,
+        "lower_bound": lower * scale + constant,
+    }
+    var = OrderVars(nodes, x, None, scale, constant, memory.all_p, asap, alap, anc, local)
+    if not minimize:
+        return model, var, stats
+    hint_resident = problem.resident(hint)
+    upper = int(hint_resident.max() - constant) // scale if len(hint) else 0
+    peak = model.new_int_var(min(lower, upper), max(upper, 0), "peak_resident")
+    for t in range(T):
+        expr = sum(c * v for v, c in memory.terms[t].items())
+        model.add(expr + int(memory.const[t]) <= peak)
+    model.add_hint(peak, upper)
+    model.minimize(peak)
+    var.peak = peak
+    return model, var, stats
+
+
+def _spans(
+    nodes: list[int], succ: dict[int, set[int]]
+) -> tuple[dict[int, int], dict[int, int], dict[int, int], dict[int, int]]:
+    """Section 4.1: each node's local index, its ancestors (a bitset over the local indices),
+    ``ASAP`` (its number of ancestors) and ``ALAP`` (``T - 1 -`` its number of descendants).
+    """
     local = {v: k for k, v in enumerate(nodes)}
     T = len(nodes)  # noqa: N806 - the paper's name
     topo = _topo(nodes, {v: sorted(s) for v, s in succ.items()})
@@ -330,15 +372,23 @@ def build_order_model(  # noqa: C901 - eq. 14's constraints in the paper's order
             desc[v] |= desc[w] | (1 << local[w])
     asap = {v: anc[v].bit_count() for v in nodes}
     alap = {v: T - 1 - desc[v].bit_count() for v in nodes}
+    return local, anc, asap, alap
 
-    persistent = problem.persistent
-    sizes = problem.sizes
-    movable = [i for i in range(len(sizes)) if not persistent[i] and sizes[i] > 0]
-    scale = math.gcd(*(int(sizes[i]) for i in movable)) if movable else 1
-    scale = max(scale, 1)
-    constant = int(sizes[persistent].sum())
 
-    model = cp_model.CpModel()
+def _node_steps(
+    model: cp_model.CpModel,
+    nodes: list[int],
+    succ: dict[int, set[int]],
+    asap: dict[int, int],
+    alap: dict[int, int],
+    hint: list[int],
+    local: dict[int, int],
+) -> tuple[dict[int, dict[int, Any]], dict[int, int]]:
+    """``x[v][t]`` over each node's span: one step per node (eq. 3), one node per step, every
+    dependency one step or more later; hinted with the order ``hint`` (each node's step in it,
+    returned too).
+    """
+    T = len(nodes)  # noqa: N806 - the paper's name
     x: dict[int, dict[int, Any]] = {}
     for v in nodes:
         x[v] = {t: model.new_bool_var(f"x_{v}_{t}") for t in range(asap[v], alap[v] + 1)}
@@ -357,41 +407,63 @@ def build_order_model(  # noqa: C901 - eq. 14's constraints in the paper's order
     for v in nodes:
         for w in succ[v]:
             model.add(step[w] >= step[v] + 1)
-
     position = {v: k for k, v in enumerate(w for w in hint if w in local)}
     for v in nodes:
         model.add_hint(step[v], position[v])
         for t, var in x[v].items():
             model.add_hint(var, t == position[v])
+    return x, position
 
-    # memory terms per step: constant bytes and (coefficient, variable) pairs, in units of scale
-    const = np.zeros(T, dtype=np.int64)
-    terms: dict[int, dict[Any, int]] = {t: {} for t in range(T)}
-    n_p = 0
-    all_p: dict[int, dict[int, Any]] = {}
-    node_lb = dict.fromkeys(nodes, 0)
-    for i in movable:
+
+class _Residence:
+    """The resident memory of each step as the tensors are added (eqs. 2, 4, 11-12, 13): constant
+    bytes and ``(variable, coefficient)`` terms per step, in units of the sizes' gcd.
+    """
+
+    def __init__(self, model: cp_model.CpModel, nodes: list[int], position: dict[int, int]) -> None:
+        steps = len(nodes)
+        self.model = model
+        self.position = position  # each node's step in the hint
+        self.const = np.zeros(steps, dtype=np.int64)
+        self.terms: dict[int, dict[Any, int]] = {t: {} for t in range(steps)}
+        self.n_p = 0
+        self.all_p: dict[int, dict[int, Any]] = {}
+        self.node_lb = dict.fromkeys(nodes, 0)  # the bytes each node's step holds at least
+
+    def add_tensor(
+        self,
+        problem: GraphProblem,
+        i: int,
+        size: int,
+        x: dict[int, dict[int, Any]],
+        asap: dict[int, int],
+        alap: dict[int, int],
+    ) -> None:
+        """Tensor ``i`` of ``size`` units: created at its producer's step, preserved (``P``)
+        until its last sink runs.
+        """
+        model, terms = self.model, self.terms
         p = int(problem.producer[i])
-        size = int(sizes[i]) // scale
         sinks = problem.consumers[i]
-        node_lb[p] += size
+        self.node_lb[p] += size
         for s in set(sinks):
-            node_lb[s] += size
+            self.node_lb[s] += size
         for t, var in x[p].items():
             terms[t][var] = terms[t].get(var, 0) + size
         if not sinks:
-            continue
+            return
         last = max(alap[s] for s in sinks)
         must_from, must_to = alap[p] + 1, max(asap[s] for s in sinks)
         P: dict[int, Any] = {}  # noqa: N806 - the paper's name
-        all_p[i] = P
+        self.all_p[i] = P
+        position = self.position
         for t in range(asap[p] + 1, last + 1):
             if must_from <= t <= must_to:
                 P[t] = 1
-                const[t] += size
+                self.const[t] += size
             else:
                 P[t] = model.new_bool_var(f"p_{i}_{t}")
-                n_p += 1
+                self.n_p += 1
                 terms[t][P[t]] = terms[t].get(P[t], 0) + size
                 model.add_hint(P[t], position[p] < t <= max(position[s] for s in sinks))
         for t in range(asap[p] + 1, last + 1):  # eq. 2
@@ -406,27 +478,6 @@ def build_order_model(  # noqa: C901 - eq. 14's constraints in the paper's order
             for t, var in x[s].items():
                 if not isinstance(P[t], int):
                     model.add_implication(var, P[t])
-
-    lower = max(node_lb.values(), default=0)
-    stats = {
-        "steps": T,
-        "x_vars": sum(len(x[v]) for v in nodes),
-        "p_vars": n_p,
-        "lower_bound": lower * scale + constant,
-    }
-    var = OrderVars(nodes, x, None, scale, constant, all_p, asap, alap, anc, local)
-    if not minimize:
-        return model, var, stats
-    hint_resident = problem.resident(hint)
-    upper = int(hint_resident.max() - constant) // scale if len(hint) else 0
-    peak = model.new_int_var(min(lower, upper), max(upper, 0), "peak_resident")
-    for t in range(T):
-        expr = sum(c * v for v, c in terms[t].items())
-        model.add(expr + int(const[t]) <= peak)
-    model.add_hint(peak, upper)
-    model.minimize(peak)
-    var.peak = peak
-    return model, var, stats
 
 
 def read_order(

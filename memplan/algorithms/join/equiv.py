@@ -14,12 +14,12 @@ from __future__ import annotations
 import numpy as np
 
 from memplan.algorithms.base import Sequence
-from memplan.algorithms.chain.problem import Chain
+from memplan.algorithms.chain.problem import ChainInstance
 from memplan.algorithms.join.hetero import JoinNet
 from memplan.algorithms.join.pebble import JoinOp
 
 
-def equivalent_chain(net: JoinNet) -> tuple[Chain, list[int], int]:
+def equivalent_chain(net: JoinNet) -> tuple[ChainInstance, list[int], int]:
     """The chain of levels, the level at which each branch starts, and the pinned input bytes."""
     n = max(net.lengths)
     starts = [n - length for length in net.lengths]
@@ -45,7 +45,7 @@ def equivalent_chain(net: JoinNet) -> tuple[Chain, list[int], int]:
         bt[a:n] += c.bt
     s[n], fo[n], bo[n], g[n + 1] = net.s_turn, net.fo_turn, net.bo_turn, net.g_turn
     ft[n] = net.t_turn
-    return Chain(x, s, g, fo, bo, ft, bt), starts, pinned
+    return ChainInstance(x, s, g, fo, bo, ft, bt), starts, pinned
 
 
 def expand(net: JoinNet, starts: list[int], sequence: Sequence) -> list[JoinOp]:

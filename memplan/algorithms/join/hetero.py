@@ -63,7 +63,7 @@ import numpy.typing as npt
 
 from memplan.algorithms.chain import rotor
 from memplan.algorithms.chain.least_memory import least_memory_sequence, least_memory_tables
-from memplan.algorithms.chain.problem import Chain
+from memplan.algorithms.chain.problem import ChainInstance
 from memplan.algorithms.join.pebble import JoinOp
 from memplan.algorithms.timeline import Deadline, TimeLimitReached
 from memplan.core import kernels
@@ -96,7 +96,7 @@ _LeastTask = (
 class JoinNet:
     """Sizes (bytes or slots) and times of every branch and of the turn (docs/join.md, chain model)."""
 
-    chains: list[Chain]
+    chains: list[ChainInstance]
     s_turn: int
     fo_turn: int
     bo_turn: int
@@ -109,7 +109,7 @@ class JoinNet:
         terms ]; None, or a loop without ``gradients``: the model before the loop's terms).
         """
         assert profile.branches is not None and profile.turn is not None
-        chains = [Chain.from_stages(b.input_size, b.stages) for b in profile.branches]
+        chains = [ChainInstance.from_stages(b.input_size, b.stages) for b in profile.branches]
         t = profile.turn
         net = cls(
             chains,
@@ -135,7 +135,7 @@ class JoinNet:
             fall = np.array(terms.forward_all, dtype=np.int64)
             bo = np.array(terms.backward, dtype=np.int64) - held[1:]
             chains.append(
-                Chain(
+                ChainInstance(
                     c.x, c.s, g, np.maximum(c.fo, fall), np.maximum(bo, -g[:-1]), c.ft, c.bt,
                     c.names,
                 )
@@ -172,7 +172,7 @@ class JoinNet:
             return np.array([-(-int(v) * den // num) for v in values], dtype=np.int64)
 
         chains = [
-            Chain(up(c.x), up(c.s), up(c.g), up(c.fo), up(c.bo), c.ft, c.bt, c.names)
+            ChainInstance(up(c.x), up(c.s), up(c.g), up(c.fo), up(c.bo), c.ft, c.bt, c.names)
             for c in self.chains
         ]
         turn = up(np.array([self.s_turn, self.fo_turn, self.bo_turn, self.g_turn]))

@@ -267,8 +267,7 @@ def run_dp(
         ``sets`` is empty when no state survives (no set fits in slots) or the run was aborted.
     """
     n, budget = sl.n, sl.budget
-    a, ac, g, ef, eb, cf, cb = sl.a, sl.ac, sl.g, sl.ef, sl.eb, sl.cf, sl.cb
-    cap = budget  # slack beyond the budget never matters (docs/offload.md)
+    a, ac, g, ef, eb = sl.a, sl.ac, sl.g, sl.ef, sl.eb
     zero = np.zeros(1, dtype=np.int64)
     n_kept, delta_f, delta_b, idle = zero, zero.copy(), zero.copy(), zero.copy()
     tables: list[tuple[np.ndarray, np.ndarray]] = []
@@ -291,25 +290,9 @@ def run_dp(
                 tables[-1] = (tables[-1][0][keep], tables[-1][1][keep])
         if len(idle) == 0:
             return DPResult(sets=[], values=[], states=most, work=work)
-        wait_f = np.maximum(need_f, 0)
-        wait_b = np.maximum(need_b, 0)
-        moved_f = wait_f + cf[k]
-        moved_b = wait_b + cb[k]
-        new_idle = idle + wait_f + wait_b
-        # x_k kept: eq. (4), (5), (8).
-        kept_f = np.maximum(delta_f - moved_f, -cap)
-        kept_b = np.maximum(delta_b - moved_b, -cap)
-        # x_k offloaded: eq. (2), (3), (7).
-        off_f = np.maximum(pf + a[k] - moved_f, -cap)
-        off_b = a[k] + np.maximum(delta_b - moved_b, 0)
-        count = len(idle)
-        copies = 1 if sl.pinned[k] else 2  # a pinned a[k] is only kept
-        parent = np.tile(np.arange(count), copies)
-        choice = np.repeat(np.array([False, True])[:copies], count)
-        n_kept = np.concatenate((n_kept + ac[k], n_kept)[:copies])
-        delta_f = np.concatenate((kept_f, off_f)[:copies])
-        delta_b = np.concatenate((kept_b, off_b)[:copies])
-        idle = np.tile(new_idle, copies)
+        parent, choice, n_kept, delta_f, delta_b, idle = _successors(
+            sl, k, n_kept, delta_f, delta_b, idle, pf, pb, need_f, need_b
+        )
         # States that cannot fit the next operations are dropped now (they would fail there).
         fits = np.flatnonzero(
             (n_kept + a[k + 1] + np.maximum(delta_f, 0) <= budget)
@@ -335,7 +318,68 @@ def run_dp(
     if len(idle) == 0:
         return DPResult(sets=[], values=[], states=most, work=work)
     total = idle + _between_phases(sl, n_kept, delta_f, delta_b)
-    # Best first; among equal idle times, keep more activations (fewer transfers).
+    sets, values = _best_sets(tables, total, n_kept, candidates, n)
+    return DPResult(sets=sets, values=values, states=most, work=work)
+
+
+def _successors(
+    sl: Slots,
+    k: int,
+    n_kept: npt.NDArray[np.int64],
+    delta_f: npt.NDArray[np.int64],
+    delta_b: npt.NDArray[np.int64],
+    idle: npt.NDArray[np.int64],
+    pf: npt.NDArray[np.int64],
+    pb: npt.NDArray[np.int64],
+    need_f: npt.NDArray[np.int64],
+    need_b: npt.NDArray[np.int64],
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The states after stage ``k``: each state's successor with ``x_k`` kept (eqs. 4, 5, 8),
+    then, unless ``a[k]`` is pinned, with it offloaded (eqs. 2, 3, 7); ``(parent, choice,
+    n_kept, delta_f, delta_b, idle)``, ``choice`` True where offloaded.
+    """
+    a, ac, cf, cb, cap = (
+        sl.a,
+        sl.ac,
+        sl.cf,
+        sl.cb,
+        sl.budget,
+    )  # slack beyond the budget never matters (docs/offload.md)
+    wait_f = np.maximum(need_f, 0)
+    wait_b = np.maximum(need_b, 0)
+    moved_f = wait_f + cf[k]
+    moved_b = wait_b + cb[k]
+    new_idle = idle + wait_f + wait_b
+    # x_k kept: eq. (4), (5), (8).
+    kept_f = np.maximum(delta_f - moved_f, -cap)
+    kept_b = np.maximum(delta_b - moved_b, -cap)
+    # x_k offloaded: eq. (2), (3), (7).
+    off_f = np.maximum(pf + a[k] - moved_f, -cap)
+    off_b = a[k] + np.maximum(delta_b - moved_b, 0)
+    count = len(idle)
+    copies = 1 if sl.pinned[k] else 2  # a pinned a[k] is only kept
+    parent = np.tile(np.arange(count), copies)
+    choice = np.repeat(np.array([False, True])[:copies], count)
+    return (
+        parent,
+        choice,
+        np.concatenate((n_kept + ac[k], n_kept)[:copies]),
+        np.concatenate((kept_f, off_f)[:copies]),
+        np.concatenate((kept_b, off_b)[:copies]),
+        np.tile(new_idle, copies),
+    )
+
+
+def _best_sets(
+    tables: list[tuple[np.ndarray, np.ndarray]],
+    total: npt.NDArray[np.int64],
+    n_kept: npt.NDArray[np.int64],
+    candidates: int,
+    n: int,
+) -> tuple[list[np.ndarray], list[int]]:
+    """Up to ``candidates`` distinct offloaded sets of the final states, best first (among equal
+    idle times, the one that keeps more activations: fewer transfers), and their idle times.
+    """
     order = np.lexsort((-n_kept, total))
     sets: list[np.ndarray] = []
     values: list[int] = []
@@ -349,7 +393,7 @@ def run_dp(
         seen.add(mask.tobytes())
         sets.append(mask)
         values.append(int(total[index]))
-    return DPResult(sets=sets, values=values, states=most, work=work)
+    return sets, values
 
 
 def _distinct(

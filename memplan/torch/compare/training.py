@@ -278,7 +278,7 @@ def _threads(threads: int | None) -> Iterator[int]:
         torch.set_num_threads(before)
 
 
-def compare_training(  # noqa: C901 - the ways in NOTE [ comparison protocol ]'s order, one branch each
+def compare_training(
     model: str | nn.Module,
     *,
     example_input: Tensor | None = None,
@@ -374,13 +374,7 @@ def compare_training(  # noqa: C901 - the ways in NOTE [ comparison protocol ]'s
     InputError
         A bad model, input or option.
     """
-    if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < 1:
-        raise InputError(f"rounds {rounds!r}: expected a positive integer")
-    if clock not in ("wall", "cpu"):
-        raise InputError(f"clock {clock!r}: expected wall or cpu")
-    for b in compile_budgets:
-        if not 0.0 <= b <= 1.0:
-            raise InputError(f"compile budget {b!r}: expected a fraction from 0 to 1")
+    _check_protocol(rounds, clock, compile_budgets)
     note = progress or (lambda _line: None)
     dev = resolve_device(device)
     with _threads(threads) as used_threads:
@@ -394,13 +388,9 @@ def compare_training(  # noqa: C901 - the ways in NOTE [ comparison protocol ]'s
         )
         chunks = profile_loss_chunks(chunked_prof) if chunked_prof is not None else None
         blocks = without_options(prof)  # what rotor plans on without the options
-        ways = [Way(Outcome("plain", "plain"), setup.plain_loss())]
-        if control:
-            ways.append(Way(Outcome("plain (again)", "control"), setup.plain_loss()))
-        ways.append(hf_way(setup))
-        ways.append(chunked_loss_way(setup, chunks or DEFAULT_ALTERNATIVE_CHUNKS))
-        ways += [sequential_way(setup, k) for k in (segments or default_segments(n))]
-        ways += [compile_way(setup, b) for b in compile_budgets]
+        ways = _alternatives(
+            setup, control, chunks, segments or default_segments(n), compile_budgets
+        )
         with_sac = selective and blocks is not prof
         plans = _Plans(setup, optimizer, blocks, prof if with_sac else None, chunked_prof, chunks)
         ways += plans.at_settings(algos, fractions, budgets)
@@ -412,17 +402,7 @@ def compare_training(  # noqa: C901 - the ways in NOTE [ comparison protocol ]'s
             note(f"measuring {way.outcome.name}")
             _measure(bench, way, dropout)
         if at_alternatives and "rotor" in algos:
-            extra = []
-            for way in ways:
-                o = way.outcome
-                if o.family in ("memplan", "control") or o.peak is None:
-                    continue
-                for at in plans.at_peak(o):
-                    note(f"measuring {at.outcome.name}")
-                    if at.loss is not None:
-                        _measure(bench, at, dropout)
-                    extra.append(at)
-            ways += extra
+            ways += _at_alternatives_peaks(bench, plans, ways, dropout, note)
         measured = [way for way in ways if way.loss is not None and way.outcome.skipped is None]
         _time_rounds(bench, measured, rounds, note)
         _compare_at_equal_memory([way.outcome for way in ways])
@@ -446,6 +426,52 @@ def compare_training(  # noqa: C901 - the ways in NOTE [ comparison protocol ]'s
         loss_chunks=chunks,
         chunked_profile=chunked_prof,
     )
+
+
+def _alternatives(
+    setup: Setup,
+    control: bool,
+    chunks: int | None,
+    segments: Sequence[int],
+    compile_budgets: Sequence[float],
+) -> list[Way]:
+    """Plain training first (twice with ``control``), then the ways users already have."""
+    ways = [Way(Outcome("plain", "plain"), setup.plain_loss())]
+    if control:
+        ways.append(Way(Outcome("plain (again)", "control"), setup.plain_loss()))
+    ways.append(hf_way(setup))
+    ways.append(chunked_loss_way(setup, chunks or DEFAULT_ALTERNATIVE_CHUNKS))
+    ways += [sequential_way(setup, k) for k in segments]
+    ways += [compile_way(setup, b) for b in compile_budgets]
+    return ways
+
+
+def _check_protocol(rounds: int, clock: str, compile_budgets: Sequence[float]) -> None:
+    """``rounds``, ``clock`` and ``compile_budgets`` checked before anything is built."""
+    if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < 1:
+        raise InputError(f"rounds {rounds!r}: expected a positive integer")
+    if clock not in ("wall", "cpu"):
+        raise InputError(f"clock {clock!r}: expected wall or cpu")
+    for b in compile_budgets:
+        if not 0.0 <= b <= 1.0:
+            raise InputError(f"compile budget {b!r}: expected a fraction from 0 to 1")
+
+
+def _at_alternatives_peaks(
+    bench: _Bench, plans: _Plans, ways: list[Way], dropout: bool, note: Progress
+) -> list[Way]:
+    """The rotor plans at each alternative's measured peak (as their budget), measured."""
+    extra = []
+    for way in ways:
+        o = way.outcome
+        if o.family in ("memplan", "control") or o.peak is None:
+            continue
+        for at in plans.at_peak(o):
+            note(f"measuring {at.outcome.name}")
+            if at.loss is not None:
+                _measure(bench, at, dropout)
+            extra.append(at)
+    return extra
 
 
 def _profiles(

@@ -299,7 +299,6 @@ def measure_option(
             _allocate_grads(runner.module, lambda _param: True)
         forward, recompute = contexts(policy)
         slots: list[_OptionSlot] = []  # until the recomputation fills them (then autograd's)
-        packed: list[Tensor] = []
 
         def drop(tensor: Tensor) -> Any:
             key = storage_key(tensor)
@@ -319,37 +318,11 @@ def measure_option(
         else:
             out_box.append(first())
         out = out_box.pop()
-        excluded = set(static) | {k[0] for k in map(storage_key, (inp, leaf)) if k is not None}
-        cached = {
-            ptr: allocation_bytes(s.nbytes(), device)
-            for ptr, s in cached_storages(forward).items()
-            if ptr not in excluded
-        }
-        out_key = storage_key(out)
-        output_size = 0 if out_key is None else allocation_bytes(out_key[1], device)
-        saved = sum(cached.values()) + (output_size if out_key and out_key[0] not in cached else 0)
+        saved = _cache_and_output_bytes(forward, out, (inp, leaf), static, device)
         grad = runner.output_gradient(out)
 
         def backward() -> None:
-            def pack(tensor: Tensor) -> None:
-                packed.append(tensor.detach())
-
-            fresh = inp.detach().requires_grad_(inp.requires_grad)
-            hooks = torch.autograd.graph.saved_tensors_hooks(pack, _same)
-            with recomputing(runner.module, None, device), hooks, recompute:
-                runner.forward(fresh)
-            kept = [t for t in packed if (storage_key(t) or (0,))[0] not in static]
-            if len(kept) != len(slots):
-                raise RuntimeError(
-                    f"its recomputation saved {len(kept)} tensors, its forward {len(slots)}"
-                )
-            for slot, tensor in zip(slots, kept, strict=True):
-                slot.value = tensor
-            slots.clear()
-            packed.clear()
-            kept.clear()
-            if grad is not None:
-                out.backward(grad)
+            _recompute_then_backward(runner, inp, recompute, slots, static, out, grad)
 
         if grad is None:
             return 0.0
@@ -378,6 +351,56 @@ def measure_option(
         backward_overhead=sizes.get("backward", 0),
         backward_time=median_ms(times),
     )
+
+
+def _cache_and_output_bytes(
+    forward: Any, out: Tensor, inputs: tuple[Any, ...], static: set[int], device: torch.device
+) -> int:
+    """What a selective forward keeps: the storages of its SAC cache and its output (allocator
+    sizes), the ``static`` ones and the ``inputs``' left out.
+    """
+    excluded = set(static) | {k[0] for k in map(storage_key, inputs) if k is not None}
+    cached = {
+        ptr: allocation_bytes(s.nbytes(), device)
+        for ptr, s in cached_storages(forward).items()
+        if ptr not in excluded
+    }
+    out_key = storage_key(out)
+    output_size = 0 if out_key is None else allocation_bytes(out_key[1], device)
+    return sum(cached.values()) + (output_size if out_key and out_key[0] not in cached else 0)
+
+
+def _recompute_then_backward(
+    runner: StageRunner,
+    inp: Tensor,
+    recompute: Any,
+    slots: list[_OptionSlot],
+    static: set[int],
+    out: Tensor,
+    grad: Tensor | None,
+) -> None:
+    """The backward of a selective ``F_all`` as the runtime runs it: the forward again under the
+    recomputation context, whose saved tensors fill the forward's ``slots``, then the backward.
+    """
+    packed: list[Tensor] = []
+
+    def pack(tensor: Tensor) -> None:
+        packed.append(tensor.detach())
+
+    fresh = inp.detach().requires_grad_(inp.requires_grad)
+    hooks = torch.autograd.graph.saved_tensors_hooks(pack, _same)
+    with recomputing(runner.module, None, runner.x.device), hooks, recompute:
+        runner.forward(fresh)
+    kept = [t for t in packed if (storage_key(t) or (0,))[0] not in static]
+    if len(kept) != len(slots):
+        raise RuntimeError(f"its recomputation saved {len(kept)} tensors, its forward {len(slots)}")
+    for slot, tensor in zip(slots, kept, strict=True):
+        slot.value = tensor
+    slots.clear()
+    packed.clear()
+    kept.clear()
+    if grad is not None:
+        out.backward(grad)
 
 
 class _OptionSlot:

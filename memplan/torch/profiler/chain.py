@@ -216,6 +216,12 @@ def profile_stages(
     dedupe: bool,
     selective: bool = False,
 ) -> ProfiledStages:
+    """Measure (or estimate) every stage of ``chain`` in turn, each on its predecessor's output.
+
+    Long because: its split (a stage identical to one measured before, a stage measured, the
+    record of a stage) waits for the rework of memplan/torch/profiler/ on a parallel branch
+    (issue 39 item 5 leaves it there).
+    """
     probe: MemoryProbe = CudaProbe(x.device) if x.device.type == "cuda" else CpuProbe()
     stages: list[Stage] = []
     counted: set[int] = set()

@@ -227,6 +227,10 @@ def fx_to_graph(  # noqa: C901 - one case per kind of FX node, in docs/formats.m
     ``state_names`` names the first placeholders (parameters, then buffers); the next two are the
     batch and its targets. ``marks`` are the FX node counts when the backward and the optimizer
     step began.
+
+    Long because: one pass over the FX nodes, one case per kind of node in the rules' order (a
+    placeholder, a call that reads, writes or makes storages), each case updating the records of
+    every storage (its tensor, last writer, readers, the control edges) that the next nodes read.
     """
     fwd_end = marks[0] if marks else 10**12
     bwd_end = marks[1] if len(marks) > 1 else 10**12

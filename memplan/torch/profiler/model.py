@@ -298,6 +298,12 @@ def _profile_model(
     loss_chunks: int | None = None,
     labels: Tensor | None = None,
 ) -> Profile:
+    """:func:`profile_model`'s work once its arguments are checked.
+
+    Long because: its split (the join network's case, the model built and moved to the device,
+    the stages measured with fake tensors first, the device block of the profile) waits for the
+    rework of memplan/torch/profiler/ on a parallel branch (issue 39 item 5 leaves it there).
+    """
     join = resolve_join(model, batch_size) if isinstance(model, str) else None
     if join is not None:  # a join network: branches + turn, docs/profiling.md
         if estimate is not None or gpu_spec is not None or input_shape is not None or config:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 import memplan
-from memplan.algorithms.chain import Chain, chain_min_memory
+from memplan.algorithms.chain import ChainInstance, chain_min_memory
 from memplan.algorithms.chain.least_memory import (
     least_memory_bounds,
     least_memory_plan,
@@ -21,7 +21,7 @@ from tests.oracles.exhaustive import ChainOracle
 @pytest.mark.parametrize("length", [1, 2, 3, 5, 8, 13, 30])
 def test_bounds_bracket_the_least_memory(length, max_size):
     for seed in range(12):
-        chain = Chain.from_profile(random_chain(length, seed=seed, max_size=max_size))
+        chain = ChainInstance.from_profile(random_chain(length, seed=seed, max_size=max_size))
         lower, upper = least_memory_bounds(chain)
         least, plan = least_memory_plan(chain)
         assert lower <= least <= upper
@@ -34,13 +34,16 @@ def test_bounds_bracket_the_least_memory(length, max_size):
 def test_least_memory_is_the_oracles(seed):
     length = 1 + seed % 5
     prof = random_chain(length, seed=seed, max_size=10 if seed % 2 else 1000)
-    assert chain_min_memory(Chain.from_profile(prof)) == ChainOracle(prof).min_feasible_memory()
+    assert (
+        chain_min_memory(ChainInstance.from_profile(prof))
+        == ChainOracle(prof).min_feasible_memory()
+    )
 
 
 def test_a_chain_where_the_bounds_differ():
     """Found by search: the recompute-all plan runs F_all 0 while g[1] (671 bytes) is held; the
     least-memory plan runs it first, while only the loss gradient is held."""
-    chain = Chain.from_profile(random_chain(2, seed=5, max_size=1000))
+    chain = ChainInstance.from_profile(random_chain(2, seed=5, max_size=1000))
     lower, upper = least_memory_bounds(chain)
     assert lower < upper
     assert chain_min_memory(chain) == lower == least_memory_plan(chain)[0]
@@ -48,7 +51,7 @@ def test_a_chain_where_the_bounds_differ():
 
 def test_long_chains_take_the_linear_path():
     """On 2000 random stages the bounds meet: ``memplan info`` needs no cubic DP."""
-    chain = Chain.from_profile(random_chain(2000, seed=1, max_size=1000))
+    chain = ChainInstance.from_profile(random_chain(2000, seed=1, max_size=1000))
     lower, upper = least_memory_bounds(chain)
     assert lower == upper == chain_min_memory(chain)
 

@@ -6,7 +6,7 @@ autograd's free of an input neither side keeps, and the optimizer's step after t
 Exact checks on small random chains with measured fields (tests/strategies.py,
 ``with_loop_terms``), under every loop: rotor (exact in bytes, and on a grid of one byte per slot)
 matches the exhaustive-search oracle (tests/oracles/exhaustive.py, written from docs/model.md) at
-every budget and in least memory; the solver's own peak of a plan (``Chain.peak``,
+every budget and in least memory; the solver's own peak of a plan (``ChainInstance.peak``,
 ``store_all_peak``) is the simulator's; no heuristic beats rotor.
 """
 
@@ -18,7 +18,7 @@ import math
 import pytest
 
 import memplan
-from memplan.algorithms.chain.problem import Chain
+from memplan.algorithms.chain.problem import ChainInstance
 from memplan.loop import TrainingLoop, parse_optimizer
 from memplan.profile.memory import static_bytes
 from memplan.profile.model import Profile
@@ -68,7 +68,9 @@ def oracle(length: int, seed: int, loop: str) -> ChainOracle:
 
 def test_the_random_profiles_free_and_create_gradients():
     """The cases exercise every term: some stage frees its input, some creates gradients."""
-    chains = [Chain.from_profile(profile(n, s), training_loop("at-backward")) for n, s in CASES]
+    chains = [
+        ChainInstance.from_profile(profile(n, s), training_loop("at-backward")) for n, s in CASES
+    ]
     assert any(c.freed.any() for c in chains)
     assert any(c.held_grads[0] > 0 for c in chains)
     assert any((c.fall != c.fo).any() for c in chains)
@@ -104,10 +106,10 @@ def test_rotor_matches_the_oracle(length, seed, loop):
 @pytest.mark.parametrize("loop", LOOPS)
 @pytest.mark.parametrize(("length", "seed"), CASES)
 def test_solver_peaks_are_the_simulators(length, seed, loop):
-    """``Chain.peak`` and ``store_all_peak`` (the solvers' accounting) against the simulator, on
+    """``ChainInstance.peak`` and ``store_all_peak`` (the solvers' accounting) against the simulator, on
     the oracle's plans at every step of its staircase and on store-all."""
     prof = profile(length, seed)
-    chain = Chain.from_profile(prof, training_loop(loop))
+    chain = ChainInstance.from_profile(prof, training_loop(loop))
     static = static_bytes(prof, training_loop(loop))
     plans = [chain.store_all_sequence()]
     search = oracle(length, seed, loop)
@@ -146,7 +148,7 @@ def test_a_freed_input_is_not_read_again():
     """After ``F_all k`` frees ``x[k]``, a forward of stage k cannot read it; the backward does
     not need it."""
     prof = profile(3, 0)
-    chain = Chain.from_profile(prof, training_loop("kept"))
+    chain = ChainInstance.from_profile(prof, training_loop("kept"))
     k = next(k for k in range(1, 3) if chain.freed[k])
     before = [("F_all", j) for j in range(k + 1)]
     again = [*before, ("F_ck", k)]

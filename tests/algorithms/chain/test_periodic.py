@@ -1,7 +1,7 @@
 """``periodic`` in closed form (NOTE [ periodic in closed form ]) against laying out every plan.
 
-* For every segment count ``k``, the closed-form peak is :meth:`Chain.peak` of the plan laid out by
-  :func:`periodic_sequence` and the closed-form makespan its :meth:`Chain.makespan`, on random
+* For every segment count ``k``, the closed-form peak is :meth:`ChainInstance.peak` of the plan laid out by
+  :func:`periodic_sequence` and the closed-form makespan its :meth:`ChainInstance.makespan`, on random
   chains, with int64 sums and with Python integers (sizes adding up beyond ``2**62``).
 * :func:`solve_periodic` returns the plan that the search over every laid-out plan returns (the
   fastest that fits, the fewest segments on ties), at budgets across the range.
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-from memplan.algorithms.chain import Chain
+from memplan.algorithms.chain import ChainInstance
 from memplan.algorithms.chain import periodic as periodic_module
 from memplan.algorithms.chain.periodic import periodic_figures, periodic_sequence, solve_periodic
 from memplan.algorithms.chain.problem import fastest_fitting
@@ -19,12 +19,12 @@ from memplan.profile.synthetic import random_chain
 from tests.strategies import integer_chain
 
 
-def sample_chain(seed: int) -> Chain:
+def sample_chain(seed: int) -> ChainInstance:
     length = 1 + seed % 23
     if seed % 2:
-        return Chain.from_profile(random_chain(length, seed=seed, max_size=50))
+        return ChainInstance.from_profile(random_chain(length, seed=seed, max_size=50))
     prof = integer_chain(seed, length, max_output=9, max_extra=9, max_input=9, model="periodic")
-    return Chain.from_profile(prof)
+    return ChainInstance.from_profile(prof)
 
 
 @pytest.mark.parametrize("python_ints", [False, True])

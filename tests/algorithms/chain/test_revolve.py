@@ -8,7 +8,7 @@ import pytest
 
 import memplan
 from memplan.algorithms.chain import (
-    Chain,
+    ChainInstance,
     extra_forwards,
     periodic_sequence,
     revolve_sequence,
@@ -61,7 +61,7 @@ def test_periodic_cuts_like_checkpoint_sequential(length, segments):
     assert [b - a + 1 for a, b in bounds[:-1]] == [size] * (segments - 1)
     assert bounds[-1] == ((segments - 1) * size, length - 1)
     sequence = periodic_sequence(length, segments)
-    chain = Chain.from_profile(homogeneous_chain(length))
+    chain = ChainInstance.from_profile(homogeneous_chain(length))
     assert chain.peak(sequence) is not None
     # Every segment but the last is run twice.
     assert sum(op != "B" for op, _ in sequence) == length + sum(b - a + 1 for a, b in bounds[:-1])

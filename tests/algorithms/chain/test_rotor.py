@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 import memplan
-from memplan.algorithms.chain import Chain, chain_min_memory, plan_rotor
+from memplan.algorithms.chain import ChainInstance, chain_min_memory, plan_rotor
 from memplan.api import schedule_from_sequence
 from memplan.profile.synthetic import random_chain
 from tests.oracles.exhaustive import ChainOracle
@@ -65,7 +65,7 @@ def test_forward_peak_uses_the_gradient_really_held():
 def test_loss_keeps_its_input_until_its_backward():
     """The loss backward needs x[L-1]: a plan may not free it before (docs/model.md)."""
     prof = random_chain(3, seed=4, overheads=False)
-    chain = Chain.from_profile(prof)
+    chain = ChainInstance.from_profile(prof)
     # F_n on the loss frees x[L-1] (standalone) before the loss backward: invalid in the model.
     bad = [("F_ck", 0), ("F_ck", 1), ("F_n", 2), ("F_all", 2), ("B", 2)]
     assert chain.peak(bad) is None
@@ -79,7 +79,7 @@ def test_loss_keeps_its_input_until_its_backward():
 @pytest.mark.parametrize("seed", range(6))
 def test_exact_in_bytes_when_slots_cover_the_budget(seed):
     prof = random_chain(5, seed=seed, integer_times=True)
-    chain = Chain.from_profile(prof)
+    chain = ChainInstance.from_profile(prof)
     low, high = chain_min_memory(chain), chain.store_all_peak()
     search = ChainOracle(prof, persistent=True)
     for memory in range(low - 1, high + 1):
@@ -94,7 +94,7 @@ def test_exact_in_bytes_when_slots_cover_the_budget(seed):
 def test_coarse_slots_still_fit_and_stay_monotone(seed):
     """With few slots the plan is rounded, yet it fits in bytes and never slows as memory grows."""
     prof = random_chain(12, seed=seed, max_size=1000)
-    chain = Chain.from_profile(prof)
+    chain = ChainInstance.from_profile(prof)
     low, high = chain_min_memory(chain), chain.store_all_peak()
     previous = float("inf")
     for memory in range(low, high + 1, max(1, (high - low) // 40)):
@@ -107,7 +107,7 @@ def test_coarse_slots_still_fit_and_stay_monotone(seed):
 
 def test_infeasible_reports_exact_least_memory():
     prof = random_chain(6, seed=11)
-    chain = Chain.from_profile(prof)
+    chain = ChainInstance.from_profile(prof)
     low = chain_min_memory(chain)
     below = memplan.solve(prof, "rotor", low - 1, optimizer="none")
     assert not below.feasible and below.min_memory == low

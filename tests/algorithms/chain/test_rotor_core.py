@@ -23,7 +23,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from memplan.algorithms.chain import Chain, chain_min_memory, plan_rotor, rotor
+from memplan.algorithms.chain import ChainInstance, chain_min_memory, plan_rotor, rotor
 from memplan.algorithms.chain.least_memory import least_memory_bounds
 from memplan.algorithms.chain.rotor import slot_sizes
 from memplan.core import kernels
@@ -46,7 +46,7 @@ def same(a: float, b: float) -> bool:
     return a == b or (math.isinf(a) and math.isinf(b) and (a > 0) == (b > 0))
 
 
-def arrays(chain: Chain, sizes=None) -> tuple[np.ndarray, ...]:
+def arrays(chain: ChainInstance, sizes=None) -> tuple[np.ndarray, ...]:
     return rotor._chain_arrays(chain, sizes)
 
 
@@ -54,7 +54,7 @@ def sequence(codes: np.ndarray | None, length: int):
     return None if codes is None else rotor._sequence(codes, length)
 
 
-def reference_grid(chain: Chain, budget: int, slots: int, extra: int, dtype: type):
+def reference_grid(chain: ChainInstance, budget: int, slots: int, extra: int, dtype: type):
     capacity, r = slot_sizes(chain, budget, slots)
     sizes = [r[k] for k in ("x", "s", "g", "fo", "bo")]
     table = grid_table(
@@ -63,7 +63,7 @@ def reference_grid(chain: Chain, budget: int, slots: int, extra: int, dtype: typ
     return table, sizes, capacity
 
 
-def check_grid(chain: Chain, budget: int, slots: int, extra: int, dtype: type) -> None:
+def check_grid(chain: ChainInstance, budget: int, slots: int, extra: int, dtype: type) -> None:
     L = chain.length
     table, sizes, capacity = reference_grid(chain, budget, slots, extra, dtype)
     grid = kernels.rotor_grid(
@@ -96,7 +96,7 @@ def check_grid(chain: Chain, budget: int, slots: int, extra: int, dtype: type) -
             assert plan is None, (where, c)
 
 
-def budgets_of(chain: Chain, fractions: list[float]) -> list[int]:
+def budgets_of(chain: ChainInstance, fractions: list[float]) -> list[int]:
     low, high = chain_min_memory(chain), chain.store_all_peak()
     return [low + int((high - low) * f) - int(chain.x[0]) for f in fractions]
 
@@ -110,7 +110,7 @@ def budgets_of(chain: Chain, fractions: list[float]) -> list[int]:
     single=st.booleans(),
 )
 def test_small_grids_match_the_reference(prof, fraction, slots, extra, single):
-    chain = Chain.from_profile(prof)
+    chain = ChainInstance.from_profile(prof)
     budget = max(0, budgets_of(chain, [fraction])[0])
     check_grid(chain, budget, slots, extra, np.float32 if single else np.float64)
 
@@ -120,7 +120,7 @@ def test_small_grids_match_the_reference(prof, fraction, slots, extra, single):
 def test_random_grids_match_the_reference(length, seed):
     """Up to 31 stages at 500 slots, where the reference switches to its reachable budgets, in
     both precisions and with tightening's extra budgets."""
-    chain = Chain.from_profile(random_chain(length, seed=seed, max_size=1000))
+    chain = ChainInstance.from_profile(random_chain(length, seed=seed, max_size=1000))
     for budget in budgets_of(chain, [0.05, 0.3, 0.6, 0.9]):
         for slots, extra, dtype in (
             (500, 0, np.float64),
@@ -134,7 +134,7 @@ def test_random_grids_match_the_reference(length, seed):
 def test_whole_windows_match_the_reference(seed):
     """With ``reach=False`` the core fills whole windows, as the reference does on small tables:
     every cell of every window is the reference's, whether anybody asks for it or not."""
-    chain = Chain.from_profile(random_chain(3 + 2 * seed, seed=seed, max_size=300))
+    chain = ChainInstance.from_profile(random_chain(3 + 2 * seed, seed=seed, max_size=300))
     L = chain.length
     for budget in budgets_of(chain, [0.2, 0.7]):
         table, sizes, capacity = reference_grid(chain, budget, 150, 0, np.float64)
@@ -151,7 +151,7 @@ def test_whole_windows_match_the_reference(seed):
 @given(prof=chains(max_size=40, max_extra=30), slots=st.integers(1, 80), fraction=st.floats(0, 1))
 def test_the_dense_table_is_the_reference(prof, slots, fraction):
     """Every value and every choice, for every sub-chain and budget (what pofo and join read)."""
-    chain = Chain.from_profile(prof)
+    chain = ChainInstance.from_profile(prof)
     budget = max(0, budgets_of(chain, [fraction])[0])
     capacity, r = slot_sizes(chain, budget, slots)
     sizes = [r[k] for k in ("x", "s", "g", "fo", "bo")]
@@ -164,7 +164,7 @@ def test_the_dense_table_is_the_reference(prof, slots, fraction):
 
 @pytest.mark.parametrize("seed", range(3))
 def test_dense_plans_are_the_references(seed):
-    chain = Chain.from_profile(random_chain(9, seed=seed, max_size=500))
+    chain = ChainInstance.from_profile(random_chain(9, seed=seed, max_size=500))
     capacity, r = slot_sizes(chain, budgets_of(chain, [0.4])[0], 60)
     sizes = [r[k] for k in ("x", "s", "g", "fo", "bo")]
     table = rotor.dense_table(chain, capacity, *sizes)
@@ -184,7 +184,7 @@ def test_dense_plans_are_the_references(seed):
 @settings(max_examples=examples(60), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(prof=chains(max_size=200, max_extra=100), fraction=st.floats(0.0, 1.0))
 def test_the_dp_in_bytes_is_the_reference(prof, fraction):
-    chain = Chain.from_profile(prof)
+    chain = ChainInstance.from_profile(prof)
     budget = max(0, budgets_of(chain, [fraction])[0])
     status, codes, makespan = kernels.rotor_exact(*arrays(chain), budget, math.inf)
     assert status == 0
@@ -202,7 +202,7 @@ def test_the_dp_in_bytes_is_the_reference(prof, fraction):
 @pytest.mark.parametrize("length", [12, 40])
 def test_the_work_limit_falls_where_the_references_does(limit, length):
     """--slots auto hands over to the grid exactly where the reference would."""
-    chain = Chain.from_profile(random_chain(length, seed=length, max_size=1000))
+    chain = ChainInstance.from_profile(random_chain(length, seed=length, max_size=1000))
     for budget in budgets_of(chain, [0.2, 0.6]):
         try:
             exact_frontiers(chain, budget, work_limit=limit)
@@ -216,9 +216,9 @@ def test_the_work_limit_falls_where_the_references_does(limit, length):
 @given(prof=chains(max_size=60, max_extra=40), fraction=st.floats(-0.2, 1.2))
 def test_chain_bounds_are_pythons(prof, fraction):
     """The least-memory bounds and store-all peak that ``--slots N`` computes with its grid are
-    least_memory_bounds' and Chain.store_all_peak's; the grid is skipped exactly when the memory
+    least_memory_bounds' and ChainInstance.store_all_peak's; the grid is skipped exactly when the memory
     is below the lower bound or store-all fits."""
-    chain = Chain.from_profile(prof)
+    chain = ChainInstance.from_profile(prof)
     lower, upper = least_memory_bounds(chain)
     store_all = chain.store_all_peak()
     memory = max(0, lower + int((store_all - lower) * fraction))
@@ -227,10 +227,10 @@ def test_chain_bounds_are_pythons(prof, fraction):
     assert (fused.status == kernels.ROTOR_SKIPPED) == (memory < lower or store_all <= memory)
 
 
-def huge_chain(size: int, length: int = 4) -> Chain:
+def huge_chain(size: int, length: int = 4) -> ChainInstance:
     """Sizes about ``size`` bytes (built directly: profiles stop at 2**50 bytes a size)."""
     k = np.arange(length, dtype=np.int64)
-    return Chain(
+    return ChainInstance(
         x=np.concatenate(([size // 2], size + 3 * k)).astype(np.int64),
         s=(size + 5 * k + 1).astype(np.int64),
         g=np.concatenate(([0], size + 3 * k)).astype(np.int64),
@@ -261,7 +261,7 @@ def test_sizes_near_int64_are_rounded_exactly(size, slots):
 
 
 def test_wrong_arrays_are_refused():
-    chain = Chain.from_profile(random_chain(4, seed=0, max_size=100))
+    chain = ChainInstance.from_profile(random_chain(4, seed=0, max_size=100))
     x, s, g, fo, bo, ft, bt = arrays(chain)
     with pytest.raises(ValueError, match="L \\+ 1 entries"):
         kernels.rotor_grid(x[:-1], s, g, fo, bo, ft, bt, 100, 10)
@@ -271,11 +271,11 @@ def test_wrong_arrays_are_refused():
 
 INTERRUPT_SCRIPT = """
 import math, os, signal, threading, time
-from memplan.algorithms.chain import Chain, rotor
+from memplan.algorithms.chain import ChainInstance, rotor
 from memplan.core import kernels
 from memplan.profile.synthetic import random_chain
 
-chain = Chain.from_profile(random_chain(200, seed=1, max_size=1000))
+chain = ChainInstance.from_profile(random_chain(200, seed=1, max_size=1000))
 budget = (chain.store_all_peak() - int(chain.x[0])) // 3
 sent = []
 

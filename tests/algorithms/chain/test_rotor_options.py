@@ -18,7 +18,7 @@ import pytest
 
 import memplan
 from memplan.algorithms.chain import rotor
-from memplan.algorithms.chain.problem import Chain
+from memplan.algorithms.chain.problem import ChainInstance
 from memplan.profile.model import Profile
 from memplan.profile.synthetic import random_chain
 from tests.oracles.exhaustive import ChainOracle, makespan_at
@@ -93,7 +93,7 @@ def test_options_are_used_and_recorded():
     used = 0
     for length, seed in CASES:
         prof = profile_of(length, seed)
-        chain = Chain.from_profile(prof)
+        chain = ChainInstance.from_profile(prof)
         for memory in range(max(0, chain.store_all_peak() - 12), chain.store_all_peak()):
             sched = memplan.solve(prof, "rotor", memory, optimizer="none")
             if not sched.feasible:
@@ -113,7 +113,7 @@ def test_options_are_used_and_recorded():
 @pytest.mark.parametrize("seed", range(4))
 def test_the_core_is_the_reference_with_options(length, seed):
     prof = with_options(random_chain(length, seed=seed, max_size=60), seed=seed, most=3)
-    chain = Chain.from_profile(prof)
+    chain = ChainInstance.from_profile(prof)
     assert chain.options is not None or length < 8
     if chain.options is None:
         return
@@ -141,8 +141,8 @@ def test_without_options_nothing_changes(length, seed):
     for st in data["stages"]:
         st["options"] = []
     empty = Profile.model_validate(data)
-    assert Chain.from_profile(empty).options is None
-    peak = Chain.from_profile(plain).store_all_peak()
+    assert ChainInstance.from_profile(empty).options is None
+    peak = ChainInstance.from_profile(plain).store_all_peak()
     for memory in range(peak // 2, peak + 2):
         a = memplan.solve(plain, "rotor", memory, optimizer="none")
         b = memplan.solve(empty, "rotor", memory, optimizer="none")
@@ -155,7 +155,7 @@ def test_without_options_nothing_changes(length, seed):
 def test_the_work_limit_leaves_options_out(monkeypatch):
     """Past the DP's work limit, rotor plans with option 0 (a plan that still fits)."""
     prof = with_options(random_chain(6, seed=1, max_size=50), seed=2, most=2)
-    chain = Chain.from_profile(prof)
+    chain = ChainInstance.from_profile(prof)
     memory = int(chain.store_all_peak() * 0.8)
     monkeypatch.setattr(rotor, "EXACT_WORK", 1)
     assert rotor._exact_with_options(chain, memory - int(chain.x[0]))[0] == 1  # past the limit
@@ -180,7 +180,7 @@ def test_an_option_that_gains_nothing_is_never_taken(length, seed):
             }
         ]
     same = Profile.model_validate(data)
-    peak = Chain.from_profile(plain).store_all_peak()
+    peak = ChainInstance.from_profile(plain).store_all_peak()
     for memory in range(peak // 2, peak + 2):
         sched = memplan.solve(same, "rotor", memory, optimizer="none")
         assert not any(op.option for op in sched.ops or [])

@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 import memplan
-from memplan.algorithms.chain import Chain, chain_min_memory, plan_rotor, rotor
+from memplan.algorithms.chain import ChainInstance, chain_min_memory, plan_rotor, rotor
 from memplan.algorithms.chain.rotor import slot_sizes
 from memplan.profile.synthetic import random_chain
 from tests.oracles.exhaustive import ChainOracle, makespan_at
@@ -85,7 +85,7 @@ def test_default_equals_the_exhaustive_byte_optimum(length, seed):
 @pytest.mark.parametrize("seed", range(8))
 def test_byte_dp_equals_the_one_byte_grid(seed):
     prof = random_chain(2 + seed % 6, seed=seed, max_size=10)
-    chain = Chain.from_profile(prof)
+    chain = ChainInstance.from_profile(prof)
     x0 = int(chain.x[0])
     for memory in range(chain_min_memory(chain) - 2, chain.store_all_peak() + 3):
         budget = memory - x0
@@ -108,7 +108,7 @@ def test_byte_dp_equals_the_one_byte_grid(seed):
 @pytest.mark.parametrize("seed", range(6))
 def test_reachable_grid_equals_the_dense_table(seed):
     prof = random_chain(3 + 3 * seed, seed=seed, max_size=1000)
-    chain = Chain.from_profile(prof)
+    chain = ChainInstance.from_profile(prof)
     low, high = chain_min_memory(chain), chain.store_all_peak()
     for fraction in (0.0, 0.2, 0.5, 0.9):
         memory = low + int((high - low) * fraction)
@@ -129,7 +129,7 @@ def test_reachable_grid_equals_the_dense_table(seed):
                 assert not math.isfinite(float(single.row(0, chain.length - 1)[capacity]))
 
 
-def _asked_by_brute_force(chain: Chain, capacity: int, x, s, lo, hi) -> dict:
+def _asked_by_brute_force(chain: ChainInstance, capacity: int, x, s, lo, hi) -> dict:
     """Every (a, b) -> budgets asked, by walking the recurrences from the top."""
     asked: dict[tuple[int, int], set[int]] = {}
     stack = [(0, chain.length - 1, capacity)]
@@ -150,7 +150,7 @@ def _asked_by_brute_force(chain: Chain, capacity: int, x, s, lo, hi) -> dict:
 
 @pytest.mark.parametrize("seed", range(6))
 def test_reachable_ranges_are_those_of_the_recursion(seed):
-    chain = Chain.from_profile(random_chain(2 + seed, seed=seed, max_size=30))
+    chain = ChainInstance.from_profile(random_chain(2 + seed, seed=seed, max_size=30))
     budget = (chain.store_all_peak() - int(chain.x[0])) // 2
     capacity, r = slot_sizes(chain, budget, 60)
     x, s = r["x"], r["s"]
@@ -169,7 +169,7 @@ def test_reachable_ranges_are_those_of_the_recursion(seed):
 @pytest.mark.parametrize("seed", range(4))
 def test_tightening_fits_and_never_loses(seed):
     """The grid tightened in bytes: no slower than the grid's own plan, never below the optimum."""
-    chain = Chain.from_profile(random_chain(14, seed=seed, max_size=1000))
+    chain = ChainInstance.from_profile(random_chain(14, seed=seed, max_size=1000))
     low, high = chain_min_memory(chain), chain.store_all_peak()
     for fraction in (0.1, 0.4, 0.7):
         memory = low + int((high - low) * fraction)
@@ -188,7 +188,7 @@ def test_tightening_fits_and_never_loses(seed):
 
 def test_work_limit_hands_over_to_the_grid(monkeypatch):
     prof = random_chain(12, seed=3, max_size=1000)
-    chain = Chain.from_profile(prof)
+    chain = ChainInstance.from_profile(prof)
     memory = (chain_min_memory(chain) + chain.store_all_peak()) // 2
     with pytest.raises(WorkLimit):
         exact_frontiers(chain, memory - int(chain.x[0]), work_limit=10)

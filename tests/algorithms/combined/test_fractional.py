@@ -30,7 +30,7 @@ from hypothesis import strategies as st
 
 import memplan
 import memplan.api
-from memplan.algorithms.chain import Chain
+from memplan.algorithms.chain import ChainInstance
 from memplan.algorithms.chain.rotor import dense_table, slot_sizes
 from memplan.algorithms.combined.fractional import MAX_SLOTS, FractionalDP
 from memplan.algorithms.combined.realize import realize
@@ -51,7 +51,7 @@ def chain_profile(seed: int, length: int) -> Profile:
     return integer_chain(seed, length, max_output=5, max_extra=5, max_input=4, model="rand")
 
 
-def rotor_dp_value(chain: Chain, memory: int, slots: int) -> float:
+def rotor_dp_value(chain: ChainInstance, memory: int, slots: int) -> float:
     cap, r = slot_sizes(chain, memory - int(chain.x[0]), slots)
     opt = dense_table(chain, cap, r["x"], r["s"], r["g"], r["fo"], r["bo"]).opt
     return float(opt[0, chain.length - 1, cap])
@@ -59,7 +59,7 @@ def rotor_dp_value(chain: Chain, memory: int, slots: int) -> float:
 
 def realized(prof: Profile, dp: FractionalDP, memory: int, rate: float):
     """Realize the DP's plan and replay it in the combined simulator."""
-    chain = Chain.from_profile(prof)
+    chain = ChainInstance.from_profile(prof)
     plan = dp.plan()
     ops = realize(chain, plan.sequence, plan.offloads, plan.prefetches, memory, rate)
     assert ops is not None
@@ -75,7 +75,7 @@ def realized(prof: Profile, dp: FractionalDP, memory: int, rate: float):
 @pytest.mark.parametrize("slots", [5, 50])
 def test_bandwidth_zero_is_rotor(seed, slots):
     prof = chain_profile(seed, 2 + seed % 6)
-    chain = Chain.from_profile(prof)
+    chain = ChainInstance.from_profile(prof)
     least = memplan.api.describe(prof, "none")["min_memory"]["chain"]
     top = chain.store_all_peak() + 3
     for memory in range(least, top + 1, max(1, (top - least) // 10)):
@@ -88,7 +88,7 @@ def test_bandwidth_zero_is_rotor(seed, slots):
 )
 def test_bandwidth_zero_is_rotor_on_bundled_profiles(name):
     prof = memplan.load_profile(name)
-    chain = Chain.from_profile(prof)
+    chain = ChainInstance.from_profile(prof)
     desc = memplan.api.describe(prof, "none")
     lo, hi = desc["min_memory"]["chain"], desc["store_all_memory"]
     for i in range(5):
@@ -100,7 +100,7 @@ def test_bandwidth_zero_is_rotor_on_bundled_profiles(name):
 @pytest.mark.parametrize("seed", range(6))
 def test_store_all_memory_reaches_the_lower_bound(seed):
     prof = chain_profile(seed, 3 + seed % 4)
-    chain = Chain.from_profile(prof)
+    chain = ChainInstance.from_profile(prof)
     memory = chain.store_all_peak()
     dp = FractionalDP(chain, memory, RATE, memory)  # one byte per slot: exact
     assert dp.solve() == pytest.approx(chain.lower_bound)
@@ -112,7 +112,7 @@ def test_store_all_memory_reaches_the_lower_bound(seed):
 )
 def test_dp_against_the_oracles(seed, capsys):
     prof = chain_profile(seed, 3)
-    chain = Chain.from_profile(prof)
+    chain = ChainInstance.from_profile(prof)
     general = CombinedOracle(prof, RATE)
     least = ChainOracle(prof).min_feasible_memory()
     rows = []
@@ -147,7 +147,7 @@ def test_every_realized_plan_replays_valid_within_budget(
     seed, length, fraction, rate, slots, nearest
 ):
     prof = chain_profile(seed, length)
-    chain = Chain.from_profile(prof)
+    chain = ChainInstance.from_profile(prof)
     desc = memplan.api.describe(prof, "none")
     lo = min(desc["min_memory"]["chain"], desc["min_memory"]["offload"])
     memory = int(lo + fraction * (desc["store_all_memory"] - lo))
@@ -167,7 +167,7 @@ def test_every_realized_plan_replays_valid_within_budget(
 
 def test_slots_are_capped_and_reported():
     prof = chain_profile(3, 5)
-    chain = Chain.from_profile(prof)
+    chain = ChainInstance.from_profile(prof)
     memory = chain.store_all_peak() * 10
     assert FractionalDP(chain, memory, RATE, 5000).slots == MAX_SLOTS
     assert FractionalDP(chain, memory, RATE, 5000).solve() == pytest.approx(chain.lower_bound)
@@ -182,7 +182,7 @@ def test_a_candidate_at_the_lower_bound_ends_the_search():
     """Store-all fits: rotor's plan reaches the lower bound, nothing can beat it, and neither
     dynprog nor the DPs run (issue 40: pofo costs at most rotor plus dynprog there)."""
     prof = chain_profile(3, 5)
-    chain = Chain.from_profile(prof)
+    chain = ChainInstance.from_profile(prof)
     inst = OffloadInstance.from_profile(prof, RATE)
     plan = solve_pofo(chain, chain.store_all_peak(), bandwidth=RATE, offload_instance=inst)
     assert plan.details["bound_reached"] == "rotor" == plan.details["source"]
@@ -199,7 +199,7 @@ def test_without_recomputation_it_is_the_best_offloading(seed, rate):
     equals it whenever the DP's own plan recomputes nothing. pofo's schedule is never slower than
     the best whole-tensor offloading schedule (``best_real``)."""
     prof = chain_profile(seed, 4)
-    chain = Chain.from_profile(prof)
+    chain = ChainInstance.from_profile(prof)
     desc = memplan.api.describe(prof, "none")
     lo, hi = desc["min_memory"]["offload"], desc["store_all_memory"]
     for memory in range(lo, hi + 1, max(1, (hi - lo) // 4)):
@@ -214,7 +214,7 @@ def test_without_recomputation_it_is_the_best_offloading(seed, rate):
         assert plan.claimed_makespan <= real[0] + 1e-6
 
 
-def _solved(chain: Chain, memory: int, rate: float, **kwargs):
+def _solved(chain: ChainInstance, memory: int, rate: float, **kwargs):
     dp = FractionalDP(chain, memory, rate, 50, nearest=True, margin=1, **kwargs)
     value = dp.solve()
     plan = dp.plan() if value < math.inf else None
@@ -231,7 +231,7 @@ def test_pruning_keeps_the_value_and_the_plan(seed):
     from memplan.profile.synthetic import random_chain
 
     prof = random_chain(12 + seed, seed=seed, max_size=10**8)
-    chain = Chain.from_profile(prof)
+    chain = ChainInstance.from_profile(prof)
     desc = memplan.api.describe(prof, "none")
     low, high = desc["min_memory"]["chain"], desc["store_all_memory"]
     for fraction in (0.05, 0.3):
@@ -252,7 +252,7 @@ def test_a_window_as_long_as_the_chain_is_the_full_dp(seed):
     from memplan.profile.synthetic import random_chain
 
     prof = random_chain(10 + seed, seed=seed, max_size=10**8)
-    chain = Chain.from_profile(prof)
+    chain = ChainInstance.from_profile(prof)
     desc = memplan.api.describe(prof, "none")
     memory = round(desc["min_memory"]["chain"] * 0.8 + desc["store_all_memory"] * 0.2)
     full = _solved(chain, memory, 12e9)
@@ -274,7 +274,7 @@ def test_on_a_window_sizes_rounded_up_when_the_nearest_slot_gives_nothing_that_f
     from memplan.profile.synthetic import random_chain
 
     prof = random_chain(length, seed=seed, max_size=10**8)
-    chain = Chain.from_profile(prof)
+    chain = ChainInstance.from_profile(prof)
     desc = memplan.api.describe(prof, "none")
     low, high = desc["min_memory"]["chain"], desc["store_all_memory"]
     memory = round(low + (high - low) * fraction) - desc["static_memory"]

@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 
 import memplan
 import memplan.api
-from memplan.algorithms.chain.problem import Chain
+from memplan.algorithms.chain.problem import ChainInstance
 from memplan.algorithms.offload.model import OffloadInstance
 from memplan.loop import TrainingLoop, parse_optimizer
 from memplan.profile.model import Profile
@@ -53,7 +53,7 @@ def test_the_offloading_family_counts_the_loop(length, seed, loop, optimizer):
     prof = measured(length, seed)
     terms = training(loop, optimizer)
     inst = OffloadInstance.from_profile(prof, 1e3, terms)
-    assert inst.peak() == Chain.from_profile(prof, terms).store_all_peak()  # one accounting
+    assert inst.peak() == ChainInstance.from_profile(prof, terms).store_all_peak()  # one accounting
     desc = memplan.api.describe(prof, optimizer, loop)
     least, high = desc["min_memory"]["offload"], desc["offload_peak"]
     assert high == desc["store_all_memory"]
@@ -157,7 +157,7 @@ def test_the_dps_never_offload_a_pinned_segment_input(seed):
     from memplan.algorithms.combined.fractional import FractionalDP
     from memplan.algorithms.combined.pofo import PofoDP
 
-    chain = Chain.from_profile(random_chain(6, seed=seed, integer_times=True))
+    chain = ChainInstance.from_profile(random_chain(6, seed=seed, integer_times=True))
     memory = (chain.store_all_peak() + int(chain.x[0])) // 2
     free = FractionalDP(chain, memory, 1e3, 30)
     assert free.solve() < math.inf and free.plan().offloads  # it offloads when it may

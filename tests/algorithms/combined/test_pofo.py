@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 import memplan
 import memplan.algorithms.timeline
 import memplan.api
-from memplan.algorithms.chain import Chain
+from memplan.algorithms.chain import ChainInstance
 from memplan.algorithms.chain.rotor import dense_table, plan_rotor, slot_sizes
 from memplan.algorithms.combined import solve as combined_solve
 from memplan.algorithms.combined.pofo import PofoDP
@@ -51,7 +51,7 @@ def ops_of(plan) -> list[Op]:
     return [Op(op=n, stage=k, start=a, end=b, stream=s, tensor=t) for n, k, a, b, s, t in plan.ops]
 
 
-def rotor_dp_value(chain: Chain, memory: int, slots: int) -> float:
+def rotor_dp_value(chain: ChainInstance, memory: int, slots: int) -> float:
     cap, r = slot_sizes(chain, memory - int(chain.x[0]), slots)
     opt = dense_table(chain, cap, r["x"], r["s"], r["g"], r["fo"], r["bo"]).opt
     return float(opt[0, chain.length - 1, cap])
@@ -61,7 +61,7 @@ def rotor_dp_value(chain: Chain, memory: int, slots: int) -> float:
 @pytest.mark.parametrize("slots", [5, 50])
 def test_bandwidth_zero_is_rotor(seed, slots):
     prof = chain_profile(seed, 3 + seed % 5)
-    chain = Chain.from_profile(prof)
+    chain = ChainInstance.from_profile(prof)
     least = memplan.api.describe(prof, "none")["min_memory"]["chain"]
     top = chain.store_all_peak() + 3
     for memory in range(least, top + 1, max(1, (top - least) // 12)):
@@ -77,7 +77,7 @@ def test_bandwidth_zero_is_rotor(seed, slots):
 @pytest.mark.parametrize("name", ["resnet50@a100", "inception_v3@a100"])
 def test_bandwidth_zero_is_rotor_on_bundled_profiles(name):
     prof = memplan.load_profile(name)
-    chain = Chain.from_profile(prof)
+    chain = ChainInstance.from_profile(prof)
     desc = memplan.api.describe(prof, "none")
     lo, hi = desc["min_memory"]["chain"], desc["store_all_memory"]
     for i in range(6):
@@ -105,7 +105,7 @@ def test_huge_memory_reaches_the_lower_bound(name):
 @pytest.mark.parametrize("seed", range(8))
 def test_dp_against_the_oracles(seed, capsys):
     prof = chain_profile(seed, 3)
-    chain = Chain.from_profile(prof)
+    chain = ChainInstance.from_profile(prof)
     general = CombinedOracle(prof, RATE)
     least = ChainOracle(prof).min_feasible_memory()
     rows = []
@@ -201,7 +201,7 @@ def test_defaults_never_slower_than_rotor_and_dynprog():
 
 def _pofo_pair(prof: Profile, memory: int, rate: float):
     """pofo at its default (auto) and at the 50-slot grid alone, with the same rotor candidate."""
-    chain = Chain.from_profile(prof)
+    chain = ChainInstance.from_profile(prof)
     common = dict(
         bandwidth=rate,
         rotor_slots=500,
@@ -257,7 +257,7 @@ def test_transfers_of_hours_beside_computations_of_milliseconds():
     from memplan.profile.synthetic import random_chain
 
     prof = random_chain(3, seed=2)
-    chain = Chain.from_profile(prof)
+    chain = ChainInstance.from_profile(prof)
     least = OffloadInstance.from_profile(prof, 1e-3).min_memory()
     assert least < chain_min_memory(chain)  # offloading is needed at the lowest budgets
     for memory in range(least, chain.store_all_peak() + 1):
@@ -286,7 +286,7 @@ def test_fuzzed_profile_replays_valid():
     result = memplan.simulate(prof, sched)
     assert result.valid and result.peak_memory <= memory
     plan = solve_pofo(
-        Chain.from_profile(prof),
+        ChainInstance.from_profile(prof),
         memory,
         bandwidth=rate,
         offload_instance=OffloadInstance.from_profile(prof, rate),
@@ -358,7 +358,7 @@ def test_long_chains_run_the_dp_on_a_window_and_are_never_slower():
     prof, low, high = long_chain()
     assert prof.length > EXACT_STAGES
     memory = low + (high - low) // 10
-    chain = Chain.from_profile(prof)
+    chain = ChainInstance.from_profile(prof)
     assert 4 <= pofo_window(chain, memory, 50) < prof.length
     pofo = memplan.solve(prof, "pofo", memory, optimizer="none", bandwidth=12e9)
     assert pofo.feasible and memplan.simulate(prof, pofo).valid
@@ -401,7 +401,7 @@ def test_time_limit_returns_the_best_plan_so_far():
     assert sched.feasible and memplan.simulate(prof, sched).valid
     assert sched.solver.status == "feasible"
     plan = solve_pofo(
-        Chain.from_profile(prof),
+        ChainInstance.from_profile(prof),
         memory,
         bandwidth=12e9,
         offload_instance=OffloadInstance.from_profile(prof, 12e9),

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import memplan.api
-from memplan.algorithms.chain import Chain
+from memplan.algorithms.chain import ChainInstance
 from memplan.algorithms.combined.fractional import FractionalDP
 from memplan.algorithms.timeline import Deadline, TimeLimitReached
 from memplan.profile.synthetic import random_chain
@@ -52,7 +52,7 @@ def _compare(dp: FractionalDP) -> float:
 @pytest.mark.parametrize("rate", [0.0, 1.2e9, 12e9])
 def test_every_state_and_decision_as_the_reference(seed, fraction, rate):
     prof = random_chain(8 + 3 * seed, seed=seed, max_size=10**8)
-    chain = Chain.from_profile(prof)
+    chain = ChainInstance.from_profile(prof)
     memory = _budget(prof, fraction)
     for window in (None, 3):
         for nearest in (False, True):
@@ -69,7 +69,7 @@ def test_bounded_search_as_the_reference(seed):
     """NOTE [ pofo pruning ]: the states within a bound (after the beam search) and their
     decisions are the reference's, and the value too (inf when the bound is below it)."""
     prof = random_chain(20 + 5 * seed, seed=seed, max_size=10**8)
-    chain = Chain.from_profile(prof)
+    chain = ChainInstance.from_profile(prof)
     memory = _budget(prof, 0.1)
     full = FractionalDP(chain, memory, 12e9, 50, nearest=True, margin=1, window=6).solve()
     assert full < math.inf
@@ -82,7 +82,7 @@ def test_bounded_search_as_the_reference(seed):
 
 def test_a_passed_deadline_stops_the_forward_phase():
     prof = random_chain(30, seed=1, max_size=10**8)
-    chain = Chain.from_profile(prof)
+    chain = ChainInstance.from_profile(prof)
     dp = FractionalDP(chain, _budget(prof, 0.1), 12e9, 50)
     dp._backward_tables()
     dp.deadline = Deadline.after(0.0)

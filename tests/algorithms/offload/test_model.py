@@ -18,7 +18,7 @@ import pytest
 
 import memplan
 import memplan.api
-from memplan.algorithms.chain import Chain
+from memplan.algorithms.chain import ChainInstance
 from memplan.algorithms.offload.greedy import greedy_set, solve_greedy
 from memplan.algorithms.offload.lower_bound import lower_bound, peak_memory
 from memplan.algorithms.offload.model import OffloadInstance, offload_mask
@@ -89,7 +89,7 @@ def test_peak_is_the_store_all_peak_of_the_chain_model():
     for seed in range(30):
         prof = random_chain(1 + seed % 7, seed=seed, max_size=50)
         inst = OffloadInstance.from_profile(prof, 1e9)
-        assert peak_memory(inst) == Chain.from_profile(prof).store_all_peak()
+        assert peak_memory(inst) == ChainInstance.from_profile(prof).store_all_peak()
 
 
 def test_greedy_set_is_the_smallest_covering_prefix(tiny):
