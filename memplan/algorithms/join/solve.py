@@ -13,7 +13,7 @@ from __future__ import annotations
 import functools
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -222,6 +222,22 @@ def _join_pebble(profile: Profile, request: SolveRequest, u: Uniform, started: f
     )
 
 
+def _check_table_size(lengths: Sequence[int], chains: int, capacity: int, slots: object) -> None:
+    """Refuse a heterogeneous join table beyond :data:`TABLE_LIMIT` bytes, naming the slots that
+    fit (its states: every branch's progress and which chains are open, ``capacity + 1`` slots).
+    """
+    states = 2**chains * math.prod(length + 1 for length in lengths)
+    table_bytes = states * (capacity + 1) * 12
+    if table_bytes > TABLE_LIMIT:
+        most = max(2, TABLE_LIMIT // (states * 12) - 1)
+        raise ArgumentError(
+            "slots",
+            f"the join table for branches of {list(lengths)} stages would take "
+            f"{table_bytes / 1e9:.1f} GB; use {most} slots or fewer",
+            slots,
+        )
+
+
 def _join_chain(profile: Profile, request: SolveRequest, started: float) -> Schedule:
     from memplan.algorithms.join.hetero import HeteroJoin, JoinNet, min_memory_plan
 
@@ -267,16 +283,7 @@ def _join_chain(profile: Profile, request: SolveRequest, started: float) -> Sche
             message="store-all fits: no recomputation needed",
         )
     capacity, rounded = net.rounded(budget, slots)
-    states = 2 ** len(net.chains) * math.prod(length + 1 for length in net.lengths)
-    table_bytes = states * (capacity + 1) * 12
-    if table_bytes > TABLE_LIMIT:
-        most = max(2, TABLE_LIMIT // (states * 12) - 1)
-        raise ArgumentError(
-            "slots",
-            f"the join table for branches of {list(net.lengths)} stages would take "
-            f"{table_bytes / 1e9:.1f} GB; use {most} slots or fewer",
-            slots,
-        )
+    _check_table_size(net.lengths, len(net.chains), capacity, slots)
     value, plan = math.inf, None
     message = (
         "the slot grid is too coarse near the least memory: returned the least-memory canonical "
