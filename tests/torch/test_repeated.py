@@ -393,6 +393,28 @@ def test_no_repeated_blocks_is_an_input_error():
         linearize(Two(), torch.randn(2, 4))
 
 
+class CallsForward(TinyLM):
+    """Calls its blocks as ``block.forward(...)`` (SqueezeBERT's encoder): no module hooks run."""
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        seq = ids.shape[1]
+        mask = torch.ones(seq, seq, dtype=torch.bool, device=ids.device).triu(1)
+        x = self.embed(ids) + self.pos[:seq]
+        for block in self.blocks:
+            x = block.forward(x, mask)
+        return self.head(self.norm(x))
+
+
+def test_blocks_called_through_forward_are_refused_naming_the_call():
+    # memplan's stages run by module hooks, which block.forward(...) skips: the refusal says so
+    # (not "no run of repeated blocks") and names the blocks.
+    torch.manual_seed(5)
+    with pytest.raises(
+        InputError, match=r"blocks blocks\.0, blocks\.1\.\.\. are not called as modules"
+    ):
+        linearize(CallsForward(), torch.randint(0, VOCAB, (3, SEQ)))
+
+
 # ------------------------------------------------------------------------------------------------
 # DenseNet: one stage per dense layer
 # ------------------------------------------------------------------------------------------------

@@ -538,6 +538,37 @@ def _check_body(kind: str, tracer: Tracer, run: list[TracedCall], prefix: bool, 
         )
 
 
+def _hookless_blocks(kind: str, model: nn.Module, calls: list[TracedCall]) -> InputError | None:
+    """The refusal of a model whose blocks run without module hooks, or None.
+
+    A container's blocks called through their ``forward`` method (SqueezeBERT's
+    ``layer.forward(...)``) run no module hooks: the tracing pass sees only their submodules (and
+    may find a run inside one of them), and a plan's runtime, which marks its stages by these
+    hooks, could not mark them. Children that are containers themselves (an ``nn.ModuleList``
+    of them) have no call of their own and are not counted.
+    """
+    called = {c.name for c in calls}
+    for name, container in model.named_modules():
+        if not isinstance(container, (nn.ModuleList, nn.Sequential)) or len(container) < 2:
+            continue
+        unseen = []
+        for child, module in container.named_children():
+            path = f"{name}.{child}" if name else child
+            if isinstance(module, (nn.ModuleList, nn.ModuleDict)) or path in called:
+                continue
+            if any(c.startswith(path + ".") for c in called):
+                unseen.append(path)
+        if len(unseen) >= 2:
+            return InputError(
+                f"cannot linearize {kind}: its blocks {unseen[0]}, {unseen[1]}... are not called "
+                "as modules (their forward runs without module hooks, as layer.forward(...) "
+                "does; only their submodules are called): memplan's stages are marked by these "
+                "hooks; call the blocks as modules (layer(...)), or give the model a "
+                "memplan_stages() method returning [(name, module), ...] called as modules"
+            )
+    return None
+
+
 def find_repeated_blocks(
     model: nn.Module,
     example_input: Tensor,
@@ -594,7 +625,7 @@ def find_repeated_blocks(
         runs = _runs(tracer.calls)
         tracer.produced.clear()
         if not runs:
-            raise InputError(
+            raise _hookless_blocks(kind, model, tracer.calls) or InputError(
                 f"cannot linearize {kind}: no run of repeated blocks (children of an "
                 "nn.ModuleList or nn.Sequential, each fed by the previous one's output) was "
                 "found; give it a memplan_stages() method returning [(name, module), ...]"
@@ -625,7 +656,7 @@ def find_repeated_blocks(
             found.inplace = inplace
             return found
     assert failure is not None
-    raise failure
+    raise _hookless_blocks(kind, model, tracer.calls) or failure
 
 
 def repeated_block_stages(
