@@ -278,8 +278,14 @@ def _reads_values(kind: str, call: TracedCall, prefix: bool) -> int:
 
 
 def _prefix(
-    kind: str, model: nn.Module, call: ModelCall, tracer: Tracer, first: TracedCall
+    kind: str, model: nn.Module, call: ModelCall, tracer: Tracer, run: list[TracedCall]
 ) -> PrefixStage:
+    """Everything the model computes before the run's first block: the module calls it makes
+    and the parameters and buffers it reads directly. Those of the run's blocks stay theirs
+    (RWKV rescales its blocks' output weights in place, before them, when its training flag
+    flips): one stage owns each parameter, as the profile and FSDP2's layout count it.
+    """
+    first = run[0]
     if any(c.module is first.module and c.start < first.start for c in tracer.calls):
         raise InputError(
             f"cannot linearize {kind}: its first block {first.name} is also called before the run"
@@ -292,7 +298,8 @@ def _prefix(
         enclosing = c.parents[-1] if c.parents else None
         if c.end < first.start and (enclosing is None or id(enclosing) in open_ids):
             parts.setdefault(c.name, c.module)
-    owned = {id(t) for m in parts.values() for t in [*m.parameters(), *m.buffers()]}
+    modules = [*parts.values(), *(c.module for c in run)]
+    owned = {id(t) for m in modules for t in [*m.parameters(), *m.buffers()]}
     params: dict[int, nn.Parameter] = {}
     buffers: dict[int, Tensor] = {}
     for time, stack, tensor in tracer.direct:
@@ -460,7 +467,7 @@ def _cut(
     for c in [*run, *head_calls]:
         values |= _reads_values(kind, c, prefix)
     if prefix:
-        stem = _prefix(kind, model, call, tracer, first)
+        stem = _prefix(kind, model, call, tracer, run)
         if values:  # NOTE [ Stage wrappers ]: the chain is for this batch's values
             stem.traced_for(x, trains=not values & FROM_PARAM)
         stages.insert(0, ("stem" if x.is_floating_point() else "embedding", stem))
