@@ -6,6 +6,7 @@ Usage::
     nice -n 10 python benchmarks/sweep_models.py                      # every type, ~1.5 h
     nice -n 10 python benchmarks/sweep_models.py --tasks causal-lm --types gpt2 falcon
     python benchmarks/sweep_models.py --table sweep.json              # docs/models.md's table
+    python benchmarks/sweep_models.py --merge a.json b.json --out sweep.json  # runs side by side
 
 For each type (:data:`memplan.torch.models.tiny.TASK_MAPPINGS`), in a worker process that one
 type cannot take the sweep down with (a crash or ``--timeout`` seconds end the process, not the
@@ -13,7 +14,8 @@ sweep; :class:`Worker`): a tiny model from the type's own
 config class (:func:`memplan.torch.models.tiny.tiny_model`: 2 layers, 64 wide, a vocabulary of
 1,000, random weights) trains ``--steps`` AdamW steps on different batches plainly, and a copy
 trains the same steps with the same random draws under ``memplan.torch.enable`` at
-``--fraction`` of plain training's measured peak (``optimizer="adam"``). The peaks are the
+``--fraction`` of plain training's measured peak, told the loop it runs (``optimizer=
+"adamw:fused"``, ``output_held=False``: the loop keeps the loss only). The peaks are the
 allocator's own count (:func:`memplan.torch.measure.allocator_peak.allocator_peak`), apart from
 memplan's bookkeeping. The verdict of each type (:func:`check_type`):
 
@@ -137,7 +139,10 @@ def _differs(ref: Any, got: Any) -> str | None:
 def _enable(model: Any, batch: dict[str, Any], budget: int) -> Any:
     from memplan.torch import enable
 
-    return enable(model, budget, example_input=batch, optimizer="adam", repeats=1)
+    # the loop _train runs: fused AdamW (no step temporaries), the loss kept, not the output
+    return enable(
+        model, budget, example_input=batch, optimizer="adamw:fused", output_held=False, repeats=1
+    )
 
 
 def _no_plan(message: str) -> bool:
@@ -370,6 +375,19 @@ def table(results: list[dict[str, Any]], header: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def merge(paths: list[Path]) -> dict[str, Any]:
+    """One results document from runs over parts of the types (``--types`` run side by side):
+    their results in the order given, the first run's header with every run's loads, the counts.
+    """
+    docs = [json.loads(path.read_text()) for path in paths]
+    header = dict(docs[0]["header"])
+    for key in ("load", "load_after"):
+        header[key] = "; ".join(d["header"][key] for d in docs if key in d["header"])
+    results = [r for d in docs for r in d["results"]]
+    summary = _summary([Verdict(**r) for r in results])
+    return {"header": header, "results": results, "summary": summary}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tasks", nargs="+", default=list(TASKS), choices=TASKS)
@@ -381,7 +399,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=Path("sweep_models.json"))
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--table", type=Path, help="print the markdown table of a results file")
+    parser.add_argument("--merge", type=Path, nargs="+", help="results files into one (--out)")
     args = parser.parse_args(argv)
+    if args.merge is not None:
+        args.out.write_text(json.dumps(merge(args.merge), indent=1))
+        return 0
     if args.table is not None:
         doc = json.loads(args.table.read_text())
         print(table(doc["results"], doc["header"]))

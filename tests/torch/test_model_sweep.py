@@ -12,12 +12,21 @@ type of the installed transformers is the benchmark.
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from benchmarks.sweep_models import NOT_PLAIN, TRAINS, check_type  # noqa: E402
+from benchmarks.sweep_models import (  # noqa: E402
+    NOT_PLAIN,
+    REFUSED,
+    TRAINS,
+    Verdict,
+    check_type,
+    merge,
+)
 
 pytestmark = pytest.mark.torch
 
@@ -44,3 +53,25 @@ def test_a_tiny_model_of_each_structure_trains_under_a_plan(model_type, task):
     assert found.measured_peak is not None and found.budget is not None
     assert found.measured_peak <= found.budget < found.plain_peak
     assert found.recomputed, "a budget below plain training's peak: the plan recomputes"
+
+
+def test_runs_over_parts_of_the_types_merge_into_one_document(tmp_path):
+    # the sweep run side by side (--types split): one table, every run's load, counts of all
+    def run(name: str, load: str, *verdicts: Verdict) -> object:
+        path = tmp_path / name
+        doc = {
+            "header": {"transformers": "5", "load": load},
+            "results": [vars(v) for v in verdicts],
+        }
+        path.write_text(json.dumps(doc))
+        return path
+
+    a = run("a.json", "1.0", Verdict("gpt2", "causal-lm", TRAINS))
+    b = run(
+        "b.json", "2.0", Verdict("xlm", "causal-lm", REFUSED), Verdict("bert", "masked-lm", TRAINS)
+    )
+    doc = merge([a, b])
+    assert [r["model_type"] for r in doc["results"]] == ["gpt2", "xlm", "bert"]
+    assert doc["header"]["load"] == "1.0; 2.0"
+    assert doc["summary"]["causal-lm"][TRAINS] == 1 and doc["summary"]["causal-lm"][REFUSED] == 1
+    assert doc["summary"]["masked-lm"][TRAINS] == 1

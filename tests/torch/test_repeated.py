@@ -380,6 +380,67 @@ def test_blocks_reading_the_input_values_train_under_enable_on_every_batch():
         torch.testing.assert_close(q, p, msg=lambda m, n=name: f"{n}: {m}")
 
 
+class RescalesItsBlocks(TinyLM):
+    """RWKV's habit: when its training flag flips, the forward rescales its blocks' output
+    weights in place (without gradients) before running them."""
+
+    def __init__(self, layers: int = 4) -> None:
+        super().__init__(layers)
+        self.rescaled = False
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        if self.training == self.rescaled:
+            with torch.no_grad():
+                for block in self.blocks:
+                    out = block.mlp[2].weight
+                    out.mul_(2.0) if self.training else out.div_(2.0)
+            self.rescaled = not self.training
+        return super().forward(ids)
+
+
+def test_block_weights_the_forward_touches_before_the_blocks_stay_the_blocks():
+    # The embedding stage owns the embedding and the position table, not the blocks' weights
+    # its forward rescales before them (else FSDP2's layout counts them twice and enable refused
+    # the model: "--shards: stages[0] (embedding) has ... bytes of parameters, more than its
+    # weight_size"); the model trains under a recomputing plan as plainly, within the budget.
+    from memplan.torch import enable, planned
+    from memplan.torch.measure.allocator_peak import allocator_peak
+
+    torch.manual_seed(0)
+    model, ids = RescalesItsBlocks(layers=3), torch.randint(0, VOCAB, (3, SEQ))
+    found = find_repeated_blocks(model, ids)
+    stem = found.stages[0][1]
+    assert isinstance(stem, PrefixStage)
+    assert {id(p) for p in stem.parameters()} == {id(model.embed.weight), id(model.pos)}
+    prof = profile_model(copy.deepcopy(model).train(), example_input=ids, repeats=1, name="rwkv")
+    budget = _recomputing_budget(prof)
+    ref = copy.deepcopy(model).train()
+    got = enable(
+        copy.deepcopy(model).train(), budget, example_input=ids, profile=prof, optimizer="sgd",
+        output_held=False,
+    )  # fmt: skip
+    counts = planned(got).planned_forward_counts()
+    assert sum(counts) > len(counts), "the budget forces recomputation"
+    gen = torch.Generator().manual_seed(2)
+    batches = [torch.randint(0, VOCAB, (3, SEQ), generator=gen) for _ in range(3)]
+    for m in (ref, got):
+        opt = torch.optim.SGD(m.parameters(), lr=0.1)
+        for step, batch in enumerate(batches):
+            opt.zero_grad()
+
+            def train(m=m, batch=batch, step=step, opt=opt) -> None:
+                torch.manual_seed(step)
+                F.cross_entropy(m(batch).flatten(0, 1), batch.flatten()).backward()
+                opt.step()
+
+            held = [*m.parameters(), batch]
+            peak, _ = allocator_peak(train, held, torch.device("cpu"))
+            if m is got:
+                assert peak <= budget, (step, peak, budget)
+    for (name, p), (_, q) in zip(ref.named_parameters(), got.named_parameters(), strict=True):
+        torch.testing.assert_close(q, p, msg=lambda m, n=name: f"{n}: {m}")
+
+
 def test_no_repeated_blocks_is_an_input_error():
     class Two(nn.Module):
         def __init__(self):
@@ -391,6 +452,28 @@ def test_no_repeated_blocks_is_an_input_error():
 
     with pytest.raises(InputError, match="no run of repeated blocks"):
         linearize(Two(), torch.randn(2, 4))
+
+
+class CallsForward(TinyLM):
+    """Calls its blocks as ``block.forward(...)`` (SqueezeBERT's encoder): no module hooks run."""
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        seq = ids.shape[1]
+        mask = torch.ones(seq, seq, dtype=torch.bool, device=ids.device).triu(1)
+        x = self.embed(ids) + self.pos[:seq]
+        for block in self.blocks:
+            x = block.forward(x, mask)
+        return self.head(self.norm(x))
+
+
+def test_blocks_called_through_forward_are_refused_naming_the_call():
+    # memplan's stages run by module hooks, which block.forward(...) skips: the refusal says so
+    # (not "no run of repeated blocks") and names the blocks.
+    torch.manual_seed(5)
+    with pytest.raises(
+        InputError, match=r"blocks blocks\.0, blocks\.1\.\.\. are not called as modules"
+    ):
+        linearize(CallsForward(), torch.randint(0, VOCAB, (3, SEQ)))
 
 
 # ------------------------------------------------------------------------------------------------

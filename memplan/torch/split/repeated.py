@@ -278,8 +278,14 @@ def _reads_values(kind: str, call: TracedCall, prefix: bool) -> int:
 
 
 def _prefix(
-    kind: str, model: nn.Module, call: ModelCall, tracer: Tracer, first: TracedCall
+    kind: str, model: nn.Module, call: ModelCall, tracer: Tracer, run: list[TracedCall]
 ) -> PrefixStage:
+    """Everything the model computes before the run's first block: the module calls it makes
+    and the parameters and buffers it reads directly. Those of the run's blocks stay theirs
+    (RWKV rescales its blocks' output weights in place, before them, when its training flag
+    flips): one stage owns each parameter, as the profile and FSDP2's layout count it.
+    """
+    first = run[0]
     if any(c.module is first.module and c.start < first.start for c in tracer.calls):
         raise InputError(
             f"cannot linearize {kind}: its first block {first.name} is also called before the run"
@@ -292,7 +298,8 @@ def _prefix(
         enclosing = c.parents[-1] if c.parents else None
         if c.end < first.start and (enclosing is None or id(enclosing) in open_ids):
             parts.setdefault(c.name, c.module)
-    owned = {id(t) for m in parts.values() for t in [*m.parameters(), *m.buffers()]}
+    modules = [*parts.values(), *(c.module for c in run)]
+    owned = {id(t) for m in modules for t in [*m.parameters(), *m.buffers()]}
     params: dict[int, nn.Parameter] = {}
     buffers: dict[int, Tensor] = {}
     for time, stack, tensor in tracer.direct:
@@ -460,7 +467,7 @@ def _cut(
     for c in [*run, *head_calls]:
         values |= _reads_values(kind, c, prefix)
     if prefix:
-        stem = _prefix(kind, model, call, tracer, first)
+        stem = _prefix(kind, model, call, tracer, run)
         if values:  # NOTE [ Stage wrappers ]: the chain is for this batch's values
             stem.traced_for(x, trains=not values & FROM_PARAM)
         stages.insert(0, ("stem" if x.is_floating_point() else "embedding", stem))
@@ -538,6 +545,37 @@ def _check_body(kind: str, tracer: Tracer, run: list[TracedCall], prefix: bool, 
         )
 
 
+def _hookless_blocks(kind: str, model: nn.Module, calls: list[TracedCall]) -> InputError | None:
+    """The refusal of a model whose blocks run without module hooks, or None.
+
+    A container's blocks called through their ``forward`` method (SqueezeBERT's
+    ``layer.forward(...)``) run no module hooks: the tracing pass sees only their submodules (and
+    may find a run inside one of them), and a plan's runtime, which marks its stages by these
+    hooks, could not mark them. Children that are containers themselves (an ``nn.ModuleList``
+    of them) have no call of their own and are not counted.
+    """
+    called = {c.name for c in calls}
+    for name, container in model.named_modules():
+        if not isinstance(container, (nn.ModuleList, nn.Sequential)) or len(container) < 2:
+            continue
+        unseen = []
+        for child, module in container.named_children():
+            path = f"{name}.{child}" if name else child
+            if isinstance(module, (nn.ModuleList, nn.ModuleDict)) or path in called:
+                continue
+            if any(c.startswith(path + ".") for c in called):
+                unseen.append(path)
+        if len(unseen) >= 2:
+            return InputError(
+                f"cannot linearize {kind}: its blocks {unseen[0]}, {unseen[1]}... are not called "
+                "as modules (their forward runs without module hooks, as layer.forward(...) "
+                "does; only their submodules are called): memplan's stages are marked by these "
+                "hooks; call the blocks as modules (layer(...)), or give the model a "
+                "memplan_stages() method returning [(name, module), ...] called as modules"
+            )
+    return None
+
+
 def find_repeated_blocks(
     model: nn.Module,
     example_input: Tensor,
@@ -594,7 +632,7 @@ def find_repeated_blocks(
         runs = _runs(tracer.calls)
         tracer.produced.clear()
         if not runs:
-            raise InputError(
+            raise _hookless_blocks(kind, model, tracer.calls) or InputError(
                 f"cannot linearize {kind}: no run of repeated blocks (children of an "
                 "nn.ModuleList or nn.Sequential, each fed by the previous one's output) was "
                 "found; give it a memplan_stages() method returning [(name, module), ...]"
@@ -625,7 +663,7 @@ def find_repeated_blocks(
             found.inplace = inplace
             return found
     assert failure is not None
-    raise failure
+    raise _hookless_blocks(kind, model, tracer.calls) or failure
 
 
 def repeated_block_stages(
