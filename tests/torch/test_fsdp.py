@@ -27,6 +27,7 @@ from memplan.errors import InputError  # noqa: E402
 from memplan.profile.sharding import shard_profile  # noqa: E402
 from memplan.torch import enable, linearize, planned, profile_model  # noqa: E402
 from memplan.torch.runtime.fsdp import model_layout  # noqa: E402
+from memplan.torch.runtime.iteration import static_pointers  # noqa: E402
 from memplan.torch.zoo.gpt import GPT, GPTConfig  # noqa: E402
 from tests.torch.ranks import free_port, run_ranks  # noqa: E402
 
@@ -151,6 +152,26 @@ def test_enable_before_fully_shard_plans_for_the_mesh(one_rank):
     assert sum(plan.planned_forward_counts()) > len(plan.names)
     for p, q in zip(plain.parameters(), under.parameters(), strict=True):
         torch.testing.assert_close(q.to_local(), p.to_local())
+
+
+def test_a_gathered_block_is_never_taken_for_a_parameter(one_rank):
+    """The storages a step treats as parameters are taken at its first saved tensor, maybe while
+    a block is gathered: FSDP2 frees the block's unsharded parameters at its reshard and the
+    allocator hands their addresses to activations, which must not be taken for parameters (a
+    recomputation would then save fewer tensors than its first forward: seen on Llama)."""
+    model, x = _gpt()
+    under = _shard(enable(model, "1GB", example_input=x, optimizer="sgd", output_held=False))
+    _train(under, x, steps=1)  # the first step finds the blocks
+    steps = planned(under).sharding
+    block = under.blocks[1]
+    block.unshard()
+    gathered = {p.untyped_storage().data_ptr() for p in block.parameters()}
+    pointers = static_pointers(under.modules())
+    assert gathered and gathered <= pointers  # the block's parameters while gathered
+    static = steps.static(pointers)
+    block.reshard()
+    assert not any(ptr in static for ptr in gathered)
+    assert all(ptr in static for ptr in pointers - gathered)
 
 
 def test_the_layout_pads_every_parameter_as_fsdp2_does():

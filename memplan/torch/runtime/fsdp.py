@@ -336,8 +336,16 @@ class ShardedSteps:
     def static(self, pointers: set[int]) -> set[int]:
         """The storages the plan treats as parameters: ``pointers`` and the unsharded
         parameters of the block computing (its saved tensors are the only ones holding them).
+
+        ``pointers`` are taken at the step's first saved tensor, maybe while a block computes:
+        the unsharded parameters of the blocks gathered then are not among them (FSDP2 frees
+        them at the block's reshard and the allocator reuses their addresses for activations,
+        which would be taken for parameters); :meth:`_gathering` names them while they compute.
         """
-        return _WithGathered(pointers, self) if self.blocks else pointers
+        if not self.blocks:
+            return pointers
+        gathered = set().union(*(block.pointers() for block in self.blocks.values()))
+        return _WithGathered(pointers - gathered, self)
 
     @contextmanager
     def recomputing(self) -> Iterator[None]:
