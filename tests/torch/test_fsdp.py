@@ -174,6 +174,29 @@ def test_a_gathered_block_is_never_taken_for_a_parameter(one_rank):
     assert all(ptr in static for ptr in pointers - gathered)
 
 
+def test_a_tied_head_is_known_when_fully_shard_registers_other_parameters():
+    """``fully_shard`` registers other tensors in the places of the parameters at every step:
+    the chunked loss knows the head's weight tied to the embedding by its name, and returns its
+    gradient as a new tensor (NOTE [ Gradients in the forward ]), not its saved sum scaled in
+    place, which autograd would then add the embedding's gradient to out of place."""
+    transformers = pytest.importorskip("transformers")
+    transformers.logging.set_verbosity_error()
+    torch.manual_seed(0)
+    config = transformers.GPT2Config(vocab_size=64, n_positions=16, n_embd=16, n_layer=2, n_head=2)
+    model = transformers.GPT2LMHeadModel(config).train()
+    ids = torch.randint(0, 64, (2, 16), generator=torch.Generator().manual_seed(1))
+    batch = {"input_ids": ids, "labels": ids}
+    enable(model, "1GB", example_input=batch, loss_chunks=2, optimizer="sgd", output_held=False)
+    stage = planned(model).sharding.modules[-1]
+    assert stage.shared  # the head's weight, by its name in the head
+    weight = nn.Parameter(model.lm_head.weight.detach().clone())  # as fully_shard registers
+    model.lm_head.weight = model.transformer.wte.weight = weight
+    given = []
+    weight.register_hook(given.append)
+    stage(torch.randn(2, 16, 16, requires_grad=True), ids).backward()
+    assert given[-1] is not None and given[-1]._version == 0  # the backward's (last)
+
+
 def test_the_layout_pads_every_parameter_as_fsdp2_does():
     """FSDP2 keeps ``ceil(rows / N)`` rows of each parameter on every rank."""
     first, second = nn.Linear(3, 5), nn.Linear(5, 4, bias=False)  # weights 5 x 3 and 4 x 5
