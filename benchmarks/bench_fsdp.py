@@ -22,10 +22,12 @@ own (``model(**batch).loss``, labels in the batch). The ways:
 * **FSDP2 + checkpoint + chunked loss** (Hugging Face models): the same, and the head and loss
   computed by hand in ``--loss-chunks`` chunks of tokens, each under ``checkpoint`` (its logits
   made again in the backward), in the model's forward: the best a user writes without memplan;
-* **memplan at their peak**: ``memplan.torch.enable(model, budget, example_input=batch)`` before
-  ``fully_shard``, the budget being the per-rank peak FSDP2 + checkpoint measured (the largest
-  over the ranks), with ``loss_chunks`` on the Hugging Face models;
-* **memplan, least memory**: the same at the least per-rank memory memplan plans for.
+* **memplan at their peak**: ``memplan.torch.enable(model, budget, example_input=batch,
+  optimizer="sgd", output_held=False, shards=N)`` before ``fully_shard``, the budget being the
+  per-rank peak FSDP2 + checkpoint measured (the largest over the ranks); the model's own loss,
+  and (Hugging Face models) the loss in chunks of tokens (``loss_chunks``);
+* **memplan, least memory**: the same at the least per-rank memory memplan plans for, with the
+  loss in chunks of tokens on the Hugging Face models (``loss_chunks``: the one-line switch).
 
 Each way's peak is the allocator's count of one measured step after the first (on CPU, c10's
 running total with every thread counted: ``allocator_peak.count_every_thread``; on CUDA,
@@ -55,12 +57,13 @@ from typing import Any
 
 from _common import machine
 
-WAYS = ("fsdp2", "checkpoint", "checkpoint-chunked", "memplan", "memplan-least")
+WAYS = ("fsdp2", "checkpoint", "checkpoint-chunked", "memplan", "memplan-chunked", "memplan-least")
 LABELS = {
     "fsdp2": "FSDP2",
     "checkpoint": "FSDP2 + checkpoint per block",
     "checkpoint-chunked": "FSDP2 + checkpoint per block + chunked loss (by hand)",
     "memplan": "memplan at their peak",
+    "memplan-chunked": "memplan at their peak, loss in chunks",
     "memplan-least": "memplan, least memory",
 }
 MODELS = ("gpt", "gpt2", "llama")
@@ -243,7 +246,7 @@ def _hf_case(options: argparse.Namespace, device: Any, rank: int) -> Case:
     kind = type(model).__name__
     return Case(
         model, batch, batch, lambda m, b: m(**b).loss, blocks, ways, chunks,
-        f"{kind} (Hugging Face, its own loss; chunked: {chunks} chunks of tokens)",
+        f"{kind} (Hugging Face, its own loss; in {chunks} chunks of tokens by hand and at memplan's least)",
     )  # fmt: skip
 
 
@@ -349,14 +352,17 @@ class _Ways:
                 self.found[name]["seconds"].append(time.perf_counter() - start)
 
 
-def _memplan_way(ways: _Ways, name: str, budget: int, prof: Any, world: int) -> None:
+def _memplan_way(
+    ways: _Ways, name: str, budget: int, prof: Any, world: int, chunks: int | None
+) -> None:
     """memplan's plan for ``budget`` per rank: ``enable`` before ``fully_shard`` (one rank of
-    ``world``, the loop of :meth:`_Ways.step`, the case's chunks of tokens), measured."""
+    ``world``, the loop of :meth:`_Ways.step`, the loss in ``chunks`` chunks of tokens or the
+    model's own), measured."""
     from memplan.errors import InputError
     from memplan.torch import enable, planned
 
     case = ways.case
-    chunked = {} if case.chunks is None else {"loss_chunks": case.chunks}
+    chunked = {} if chunks is None else {"loss_chunks": chunks}
     try:
         under = enable(
             _copy(case.model), budget, example_input=case.example, profile=prof,
@@ -392,17 +398,18 @@ def _rank(rank: int, world: int, options: argparse.Namespace) -> dict[str, Any]:
 
     prof = profile(None)  # the model's own loss: plain FSDP2's
     modelled, _ = _rank_figures(case, prof, world, None)
-    if case.chunks is not None:
-        prof = profile(case.chunks)
-    _, least = _rank_figures(case, prof, world, case.chunks)
+    chunked = prof if case.chunks is None else profile(case.chunks)
+    _, least = _rank_figures(case, chunked, world, case.chunks)
     ways = _Ways(case, device)
     for name, make in case.ways.items():
         ways.add(name, make(case.model))
         ways.measure(name)
     ways.found["fsdp2"]["modelled"] = modelled
-    budgets = {"memplan": ways.found["checkpoint"]["peak"], "memplan-least": least}
-    for name, budget in budgets.items():
-        _memplan_way(ways, name, budget, prof, world)
+    peak = ways.found["checkpoint"]["peak"]
+    _memplan_way(ways, "memplan", peak, prof, world, None)
+    if case.chunks is not None:  # at their peak too: more room for stored blocks, smaller products
+        _memplan_way(ways, "memplan-chunked", peak, chunked, world, case.chunks)
+    _memplan_way(ways, "memplan-least", least, chunked, world, case.chunks)
     ways.time(options.rounds)
     return {"text": case.text, "chunks": case.chunks, "ways": ways.found}
 
@@ -539,8 +546,12 @@ def report(doc: dict[str, Any]) -> str:
         f"{doc['machine']}; {doc['versions']}. Load at start: {doc['load_start']}; at the end: "
         f"{doc['load_end']}; {doc['wall_seconds']} s.",
     ]
-    for name, where in (("memplan", "at their peak"), ("memplan-least", "at its least")):
-        if "forwards" in ways[name]:
+    for name, where in (
+        ("memplan", "at their peak"),
+        ("memplan-chunked", "at their peak with the loss in chunks"),
+        ("memplan-least", "at its least"),
+    ):
+        if "forwards" in ways.get(name, {}):
             lines[-1] += f" memplan recomputes {ways[name]['forwards'] - ways[name]['stages']}"
             lines[-1] += f" forwards {where}."
     return "\n".join(lines)
@@ -562,8 +573,8 @@ def check(argv: list[str]) -> int:
     ways = doc["ways"]
     over = [
         n
-        for n in ("memplan", "memplan-least")
-        if ways[n].get("peak") is not None and ways[n]["peak"] > ways[n]["budget"]
+        for n in ("memplan", "memplan-chunked", "memplan-least")
+        if ways.get(n, {}).get("peak") is not None and ways[n]["peak"] > ways[n]["budget"]
     ]
     if over:
         print(f"bench_fsdp: measured above the budget: {', '.join(over)}", file=sys.stderr)
