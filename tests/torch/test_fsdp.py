@@ -85,9 +85,8 @@ def test_two_ranks_train_a_language_model_with_its_loss_in_chunks(tmp_path):
     per-rank memory trains as plain FSDP2 with the model's own loss over the whole logits, within
     its budget. GPT-2 (its head tied to its embedding, dropout on) measures within 2% of the
     plan. Llama (untied, rotary embeddings; the static storages taken while a block computes)
-    within its budget only: its one-GPU profile counts up to 5% above what the chunked plan
-    measures at its least memory (a recomputed block's output counted in ``s[k]`` to its
-    backward, and gloo's late releases, NOTE [ FSDP2 memory terms ])."""
+    within its budget only: on one GPU its plan at the least memory already counts 5% more than
+    it measures (about one hidden state at each recomputed block's backward: docs/sharding.md)."""
     for rank in _two_ranks(tmp_path, "hf-chunked"):
         for kind in ("gpt2", "llama"):
             run, plain = rank[kind]["least"], rank[kind]["plain"]
