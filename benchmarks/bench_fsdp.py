@@ -3,21 +3,31 @@
 Usage::
 
     nice -n 10 python benchmarks/bench_fsdp.py                     # two ranks, CPU (gloo)
+    nice -n 10 python benchmarks/bench_fsdp.py --model gpt2        # a Hugging Face GPT-2
     nice -n 10 python benchmarks/bench_fsdp.py --rounds 7 --json fsdp.json
     python benchmarks/bench_fsdp.py --device cuda --out gpu-check  # one rank per GPU (NCCL)
 
-Every rank builds the same GPT-style model (memplan's zoo GPT, ``--layers`` blocks; the caller
-computes the loss), shards it with FSDP2 (``fully_shard`` per block and on the root) and trains
-it with SGD in four ways, in turn, one step each per round (paired: each way's step time is
-divided by FSDP2 + per-block checkpointing's in the same round, the median of ``--rounds``):
+Every rank builds the same model (``--layers`` blocks ``--width`` wide, a vocabulary of
+``--vocab``), shards it with FSDP2 (``fully_shard`` per block and on the root) and trains it with
+SGD in each way, in turn, one step each per round (paired: each way's step time is divided by
+FSDP2 + per-block checkpointing's in the same round, the median of ``--rounds``). ``--model
+gpt`` is memplan's zoo GPT, whose caller computes the loss; ``gpt2`` and ``llama`` are Hugging
+Face causal language models built from their config classes (no download), whose loss is their
+own (``model(**batch).loss``, labels in the batch). The ways:
 
 * **FSDP2**: plain training;
-* **FSDP2 + checkpoint**: ``torch.utils.checkpoint.checkpoint(block, x, use_reentrant=False)``
-  around every block, what FSDP2's recipes (and Hugging Face's one-line switch) do;
-* **memplan at their peak**: ``memplan.torch.enable(model, budget, example_input=x)`` before
-  ``fully_shard``, the budget being the per-rank peak FSDP2 + checkpoint measured (the largest
-  over the ranks);
-* **memplan, least memory**: the same at the least per-rank memory memplan plans for.
+* **FSDP2 + checkpoint**: every block under ``torch.utils.checkpoint.checkpoint(...,
+  use_reentrant=False)``, what FSDP2's recipes do: by hand around the zoo GPT's blocks, Hugging
+  Face's one-line switch (``gradient_checkpointing_enable``) on its models;
+* **FSDP2 + checkpoint + chunked loss** (Hugging Face models): the same, and the head and loss
+  computed by hand in ``--loss-chunks`` chunks of tokens, each under ``checkpoint`` (its logits
+  made again in the backward), in the model's forward: the best a user writes without memplan;
+* **memplan at their peak**: ``memplan.torch.enable(model, budget, example_input=batch,
+  optimizer="sgd", output_held=False, shards=N)`` before ``fully_shard``, the budget being the
+  per-rank peak FSDP2 + checkpoint measured (the largest over the ranks); the model's own loss,
+  and (Hugging Face models) the loss in chunks of tokens (``loss_chunks``);
+* **memplan, least memory**: the same at the least per-rank memory memplan plans for, with the
+  loss in chunks of tokens on the Hugging Face models (``loss_chunks``: the one-line switch).
 
 Each way's peak is the allocator's count of one measured step after the first (on CPU, c10's
 running total with every thread counted: ``allocator_peak.count_every_thread``; on CUDA,
@@ -25,8 +35,8 @@ running total with every thread counted: ``allocator_peak.count_every_thread``; 
 peak (planned); for plain FSDP2 the script gives the per-rank peak NOTE [ FSDP2 memory terms ]
 models for a plan that stores everything (modelled): the two columns check the terms against
 what FSDP2 allocates. Gradients are not compared here (tests/torch/test_fsdp.py does).
-The machine, its load (``uptime``) at the start and the end, the threads and the wall time are
-printed with the table; ``--json`` writes every figure.
+The machine, its load (``uptime``) at the start and the end, the threads, the versions and the
+wall time are printed with the table; ``--json`` writes every figure.
 """
 
 from __future__ import annotations
@@ -40,24 +50,33 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from _common import machine
 
-WAYS = ("fsdp2", "checkpoint", "memplan", "memplan-least")
+WAYS = ("fsdp2", "checkpoint", "checkpoint-chunked", "memplan", "memplan-chunked", "memplan-least")
 LABELS = {
     "fsdp2": "FSDP2",
     "checkpoint": "FSDP2 + checkpoint per block",
+    "checkpoint-chunked": "FSDP2 + checkpoint per block + chunked loss (by hand)",
     "memplan": "memplan at their peak",
+    "memplan-chunked": "memplan at their peak, loss in chunks",
     "memplan-least": "memplan, least memory",
 }
+MODELS = ("gpt", "gpt2", "llama")
 
 
 def _options(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--ranks", type=int, default=None, help="default: 2 on CPU, every GPU")
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    parser.add_argument("--model", choices=MODELS, default="gpt")
+    parser.add_argument(
+        "--loss-chunks", default="auto", help="Hugging Face models: chunks of tokens, or auto"
+    )
     parser.add_argument("--layers", type=int, default=12)
     parser.add_argument("--width", type=int, default=128)
     parser.add_argument("--heads", type=int, default=4)
@@ -86,48 +105,183 @@ def _uptime() -> str:
 # ------------------------------------------------------------------------------------------------
 
 
-def _checkpointed(model: Any) -> Any:
-    """The model with ``checkpoint(block, x)`` around every block (its class' own forward)."""
+@dataclass
+class Case:
+    """One model of the benchmark on one rank: how each way trains it.
+
+    ``batch``: the step's tensors; ``example``: what ``enable`` and the profiler take;
+    ``loss(model, batch)``: the step's loss; ``blocks(model)``: its ``fully_shard`` units;
+    ``ways``: the baselines, each a function making a fresh copy ready to shard; ``chunks``: the
+    chunks of tokens of memplan's loss (None: the caller's loss, no chunks).
+    """
+
+    model: Any
+    batch: dict[str, Any]
+    example: Any
+    loss: Callable[[Any, dict[str, Any]], Any]
+    blocks: Callable[[Any], Any]
+    ways: dict[str, Callable[[Any], Any]]
+    chunks: int | None
+    text: str
+
+
+def _zoo_case(options: argparse.Namespace, device: Any, rank: int) -> Case:
+    """memplan's zoo GPT; the caller computes the loss; per-block checkpoint by hand."""
     import torch
+    from torch import nn
     from torch.utils.checkpoint import checkpoint
 
-    def forward(idx: torch.Tensor) -> torch.Tensor:
-        x = model.embed(idx)
-        for block in model.blocks:
-            x = checkpoint(block, x, use_reentrant=False)
-        return model.lm_head(model.ln_f(x))
+    from memplan.torch.zoo.gpt import GPT, GPTConfig
+
+    config = GPTConfig(
+        vocab_size=options.vocab, seq_len=options.seq, n_layer=options.layers,
+        n_head=options.heads, d_model=options.width,
+    )  # fmt: skip
+    torch.manual_seed(0)
+    model = GPT(config).to(device).train()
+    gen = torch.Generator().manual_seed(1 + rank)
+    shape = (options.batch, options.seq)
+    x = torch.randint(0, options.vocab, shape, generator=gen).to(device)
+    y = torch.randint(0, options.vocab, shape, generator=gen).to(device)
+
+    def loss(model: Any, batch: dict[str, Any]) -> Any:
+        logits = model(batch["x"])
+        return nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), batch["y"].ravel())
+
+    def checkpointed(model: Any) -> Any:  # its class' own forward, every block checkpointed
+        def forward(idx: torch.Tensor) -> torch.Tensor:
+            h = model.embed(idx)
+            for block in model.blocks:
+                h = checkpoint(block, h, use_reentrant=False)
+            return model.lm_head(model.ln_f(h))
+
+        object.__setattr__(model, "forward", forward)
+        return model
+
+    return Case(
+        model, {"x": x, "y": y}, x, loss, lambda m: m.blocks,
+        {"fsdp2": _copy, "checkpoint": lambda m: checkpointed(_copy(m))}, None,
+        "GPT (memplan's zoo; the caller's loss)",
+    )  # fmt: skip
+
+
+def _hf_model(options: argparse.Namespace) -> tuple[Any, Callable[[Any], Any], Callable]:
+    """A Hugging Face causal LM from its config class, its blocks, and its body: the last hidden
+    state (final norm included) from the batch's tokens."""
+    import transformers
+
+    transformers.logging.set_verbosity_error()
+    if options.model == "gpt2":
+        config = transformers.GPT2Config(
+            vocab_size=options.vocab, n_positions=options.seq, n_embd=options.width,
+            n_layer=options.layers, n_head=options.heads,
+        )  # fmt: skip
+        model = transformers.GPT2LMHeadModel(config)
+        return model, lambda m: m.transformer.h, lambda m, ids: m.transformer(input_ids=ids)[0]
+    config = transformers.LlamaConfig(
+        vocab_size=options.vocab, hidden_size=options.width, intermediate_size=4 * options.width,
+        num_hidden_layers=options.layers, num_attention_heads=options.heads,
+        num_key_value_heads=options.heads, max_position_embeddings=options.seq,
+    )  # fmt: skip
+    model = transformers.LlamaForCausalLM(config)
+    return model, lambda m: m.model.layers, lambda m, ids: m.model(input_ids=ids)[0]
+
+
+def _hand_chunked(model: Any, body: Callable, chunks: int) -> Any:
+    """``model`` whose forward computes its causal LM loss by hand: the body, then the head and
+    the cross-entropy over ``chunks`` chunks of tokens, each under ``checkpoint`` (its logits
+    made again in the backward); in the model's own forward, so FSDP2's root hooks run."""
+    import torch
+    import torch.nn.functional as F
+    from torch.utils.checkpoint import checkpoint
+    from transformers.modeling_outputs import CausalLMOutputWithPast
+
+    def chunk_sum(hidden: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        logits = model.lm_head(hidden).float()
+        flat = logits.reshape(-1, logits.shape[-1])
+        return F.cross_entropy(flat, targets.reshape(-1), ignore_index=-100, reduction="sum")
+
+    def forward(input_ids: torch.Tensor, labels: torch.Tensor) -> CausalLMOutputWithPast:
+        hidden = body(model, input_ids)
+        targets = F.pad(labels, (0, 1), value=-100)[..., 1:]  # as ForCausalLMLoss shifts
+        total = hidden.new_zeros((), dtype=torch.float32)
+        pieces = zip(hidden.chunk(chunks, 1), targets.chunk(chunks, 1), strict=True)
+        for part, part_targets in pieces:
+            total = total + checkpoint(chunk_sum, part, part_targets, use_reentrant=False)
+        return CausalLMOutputWithPast(loss=total / (targets != -100).sum())
 
     object.__setattr__(model, "forward", forward)
     return model
 
 
-def _shard(model: Any) -> Any:
+def _hf_case(options: argparse.Namespace, device: Any, rank: int) -> Case:
+    """A Hugging Face causal LM, its own loss; Hugging Face's one-line checkpointing switch."""
+    import torch
+
+    from memplan.torch.split.chunked_loss import resolve_loss_chunks
+
+    torch.manual_seed(0)
+    model, blocks, body = _hf_model(options)
+    model = model.to(device).train()
+    gen = torch.Generator().manual_seed(1 + rank)
+    ids = torch.randint(0, options.vocab, (options.batch, options.seq), generator=gen).to(device)
+    batch = {"input_ids": ids, "labels": ids.clone()}
+    given = options.loss_chunks if options.loss_chunks == "auto" else int(options.loss_chunks)
+    chunks = resolve_loss_chunks(given, options.vocab, options.width, ids.numel(), options.seq)
+    assert chunks is not None
+
+    def checkpointed(model: Any) -> Any:  # the one-line switch (gradient_... before v5.2)
+        kwargs = {"use_reentrant": False}
+        if hasattr(model, "activation_checkpointing_enable"):
+            model.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
+        else:
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
+        return model
+
+    ways = {
+        "fsdp2": _copy,
+        "checkpoint": lambda m: checkpointed(_copy(m)),
+        "checkpoint-chunked": lambda m: _hand_chunked(checkpointed(_copy(m)), body, chunks),
+    }
+    kind = type(model).__name__
+    return Case(
+        model, batch, batch, lambda m, b: m(**b).loss, blocks, ways, chunks,
+        f"{kind} (Hugging Face, its own loss; in {chunks} chunks of tokens by hand and at memplan's least)",
+    )  # fmt: skip
+
+
+def _copy(model: Any) -> Any:
+    return copy.deepcopy(model)
+
+
+def _shard(model: Any, blocks: Any) -> Any:
     from torch.distributed.fsdp import fully_shard
 
-    for block in model.blocks:
+    for block in blocks:
         fully_shard(block)
     fully_shard(model)
     return model
 
 
-def _modelled_store_all(prof: Any, model: Any, x: Any, world: int) -> tuple[int, int]:
-    """(store-all peak, least memory) of one rank, as the terms model them."""
+def _rank_figures(case: Case, prof: Any, world: int, chunks: int | None) -> tuple[int, int]:
+    """(store-all peak, least memory) of one rank of ``world``, as the terms model them: the
+    rank's profile is the one ``enable`` plans with (``shards=world``)."""
     from memplan.api import describe, schedule_from_sequence, simulate
-    from memplan.profile.sharding import shard_profile
-    from memplan.torch import linearize
-    from memplan.torch.runtime.fsdp import collective_copies, model_layout
+    from memplan.torch import enable, planned
 
-    stages = [m for _, m in linearize(model, x).stages[:-1]]
-    layout = model_layout(
-        [*stages, None], world, set(range(1, len(stages) - 1)), collective_copies(), False
-    )
-    rank = shard_profile(prof, layout)
+    options = {"loss_chunks": chunks} if chunks is not None else {}
+    one = enable(
+        _copy(case.model), "1TB", example_input=case.example, profile=prof, shards=world,
+        optimizer="sgd", output_held=False, **options,
+    )  # fmt: skip
+    found = planned(one)
+    assert found is not None
+    rank = found.profile
     length = len(rank.stages or [])
     ops = [("F_all", k) for k in range(length)] + [("B", k) for k in reversed(range(length))]
     plan = schedule_from_sequence(rank, ops, optimizer="sgd", gradients="at-backward")  # type: ignore[arg-type]
-    return simulate(rank, plan, check_claims=False).peak_memory, describe(rank, "sgd")[
-        "min_memory"
-    ]["chain"]
+    modelled = simulate(rank, plan, check_claims=False).peak_memory
+    return modelled, describe(rank, "sgd")["min_memory"]["chain"]
 
 
 def _largest(value: int) -> int:
@@ -141,85 +295,123 @@ def _largest(value: int) -> int:
     return int(found.item())
 
 
-def _rank(rank: int, world: int, options: argparse.Namespace) -> dict[str, Any]:
-    import torch
-    import torch.distributed as dist
-    from torch import nn
+class _Ways:
+    """The ways' sharded models and optimizers on one rank, measured and timed alike."""
 
-    from memplan.errors import InputError
-    from memplan.torch import enable, planned, profile_model
-    from memplan.torch.measure.allocator_peak import allocator_peak
-    from memplan.torch.zoo.gpt import GPT, GPTConfig
+    def __init__(self, case: Case, device: Any) -> None:
+        self.case = case
+        self.device = device
+        self.models: dict[str, Any] = {}
+        self.opts: dict[str, Any] = {}
+        self.found: dict[str, Any] = {}
 
-    device = torch.device("cuda", rank) if options.device == "cuda" else torch.device("cpu")
-    config = GPTConfig(
-        vocab_size=options.vocab, seq_len=options.seq, n_layer=options.layers,
-        n_head=options.heads, d_model=options.width,
-    )  # fmt: skip
-    torch.manual_seed(0)
-    model = GPT(config).to(device).train()
-    gen = torch.Generator().manual_seed(1 + rank)
-    x = torch.randint(0, options.vocab, (options.batch, options.seq), generator=gen).to(device)
-    y = torch.randint(0, options.vocab, (options.batch, options.seq), generator=gen).to(device)
-    prof = profile_model(copy.deepcopy(model), example_input=x, repeats=3, name="gpt-fsdp")
-    modelled, least = _modelled_store_all(prof, model, x, world)
-    models: dict[str, Any] = {
-        "fsdp2": _shard(copy.deepcopy(model)),
-        "checkpoint": _shard(_checkpointed(copy.deepcopy(model))),
-    }
-    opts = {name: torch.optim.SGD(m.parameters(), lr=1e-3) for name, m in models.items()}
-    found: dict[str, Any] = {name: {"seconds": []} for name in WAYS}
+    def add(self, name: str, model: Any) -> None:
+        import torch
 
-    def step(name: str) -> None:  # the gradients were freed before it (zero_grad)
-        logits = models[name](x)
-        loss = nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.ravel())
-        del logits
-        loss.backward()
-        opts[name].step()
+        self.models[name] = _shard(model, self.case.blocks(model))
+        self.opts[name] = torch.optim.SGD(model.parameters(), lr=1e-3)
+        self.found.setdefault(name, {})["seconds"] = []
 
-    def measure(name: str) -> None:
-        step(name)  # FSDP2's lazy initialization, the first step's allocations: not measured
-        opts[name].zero_grad()
-        tensors = [*models[name].parameters(), *models[name].buffers(), x, y]
+    def step(self, name: str) -> None:  # the gradients were freed before it (zero_grad)
+        self.case.loss(self.models[name], self.case.batch).backward()
+        self.opts[name].step()
+
+    def measure(self, name: str) -> None:
+        import torch.distributed as dist
+
+        from memplan.torch.measure.allocator_peak import allocator_peak
+
+        self.step(name)  # FSDP2's lazy initialization, the first step's allocations: not measured
+        self.opts[name].zero_grad()
+        model = self.models[name]
+        tensors = [*model.parameters(), *model.buffers(), *self.case.batch.values()]
         held = [t.to_local() if hasattr(t, "to_local") else t for t in tensors]
         dist.barrier()
-        peak, _ = allocator_peak(lambda: step(name), held, device)
-        found[name]["peak"] = _largest(peak)
-        found[name]["rank_peak"] = peak
+        peak, _ = allocator_peak(lambda: self.step(name), held, self.device)
+        self.found[name]["peak"] = _largest(peak)
+        self.found[name]["rank_peak"] = peak
 
-    for name in ("fsdp2", "checkpoint"):
-        measure(name)
-    found["fsdp2"]["modelled"] = modelled
-    budgets = {"memplan": found["checkpoint"]["peak"], "memplan-least": least}
-    for name, budget in budgets.items():
-        try:
-            under = enable(copy.deepcopy(model), budget, example_input=x, profile=prof)
-        except InputError as exc:  # no plan fits: said in the table
-            found[name].update(budget=budget, peak=None, error=str(exc))
-            continue
-        models[name] = _shard(under)
-        opts[name] = torch.optim.SGD(under.parameters(), lr=1e-3)
-        measure(name)
-        plan = planned(under)
-        assert plan is not None
-        found[name].update(
-            budget=budget,
-            planned=plan.schedule.peak_memory,
-            forwards=sum(plan.planned_forward_counts()),
-            stages=len(plan.names),
+    def time(self, rounds: int) -> None:
+        """``rounds`` rounds, every way's step once per round (paired)."""
+        import time
+
+        import torch
+        import torch.distributed as dist
+
+        cuda = self.device.type == "cuda"
+        for _ in range(rounds):
+            for name in self.models:
+                dist.barrier()
+                if cuda:
+                    torch.cuda.synchronize(self.device)
+                self.opts[name].zero_grad()
+                start = time.perf_counter()
+                self.step(name)
+                if cuda:
+                    torch.cuda.synchronize(self.device)
+                self.found[name]["seconds"].append(time.perf_counter() - start)
+
+
+def _memplan_way(
+    ways: _Ways, name: str, budget: int, prof: Any, world: int, chunks: int | None
+) -> None:
+    """memplan's plan for ``budget`` per rank: ``enable`` before ``fully_shard`` (one rank of
+    ``world``, the loop of :meth:`_Ways.step`, the loss in ``chunks`` chunks of tokens or the
+    model's own), measured."""
+    from memplan.errors import InputError
+    from memplan.torch import enable, planned
+
+    case = ways.case
+    chunked = {} if chunks is None else {"loss_chunks": chunks}
+    try:
+        under = enable(
+            _copy(case.model), budget, example_input=case.example, profile=prof,
+            shards=world, optimizer="sgd", output_held=False, **chunked,
+        )  # fmt: skip
+    except InputError as exc:  # no plan fits: said in the table
+        ways.found[name] = {"budget": budget, "peak": None, "error": str(exc), "seconds": []}
+        return
+    ways.add(name, under)
+    ways.measure(name)
+    plan = planned(under)
+    assert plan is not None
+    ways.found[name].update(
+        budget=budget,
+        planned=plan.schedule.peak_memory,
+        forwards=sum(plan.planned_forward_counts()),
+        stages=len(plan.names),
+    )
+
+
+def _rank(rank: int, world: int, options: argparse.Namespace) -> dict[str, Any]:
+    import torch
+
+    from memplan.torch import profile_model
+
+    device = torch.device("cuda", rank) if options.device == "cuda" else torch.device("cpu")
+    case = (_zoo_case if options.model == "gpt" else _hf_case)(options, device, rank)
+
+    def profile(chunks: int | None) -> Any:
+        return profile_model(
+            _copy(case.model), example_input=case.example, repeats=3, loss_chunks=chunks
         )
-    for _ in range(options.rounds):  # paired: every way once per round
-        for name in [n for n in WAYS if n in models]:
-            dist.barrier()
-            if device.type == "cuda":
-                torch.cuda.synchronize(device)
-            opts[name].zero_grad()
-            start = time.perf_counter()
-            step(name)
-            if device.type == "cuda":
-                torch.cuda.synchronize(device)
-            found[name]["seconds"].append(time.perf_counter() - start)
-    return found
+
+    prof = profile(None)  # the model's own loss: plain FSDP2's
+    modelled, _ = _rank_figures(case, prof, world, None)
+    chunked = prof if case.chunks is None else profile(case.chunks)
+    _, least = _rank_figures(case, chunked, world, case.chunks)
+    ways = _Ways(case, device)
+    for name, make in case.ways.items():
+        ways.add(name, make(case.model))
+        ways.measure(name)
+    ways.found["fsdp2"]["modelled"] = modelled
+    peak = ways.found["checkpoint"]["peak"]
+    _memplan_way(ways, "memplan", peak, prof, world, None)
+    if case.chunks is not None:  # at their peak too: more room for stored blocks, smaller products
+        _memplan_way(ways, "memplan-chunked", peak, chunked, world, case.chunks)
+    _memplan_way(ways, "memplan-least", least, chunked, world, case.chunks)
+    ways.time(options.rounds)
+    return {"text": case.text, "chunks": case.chunks, "ways": ways.found}
 
 
 def _worker(options: argparse.Namespace) -> None:
@@ -286,6 +478,7 @@ def run(options: argparse.Namespace, argv: list[str]) -> dict[str, Any]:
         ranks = [json.loads(out.read_text()) for out in outs]
     return {
         "machine": machine(),
+        "versions": _versions(),
         "device": options.device,
         "ranks": world,
         "threads": options.threads,
@@ -293,6 +486,9 @@ def run(options: argparse.Namespace, argv: list[str]) -> dict[str, Any]:
         "load_end": _uptime(),
         "wall_seconds": round(time.time() - began, 1),
         "model": {
+            "kind": options.model,
+            "text": ranks[0]["text"],
+            "loss_chunks": ranks[0]["chunks"],
             "layers": options.layers,
             "width": options.width,
             "heads": options.heads,
@@ -300,8 +496,20 @@ def run(options: argparse.Namespace, argv: list[str]) -> dict[str, Any]:
             "seq": options.seq,
             "batch_per_rank": options.batch,
         },  # fmt: skip
-        "ways": ranks[0],
+        "ways": ranks[0]["ways"],
     }
+
+
+def _versions() -> str:
+    """torch's version, and transformers' when installed."""
+    import torch
+
+    found = f"torch {torch.__version__}"
+    try:
+        import transformers
+    except ImportError:
+        return found
+    return f"{found}, transformers {transformers.__version__}"
 
 
 def _mb(nbytes: int | None) -> str:
@@ -317,7 +525,7 @@ def report(doc: dict[str, Any]) -> str:
         "| time / checkpoint (paired median) |",
         "|---|---:|---:|---:|---:|---:|",
     ]
-    for name in WAYS:
+    for name in [n for n in WAYS if n in ways]:
         way = ways[name]
         if way.get("peak") is None:  # no plan fitted its budget
             lines.append(f"| {LABELS[name]} | no plan: {way['error']} | | | | |")
@@ -332,14 +540,18 @@ def report(doc: dict[str, Any]) -> str:
     m = doc["model"]
     lines += [
         "",
-        f"GPT (memplan's zoo), {m['layers']} blocks x {m['width']} wide, {m['heads']} heads, "
+        f"{m['text']}, {m['layers']} blocks x {m['width']} wide, {m['heads']} heads, "
         f"{m['vocab']} tokens, batch {m['batch_per_rank']} x {m['seq']} per rank; SGD; "
         f"{doc['ranks']} ranks ({doc['device']}), {doc['threads']} thread(s) each. "
-        f"{doc['machine']}. Load at start: {doc['load_start']}; at the end: {doc['load_end']}; "
-        f"{doc['wall_seconds']} s.",
+        f"{doc['machine']}; {doc['versions']}. Load at start: {doc['load_start']}; at the end: "
+        f"{doc['load_end']}; {doc['wall_seconds']} s.",
     ]
-    for name, where in (("memplan", "at their peak"), ("memplan-least", "at its least")):
-        if "forwards" in ways[name]:
+    for name, where in (
+        ("memplan", "at their peak"),
+        ("memplan-chunked", "at their peak with the loss in chunks"),
+        ("memplan-least", "at its least"),
+    ):
+        if "forwards" in ways.get(name, {}):
             lines[-1] += f" memplan recomputes {ways[name]['forwards'] - ways[name]['stages']}"
             lines[-1] += f" forwards {where}."
     return "\n".join(lines)
@@ -361,8 +573,8 @@ def check(argv: list[str]) -> int:
     ways = doc["ways"]
     over = [
         n
-        for n in ("memplan", "memplan-least")
-        if ways[n].get("peak") is not None and ways[n]["peak"] > ways[n]["budget"]
+        for n in ("memplan", "memplan-chunked", "memplan-least")
+        if ways.get(n, {}).get("peak") is not None and ways[n]["peak"] > ways[n]["budget"]
     ]
     if over:
         print(f"bench_fsdp: measured above the budget: {', '.join(over)}", file=sys.stderr)

@@ -45,7 +45,9 @@ benchmarks/bench_fsdp.py):
   it (``2 G``, as a forward counts), and memplan drops it before recomputing another block;
 * **the backward of stage k**: the unsharded gradients ``P[k]``, reduce-scattered at its end into
   ``S[k]`` (a block's ``weight_grad_size`` becomes ``S[k]``; the root's gradients stay whole to
-  the end of the backward: ``P[k]``); a block's unsharded parameters and the prefetch of the block
+  the end of the backward: the stage's ``weight_grad_size`` as the one-GPU profile measured it,
+  each gradient at the first backward that makes it, so a head tied to the embedding makes the
+  embedding's, else ``P[k]``); a block's unsharded parameters and the prefetch of the block
   before it (the last block's, from the root's pre-backward hook, through the loss's or the head's
   backward); the moments of FSDP2's hooks (the copy-out, the prefetch's copy, the reduce-scatter's
   input, its copy and output, after the stage's saved tensors and its output's gradient are freed;
@@ -217,9 +219,23 @@ class _Terms:
         self.root_shard = sum(s.shard for s in self.shards if s.unit == "root")
         self.root_output = len(stages) - (1 if layout.loss_in_root else 2)
         self.largest = max((s.gathered for s in self.shards if s.unit == "block"), default=0)
+        self.root_grads = sum(self.made(k) for k, s in enumerate(self.shards) if s.unit == "root")
 
     def block(self, k: int) -> bool:
         return 0 <= k < len(self.shards) and self.shards[k].unit == "block"
+
+    def made(self, k: int) -> int:
+        """The gradient bytes ``B k`` makes whole.
+
+        A block's unsharded gradients ``P[k]`` (reduce-scattered at its end); a root stage's as
+        the one-GPU profile measured them when it did (``weight_grad_size``: each parameter's
+        gradient at the first backward that makes it, the embedding a language model's head
+        is tied to at the head's backward), else ``P[k]``.
+        """
+        st, sh = self.stages[k], self.shards[k]
+        if sh.unit == "block" or st.weight_grad_size is None:
+            return sh.params
+        return st.weight_grad_size
 
     def gathered(self, k: int | None) -> int:
         """``G[k]`` of a block (0 for the root's stages and outside the chain)."""
@@ -299,7 +315,7 @@ class _Terms:
         base = st.backward_overhead
         if st.backward_overhead_fresh is not None:
             base = st.backward_overhead_fresh
-        unsharded = sh.params if self.fresh or sh.unit == "block" else 0
+        unsharded = self.made(k) if self.fresh or sh.unit == "block" else 0
         compute = grad_in + unsharded + base
         copies = self.layout.copies
         prefetch = self.prefetched(k)
@@ -338,8 +354,8 @@ class _Terms:
         """
         sh = self.shards[0]
         done = -st.saved_size - st.gradient_size - self.window(1)
-        own = sh.params if self.fresh and sh.unit == "root" else 0
-        others = self.root_params - own if self.fresh else 0
+        own = self.made(0) if self.fresh and sh.unit == "root" else 0
+        others = self.root_grads - own if self.fresh else 0
         scatter = (
             self.root_gathered
             - others
@@ -401,7 +417,7 @@ def shard_profile(
         }
         base = st.backward_overhead
         if fresh:  # a block keeps its shard of the gradients, the root its whole ones
-            kept = sh.shard if sh.unit == "block" else sh.params
+            kept = sh.shard if sh.unit == "block" else terms.made(k)
             update["weight_grad_size"] = kept
             update["backward_overhead_fresh"] = peak - grad_in - counted - kept
             if st.backward_overhead_fresh is not None:

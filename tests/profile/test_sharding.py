@@ -11,6 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 import memplan
+from memplan.api import schedule_from_sequence
 from memplan.errors import InputError
 from memplan.profile.model import Profile, Stage, StageOption
 from memplan.profile.sharding import (
@@ -93,6 +94,31 @@ def test_the_terms_of_a_hand_counted_chain():
         done + g - g + 500 + g,  # its output and copy
     )
     assert rank.stages[2].backward_overhead_fresh == peak - 100 - g - 500
+
+
+def test_a_root_stage_keeps_the_gradients_its_backward_makes():
+    """A language model's head tied to its embedding makes the embedding's gradient at its own
+    backward (the one-GPU profile measures it there, ``weight_grad_size``): FSDP2 keeps the root's
+    gradients whole, so the rank's profile counts it from the head's backward on, not from the
+    embedding's; the root's reduce-scatter after ``B 0`` holds what it held untied."""
+
+    def store_all_peaks(prof: Profile) -> list[int]:
+        rank = shard_profile(prof, default_layout(prof, 2, copies=1), "at-backward")
+        length = len(rank.stages)
+        ops = [("F_all", k) for k in range(length)] + [("B", k) for k in reversed(range(length))]
+        plan = schedule_from_sequence(rank, ops, optimizer="sgd", gradients="at-backward")
+        return memplan.simulate(rank, plan, check_claims=False).op_peaks
+
+    untied = _chain()
+    stages = list(untied.chain_stages)
+    stages[0] = stages[0].model_copy(update={"weight_grad_size": 0})  # made by the head's
+    stages[4] = stages[4].model_copy(update={"weight_grad_size": 400 + 800})
+    tied = untied.model_copy(update={"stages": stages})
+    rank = shard_profile(tied, default_layout(tied, 2, copies=1), "at-backward")
+    assert [st.weight_grad_size for st in rank.stages] == [0, 500, 500, 500, 1200, 0]
+    gained = [b - a for a, b in zip(store_all_peaks(untied), store_all_peaks(tied), strict=True)]
+    # forwards, B loss unchanged; B head to B block0 hold the embedding's 800 bytes more; B 0 not
+    assert gained == [0] * 7 + [800] * 4 + [0]
 
 
 def test_a_selective_option_holds_what_its_stage_does():

@@ -1,12 +1,18 @@
-"""One rank of an FSDP2 run (CPU, gloo) of a GPT-style model under memplan's plans, beside plain
-FSDP2 training.
+"""One rank of an FSDP2 run (CPU, gloo) under memplan's plans, beside plain FSDP2 training.
 
-Run by tests/torch/test_fsdp.py as ``python tests/torch/fsdp_worker.py RANK WORLD PORT OUT``.
-Every rank builds the same small GPT (memplan's zoo: embedding, 4 blocks, head; its caller
-computes the loss), profiles it whole, and takes two budgets from the per-rank profile of
-:func:`memplan.profile.sharding.shard_profile`: the least memory one rank trains in, and a fifth
-of the way from it to what storing everything needs. For each it enables the plan on a copy
-*before* ``fully_shard`` (docs/runtime.md: the shard count comes from the process group), shards
+Run by tests/torch/test_fsdp.py as ``python tests/torch/fsdp_worker.py RANK WORLD PORT OUT CASE``.
+
+* ``gpt``: every rank builds the same small GPT (memplan's zoo: embedding, 4 blocks, head; its
+  caller computes the loss), profiles it whole, and takes two budgets from the per-rank profile
+  of :func:`memplan.profile.sharding.shard_profile`: the least memory one rank trains in, and a
+  fifth of the way from it to what storing everything needs.
+* ``hf-chunked``: Hugging Face causal language models from tiny configs, GPT-2 (its head tied to
+  its embedding, dropout on) and Llama (untied, rotary embeddings), their loss their own
+  (``model(**batch).loss``); memplan computes the head and the loss in chunks of tokens
+  (``enable(..., loss_chunks=CHUNKS)``) at the least per-rank memory, plain FSDP2 the model's
+  own loss over the whole logits.
+
+For each budget it enables the plan on a copy *before* ``fully_shard`` (docs/runtime.md), shards
 it (``fully_shard`` per block and on the root) and trains three steps on different batches,
 measuring each step with the allocator's count; a plain copy trains the same steps under FSDP2.
 It writes to OUT, per budget: the largest parameter difference with plain training, the budget,
@@ -19,6 +25,7 @@ from __future__ import annotations
 import copy
 import json
 import sys
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -36,10 +43,16 @@ from tests.torch.ranks import gloo_rank
 CONFIG = GPTConfig(vocab_size=512, seq_len=128, n_layer=4, n_head=4, d_model=64)
 BATCH = 8  # per rank
 STEPS = 3
+HF = {"vocab": 512, "width": 64, "layers": 4, "seq": 256, "batch": 4}  # per rank
+CHUNKS = 4
+
+Batch = dict[str, torch.Tensor]
+LossOf = Callable[[nn.Module, Batch], torch.Tensor]
 
 
 class Collectives:
-    """Counts FSDP2's all-gathers and reduce-scatters (its calls into torch.distributed)."""
+    """Counts FSDP2's all-gathers and reduce-scatters (its calls into torch.distributed) and the
+    pre-backward hooks of its blocks."""
 
     def __init__(self) -> None:
         self.counts = {"all_gather": 0, "reduce_scatter": 0}
@@ -54,23 +67,110 @@ class Collectives:
                 return _original(*args, **kw)
 
             setattr(dist, name, counted)
+        self.count_pre_backwards()
 
-    def take(self) -> dict[str, int]:
+    def take(self) -> dict[str, Any]:
         taken, self.counts = self.counts, dict.fromkeys(self.counts, 0)
+        taken["pre_backward"], self.blocks = self.blocks, {}
         return taken
+
+    def count_pre_backwards(self) -> None:
+        """Count FSDP2's pre-backward hook of each block (a module name): it is registered by
+        the block's post-forward hook, on its output."""
+        from torch.distributed.fsdp._fully_shard._fsdp_param_group import FSDPParamGroup
+
+        self.blocks: dict[str, int] = {}
+        original = FSDPParamGroup.pre_backward
+
+        def counted(group: Any, *args: Any, **kw: Any) -> Any:
+            name = group._module_fqn
+            if name:  # a block (the root's runs once per output tensor)
+                self.blocks[name] = self.blocks.get(name, 0) + 1
+            return original(group, *args, **kw)
+
+        FSDPParamGroup.pre_backward = counted  # type: ignore[method-assign]
 
 
 def _local(tensor: torch.Tensor) -> torch.Tensor:
     return tensor.to_local() if hasattr(tensor, "to_local") else tensor
 
 
-def _shard(model: GPT) -> GPT:
+def _shard(model: nn.Module, blocks: Sequence[nn.Module]) -> nn.Module:
     from torch.distributed.fsdp import fully_shard
 
-    for block in model.blocks:
+    for block in blocks:
         fully_shard(block)
     fully_shard(model)
     return model
+
+
+def _train(
+    model: nn.Module,
+    blocks: Sequence[nn.Module],
+    batches: list[Batch],
+    loss_of: LossOf,
+    rank: int,
+    counts: Collectives,
+) -> dict[str, Any]:
+    """``STEPS`` SGD steps, each measured; FSDP2's collectives and gathered blocks after each."""
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    found: dict[str, Any] = {"peaks": [], "collectives": [], "gathered": []}
+    for step, given in enumerate(batches):
+        opt.zero_grad()
+        batch = {name: profiled_copy(t) for name, t in given.items()}
+
+        def train_step(batch: Batch = batch) -> None:
+            loss_of(model, batch).backward()
+            opt.step()
+
+        held = [_local(t) for t in [*model.parameters(), *model.buffers(), *batch.values()]]
+        torch.manual_seed(10 * step + rank)
+        peak, _ = allocator_peak(train_step, held, torch.device("cpu"))
+        found["peaks"].append(peak)
+        found["collectives"].append(counts.take())
+        found["gathered"].append(
+            any(not any(hasattr(p, "to_local") for p in b.parameters()) for b in blocks)
+        )
+    return found
+
+
+def _under_plan(
+    model: nn.Module,
+    blocks: Callable[[nn.Module], Sequence[nn.Module]],
+    batches: list[Batch],
+    loss_of: LossOf,
+    rank: int,
+    counts: Collectives,
+    budget: int,
+    plain: nn.Module,
+    **options: Any,
+) -> dict[str, Any]:
+    """Enable a plan for ``budget`` on a copy of ``model``, shard it, train it as ``plain``."""
+    under = enable(
+        copy.deepcopy(model), budget, optimizer="sgd", output_held=False, **options
+    )  # the loop of _train
+    trained = _train(_shard(under, blocks(under)), blocks(under), batches, loss_of, rank, counts)
+    plan = planned(under)
+    assert plan is not None
+    trained.update(
+        budget=budget,
+        planned=plan.schedule.peak_memory,
+        shards=plan.profile.extra["shards"]["ranks"],
+        forwards=sum(plan.planned_forward_counts()),
+        counted=[sum(f.values()) for f in plan.counters.forwards],
+        stages=len(plan.names),
+        names=plan.names,
+        diff=max(
+            (_local(p) - _local(q)).abs().max().item()
+            for p, q in zip(plain.parameters(), under.parameters(), strict=True)
+        ),
+    )
+    return trained
+
+
+# ------------------------------------------------------------------------------------------------
+# gpt: memplan's zoo GPT, the caller's loss
+# ------------------------------------------------------------------------------------------------
 
 
 def _budgets(model: nn.Module, x: torch.Tensor, world: int) -> tuple[dict[str, int], Any]:
@@ -85,84 +185,118 @@ def _budgets(model: nn.Module, x: torch.Tensor, world: int) -> tuple[dict[str, i
     return {"least": least, "fifth": least + (most - least) // 5}, prof
 
 
-def _train(
-    model: nn.Module, batches: list[tuple[torch.Tensor, torch.Tensor]], rank: int, counts: Any
-) -> dict[str, Any]:
-    """``STEPS`` SGD steps, each measured; FSDP2's collectives and gathered blocks after each."""
-    opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    found: dict[str, Any] = {"peaks": [], "collectives": [], "gathered": []}
-    for step, (x, y) in enumerate(batches):
-        opt.zero_grad()
-        x = profiled_copy(x)
-
-        def train_step(x: torch.Tensor = x, y: torch.Tensor = y) -> None:
-            logits = model(x)
-            loss = nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.ravel())
-            del logits
-            loss.backward()
-            opt.step()
-
-        held = [_local(t) for t in [*model.parameters(), *model.buffers(), x, y]]
-        torch.manual_seed(10 * step + rank)
-        peak, _ = allocator_peak(train_step, held, torch.device("cpu"))
-        found["peaks"].append(peak)
-        found["collectives"].append(counts.take())
-        blocks = model.blocks  # type: ignore[union-attr]
-        found["gathered"].append(
-            any(not any(hasattr(p, "to_local") for p in b.parameters()) for b in blocks)
-        )
-    return found
+def _next_token_loss(model: nn.Module, batch: Batch) -> torch.Tensor:
+    logits = model(batch["x"])
+    return nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), batch["y"].ravel())
 
 
-def _run(rank: int, world: int) -> dict[str, Any]:
+def _gpt_blocks(model: nn.Module) -> Sequence[nn.Module]:
+    return model.blocks  # type: ignore[return-value]
+
+
+def _run_gpt(rank: int, world: int) -> dict[str, Any]:
     torch.manual_seed(0)
     model = GPT(CONFIG).train()
     gen = torch.Generator().manual_seed(1 + rank)  # each rank its own batches
     batches = [
-        (
-            torch.randint(0, CONFIG.vocab_size, (BATCH, CONFIG.seq_len), generator=gen),
-            torch.randint(0, CONFIG.vocab_size, (BATCH, CONFIG.seq_len), generator=gen),
-        )
+        {
+            "x": torch.randint(0, CONFIG.vocab_size, (BATCH, CONFIG.seq_len), generator=gen),
+            "y": torch.randint(0, CONFIG.vocab_size, (BATCH, CONFIG.seq_len), generator=gen),
+        }
         for _ in range(STEPS)
     ]
-    budgets, prof = _budgets(model, batches[0][0], world)
+    budgets, prof = _budgets(model, batches[0]["x"], world)
     counts = Collectives()
-    plain = _shard(copy.deepcopy(model))
-    result: dict[str, Any] = {"plain": _train(plain, batches, rank, counts)}
+    plain = copy.deepcopy(model)
+    _shard(plain, _gpt_blocks(plain))
+    trained = _train(plain, _gpt_blocks(plain), batches, _next_token_loss, rank, counts)
+    result: dict[str, Any] = {"plain": trained}
     for name, budget in budgets.items():
-        under = enable(
-            copy.deepcopy(model),
-            budget,
-            example_input=batches[0][0],
-            profile=prof,
-            optimizer="sgd",
-            output_held=False,
-        )  # the loop of _train; fmt: skip
-        trained = _train(_shard(under), batches, rank, counts)
-        plan = planned(under)
-        assert plan is not None
-        trained.update(
-            budget=budget,
-            planned=plan.schedule.peak_memory,
-            shards=plan.profile.extra["shards"]["ranks"],
-            forwards=sum(plan.planned_forward_counts()),
-            counted=[sum(f.values()) for f in plan.counters.forwards],
-            stages=len(plan.names),
-            diff=max(
-                (_local(p) - _local(q)).abs().max().item()
-                for p, q in zip(plain.parameters(), under.parameters(), strict=True)
-            ),
-        )
-        result[name] = trained
+        result[name] = _under_plan(
+            model, _gpt_blocks, batches, _next_token_loss, rank, counts, budget, plain,
+            example_input=batches[0]["x"], profile=prof,
+        )  # fmt: skip
     return result
+
+
+# ------------------------------------------------------------------------------------------------
+# hf-chunked: Hugging Face language models, their own loss, in chunks under memplan
+# ------------------------------------------------------------------------------------------------
+
+
+def _hf_model(kind: str) -> tuple[nn.Module, Callable[[nn.Module], Sequence[nn.Module]]]:
+    """A tiny causal LM of transformers from its config (no download), and its blocks."""
+    import transformers
+
+    transformers.logging.set_verbosity_error()
+    torch.manual_seed(0)
+    vocab, width, layers, seq = HF["vocab"], HF["width"], HF["layers"], HF["seq"]
+    if kind == "gpt2":  # the head tied to the embedding; dropout 0.1: the same random draws
+        config = transformers.GPT2Config(
+            vocab_size=vocab, n_positions=seq, n_embd=width, n_layer=layers, n_head=4
+        )
+        return transformers.GPT2LMHeadModel(config).train(), lambda m: m.transformer.h
+    config = transformers.LlamaConfig(
+        vocab_size=vocab, hidden_size=width, intermediate_size=2 * width,
+        num_hidden_layers=layers, num_attention_heads=4, num_key_value_heads=2,
+        max_position_embeddings=seq,
+    )  # fmt: skip
+    return transformers.LlamaForCausalLM(config).train(), lambda m: m.model.layers
+
+
+def _own_loss(model: nn.Module, batch: Batch) -> torch.Tensor:
+    return model(**batch).loss  # type: ignore[no-any-return]
+
+
+def _hf_batches(rank: int) -> list[Batch]:
+    gen = torch.Generator().manual_seed(1 + rank)  # each rank its own batches
+    batches = []
+    for _ in range(STEPS):
+        ids = torch.randint(0, HF["vocab"], (HF["batch"], HF["seq"]), generator=gen)
+        labels = ids.clone()
+        labels[:, -5:] = -100  # positions without a target
+        batches.append({"input_ids": ids, "labels": labels})
+    return batches
+
+
+def _run_hf_chunked(rank: int, world: int) -> dict[str, Any]:
+    batches = _hf_batches(rank)
+    counts = Collectives()
+    result: dict[str, Any] = {}
+    for kind in ("gpt2", "llama"):
+        model, blocks = _hf_model(kind)
+        prof = profile_model(
+            copy.deepcopy(model), example_input=batches[0], repeats=1, loss_chunks=CHUNKS
+        )
+        options = {"example_input": batches[0], "profile": prof, "loss_chunks": CHUNKS}
+        one = enable(
+            copy.deepcopy(model), "1GB", shards=world, optimizer="sgd", output_held=False,
+            **options,
+        )  # fmt: skip
+        rank_profile = planned(one).profile  # type: ignore[union-attr]: one rank's
+        least = describe(rank_profile, "sgd")["min_memory"]["chain"]
+        plain = copy.deepcopy(model)
+        _shard(plain, blocks(plain))
+        trained = _train(plain, blocks(plain), batches, _own_loss, rank, counts)
+        result[kind] = {
+            "plain": trained,
+            "least": _under_plan(
+                model, blocks, batches, _own_loss, rank, counts, least, plain, **options
+            ),
+        }
+    return result
+
+
+CASES = {"gpt": _run_gpt, "hf-chunked": _run_hf_chunked}
 
 
 def main() -> None:
     rank, world, port, out = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4]
+    case = sys.argv[5]
 
     def run() -> dict[str, Any]:
         count_every_thread()  # gloo's worker threads release the collectives' buffers
-        return _run(rank, world)
+        return CASES[case](rank, world)
 
     result = gloo_rank(rank, world, port, run)
     with open(out, "w") as handle:

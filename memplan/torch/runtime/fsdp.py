@@ -27,6 +27,16 @@ shards as FSDP2 pads them, which stages are blocks) and the runtime what FSDP2 n
 * **The unsharded parameters are the model's, not the plan's.** A block's saved tensors include
   its unsharded parameters; memplan treats their storages as parameters (never part of ``s[k]``,
   never offloaded) through :meth:`ShardedSteps.static`.
+* **A chunked loss is one root stage** (``enable(..., loss_chunks=N)``). The model's forward
+  stops at its last block's return by an exception the model's own ``forward`` wrapper catches
+  (:class:`~memplan.torch.runtime.hooks.ModelHooks`), raised by the block's last forward hook,
+  registered anew at each step's start: after FSDP2's post-forward hook, which reshards the
+  block and hooks its output for FSDP2's pre-backward, and after this module's own. The
+  head+loss stage then runs inside the root's forward, on the root's parameters FSDP2 gathered
+  at its pre-forward (the head's weight, tied to the embedding or not) and keeps gathered to
+  the end of the backward; its gradients are the root's whole ones, reduce-scattered after
+  ``B 0``. The root's post-forward hook runs on the model's output (its ``loss``), where FSDP2's
+  root pre-backward hook prefetches the last block (``loss_in_root``).
 * **The shard count can change after enable.** ``enable`` before ``fully_shard`` profiles the
   whole model (it is whole on every rank then); the first step on a sharded model checks the
   plan's layout against the model's (:func:`model_layout`) and plans again when they differ.
@@ -336,8 +346,16 @@ class ShardedSteps:
     def static(self, pointers: set[int]) -> set[int]:
         """The storages the plan treats as parameters: ``pointers`` and the unsharded
         parameters of the block computing (its saved tensors are the only ones holding them).
+
+        ``pointers`` are taken at the step's first saved tensor, maybe while a block computes:
+        the unsharded parameters of the blocks gathered then are not among them (FSDP2 frees
+        them at the block's reshard and the allocator reuses their addresses for activations,
+        which would be taken for parameters); :meth:`_gathering` names them while they compute.
         """
-        return _WithGathered(pointers, self) if self.blocks else pointers
+        if not self.blocks:
+            return pointers
+        gathered = set().union(*(block.pointers() for block in self.blocks.values()))
+        return _WithGathered(pointers - gathered, self)
 
     @contextmanager
     def recomputing(self) -> Iterator[None]:

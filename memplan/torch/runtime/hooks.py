@@ -74,6 +74,7 @@ class ModelHooks:
         )
         self.marking = False
         self.stage_handles: list[Any] = []
+        self.cut_handle: Any = None  # the hook that stops the forward at the chunked loss
         self._mark_stages(not planned.passive())
 
     def _mark_stages(self, on: bool) -> None:
@@ -89,6 +90,7 @@ class ModelHooks:
                 handle.remove()
                 handles.remove(handle)
             self.stage_handles = []
+            self.cut_handle = None
             return
         found = self.found
 
@@ -101,6 +103,26 @@ class ModelHooks:
             add(block.register_forward_hook(self.block_post(i), with_kwargs=True))
         if found.output_module is not None and self.chunked is None:  # the head ends at its return
             add(found.output_module.register_forward_hook(self.head_post, with_kwargs=True))
+        self._register_cut()
+
+    def _register_cut(self) -> None:
+        """(Re-)register the hook that stops the model's forward where the chunked loss takes
+        over, on the last block, after every forward hook it has: at each step's start, so that
+        the hooks registered since ``enable`` run first (FSDP2's post-forward hook, which
+        reshards the block and hooks its output for the backward, and the runtime's own under
+        FSDP2: NOTE [ Plans under FSDP2 ]); a hook after the one raising would not run.
+        """
+        if self.chunked is None or not self.marking or not self.found.block_modules:
+            return
+        handles = self.planned._handles
+        if self.cut_handle is not None:
+            self.cut_handle.remove()
+            self.stage_handles.remove(self.cut_handle)
+            handles.remove(self.cut_handle)
+        last = self.found.block_modules[-1]
+        self.cut_handle = last.register_forward_hook(self.cut)
+        self.stage_handles.append(self.cut_handle)
+        handles.append(self.cut_handle)
 
     def active(self) -> _Step | None:
         return None if self.planned._recomputing else self.step
@@ -129,6 +151,7 @@ class ModelHooks:
         if kwargs.get("use_cache"):  # a KV cache grows at every call of a block: no cache in
             kwargs = {**kwargs, "use_cache": False}  # training (as HF's checkpointing does)
         it = self.planned._iteration(x0)
+        self._register_cut()  # after the hooks registered at the step's start (FSDP2's)
         self.step = step = _Step(it, passive=isinstance(it, PassiveIteration))
         if step.passive:
             return None if kwargs is given else (args, kwargs)
@@ -266,11 +289,8 @@ class ModelHooks:
                     return None
                 y = it.begin(self.head, out, self._head_function(step), self.head_stage)
                 step.open = True
-                if self.chunked is not None:  # the rest is the chunked loss (_ChunkedForward)
-                    raise _AtHead(y)
-                self._record_head(step, y)
-            except _AtHead:
-                raise
+                if self.chunked is None:  # else the rest is the chunked loss (:meth:`cut`)
+                    self._record_head(step, y)
             except BaseException:
                 self._abort()
                 raise
@@ -279,6 +299,20 @@ class ModelHooks:
             return None
 
         return hook
+
+    def cut(self, module: nn.Module, args: tuple, output: Any) -> None:
+        """The last block's last forward hook under a chunked loss: the head+loss stage has
+        begun (:meth:`block_post`); stop the model's forward there (:class:`_ChunkedForward`
+        computes the rest from the block's output as the hooks before this one left it).
+        """
+        step = self.active()
+        if step is None or step.stage != self.head or not step.open:
+            return
+        out = primary_output(output)
+        if out is None:
+            self._abort()
+            raise RuntimeError(f"block {self.found.blocks[-1]} returned no tensor")
+        raise _AtHead(out)
 
     # -- the head --------------------------------------------------------------------------
     def _record_head(self, step: _Step, x: Tensor) -> None:
@@ -382,8 +416,9 @@ class _ChunkedForward:
     """The model's ``forward`` under a plan with a chunked loss (``enable(..., loss_chunks=N)``).
 
     With gradients, the model's own forward runs up to the return of its last block (its
-    ``labels`` and ``num_items_in_batch`` held back), which begins the ``head+loss`` stage and
-    stops it; the stage computes the model's loss from the last hidden state in chunks of tokens
+    ``labels`` and ``num_items_in_batch`` held back), which begins the ``head+loss`` stage; the
+    block's last forward hook stops it (:meth:`ModelHooks.cut`, after FSDP2's). The stage
+    computes the model's loss from the last hidden state in chunks of tokens
     (:class:`~memplan.torch.split.chunked_loss.ChunkedLoss`: the head, the cross-entropy and
     their gradients chunk by chunk), and the model returns its output class with that ``loss``
     and ``logits=None``: the logits are never whole. Without gradients (evaluation) the model's

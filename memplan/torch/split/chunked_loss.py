@@ -161,7 +161,9 @@ class ChunkedLoss(nn.Module):
         self.loss = loss
         self.chunks = chunks
         self.upcast = isinstance(loss, HFLoss) and loss.task == "causal-lm"
-        self.shared: set[int] = set()  # the head's parameters an earlier stage uses (tied)
+        # the head's parameters an earlier stage uses (tied), by name in the head: FSDP2
+        # (``fully_shard``) registers other tensors in their places at every step
+        self.shared: set[str] = set()
 
     @property
     def labels_from_input(self) -> bool:
@@ -208,9 +210,11 @@ class ChunkedLoss(nn.Module):
         if count is None:
             count = (targets != IGNORE_INDEX).sum()
         count = torch.as_tensor(count, device=hidden.device)
-        params = [p for p in self.head.parameters() if p.requires_grad]
+        named = [(n, p) for n, p in self.head.named_parameters() if p.requires_grad]
+        params = [p for _, p in named]
         if torch.is_grad_enabled() and (hidden.requires_grad or params):
-            return _LossAndGradients.apply(self, hidden, targets, count, *params)
+            tied = [n in self.shared for n, _ in named]
+            return _LossAndGradients.apply(self, hidden, targets, count, tied, *params)
         total = hidden.new_zeros((), dtype=self.loss_dtype(hidden))
         for part, part_targets in self.pieces(hidden, targets):
             total = total + self.chunk_sum(part, part_targets) / count
@@ -236,6 +240,7 @@ class _LossAndGradients(torch.autograd.Function):
         hidden: Tensor,
         targets: Tensor,
         count: Tensor,
+        tied: list[bool],
         *params: Tensor,
     ) -> Tensor:
         wants_input = hidden.requires_grad
@@ -265,7 +270,7 @@ class _LossAndGradients(torch.autograd.Function):
             j = projection.index
             grads[j] = projection.grad if grads[j] is None else projection.grad.add_(grads[j])
         ctx.has = [g is not None for g in (grad_input, *grads)]
-        ctx.tied = [False] + [id(p) in stage.shared for p in params]
+        ctx.tied = [False, *tied]
         ctx.save_for_backward(*(g for g in (grad_input, *grads) if g is not None))
         return total
 
@@ -280,7 +285,7 @@ class _LossAndGradients(torch.autograd.Function):
             None if grad is None else grad * grad_output if tied else grad.mul_(grad_output)
             for grad, tied in zip(found, ctx.tied, strict=True)
         ]
-        return (None, found[0], None, None, *found[1:])
+        return (None, found[0], None, None, None, *found[1:])
 
 
 def _same(tensor: Tensor) -> Tensor:
@@ -467,7 +472,7 @@ def chunk_loss(chain: Chain, x: Tensor, chunks: int | None, kind: str = "the mod
     head = chain.modules[-2]
     stage = ChunkedLoss(head, loss, chunks)
     earlier = {id(p) for _, module in chain.stages[:-2] for p in module.parameters()}
-    stage.shared = {id(p) for p in head.parameters()} & earlier
+    stage.shared = {n for n, p in head.named_parameters() if id(p) in earlier}
     body = chain.stages[:-2]
     with eval_mode(*chain.modules), torch.no_grad():
         head_input = run_stages(kind, body, x.clone())
