@@ -195,9 +195,9 @@ def test_a_gathered_block_is_never_taken_for_a_parameter(one_rank):
     block = under.blocks[1]
     block.unshard()
     gathered = {p.untyped_storage().data_ptr() for p in block.parameters()}
-    pointers = static_pointers(under.modules())
+    pointers = set(static_pointers(under.modules()))
     assert gathered and gathered <= pointers  # the block's parameters while gathered
-    static = steps.static(pointers)
+    static = steps.static(static_pointers(under.modules()))
     block.reshard()
     assert not any(ptr in static for ptr in gathered)
     assert all(ptr in static for ptr in pointers - gathered)

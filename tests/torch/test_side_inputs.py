@@ -19,6 +19,7 @@ import memplan  # noqa: E402
 from memplan.api import describe  # noqa: E402
 from memplan.errors import InputError  # noqa: E402
 from memplan.torch import checkpointed, enable, linearize, planned, profile_model  # noqa: E402
+from memplan.torch.base.storage import StaticStorages  # noqa: E402
 
 pytestmark = pytest.mark.torch
 
@@ -141,6 +142,26 @@ def test_indices_an_earlier_block_computed_train_under_enable():
     for (name, p), (_, q) in zip(ref.named_buffers(), got.named_buffers(), strict=True):
         torch.testing.assert_close(q, p, msg=lambda m, n=name: f"{n}: {m}")  # counted once a step
     assert float(got.blocks[0].calls) == 3
+
+
+def test_a_replaced_buffer_stops_being_a_weight_when_freed():
+    """TopKBlock replaces its ``calls`` buffer at every call: the old storage is freed and the
+    allocator may give its address to an activation of the same forward, which a set of
+    addresses taken at the step's start would count as a weight (one saved tensor less in the
+    forward than in its recomputation, depending on the heap)."""
+    block = TopKBlock()
+    static = StaticStorages(block.buffers())
+    old = block.calls.data_ptr()
+    assert old in static and list(static) == [old]
+    block.train()(torch.zeros(1, SEQ, DIM))  # self.calls = self.calls + 1: the old one freed
+    assert old not in static and len(static) == 0
+    kept = torch.zeros(4)
+    resized = StaticStorages([kept])
+    address = kept.data_ptr()
+    kept.untyped_storage().resize_(0)  # as FSDP2 frees an unsharded parameter
+    assert address not in resized
+    a, b = torch.zeros(4), torch.zeros(4)
+    assert set(StaticStorages([a, b]).without([a.data_ptr()])) == {b.data_ptr()}
 
 
 @pytest.mark.parametrize(

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import weakref
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 import torch
 
-__all__ = ["storage_key", "tensors_of"]
+__all__ = ["StaticStorages", "storage_key", "tensors_of"]
 
 
 def tensors_of(value: Any) -> list[torch.Tensor]:
@@ -37,3 +38,49 @@ def storage_key(tensor: torch.Tensor) -> tuple[int, int] | None:
     except (RuntimeError, NotImplementedError, AttributeError):
         return None
     return (ptr, storage.nbytes()) if ptr else None
+
+
+class StaticStorages:
+    """The data pointers of some tensors' storages (a module's parameters and buffers), each
+    counted for as long as its storage lives at that address.
+
+    The runtime and the probes tell a saved tensor from a weight by its storage's address. A
+    module that replaces a buffer during the step (``self.calls = self.calls + 1``) frees the
+    old storage, whose address the allocator may give to an activation next: a plain set of
+    addresses would take that activation for a weight, and a stage would then save one tensor
+    less in one forward than in its recomputation, depending on where the allocator happened
+    to put it. Each address is kept with a weak reference to its storage (PyTorch keeps a
+    storage's Python object for as long as the storage lives), so it stops counting when the
+    storage is freed or resized away from it (FSDP2's unsharded parameters); the storages
+    themselves are not kept alive.
+    """
+
+    def __init__(self, tensors: Iterable[torch.Tensor] = ()) -> None:
+        self._storages: dict[int, weakref.ref[torch.UntypedStorage]] = {}
+        for tensor in tensors:
+            self.add(tensor)
+
+    def add(self, tensor: torch.Tensor) -> None:
+        """Count ``tensor``'s storage (nothing for a tensor without real storage)."""
+        if storage_key(tensor) is None:
+            return
+        storage = tensor.untyped_storage()
+        self._storages[storage.data_ptr()] = weakref.ref(storage)
+
+    def without(self, pointers: Iterable[int]) -> StaticStorages:
+        """These storages but those at ``pointers``."""
+        left = StaticStorages()
+        dropped = set(pointers)
+        left._storages = {p: s for p, s in self._storages.items() if p not in dropped}
+        return left
+
+    def __contains__(self, ptr: object) -> bool:
+        ref = self._storages.get(ptr) if isinstance(ptr, int) else None
+        storage = None if ref is None else ref()
+        return storage is not None and storage.data_ptr() == ptr
+
+    def __iter__(self) -> Iterator[int]:
+        return (ptr for ptr in list(self._storages) if ptr in self)
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)

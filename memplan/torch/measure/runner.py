@@ -20,7 +20,7 @@ from torch import Tensor, nn
 
 from memplan.errors import InputError
 from memplan.profile.model import StageOption
-from memplan.torch.base.storage import storage_key
+from memplan.torch.base.storage import StaticStorages, storage_key
 from memplan.torch.estimate.roofline import OpCounter
 from memplan.torch.measure.probe import (
     allocation_bytes,
@@ -43,10 +43,11 @@ def storage_bytes(tensor: Tensor | None) -> int:
     return 0 if key is None else key[1]
 
 
-def static_pointers(module: nn.Module) -> set[int]:
-    """Storage pointers of a module's parameters and buffers (static memory, never 'saved')."""
-    keys = (storage_key(t) for t in [*module.parameters(), *module.buffers()])
-    return {key[0] for key in keys if key is not None}
+def static_pointers(module: nn.Module) -> StaticStorages:
+    """Storage pointers of a module's parameters and buffers (static memory, never 'saved'),
+    each while its storage lives (:class:`~memplan.torch.base.storage.StaticStorages`).
+    """
+    return StaticStorages([*module.parameters(), *module.buffers()])
 
 
 def clear_grads(module: nn.Module) -> None:

@@ -96,7 +96,7 @@ class _Sizes:
     output_saved: bool
 
 
-def _instrumented(runner: StageRunner, probe: MemoryProbe, static: set[int]) -> _Sizes:
+def _instrumented(runner: StageRunner, probe: MemoryProbe, static: Collection[int]) -> _Sizes:
     """One iteration under the memory probe and ``saved_tensors_hooks``, as the runtime runs it.
 
     The forward runs twice, both times inside :func:`memplan.torch.runtime.recompute.recomputing` (the
@@ -278,7 +278,7 @@ def _fresh_run(
 
 
 def measure_option(
-    runner: StageRunner, probe: MemoryProbe, static: set[int], policy: str, repeats: int
+    runner: StageRunner, probe: MemoryProbe, static: Collection[int], policy: str, repeats: int
 ) -> StageOption:
     """One stage run as an ``F_all`` under a selective policy (:mod:`memplan.torch.runtime.selective`),
     as the runtime runs it: the forward keeps the policy's outputs (the SAC cache) and none of
@@ -354,7 +354,11 @@ def measure_option(
 
 
 def _cache_and_output_bytes(
-    forward: Any, out: Tensor, inputs: tuple[Any, ...], static: set[int], device: torch.device
+    forward: Any,
+    out: Tensor,
+    inputs: tuple[Any, ...],
+    static: Collection[int],
+    device: torch.device,
 ) -> int:
     """What a selective forward keeps: the storages of its SAC cache and its output (allocator
     sizes), the ``static`` ones and the ``inputs``' left out.
@@ -375,7 +379,7 @@ def _recompute_then_backward(
     inp: Tensor,
     recompute: Any,
     slots: list[_OptionSlot],
-    static: set[int],
+    static: Collection[int],
     out: Tensor,
     grad: Tensor | None,
 ) -> None:
@@ -423,7 +427,7 @@ def measure_stage(
     input_grad: bool,
     repeats: int = 5,
     probe: MemoryProbe | None = None,
-    static: set[int] | None = None,
+    static: Collection[int] | None = None,
     counter: OpCounter | None = None,
     creates_grads: Collection[int] | None = None,
     policies: Sequence[str] = (),

@@ -17,6 +17,7 @@ import memplan
 from memplan.errors import InputError
 from memplan.profile.io import load_profile
 from memplan.schedule import Schedule, load_schedule
+from memplan.torch.base.storage import StaticStorages
 from memplan.torch.runtime.iteration import PassiveIteration, PlannedIteration, static_pointers
 from memplan.torch.runtime.plan import (
     COMPUTE_OPS,
@@ -83,7 +84,7 @@ class CheckpointedChain(nn.Module):
         """Forward operations per stage in the schedule."""
         return planned_forward_counts(self.schedule, len(self.modules_))
 
-    def _static_pointers(self) -> set[int]:
+    def _static_pointers(self) -> StaticStorages:
         if self._every is None:
             self._every = list(self.modules())
         return static_pointers(self._every)

@@ -47,7 +47,7 @@ from __future__ import annotations
 import json
 import math
 import sys
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Container, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -59,6 +59,7 @@ from memplan.loop import TrainingLoop
 from memplan.profile.model import Profile
 from memplan.profile.sharding import ShardLayout, StageShard, Unit, check_shards, shard_profile
 from memplan.schedule import Schedule, load_schedule
+from memplan.torch.base.storage import StaticStorages
 from memplan.torch.runtime.checkpointed import check_schedule
 from memplan.torch.runtime.hooks import with_primary
 from memplan.torch.runtime.plan import RuntimePlan
@@ -343,7 +344,7 @@ class ShardedSteps:
 
         return hook
 
-    def static(self, pointers: set[int]) -> set[int]:
+    def static(self, pointers: StaticStorages) -> Container[int]:
         """The storages the plan treats as parameters: ``pointers`` and the unsharded
         parameters of the block computing (its saved tensors are the only ones holding them).
 
@@ -355,7 +356,7 @@ class ShardedSteps:
         if not self.blocks:
             return pointers
         gathered = set().union(*(block.pointers() for block in self.blocks.values()))
-        return _WithGathered(pointers - gathered, self)
+        return _WithGathered(pointers.without(gathered), self)
 
     @contextmanager
     def recomputing(self) -> Iterator[None]:
@@ -381,17 +382,17 @@ class ShardedSteps:
         self.checked = False
 
 
-class _WithGathered(set[int]):
-    """A set of data pointers that also holds those of the unsharded parameters of the block
-    computing (FSDP2 allocates them anew at each all-gather: :meth:`ShardedSteps._gathering`).
+class _WithGathered:
+    """The static storages and those of the unsharded parameters of the block computing (FSDP2
+    allocates them anew at each all-gather: :meth:`ShardedSteps._gathering`).
     """
 
-    def __init__(self, pointers: set[int], steps: ShardedSteps) -> None:
-        super().__init__(pointers)
+    def __init__(self, pointers: StaticStorages, steps: ShardedSteps) -> None:
+        self.pointers = pointers
         self.steps = steps
 
     def __contains__(self, ptr: object) -> bool:
-        return super().__contains__(ptr) or ptr in self.steps.gathered
+        return ptr in self.pointers or ptr in self.steps.gathered
 
 
 # ------------------------------------------------------------------------------------------------

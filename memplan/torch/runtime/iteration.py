@@ -92,14 +92,14 @@ drives it are in :mod:`~memplan.torch.runtime.plan`, :mod:`~memplan.torch.runtim
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Container, Iterable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager, nullcontext
 from typing import Any
 
 import torch
 from torch import Tensor, nn
 
-from memplan.torch.base.storage import storage_key
+from memplan.torch.base.storage import StaticStorages, storage_key
 from memplan.torch.runtime.plan import (
     COMPUTE_OPS,
     RuntimeCounters,
@@ -168,7 +168,7 @@ class PlannedIteration:
         self,
         plan: RuntimePlan,
         x0: Tensor,
-        static: Callable[[], set[int]],
+        static: Callable[[], Container[int]],
         counters: RuntimeCounters,
         streams: dict[Any, Any],
         *,
@@ -180,7 +180,7 @@ class PlannedIteration:
         self.plan = plan
         self.counters = counters
         self._statics = static
-        self._static: set[int] | None = None
+        self._static: Container[int] | None = None
         self.virtual = virtual or set()
         self.tally = tally
         # the stages whose saved tensors the runtime looks at, whose backward it watches
@@ -210,8 +210,10 @@ class PlannedIteration:
 
     # -- bookkeeping -----------------------------------------------------------------------
     @property
-    def static(self) -> set[int]:
-        """Data pointers of the parameters and buffers (computed once, when first needed)."""
+    def static(self) -> Container[int]:
+        """Data pointers of the parameters and buffers (taken once, when first needed; each
+        while its storage lives: :class:`~memplan.torch.base.storage.StaticStorages`).
+        """
         if self._static is None:
             self._static = self._statics()
         return self._static
@@ -747,17 +749,17 @@ def _release(stored: Stored, storages: list[torch.UntypedStorage]) -> None:
     stored.tensor = None
 
 
-def static_pointers(modules: Iterable[nn.Module]) -> set[int]:
-    """Data pointers of the storages of the parameters and buffers of ``modules`` (each module's
-    own: pass every module, ``list(model.modules())``, kept from one step to the next).
+def static_pointers(modules: Iterable[nn.Module]) -> StaticStorages:
+    """The storages of the parameters and buffers of ``modules`` (each module's own: pass every
+    module, ``list(model.modules())``, kept from one step to the next), by data pointer, each
+    for as long as it lives (a buffer the step replaces stops counting when freed).
     """
-    found: set[int] = set()
+    found = StaticStorages()
     for module in modules:
         for tensors in (module._parameters, module._buffers):
             for tensor in tensors.values():
-                key = None if tensor is None else storage_key(tensor)
-                if key is not None:
-                    found.add(key[0])
+                if tensor is not None:
+                    found.add(tensor)
     return found
 
 

@@ -5,7 +5,7 @@ How the plan follows the model's forward: NOTE [ Following the model's own forwa
 """
 
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Container
 from typing import Any
 
 import torch
@@ -139,7 +139,7 @@ class PlannedModel:
         )  # fmt: skip
         return self.iteration
 
-    def _static(self) -> set[int]:
+    def _static(self) -> Container[int]:
         pointers = static_pointers(self._modules)
         if self.sharding is not None:  # FSDP2's unsharded parameters too
             return self.sharding.static(pointers)  # type: ignore[no-any-return]
