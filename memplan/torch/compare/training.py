@@ -27,11 +27,11 @@
     example_input=batch)`` (STYLE.md item 11), the model then trained by its own step:
     ``store-all`` (its own need as the budget), ``rotor`` at its least memory, and ``rotor``
     with each alternative's measured peak as its budget.
-``memplan fit(loss_chunks=N) <algo>``
-    With ``loss_chunks``: the same plans on memplan's chain whose last stage is the language
-    model's head and loss computed in ``N`` chunks of tokens
-    (:mod:`memplan.torch.split.chunked_loss`), run by :func:`memplan.torch.checkpointed` as
-    :func:`memplan.torch.fit` returns it: ``enable`` does not take ``loss_chunks`` yet.
+``memplan <algo>, loss_chunks=N``
+    With ``loss_chunks``: the same plans installed by ``memplan.torch.enable(model, memory,
+    example_input=batch, loss_chunks=N)``, the language model's head and own loss computed in
+    ``N`` chunks of tokens inside its forward (:mod:`memplan.torch.split.chunked_loss`), from a
+    profile measured so; the model then trained by the same step, ``model(**batch).loss``.
 
 Each way is measured on the same footing (NOTE [ comparison protocol ]): one measured step for the
 memory (:func:`memplan.torch.measure.allocator_peak.allocator_peak`, the allocator's own count, no code
@@ -90,7 +90,6 @@ from memplan.torch.compare.ways import (
     compile_way,
     default_segments,
     enable_way,
-    fit_way,
     has_dropout,
     hf_way,
     least_memory,
@@ -102,7 +101,7 @@ from memplan.torch.compare.ways import (
 from memplan.torch.measure.allocator_peak import allocator_peak, profiled_copy
 from memplan.torch.measure.step import make_optimizer
 from memplan.torch.planner import PlanSettings, profile_for_training
-from memplan.torch.split.chunked_loss import chunk_loss, profile_loss_chunks
+from memplan.torch.split.chunked_loss import profile_loss_chunks
 
 __all__ = [
     "DEFAULT_COMPILE_BUDGETS",
@@ -324,7 +323,8 @@ def compare_training(  # noqa: C901 - the ways in NOTE [ comparison protocol ]'s
     rounds : int
         Timed rounds (each way once per round).
     segments : sequence of int, optional
-        ``checkpoint_sequential`` segment counts (default :func:`default_segments`).
+        ``checkpoint_sequential`` segment counts (default :func:`default_segments`; empty:
+        none).
     compile_budgets : sequence of float
         ``activation_memory_budget`` values for ``torch.compile`` (empty: no compile).
     algos : sequence of str
@@ -334,8 +334,8 @@ def compare_training(  # noqa: C901 - the ways in NOTE [ comparison protocol ]'s
         Budgets (bytes) at which memplan's rotor is planned and measured too (``at N bytes``).
     profile : optional
         A profile of this model and batch (default: profiled here, ``repeats`` timed runs): the
-        one ``enable`` installs plans from, or, made with the loss in chunks, ``fit``'s (the
-        other is profiled here).
+        one ``enable`` installs plans from, with the model's own loss or, made with the loss in
+        chunks, with ``loss_chunks`` (the other is profiled here).
     optimizer : str
         ``sgd``, ``momentum`` or ``adam`` (:func:`memplan.torch.measure.step.make_optimizer`), for
         every way; memplan plans for it.
@@ -351,10 +351,10 @@ def compare_training(  # noqa: C901 - the ways in NOTE [ comparison protocol ]'s
         from rotor's least planned memory to store-all's (0: the least, 1: store-all), the same
         budgets for both: what the options buy where both plan.
     loss_chunks : int, optional
-        Add memplan's plans on the chain whose last stage computes a language model's head and
-        loss in this many chunks of tokens (:mod:`memplan.torch.split.chunked_loss`), run as
-        :func:`memplan.torch.fit` runs them; the hand-written chunked loss alternative takes as
-        many chunks (8 without).
+        Add memplan's plans installed with ``enable(..., loss_chunks=N)``: a language model's
+        head and loss computed in this many chunks of tokens inside its forward
+        (:mod:`memplan.torch.split.chunked_loss`), at the same settings as the plans without;
+        the hand-written chunked loss alternative takes as many chunks (8 without).
     clock : str
         ``wall`` (``time.perf_counter``, after a CUDA synchronization) or ``cpu``
         (``time.process_time``: the CPU time of this process, which the load of a shared machine
@@ -399,7 +399,7 @@ def compare_training(  # noqa: C901 - the ways in NOTE [ comparison protocol ]'s
             ways.append(Way(Outcome("plain (again)", "control"), setup.plain_loss()))
         ways.append(hf_way(setup))
         ways.append(chunked_loss_way(setup, chunks or DEFAULT_ALTERNATIVE_CHUNKS))
-        ways += [sequential_way(setup, k) for k in (segments or default_segments(n))]
+        ways += [sequential_way(setup, k) for k in _segments(segments, n)]
         ways += [compile_way(setup, b) for b in compile_budgets]
         with_sac = selective and blocks is not prof
         plans = _Plans(setup, optimizer, blocks, prof if with_sac else None, chunked_prof, chunks)
@@ -448,6 +448,13 @@ def compare_training(  # noqa: C901 - the ways in NOTE [ comparison protocol ]'s
     )
 
 
+def _segments(segments: Sequence[int] | None, stages: int) -> Sequence[int]:
+    """The ``checkpoint_sequential`` segment counts to measure: ``segments`` as given (empty:
+    none), :func:`default_segments` when None.
+    """
+    return default_segments(stages) if segments is None else segments
+
+
 def _profiles(
     setup: Setup,
     given: Any,
@@ -458,8 +465,8 @@ def _profiles(
     note: Progress,
 ) -> tuple[Any, Any]:
     """The profile of the model as ``enable`` installs plans on it, and, with ``loss_chunks``,
-    the profile of the chain with the loss in chunks (``fit``'s): ``given`` is used for the one
-    it is (a profile says its chunks), the other is measured here.
+    its profile with the head and loss in chunks (``enable(..., loss_chunks=N)``'s): ``given``
+    is used for the one it is (a profile says its chunks), the other is measured here.
     """
     found: dict[bool, Any] = {}
     if given is not None:
@@ -479,14 +486,13 @@ def _profiles(
         raise InputError("profile: a profile with the loss in chunks; give the model's own")
     chunked_prof = found.get(True)
     if chunked_prof is not None:
-        chunks = profile_loss_chunks(chunked_prof, loss_chunks)
-        setup.planned = chunk_loss(setup.chain, setup.x, chunks, setup.label)
+        profile_loss_chunks(chunked_prof, loss_chunks)  # measured with the chunks asked for
     return found[False], chunked_prof
 
 
 class _Plans:
-    """memplan's ways: through ``enable`` on the model's profile, and with the loss in chunks
-    through ``fit``'s chain (NOTE [ comparison protocol ]).
+    """memplan's ways, each installed by ``enable``: on the model's profile, and with the loss
+    in chunks (``loss_chunks``) on the profile measured so (NOTE [ comparison protocol ]).
     """
 
     def __init__(
@@ -511,7 +517,7 @@ class _Plans:
         if self.options is not None and algo != "store-all":
             ways.append(enable_way(s, self.options, algo, memory, setting, opt, SAC))
         if self.chunked is not None and self.chunks is not None:
-            ways.append(fit_way(s, self.chunked, algo, memory, setting, opt, self.chunks))
+            ways.append(enable_way(s, self.chunked, algo, memory, setting, opt, "", self.chunks))
         return ways
 
     def _least(self, algo: str) -> list[Way]:
@@ -523,7 +529,9 @@ class _Plans:
                 ways.append(enable_way(s, prof, algo, least, "least memory", opt, suffix))
         least = None if self.chunked is None else least_memory(self.chunked, algo, opt)
         if least is not None and self.chunks is not None:
-            ways.append(fit_way(s, self.chunked, algo, least, "least memory", opt, self.chunks))
+            ways.append(
+                enable_way(s, self.chunked, algo, least, "least memory", opt, "", self.chunks)
+            )
         return ways
 
     def at_settings(
@@ -557,7 +565,9 @@ class _Plans:
         ways = [enable_way(s, prof, "rotor", alternative.peak, setting, opt, suffix)]
         if self.chunked is not None and self.chunks is not None:
             ways.append(
-                fit_way(s, self.chunked, "rotor", alternative.peak, setting, opt, self.chunks)
+                enable_way(
+                    s, self.chunked, "rotor", alternative.peak, setting, opt, "", self.chunks
+                )
             )
         return ways
 
