@@ -303,6 +303,7 @@ def compare_training(  # noqa: C901 - the ways in NOTE [ comparison protocol ]'s
     loss_chunks: int | None = None,
     clock: str = "wall",
     control: bool = False,
+    round_seconds: float | None = None,
 ) -> Comparison:
     """Train ``model`` plainly, with Hugging Face checkpointing, ``checkpoint_sequential``,
     ``torch.compile``'s activation memory budget and memplan's plans; measure each.
@@ -321,7 +322,7 @@ def compare_training(  # noqa: C901 - the ways in NOTE [ comparison protocol ]'s
     threads : int or None
         torch's intra-op threads during the comparison (None: leave them).
     rounds : int
-        Timed rounds (each way once per round).
+        Timed rounds (each way once per round): at most this many with ``round_seconds``.
     segments : sequence of int, optional
         ``checkpoint_sequential`` segment counts (default :func:`default_segments`; empty:
         none).
@@ -363,6 +364,9 @@ def compare_training(  # noqa: C901 - the ways in NOTE [ comparison protocol ]'s
         Also time plain training's step a second time as a way of its own, ``plain (again)``
         (family ``control``): its ratio to plain shows what the protocol measures between two
         identical steps (the order in the round, the machine's noise).
+    round_seconds : float, optional
+        Start no round after this many seconds of timing (wall clock, at least one round): as
+        many rounds as fit, up to ``rounds``; :attr:`Comparison.rounds` says how many ran.
 
     Returns
     -------
@@ -378,6 +382,8 @@ def compare_training(  # noqa: C901 - the ways in NOTE [ comparison protocol ]'s
         raise InputError(f"rounds {rounds!r}: expected a positive integer")
     if clock not in ("wall", "cpu"):
         raise InputError(f"clock {clock!r}: expected wall or cpu")
+    if round_seconds is not None and not round_seconds > 0:
+        raise InputError(f"round_seconds {round_seconds!r}: expected a positive number")
     for b in compile_budgets:
         if not 0.0 <= b <= 1.0:
             raise InputError(f"compile budget {b!r}: expected a fraction from 0 to 1")
@@ -424,7 +430,7 @@ def compare_training(  # noqa: C901 - the ways in NOTE [ comparison protocol ]'s
                     extra.append(at)
             ways += extra
         measured = [way for way in ways if way.loss is not None and way.outcome.skipped is None]
-        _time_rounds(bench, measured, rounds, note)
+        rounds = _time_rounds(bench, measured, rounds, note, round_seconds)
         _compare_at_equal_memory([way.outcome for way in ways])
     plain = ways[0].outcome
     for way in ways:
@@ -627,10 +633,21 @@ def _measure(bench: _Bench, way: Way, dropout: bool) -> None:
         o.grads, o.grad_error = bench.compare_gradients()
 
 
-def _time_rounds(bench: _Bench, ways: list[Way], rounds: int, note: Progress) -> None:
-    """``rounds`` rounds, each way once, the order rotated; ratios to plain in the same round."""
+def _time_rounds(
+    bench: _Bench, ways: list[Way], rounds: int, note: Progress, seconds: float | None = None
+) -> int:
+    """``rounds`` rounds, each way once, the order rotated; ratios to plain in the same round.
+    With ``seconds``: no round starts that would end after that many seconds at the pace of
+    the rounds before (one at least). Returns the rounds run.
+    """
     samples: list[list[float]] = [[] for _ in ways]
+    start = time.perf_counter()
     for r in range(rounds):
+        spent = time.perf_counter() - start
+        if r and seconds is not None and spent + spent / r > seconds:
+            note(f"timing: {r} rounds in {spent:.0f} s, another would pass {seconds:g} s")
+            rounds = r
+            break
         note(f"timing round {r + 1}/{rounds}")
         order = list(range(len(ways)))
         shift = r % len(ways)
@@ -642,3 +659,4 @@ def _time_rounds(bench: _Bench, ways: list[Way], rounds: int, note: Progress) ->
         way.outcome.time_ratios = [t / p for t, p in zip(times, plain, strict=True)]
         way.outcome.time_ratio = statistics.median(way.outcome.time_ratios)
         way.outcome.step_ms = statistics.median(times) * 1000.0
+    return rounds
