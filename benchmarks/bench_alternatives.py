@@ -38,6 +38,7 @@ import argparse
 import json
 import os
 import re
+import shlex
 import sys
 import time
 from pathlib import Path
@@ -123,7 +124,7 @@ def run(args: argparse.Namespace) -> None:
     found: dict[str, Any] = {}
     if args.out.exists():
         found = json.loads(args.out.read_text())
-    command = " ".join(["python", *sys.argv])
+    command = shlex.join(["python", *sys.argv])
     print(
         f"# {machine()}; {_versions()}; one thread; {args.optimizer}; {args.clock} clock; "
         f"{_load()} at the start\n# {command}",
@@ -148,6 +149,7 @@ def run(args: argparse.Namespace) -> None:
             input_shape=spec["input_shape"],
             threads=1,
             rounds=args.rounds,
+            round_seconds=args.round_seconds,
             segments=args.segments,
             clock=args.clock,
             compile_budgets=args.compile_budgets,
@@ -157,6 +159,7 @@ def run(args: argparse.Namespace) -> None:
             profile=_profile(args.profile_dir, key),
             loss_chunks=(args.loss_chunks or None) if key in LANGUAGE_MODELS else None,
             optimizer=args.optimizer,
+            control=args.control,
         )
         doc = result.to_dict()
         doc["about"] = spec["about"]
@@ -324,6 +327,17 @@ def main() -> None:
         "'': none)",
     )
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument(
+        "--round-seconds",
+        type=float,
+        default=None,
+        help="per model, time as many of --rounds as fit in this many seconds (one at least)",
+    )
+    parser.add_argument(
+        "--control",
+        action="store_true",
+        help="time plain training twice: 'plain (again)' shows the protocol's noise",
+    )
     parser.add_argument(
         "--optimizer",
         default="sgd",
