@@ -365,8 +365,9 @@ def compare_training(  # noqa: C901 - the ways in NOTE [ comparison protocol ]'s
         (family ``control``): its ratio to plain shows what the protocol measures between two
         identical steps (the order in the round, the machine's noise).
     round_seconds : float, optional
-        Start no round after this many seconds of timing (wall clock, at least one round): as
-        many rounds as fit, up to ``rounds``; :attr:`Comparison.rounds` says how many ran.
+        Start no round that would end after this many seconds of timing (wall clock, at the
+        pace of the rounds before; one round at least): as many rounds as fit, up to
+        ``rounds``; :attr:`Comparison.rounds` says how many ran.
 
     Returns
     -------

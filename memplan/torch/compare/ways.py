@@ -3,9 +3,9 @@
 Each way is a loss function of the batch over one model set up once (:class:`Setup`): plain
 training, Hugging Face checkpointing (with the model's loss, or with a loss a user writes in
 chunks of tokens), ``checkpoint_sequential``, ``torch.compile`` with an activation memory
-budget, and memplan's plans, installed by :func:`memplan.torch.enable` as a user installs them (with
-``loss_chunks``: the language model's head and loss in chunks of tokens inside its own forward).
-The list and the protocol: :mod:`memplan.torch.compare.training`.
+budget, and memplan's plans, installed by :func:`memplan.torch.enable` as a user installs them
+(with ``loss_chunks``: the language model's head and loss in chunks of tokens inside its own
+forward). The list and the protocol: :mod:`memplan.torch.compare.training`.
 """
 
 from __future__ import annotations
