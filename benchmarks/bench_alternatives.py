@@ -8,6 +8,8 @@ Usage::
     python benchmarks/bench_alternatives.py --models gpt2 llama bert vit resnet50 --out r.json
     python benchmarks/bench_alternatives.py --report results.json      # the markdown tables
     nice -n 10 python benchmarks/bench_alternatives.py --models gpt2 llama --selective
+    nice -n 10 python benchmarks/bench_alternatives.py --segments '' --compile-budgets '' \
+        --rounds 50 --round-seconds 420 --clock cpu --control   # issue 35's run, 25 minutes
 
 For each model of ``MODELS`` (the sizes of the issue that asked for the comparison: language
 models at batch 4 x 256 tokens, ViT and ResNet-50 at batch 8 x 3x96x96; ``--small``: the same
