@@ -1,4 +1,4 @@
-"""memplan against what users already have, on real training steps: ``memplan bench`` per model,
+r"""memplan against what users already have, on real training steps: ``memplan bench`` per model,
 and issue 35's goal checked on it.
 
 Usage::
