@@ -1,4 +1,4 @@
-"""memplan against what users already have, on real training steps: ``memplan bench`` per model,
+r"""memplan against what users already have, on real training steps: ``memplan bench`` per model,
 and issue 35's goal checked on it.
 
 Usage::
@@ -8,6 +8,8 @@ Usage::
     python benchmarks/bench_alternatives.py --models gpt2 llama bert vit resnet50 --out r.json
     python benchmarks/bench_alternatives.py --report results.json      # the markdown tables
     nice -n 10 python benchmarks/bench_alternatives.py --models gpt2 llama --selective
+    nice -n 10 python benchmarks/bench_alternatives.py --segments '' --compile-budgets '' \
+        --rounds 50 --round-seconds 420 --clock cpu --control   # issue 35's run, 25 minutes
 
 For each model of ``MODELS`` (the sizes of the issue that asked for the comparison: language
 models at batch 4 x 256 tokens, ViT and ResNet-50 at batch 8 x 3x96x96; ``--small``: the same
@@ -17,17 +19,19 @@ checkpointing, HF checkpointing with a loss computed in chunks of tokens as a us
 (``--loss-chunks``, 8 by default), ``checkpoint_sequential(k)`` over memplan's chain,
 ``torch.compile`` with ``activation_memory_budget`` 0.2 (where it compiles, ``--compile-budgets``)
 and memplan's plans installed by ``memplan.torch.enable`` (store-all, rotor at its least memory
-and at each other way's measured peak), and, for the language models, the same plans with the
-loss in chunks run as ``memplan.torch.fit(loss_chunks=N)`` runs them (``enable`` does not take
-it yet). The peaks are the allocator's own count of each measured step
+and at each other way's measured peak), and, for the language models, the same plans installed by
+``enable(..., loss_chunks=N)`` (the head and loss in N chunks of tokens inside the model's own
+forward; rows ``memplan ..., loss_chunks=N``). Every way trains with ``--optimizer`` (SGD by
+default, as issue 35's table). The peaks are the allocator's own count of each measured step
 (``memplan.torch.measure.allocator_peak``), times paired ratios in the same round (median of
-``--rounds``), gradients compared with plain training's. The machine, its load at the start and
-the end, and the wall time are printed with the tables.
+``--rounds``), gradients compared with plain training's. The machine, the torch and transformers
+versions, the thread count, the command, the load (``uptime``) at the start and the end and the
+wall time are printed with the tables.
 
-After each table, issue 35's goal, through ``enable`` (and through ``fit(loss_chunks=N)``):
-the least memory at most 0.75x HF checkpointing + chunked loss's measured peak; at every
-alternative's measured peak, memplan's plan measures no more and runs no slower (paired median
-<= 1.00); the measured peak within the budget at every point.
+After each table, issue 35's goal through ``enable`` (with or without ``loss_chunks``): the least
+memory at most 0.75x HF checkpointing + chunked loss's measured peak; at every alternative's
+measured peak, a plan of memplan measures no more and runs no slower (paired median <= 1.00); the
+measured peak within the budget at every point.
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ import argparse
 import json
 import os
 import re
+import shlex
 import sys
 import time
 from pathlib import Path
@@ -99,8 +104,20 @@ LEAST_GOAL = 0.75
 
 
 def _load() -> str:
-    one, five, _ = os.getloadavg()
-    return f"load {one:.1f} (1 min) / {five:.1f} (5 min)"
+    one, five, fifteen = os.getloadavg()
+    return f"load average {one:.2f}, {five:.2f}, {fifteen:.2f} (1, 5, 15 min)"
+
+
+def _versions() -> str:
+    import torch
+
+    try:
+        import transformers
+
+        hf = f", transformers {transformers.__version__}"
+    except ImportError:
+        hf = ""
+    return f"torch {torch.__version__}{hf}"
 
 
 def run(args: argparse.Namespace) -> None:
@@ -109,7 +126,12 @@ def run(args: argparse.Namespace) -> None:
     found: dict[str, Any] = {}
     if args.out.exists():
         found = json.loads(args.out.read_text())
-    print(f"# {machine()}; one thread; {args.clock} clock; {_load()} at the start", flush=True)
+    command = shlex.join(["python", *sys.argv])
+    print(
+        f"# {machine()}; {_versions()}; one thread; {args.optimizer}; {args.clock} clock; "
+        f"{_load()} at the start\n# {command}",
+        flush=True,
+    )
     for key in args.models:
         spec = dict(MODELS[key])
         if args.small:
@@ -129,6 +151,7 @@ def run(args: argparse.Namespace) -> None:
             input_shape=spec["input_shape"],
             threads=1,
             rounds=args.rounds,
+            round_seconds=args.round_seconds,
             segments=args.segments,
             clock=args.clock,
             compile_budgets=args.compile_budgets,
@@ -137,9 +160,13 @@ def run(args: argparse.Namespace) -> None:
             fractions=args.fractions,
             profile=_profile(args.profile_dir, key),
             loss_chunks=(args.loss_chunks or None) if key in LANGUAGE_MODELS else None,
+            optimizer=args.optimizer,
+            control=args.control,
         )
         doc = result.to_dict()
         doc["about"] = spec["about"]
+        doc["command"] = command
+        doc["versions"] = _versions()
         doc["wall_s"] = round(time.perf_counter() - start, 1)
         doc["load_end"] = _load()
         found[key] = doc
@@ -160,9 +187,11 @@ def _mb(nbytes: int | None) -> str:
 
 
 def _front(row: dict[str, Any]) -> str:
-    """``fit(loss_chunks=N) `` for the rows run as fit runs them, else empty (``enable``)."""
-    name = row["name"].removeprefix("memplan ")
-    return name.split(" ", 1)[0] + " " if name.startswith("fit(") else ""
+    """``, loss_chunks=N`` for the rows installed with ``enable(..., loss_chunks=N)``, else
+    empty (the model's own loss).
+    """
+    chunks = row.get("loss_chunks")
+    return "" if chunks is None else f", loss_chunks={chunks}"
 
 
 def table(doc: dict[str, Any]) -> str:
@@ -197,69 +226,93 @@ def table(doc: dict[str, Any]) -> str:
         )
     for front in sorted({_front(row) for row in infeasible}):
         rows = [row for row in infeasible if _front(row) == front]
-        least = re.findall(r"\d+", rows[0]["skipped"])[-1]
+        found = re.search(r"least memory that fits is (\d+) bytes", rows[0]["skipped"])
+        least = "" if found is None else f" ({int(found.group(1)) / 1e6:.1f} MB planned)"
         at = ", ".join(row["setting"].removeprefix("at ").removesuffix("'s peak") for row in rows)
         lines.append(
-            f"| memplan {front}rotor at the peak of: {at} | - | - | - | no plan: below rotor's "
-            f"least memory ({int(least) / 1e6:.1f} MB planned) | - | - |"
+            f"| memplan rotor{front} at the peak of: {at} | - | - | - | no plan: below rotor's "
+            f"least memory{least} | - | - |"
         )
     lines.append("")
     chunks = doc.get("loss_chunks")
     if chunks:
         lines.append(
-            f"`memplan fit(loss_chunks={chunks})`: memplan's chain with the head and loss in "
-            f"{chunks} chunks of tokens, run as `fit` runs it (`enable` does not take it yet); "
-            "the other memplan rows are installed by `enable`."
+            f"`memplan ..., loss_chunks={chunks}`: installed by `enable(model, memory, "
+            f"example_input=batch, loss_chunks={chunks})`, the head and loss in {chunks} chunks "
+            "of tokens inside the model's forward; the other memplan rows by `enable` with the "
+            "model's own loss."
         )
-    lines.append(f"(wall {doc['wall_s']:.0f} s; {doc.get('load_end', '')} at the end)")
+    lines.append(
+        f"({doc.get('versions', 'torch ' + doc['torch'])}, {doc['threads']} thread(s), "
+        f"{doc.get('optimizer', 'sgd')}; wall {doc['wall_s']:.0f} s; "
+        f"{doc.get('load_end', '')} at the end)"
+    )
     return "\n".join(lines) + "\n"
-
-
-def _goal_rows(doc: dict[str, Any], front: str) -> list[dict[str, Any]]:
-    """memplan's measured rows through one front: ``enable`` (the plain names) or ``fit``."""
-    rows = [r for r in doc["rows"] if r["family"] == "memplan" and r["peak"] is not None]
-    fit = [r for r in rows if r["name"].startswith("memplan fit(")]
-    return fit if front == "fit" else [r for r in rows if r not in fit]
 
 
 def goal(doc: dict[str, Any]) -> str:
-    """Issue 35's goal on one model's results: a line per criterion and front."""
-    by_name = {r["name"]: r for r in doc["rows"]}
-    chunked = next((r for r in doc["rows"] if r["family"] == "hf-chunked"), None)
-    lines = []
-    for front in ("enable", "fit"):
-        rows = _goal_rows(doc, front)
-        if not rows:
+    """Issue 35's goal on one model's results, through ``enable`` (with or without
+    ``loss_chunks``): the least memory, each alternative's peak, measured <= budget.
+    """
+    rows = [r for r in doc["rows"] if r["family"] == "memplan" and r["peak"] is not None]
+    if not rows:
+        return "Goal: no memplan plan measured.\n"
+    said = [_least_memory(doc, rows)] if _chunked_alternative(doc) else []
+    for alternative in doc["rows"]:
+        if alternative["family"] in ("memplan", "control") or alternative["peak"] is None:
             continue
-        said = []
-        if chunked is not None and chunked["peak"]:
-            least = min(r["peak"] for r in rows)
-            ratio = least / chunked["peak"]
-            mark = "yes" if ratio <= LEAST_GOAL else "NO"
-            said.append(
-                f"least memory {least / 1e6:.1f} MB = {ratio:.2f}x {chunked['name']}'s "
-                f"{chunked['peak'] / 1e6:.1f} MB (<= {LEAST_GOAL}: {mark})"
-            )
-        at = [r for r in rows if r["setting"].startswith("at ") and r["versus"] in by_name]
-        for r in at:
-            other = by_name[r["versus"]]
-            ok = r["peak"] <= other["peak"] and (r["versus_time"] or 0.0) <= 1.0
-            said.append(
-                f"at {r['versus']}'s peak: {r['versus_peak']:.3f}x its memory, "
-                f"{r['versus_time']:.2f}x its time ({'yes' if ok else 'NO'})"
-            )
-        missing = [r for r in doc["rows"] if r["family"] == "memplan" and r["skipped"]]
-        missing = [r for r in missing if r["name"].startswith("memplan fit(") == (front == "fit")]
-        for r in missing:
-            if r["setting"].startswith("at "):
-                said.append(f"{r['setting']}: no plan ({r['skipped']}) (NO)")
-        over = [r["name"] for r in rows if r["budget"] is not None and r["peak"] > r["budget"]]
-        said.append(
-            "measured <= budget at every point: "
-            + ("yes" if not over else "NO (" + ", ".join(over) + ")")
+        said.append(_at_peak(doc, alternative))
+    over = [r["name"] for r in rows if r["budget"] is not None and r["peak"] > r["budget"]]
+    said.append(
+        "measured <= budget at every point: "
+        + ("yes" if not over else "NO (" + ", ".join(over) + ")")
+    )
+    return "Goal through `enable`:\n" + "".join(f"- {line}\n" for line in said)
+
+
+def _chunked_alternative(doc: dict[str, Any]) -> dict[str, Any] | None:
+    found = next((r for r in doc["rows"] if r["family"] == "hf-chunked"), None)
+    return found if found is not None and found["peak"] else None
+
+
+def _least_memory(doc: dict[str, Any], rows: list[dict[str, Any]]) -> str:
+    """memplan's least measured peak over HF checkpointing + chunked loss's (goal <= 0.75x),
+    with and without ``loss_chunks``.
+    """
+    chunked = _chunked_alternative(doc)
+    assert chunked is not None
+    parts, best = [], min(r["peak"] for r in rows)
+    for front in sorted({_front(r) for r in rows}, key=len, reverse=True):
+        least = min(r["peak"] for r in rows if _front(r) == front)
+        parts.append(
+            f"{least / 1e6:.1f} MB{front or ' (the model' + chr(39) + 's own loss)'} = "
+            f"{least / chunked['peak']:.3f}x"
         )
-        lines.append(f"Goal through `{front}`: " + "; ".join(said) + ".")
-    return "\n".join(lines) + "\n"
+    mark = "yes" if best <= LEAST_GOAL * chunked["peak"] else "NO"
+    return (
+        f"least memory against {chunked['name']}'s {chunked['peak'] / 1e6:.1f} MB (goal <= "
+        f"{LEAST_GOAL}x): " + "; ".join(parts) + f" ({mark})"
+    )
+
+
+def _at_peak(doc: dict[str, Any], alternative: dict[str, Any]) -> str:
+    """memplan's plans at one alternative's measured peak: met when one of them measures no
+    more and runs no slower (paired median) than the alternative.
+    """
+    setting = f"at {alternative['name']}'s peak"
+    at = [r for r in doc["rows"] if r["family"] == "memplan" and r["setting"] == setting]
+    parts, met = [], False
+    for r in at:
+        if r["peak"] is None:
+            parts.append(f"rotor{_front(r)}: no plan")
+            continue
+        ok = r["peak"] <= alternative["peak"] and (r["versus_time"] or 0.0) <= 1.0
+        met = met or ok
+        parts.append(
+            f"rotor{_front(r)}: {r['versus_peak']:.3f}x its memory, {r['versus_time']:.2f}x "
+            f"its time"
+        )
+    return f"{setting}: " + ("; ".join(parts) or "not planned") + (" (yes)" if met else " (NO)")
 
 
 def main() -> None:
@@ -272,9 +325,27 @@ def main() -> None:
         "--segments",
         type=lambda t: [int(v) for v in t.split(",") if v],
         default=None,
-        help="checkpoint_sequential segment counts (default: 2, 4, about the square root, all)",
+        help="checkpoint_sequential segment counts (default: 2, 4, about the square root, all; "
+        "'': none)",
     )
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument(
+        "--round-seconds",
+        type=float,
+        default=None,
+        help="per model, time as many of --rounds as fit in this many seconds (one at least)",
+    )
+    parser.add_argument(
+        "--control",
+        action="store_true",
+        help="time plain training twice: 'plain (again)' shows the protocol's noise",
+    )
+    parser.add_argument(
+        "--optimizer",
+        default="sgd",
+        help="the optimizer every way trains with and memplan plans for: sgd (issue 35's "
+        "table), momentum, adam, adamw, with a step as in adamw:fused",
+    )
     parser.add_argument(
         "--clock",
         choices=("wall", "cpu"),
@@ -300,8 +371,8 @@ def main() -> None:
         "--loss-chunks",
         type=int,
         default=8,
-        help="the hand-written chunked loss in N chunks, and memplan's fit(loss_chunks=N) rows "
-        "(0: no fit rows)",
+        help="the hand-written chunked loss in N chunks, and memplan's rows installed by "
+        "enable(..., loss_chunks=N) (0: none of those rows)",
     )
     parser.add_argument("--profile-dir", type=Path, help="reuse KEY.yaml profiles found there")
     parser.add_argument("--out", type=Path, default=Path("alternatives.json"))

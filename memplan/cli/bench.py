@@ -146,9 +146,9 @@ LossChunksOption = Annotated[
     typer.Option(
         "--loss-chunks",
         metavar="N",
-        help=LOSS_CHUNKS_HELP + " Adds memplan's plans with the loss in N chunks (run as "
-        "fit runs them: enable does not take it yet); the hand-written chunked loss "
-        "alternative takes N chunks too (8 without).",
+        help=LOSS_CHUNKS_HELP + " Adds memplan's plans installed by enable(..., "
+        "loss_chunks=N); the hand-written chunked loss alternative takes N chunks too "
+        "(8 without).",
     ),
 ]
 FormatOption = Annotated[
@@ -261,7 +261,7 @@ def _chunks_note(doc: dict[str, Any]) -> str:
     chunks = doc.get("loss_chunks")
     if not chunks:
         return ""
-    return f"; fit(loss_chunks={chunks}): memplan's chain with the loss in {chunks} chunks"
+    return f"; loss_chunks={chunks}: enable's plans with the head and loss in {chunks} chunks"
 
 
 def _versus(row: dict[str, Any]) -> str:

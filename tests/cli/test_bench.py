@@ -66,3 +66,44 @@ def test_the_table_goes_to_stderr():
     assert result.exit_code == 0, result.output
     assert result.stdout == ""
     assert "memplan store-all" in result.stderr and "time / plain" in result.stderr
+
+
+def test_loss_chunks_rows_are_installed_by_enable(monkeypatch):
+    """With --loss-chunks, memplan's chunked rows are plans installed by
+    ``enable(..., loss_chunks=N)`` as a user writes it (no other planning path), named so, and
+    planned at the hand-written chunked loss's peak too."""
+    pytest.importorskip("transformers")
+    from memplan.torch.compare import ways
+
+    given: list[object] = []
+    real = ways.enable
+
+    def spy(model, memory, **kwargs):
+        given.append(kwargs.get("loss_chunks"))
+        return real(model, memory, **kwargs)
+
+    monkeypatch.setattr(ways, "enable", spy)
+    config = "n_layer=2,n_embd=32,n_head=2,vocab_size=500,n_positions=32"
+    args = ["bench", "hf:gpt2", "--config", config, "-b", "2", "--input-shape", "32"]
+    args += ["--rounds", "1", "--repeats", "1", "--segments", "none", "--compile-budgets", "none"]
+    result = CliRunner().invoke(app, [*args, "--loss-chunks", "2", "--format", "json"])
+    assert result.exit_code == 0, result.output
+    rows = {row["name"]: row for row in json.loads(result.stdout)["rows"]}
+    assert not [name for name in rows if "checkpoint_sequential" in name]  # --segments none
+    chunked = {name: row for name, row in rows.items() if row["loss_chunks"] == 2}
+    assert all(name.endswith(", loss_chunks=2") or ", loss_chunks=2 (" in name for name in chunked)
+    assert {
+        "memplan store-all, loss_chunks=2",
+        "memplan rotor, loss_chunks=2 (least memory)",
+    } <= set(chunked)
+    assert given.count(2) == len(chunked) and None in given  # each row one enable call
+    alternative = rows["hf checkpointing + loss in 2 chunks"]
+    at = chunked[f"memplan rotor, loss_chunks=2 (at {alternative['name']}'s peak)"]
+    assert at["budget"] == alternative["peak"]
+    if at["skipped"] is None:  # planned there: compared with it, within its budget
+        assert at["versus"] == alternative["name"] and at["peak"] <= at["budget"]
+    else:
+        assert at["skipped"].startswith("no rotor plan fits")
+    for row in chunked.values():
+        if row["peak"] is not None:
+            assert row["grads"] in ("equal", "close"), row

@@ -136,15 +136,17 @@ def test_planned_is_measured_and_the_least_memory_drops(name):
     assert found.profile.stages[-1].name == "loss"  # enable's rows: the model's own loss
     rows = {o.name: o for o in found.outcomes}
     plain = rows["plain"]
-    store_all = rows["memplan fit(loss_chunks=4) store-all"]
-    least = rows["memplan fit(loss_chunks=4) rotor (least memory)"]
+    store_all = rows["memplan store-all, loss_chunks=4"]
+    least = rows["memplan rotor, loss_chunks=4 (least memory)"]
     for row in (store_all, least):
+        assert row.loss_chunks == 4, row
         assert row.grads in ("equal", "close"), (row.name, row.grads, row.grad_error)
         assert abs(row.planned_peak - row.peak) <= 0.02 * row.peak, (
             row.name,
             row.planned_peak,
             row.peak,
         )
+    assert least.peak <= least.budget  # enable's budget holds
     assert store_all.peak < plain.peak  # the logits are never whole
     assert least.peak < rows["memplan rotor (least memory)"].peak  # enable's, the model's loss
     # the loss a user writes in chunks: the model's own, its gradients plain training's

@@ -156,3 +156,22 @@ def test_bad_options_are_input_errors():
         compare_training(model)
     with pytest.raises(InputError, match="segments 9"):
         compare_training(model, example_input=x, segments=[9], repeats=1)
+    with pytest.raises(InputError, match="round_seconds 0"):
+        compare_training(model, example_input=x, round_seconds=0)
+
+
+@pytest.mark.parametrize(("seconds", "rounds"), [(1e-9, 1), (1e9, 3)])
+def test_round_seconds_bounds_the_rounds(seconds, rounds):
+    """As many rounds as fit in ``round_seconds``, one at least, ``rounds`` at most; every
+    ratio comes from the rounds run."""
+    model, x = _mlp()
+    found = compare_training(
+        model, example_input=x, rounds=3, round_seconds=seconds, segments=(),
+        compile_budgets=(), algos=("store-all",), repeats=1,
+    )  # fmt: skip
+    assert found.rounds == rounds and found.to_dict()["rounds"] == rounds
+    names = [o.name for o in found.outcomes]
+    assert names == ["plain", "hf checkpointing", "hf checkpointing + loss in 8 chunks",
+                     "memplan store-all"]  # fmt: skip
+    for o in found.outcomes:
+        assert o.skipped is not None or len(o.time_ratios) == rounds, o.name

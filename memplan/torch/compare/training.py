@@ -27,11 +27,11 @@
     example_input=batch)`` (STYLE.md item 11), the model then trained by its own step:
     ``store-all`` (its own need as the budget), ``rotor`` at its least memory, and ``rotor``
     with each alternative's measured peak as its budget.
-``memplan fit(loss_chunks=N) <algo>``
-    With ``loss_chunks``: the same plans on memplan's chain whose last stage is the language
-    model's head and loss computed in ``N`` chunks of tokens
-    (:mod:`memplan.torch.split.chunked_loss`), run by :func:`memplan.torch.checkpointed` as
-    :func:`memplan.torch.fit` returns it: ``enable`` does not take ``loss_chunks`` yet.
+``memplan <algo>, loss_chunks=N``
+    With ``loss_chunks``: the same plans installed by ``memplan.torch.enable(model, memory,
+    example_input=batch, loss_chunks=N)``, the language model's head and own loss computed in
+    ``N`` chunks of tokens inside its forward (:mod:`memplan.torch.split.chunked_loss`), from a
+    profile measured so; the model then trained by the same step, ``model(**batch).loss``.
 
 Each way is measured on the same footing (NOTE [ comparison protocol ]): one measured step for the
 memory (:func:`memplan.torch.measure.allocator_peak.allocator_peak`, the allocator's own count, no code
@@ -90,7 +90,6 @@ from memplan.torch.compare.ways import (
     compile_way,
     default_segments,
     enable_way,
-    fit_way,
     has_dropout,
     hf_way,
     least_memory,
@@ -102,7 +101,7 @@ from memplan.torch.compare.ways import (
 from memplan.torch.measure.allocator_peak import allocator_peak, profiled_copy
 from memplan.torch.measure.step import make_optimizer
 from memplan.torch.planner import PlanSettings, profile_for_training
-from memplan.torch.split.chunked_loss import chunk_loss, profile_loss_chunks
+from memplan.torch.split.chunked_loss import profile_loss_chunks
 
 __all__ = [
     "DEFAULT_COMPILE_BUDGETS",
@@ -304,6 +303,7 @@ def compare_training(
     loss_chunks: int | None = None,
     clock: str = "wall",
     control: bool = False,
+    round_seconds: float | None = None,
 ) -> Comparison:
     """Train ``model`` plainly, with Hugging Face checkpointing, ``checkpoint_sequential``,
     ``torch.compile``'s activation memory budget and memplan's plans; measure each.
@@ -322,9 +322,10 @@ def compare_training(
     threads : int or None
         torch's intra-op threads during the comparison (None: leave them).
     rounds : int
-        Timed rounds (each way once per round).
+        Timed rounds (each way once per round): at most this many with ``round_seconds``.
     segments : sequence of int, optional
-        ``checkpoint_sequential`` segment counts (default :func:`default_segments`).
+        ``checkpoint_sequential`` segment counts (default :func:`default_segments`; empty:
+        none).
     compile_budgets : sequence of float
         ``activation_memory_budget`` values for ``torch.compile`` (empty: no compile).
     algos : sequence of str
@@ -334,8 +335,8 @@ def compare_training(
         Budgets (bytes) at which memplan's rotor is planned and measured too (``at N bytes``).
     profile : optional
         A profile of this model and batch (default: profiled here, ``repeats`` timed runs): the
-        one ``enable`` installs plans from, or, made with the loss in chunks, ``fit``'s (the
-        other is profiled here).
+        one ``enable`` installs plans from, with the model's own loss or, made with the loss in
+        chunks, with ``loss_chunks`` (the other is profiled here).
     optimizer : str
         ``sgd``, ``momentum`` or ``adam`` (:func:`memplan.torch.measure.step.make_optimizer`), for
         every way; memplan plans for it.
@@ -351,10 +352,10 @@ def compare_training(
         from rotor's least planned memory to store-all's (0: the least, 1: store-all), the same
         budgets for both: what the options buy where both plan.
     loss_chunks : int, optional
-        Add memplan's plans on the chain whose last stage computes a language model's head and
-        loss in this many chunks of tokens (:mod:`memplan.torch.split.chunked_loss`), run as
-        :func:`memplan.torch.fit` runs them; the hand-written chunked loss alternative takes as
-        many chunks (8 without).
+        Add memplan's plans installed with ``enable(..., loss_chunks=N)``: a language model's
+        head and loss computed in this many chunks of tokens inside its forward
+        (:mod:`memplan.torch.split.chunked_loss`), at the same settings as the plans without;
+        the hand-written chunked loss alternative takes as many chunks (8 without).
     clock : str
         ``wall`` (``time.perf_counter``, after a CUDA synchronization) or ``cpu``
         (``time.process_time``: the CPU time of this process, which the load of a shared machine
@@ -363,6 +364,10 @@ def compare_training(
         Also time plain training's step a second time as a way of its own, ``plain (again)``
         (family ``control``): its ratio to plain shows what the protocol measures between two
         identical steps (the order in the round, the machine's noise).
+    round_seconds : float, optional
+        Start no round that would end after this many seconds of timing (wall clock, at the
+        pace of the rounds before; one round at least): as many rounds as fit, up to
+        ``rounds``; :attr:`Comparison.rounds` says how many ran.
 
     Returns
     -------
@@ -374,7 +379,7 @@ def compare_training(
     InputError
         A bad model, input or option.
     """
-    _check_protocol(rounds, clock, compile_budgets)
+    _check_protocol(rounds, clock, compile_budgets, round_seconds)
     note = progress or (lambda _line: None)
     dev = resolve_device(device)
     with _threads(threads) as used_threads:
@@ -388,9 +393,7 @@ def compare_training(
         )
         chunks = profile_loss_chunks(chunked_prof) if chunked_prof is not None else None
         blocks = without_options(prof)  # what rotor plans on without the options
-        ways = _alternatives(
-            setup, control, chunks, segments or default_segments(n), compile_budgets
-        )
+        ways = _alternatives(setup, control, chunks, _segments(segments, n), compile_budgets)
         with_sac = selective and blocks is not prof
         plans = _Plans(setup, optimizer, blocks, prof if with_sac else None, chunked_prof, chunks)
         ways += plans.at_settings(algos, fractions, budgets)
@@ -404,7 +407,7 @@ def compare_training(
         if at_alternatives and "rotor" in algos:
             ways += _at_alternatives_peaks(bench, plans, ways, dropout, note)
         measured = [way for way in ways if way.loss is not None and way.outcome.skipped is None]
-        _time_rounds(bench, measured, rounds, note)
+        rounds = _time_rounds(bench, measured, rounds, note, round_seconds)
         _compare_at_equal_memory([way.outcome for way in ways])
     plain = ways[0].outcome
     for way in ways:
@@ -446,12 +449,18 @@ def _alternatives(
     return ways
 
 
-def _check_protocol(rounds: int, clock: str, compile_budgets: Sequence[float]) -> None:
-    """``rounds``, ``clock`` and ``compile_budgets`` checked before anything is built."""
+def _check_protocol(
+    rounds: int, clock: str, compile_budgets: Sequence[float], round_seconds: float | None = None
+) -> None:
+    """``rounds``, ``clock``, ``compile_budgets`` and ``round_seconds`` checked before anything
+    is built.
+    """
     if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < 1:
         raise InputError(f"rounds {rounds!r}: expected a positive integer")
     if clock not in ("wall", "cpu"):
         raise InputError(f"clock {clock!r}: expected wall or cpu")
+    if round_seconds is not None and not round_seconds > 0:
+        raise InputError(f"round_seconds {round_seconds!r}: expected a positive number")
     for b in compile_budgets:
         if not 0.0 <= b <= 1.0:
             raise InputError(f"compile budget {b!r}: expected a fraction from 0 to 1")
@@ -474,6 +483,13 @@ def _at_alternatives_peaks(
     return extra
 
 
+def _segments(segments: Sequence[int] | None, stages: int) -> Sequence[int]:
+    """The ``checkpoint_sequential`` segment counts to measure: ``segments`` as given (empty:
+    none), :func:`default_segments` when None.
+    """
+    return default_segments(stages) if segments is None else segments
+
+
 def _profiles(
     setup: Setup,
     given: Any,
@@ -484,8 +500,8 @@ def _profiles(
     note: Progress,
 ) -> tuple[Any, Any]:
     """The profile of the model as ``enable`` installs plans on it, and, with ``loss_chunks``,
-    the profile of the chain with the loss in chunks (``fit``'s): ``given`` is used for the one
-    it is (a profile says its chunks), the other is measured here.
+    its profile with the head and loss in chunks (``enable(..., loss_chunks=N)``'s): ``given``
+    is used for the one it is (a profile says its chunks), the other is measured here.
     """
     found: dict[bool, Any] = {}
     if given is not None:
@@ -505,14 +521,13 @@ def _profiles(
         raise InputError("profile: a profile with the loss in chunks; give the model's own")
     chunked_prof = found.get(True)
     if chunked_prof is not None:
-        chunks = profile_loss_chunks(chunked_prof, loss_chunks)
-        setup.planned = chunk_loss(setup.chain, setup.x, chunks, setup.label)
+        profile_loss_chunks(chunked_prof, loss_chunks)  # measured with the chunks asked for
     return found[False], chunked_prof
 
 
 class _Plans:
-    """memplan's ways: through ``enable`` on the model's profile, and with the loss in chunks
-    through ``fit``'s chain (NOTE [ comparison protocol ]).
+    """memplan's ways, each installed by ``enable``: on the model's profile, and with the loss
+    in chunks (``loss_chunks``) on the profile measured so (NOTE [ comparison protocol ]).
     """
 
     def __init__(
@@ -537,7 +552,7 @@ class _Plans:
         if self.options is not None and algo != "store-all":
             ways.append(enable_way(s, self.options, algo, memory, setting, opt, SAC))
         if self.chunked is not None and self.chunks is not None:
-            ways.append(fit_way(s, self.chunked, algo, memory, setting, opt, self.chunks))
+            ways.append(enable_way(s, self.chunked, algo, memory, setting, opt, "", self.chunks))
         return ways
 
     def _least(self, algo: str) -> list[Way]:
@@ -549,7 +564,9 @@ class _Plans:
                 ways.append(enable_way(s, prof, algo, least, "least memory", opt, suffix))
         least = None if self.chunked is None else least_memory(self.chunked, algo, opt)
         if least is not None and self.chunks is not None:
-            ways.append(fit_way(s, self.chunked, algo, least, "least memory", opt, self.chunks))
+            ways.append(
+                enable_way(s, self.chunked, algo, least, "least memory", opt, "", self.chunks)
+            )
         return ways
 
     def at_settings(
@@ -583,7 +600,9 @@ class _Plans:
         ways = [enable_way(s, prof, "rotor", alternative.peak, setting, opt, suffix)]
         if self.chunked is not None and self.chunks is not None:
             ways.append(
-                fit_way(s, self.chunked, "rotor", alternative.peak, setting, opt, self.chunks)
+                enable_way(
+                    s, self.chunked, "rotor", alternative.peak, setting, opt, "", self.chunks
+                )
             )
         return ways
 
@@ -643,10 +662,21 @@ def _measure(bench: _Bench, way: Way, dropout: bool) -> None:
         o.grads, o.grad_error = bench.compare_gradients()
 
 
-def _time_rounds(bench: _Bench, ways: list[Way], rounds: int, note: Progress) -> None:
-    """``rounds`` rounds, each way once, the order rotated; ratios to plain in the same round."""
+def _time_rounds(
+    bench: _Bench, ways: list[Way], rounds: int, note: Progress, seconds: float | None = None
+) -> int:
+    """``rounds`` rounds, each way once, the order rotated; ratios to plain in the same round.
+    With ``seconds``: no round starts that would end after that many seconds at the pace of
+    the rounds before (one at least). Returns the rounds run.
+    """
     samples: list[list[float]] = [[] for _ in ways]
+    start = time.perf_counter()
     for r in range(rounds):
+        spent = time.perf_counter() - start
+        if r and seconds is not None and spent + spent / r > seconds:
+            note(f"timing: {r} rounds in {spent:.0f} s, another would pass {seconds:g} s")
+            rounds = r
+            break
         note(f"timing round {r + 1}/{rounds}")
         order = list(range(len(ways)))
         shift = r % len(ways)
@@ -658,3 +688,4 @@ def _time_rounds(bench: _Bench, ways: list[Way], rounds: int, note: Progress) ->
         way.outcome.time_ratios = [t / p for t, p in zip(times, plain, strict=True)]
         way.outcome.time_ratio = statistics.median(way.outcome.time_ratios)
         way.outcome.step_ms = statistics.median(times) * 1000.0
+    return rounds

@@ -4,8 +4,8 @@ Each way is a loss function of the batch over one model set up once (:class:`Set
 training, Hugging Face checkpointing (with the model's loss, or with a loss a user writes in
 chunks of tokens), ``checkpoint_sequential``, ``torch.compile`` with an activation memory
 budget, and memplan's plans, installed by :func:`memplan.torch.enable` as a user installs them
-(or run by :func:`memplan.torch.fit` where ``enable`` cannot yet: the loss in chunks). The list
-and the protocol: :mod:`memplan.torch.compare.training`.
+(with ``loss_chunks``: the language model's head and loss in chunks of tokens inside its own
+forward). The list and the protocol: :mod:`memplan.torch.compare.training`.
 """
 
 from __future__ import annotations
@@ -27,7 +27,6 @@ from memplan.profile.memory import loop_on
 from memplan.torch.models.hf import hf_task, is_hf_model
 from memplan.torch.models.registry import build_model
 from memplan.torch.planner import PlanSettings, enable, plan_training
-from memplan.torch.runtime.checkpointed import checkpointed
 from memplan.torch.runtime.planned import disable, install, planned, prepare
 from memplan.torch.split.hf import default_labels
 from memplan.torch.split.linearize import Chain, linearize
@@ -73,6 +72,9 @@ class Outcome:
         Median over the rounds of the row's step time over ``versus``'s in the same round.
     versus_peak : float or None
         The row's measured peak over ``versus``'s.
+    loss_chunks : int or None
+        memplan's rows installed with ``enable(..., loss_chunks=N)``: N (None: the model's own
+        loss).
     """
 
     name: str
@@ -91,6 +93,7 @@ class Outcome:
     versus: str | None = None
     versus_time: float | None = None
     versus_peak: float | None = None
+    loss_chunks: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -109,7 +112,6 @@ class Setup:
     chain: Chain
     label: str
     hf: bool
-    planned: Chain | None = None  # memplan's chain (the loss in chunks), else ``chain``
 
     def plain_loss(self) -> Callable[[Tensor], Tensor]:
         if self.hf:
@@ -348,9 +350,20 @@ def without_options(prof: Any) -> Any:
     return prof.model_copy(update={"stages": stages})
 
 
-def _memplan_name(algo: str, setting: str, suffix: str, front: str = "") -> str:
+def _memplan_name(algo: str, setting: str, suffix: str, chunks: int | None = None) -> str:
+    chunks_part = "" if chunks is None else f", loss_chunks={chunks}"
     setting_part = "" if setting == "no recomputation" else f" ({setting})"
-    return f"memplan {front}{algo}{suffix}{setting_part}"
+    return f"memplan {algo}{suffix}{chunks_part}{setting_part}"
+
+
+def _user_batch(setup: Setup) -> Tensor | dict[str, Tensor]:
+    """The batch a user gives ``enable``: a Hugging Face model's ``{input: x, "labels": ...}``
+    (the loss is the model's own), else the input tensor.
+    """
+    if not setup.hf or setup.labels is None:
+        return setup.x
+    input_name = getattr(setup.module, "main_input_name", "input_ids")
+    return {input_name: setup.x, "labels": setup.labels}
 
 
 def enable_way(
@@ -361,9 +374,12 @@ def enable_way(
     setting: str,
     optimizer: str,
     suffix: str = "",
+    loss_chunks: int | None = None,
 ) -> Way:
     """Install memplan's plan as a user does: ``memplan.torch.enable(model, memory,
-    example_input=batch, profile=prof)``, then the model's own step (``model(**batch).loss``).
+    example_input=batch, profile=prof, loss_chunks=loss_chunks)``, then the model's own step
+    (``model(**batch).loss``: with ``loss_chunks``, the same loss computed in that many chunks of
+    tokens inside the model's forward; ``prof`` then a profile measured with them).
     ``memory`` None: a store-all plan, given its own need as the budget.
 
     The loop is the one every way trains in, told to ``enable`` (nothing left to watch):
@@ -371,13 +387,15 @@ def enable_way(
     not. The plan is installed while the way runs (:attr:`Way.active`) and removed after, so that
     the other ways train the same model plainly; installing it is not part of the measured step.
     """
-    outcome = Outcome(_memplan_name(algo, setting, suffix), "memplan", setting, budget=memory)
+    name = _memplan_name(algo, setting, suffix, loss_chunks)
+    outcome = Outcome(name, "memplan", setting, budget=memory, loss_chunks=loss_chunks)
     model = setup.module
+    batch = _user_batch(setup)
     try:
         enable(
-            model, STORE_ALL_PROBE if memory is None else memory, example_input=setup.x,
+            model, STORE_ALL_PROBE if memory is None else memory, example_input=batch,
             algo=algo, profile=prof, optimizer=optimizer, gradients=GRADIENTS,
-            output_held=False,
+            output_held=False, loss_chunks=loss_chunks,
         )  # fmt: skip
     except InputError as exc:
         if not str(exc).startswith("no "):  # "no rotor plan fits in ...": a row without a plan
@@ -391,7 +409,7 @@ def enable_way(
     outcome.planned_peak = sched.peak_memory
     if memory is None:
         outcome.budget = sched.peak_memory  # its own need
-    target = prepare(model, setup.x)
+    target = prepare(model, batch, loss_chunks=loss_chunks)
 
     @contextmanager
     def installed() -> Iterator[None]:
@@ -417,35 +435,6 @@ def _planned(prof: Any, algo: str, memory: int, optimizer: str) -> Any:
     """
     loop = loop_on(prof, parse_optimizer(optimizer), GRADIENTS)
     return plan_training(prof, check_memory(memory), loop, PlanSettings(algo))
-
-
-def fit_way(
-    setup: Setup,
-    prof: Any,
-    algo: str,
-    memory: int | None,
-    setting: str,
-    optimizer: str,
-    chunks: int,
-    suffix: str = "",
-) -> Way:
-    """Run memplan's plan on its chain with the loss in ``chunks`` chunks of tokens, run by
-    :func:`memplan.torch.checkpointed` as :func:`memplan.torch.fit` returns it (``enable`` does
-    not take ``loss_chunks`` yet): the row is named ``memplan fit(loss_chunks=N) ...``.
-    ``memory`` None: a store-all plan, given its own need as the budget.
-    """
-    front = f"fit(loss_chunks={chunks}) "
-    outcome = Outcome(_memplan_name(algo, setting, suffix, front), "memplan", setting)
-    sched = _planned(prof, algo, STORE_ALL_PROBE if memory is None else memory, optimizer)
-    outcome.budget = sched.peak_memory if memory is None else memory
-    if not sched.feasible:
-        least = "" if sched.min_memory is None else f"; least memory {sched.min_memory} bytes"
-        outcome.skipped = f"no {algo} plan fits in {memory} bytes{least}"
-        return Way(outcome)
-    outcome.planned_peak = sched.peak_memory
-    chain = setup.chain if setup.planned is None else setup.planned
-    wrapped = checkpointed(chain, sched, profile=prof)
-    return Way(outcome, wrapped, holds=wrapped)
 
 
 def least_memory(prof: Any, algo: str, optimizer: str) -> int | None:
