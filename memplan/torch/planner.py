@@ -34,7 +34,7 @@ from memplan.profile.model import Profile
 from memplan.schedule import Schedule
 from memplan.torch.base.blame import FIRST_FORWARD, model_errors
 from memplan.torch.base.optimizers import optimizer_spec
-from memplan.torch.base.storage import tensors_of
+from memplan.torch.base.storage import distinct_bytes, tensors_of
 from memplan.torch.measure.conditions import check_conditions
 from memplan.torch.models.registry import build_model
 from memplan.torch.profiler.chain import ProgressCallback
@@ -555,10 +555,7 @@ def _output_bytes(model: nn.Module, example_input: Any, x0: Tensor) -> int:
     finally:
         for module, training in flags:
             module.training = training
-    storages = {
-        t.untyped_storage().data_ptr(): t.untyped_storage().nbytes() for t in tensors_of(out)
-    }
-    return sum(storages.values())
+    return distinct_bytes(tensors_of(out))
 
 
 def _installed(model: nn.Module) -> Any:

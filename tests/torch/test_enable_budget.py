@@ -31,8 +31,8 @@ from torch.nn import functional as F  # noqa: E402
 import memplan  # noqa: E402
 from memplan.errors import InputError  # noqa: E402
 from memplan.torch import build_model, enable, planned, profile_model  # noqa: E402
-from memplan.torch.base.storage import tensors_of  # noqa: E402
-from memplan.torch.measure.allocator_peak import distinct_bytes, loop_peaks  # noqa: E402
+from memplan.torch.base.storage import distinct_bytes, tensors_of  # noqa: E402
+from memplan.torch.measure.allocator_peak import loop_peaks  # noqa: E402
 
 pytestmark = pytest.mark.torch
 

@@ -8,7 +8,7 @@ from typing import Any
 
 import torch
 
-__all__ = ["StaticStorages", "storage_key", "tensors_of"]
+__all__ = ["StaticStorages", "distinct_bytes", "storage_key", "tensors_of"]
 
 
 def tensors_of(value: Any) -> list[torch.Tensor]:
@@ -38,6 +38,18 @@ def storage_key(tensor: torch.Tensor) -> tuple[int, int] | None:
     except (RuntimeError, NotImplementedError, AttributeError):
         return None
     return (ptr, storage.nbytes()) if ptr else None
+
+
+def distinct_bytes(tensors: Iterable[Any]) -> int:
+    """Bytes of the distinct storages of ``tensors``, each once (non-tensors, ``None`` and
+    tensors without real storage skipped): what holding them all holds.
+    """
+    seen: dict[int, int] = {}
+    for tensor in tensors:
+        key = storage_key(tensor) if isinstance(tensor, torch.Tensor) else None
+        if key is not None:
+            seen[key[0]] = key[1]
+    return sum(seen.values())
 
 
 class StaticStorages:

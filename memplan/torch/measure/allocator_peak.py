@@ -30,27 +30,11 @@ from typing import Any, TypeVar
 import torch
 from torch import Tensor
 
-from memplan.torch.base.storage import tensors_of
+from memplan.torch.base.storage import distinct_bytes, tensors_of
 
-__all__ = ["allocator_peak", "count_every_thread", "distinct_bytes", "loop_peaks", "profiled_copy"]
+__all__ = ["allocator_peak", "count_every_thread", "loop_peaks", "profiled_copy"]
 
 T = TypeVar("T")
-
-
-def distinct_bytes(tensors: Iterable[Any]) -> int:
-    """Bytes of the distinct storages of ``tensors`` (non-tensors and ``None`` skipped)."""
-    seen: dict[int, int] = {}
-    for tensor in tensors:
-        if not isinstance(tensor, Tensor):
-            continue
-        try:
-            storage = tensor.untyped_storage()
-            ptr = storage.data_ptr()
-        except (RuntimeError, NotImplementedError):
-            continue
-        if ptr:
-            seen[ptr] = storage.nbytes()
-    return sum(seen.values())
 
 
 def count_every_thread() -> None:

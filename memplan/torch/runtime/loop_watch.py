@@ -39,7 +39,7 @@ from torch.optim.optimizer import register_optimizer_step_pre_hook
 from memplan.loop import Gradients, Optimizer, TrainingLoop
 from memplan.schedule import Schedule
 from memplan.torch.base.optimizers import describe_optimizer
-from memplan.torch.base.storage import tensors_of
+from memplan.torch.base.storage import distinct_bytes, tensors_of
 from memplan.torch.runtime.checkpointed import CheckpointedChain
 from memplan.torch.runtime.plan import RuntimePlan
 from memplan.torch.runtime.planned_model import PlannedModel
@@ -220,8 +220,7 @@ class LoopWatch:
         alive = [t for t in (ref() for ref in self.output or ()) if t is not None]
         if alive:  # the caller holds (some of) the model's output after its backward
             self.held = True
-            storages = {t.untyped_storage().data_ptr(): t.untyped_storage().nbytes() for t in alive}
-            self.held_bytes = max(self.held_bytes, sum(storages.values()))
+            self.held_bytes = max(self.held_bytes, distinct_bytes(alive))
 
     def _install(self, schedule: Schedule, profile: Any) -> None:
         planned = self.planned

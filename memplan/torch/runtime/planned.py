@@ -162,16 +162,15 @@ def _chunked(target: Target, chunks: int) -> ChunkedLoss:
     InputError
         Not a Hugging Face causal or masked language model, or a head that mixes tokens.
     """
-    model, found = target.model, target.layout
-    kind = type(model).__name__
-    loss = hf_loss(model, target.x0, None) if is_hf_model(model) else None
-    if target.how != "hooks" or found.head_by == "none" or loss is None:
+    model, kind = target.model, type(target.model).__name__
+    loss = hf_loss(model, target.x0, None) if can_chunk_loss(target) else None
+    if loss is None:
         raise InputError(
             f"loss_chunks: {kind} computes no loss of its own in chunks of tokens; the chunked "
             "loss applies to Hugging Face causal and masked language models (model(**batch)"
             ".loss), such as GPT-2, Llama or BERT"
         )
-    stage = chunked_stage(found.stages, loss, target.x0, chunks, kind)
+    stage = chunked_stage(target.layout.stages, loss, target.x0, chunks, kind)
     target.names[-2:] = [CHUNKED_STAGE]
     target.inplace[-2:] = [False]
     return stage
