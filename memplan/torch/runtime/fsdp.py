@@ -63,7 +63,7 @@ from memplan.torch.base.storage import StaticStorages
 from memplan.torch.runtime.checkpointed import check_schedule
 from memplan.torch.runtime.hooks import with_primary
 from memplan.torch.runtime.plan import RuntimePlan
-from memplan.torch.runtime.planned import Target, install, planned
+from memplan.torch.runtime.planned import Target, install, planned, stage_modules
 from memplan.torch.split.trace import primary_output
 
 __all__ = [
@@ -431,15 +431,14 @@ def _stage_modules(target: Target) -> tuple[list[nn.Module | None], set[int]]:
     """The module of each stage of a prepared model (None: the loss) and the stages ``fully_shard``
     makes units of their own in FSDP2's recipe: the blocks (NOTE [ FSDP2 memory terms ]).
     """
+    modules: list[nn.Module | None] = list(stage_modules(target))
     if target.how == "hooks":
         found = target.layout
-        modules: list[nn.Module | None] = [m for _, m in found.stages]
         first = 1 if found.prefix else 0
         blocks = set(range(first, first + len(found.block_modules)))
         if target.chunked is not None:  # the head and the loss: one stage, the chunked loss
             return [*modules[:-1], target.chunked], blocks
     else:
-        modules = [m for _, m in target.layout]
         blocks = set(range(1, len(modules) - 1)) if len(modules) >= 3 else set()
     return [*modules, None], blocks
 
