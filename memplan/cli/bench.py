@@ -27,12 +27,14 @@ from memplan.cli.model_options import (
     ModelArgument,
     ProfilerRepeatsOption,
     TrainingDeviceOption,
+    TrainingOptimizerOption,
     check_counts,
     has_torch,
     parse_config_option,
     parse_shape,
 )
 from memplan.errors import InputError
+from memplan.loop import parse_optimizer
 
 if TYPE_CHECKING:
     from rich.console import JustifyMethod
@@ -53,12 +55,6 @@ CSV_FIELDS = (
     "versus_time",
     "versus_peak",
 )
-
-
-class BenchOptimizer(str, enum.Enum):
-    sgd = "sgd"
-    momentum = "momentum"
-    adam = "adam"
 
 
 class BenchFormat(str, enum.Enum):
@@ -129,10 +125,6 @@ GivenProfileOption = Annotated[
         help="A profile of this model and batch instead of profiling it here.",
     ),
 ]
-OptimizerOption = Annotated[
-    BenchOptimizer,
-    typer.Option(help="The optimizer every way trains with (memplan plans for it)."),
-]
 SelectiveOption = Annotated[
     bool,
     typer.Option(
@@ -174,7 +166,7 @@ def bench(
     algos: AlgosOption = "store-all,rotor",
     profile: GivenProfileOption = None,
     repeats: ProfilerRepeatsOption = 3,
-    optimizer: OptimizerOption = BenchOptimizer.sgd,
+    optimizer: TrainingOptimizerOption = "sgd",
     selective: SelectiveOption = False,
     loss_chunks: LossChunksOption = None,
     fmt: FormatOption = None,
@@ -205,6 +197,7 @@ def bench(
         ks = _numbers("--segments", segments, int)
         budgets = _compile_budgets(compile_budgets)
         names = _bench_algos(algos)
+        parse_optimizer(optimizer)  # a bad name fails before the model is built
         if not has_torch():
             raise InputError(f"memplan bench {TORCH_HINT}")
         from memplan.torch.compare.training import compare_training
@@ -218,7 +211,7 @@ def bench(
             model, batch_size=batch_size, input_shape=shape, config=config_values,
             device=device.value, threads=threads, rounds=rounds, segments=ks,
             compile_budgets=budgets, algos=names, profile=profile, repeats=repeats,
-            optimizer=optimizer.value, progress=note, selective=selective,
+            optimizer=optimizer, progress=note, selective=selective,
             loss_chunks=loss_chunks,
         )  # fmt: skip
         doc = result.to_dict()

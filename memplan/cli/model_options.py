@@ -35,6 +35,15 @@ CONFIG_HELP = (
     "Config values of an hf: model, e.g. n_layer=24,n_embd=1024 (names of its transformers "
     "config class)."
 )
+TrainingOptimizerOption = Annotated[
+    str,
+    typer.Option(
+        metavar="NAME[:STEP]",
+        help="The optimizer trained with and counted in the budget, its state and its step: "
+        "sgd, momentum, adam, adamw; with the step, adamw:fused, adam:foreach (default: "
+        "PyTorch's; none: SGD, the budget for the activations alone).",
+    ),
+]
 LOSS_CHUNKS_HELP = (
     "A language model's head and loss as one stage computed in N chunks of tokens (hf: causal "
     "and masked LMs, the built-in GPTs): no step holds more than one chunk's logits; the same "

@@ -20,13 +20,14 @@ from memplan.cli.model_options import (
     InputShapeOption,
     ProfilerRepeatsOption,
     TrainingDeviceOption,
+    TrainingOptimizerOption,
     check_counts,
     has_torch,
     parse_config_option,
     parse_shape,
 )
 from memplan.cli.options import family_options
-from memplan.cli.solve import GRADIENTS_HELP, GRADIENTS_METAVAR, MEM_HELP, OPTIMIZER_METAVAR
+from memplan.cli.solve import GRADIENTS_HELP, GRADIENTS_METAVAR, MEM_HELP
 from memplan.errors import InputError
 
 if TYPE_CHECKING:
@@ -72,15 +73,6 @@ DataTypeOption = Annotated[
     ),
 ]
 LearningRateOption = Annotated[float, typer.Option(metavar="RATE", help="Learning rate.")]
-TrainingOptimizerOption = Annotated[
-    str,
-    typer.Option(
-        metavar=OPTIMIZER_METAVAR,
-        help="The optimizer trained with and counted in the budget, its state and its step: "
-        "sgd, momentum, adam, adamw; with the step, adamw:fused, adam:foreach (default: "
-        "PyTorch's; none: SGD, the budget for the activations alone).",
-    ),
-]
 TrainingGradientsOption = Annotated[
     str,
     typer.Option(

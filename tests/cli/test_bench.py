@@ -27,6 +27,7 @@ SMALL = ["gpt-tiny", "-b", "2", "--input-shape", "16", "--rounds", "1", "--repea
         (["--threads", "0"], "--threads 0: expected a positive integer"),
         (["--config", "n_layer=2"], "only hf: models take config values"),
         (["--segments", "9", "--compile-budgets", "none"], "segments 9: expected 1..4"),
+        (["--optimizer", "lion"], "--optimizer lion: expected one of none, sgd"),
     ],
 )
 def test_usage_errors_exit_2(args, message):

@@ -338,8 +338,9 @@ def compare_training(
         one ``enable`` installs plans from, with the model's own loss or, made with the loss in
         chunks, with ``loss_chunks`` (the other is profiled here).
     optimizer : str
-        ``sgd``, ``momentum`` or ``adam`` (:func:`memplan.torch.measure.step.make_optimizer`), for
-        every way; memplan plans for it.
+        ``NAME[:STEP]`` as :func:`memplan.torch.measure.step.make_optimizer` takes it (``sgd``,
+        ``momentum``, ``adam``, ``adamw``, ``adamw:fused``, ...), for every way; memplan plans
+        for it.
     progress : callable, optional
         Called with a line saying what is being done.
     selective : bool
