@@ -29,9 +29,12 @@ its results replace that line.
    Hugging Face checkpointing's measured peak against HF checkpointing, paired medians, on the
    12-layer, 64-wide GPT-2 at batch 2 x 32 and on GPT-2 8 x 256 at batch 4 x 256 (issue 35);
    ``OUT/enable-overhead-*.json`` and ``.txt``. ``--skip-overhead`` leaves it out.
-5. **FSDP2.** ``bench_fsdp.py --device cuda`` on every GPU the machine has (one rank each, NCCL):
-   FSDP2, FSDP2 + per-block checkpointing and memplan's plans, per-rank peaks and paired step
-   times; ``OUT/fsdp.md`` and ``OUT/fsdp.json`` (``--skip-fsdp`` leaves it out).
+5. **FSDP2.** ``bench_fsdp.py --device cuda --model M`` on every GPU the machine has (one rank
+   each, NCCL) for each of :data:`FSDP_MODELS` (memplan's zoo GPT with the caller's loss; Hugging
+   Face GPT-2 and Llama with their own loss, in chunks by hand and in memplan's plans at GPT-2's
+   vocabulary-to-width ratio, issue 38's goal): FSDP2, FSDP2 + per-block checkpointing and
+   memplan's plans, per-rank peaks and paired step times; ``OUT/fsdp-M/fsdp.md`` and
+   ``fsdp.json`` (``--skip-fsdp`` leaves it out).
 
 Exit 0 when every measured peak is within its budget, 1 otherwise, 2 without CUDA.
 """
@@ -53,6 +56,13 @@ from bench_measure import ALGOS, MODELS, OPTIMIZERS, budgets_of, report
 import memplan
 from memplan.gpu import CATALOG_PATH, gpu_catalog, gpu_from_dict
 from memplan.units import format_size
+
+FSDP_MODELS: dict[str, list[str]] = {
+    "gpt": [],
+    "gpt2": ["--vocab", "8192"],  # 64 x the width, as GPT-2's own 50,257 / 768
+    "llama": ["--vocab", "8192"],
+}
+"""Step 5's models and their ``bench_fsdp.py`` options (its defaults otherwise)."""
 
 
 def _cli(args: list[str]) -> tuple[int, str, str]:
@@ -367,7 +377,9 @@ def main() -> int:
     if not args.skip_fsdp:  # FSDP2 on every GPU here, one rank each
         import bench_fsdp
 
-        failures += bench_fsdp.check(["--device", "cuda", "--out", str(out)])
+        for model, extra in FSDP_MODELS.items():
+            argv = ["--device", "cuda", "--model", model, *extra]
+            failures += bench_fsdp.check([*argv, "--out", str(out / f"fsdp-{model}")])
     print(f"# wall time {time.perf_counter() - started:.0f} s; results in {out}/")
     return 1 if failures else 0
 
