@@ -192,3 +192,27 @@ def test_a_gradient_zero_but_for_rounding_is_compared_at_the_models_scale():
     wrong_big = [big * (1 + 2e-4), noise, None]
     assert gradient_agreement(wrong_big, reference)[0] == "differ"
     assert gradient_agreement([big, None, None], reference) == ("differ", None)
+
+
+def test_garbage_of_an_earlier_step_does_not_lower_the_peak():
+    """A cycle holding a tensor made under the profiler, collected during a later step, would
+    lower the CPU allocator's running total there: the meter collects it before the step."""
+    import gc
+
+    class Cycle:
+        pass
+
+    def leave_garbage() -> None:
+        node = Cycle()
+        node.self = node
+        node.tensor = torch.ones(1_000_000)  # 4 MB, freed only by the collector
+
+    def step() -> None:
+        first = torch.ones(2_000_000)  # 8 MB
+        gc.collect()  # the collector runs during the step
+        second = torch.ones(2_000_000)
+        del first, second
+
+    allocator_peak(leave_garbage, [], torch.device("cpu"))
+    peak, _ = allocator_peak(step, [], torch.device("cpu"))
+    assert abs(peak - 16_000_000) < 100_000, peak
