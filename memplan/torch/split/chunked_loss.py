@@ -27,10 +27,10 @@ NOTE [ Gradients in the forward ]
 ----------------------------------
 With gradients wanted, the stage's forward (:class:`_LossAndGradients`) runs, per chunk, the head,
 the cross-entropy over the count of targets, and at once their backward
-(``torch.autograd.grad``): the chunk's logits, their gradient written over them (NOTE [ One chunk
-tensor ]), are freed before the next chunk. It adds the chunk's gradients into the gradient of the input (the last
-hidden state, ``batch x tokens x hidden``) and of each head parameter, and saves these for the
-backward, which scales them by the output's gradient (in place: 1 in a plain loop) and returns
+(``torch.autograd.grad``): the chunk's logits, their gradient written over them (NOTE [ One
+chunk tensor ]), are freed before the next chunk. It adds the chunk's gradients into the gradient
+of the input (the last hidden state, ``batch x tokens x hidden``) and of each head parameter, and
+saves these for the backward, which scales them by the output's gradient (in place: 1 in a plain loop) and returns
 them. The output projection's weight gradient (``vocab x hidden``: 51.5 MB on GPT-2, tied to the
 token embedding) is the largest: where the head calls ``F.linear`` with that weight, the call is
 replaced by :class:`_LinearIntoGradient` (a ``TorchFunctionMode``, :class:`_ProjectionInto`),
@@ -59,8 +59,8 @@ operation of the head saved its output for its backward (the projection's does n
 :class:`_LinearIntoGradient` saves its input and weight) and the output is none of the chunk's
 inputs: the tensors the head's forward saves are seen by a ``saved_tensors_hooks``, and where the
 output's storage is among them, or it is not a float32 or float64 contiguous tensor (a bfloat16
-masked LM's logits keep autograd's arithmetic), the chunk is computed again by autograd and
-:attr:`ChunkedLoss.logits_in_place` is False. The gradients are plain training's up to rounding
+masked LM's logits keep autograd's arithmetic), the chunk's loss and gradients are autograd's,
+from the same logits, and :attr:`ChunkedLoss.logits_in_place` is False. The gradients are plain training's up to rounding
 (BERT's attention key bias, whose gradient is zero but for rounding, compares at the model's
 scale: :func:`memplan.torch.compare.training.gradient_agreement`).
 
@@ -209,14 +209,7 @@ class ChunkedLoss(nn.Module):
 
     def chunk_sum(self, hidden: Tensor, targets: Tensor) -> Tensor:
         logits = self.head(hidden)
-        if self.upcast:
-            logits = logits.float()
-        return F.cross_entropy(
-            logits.reshape(-1, logits.shape[-1]),
-            targets.reshape(-1),
-            ignore_index=IGNORE_INDEX,
-            reduction="sum",
-        )
+        return _cross_entropy_sum(logits.float() if self.upcast else logits, targets)
 
     def chunk_gradients(
         self, hidden: Tensor, targets: Tensor, count: Tensor, inputs: list[Tensor]
@@ -243,9 +236,8 @@ class ChunkedLoss(nn.Module):
             and out.dtype in (torch.float32, torch.float64)
             and _storage(out) not in saved | ours
         )
-        if not self.logits_in_place:  # its graph is dropped: the chunk is made again
-            del out
-            value = self.chunk_sum(hidden, targets) / count
+        if not self.logits_in_place:  # autograd's way, from the same logits
+            value = _cross_entropy_sum(out, targets) / count
             found = torch.autograd.grad(value, inputs, allow_unused=True)
             return value.detach(), list(found)
         value = _gradient_over_logits(out.detach().view(-1, out.shape[-1]), targets, count)
@@ -350,6 +342,15 @@ def _same(tensor: Tensor) -> Tensor:
 
 def _storage(tensor: Tensor) -> int:
     return tensor.untyped_storage().data_ptr()
+
+
+def _cross_entropy_sum(logits: Tensor, targets: Tensor) -> Tensor:
+    return F.cross_entropy(
+        logits.reshape(-1, logits.shape[-1]),
+        targets.reshape(-1),
+        ignore_index=IGNORE_INDEX,
+        reduction="sum",
+    )
 
 
 @torch.no_grad()
@@ -471,8 +472,8 @@ def auto_loss_chunks(vocab: int, width: int, tokens: int, seq: int) -> int:
     the larger of two tensors the head and loss stage holds whatever the count: the head's
     weight gradient (``vocab x width``) and the hidden states' gradient (``tokens x width``).
     The stage's peak is then within a small factor of that floor (a chunk's logits, their
-    gradient written over them: NOTE [ One chunk tensor ]), and more chunks would save little more while
-    making the products smaller, which is slower: on issue 35's tiny GPT-2 and Llama (vocabulary
+    gradient written over them: NOTE [ One chunk tensor ]), and more chunks would save little
+    more while making the products smaller, which is slower: on issue 35's tiny GPT-2 and Llama (vocabulary
     8,000, width 128, 512 tokens: 4 chunks) 4, 8, 12 and 16 chunks measured the same least memory
     through ``enable``, and 63 chunks 1.5x the step time of 8 (docs/profiling.md). GPT-2 at
     4 x 1,024 tokens takes 6 chunks; Llama-3.2-1B at 2,048 tokens 1, where its head's weight
