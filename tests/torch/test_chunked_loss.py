@@ -229,6 +229,11 @@ def test_gradients_are_plain_ones_scaled_by_the_outputs(name):
     with torch.no_grad():
         hidden = plain.forward(x, stop=len(plain) - 2)
         torch.testing.assert_close(stage(hidden), loss(head(hidden)))
+    _assert_plain_gradients(stage, head, loss, hidden)
+    assert stage.logits_in_place  # each chunk's gradient written over its logits
+
+
+def _assert_plain_gradients(stage, head, loss, hidden, atol=1e-7):
     params = list(head.parameters())
     found = []
     for way in (lambda h: loss(head(h)), stage):
@@ -238,7 +243,48 @@ def test_gradients_are_plain_ones_scaled_by_the_outputs(name):
         for p in params:
             p.grad = None
     for got, expected in zip(found[1], found[0], strict=True):
-        torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-7)
+        torch.testing.assert_close(got, expected, rtol=1e-5, atol=atol)
+
+
+@pytest.mark.parametrize("name", sorted(TINY))
+def test_a_head_that_saves_its_output_gets_autograds_gradients(name):
+    """A head whose last operation keeps its output for its backward (``tanh``): the logits are
+    not written over, and the gradients are still plain training's."""
+    model, x, _ = _tiny(name)
+    model.eval()
+    plain = linearize(model, x)
+    inner = plain.stages[-2][1]
+
+    class Saving(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.head = inner
+
+        def forward(self, h):
+            return torch.tanh(self.head(h))
+
+    plain.stages[-2] = ("head", Saving())
+    stage = chunk_loss(plain, x, CHUNKS, name).modules[-1]
+    head, loss = plain.modules[-2:]
+    with torch.no_grad():
+        hidden = plain.forward(x, stop=len(plain) - 2)
+    _assert_plain_gradients(stage, head, loss, hidden, atol=1e-6)  # rounding (BERT: 1.5e-7)
+    assert not stage.logits_in_place
+
+
+def test_writing_over_the_logits_lowers_the_least_memory(monkeypatch):
+    """One chunk tensor instead of three (the logits, their log-softmax, their gradient): with
+    chunks larger than the output projection, the head+loss stage sets the least memory, which
+    drops by at least one chunk's logits (planned; planned = measured is checked above)."""
+    config = TINY["gpt2"].replace("vocab_size=96", "vocab_size=4000")
+    model, x, _ = build_model("hf:gpt2", batch_size=4, input_shape=(32,), config=config)
+    least = {}
+    for in_place in (False, True):
+        monkeypatch.setattr(ChunkedLoss, "write_over_logits", in_place)
+        prof = profile_model(copy.deepcopy(model), example_input=x, repeats=1, loss_chunks=2)
+        least[in_place] = memplan.solve(_fixed_numbers(prof), "rotor", 1).min_memory
+    chunk_logits = 4 * 32 // 2 * 4000 * 4
+    assert least[True] <= least[False] - chunk_logits, least
 
 
 def test_the_profile_keeps_no_logits():

@@ -10,7 +10,7 @@ from torch import nn  # noqa: E402
 
 from memplan.errors import InputError  # noqa: E402
 from memplan.torch.compare import ways as compare_ways  # noqa: E402
-from memplan.torch.compare.training import compare_training  # noqa: E402
+from memplan.torch.compare.training import compare_training, gradient_agreement  # noqa: E402
 from memplan.torch.compare.ways import default_segments  # noqa: E402
 from memplan.torch.measure.allocator_peak import allocator_peak, profiled_copy  # noqa: E402
 from memplan.torch.measure.step import measure_step  # noqa: E402
@@ -175,3 +175,44 @@ def test_round_seconds_bounds_the_rounds(seconds, rounds):
                      "memplan store-all"]  # fmt: skip
     for o in found.outcomes:
         assert o.skipped is not None or len(o.time_ratios) == rounds, o.name
+
+
+def test_a_gradient_zero_but_for_rounding_is_compared_at_the_models_scale():
+    """BERT's attention key bias: plain training's gradient is rounding (1e-12 beside 1e-2), and
+    another order of the same sums changes it by its own size: ``close``; a small gradient that
+    is wrong beyond rounding still ``differ``s, and a missing one."""
+    big = torch.tensor([1e-2, -3e-3])
+    noise = torch.tensor([7.8e-13, -2e-13])
+    reference = [big, noise, None]
+    assert gradient_agreement([big.clone(), noise.clone(), None], reference) == ("equal", 0.0)
+    agreement, worst = gradient_agreement([big, torch.tensor([-7e-13, 1e-12]), None], reference)
+    assert agreement == "close" and worst is not None and worst < 1e-5
+    wrong_small = [big, torch.tensor([5e-9, 0.0]), None]  # 5e-7 of the largest gradient
+    assert gradient_agreement(wrong_small, reference)[0] == "differ"
+    wrong_big = [big * (1 + 2e-4), noise, None]
+    assert gradient_agreement(wrong_big, reference)[0] == "differ"
+    assert gradient_agreement([big, None, None], reference) == ("differ", None)
+
+
+def test_garbage_of_an_earlier_step_does_not_lower_the_peak():
+    """A cycle holding a tensor made under the profiler, collected during a later step, would
+    lower the CPU allocator's running total there: the meter collects it before the step."""
+    import gc
+
+    class Cycle:
+        pass
+
+    def leave_garbage() -> None:
+        node = Cycle()
+        node.self = node
+        node.tensor = torch.ones(1_000_000)  # 4 MB, freed only by the collector
+
+    def step() -> None:
+        first = torch.ones(2_000_000)  # 8 MB
+        gc.collect()  # the collector runs during the step
+        second = torch.ones(2_000_000)
+        del first, second
+
+    allocator_peak(leave_garbage, [], torch.device("cpu"))
+    peak, _ = allocator_peak(step, [], torch.device("cpu"))
+    assert abs(peak - 16_000_000) < 100_000, peak

@@ -48,7 +48,8 @@ way(batch); loss.backward(); optimizer.step()`` (``SGD`` by default; the optimiz
 created by the warm-up, is held from the start as in a loop's steady state). The gradients left
 by that step are compared with
 plain training's: ``equal`` (bit for bit), ``close`` (max relative difference <= 1e-4 of the
-largest gradient of each tensor: fused or reordered kernels), ``differ`` otherwise;
+largest gradient of each tensor, or of 1e-4 of the model's largest where that is larger: fused or
+reordered kernels), ``differ`` otherwise;
 ``torch.compile`` draws dropout masks from another generator than eager PyTorch, so a model with
 active dropout is not compared there (``n/a``). Then ``rounds`` rounds: every way once per round,
 the order rotated from round to round, each step timed with ``time.perf_counter`` from the
@@ -109,12 +110,14 @@ __all__ = [
     "Outcome",
     "compare_training",
     "default_segments",
+    "gradient_agreement",
 ]
 
 DEFAULT_COMPILE_BUDGETS = (0.2,)
 """``activation_memory_budget`` values tried with ``torch.compile`` by default."""
 GRAD_TOLERANCE = 1e-4
-"""``close``: the largest difference of a gradient, relative to that gradient's largest value."""
+"""``close``: the largest difference of a gradient, relative to that gradient's largest value
+(:func:`gradient_agreement`)."""
 EQUAL_MEMORY = 0.01
 """An alternative within this fraction above a memplan row's measured peak is at equal memory."""
 DEFAULT_ALTERNATIVE_CHUNKS = 8
@@ -224,22 +227,37 @@ class _Bench:
 
     def compare_gradients(self) -> tuple[str, float | None]:
         assert self.reference is not None
-        worst = 0.0
-        exact = True
-        for p, ref in zip(self.params, self.reference, strict=True):
-            if (p.grad is None) != (ref is None):
-                return "differ", None
-            if ref is None or p.grad is None:
-                continue
-            grad = _host_copy(p.grad)
-            if torch.equal(grad, ref):
-                continue
-            exact = False
-            scale = float(ref.abs().max()) or 1.0
-            worst = max(worst, float((grad - ref).abs().max()) / scale)
-        if exact:
-            return "equal", 0.0
-        return ("close" if worst <= GRAD_TOLERANCE else "differ"), worst
+        found = [None if p.grad is None else _host_copy(p.grad) for p in self.params]
+        return gradient_agreement(found, self.reference)
+
+
+def gradient_agreement(
+    found: Sequence[Tensor | None], reference: Sequence[Tensor | None]
+) -> tuple[str, float | None]:
+    """``equal``, ``close`` or ``differ`` (NOTE [ comparison protocol ]) and the largest
+    difference, relative to each tensor's largest reference gradient or, when larger, to
+    :data:`GRAD_TOLERANCE` times the largest of all.
+
+    That floor is for a gradient that is zero but for rounding, whose own largest value is
+    rounding's: BERT's attention key bias (the softmax ignores what it adds to every score of a
+    row) has gradients of 1e-12 beside 1e-6 for the query bias, and any reordering of the
+    arithmetic before it changes them by their own size.
+    """
+    largest = (float(r.abs().max()) for r in reference if r is not None and r.numel())
+    floor = GRAD_TOLERANCE * max(largest, default=0.0)
+    worst = 0.0
+    exact = True
+    for grad, ref in zip(found, reference, strict=True):
+        if (grad is None) != (ref is None):
+            return "differ", None
+        if ref is None or grad is None or torch.equal(grad, ref):
+            continue
+        exact = False
+        scale = max(float(ref.abs().max()), floor) or 1.0
+        worst = max(worst, float((grad - ref).abs().max()) / scale)
+    if exact:
+        return "equal", 0.0
+    return ("close" if worst <= GRAD_TOLERANCE else "differ"), worst
 
 
 @contextmanager

@@ -27,10 +27,10 @@ NOTE [ Gradients in the forward ]
 ----------------------------------
 With gradients wanted, the stage's forward (:class:`_LossAndGradients`) runs, per chunk, the head,
 the cross-entropy over the count of targets, and at once their backward
-(``torch.autograd.grad``): the chunk's logits, their log-softmax and their gradient are freed
-before the next chunk. It adds the chunk's gradients into the gradient of the input (the last
-hidden state, ``batch x tokens x hidden``) and of each head parameter, and saves these for the
-backward, which scales them by the output's gradient (in place: 1 in a plain loop) and returns
+(``torch.autograd.grad``): the chunk's logits, their gradient written over them (NOTE [ One
+chunk tensor ]), are freed before the next chunk. It adds the chunk's gradients into the gradient
+of the input (the last hidden state, ``batch x tokens x hidden``) and of each head parameter, and
+saves these for the backward, which scales them by the output's gradient (in place: 1 in a plain loop) and returns
 them. The output projection's weight gradient (``vocab x hidden``: 51.5 MB on GPT-2, tied to the
 token embedding) is the largest: where the head calls ``F.linear`` with that weight, the call is
 replaced by :class:`_LinearIntoGradient` (a ``TorchFunctionMode``, :class:`_ProjectionInto`),
@@ -46,6 +46,23 @@ identity ``saved_tensors_hooks``: they are the stage's temporaries, which the pr
 its forward's peak, not tensors the stage keeps. The stage's gradients are made by its forward
 (the loss's forward is followed by its backward in every plan); a second backward through the
 same graph (``retain_graph``) is refused by autograd (the saved gradients were scaled in place).
+
+NOTE [ One chunk tensor ]
+-------------------------
+A chunk's logits are not kept beside their log-softmax and their gradient (three chunk tensors,
+as ``F.cross_entropy``'s forward and backward make them): the cross-entropy's value and its
+gradient with respect to the logits, ``(softmax - one-hot) / count`` (0 on a position without a
+target), are computed over the logits in place (:func:`_gradient_over_logits`, as Liger Kernel's
+fused linear cross-entropy does), and the head's backward is run from that one tensor
+(``torch.autograd.grad(logits, inputs, grad_outputs=logits)``). That is safe only where no
+operation of the head saved its output for its backward (the projection's does not:
+:class:`_LinearIntoGradient` saves its input and weight) and the output is none of the chunk's
+inputs: the tensors the head's forward saves are seen by a ``saved_tensors_hooks``, and where the
+output's storage is among them, or it is not a float32 or float64 contiguous tensor (a bfloat16
+masked LM's logits keep autograd's arithmetic), the chunk's loss and gradients are autograd's,
+from the same logits, and :attr:`ChunkedLoss.logits_in_place` is False. The gradients are plain training's up to rounding
+(BERT's attention key bias, whose gradient is zero but for rounding, compares at the model's
+scale: :func:`memplan.torch.compare.training.gradient_agreement`).
 
 The backward scales the saved gradients in place, except those of parameters that an earlier
 stage uses too (:attr:`ChunkedLoss.shared`: GPT-2's output projection is its token embedding):
@@ -153,6 +170,10 @@ class ChunkedLoss(nn.Module):
         Chunks of tokens (along the sequence); fewer when the sequence is shorter.
     """
 
+    write_over_logits = True
+    """Whether a chunk's logits' gradient may be written over them (NOTE [ One chunk tensor ]);
+    False: autograd's, beside them."""
+
     def __init__(self, head: nn.Module, loss: nn.Module, chunks: int) -> None:
         super().__init__()
         if not supports_chunked_loss(loss):
@@ -164,6 +185,8 @@ class ChunkedLoss(nn.Module):
         # the head's parameters an earlier stage uses (tied), by name in the head: FSDP2
         # (``fully_shard``) registers other tensors in their places at every step
         self.shared: set[str] = set()
+        # whether the last chunk's logits' gradient was written over its logits
+        self.logits_in_place = False
 
     @property
     def labels_from_input(self) -> bool:
@@ -186,14 +209,40 @@ class ChunkedLoss(nn.Module):
 
     def chunk_sum(self, hidden: Tensor, targets: Tensor) -> Tensor:
         logits = self.head(hidden)
-        if self.upcast:
-            logits = logits.float()
-        return F.cross_entropy(
-            logits.reshape(-1, logits.shape[-1]),
-            targets.reshape(-1),
-            ignore_index=IGNORE_INDEX,
-            reduction="sum",
+        return _cross_entropy_sum(logits.float() if self.upcast else logits, targets)
+
+    def chunk_gradients(
+        self, hidden: Tensor, targets: Tensor, count: Tensor, inputs: list[Tensor]
+    ) -> tuple[Tensor, list[Tensor | None]]:
+        """``chunk_sum(hidden, targets) / count`` and its gradients for ``inputs``, the logits'
+        gradient written over the logits where that is safe, else autograd's (NOTE [ One chunk
+        tensor ]); :attr:`logits_in_place` says which way the chunk took.
+        """
+        saved: set[int] = set()
+
+        def pack(tensor: Tensor) -> Tensor:
+            saved.add(_storage(tensor))
+            return tensor
+
+        with saved_tensors_hooks(pack, _same):
+            out = self.head(hidden)
+            if self.upcast:
+                out = out.float()
+        ours = {_storage(t) for t in (hidden, *inputs)}
+        self.logits_in_place = (
+            self.write_over_logits
+            and out.requires_grad
+            and out.is_contiguous()
+            and out.dtype in (torch.float32, torch.float64)
+            and _storage(out) not in saved | ours
         )
+        if not self.logits_in_place:  # autograd's way, from the same logits
+            value = _cross_entropy_sum(out, targets) / count
+            found = torch.autograd.grad(value, inputs, allow_unused=True)
+            return value.detach(), list(found)
+        value = _gradient_over_logits(out.detach().view(-1, out.shape[-1]), targets, count)
+        found = torch.autograd.grad(out, inputs, grad_outputs=out, allow_unused=True)
+        return value, list(found)
 
     def forward(self, hidden: Tensor, labels: Tensor | None = None, count: Any = None) -> Tensor:
         """The mean cross-entropy against ``labels`` (the batch's) or the stage's own; over
@@ -254,9 +303,8 @@ class _LossAndGradients(torch.autograd.Function):
         with torch.enable_grad(), saved_tensors_hooks(_same, _same), projection:
             for part, part_targets in stage.pieces(hidden, targets):
                 leaf = part.detach().requires_grad_(wants_input)
-                value = stage.chunk_sum(leaf, part_targets) / count
                 inputs = [leaf, *params] if wants_input else list(params)
-                found = list(torch.autograd.grad(value, inputs, allow_unused=True))
+                value, found = stage.chunk_gradients(leaf, part_targets, count, inputs)
                 if grad_input is not None:
                     width = part.shape[1]
                     grad_input[:, start : start + width].copy_(found.pop(0))
@@ -264,7 +312,7 @@ class _LossAndGradients(torch.autograd.Function):
                 for j, grad in enumerate(found):
                     if grad is not None:  # None: a parameter the head does not use
                         grads[j] = grad if grads[j] is None else grads[j].add_(grad)
-                total += value.detach()
+                total += value
                 del value, found
         if projection.used:  # its weight's gradient is the buffer, plus what autograd gave
             j = projection.index
@@ -292,6 +340,39 @@ def _same(tensor: Tensor) -> Tensor:
     return tensor
 
 
+def _storage(tensor: Tensor) -> int:
+    return tensor.untyped_storage().data_ptr()
+
+
+def _cross_entropy_sum(logits: Tensor, targets: Tensor) -> Tensor:
+    return F.cross_entropy(
+        logits.reshape(-1, logits.shape[-1]),
+        targets.reshape(-1),
+        ignore_index=IGNORE_INDEX,
+        reduction="sum",
+    )
+
+
+@torch.no_grad()
+def _gradient_over_logits(logits: Tensor, targets: Tensor, count: Tensor) -> Tensor:
+    """The summed cross-entropy of ``logits`` (``tokens x vocab``) against ``targets`` over
+    ``count``, returned, and its gradient, ``(softmax - one-hot) / count`` (0 on a row without a
+    target), written over ``logits`` (NOTE [ One chunk tensor ]).
+    """
+    target = targets.reshape(-1)
+    valid = target != IGNORE_INDEX
+    weight = valid.to(logits.dtype) / count.to(logits.dtype)
+    safe = target.clamp(min=0)[:, None]
+    picked = logits.gather(1, safe).squeeze(1)
+    top = logits.amax(1, keepdim=True)
+    logits.sub_(top).exp_()  # exp(logit - max), in place
+    sums = logits.sum(1, keepdim=True)
+    rows = sums.log().squeeze(1) + top.squeeze(1) - picked  # each row's cross-entropy
+    logits.div_(sums).scatter_add_(1, safe, -valid[:, None].to(logits.dtype))
+    logits.mul_(weight[:, None])
+    return (rows * weight).sum()
+
+
 class _LinearIntoGradient(torch.autograd.Function):
     """``F.linear(x, weight, bias)`` whose backward adds the weight's gradient in place into
     ``into`` and returns none for it (NOTE [ Gradients in the forward ]).
@@ -303,7 +384,10 @@ class _LinearIntoGradient(torch.autograd.Function):
     ) -> Tensor:
         ctx.save_for_backward(x, weight)
         ctx.into = into
-        return F.linear(x, weight, bias)
+        product = F.linear(x.reshape(-1, x.shape[-1]), weight, bias)
+        # not a view of the 2-D product for autograd (as torch.matmul returns it): the chunk's
+        # logits are written over in place (NOTE [ One chunk tensor ])
+        return torch.ops.aten._unsafe_view(product, (*x.shape[:-1], product.shape[-1]))
 
     @staticmethod
     def backward(ctx: Any, grad_output: Tensor) -> tuple[Tensor | None, ...]:  # type: ignore[override]
@@ -388,8 +472,8 @@ def auto_loss_chunks(vocab: int, width: int, tokens: int, seq: int) -> int:
     the larger of two tensors the head and loss stage holds whatever the count: the head's
     weight gradient (``vocab x width``) and the hidden states' gradient (``tokens x width``).
     The stage's peak is then within a small factor of that floor (a chunk's logits, their
-    log-softmax and their gradient beside it), and more chunks would save little more while
-    making the products smaller, which is slower: on issue 35's tiny GPT-2 and Llama (vocabulary
+    gradient written over them: NOTE [ One chunk tensor ]), and more chunks would save little
+    more while making the products smaller, which is slower: on issue 35's tiny GPT-2 and Llama (vocabulary
     8,000, width 128, 512 tokens: 4 chunks) 4, 8, 12 and 16 chunks measured the same least memory
     through ``enable``, and 63 chunks 1.5x the step time of 8 (docs/profiling.md). GPT-2 at
     4 x 1,024 tokens takes 6 chunks; Llama-3.2-1B at 2,048 tokens 1, where its head's weight
