@@ -24,6 +24,7 @@ tensors of the collectives they ran) is not subtracted from the running total ei
 
 from __future__ import annotations
 
+import gc
 from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
@@ -111,8 +112,6 @@ def allocator_peak(
     profiler recorded) and collected during this one would lower the CPU allocator's running
     total below the step's start, and the step would measure that much less.
     """
-    import gc
-
     gc.collect()
     if device.type == "cuda":
         torch.cuda.synchronize(device)

@@ -29,9 +29,9 @@ With gradients wanted, the stage's forward (:class:`_LossAndGradients`) runs, pe
 the cross-entropy over the count of targets, and at once their backward
 (``torch.autograd.grad``): the chunk's logits, their gradient written over them (NOTE [ One
 chunk tensor ]), are freed before the next chunk. It adds the chunk's gradients into the gradient
-of the input (the last hidden state, ``batch x tokens x hidden``) and of each head parameter, and
-saves these for the backward, which scales them by the output's gradient (in place: 1 in a plain loop) and returns
-them. The output projection's weight gradient (``vocab x hidden``: 51.5 MB on GPT-2, tied to the
+of the input (the last hidden state, ``batch x tokens x hidden``) and of each head parameter,
+and saves these for the backward, which scales them by the output's gradient (in place: 1 in a
+plain loop) and returns them. The output projection's weight gradient (``vocab x hidden``: 51.5 MB on GPT-2, tied to the
 token embedding) is the largest: where the head calls ``F.linear`` with that weight, the call is
 replaced by :class:`_LinearIntoGradient` (a ``TorchFunctionMode``, :class:`_ProjectionInto`),
 whose backward adds the chunk's weight gradient in place into the running sum
@@ -60,9 +60,9 @@ operation of the head saved its output for its backward (the projection's does n
 inputs: the tensors the head's forward saves are seen by a ``saved_tensors_hooks``, and where the
 output's storage is among them, or it is not a float32 or float64 contiguous tensor (a bfloat16
 masked LM's logits keep autograd's arithmetic), the chunk's loss and gradients are autograd's,
-from the same logits, and :attr:`ChunkedLoss.logits_in_place` is False. The gradients are plain training's up to rounding
-(BERT's attention key bias, whose gradient is zero but for rounding, compares at the model's
-scale: :func:`memplan.torch.compare.training.gradient_agreement`).
+from the same logits, and :attr:`ChunkedLoss.logits_in_place` is False. The gradients are plain
+training's up to rounding (BERT's attention key bias, whose gradient is zero but for rounding,
+compares at the model's scale: :func:`memplan.torch.compare.training.gradient_agreement`).
 
 The backward scales the saved gradients in place, except those of parameters that an earlier
 stage uses too (:attr:`ChunkedLoss.shared`: GPT-2's output projection is its token embedding):
@@ -473,9 +473,9 @@ def auto_loss_chunks(vocab: int, width: int, tokens: int, seq: int) -> int:
     weight gradient (``vocab x width``) and the hidden states' gradient (``tokens x width``).
     The stage's peak is then within a small factor of that floor (a chunk's logits, their
     gradient written over them: NOTE [ One chunk tensor ]), and more chunks would save little
-    more while making the products smaller, which is slower: on issue 35's tiny GPT-2 and Llama (vocabulary
-    8,000, width 128, 512 tokens: 4 chunks) 4, 8, 12 and 16 chunks measured the same least memory
-    through ``enable``, and 63 chunks 1.5x the step time of 8 (docs/profiling.md). GPT-2 at
+    more while making the products smaller, which is slower: on issue 35's tiny GPT-2 and Llama
+    (vocabulary 8,000, width 128, 512 tokens: 4 chunks) 4, 8, 12 and 16 chunks measured the
+    same least memory through ``enable``, and 63 chunks 1.5x the step time of 8 (docs/profiling.md). GPT-2 at
     4 x 1,024 tokens takes 6 chunks; Llama-3.2-1B at 2,048 tokens 1, where its head's weight
     gradient is as large as the logits.
     """
