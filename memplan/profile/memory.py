@@ -206,10 +206,12 @@ def _stepped_in_backward(
 
 
 def _released(stages: Sequence[Stage], freed: Sequence[int]) -> list[int]:
-    """Per stage ``k``, the bytes of ``x[k+1]`` that ``B k`` runs without: stage ``k`` does not
-    keep its output (``output_saved`` false) and stage ``k+1`` kept it as its input, which ``B
-    k+1`` freed (``x[k+1]`` is still part of ``s[k]`` in the chain model; a standalone ``x[k+1]``
-    does not outlive ``B k+1``). 0 where ``F_all k+1`` frees it already (``freed``).
+    """Per stage ``k``, the bytes of ``x[k+1]`` that ``B k`` runs without.
+
+    Stage ``k`` does not keep its output (``output_saved`` false) and stage ``k+1`` kept it as its
+    input, which ``B k+1`` freed (``x[k+1]`` is still part of ``s[k]`` in the chain model; a
+    standalone ``x[k+1]`` does not outlive ``B k+1``). 0 where ``F_all k+1`` frees it already
+    (``freed``).
     """
     return [
         st.output_size

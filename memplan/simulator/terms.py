@@ -167,9 +167,11 @@ def stage_loops(
 
 
 def _let_go_at_next_backward(stage: Stage, after: Stage) -> bool:
-    """Whether ``stage``'s output is gone when its backward runs: it does not keep it, the next
-    stage keeps it as its input and frees it at its own backward (docs/model.md, "autograd's
-    frees")."""
+    """Whether ``stage``'s output is gone when its backward runs.
+
+    It does not keep it, the next stage keeps it as its input and frees it at its own backward,
+    which comes first (docs/model.md, "an output the next stage kept").
+    """
     return stage.output_saved is False and after.input_saved is True
 
 
