@@ -205,22 +205,34 @@ def _gpt_batches(rank: int) -> list[Batch]:
     ]
 
 
-def _run_gpt(rank: int, world: int) -> dict[str, Any]:
-    torch.manual_seed(0)
-    model = GPT(CONFIG).train()
-    batches = _gpt_batches(rank)
+def _zoo_runs(
+    model: nn.Module,
+    blocks: Callable[[nn.Module], Sequence[nn.Module]],
+    batches: list[Batch],
+    rank: int,
+    world: int,
+    names: Sequence[str],
+) -> dict[str, Any]:
+    """Plain FSDP2 of ``model`` (units: ``blocks``), and memplan's plans at the budgets
+    ``names`` of :func:`_budgets` beside it; the caller's loss."""
     budgets, prof = _budgets(model, batches[0]["x"], world)
     counts = Collectives()
     plain = copy.deepcopy(model)
-    _shard(plain, _gpt_blocks(plain))
-    trained = _train(plain, _gpt_blocks(plain), batches, _next_token_loss, rank, counts)
+    _shard(plain, blocks(plain))
+    trained = _train(plain, blocks(plain), batches, _next_token_loss, rank, counts)
     result: dict[str, Any] = {"plain": trained}
-    for name, budget in budgets.items():
+    for name in names:
         result[name] = _under_plan(
-            model, _gpt_blocks, batches, _next_token_loss, rank, counts, budget, plain,
+            model, blocks, batches, _next_token_loss, rank, counts, budgets[name], plain,
             example_input=batches[0]["x"], profile=prof,
         )  # fmt: skip
     return result
+
+
+def _run_gpt(rank: int, world: int) -> dict[str, Any]:
+    torch.manual_seed(0)
+    model = GPT(CONFIG).train()
+    return _zoo_runs(model, _gpt_blocks, _gpt_batches(rank), rank, world, ("least", "fifth"))
 
 
 # ------------------------------------------------------------------------------------------------
@@ -342,17 +354,9 @@ def _run_halves(rank: int, world: int) -> dict[str, Any]:
     gpt = GPT(CONFIG).train()
     batches = _gpt_batches(rank)
     whole, _ = _budgets(gpt, batches[0]["x"], world)
-    model = _HalfBlocks(gpt)
-    budgets, prof = _budgets(model, batches[0]["x"], world)
-    counts = Collectives()
-    plain = copy.deepcopy(model)
-    _shard(plain, _halves(plain))
-    trained = _train(plain, _halves(plain), batches, _next_token_loss, rank, counts)
-    least = _under_plan(
-        model, _halves, batches, _next_token_loss, rank, counts, budgets["least"], plain,
-        example_input=batches[0]["x"], profile=prof,
-    )  # fmt: skip
-    return {"plain": trained, "least": least, "whole_least": whole["least"]}
+    result = _zoo_runs(_HalfBlocks(gpt), _halves, batches, rank, world, ("least",))
+    result["whole_least"] = whole["least"]
+    return result
 
 
 CASES = {"gpt": _run_gpt, "hf-chunked": _run_hf_chunked, "halves": _run_halves}
