@@ -4,6 +4,7 @@ Usage::
 
     nice -n 10 python benchmarks/bench_fsdp.py                     # two ranks, CPU (gloo)
     nice -n 10 python benchmarks/bench_fsdp.py --model gpt2        # a Hugging Face GPT-2
+    nice -n 10 python benchmarks/bench_fsdp.py --model llama-halves  # stages of half blocks
     nice -n 10 python benchmarks/bench_fsdp.py --rounds 7 --json fsdp.json
     python benchmarks/bench_fsdp.py --device cuda --out gpu-check  # one rank per GPU (NCCL)
 
@@ -13,7 +14,10 @@ SGD in each way, in turn, one step each per round (paired: each way's step time 
 FSDP2 + per-block checkpointing's in the same round, the median of ``--rounds``). ``--model
 gpt`` is memplan's zoo GPT, whose caller computes the loss; ``gpt2`` and ``llama`` are Hugging
 Face causal language models built from their config classes (no download), whose loss is their
-own (``model(**batch).loss``, labels in the batch). The ways:
+own (``model(**batch).loss``, labels in the batch); ``llama-halves`` is Llama's layers in a model
+of one's own whose chain has a stage per half block (the attention and its residual, the MLP and
+its: ``memplan_stages``), each half a ``fully_shard`` unit under memplan and under plain FSDP2,
+each block one under FSDP2 + checkpoint (the recipe), the caller's loss. The ways:
 
 * **FSDP2**: plain training;
 * **FSDP2 + checkpoint**: every block under ``torch.utils.checkpoint.checkpoint(...,
@@ -66,7 +70,7 @@ LABELS = {
     "memplan-chunked": "memplan at their peak, loss in chunks",
     "memplan-least": "memplan, least memory",
 }
-MODELS = ("gpt", "gpt2", "llama")
+MODELS = ("gpt", "gpt2", "llama", "llama-halves")
 
 
 def _options(argv: list[str] | None = None) -> argparse.Namespace:
@@ -250,6 +254,77 @@ def _hf_case(options: argparse.Namespace, device: Any, rank: int) -> Case:
     )  # fmt: skip
 
 
+def _halves_case(options: argparse.Namespace, device: Any, rank: int) -> Case:
+    """Llama's layers (transformers' modules) in a model of one's own that gives memplan its
+    chain at half blocks (``memplan_stages``: the attention and its residual, the MLP and its):
+    memplan's ways shard each half as a unit of its own; FSDP2 + checkpoint, the recipe, each
+    block; the caller's loss over the whole logits."""
+    import torch
+    from torch import nn
+    from torch.utils.checkpoint import checkpoint
+
+    class Attention(nn.Module):  # x + attn(norm(x)), the rotary embedding made inside
+        def __init__(self, layer: Any, rotary: Any) -> None:
+            super().__init__()
+            self.norm, self.attn, self.rotary = layer.input_layernorm, layer.self_attn, rotary
+
+        def forward(self, h: torch.Tensor) -> torch.Tensor:
+            positions = torch.arange(h.shape[1], device=h.device).unsqueeze(0)
+            pos = self.rotary(h, positions)
+            return h + self.attn(self.norm(h), position_embeddings=pos, attention_mask=None)[0]
+
+    class Mlp(nn.Module):  # x + mlp(norm(x))
+        def __init__(self, layer: Any) -> None:
+            super().__init__()
+            self.norm, self.mlp = layer.post_attention_layernorm, layer.mlp
+
+        def forward(self, h: torch.Tensor) -> torch.Tensor:
+            return h + self.mlp(self.norm(h))
+
+    class Halves(nn.Module):
+        def __init__(self, hf: Any) -> None:
+            super().__init__()
+            self.embed = hf.model.embed_tokens
+            rotary = hf.model.rotary_emb
+            self.blocks = nn.ModuleList(
+                nn.Sequential(Attention(layer, rotary), Mlp(layer)) for layer in hf.model.layers
+            )
+            self.head = nn.Sequential(hf.model.norm, hf.lm_head)
+            self.whole = False  # fully_shard units: whole blocks (True) or halves
+
+        def forward(self, ids: torch.Tensor) -> torch.Tensor:
+            h = self.embed(ids)
+            for block in self.blocks:
+                h = checkpoint(block, h, use_reentrant=False) if self.whole else block(h)
+            return self.head(h)
+
+        def units(self) -> list[nn.Module]:
+            return list(self.blocks) if self.whole else [m for b in self.blocks for m in b]
+
+        def memplan_stages(self) -> list[tuple[str, nn.Module]]:
+            halves = [(f"{i}.{j}", m) for i, b in enumerate(self.blocks) for j, m in enumerate(b)]
+            return [("embedding", self.embed), *halves, ("head", self.head)]
+
+    torch.manual_seed(0)
+    model = Halves(_hf_model(options)[0]).to(device).train()  # Llama's (not "gpt2")
+    gen = torch.Generator().manual_seed(1 + rank)
+    ids = torch.randint(0, options.vocab, (options.batch, options.seq), generator=gen).to(device)
+
+    def loss(model: Any, batch: dict[str, Any]) -> Any:
+        logits = model(batch["x"])[:, :-1]
+        return nn.functional.cross_entropy(logits.reshape(-1, options.vocab), batch["y"].ravel())
+
+    def checkpointed(model: Any) -> Any:  # every block under checkpoint, a unit of its own
+        model.whole = True
+        return model
+
+    return Case(
+        model, {"x": ids, "y": ids[:, 1:]}, ids, loss, lambda m: m.units(),
+        {"fsdp2": _copy, "checkpoint": lambda m: checkpointed(_copy(m))}, None,
+        "Llama's layers cut at half blocks (the attention, the MLP; the caller's loss)",
+    )  # fmt: skip
+
+
 def _copy(model: Any) -> Any:
     return copy.deepcopy(model)
 
@@ -389,7 +464,8 @@ def _rank(rank: int, world: int, options: argparse.Namespace) -> dict[str, Any]:
     from memplan.torch import profile_model
 
     device = torch.device("cuda", rank) if options.device == "cuda" else torch.device("cpu")
-    case = (_zoo_case if options.model == "gpt" else _hf_case)(options, device, rank)
+    cases = {"gpt": _zoo_case, "llama-halves": _halves_case}
+    case = cases.get(options.model, _hf_case)(options, device, rank)
 
     def profile(chunks: int | None) -> Any:
         return profile_model(

@@ -23,7 +23,9 @@ Under each, what the profile measured of autograd applies: ``F_all k`` adds
 ``forward_overhead_all[k]`` (``forward_overhead`` when the profile lacks it), and ``F_all k``
 frees ``x[k]`` (as ``s[k-1]``'s part, or the standalone checkpoint) when neither stage ``k-1``
 keeps its output (``output_saved``) nor stage ``k`` its input (``input_saved``): a language
-model's logits after the loss's forward. ``B k`` then does not need ``x[k]``.
+model's logits after the loss's forward. ``B k`` then does not need ``x[k]``. Otherwise, when
+stage ``k`` does not keep its output but stage ``k+1`` keeps it as its input, ``B k+1`` frees it:
+``B k`` runs without ``x[k+1]`` (:func:`_released`, taken off ``B k``'s temporaries).
 
 The optimizer (``budget.optimizer``): its state is static, ``state_copies`` times the gradients
 (:func:`gradient_bytes`). With ``budget.optimizer_step`` (the step PyTorch runs), the step after
@@ -203,6 +205,25 @@ def _stepped_in_backward(
     return stepped, [optimizer.step_temporaries([size]) for size in largest]
 
 
+def _released(stages: Sequence[Stage], freed: Sequence[int]) -> list[int]:
+    """Per stage ``k``, the bytes of ``x[k+1]`` that ``B k`` runs without.
+
+    Stage ``k`` does not keep its output (``output_saved`` false) and stage ``k+1`` kept it as its
+    input, which ``B k+1`` freed (``x[k+1]`` is still part of ``s[k]`` in the chain model; a
+    standalone ``x[k+1]`` does not outlive ``B k+1``). 0 where ``F_all k+1`` frees it already
+    (``freed``).
+    """
+    return [
+        st.output_size
+        if k + 1 < len(stages)
+        and st.output_saved is False
+        and stages[k + 1].input_saved is True
+        and freed[k + 1] == 0
+        else 0
+        for k, st in enumerate(stages)
+    ]
+
+
 def stage_terms(stages: Sequence[Stage], loop: TrainingLoop | None) -> StageTerms:
     """The terms of NOTE [ training-loop memory terms ] for ``stages``.
 
@@ -240,6 +261,7 @@ def stage_terms(stages: Sequence[Stage], loop: TrainingLoop | None) -> StageTerm
     ]
     if loop.output_held and len(stages) >= 2:  # the caller's copy serves the loss's backward
         freed[-1] = stages[-2].output_size
+    backward = [a - b for a, b in zip(backward, _released(stages, freed), strict=True)]
     in_backward = zeros
     if loop.gradients == "step-in-backward" and counted:
         stepped, temporaries = _stepped_in_backward(stages, loop.optimizer)

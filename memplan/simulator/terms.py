@@ -35,6 +35,10 @@ docs/model.md, and computes every term below itself, here:
     (``input_saved`` false), and the loss's forward frees its input when the caller holds the
     output (the caller's copy, static, serves the loss's backward); never the chain's (or a
     branch's) input;
+  - ``B k`` runs without its output ``x[k+1]`` (part of ``s[k]``: its overhead is that much
+    lower) when stage ``k`` keeps no output (``output_saved`` false) while the next stage of its
+    chain or branch kept it as its input (``input_saved`` true), unless the loss's forward freed
+    it (the caller holds the output): that stage's backward, which comes first, let it go;
 * **the turn of a join** (:func:`turn_loop`): the same terms for the loss stage joining the
   branches; its forward frees each branch output whose last stage keeps no output, when the turn
   keeps no input;
@@ -154,7 +158,21 @@ def stage_loops(
     held = budget is not None and budget.gradients is not None and budget.output_held
     if held and loss and len(stages) >= 2:  # the caller's copy (static) serves the loss's B
         loops[-1] = replace(loops[-1], frees_input=stages[-2].output_size)
+    if budget is None or budget.gradients is None:
+        return loops
+    for k in range(len(stages) - 1):
+        if loops[k + 1].frees_input == 0 and _let_go_at_next_backward(stages[k], stages[k + 1]):
+            loops[k] = replace(loops[k], backward=loops[k].backward - stages[k].output_size)
     return loops
+
+
+def _let_go_at_next_backward(stage: Stage, after: Stage) -> bool:
+    """Whether ``stage``'s output is gone when its backward runs.
+
+    It does not keep it, the next stage keeps it as its input and frees it at its own backward,
+    which comes first (docs/model.md, "an output the next stage kept").
+    """
+    return stage.output_saved is False and after.input_saved is True
 
 
 def turn_loop(

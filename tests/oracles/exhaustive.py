@@ -38,7 +38,9 @@ which stay; its temporaries are ``backward_overhead_fresh`` under ``at-backward`
 ``F_all k`` adds ``forward_overhead_all`` (when given) and, when stage ``k-1`` does not keep its
 output nor stage ``k`` its input, frees the standalone ``x[k]`` and ``s[k-1]``'s copy of it at its
 end (``s[k-1]`` then holds ``x[k]`` less until its backward); ``B k`` does not read ``x[k]`` then.
-The state then also records the set ``C`` of ``k`` whose ``s[k]`` lost its ``x[k+1]``.
+The state then also records the set ``C`` of ``k`` whose ``s[k]`` lost its ``x[k+1]``. When
+stage ``k`` does not keep its output but stage ``k+1`` keeps it as its input, ``B k+1`` frees it:
+``B k`` runs without ``x[k+1]`` (its temporaries that much lower).
 
 Under ``gradients="step-in-backward"`` (the optimizer step in the backward), ``B k`` creates its
 gradients as under ``at-backward``, holds the step's temporaries during it
@@ -112,6 +114,8 @@ class _Chain:
                     )
                 if k > 0:
                     self.frees[k] = stages[k - 1].output_saved is False and st.input_saved is False
+                if k + 1 < length and st.output_saved is False and stages[k + 1].input_saved:
+                    self.bo[k] -= st.output_size  # B k+1 let x[k+1] go: B k runs without it
         if gradients == "step-in-backward" and optimizer != "none":
             for k, st in enumerate(stages):
                 self.stepped[k] = (

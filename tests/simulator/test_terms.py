@@ -122,6 +122,12 @@ def test_the_random_profiles_exercise_every_term():
     budget = budget_of("adam:for-loop", "step-in-backward")
     loops = [terms.stage_loops(measured(6, s).stages, budget) for s in range(6)]
     assert any(t.frees_input for loop in loops for t in loop)
+    let_go = [  # B k without x[k+1], which the next stage kept and its backward freed
+        (prof.stages[k], prof.stages[k + 1])
+        for prof in (measured(6, s) for s in range(6))
+        for k in range(5)
+    ]
+    assert any(a.output_saved is False and b.input_saved for a, b in let_go)
     assert any(t.weight_grads for loop in loops for t in loop)
     assert any(t.backward < 0 for loop in loops for t in loop)
     assert any(t.steps != t.weight_grads for loop in loops for t in loop)  # a shared gradient

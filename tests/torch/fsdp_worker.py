@@ -194,29 +194,45 @@ def _gpt_blocks(model: nn.Module) -> Sequence[nn.Module]:
     return model.blocks  # type: ignore[return-value]
 
 
-def _run_gpt(rank: int, world: int) -> dict[str, Any]:
-    torch.manual_seed(0)
-    model = GPT(CONFIG).train()
+def _gpt_batches(rank: int) -> list[Batch]:
     gen = torch.Generator().manual_seed(1 + rank)  # each rank its own batches
-    batches = [
+    return [
         {
             "x": torch.randint(0, CONFIG.vocab_size, (BATCH, CONFIG.seq_len), generator=gen),
             "y": torch.randint(0, CONFIG.vocab_size, (BATCH, CONFIG.seq_len), generator=gen),
         }
         for _ in range(STEPS)
     ]
+
+
+def _zoo_runs(
+    model: nn.Module,
+    blocks: Callable[[nn.Module], Sequence[nn.Module]],
+    batches: list[Batch],
+    rank: int,
+    world: int,
+    names: Sequence[str],
+) -> dict[str, Any]:
+    """Plain FSDP2 of ``model`` (units: ``blocks``), and memplan's plans at the budgets
+    ``names`` of :func:`_budgets` beside it; the caller's loss."""
     budgets, prof = _budgets(model, batches[0]["x"], world)
     counts = Collectives()
     plain = copy.deepcopy(model)
-    _shard(plain, _gpt_blocks(plain))
-    trained = _train(plain, _gpt_blocks(plain), batches, _next_token_loss, rank, counts)
+    _shard(plain, blocks(plain))
+    trained = _train(plain, blocks(plain), batches, _next_token_loss, rank, counts)
     result: dict[str, Any] = {"plain": trained}
-    for name, budget in budgets.items():
+    for name in names:
         result[name] = _under_plan(
-            model, _gpt_blocks, batches, _next_token_loss, rank, counts, budget, plain,
+            model, blocks, batches, _next_token_loss, rank, counts, budgets[name], plain,
             example_input=batches[0]["x"], profile=prof,
         )  # fmt: skip
     return result
+
+
+def _run_gpt(rank: int, world: int) -> dict[str, Any]:
+    torch.manual_seed(0)
+    model = GPT(CONFIG).train()
+    return _zoo_runs(model, _gpt_blocks, _gpt_batches(rank), rank, world, ("least", "fifth"))
 
 
 # ------------------------------------------------------------------------------------------------
@@ -287,7 +303,63 @@ def _run_hf_chunked(rank: int, world: int) -> dict[str, Any]:
     return result
 
 
-CASES = {"gpt": _run_gpt, "hf-chunked": _run_hf_chunked}
+# ------------------------------------------------------------------------------------------------
+# halves: the zoo GPT's blocks cut in two stages, each half a unit of its own
+# ------------------------------------------------------------------------------------------------
+
+
+class _Half(nn.Module):
+    """``x + inner(norm(x))``: the attention or the MLP of a pre-norm block, with its residual."""
+
+    def __init__(self, norm: nn.Module, inner: nn.Module) -> None:
+        super().__init__()
+        self.norm, self.inner = norm, inner
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + self.inner(self.norm(x))
+
+
+class _HalfBlocks(nn.Module):
+    """The zoo GPT as a model of one's own whose chain has a stage per half block
+    (``memplan_stages``); each half is a ``fully_shard`` unit."""
+
+    def __init__(self, gpt: GPT) -> None:
+        super().__init__()
+        self.embed, self.head = gpt.embed, nn.Sequential(gpt.ln_f, gpt.lm_head)
+        self.halves = nn.ModuleList(
+            _Half(norm, inner)
+            for b in gpt.blocks
+            for norm, inner in ((b.ln1, b.attn), (b.ln2, b.mlp))
+        )
+
+    def forward(self, idx: torch.Tensor) -> torch.Tensor:
+        h = self.embed(idx)
+        for half in self.halves:
+            h = half(h)
+        return self.head(h)  # type: ignore[no-any-return]
+
+    def memplan_stages(self) -> list[tuple[str, nn.Module]]:
+        halves = [(f"half{i}", m) for i, m in enumerate(self.halves)]
+        return [("embedding", self.embed), *halves, ("head", self.head)]
+
+
+def _halves(model: nn.Module) -> Sequence[nn.Module]:
+    return model.halves  # type: ignore[return-value]
+
+
+def _run_halves(rank: int, world: int) -> dict[str, Any]:
+    """The least per-rank memory of whole-block stages, and the plan at the least of half-block
+    stages beside plain FSDP2 of the same units."""
+    torch.manual_seed(0)
+    gpt = GPT(CONFIG).train()
+    batches = _gpt_batches(rank)
+    whole, _ = _budgets(gpt, batches[0]["x"], world)
+    result = _zoo_runs(_HalfBlocks(gpt), _halves, batches, rank, world, ("least",))
+    result["whole_least"] = whole["least"]
+    return result
+
+
+CASES = {"gpt": _run_gpt, "hf-chunked": _run_hf_chunked, "halves": _run_halves}
 
 
 def main() -> None:

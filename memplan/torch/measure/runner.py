@@ -185,17 +185,35 @@ class StageRunner:
         return forward, backward, out.detach()
 
 
-def kept_bytes(module: nn.Module, params: list[Tensor], device: torch.device) -> int:
+def kept_bytes(params: list[Tensor], buffers: list[Tensor], device: torch.device) -> int:
     """``weight_size`` of a stage: the bytes it keeps in device memory from one iteration to
     the next, per copy the optimizer makes (docs/runtime.md).
 
-    Its parameters (``params``: those no earlier stage counted), its buffers (batch-norm
-    statistics, the loss targets: no gradient or optimizer state, counted like the weights,
-    a little more than needed) and, per parameter tensor, a 4-byte scalar: the step count
-    ``torch.optim.Adam`` keeps in device memory beside each parameter's moments.
+    Its parameters (``params``: those no earlier stage counted), its buffers (``buffers``: those
+    no earlier stage counted, :func:`new_buffers`; batch-norm statistics, the loss targets, the
+    side inputs every block of a run reads: no gradient or optimizer state, counted like the
+    weights, a little more than needed) and, per parameter tensor, a 4-byte scalar: the step
+    count ``torch.optim.Adam`` keeps in device memory beside each parameter's moments.
     """
     total = sum(allocation_bytes(p.numel() * p.element_size(), device) for p in params)
     total += len(params) * allocation_bytes(4, device)
-    return total + sum(
-        allocation_bytes(b.numel() * b.element_size(), device) for b in module.buffers()
-    )
+    return total + sum(allocation_bytes(b.numel() * b.element_size(), device) for b in buffers)
+
+
+def new_buffers(module: nn.Module, counted: set[int]) -> list[Tensor]:
+    """The buffers of ``module`` whose storage no earlier stage counted (``counted``: storage
+    pointers, updated; a tensor without a storage, fake or meta, by its id).
+
+    The side inputs of a run of blocks (a Llama's rotary ``cos`` and ``sin``, its position ids,
+    an attention mask) are the same tensors in every block's stage (the
+    :class:`~memplan.torch.split.wrappers.BlockCall` buffers): the model computes them once per
+    step, so one stage counts them.
+    """
+    found = []
+    for buffer in module.buffers():
+        key = storage_key(buffer)
+        mark = id(buffer) if key is None else key[0]
+        if mark not in counted:
+            counted.add(mark)
+            found.append(buffer)
+    return found

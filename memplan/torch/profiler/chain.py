@@ -32,6 +32,7 @@ from memplan.torch.measure.probe import (
 from memplan.torch.measure.runner import (
     StageMeasurement,
     kept_bytes,
+    new_buffers,
 )
 from memplan.torch.measure.stage import measure_stage
 from memplan.torch.measure.tied import shared_parameters
@@ -225,6 +226,7 @@ def profile_stages(
     probe: MemoryProbe = CudaProbe(x.device) if x.device.type == "cuda" else CpuProbe()
     stages: list[Stage] = []
     counted: set[int] = set()
+    counted_buffers: set[int] = set()  # storage pointers
     tf32 = tf32_flags()
     runner = None
     if fake and gpu is not None:
@@ -240,6 +242,7 @@ def profile_stages(
             params = [p for p in module.parameters() if id(p) not in counted]
             counted.update(id(p) for p in params)
             own = {id(p) for p in params}
+            buffers = new_buffers(module, counted_buffers)
             creates = {i for i, last in last_user.items() if last == k}
             # the gradients this stage completes (it uses their parameters first): what the
             # optimizer step in the backward steps and frees at the end of its backward
@@ -286,7 +289,7 @@ def profile_stages(
                     saved_size=m.saved_size,
                     forward_overhead=m.forward_overhead,
                     backward_overhead=m.backward_overhead,
-                    weight_size=kept_bytes(module, params, x.device)
+                    weight_size=kept_bytes(params, buffers, x.device)
                     + (2 * m.output_size if k == len(chain) - 1 else 0),
                     grad_size=None if m.grad_size == m.output_size else m.grad_size,
                     weight_grad_size=m.weight_grad_size,
