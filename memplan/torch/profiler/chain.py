@@ -337,6 +337,8 @@ def _measure_or_explain(
             module, x, input_grad=k > 0, repeats=repeats, probe=probe, counter=counter,
             creates_grads=creates, policies=policies, tied=tied or (),
         )  # fmt: skip
+    except InputError as exc:  # a stage memplan's terms cannot count
+        raise InputError(f"stage {k} ({name}): {exc}") from None
     except (RuntimeError, ValueError) as exc:
         stop = interrupt_within(exc)
         if stop is not None:  # Ctrl-C or a stop signal, wrapped by Python (__set_name__)
