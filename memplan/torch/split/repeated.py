@@ -116,6 +116,7 @@ from memplan.torch.split.trace import (
     TracedCall,
     Tracer,
     ViewSpec,
+    call_leaves,
     call_model,
     model_output,
     primary_output,
@@ -233,27 +234,30 @@ def _relative_names(names: list[str]) -> list[str]:
     return [".".join(p[common:]) for p in parts]
 
 
-def _reads_values(kind: str, call: TracedCall, prefix: bool) -> int:
+def _reads_values(kind: str, call: TracedCall, prefix: bool, block: bool = True) -> int:
     """What ``call`` also reads that depends on the batch (NOTE [ Stage wrappers ]): 0 nothing;
     :data:`FROM_INPUT` a tensor computed from the input's token ids only (a padding mask,
-    DeepSeek-V4's hash router); :data:`FROM_PARAM` one without a gradient computed from the
-    parameters too (integer indices: DeepSeek-V3.2's top-k, which an earlier block computes and
-    the next reuses), which also changes as the parameters train. ``enable`` passes each step's
-    own; a chain's stage wrappers hold the traced ones.
+    DeepSeek-V4's hash router); :data:`FROM_PARAM` one computed from the parameters too: without
+    a gradient (integer indices: DeepSeek-V3.2's top-k, which an earlier block computes and the
+    next reuses), or, read by a block of the run, a floating one computed before the blocks (a
+    learned position bias, per-layer inputs: NOTE [ A side input with a gradient ]); both change
+    as the parameters train. ``enable`` passes each step's own; a chain's stage wrappers hold
+    the traced ones.
 
     Raises
     ------
     InputError
-        A floating tensor computed from the parameters: by an earlier block (its activation, a
-        state it hands on) or before the blocks (a learned position bias, per-layer inputs),
-        whose gradient would flow through every block, which a chain of stages passing one tensor
-        does not carry; values where nothing before the first block can check the batch.
+        A floating tensor computed from the parameters by an earlier block (its activation, a
+        state it hands on), or read by the head (``block`` False), whose gradient would flow
+        through a stage's backward that a chain of stages passing one tensor does not carry;
+        values where nothing before the first block can check the batch.
     """
     values = 0
     for taint in call.taints.values():
         if not taint & (FROM_INPUT | FROM_PARAM):
             continue  # from the input's shape only: the same for every batch of that shape
-        if taint & FROM_PARAM and taint & FLOATING:
+        side = block and prefix and not taint & FROM_BLOCK  # NOTE [ A side input with a gradient ]
+        if taint & FROM_PARAM and taint & FLOATING and not side:
             what = (
                 "computed by an earlier block (its activation, a state it hands on)"
                 if taint & FROM_BLOCK
@@ -275,6 +279,40 @@ def _reads_values(kind: str, call: TracedCall, prefix: bool) -> int:
             )
         values |= taint & (FROM_INPUT | FROM_PARAM)
     return values
+
+
+def _side_gradient_bytes(run: list[TracedCall], stages: list[tuple[str, nn.Module]]) -> int:
+    """Bytes of the floating tensors computed from the parameters before the blocks that the
+    run's blocks read (NOTE [ A side input with a gradient ]), each storage once.
+
+    NOTE [ A side input with a gradient ]
+    A learned relative position bias (CPM-Ant, MPNet, Funnel) or per-layer inputs (Gemma-4): the
+    model computes it from parameters before its first block and every block reads it, so its
+    gradient flows back through every block. ``enable`` follows the model's own forward: every
+    block reads the step's own tensor, autograd sums its gradient from every block's backward
+    (and runs the backward of what computed it once, at the end), and a recomputed block reads
+    the tensor its first forward read (the runtime holds the block's arguments). A chain's
+    stage wrappers hold the traced tensor, which would not train: the chain API refuses
+    (:attr:`PrefixStage.chain_refusal`). Each block's wrapper holds it as a buffer, which its
+    ``weight_size`` leaves out (:attr:`BlockCall.side_bytes`); the profile counts it three
+    times for the whole step (``side_gradient_size``): the tensor, held from the first stage's
+    forward to its backward, the gradient autograd sums from the last block's backward to the
+    first stage's, and one block's share while that block's backward adds it in. An upper
+    bound: before the backward neither gradient exists.
+    """
+    found: dict[int, int] = {}
+    wrappers = {id(m.block): m for _, m in stages if isinstance(m, BlockCall)}
+    for c in run:
+        leaves = call_leaves(c)
+        here: dict[int, int] = {}
+        for i, taint in c.taints.items():
+            if taint & FROM_PARAM and taint & FLOATING and not taint & FROM_BLOCK:
+                storage = leaves[i].untyped_storage()
+                here[storage.data_ptr()] = storage.nbytes()
+        if id(c.module) in wrappers:
+            wrappers[id(c.module)].side_bytes = sum(here.values())
+        found.update(here)
+    return sum(found.values())
 
 
 def _prefix(
@@ -464,12 +502,15 @@ def _cut(
         by_calls = None  # the tape has them all: what the stage computes is measured
     head, head_calls = by_calls if by_calls is not None else (None, [])
     values = 0
-    for c in [*run, *head_calls]:
+    for c in run:
         values |= _reads_values(kind, c, prefix)
+    for c in head_calls:
+        values |= _reads_values(kind, c, prefix, block=False)
     if prefix:
         stem = _prefix(kind, model, call, tracer, run)
         if values:  # NOTE [ Stage wrappers ]: the chain is for this batch's values
             stem.traced_for(x, trains=not values & FROM_PARAM)
+        stem.side_gradient_bytes = _side_gradient_bytes(run, stages)
         stages.insert(0, ("stem" if x.is_floating_point() else "embedding", stem))
     head_by = "calls" if head else "none"
     head_modules = [m.block for m in head or [] if isinstance(m, BlockCall)]
