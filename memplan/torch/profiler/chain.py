@@ -268,6 +268,11 @@ def profile_stages(
                 output = m.output
                 if weight_grads and m.weight_grad_size is None:  # fake tensors: by definition
                     m.weight_grad_size = _gradient_bytes(module, creates, x.device)
+                elif weight_grads and getattr(module, "side_gradient_bytes", 0):
+                    # NOTE [ A side input with a gradient ]: its parameters' gradients come
+                    # through the blocks' backward, which the stage's own does not run
+                    every = _gradient_bytes(module, creates, x.device)
+                    m.weight_grad_size = max(m.weight_grad_size or 0, every)
                 extra = None
                 if counter is not None and gpu is not None:
                     est = estimate_stage(counter, gpu)

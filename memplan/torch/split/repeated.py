@@ -118,6 +118,7 @@ from memplan.torch.split.trace import (
     ViewSpec,
     call_leaves,
     call_model,
+    direct_leaves,
     model_output,
     primary_output,
 )
@@ -240,26 +241,30 @@ def _reads_values(kind: str, call: TracedCall, prefix: bool, block: bool = True)
     DeepSeek-V4's hash router); :data:`FROM_PARAM` one computed from the parameters too: without
     a gradient (integer indices: DeepSeek-V3.2's top-k, which an earlier block computes and the
     next reuses), or, read by a block of the run, a floating one computed before the blocks (a
-    learned position bias, per-layer inputs: NOTE [ A side input with a gradient ]); both change
-    as the parameters train. ``enable`` passes each step's own; a chain's stage wrappers hold
+    learned position bias, per-layer inputs) or by an earlier block and passed as an argument
+    (NOTE [ A side input with a gradient ]); both change as the parameters train. ``enable`` passes each step's own; a chain's stage wrappers hold
     the traced ones.
 
     Raises
     ------
     InputError
-        A floating tensor computed from the parameters by an earlier block (its activation, a
-        state it hands on), or read by the head (``block`` False), whose gradient would flow
-        through a stage's backward that a chain of stages passing one tensor does not carry;
-        values where nothing before the first block can check the batch.
+        A floating tensor computed from the parameters that the head reads (``block`` False),
+        or that an earlier block stored in a mapping (Gemma-4's shared keys and values: a
+        recomputed block may not store it again); values where nothing before the first block
+        can check the batch.
     """
     values = 0
-    for taint in call.taints.values():
+    direct = direct_leaves(call)
+    for i, taint in call.taints.items():
         if not taint & (FROM_INPUT | FROM_PARAM):
             continue  # from the input's shape only: the same for every batch of that shape
-        side = block and prefix and not taint & FROM_BLOCK  # NOTE [ A side input with a gradient ]
+        # NOTE [ A side input with a gradient ]: an argument of a block; what an earlier block
+        # stored in a mapping may not be stored again by its recomputation (Gemma-4's keys)
+        side = block and prefix and (i < direct or not taint & FROM_BLOCK)
         if taint & FROM_PARAM and taint & FLOATING and not side:
             what = (
-                "computed by an earlier block (its activation, a state it hands on)"
+                "computed by an earlier block (its activation, a state it hands on"
+                + (" in a mapping)" if i >= direct else ")")
                 if taint & FROM_BLOCK
                 else "computed from the parameters before the blocks (a learned bias, per-layer "
                 "inputs), whose gradient flows through every block"
@@ -282,13 +287,15 @@ def _reads_values(kind: str, call: TracedCall, prefix: bool, block: bool = True)
 
 
 def _side_gradient_bytes(run: list[TracedCall], stages: list[tuple[str, nn.Module]]) -> int:
-    """Bytes of the floating tensors computed from the parameters before the blocks that the
-    run's blocks read (NOTE [ A side input with a gradient ]), each storage once.
+    """Bytes of the floating tensors computed from the parameters that the run's blocks read
+    besides their hidden state (NOTE [ A side input with a gradient ]), each storage once.
 
     NOTE [ A side input with a gradient ]
-    A learned relative position bias (CPM-Ant, MPNet, Funnel) or per-layer inputs (Gemma-4): the
-    model computes it from parameters before its first block and every block reads it, so its
-    gradient flows back through every block. ``enable`` follows the model's own forward: every
+    A learned relative position bias (CPM-Ant, MPNet) or per-layer inputs: the model computes it
+    from parameters before its first block and every block reads it, so its gradient flows back
+    through every block; or a state a block computes and hands to the next as an argument
+    (ZAYA's router states), whose gradient flows back from the later block's backward to the
+    earlier one's. ``enable`` follows the model's own forward: every
     block reads the step's own tensor, autograd sums its gradient from every block's backward
     (and runs the backward of what computed it once, at the end), and a recomputed block reads
     the tensor its first forward read (the runtime holds the block's arguments). A chain's
@@ -297,8 +304,11 @@ def _side_gradient_bytes(run: list[TracedCall], stages: list[tuple[str, nn.Modul
     ``weight_size`` leaves out (:attr:`BlockCall.side_bytes`); the profile counts it three
     times for the whole step (``side_gradient_size``): the tensor, held from the first stage's
     forward to its backward, the gradient autograd sums from the last block's backward to the
-    first stage's, and one block's share while that block's backward adds it in. An upper
-    bound: before the backward neither gradient exists.
+    first stage's, and one block's share while that block's backward adds it in (for a state
+    handed on: from the block that makes it to the one that reads it). An upper
+    bound: before the backward neither gradient exists. The gradients of the parameters that
+    computed it come through the blocks' backward, which the first stage's measured backward
+    does not run: its ``weight_grad_size`` counts every parameter it creates a gradient of.
     """
     found: dict[int, int] = {}
     wrappers = {id(m.block): m for _, m in stages if isinstance(m, BlockCall)}
@@ -306,11 +316,13 @@ def _side_gradient_bytes(run: list[TracedCall], stages: list[tuple[str, nn.Modul
         leaves = call_leaves(c)
         here: dict[int, int] = {}
         for i, taint in c.taints.items():
-            if taint & FROM_PARAM and taint & FLOATING and not taint & FROM_BLOCK:
+            if taint & FROM_PARAM and taint & FLOATING:
                 storage = leaves[i].untyped_storage()
                 here[storage.data_ptr()] = storage.nbytes()
-        if id(c.module) in wrappers:
-            wrappers[id(c.module)].side_bytes = sum(here.values())
+        wrapper = wrappers.get(id(c.module))
+        if wrapper is not None:  # what it holds as buffers (not a mapping's tensors)
+            held = {b.untyped_storage().data_ptr(): b for b in wrapper.buffers(recurse=False)}
+            wrapper.side_bytes = sum(here[ptr] for ptr in held if ptr in here)
         found.update(here)
     return sum(found.values())
 

@@ -30,6 +30,7 @@ __all__ = [
     "ViewSpec",
     "call_leaves",
     "call_model",
+    "direct_leaves",
     "model_output",
     "primary_key",
     "primary_output",
@@ -347,6 +348,13 @@ def call_leaves(call: TracedCall) -> list[Any]:
     """
     leaves = [*pytree.tree_leaves((call.args, call.kwargs))]
     return leaves + [t for leaf in leaves for t in _held(leaf)]
+
+
+def direct_leaves(call: TracedCall) -> int:
+    """How many of :func:`call_leaves` are the leaves of the arguments themselves (the rest are
+    tensors the mappings among them hold).
+    """
+    return len(pytree.tree_leaves((call.args, call.kwargs)))
 
 
 def _held(value: Any) -> list[Tensor]:
