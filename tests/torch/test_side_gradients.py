@@ -1,6 +1,7 @@
 """A tensor computed from parameters before the blocks and read by every block, whose gradient
-flows back through every block (a learned relative position bias: CPM-Ant, MPNet), or one a
-block computes and hands to the next besides its hidden state (ZAYA's router states):
+flows back through every block (a learned relative position bias: CPM-Ant, MPNet), one a
+block computes and hands to the next besides its hidden state (ZAYA's router states), or an
+earlier block's activation the head reads (XLM, CvT):
 ``enable`` follows the model's own forward, so every block reads the step's own and autograd
 sums its gradient from every block's backward; the profile counts the tensor, its summed
 gradient and one block's share of it (NOTE [ A side input with a gradient ] in
@@ -121,7 +122,27 @@ class HandingLM(nn.Module):
         return self.head(h)
 
 
-MODELS = {"bias": BiasedLM, "handing": HandingLM}
+class SkipLM(nn.Module):
+    """The head reads the first block's output besides the last one's (XLM's and CvT's heads
+    read an earlier activation), through tensor code after the last block."""
+
+    def __init__(self, blocks: int = 4) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.embed = nn.Embedding(VOCAB, DIM)
+        self.blocks = nn.ModuleList(HandingBlock() for _ in range(blocks))
+        self.head = nn.Linear(DIM, VOCAB)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        h = self.embed(ids)
+        first = None
+        for block in self.blocks:
+            h = block(h)[0]
+            first = h if first is None else first
+        return self.head(h + 0.5 * first)
+
+
+MODELS = {"bias": BiasedLM, "handing": HandingLM, "skip": SkipLM}
 
 
 def _ids(seed: int) -> torch.Tensor:

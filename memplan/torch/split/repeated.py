@@ -286,7 +286,9 @@ def _reads_values(kind: str, call: TracedCall, prefix: bool, block: bool = True)
     return values
 
 
-def _side_gradient_bytes(run: list[TracedCall], stages: list[tuple[str, nn.Module]]) -> int:
+def _side_gradient_bytes(
+    run: list[TracedCall], stages: list[tuple[str, nn.Module]], read_by_head: list[Tensor]
+) -> int:
     """Bytes of the floating tensors computed from the parameters that the run's blocks read
     besides their hidden state (NOTE [ A side input with a gradient ]), each storage once.
 
@@ -324,6 +326,8 @@ def _side_gradient_bytes(run: list[TracedCall], stages: list[tuple[str, nn.Modul
             held = {b.untyped_storage().data_ptr(): b for b in wrapper.buffers(recurse=False)}
             wrapper.side_bytes = sum(here[ptr] for ptr in held if ptr in here)
         found.update(here)
+    for tensor in read_by_head:  # an earlier block's activation the head reads (XLM, CvT)
+        found[tensor.untyped_storage().data_ptr()] = tensor.untyped_storage().nbytes()
     return sum(found.values())
 
 
@@ -456,16 +460,20 @@ def _head_by_tape(
     x: Tensor,
     tracer: Tracer,
     last: TracedCall,
+    prefix: bool,
 ) -> TapeStage:
     """The part after the last block as a :class:`TapeStage` (NOTE [ The head on a tape ]): the
     model runs again in eval mode and in training mode (without gradients; batch-norm statistics
     restored), recorded from the return of that call of the last block on. InputError when the
     model's output is not computed from the last block's output, or when the head also reads a
-    tensor computed before it from the parameters (an activation of an earlier block: the model
-    is not a chain).
+    tensor computed before it from the parameters (an activation of an earlier block) and the
+    model computes nothing before its first block; with a first stage, such a tensor is a side
+    input with a gradient (NOTE [ A side input with a gradient ]): the stage's ``side_bytes``.
     """
     ordinal = [c for c in tracer.calls if c.module is last.module].index(last)
     tapes = []
+    side: dict[int, Tensor] = {}  # read by the head, computed from parameters before it
+    trained: list[Tensor] = []  # those of the training-mode tape
     for mode in (eval_mode, train_mode):
         with mode(model):
             recorder, taint, result = _record_head(model, call, pick, x, last, ordinal)
@@ -480,6 +488,10 @@ def _head_by_tape(
         owned = set(taint.params) | set(taint.buffers)
         for constant in tapes[-1].constants():
             if id(constant) not in owned and taint.taint.kind(constant) & FROM_PARAM:
+                if prefix and constant.is_floating_point():
+                    side[id(constant)] = constant
+                    trained += [constant] if mode is train_mode else []
+                    continue
                 raise InputError(
                     f"cannot linearize {kind}: what follows its last block {last.name} also "
                     f"reads a tensor of shape {tuple(constant.shape)} computed before it from "
@@ -488,7 +500,10 @@ def _head_by_tape(
                     "memplan_stages() method returning [(name, module), ...]"
                 )
     assert last.input_shape is not None and recorder.input_shape is not None
-    return TapeStage(tapes[0], tapes[1], recorder.input_shape, owned)
+    stage = TapeStage(tapes[0], tapes[1], recorder.input_shape, owned)
+    stage.side_bytes = sum(b.untyped_storage().nbytes() for b in side.values())
+    stage.side_tensors = trained
+    return stage
 
 
 def _cut(
@@ -518,19 +533,22 @@ def _cut(
         values |= _reads_values(kind, c, prefix)
     for c in head_calls:
         values |= _reads_values(kind, c, prefix, block=False)
-    if prefix:
-        stem = _prefix(kind, model, call, tracer, run)
-        if values:  # NOTE [ Stage wrappers ]: the chain is for this batch's values
-            stem.traced_for(x, trains=not values & FROM_PARAM)
-        stem.side_gradient_bytes = _side_gradient_bytes(run, stages)
-        stages.insert(0, ("stem" if x.is_floating_point() else "embedding", stem))
     head_by = "calls" if head else "none"
     head_modules = [m.block for m in head or [] if isinstance(m, BlockCall)]
     output_module = head_modules[-1] if head_modules else None
     head_operations = None
+    read_by_head: list[Tensor] = []
     if head is None:
-        tape = _head_by_tape(kind, model, call, pick, x, tracer, last)
+        tape = _head_by_tape(kind, model, call, pick, x, tracer, last, prefix)
         head, head_by, head_operations = [tape], "tape", tape.training_tape.operations()
+        read_by_head = tape.side_tensors
+        values |= FROM_PARAM if read_by_head else 0
+    if prefix:
+        stem = _prefix(kind, model, call, tracer, run)
+        if values:  # NOTE [ Stage wrappers ]: the chain is for this batch's values
+            stem.traced_for(x, trains=not values & FROM_PARAM)
+        stem.side_gradient_bytes = _side_gradient_bytes(run, stages, read_by_head)
+        stages.insert(0, ("stem" if x.is_floating_point() else "embedding", stem))
     if head:
         stages.append(("head", head[0] if len(head) == 1 else nn.Sequential(*head)))
     _check_body(kind, tracer, run, prefix, bool(head))

@@ -276,6 +276,12 @@ class TapeStage(nn.Module):
                 self.register_buffer(name, t, persistent=False)
                 self._names.append((id(t), name))
         self.batch_data = any(id(t) not in owned for t in constants)
+        self.side_bytes = 0
+        """Of the constants, the bytes computed from parameters before the head (an earlier
+        block's activation: NOTE [ A side input with a gradient ] in
+        :mod:`memplan.torch.split.repeated`), counted once for the chain, not here."""
+        self.side_tensors: list[Tensor] = []
+        """Those of the training-mode tape."""
 
     def forward(self, x: Tensor) -> Tensor:
         if self.batch_data and tuple(x.shape) != self.input_shape:
