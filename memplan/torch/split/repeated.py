@@ -122,7 +122,13 @@ from memplan.torch.split.trace import (
     model_output,
     primary_output,
 )
-from memplan.torch.split.wrappers import BlockCall, PrefixStage, TapeStage, ViewStage
+from memplan.torch.split.wrappers import (
+    BlockCall,
+    PrefixStage,
+    TapeStage,
+    ViewStage,
+    side_gradient_bytes,
+)
 
 __all__ = ["RepeatedBlocks", "find_repeated_blocks", "repeated_block_stages"]
 
@@ -709,6 +715,7 @@ def find_repeated_blocks(
                 "found; give it a memplan_stages() method returning [(name, module), ...]"
             )
         failure: InputError | None = None
+        reading: RepeatedBlocks | None = None  # the first run whose blocks read a side input
         for run in runs:
             try:
                 found = _cut(kind, model, call, pick, example_input, tracer, run, final)
@@ -732,7 +739,13 @@ def find_repeated_blocks(
                 continue
             found.output = out
             found.inplace = inplace
-            return found
+            if not side_gradient_bytes([m for _, m in found.stages]):
+                return found
+            # NOTE [ A side input with a gradient ]: a later run that needs none first (a
+            # ResNet's convolutions inside a bottleneck read its shortcut; its blocks do not)
+            reading = reading or found
+        if reading is not None:
+            return reading
     assert failure is not None
     raise _hookless_blocks(kind, model, tracer.calls) or failure
 
