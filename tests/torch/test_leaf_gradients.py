@@ -19,19 +19,12 @@ from torch.nn import functional as F  # noqa: E402
 
 from memplan.errors import InputError  # noqa: E402
 from memplan.torch import enable  # noqa: E402
+from tests.torch.test_enable_budget import one_thread  # noqa: E402, F401 - one thread
 
 pytestmark = pytest.mark.torch
 
 WIDE = 512
 """The leaf's width: its gradient is the largest tensor of a block's backward."""
-
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 class _LeafBlock(nn.Module):

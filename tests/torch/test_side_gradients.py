@@ -28,20 +28,12 @@ import memplan  # noqa: E402
 from memplan.api import describe  # noqa: E402
 from memplan.errors import InputError  # noqa: E402
 from memplan.torch import checkpointed, enable, linearize, planned, profile_model  # noqa: E402
-from tests.torch.test_enable_budget import train_measured  # noqa: E402
+from tests.torch.test_enable_budget import one_thread, train_measured  # noqa: E402, F401
 
 pytestmark = pytest.mark.torch
 
 VOCAB, DIM, HEADS, SEQ, BATCH = 200, 32, 4, 32, 4
 STEPS = 3
-
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 class BiasedBlock(nn.Module):
@@ -122,16 +114,9 @@ class HandingLM(nn.Module):
         return self.head(h)
 
 
-class SkipLM(nn.Module):
+class SkipLM(HandingLM):
     """The head reads the first block's output besides the last one's (XLM's and CvT's heads
     read an earlier activation), through tensor code after the last block."""
-
-    def __init__(self, blocks: int = 4) -> None:
-        super().__init__()
-        torch.manual_seed(0)
-        self.embed = nn.Embedding(VOCAB, DIM)
-        self.blocks = nn.ModuleList(HandingBlock() for _ in range(blocks))
-        self.head = nn.Linear(DIM, VOCAB)
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
         h = self.embed(ids)
