@@ -81,6 +81,24 @@ class BiasedLM(nn.Module):
         return self.head(self.norm(h))
 
 
+class BiasAfterLM(BiasedLM):
+    """The bias computed after the token embedding: autograd reaches the nodes that computed it
+    before the embedding's (it orders ready nodes by creation), so the first stage's
+    recomputation must come at whichever it reaches first
+    (:meth:`memplan.torch.runtime.iteration.PlannedIteration.reached_through`)."""
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        b, t = ids.shape
+        h = self.embed(ids)
+        position = torch.arange(t, device=ids.device)
+        relative = position[None, :] - position[:, None] + SEQ
+        bias = self.buckets(relative).permute(2, 0, 1).unsqueeze(0).expand(b, -1, -1, -1)
+        bias = bias.contiguous()
+        for block in self.blocks:
+            h = block(h, bias)
+        return self.head(self.norm(h))
+
+
 class HandingBlock(nn.Module):
     """A block that hands a state of its own to the next one (ZAYA's router states)."""
 
@@ -127,7 +145,7 @@ class SkipLM(HandingLM):
         return self.head(h + 0.5 * first)
 
 
-MODELS = {"bias": BiasedLM, "handing": HandingLM, "skip": SkipLM}
+MODELS = {"bias": BiasedLM, "bias-after": BiasAfterLM, "handing": HandingLM, "skip": SkipLM}
 
 
 def _ids(seed: int) -> torch.Tensor:
