@@ -207,3 +207,25 @@ def test_the_chain_api_refuses_to_train_it(kind):
     model, prof = MODELS[kind](), _profile(kind)
     with pytest.raises(InputError, match="computed from the parameters"):
         checkpointed(linearize(model, _ids(0)), memplan.solve(prof, "store-all", 2**40))
+
+
+class ForTheNextBlock(HandingBlock):
+    """Returns a state for the next block that its own output does not depend on."""
+
+    def forward(
+        self, h: torch.Tensor, previous: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        out = h + self.mlp(h)
+        if previous is not None:
+            out = out + self.mix(torch.tanh(previous))
+        return out, self.router(h)
+
+
+def test_a_state_made_for_the_next_block_alone_is_refused_naming_the_block():
+    """Autograd would run the nodes that made it in the next block's backward, before a plan
+    recomputes the block that made them ('a tensor stage 1 saved for its backward was not
+    recomputed' at the least memory, before the refusal)."""
+    model = HandingLM()
+    model.blocks = nn.ModuleList(ForTheNextBlock() for _ in range(4))
+    with pytest.raises(InputError, match=r"blocks.0 \(ForTheNextBlock\) returns a tensor a later"):
+        enable(model, "100MB", example_input=_ids(0), optimizer="adamw:fused")

@@ -96,6 +96,7 @@ from typing import Any
 
 import torch
 from torch import Tensor, nn
+from torch.utils import _pytree as pytree
 
 from memplan.errors import InputError
 from memplan.torch.split.stages import (
@@ -290,6 +291,71 @@ def _reads_values(kind: str, call: TracedCall, prefix: bool, block: bool = True)
             )
         values |= taint & (FROM_INPUT | FROM_PARAM)
     return values
+
+
+def _hands_on_unused(
+    kind: str, model: nn.Module, call: ModelCall, x: Tensor, run: list[TracedCall]
+) -> None:
+    """Refuse a block that returns, for a later block, a tensor its own output does not depend
+    on (NOTE [ A side input with a gradient ]).
+
+    Autograd runs the nodes that made such a tensor as soon as its readers' backward has run,
+    in the later block's backward, before the plan has recomputed the block that made it. The
+    model runs once more with gradients (eval mode), and each block's returned tensors that a
+    later block reads must be reachable from its output's node.
+
+    Raises
+    ------
+    InputError
+        Naming the block.
+    """
+    blocks = {id(c.module): c for c in run}
+    returned: list[tuple[TracedCall, Tensor, list[Tensor]]] = []
+    read: set[int] = set()
+
+    def pre(module: nn.Module, args: Any, kwargs: Any) -> None:
+        read.update(id(t) for t in pytree.tree_leaves((args, kwargs)) if isinstance(t, Tensor))
+
+    def post(module: nn.Module, args: Any, output: Any) -> None:
+        out = primary_output(output)
+        others = [t for t in pytree.tree_leaves(output) if isinstance(t, Tensor) and t is not out]
+        if out is not None and others:
+            returned.append((blocks[id(module)], out, others))
+
+    handles = [c.module.register_forward_pre_hook(pre, with_kwargs=True) for c in run]
+    handles += [c.module.register_forward_hook(post) for c in run]
+    try:
+        with eval_mode(model), torch.enable_grad():
+            call(model, x)
+    finally:
+        for handle in handles:
+            handle.remove()
+    for c, out, others in returned:
+        for other in others:
+            read_later = id(other) in read and other.grad_fn is not None
+            if read_later and not _reaches(out.grad_fn, other.grad_fn):
+                raise InputError(
+                    f"cannot linearize {kind}: {c.name} ({type(c.module).__name__}) returns "
+                    "a tensor a later block reads that its own output does not depend on: "
+                    "its backward would run in the later block's, before a plan recomputes "
+                    f"{c.name}; give it a memplan_stages() method returning "
+                    "[(name, module), ...]"
+                )
+
+
+def _reaches(start: Any, target: Any) -> bool:
+    """Whether autograd node ``target`` is ``start`` or one of the nodes it leads to."""
+    seen: set[int] = set()
+    stack = [start]
+    while stack:
+        node = stack.pop()
+        if node is None or id(node) in seen:
+            continue
+        if node is target:
+            return True
+        seen.add(id(node))
+        stack.extend(next_node for next_node, _ in node.next_functions)
+    return False
 
 
 def _side_gradient_bytes(
@@ -537,6 +603,12 @@ def _cut(
     values = 0
     for c in run:
         values |= _reads_values(kind, c, prefix)
+    if any(
+        i < direct_leaves(c) and taint & FROM_BLOCK and taint & FLOATING
+        for c in run
+        for i, taint in c.taints.items()
+    ):
+        _hands_on_unused(kind, model, call, x, run)
     for c in head_calls:
         values |= _reads_values(kind, c, prefix, block=False)
     head_by = "calls" if head else "none"
