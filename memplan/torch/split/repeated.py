@@ -294,27 +294,38 @@ def _reads_values(kind: str, call: TracedCall, prefix: bool, block: bool = True)
 
 
 def _hands_on_unused(
-    kind: str, model: nn.Module, call: ModelCall, x: Tensor, run: list[TracedCall]
+    kind: str,
+    model: nn.Module,
+    call: ModelCall,
+    x: Tensor,
+    run: list[TracedCall],
+    head_reads: bool,
 ) -> None:
-    """Refuse a block that returns, for a later block, a tensor its own output does not depend
-    on (NOTE [ A side input with a gradient ]).
+    """Refuse a block that returns, for a block after the next, a tensor its own output does
+    not depend on (NOTE [ A side input with a gradient ]); where the head reads an earlier
+    activation (``head_reads``), any such tensor, which the head may be reading.
 
-    Autograd runs the nodes that made such a tensor as soon as its readers' backward has run,
-    in the later block's backward, before the plan has recomputed the block that made it. The
-    model runs once more with gradients (eval mode), and each block's returned tensors that a
-    later block reads must be reachable from its output's node.
+    Autograd runs the nodes that made such a tensor as soon as its readers' backward has run.
+    Read by the next block alone (ZAYA's router states), that is where the plan's backward
+    reaches the block that made it anyway: the runtime runs the plan up to its ``B`` there
+    (:meth:`memplan.torch.runtime.iteration.PlannedIteration.reached_through`). Read further
+    on, it would run before the plan has recomputed that block. The model runs once more with
+    gradients (eval mode): each block's returned tensors that a later block reads must be read
+    by the next block only, or be reachable from the block's output's node.
 
     Raises
     ------
     InputError
         Naming the block.
     """
-    blocks = {id(c.module): c for c in run}
-    returned: list[tuple[TracedCall, Tensor, list[Tensor]]] = []
-    read: set[int] = set()
+    blocks = {id(c.module): i for i, c in enumerate(run)}
+    returned: list[tuple[int, Tensor, list[Tensor]]] = []
+    read: dict[int, set[int]] = {}  # id of a tensor -> the blocks that read it
 
     def pre(module: nn.Module, args: Any, kwargs: Any) -> None:
-        read.update(id(t) for t in pytree.tree_leaves((args, kwargs)) if isinstance(t, Tensor))
+        for t in pytree.tree_leaves((args, kwargs)):
+            if isinstance(t, Tensor):
+                read.setdefault(id(t), set()).add(blocks[id(module)])
 
     def post(module: nn.Module, args: Any, output: Any) -> None:
         out = primary_output(output)
@@ -330,13 +341,20 @@ def _hands_on_unused(
     finally:
         for handle in handles:
             handle.remove()
-    for c, out, others in returned:
+    for i, out, others in returned:
+        c = run[i]
         for other in others:
-            read_later = id(other) in read and other.grad_fn is not None
-            if read_later and not _reaches(out.grad_fn, other.grad_fn):
+            readers = read.get(id(other), set())
+            read_later = head_reads or bool(readers - {i + 1})
+            if (
+                read_later
+                and other.grad_fn is not None
+                and not _reaches(out.grad_fn, other.grad_fn)
+            ):
                 raise InputError(
                     f"cannot linearize {kind}: {c.name} ({type(c.module).__name__}) returns "
-                    "a tensor a later block reads that its own output does not depend on: "
+                    "a tensor a block after the next (or the head) reads that its own output "
+                    "does not depend on: "
                     "its backward would run in the later block's, before a plan recomputes "
                     f"{c.name}; give it a memplan_stages() method returning "
                     "[(name, module), ...]"
@@ -603,12 +621,11 @@ def _cut(
     values = 0
     for c in run:
         values |= _reads_values(kind, c, prefix)
-    if any(
+    hands_on = any(
         i < direct_leaves(c) and taint & FROM_BLOCK and taint & FLOATING
         for c in run
         for i, taint in c.taints.items()
-    ):
-        _hands_on_unused(kind, model, call, x, run)
+    )
     for c in head_calls:
         values |= _reads_values(kind, c, prefix, block=False)
     head_by = "calls" if head else "none"
@@ -621,6 +638,8 @@ def _cut(
         head, head_by, head_operations = [tape], "tape", tape.training_tape.operations()
         read_by_head = tape.side_tensors
         values |= FROM_PARAM if read_by_head else 0
+    if hands_on or read_by_head:
+        _hands_on_unused(kind, model, call, x, run, bool(read_by_head))
     if prefix:
         stem = _prefix(kind, model, call, tracer, run)
         if values:  # NOTE [ Stage wrappers ]: the chain is for this batch's values
