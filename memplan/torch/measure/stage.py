@@ -55,6 +55,7 @@ from torch import Tensor, nn
 
 from memplan.errors import InputError
 from memplan.profile.model import StageOption
+from memplan.torch.base.autograd import graph_nodes
 from memplan.torch.base.storage import storage_key
 from memplan.torch.estimate.roofline import OpCounter
 from memplan.torch.measure.probe import (
@@ -298,17 +299,9 @@ def _refuse_made_leaves(out: Tensor, module: nn.Module, given: Tensor | None) ->
         Naming the tensor's shape (the caller names the stage).
     """
     parameters = {id(p) for p in module.parameters()}
-    seen: set[int] = set()
-    stack = [out.grad_fn]
-    while stack:
-        node = stack.pop()
-        if node is None or id(node) in seen:
-            continue
-        seen.add(id(node))
+    for node in graph_nodes(out.grad_fn):
         variable = getattr(node, "variable", None)  # an AccumulateGrad node
-        if not isinstance(variable, Tensor):
-            stack.extend(next_node for next_node, _ in node.next_functions)
-        elif not (
+        if isinstance(variable, Tensor) and not (
             isinstance(variable, nn.Parameter) or id(variable) in parameters or given is variable
         ):
             raise InputError(

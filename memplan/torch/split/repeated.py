@@ -99,6 +99,7 @@ from torch import Tensor, nn
 from torch.utils import _pytree as pytree
 
 from memplan.errors import InputError
+from memplan.torch.base.autograd import graph_nodes
 from memplan.torch.split.stages import (
     eval_mode,
     first_line,
@@ -363,17 +364,7 @@ def _hands_on_unused(
 
 def _reaches(start: Any, target: Any) -> bool:
     """Whether autograd node ``target`` is ``start`` or one of the nodes it leads to."""
-    seen: set[int] = set()
-    stack = [start]
-    while stack:
-        node = stack.pop()
-        if node is None or id(node) in seen:
-            continue
-        if node is target:
-            return True
-        seen.add(id(node))
-        stack.extend(next_node for next_node, _ in node.next_functions)
-    return False
+    return any(node is target for node in graph_nodes(start))
 
 
 def _side_gradient_bytes(
