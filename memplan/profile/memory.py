@@ -144,10 +144,10 @@ def static_bytes(profile: Profile, loop: TrainingLoop) -> int:
     (``state_copies`` times the gradients), the gradients when they are kept for the whole step
     (``kept``, or the model before the loop's terms), the math libraries' workspace
     (``workspace_size``: cuBLAS keeps it from the first step on), the weights outside every stage
-    (``unreached_weight_size``: no gradient, no state), a tensor computed before the blocks that
-    every block reads, the gradient autograd sums from them and one block's share of it (three
-    times ``side_gradient_size``) and, when
-    the caller holds it, one copy of the model's output. Optimizer ``none``: a budget for the activations alone.
+    (``unreached_weight_size``: no gradient, no state), a tensor computed from parameters that
+    the blocks read besides their hidden state, the gradient autograd sums from them and one
+    reader's share of it (three times ``side_gradient_size``) and, when the caller holds it, one
+    copy of the model's output. Optimizer ``none``: a budget for the activations alone.
     """
     optimizer = loop.optimizer
     if optimizer.name == "none":

@@ -284,11 +284,11 @@ class Profile(_Strict):
     )
     side_gradient_size: Bytes | None = Field(
         default=None,
-        description="bytes of a tensor the model computes from parameters before its blocks and "
-        "every block reads (a learned position bias): autograd sums its gradient from every "
-        "block's backward; counted three times for the whole step (the tensor, the sum and one "
-        "block's share; the blocks' weight_size leaves it out, "
-        "docs/model.md); 0 when omitted",
+        description="bytes of the tensors computed from parameters that the blocks read besides "
+        "their hidden state (a learned position bias computed before them, a state a block "
+        "makes for the next): autograd sums their gradients from every reader's backward; "
+        "counted three times for the whole step (the tensor, the sum and one reader's share; "
+        "the blocks' weight_size leaves it out, docs/model.md); 0 when omitted",
     )
     stages: list[Stage] | None = Field(default=None, min_length=1, max_length=10_000)
     branches: list[Branch] | None = Field(default=None, min_length=1, max_length=1_000)

@@ -250,8 +250,8 @@ def _reads_values(kind: str, call: TracedCall, prefix: bool, block: bool = True)
     a gradient (integer indices: DeepSeek-V3.2's top-k, which an earlier block computes and the
     next reuses), or, read by a block of the run, a floating one computed before the blocks (a
     learned position bias, per-layer inputs) or by an earlier block and passed as an argument
-    (NOTE [ A side input with a gradient ]); both change as the parameters train. ``enable`` passes each step's own; a chain's stage wrappers hold
-    the traced ones.
+    (NOTE [ A side input with a gradient ]); both change as the parameters train. ``enable``
+    passes each step's own; a chain's stage wrappers hold the traced ones.
 
     Raises
     ------
