@@ -146,8 +146,10 @@ def static_bytes(profile: Profile, loop: TrainingLoop) -> int:
     (``state_copies`` times the gradients), the gradients when they are kept for the whole step
     (``kept``, or the model before the loop's terms), the math libraries' workspace
     (``workspace_size``: cuBLAS keeps it from the first step on), the weights outside every stage
-    (``unreached_weight_size``: no gradient, no state) and, when the caller holds it, one copy of
-    the model's output. Optimizer ``none``: a budget for the activations alone.
+    (``unreached_weight_size``: no gradient, no state), a tensor computed from parameters that
+    the blocks read besides their hidden state, the gradient autograd sums from them and one
+    reader's share of it (three times ``side_gradient_size``) and, when the caller holds it, one
+    copy of the model's output. Optimizer ``none``: a budget for the activations alone.
     """
     optimizer = loop.optimizer
     if optimizer.name == "none":
@@ -159,7 +161,8 @@ def static_bytes(profile: Profile, loop: TrainingLoop) -> int:
         held = held_output_bytes(profile) if loop.output_bytes is None else loop.output_bytes
     state = optimizer.state_copies * gradients
     weights = profile.weight_size + (profile.unreached_weight_size or 0)
-    return weights + state + kept + (profile.workspace_size or 0) + held
+    side = 3 * (profile.side_gradient_size or 0)  # the tensor, the sum, one block's share
+    return weights + state + kept + (profile.workspace_size or 0) + held + side
 
 
 @dataclass(frozen=True)

@@ -282,6 +282,14 @@ class Profile(_Strict):
         "vision or audio tower a text batch never reaches): in memory for the whole step, "
         "without gradients or optimizer state (docs/model.md); 0 when omitted",
     )
+    side_gradient_size: Bytes | None = Field(
+        default=None,
+        description="bytes of the tensors computed from parameters that the blocks read besides "
+        "their hidden state (a learned position bias computed before them, a state a block "
+        "makes for the next): autograd sums their gradients from every reader's backward; "
+        "counted three times for the whole step (the tensor, the sum and one reader's share; "
+        "the blocks' weight_size leaves it out, docs/model.md); 0 when omitted",
+    )
     stages: list[Stage] | None = Field(default=None, min_length=1, max_length=10_000)
     branches: list[Branch] | None = Field(default=None, min_length=1, max_length=1_000)
     turn: Stage | None = Field(default=None, description="join networks: the stage joining them")

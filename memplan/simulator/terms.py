@@ -14,7 +14,9 @@ docs/model.md, and computes every term below itself, here:
   reaches: weights alone, no gradient, no state), the optimizer's state
   (:data:`STATE_COPIES` copies of the gradients ``G``, each stage's ``weight_grad_size``, else its
   ``weight_size``), the gradients ``G`` themselves unless ``budget.gradients`` makes them appear
-  in the backward (``at-backward``, ``step-in-backward``), the profile's ``workspace_size`` and,
+  in the backward (``at-backward``, ``step-in-backward``), the profile's ``workspace_size``, three
+  copies of its ``side_gradient_size`` (a tensor every block reads, its gradient summed by
+  autograd, and one block's share of it) and,
   when the caller holds the model's output (``budget.output_held``), the bytes it holds
   (``budget.output_bytes``, else the loss stage's input ``x[L-1]``); 0 with the optimizer
   ``none`` (a budget for activations alone). A graph holds its own weights (the graph's
@@ -103,7 +105,8 @@ def static_memory(profile: Profile, budget: Budget) -> int | None:
     if budget.output_held:
         held = _output(profile) if budget.output_bytes is None else budget.output_bytes
     state = STATE_COPIES[optimizer] * grads
-    return weights + state + kept + (profile.workspace_size or 0) + held
+    summed = 3 * (profile.side_gradient_size or 0)  # the tensor, the blocks' sum, one share
+    return weights + state + kept + (profile.workspace_size or 0) + held + summed
 
 
 def _every_stage(profile: Profile) -> list[Stage]:

@@ -48,11 +48,16 @@ OPTIMIZERS = (
 @functools.cache
 def measured(length: int, seed: int) -> Profile:
     """A random chain with every field of a measured profile (weights, loop terms, frees, the
-    gradients each stage completes, the order of the parameters, weights in no stage)."""
+    gradients each stage completes, the order of the parameters, weights in no stage, a tensor
+    every block reads whose gradient they sum)."""
     prof = with_loop_terms(random_chain(length, seed=seed, overheads=True), seed)
     sizes = [size for st in prof.stages for size in (st.weight_grad_size or 0, 1 + seed % 3)]
     return prof.model_copy(
-        update={"parameter_sizes": [*sizes[:3], 0, *sizes[3:]], "unreached_weight_size": 3 + seed}
+        update={
+            "parameter_sizes": [*sizes[:3], 0, *sizes[3:]],
+            "unreached_weight_size": 3 + seed,
+            "side_gradient_size": 5 + seed,
+        }
     )
 
 
@@ -266,6 +271,21 @@ def test_weights_outside_every_stage_missing_from_the_solver_are_caught(monkeypa
     monkeypatch.setattr(timeline, "static_bytes", faulty)
     with pytest.raises(InternalError, match="simulator rejects"):
         memplan.solve(prof, "rotor", budget - 10**5, gradients="at-backward")
+
+
+def test_a_side_inputs_gradient_missing_from_the_solver_is_caught(monkeypatch):
+    """The solvers' static memory without a tensor every block reads and its summed gradient
+    (``side_gradient_size``, NOTE [ A side input with a gradient ]): the replay counts them."""
+    prof = measured(5, 1).model_copy(update={"side_gradient_size": 10**5})
+    budget = _store_all_need(prof, "at-backward", "rotor")
+    memplan.solve(prof, "rotor", budget, gradients="at-backward")
+
+    def faulty(profile, loop):
+        return static_bytes(profile, loop) - 3 * (profile.side_gradient_size or 0)
+
+    monkeypatch.setattr(timeline, "static_bytes", faulty)
+    with pytest.raises(InternalError, match="simulator rejects"):
+        memplan.solve(prof, "rotor", budget - 3 * 10**5, gradients="at-backward")
 
 
 def test_a_held_output_wrong_in_the_solver_is_caught(monkeypatch):

@@ -167,7 +167,17 @@ def test_gemma2_soft_capped_logits_are_the_head():
     assert planned(got).counters.forward_count(prof.length - 2) == 2
 
 
-def test_a_head_reading_an_earlier_block_is_refused():
-    model = ReadsAnEarlierBlock()
-    with pytest.raises(InputError, match="earlier block's activation"):
-        find_repeated_blocks(model, torch.randint(0, VOCAB, (2, 8)))
+def test_a_head_reading_an_earlier_block_is_cut_but_the_chain_api_refuses_to_train_it():
+    """The head reads the first block's output: a side input with a gradient (NOTE [ A side
+    input with a gradient ]; ``enable`` trains such a model: tests/torch/test_side_gradients.py).
+    The chain's head would replay the traced activation: the chain API refuses to train it."""
+    torch.manual_seed(0)
+    model, ids = ReadsAnEarlierBlock(), torch.randint(0, VOCAB, (2, 8))
+    found = find_repeated_blocks(model, ids)
+    assert found.head_by == "tape"
+    head = found.stages[-1][1]
+    assert head.side_bytes == 2 * ids.numel() * model.embed.embedding_dim * 4  # eval, training
+    prof = profile_model(copy.deepcopy(model), example_input=ids, repeats=1, name="reads")
+    assert prof.side_gradient_size == head.side_bytes // 2
+    with pytest.raises(InputError, match="computed from the parameters"):
+        checkpointed(linearize(model, ids), memplan.solve(prof, "store-all", 2**40))

@@ -40,6 +40,7 @@ SAMPLE = [
     ("bloom", "causal-lm"),  # ALiBi; blocks return their attention weights too
     ("mamba", "causal-lm"),  # state-space blocks
     ("bert", "masked-lm"),  # post-norm encoder
+    ("mpnet", "masked-lm"),  # a learned position bias every block reads (its gradient summed)
     ("vit", "image-classification"),  # class token, x[:, 0] before the classifier
     ("resnet", "image-classification"),  # convolutions, pooling, batch norm
 ]

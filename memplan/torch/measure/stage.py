@@ -53,7 +53,9 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from memplan.errors import InputError
 from memplan.profile.model import StageOption
+from memplan.torch.base.autograd import graph_nodes
 from memplan.torch.base.storage import storage_key
 from memplan.torch.estimate.roofline import OpCounter
 from memplan.torch.measure.probe import (
@@ -247,6 +249,7 @@ def _fresh_run(
 
     probe.peak(forward, dict)
     out = result.pop()
+    _refuse_made_leaves(out, runner.module, leaf)
     grad = runner.output_gradient(out)
     if grad is None:
         return 0, 0
@@ -275,6 +278,40 @@ def _fresh_run(
     weight_grads = sum(created.values())
     clear_grads(runner.module)
     return weight_grads, peak - input_grad_size - weight_grads
+
+
+def _refuse_made_leaves(out: Tensor, module: nn.Module, given: Tensor | None) -> None:
+    """Refuse a stage whose forward makes a tensor that requires a gradient of its own.
+
+    NOTE [ a leaf the forward makes ]
+    A leaf of ``out``'s graph that is neither a parameter nor the stage's input ``given`` (MRA's
+    attention without its CUDA kernel returns ``torch.zeros_like(query).requires_grad_()``): the
+    graph's nodes hold it, and the backward accumulates a gradient into its ``.grad``, until the
+    loop lets go of the loss (after the optimizer's step), in plain training as under a plan,
+    whether the stage saved it or not. A stage's memory terms (what its forward saves, what
+    its backward creates and frees) have no term for a tensor and a gradient that outlive the
+    stage's backward: plans measured above their budget by both, per stage. Refused with the way
+    out rather than planned short.
+
+    Raises
+    ------
+    InputError
+        Naming the tensor's shape (the caller names the stage).
+    """
+    parameters = {id(p) for p in module.parameters()}
+    for node in graph_nodes(out.grad_fn):
+        variable = getattr(node, "variable", None)  # an AccumulateGrad node
+        if isinstance(variable, Tensor) and not (
+            isinstance(variable, nn.Parameter) or id(variable) in parameters or given is variable
+        ):
+            raise InputError(
+                f"its forward makes a tensor of shape "
+                f"{tuple(variable.shape)} that requires a gradient and is not a parameter "
+                "(a leaf, as torch.zeros_like(x).requires_grad_() makes): its gradient and "
+                "the tensor stay held with the step's graph after the stage's backward, "
+                "which no stage's memory counts; compute it from the stage's input or make "
+                "it a parameter (an nn.Parameter of the module)"
+            )
 
 
 def measure_option(

@@ -32,6 +32,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from memplan.torch.base.autograd import graph_nodes
 from memplan.torch.measure.probe import MemoryProbe
 from memplan.torch.runtime.recompute import recomputing
 
@@ -137,19 +138,11 @@ def _record_given(root: Any, params: list[nn.Parameter], given: dict[int, set[in
     """
     wanted = {id(p): id(p) for p in params}
     handles = []
-    seen: set[int] = set()
-    stack = [root]
-    while stack:
-        node = stack.pop()
-        if node is None or id(node) in seen:
-            continue
-        seen.add(id(node))
-        edges = [(i, nxt) for i, (nxt, _) in enumerate(node.next_functions)]
-        for index, nxt in edges:
+    for node in graph_nodes(root):
+        for index, (nxt, _) in enumerate(node.next_functions):
             variable = getattr(nxt, "variable", None)
             if variable is not None and id(variable) in wanted:
                 handles.append(node.register_hook(_given(given[id(variable)], index)))
-            stack.append(nxt)
 
     def remove() -> None:
         for handle in handles:

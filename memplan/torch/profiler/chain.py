@@ -21,6 +21,7 @@ from memplan.gpu import GpuSpec
 from memplan.interrupt import interrupt_within
 from memplan.profile.model import Noise, Stage
 from memplan.torch.base.blame import raised_by_model
+from memplan.torch.base.storage import storage_key
 from memplan.torch.estimate.roofline import OpCounter, estimate_stage, tf32_flags
 from memplan.torch.measure.fake import TensorLevelRun
 from memplan.torch.measure.probe import (
@@ -205,6 +206,15 @@ def _noise(summaries: list[tuple[str, Summary, float]], timed: bool) -> Noise | 
     )
 
 
+def _without_side(module: nn.Module, buffers: list[Tensor]) -> list[Tensor]:
+    """The buffers a stage counts in its ``weight_size``: not the side inputs with a gradient
+    it holds (:attr:`~memplan.torch.split.wrappers.BlockCall.side_pointers`), which the
+    profile counts once for the chain (``side_gradient_size``).
+    """
+    side = getattr(module, "side_pointers", frozenset())
+    return [b for b in buffers if (storage_key(b) or (None,))[0] not in side]
+
+
 def profile_stages(
     chain: Chain,
     x: Tensor,
@@ -271,6 +281,11 @@ def profile_stages(
                 output = m.output
                 if weight_grads and m.weight_grad_size is None:  # fake tensors: by definition
                     m.weight_grad_size = _gradient_bytes(module, creates, x.device)
+                elif weight_grads and getattr(module, "side_gradient_bytes", 0):
+                    # NOTE [ A side input with a gradient ]: its parameters' gradients come
+                    # through the blocks' backward, which the stage's own does not run
+                    every = _gradient_bytes(module, creates, x.device)
+                    m.weight_grad_size = max(m.weight_grad_size or 0, every)
                 extra = None
                 if counter is not None and gpu is not None:
                     est = estimate_stage(counter, gpu)
@@ -289,7 +304,7 @@ def profile_stages(
                     saved_size=m.saved_size,
                     forward_overhead=m.forward_overhead,
                     backward_overhead=m.backward_overhead,
-                    weight_size=kept_bytes(params, buffers, x.device)
+                    weight_size=kept_bytes(params, _without_side(module, buffers), x.device)
                     + (2 * m.output_size if k == len(chain) - 1 else 0),
                     grad_size=None if m.grad_size == m.output_size else m.grad_size,
                     weight_grad_size=m.weight_grad_size,
@@ -340,6 +355,8 @@ def _measure_or_explain(
             module, x, input_grad=k > 0, repeats=repeats, probe=probe, counter=counter,
             creates_grads=creates, policies=policies, tied=tied or (),
         )  # fmt: skip
+    except InputError as exc:  # a stage memplan's terms cannot count
+        raise InputError(f"stage {k} ({name}): {exc}") from None
     except (RuntimeError, ValueError) as exc:
         stop = interrupt_within(exc)
         if stop is not None:  # Ctrl-C or a stop signal, wrapped by Python (__set_name__)

@@ -47,6 +47,7 @@ from memplan.torch.profiler.join import profile_join
 from memplan.torch.profiler.unreached import unreached_bytes, unreached_tensors
 from memplan.torch.split.chunked_loss import chunk_loss, loss_chunks_extra
 from memplan.torch.split.hf import hf_batch
+from memplan.torch.split.wrappers import side_gradient_bytes
 
 __all__ = ["CPU_THREADS", "library_workspace", "parameter_sizes", "profile_model", "resolve_gpu"]
 
@@ -391,6 +392,7 @@ def _profile_model(
             [[p for p in module.parameters() if id(p) not in skipped]], dev
         ),
         unreached_weight_size=unreached_bytes(outside, dev) or None,
+        side_gradient_size=side_gradient_bytes(chain.modules) or None,
         batch_size=int(x.shape[0]) if x.dim() > 0 else None,
         input_shape=[int(d) for d in x.shape[1:]],
         dtype=dtype,

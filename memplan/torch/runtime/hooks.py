@@ -11,6 +11,7 @@ import torch
 from torch import Tensor, nn
 
 from memplan.errors import InputError
+from memplan.torch.base.storage import tensors_of
 from memplan.torch.models.hf import loss_output
 from memplan.torch.runtime.iteration import PassiveIteration, PlannedIteration
 from memplan.torch.runtime.planned_model import PlannedModel
@@ -244,6 +245,9 @@ class ModelHooks:
                 x = args[key] if isinstance(key, int) else kwargs[key]
                 if step.open and step.stage == 0 and i == 0 and self.prefix_stage is not None:
                     self._end(step, x)  # the part before the first block ends here
+                for side in tensors_of((args, kwargs)) if k > 0 else ():
+                    if side is not x and side.requires_grad:  # NOTE [ A side input with a
+                        it.reached_through(k - 1, side)  # gradient ]: the stage before made it
                 if step.open or step.stage != k:
                     raise RuntimeError(
                         f"memplan: block {self.found.blocks[i]} was called out of the order it "

@@ -699,6 +699,16 @@ class PlannedIteration:
             self.mover.arrived(stored)
             stored.place = GPU
 
+    def reached_through(self, k: int, tensor: Tensor) -> None:
+        """``tensor``, which stage ``k`` computed besides its output, is read by later stages
+        with a gradient (a position bias every block reads: NOTE [ A side input with a
+        gradient ] in :mod:`memplan.torch.split.repeated`): the backward may reach the stage's
+        nodes through it before its output's, once every reader's backward has run (autograd
+        orders ready nodes by creation). Run the plan up to ``B k`` there too.
+        """
+        if tensor.grad_fn is not None and self.watched[k]:
+            tensor.grad_fn.register_prehook(self._backward_reaches(k))
+
     # -- the backward ----------------------------------------------------------------------
     def _backward_reaches(self, k: int) -> Callable[[Any], None]:
         def prehook(grad_outputs: Any) -> None:
@@ -779,6 +789,9 @@ class PassiveIteration:
         return x
 
     def end(self, k: int, out: Tensor) -> None:
+        return None
+
+    def reached_through(self, k: int, tensor: Tensor) -> None:
         return None
 
     def abort(self) -> None:

@@ -96,8 +96,10 @@ from typing import Any
 
 import torch
 from torch import Tensor, nn
+from torch.utils import _pytree as pytree
 
 from memplan.errors import InputError
+from memplan.torch.base.autograd import graph_nodes
 from memplan.torch.split.stages import (
     eval_mode,
     first_line,
@@ -116,11 +118,19 @@ from memplan.torch.split.trace import (
     TracedCall,
     Tracer,
     ViewSpec,
+    call_leaves,
     call_model,
+    direct_leaves,
     model_output,
     primary_output,
 )
-from memplan.torch.split.wrappers import BlockCall, PrefixStage, TapeStage, ViewStage
+from memplan.torch.split.wrappers import (
+    BlockCall,
+    PrefixStage,
+    TapeStage,
+    ViewStage,
+    side_gradient_bytes,
+)
 
 __all__ = ["RepeatedBlocks", "find_repeated_blocks", "repeated_block_stages"]
 
@@ -233,29 +243,36 @@ def _relative_names(names: list[str]) -> list[str]:
     return [".".join(p[common:]) for p in parts]
 
 
-def _reads_values(kind: str, call: TracedCall, prefix: bool) -> int:
+def _reads_values(kind: str, call: TracedCall, prefix: bool, block: bool = True) -> int:
     """What ``call`` also reads that depends on the batch (NOTE [ Stage wrappers ]): 0 nothing;
     :data:`FROM_INPUT` a tensor computed from the input's token ids only (a padding mask,
-    DeepSeek-V4's hash router); :data:`FROM_PARAM` one without a gradient computed from the
-    parameters too (integer indices: DeepSeek-V3.2's top-k, which an earlier block computes and
-    the next reuses), which also changes as the parameters train. ``enable`` passes each step's
-    own; a chain's stage wrappers hold the traced ones.
+    DeepSeek-V4's hash router); :data:`FROM_PARAM` one computed from the parameters too: without
+    a gradient (integer indices: DeepSeek-V3.2's top-k, which an earlier block computes and the
+    next reuses), or, read by a block of the run, a floating one computed before the blocks (a
+    learned position bias, per-layer inputs) or by an earlier block and passed as an argument
+    (NOTE [ A side input with a gradient ]); both change as the parameters train. ``enable``
+    passes each step's own; a chain's stage wrappers hold the traced ones.
 
     Raises
     ------
     InputError
-        A floating tensor computed from the parameters: by an earlier block (its activation, a
-        state it hands on) or before the blocks (a learned position bias, per-layer inputs),
-        whose gradient would flow through every block, which a chain of stages passing one tensor
-        does not carry; values where nothing before the first block can check the batch.
+        A floating tensor computed from the parameters that the head reads (``block`` False),
+        or that an earlier block stored in a mapping (Gemma-4's shared keys and values: a
+        recomputed block may not store it again); values where nothing before the first block
+        can check the batch.
     """
     values = 0
-    for taint in call.taints.values():
+    direct = direct_leaves(call)
+    for i, taint in call.taints.items():
         if not taint & (FROM_INPUT | FROM_PARAM):
             continue  # from the input's shape only: the same for every batch of that shape
-        if taint & FROM_PARAM and taint & FLOATING:
+        # NOTE [ A side input with a gradient ]: an argument of a block; what an earlier block
+        # stored in a mapping may not be stored again by its recomputation (Gemma-4's keys)
+        side = block and prefix and (i < direct or not taint & FROM_BLOCK)
+        if taint & FROM_PARAM and taint & FLOATING and not side:
             what = (
-                "computed by an earlier block (its activation, a state it hands on)"
+                "computed by an earlier block (its activation, a state it hands on"
+                + (" in a mapping)" if i >= direct else ")")
                 if taint & FROM_BLOCK
                 else "computed from the parameters before the blocks (a learned bias, per-layer "
                 "inputs), whose gradient flows through every block"
@@ -275,6 +292,125 @@ def _reads_values(kind: str, call: TracedCall, prefix: bool) -> int:
             )
         values |= taint & (FROM_INPUT | FROM_PARAM)
     return values
+
+
+def _hands_on_unused(
+    kind: str,
+    model: nn.Module,
+    call: ModelCall,
+    x: Tensor,
+    run: list[TracedCall],
+    head_reads: bool,
+) -> None:
+    """Refuse a block that returns, for a block after the next, a tensor its own output does
+    not depend on (NOTE [ A side input with a gradient ]); where the head reads an earlier
+    activation (``head_reads``), any such tensor, which the head may be reading.
+
+    Autograd runs the nodes that made such a tensor as soon as its readers' backward has run.
+    Read by the next block alone (ZAYA's router states), that is where the plan's backward
+    reaches the block that made it anyway: the runtime runs the plan up to its ``B`` there
+    (:meth:`memplan.torch.runtime.iteration.PlannedIteration.reached_through`). Read further
+    on, it would run before the plan has recomputed that block. The model runs once more with
+    gradients (eval mode): each block's returned tensors that a later block reads must be read
+    by the next block only, or be reachable from the block's output's node.
+
+    Raises
+    ------
+    InputError
+        Naming the block.
+    """
+    blocks = {id(c.module): i for i, c in enumerate(run)}
+    returned: list[tuple[int, Tensor, list[Tensor]]] = []
+    read: dict[int, set[int]] = {}  # id of a tensor -> the blocks that read it
+
+    def pre(module: nn.Module, args: Any, kwargs: Any) -> None:
+        for t in pytree.tree_leaves((args, kwargs)):
+            if isinstance(t, Tensor):
+                read.setdefault(id(t), set()).add(blocks[id(module)])
+
+    def post(module: nn.Module, args: Any, output: Any) -> None:
+        out = primary_output(output)
+        others = [t for t in pytree.tree_leaves(output) if isinstance(t, Tensor) and t is not out]
+        if out is not None and others:
+            returned.append((blocks[id(module)], out, others))
+
+    handles = [c.module.register_forward_pre_hook(pre, with_kwargs=True) for c in run]
+    handles += [c.module.register_forward_hook(post) for c in run]
+    try:
+        with eval_mode(model), torch.enable_grad():
+            call(model, x)
+    finally:
+        for handle in handles:
+            handle.remove()
+    for i, out, others in returned:
+        c = run[i]
+        for other in others:
+            readers = read.get(id(other), set())
+            read_later = head_reads or bool(readers - {i + 1})
+            if (
+                read_later
+                and other.grad_fn is not None
+                and not _reaches(out.grad_fn, other.grad_fn)
+            ):
+                raise InputError(
+                    f"cannot linearize {kind}: {c.name} ({type(c.module).__name__}) returns "
+                    "a tensor a block after the next (or the head) reads that its own output "
+                    "does not depend on: "
+                    "its backward would run in the later block's, before a plan recomputes "
+                    f"{c.name}; give it a memplan_stages() method returning "
+                    "[(name, module), ...]"
+                )
+
+
+def _reaches(start: Any, target: Any) -> bool:
+    """Whether autograd node ``target`` is ``start`` or one of the nodes it leads to."""
+    return any(node is target for node in graph_nodes(start))
+
+
+def _side_gradient_bytes(
+    run: list[TracedCall], stages: list[tuple[str, nn.Module]], read_by_head: list[Tensor]
+) -> int:
+    """Bytes of the floating tensors computed from the parameters that the run's blocks read
+    besides their hidden state (NOTE [ A side input with a gradient ]), each storage once.
+
+    NOTE [ A side input with a gradient ]
+    A learned relative position bias (CPM-Ant, MPNet) or per-layer inputs: the model computes it
+    from parameters before its first block and every block reads it, so its gradient flows back
+    through every block; or a state a block computes and hands to the next as an argument
+    (ZAYA's router states), whose gradient flows back from the later block's backward to the
+    earlier one's. ``enable`` follows the model's own forward: every
+    block reads the step's own tensor, autograd sums its gradient from every block's backward
+    (and runs the backward of what computed it once, at the end), and a recomputed block reads
+    the tensor its first forward read (the runtime holds the block's arguments). A chain's
+    stage wrappers hold the traced tensor, which would not train: the chain API refuses
+    (:attr:`PrefixStage.chain_refusal`). Each block's wrapper holds it as a buffer, which its
+    ``weight_size`` leaves out (:attr:`BlockCall.side_bytes`); the profile counts it three
+    times for the whole step (``side_gradient_size``): the tensor, held from the first stage's
+    forward to its backward, the gradient autograd sums from the last block's backward to the
+    first stage's, and one block's share while that block's backward adds it in (for a state
+    handed on: from the block that makes it to the one that reads it). An upper
+    bound: before the backward neither gradient exists. The gradients of the parameters that
+    computed it come through the blocks' backward, which the first stage's measured backward
+    does not run: its ``weight_grad_size`` counts every parameter it creates a gradient of.
+    """
+    found: dict[int, int] = {}
+    wrappers = {id(m.block): m for _, m in stages if isinstance(m, BlockCall)}
+    for c in run:
+        leaves = call_leaves(c)
+        here: dict[int, int] = {}
+        for i, taint in c.taints.items():
+            if taint & FROM_PARAM and taint & FLOATING:
+                storage = leaves[i].untyped_storage()
+                here[storage.data_ptr()] = storage.nbytes()
+        wrapper = wrappers.get(id(c.module))
+        if wrapper is not None:  # what it holds as buffers (not a mapping's tensors)
+            held = {b.untyped_storage().data_ptr(): b for b in wrapper.buffers(recurse=False)}
+            wrapper.side_pointers = frozenset(ptr for ptr in held if ptr in here)
+            wrapper.side_bytes = sum(here[ptr] for ptr in wrapper.side_pointers)
+        found.update(here)
+    for tensor in read_by_head:  # an earlier block's activation the head reads (XLM, CvT)
+        found[tensor.untyped_storage().data_ptr()] = tensor.untyped_storage().nbytes()
+    return sum(found.values())
 
 
 def _prefix(
@@ -406,16 +542,20 @@ def _head_by_tape(
     x: Tensor,
     tracer: Tracer,
     last: TracedCall,
+    prefix: bool,
 ) -> TapeStage:
     """The part after the last block as a :class:`TapeStage` (NOTE [ The head on a tape ]): the
     model runs again in eval mode and in training mode (without gradients; batch-norm statistics
     restored), recorded from the return of that call of the last block on. InputError when the
     model's output is not computed from the last block's output, or when the head also reads a
-    tensor computed before it from the parameters (an activation of an earlier block: the model
-    is not a chain).
+    tensor computed before it from the parameters (an activation of an earlier block) and the
+    model computes nothing before its first block; with a first stage, such a tensor is a side
+    input with a gradient (NOTE [ A side input with a gradient ]): the stage's ``side_bytes``.
     """
     ordinal = [c for c in tracer.calls if c.module is last.module].index(last)
     tapes = []
+    side: dict[int, Tensor] = {}  # read by the head, computed from parameters before it
+    trained: list[Tensor] = []  # those of the training-mode tape
     for mode in (eval_mode, train_mode):
         with mode(model):
             recorder, taint, result = _record_head(model, call, pick, x, last, ordinal)
@@ -430,6 +570,10 @@ def _head_by_tape(
         owned = set(taint.params) | set(taint.buffers)
         for constant in tapes[-1].constants():
             if id(constant) not in owned and taint.taint.kind(constant) & FROM_PARAM:
+                if prefix and constant.is_floating_point():
+                    side[id(constant)] = constant
+                    trained += [constant] if mode is train_mode else []
+                    continue
                 raise InputError(
                     f"cannot linearize {kind}: what follows its last block {last.name} also "
                     f"reads a tensor of shape {tuple(constant.shape)} computed before it from "
@@ -438,7 +582,11 @@ def _head_by_tape(
                     "memplan_stages() method returning [(name, module), ...]"
                 )
     assert last.input_shape is not None and recorder.input_shape is not None
-    return TapeStage(tapes[0], tapes[1], recorder.input_shape, owned)
+    stage = TapeStage(tapes[0], tapes[1], recorder.input_shape, owned)
+    stage.side_pointers = frozenset(b.untyped_storage().data_ptr() for b in side.values())
+    stage.side_bytes = sum(b.untyped_storage().nbytes() for b in side.values())
+    stage.side_tensors = trained
+    return stage
 
 
 def _cut(
@@ -464,20 +612,33 @@ def _cut(
         by_calls = None  # the tape has them all: what the stage computes is measured
     head, head_calls = by_calls if by_calls is not None else (None, [])
     values = 0
-    for c in [*run, *head_calls]:
+    for c in run:
         values |= _reads_values(kind, c, prefix)
-    if prefix:
-        stem = _prefix(kind, model, call, tracer, run)
-        if values:  # NOTE [ Stage wrappers ]: the chain is for this batch's values
-            stem.traced_for(x, trains=not values & FROM_PARAM)
-        stages.insert(0, ("stem" if x.is_floating_point() else "embedding", stem))
+    hands_on = any(
+        i < direct_leaves(c) and taint & FROM_BLOCK and taint & FLOATING
+        for c in run
+        for i, taint in c.taints.items()
+    )
+    for c in head_calls:
+        values |= _reads_values(kind, c, prefix, block=False)
     head_by = "calls" if head else "none"
     head_modules = [m.block for m in head or [] if isinstance(m, BlockCall)]
     output_module = head_modules[-1] if head_modules else None
     head_operations = None
+    read_by_head: list[Tensor] = []
     if head is None:
-        tape = _head_by_tape(kind, model, call, pick, x, tracer, last)
+        tape = _head_by_tape(kind, model, call, pick, x, tracer, last, prefix)
         head, head_by, head_operations = [tape], "tape", tape.training_tape.operations()
+        read_by_head = tape.side_tensors
+        values |= FROM_PARAM if read_by_head else 0
+    if hands_on or read_by_head:
+        _hands_on_unused(kind, model, call, x, run, bool(read_by_head))
+    if prefix:
+        stem = _prefix(kind, model, call, tracer, run)
+        if values:  # NOTE [ Stage wrappers ]: the chain is for this batch's values
+            stem.traced_for(x, trains=not values & FROM_PARAM)
+        stem.side_gradient_bytes = _side_gradient_bytes(run, stages, read_by_head)
+        stages.insert(0, ("stem" if x.is_floating_point() else "embedding", stem))
     if head:
         stages.append(("head", head[0] if len(head) == 1 else nn.Sequential(*head)))
     _check_body(kind, tracer, run, prefix, bool(head))
@@ -638,6 +799,7 @@ def find_repeated_blocks(
                 "found; give it a memplan_stages() method returning [(name, module), ...]"
             )
         failure: InputError | None = None
+        reading: RepeatedBlocks | None = None  # the first run whose blocks read a side input
         for run in runs:
             try:
                 found = _cut(kind, model, call, pick, example_input, tracer, run, final)
@@ -661,7 +823,13 @@ def find_repeated_blocks(
                 continue
             found.output = out
             found.inplace = inplace
-            return found
+            if not side_gradient_bytes([m for _, m in found.stages]):
+                return found
+            # NOTE [ A side input with a gradient ]: a later run that needs none first (a
+            # ResNet's convolutions inside a bottleneck read its shortcut; its blocks do not)
+            reading = reading or found
+        if reading is not None:
+            return reading
     assert failure is not None
     raise _hookless_blocks(kind, model, tracer.calls) or failure
 

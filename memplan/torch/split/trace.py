@@ -28,7 +28,9 @@ __all__ = [
     "TracedCall",
     "Tracer",
     "ViewSpec",
+    "call_leaves",
     "call_model",
+    "direct_leaves",
     "model_output",
     "primary_key",
     "primary_output",
@@ -303,8 +305,7 @@ class Tracer:
             call.producers = self.producers_of(primary)
             call.args = tuple(PRIMARY if i == key else a for i, a in enumerate(args))
             call.kwargs = {k: (PRIMARY if k == key else v) for k, v in kwargs.items()}
-            leaves = [*pytree.tree_leaves((call.args, call.kwargs))]
-            leaves += [t for leaf in leaves for t in _held(leaf)]
+            leaves = call_leaves(call)
             call.taints = {
                 i: self.taint.kind(leaf) | (FLOATING if leaf.is_floating_point() else 0)
                 for i, leaf in enumerate(leaves)
@@ -339,6 +340,21 @@ class Tracer:
         finally:
             for hook in hooks:
                 hook.remove()
+
+
+def call_leaves(call: TracedCall) -> list[Any]:
+    """The arguments of ``call`` as the indices of :attr:`TracedCall.taints` number them: the
+    leaves of its arguments, then the tensors the mappings among them hold.
+    """
+    leaves = [*pytree.tree_leaves((call.args, call.kwargs))]
+    return leaves + [t for leaf in leaves for t in _held(leaf)]
+
+
+def direct_leaves(call: TracedCall) -> int:
+    """How many of :func:`call_leaves` are the leaves of the arguments themselves (the rest are
+    tensors the mappings among them hold).
+    """
+    return len(pytree.tree_leaves((call.args, call.kwargs)))
 
 
 def _held(value: Any) -> list[Tensor]:

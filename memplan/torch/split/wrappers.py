@@ -24,7 +24,7 @@ from memplan.torch.split.trace import (
     view_geometry,
 )
 
-__all__ = ["BlockCall", "PrefixStage", "TapeStage", "ViewStage", "redo_view"]
+__all__ = ["BlockCall", "PrefixStage", "TapeStage", "ViewStage", "redo_view", "side_gradient_bytes"]
 
 
 def redo_view(x: Tensor, spec: ViewSpec | None) -> Tensor:
@@ -93,6 +93,12 @@ class BlockCall(nn.Module):
                 self._leaves.append(leaf)
         self.input_shape = input_shape
         self.view = view
+        self.side_bytes = 0
+        """Of the held tensors, the bytes the model computed from parameters before the blocks
+        (NOTE [ A side input with a gradient ] in :mod:`memplan.torch.split.repeated`): the
+        profile counts them once for the chain, not in this stage's ``weight_size``."""
+        self.side_pointers: frozenset[int] = frozenset()
+        """The storages of those tensors (data pointers)."""
 
     def forward(self, x: Tensor) -> Tensor:
         x = redo_view(x, self.view)
@@ -156,6 +162,9 @@ class PrefixStage(nn.Module):
         self._key = key
         self._stepping = False
         self.chain_refusal: str | None = None  # why the chain API cannot train on this stage
+        self.side_gradient_bytes = 0
+        """Bytes of what the blocks read that the model computed here from parameters (NOTE
+        [ A side input with a gradient ] in :mod:`memplan.torch.split.repeated`)."""
         self.parts = nn.ModuleDict({name.replace(".", "/"): m for name, m in parts.items()})
         self.direct_params = nn.ParameterList(params)
         for i, buffer in enumerate(buffers):
@@ -173,7 +182,8 @@ class PrefixStage(nn.Module):
             self.chain_refusal = (
                 f"the chain of {type(self._model).__name__} holds what its blocks read besides "
                 "their hidden state as traced, and some of it is computed from the parameters "
-                "(an earlier block's top-k): it would not change as they train; train the model "
+                "(an earlier block's top-k, a learned position bias): it would not change as "
+                "they train, nor pass its gradient on; train the model "
                 "with memplan.torch.enable(model, memory, example_input=batch), which passes "
                 "each step's own"
             )
@@ -221,6 +231,13 @@ class PrefixStage(nn.Module):
         raise RuntimeError("the model returned without calling its first block")
 
 
+def side_gradient_bytes(stages: list[nn.Module]) -> int:
+    """Bytes of the tensors a chain's first stage computes from parameters for every block to
+    read (:attr:`PrefixStage.side_gradient_bytes`): the profile's ``side_gradient_size``.
+    """
+    return sum(m.side_gradient_bytes for m in stages if isinstance(m, PrefixStage))
+
+
 class TapeStage(nn.Module):
     """What a model computes after its last block, replayed from tapes of the example's forward
     (NOTE [ The head on a tape ] in :mod:`memplan.torch.split.tape`): one recorded in eval mode,
@@ -261,6 +278,14 @@ class TapeStage(nn.Module):
                 self.register_buffer(name, t, persistent=False)
                 self._names.append((id(t), name))
         self.batch_data = any(id(t) not in owned for t in constants)
+        self.side_bytes = 0
+        """Of the constants, the bytes computed from parameters before the head (an earlier
+        block's activation: NOTE [ A side input with a gradient ] in
+        :mod:`memplan.torch.split.repeated`), counted once for the chain, not here."""
+        self.side_pointers: frozenset[int] = frozenset()
+        """The storages of those constants (data pointers)."""
+        self.side_tensors: list[Tensor] = []
+        """Those of the training-mode tape."""
 
     def forward(self, x: Tensor) -> Tensor:
         if self.batch_data and tuple(x.shape) != self.input_shape:
