@@ -59,6 +59,7 @@ class Terminated(KeyboardInterrupt):
 
 class _State:
     finished = False  # the command has written its outputs: signals end nothing any more
+    raised: KeyboardInterrupt | None = None  # the stop signal raised since the command began
 
 
 _state = _State()
@@ -86,13 +87,21 @@ def interrupt_within(exc: BaseException) -> KeyboardInterrupt | None:
     return None
 
 
+def stopped_by(exc: BaseException) -> KeyboardInterrupt | None:
+    """The stop signal behind ``exc``: one it wraps (:func:`interrupt_within`), or one the CLI's
+    handler raised since the command began, which a library turned into an error of its own
+    without chaining it (pydantic's serializers report a ``KeyboardInterrupt`` raised in a field
+    function as a ``PydanticSerializationError`` naming it).
+    """
+    return interrupt_within(exc) or _state.raised
+
+
 def _raise(signum: int, _frame: Any) -> None:
     """The CLI's handler of :data:`STOP_SIGNALS` (NOTE [ interrupts ])."""
     if _state.finished:
         return
-    if signum == signal.SIGINT:
-        raise KeyboardInterrupt
-    raise Terminated(signum)
+    _state.raised = KeyboardInterrupt() if signum == signal.SIGINT else Terminated(signum)
+    raise _state.raised
 
 
 def install() -> None:
@@ -108,6 +117,7 @@ def install() -> None:
 def begin() -> None:
     """A command starts: signals stop it again (after an earlier :func:`finish`, in tests)."""
     _state.finished = False
+    _state.raised = None
 
 
 def finish() -> None:

@@ -188,6 +188,7 @@ def guard() -> Iterator[None]:
         _settle(False)
         _fail(exc, f"memplan: error: {_one_line(exc)}", EXIT_USAGE)
     except InternalError as exc:  # its message says BUG_NOTE
+        _stopped_by(exc)
         _settle(False)
         _fail(exc, f"memplan: internal error: {_one_line(exc)}", EXIT_INTERNAL)
     except BrokenPipeError:
@@ -196,6 +197,7 @@ def guard() -> Iterator[None]:
         _settle(False, quiet=True)
         raise typer.Exit(EXIT_BROKEN_PIPE) from None
     except Exception as exc:
+        _stopped_by(exc)
         _settle(False)
         line = f"memplan: internal error: {type(exc).__name__}: {_one_line(exc)} ({BUG_NOTE})"
         _fail(exc, line, EXIT_INTERNAL)
@@ -204,6 +206,19 @@ def guard() -> Iterator[None]:
         raise
     else:
         _settle(True)
+
+
+def _stopped_by(exc: BaseException) -> None:
+    """Exit as for the signal when a stop signal is behind ``exc`` (a library wrapped it:
+    :func:`memplan.interrupt.stopped_by`), not with an internal error.
+    """
+    from memplan import interrupt
+
+    stop = interrupt.stopped_by(exc)
+    if stop is not None:
+        _settle(False)
+        echo_err(stopped_line(stop))
+        raise typer.Exit(interrupt.exit_status(stop)) from None
 
 
 def stopped_line(exc: KeyboardInterrupt) -> str:

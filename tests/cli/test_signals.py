@@ -230,6 +230,37 @@ def test_an_ignored_sighup_stays_ignored(tmp_path):
     assert memplan.load_schedule(str(tmp_path / "plan.json")).algorithm == "rotor"
 
 
+def test_a_signal_a_library_reports_as_its_own_error_still_stops():
+    """pydantic reports a ``KeyboardInterrupt`` raised in a serializer as its own error, without
+    chaining it (seen when a signal landed while ``solve`` wrote its plan): the command still
+    stops as for the signal, not with an internal error."""
+    script = textwrap.dedent(
+        """
+        import os, signal, sys
+        import typer
+        from memplan import interrupt
+        from memplan.cli.common import guard
+
+        interrupt.install()
+        try:
+            with guard():
+                try:
+                    os.kill(os.getpid(), signal.SIGTERM)
+                    signal.pause()
+                except KeyboardInterrupt:
+                    raise RuntimeError("Error calling function `f`: KeyboardInterrupt") from None
+        except typer.Exit as exc:
+            sys.exit(exc.exit_code)
+        """
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=300
+    )
+    assert result.returncode == 143, result.stderr
+    assert result.stderr.rstrip().endswith("memplan: stopped by SIGTERM"), result.stderr
+    assert "internal error" not in result.stderr
+
+
 def test_the_handlers_leave_a_library_process_alone():
     """Only the command line's entry point installs handlers: importing memplan, or running a
     command through typer's CliRunner, changes no signal's handler."""
