@@ -182,6 +182,23 @@ def test_the_profile_counts_the_sum_in_place(monkeypatch):
     assert fresh[False] - fresh[True] >= size - 2 * SEQ * WIDTH * 4 * 4, fresh
 
 
+def test_autograd_grad_returns_the_whole_dense_gradient():
+    """``torch.autograd.grad`` under the plan: both halves returned, dense, ``.grad`` untouched."""
+    model = _gpt2()
+    ref, got = copy.deepcopy(model), _enabled(copy.deepcopy(model), optimizer="sgd")
+    batch = _batches(1)[0]
+    found = []
+    for model_ in (ref, got):
+        torch.manual_seed(0)
+        weight = model_.transformer.wte.weight
+        (grad,) = torch.autograd.grad(model_(**batch).loss, [weight])
+        assert grad.layout == torch.strided and weight.grad is None
+        found.append(grad)
+    torch.testing.assert_close(found[1], found[0], rtol=1e-4, atol=1e-6)
+    chunked = planned(got).chunked
+    assert (chunked.tied_into_grad, chunked.tied_returned) == (0, 1)
+
+
 def test_disable_gives_the_lookup_back():
     got = _enabled(_gpt2(), optimizer="sgd")
     assert "forward" in vars(got.transformer.wte)

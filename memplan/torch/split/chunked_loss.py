@@ -105,7 +105,13 @@ from memplan.errors import InputError
 from memplan.torch.split.hf import HFLoss
 from memplan.torch.split.linearize import IGNORE_INDEX, Chain, NextTokenLoss, next_tokens
 from memplan.torch.split.stages import eval_mode, run_stages
-from memplan.torch.split.tied_lookup import TiedLookups, mark_tied_half, sparse_lookups, unmark
+from memplan.torch.split.tied_lookup import (
+    TiedLookups,
+    accumulates,
+    mark_tied_half,
+    sparse_lookups,
+    unmark,
+)
 
 __all__ = [
     "CHUNKED_STAGE",
@@ -208,13 +214,15 @@ class ChunkedLoss(nn.Module):
         """
         self.lookups.remove()
 
-    def tied_gradient(self, param: Tensor, grad: Tensor, scale: Tensor) -> Tensor | None:
+    def tied_gradient(self, param: Tensor, grad: Tensor, scale: Tensor, node: Any) -> Tensor | None:
         """The backward's gradient for ``param``, a parameter an earlier stage uses too: written
-        into ``param.grad`` (None: nothing returned) where that is None, else ``grad * scale``
-        (NOTE [ Gradients in the forward ]).
+        into ``param.grad`` (None: nothing returned) where that is None and the backward under
+        way (``node``: the stage's) accumulates into it, else ``grad * scale`` (NOTE [ Gradients
+        in the forward ]).
         """
         fresh = (
             param.grad is None
+            and accumulates(node, param)
             and param.is_leaf
             and not torch.is_grad_enabled()
             and type(param.data) is Tensor
@@ -369,7 +377,7 @@ class _LossAndGradients(torch.autograd.Function):
         found = [
             None
             if grad is None
-            else ctx.stage.tied_gradient(param, grad, grad_output)
+            else ctx.stage.tied_gradient(param, grad, grad_output, ctx)
             if tied
             else grad.mul_(grad_output)
             for grad, tied, param in zip(found, ctx.tied, ctx.params, strict=True)

@@ -23,8 +23,9 @@ The sparse tensor never becomes a gradient: ``.grad`` stays the dense tensor pla
 (``clip_grad_norm_``, every optimizer). Elsewhere it is today's way, dense: a loop that keeps its
 gradients across steps (``zero_grad(set_to_none=False)``, gradient accumulation: ``.grad`` exists
 at the head's backward, and the head returns its half, counted in
-:attr:`~memplan.torch.split.chunked_loss.ChunkedLoss.tied_returned`), a backward that builds a
-graph (``create_graph``), an ``nn.Embedding`` with ``max_norm`` or ``scale_grad_by_freq``. What a
+:attr:`~memplan.torch.split.chunked_loss.ChunkedLoss.tied_returned`), ``torch.autograd.grad``
+(which returns gradients and leaves ``.grad`` alone: :func:`accumulates`), a backward that builds
+a graph (``create_graph``), an ``nn.Embedding`` with ``max_norm`` or ``scale_grad_by_freq``. What a
 hook on the parameter (``register_hook``) sees: the lookup's half only, sparse; a
 ``post_accumulate_grad`` hook sees the whole gradient. The profiler measures both stages so
 (:mod:`memplan.torch.measure.tied`).
@@ -39,7 +40,14 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-__all__ = ["TiedLookups", "mark_tied_half", "sparse_lookups", "takes_tied_half", "unmark"]
+__all__ = [
+    "TiedLookups",
+    "accumulates",
+    "mark_tied_half",
+    "sparse_lookups",
+    "takes_tied_half",
+    "unmark",
+]
 
 _MARK = "_memplan_tied_half"
 
@@ -53,6 +61,21 @@ def unmark(grad: Tensor | None) -> None:
     """Remove :func:`mark_tied_half`'s mark from ``grad`` (if any)."""
     if grad is not None and getattr(grad, _MARK, False):
         delattr(grad, _MARK)
+
+
+def accumulates(node: Any, param: Tensor) -> bool:
+    """Whether the backward under way accumulates into ``param.grad`` the gradient that
+    ``node`` (an autograd node: a custom function's ``ctx``) gives it: a ``backward()`` that
+    reaches the parameter, not ``torch.autograd.grad`` (which returns gradients, ``.grad``
+    untouched) nor a ``backward(inputs=...)`` without it.
+    """
+    for edge, _ in node.next_functions:
+        if getattr(edge, "variable", None) is param:
+            try:  # PyTorch's own test (torch.autograd.graph's multi-grad hooks use it)
+                return bool(torch._C._will_engine_execute_node(edge))
+            except RuntimeError:  # torch.autograd.grad: a leaf's gradient is returned
+                return False
+    return False
 
 
 def takes_tied_half(param: Tensor, rows: Tensor) -> bool:
@@ -87,7 +110,7 @@ class _Lookup(torch.autograd.Function):  # type: ignore[misc]
     def backward(ctx: Any, grad_output: Tensor) -> tuple[Tensor | None, ...]:
         (ids,) = ctx.saved_tensors
         param, padding = ctx.param, ctx.padding_idx
-        if not takes_tied_half(param, grad_output):
+        if not (takes_tied_half(param, grad_output) and accumulates(ctx, param)):
             dense = torch.ops.aten.embedding_backward(
                 grad_output, ids, param.shape[0], -1 if padding is None else padding, False, False
             )
@@ -112,10 +135,11 @@ class _SparseLookup:
         self.module = module
         self.users = 1
 
-    def __call__(self, ids: Tensor) -> Tensor:
+    def __call__(self, *args: Any, **kwargs: Any) -> Tensor:
         module = self.module
         if not (torch.is_grad_enabled() and module.weight.requires_grad):
-            return nn.Embedding.forward(module, ids)
+            return nn.Embedding.forward(module, *args, **kwargs)
+        ids = args[0] if args else kwargs["input"]  # nn.Embedding.forward(input)
         out: Tensor = _Lookup.apply(ids, module.weight, module.padding_idx)
         return out
 
