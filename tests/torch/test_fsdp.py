@@ -215,9 +215,10 @@ def test_a_gathered_block_is_never_taken_for_a_parameter(one_rank):
 
 def test_a_tied_head_is_known_when_fully_shard_registers_other_parameters():
     """``fully_shard`` registers other tensors in the places of the parameters at every step:
-    the chunked loss knows the head's weight tied to the embedding by its name, and returns its
-    gradient as a new tensor (NOTE [ Gradients in the forward ]), not its saved sum scaled in
-    place, which autograd would then add the embedding's gradient to out of place."""
+    the chunked loss knows the head's weight tied to the embedding by its name, and writes its
+    gradient into that tensor's ``.grad`` for the token lookup to add its rows into (NOTE [ The
+    tied gradient summed in place ]), not returned as its saved sum scaled in place, which
+    autograd would then add the embedding's gradient to out of place."""
     transformers = pytest.importorskip("transformers")
     transformers.logging.set_verbosity_error()
     torch.manual_seed(0)
@@ -230,10 +231,10 @@ def test_a_tied_head_is_known_when_fully_shard_registers_other_parameters():
     assert stage.shared  # the head's weight, by its name in the head
     weight = nn.Parameter(model.lm_head.weight.detach().clone())  # as fully_shard registers
     model.lm_head.weight = model.transformer.wte.weight = weight
-    given = []
-    weight.register_hook(given.append)
+    written = stage.tied_into_grad
     stage(torch.randn(2, 16, 16, requires_grad=True), ids).backward()
-    assert given[-1] is not None and given[-1]._version == 0  # the backward's (last)
+    assert weight.grad is not None and weight.grad.layout == torch.strided
+    assert stage.tied_into_grad == written + 1 and stage.tied_returned == 0
 
 
 def test_the_layout_pads_every_parameter_as_fsdp2_does():

@@ -76,6 +76,7 @@ from memplan.torch.measure.runner import (
 )
 from memplan.torch.measure.tied import (
     backward_owning,
+    prepare_shared,
     shared_parameters,
     sum_out_of_place,
     sums_in_place,
@@ -262,6 +263,7 @@ def _fresh_run(
         step = backward_owning(out, box)
     else:
         _allocate_grads(runner.module, lambda param: id(param) not in creates)
+        prepare_shared(shared_parameters(runner.module, creates))
         step = functools.partial(out.backward, grad)
     runner.sync()
     try:

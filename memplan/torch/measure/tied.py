@@ -17,8 +17,13 @@ does every stage, and with the later stage's gradient made beforehand and added 
 out of place by a hook on the parameter (:func:`sum_out_of_place`), the backward seeded so that
 autograd alone holds the output's gradient and frees it once used (:func:`backward_owning`), as
 in the model's graph. The later stage's own measurement says which it is
-(:func:`sums_in_place`: whether autograd sums into the gradient it makes in place), and the
+(:func:`sums_in_place`: whether autograd sums into the gradient it makes in place, or the stage
+wrote its gradient into ``.grad`` itself, where the sum is then made: memplan's chunked head,
+NOTE [ The tied gradient summed in place ] in :mod:`memplan.torch.split.tied_lookup`), and the
 profiler keeps the figure of the case the model's graph is in (``backward_overhead_fresh``).
+Measured alone, the earlier stage finds the later one's gradient in ``.grad`` marked as that
+stage marks it (:func:`prepare_shared`): a token lookup that adds its rows sparsely into it does
+so there as in the model's graph.
 Not covered: the loop that keeps its gradients (``backward_overhead``), where the later stage's
 gradient also waits in the buffer from its backward to the earlier stage's, which the chain
 model has no term for.
@@ -35,13 +40,30 @@ from torch import Tensor, nn
 from memplan.torch.base.autograd import graph_nodes
 from memplan.torch.measure.probe import MemoryProbe
 from memplan.torch.runtime.recompute import recomputing
+from memplan.torch.split.tied_lookup import mark_tied_half, unmark
 
-__all__ = ["backward_owning", "shared_parameters", "sum_out_of_place", "sums_in_place"]
+__all__ = [
+    "backward_owning",
+    "prepare_shared",
+    "shared_parameters",
+    "sum_out_of_place",
+    "sums_in_place",
+]
 
 
 def shared_parameters(module: nn.Module, creates: Collection[int]) -> list[nn.Parameter]:
     """The stage's trainable parameters whose gradient a later stage makes (not in ``creates``)."""
     return [p for p in module.parameters() if p.requires_grad and id(p) not in creates]
+
+
+def prepare_shared(params: list[nn.Parameter]) -> None:
+    """Mark the gradients a later stage made for ``params`` (already in ``.grad``) as the chunked
+    head marks those it writes, which the token lookup adds into in place (NOTE [ The tied
+    gradient summed in place ] in :mod:`memplan.torch.split.tied_lookup`).
+    """
+    for param in params:
+        if param.grad is not None:
+            mark_tied_half(param.grad)
 
 
 def sum_out_of_place(params: list[nn.Parameter], probe: MemoryProbe) -> list[Any]:
@@ -112,7 +134,7 @@ def sums_in_place(runner: Any, params: list[nn.Parameter]) -> set[int]:
         return set()
     given: dict[int, set[int]] = {id(p): set() for p in params}
     received: dict[int, int] = {}
-    remove = _record_given(out.grad_fn, params, given)
+    remove = _record_given(out.grad_fn, params, given)  # or the .grad the stage wrote
     handles = [p.register_hook(_record(received, id(p))) for p in params]
     try:
         torch.autograd.backward([out, *later], [grad, *(torch.ones_like(t) for t in later)])
@@ -120,9 +142,11 @@ def sums_in_place(runner: Any, params: list[nn.Parameter]) -> set[int]:
         remove()
         for handle in handles:
             handle.remove()
+    summed = {id(p): None if p.grad is None else p.grad.data_ptr() for p in params}
     for p in params:
+        unmark(p.grad)
         p.grad = None
-    return {key for key, ptrs in given.items() if received.get(key) in ptrs}
+    return {key for key, ptrs in given.items() if received.get(key) in ptrs or summed[key] in ptrs}
 
 
 def _record(found: dict[int, int], key: int) -> Any:
@@ -142,7 +166,7 @@ def _record_given(root: Any, params: list[nn.Parameter], given: dict[int, set[in
         for index, (nxt, _) in enumerate(node.next_functions):
             variable = getattr(nxt, "variable", None)
             if variable is not None and id(variable) in wanted:
-                handles.append(node.register_hook(_given(given[id(variable)], index)))
+                handles.append(node.register_hook(_given(given[id(variable)], index, variable)))
 
     def remove() -> None:
         for handle in handles:
@@ -151,9 +175,11 @@ def _record_given(root: Any, params: list[nn.Parameter], given: dict[int, set[in
     return remove
 
 
-def _given(ptrs: set[int], index: int) -> Any:
+def _given(ptrs: set[int], index: int, param: Tensor) -> Any:
     def hook(grad_inputs: Any, _grad_outputs: Any) -> None:
         grad = grad_inputs[index]
+        if grad is None:  # none given: the node may have written it into .grad itself
+            grad = param.grad
         if grad is not None:
             ptrs.add(grad.data_ptr())
 

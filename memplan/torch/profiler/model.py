@@ -45,7 +45,7 @@ from memplan.torch.models.registry import example_input as default_example_input
 from memplan.torch.profiler.chain import ProgressCallback, linearize_on_sample, profile_stages
 from memplan.torch.profiler.join import profile_join
 from memplan.torch.profiler.unreached import unreached_bytes, unreached_tensors
-from memplan.torch.split.chunked_loss import chunk_loss, loss_chunks_extra
+from memplan.torch.split.chunked_loss import ChunkedLoss, chunk_loss, loss_chunks_extra
 from memplan.torch.split.hf import hf_batch
 from memplan.torch.split.wrappers import side_gradient_bytes
 
@@ -280,6 +280,15 @@ def _move(module: nn.Module, device: torch.device, dtype: torch.dtype) -> None:
     module.to(device=device)
 
 
+def _release_lookups(chain: Any) -> None:
+    """Give back the token lookups a chunked loss replaced to profile the chain (NOTE [ The tied
+    gradient summed in place ] in :mod:`memplan.torch.split.tied_lookup`).
+    """
+    last = chain.modules[-1]
+    if isinstance(last, ChunkedLoss):
+        last.release()
+
+
 def _profile_model(
     model: str | nn.Module,
     *,
@@ -354,14 +363,17 @@ def _profile_model(
         "weight_grads": True,
         "selective": selective and gpu is None,
     }
-    if fake:
-        try:
-            profiled = profile_stages(chain, x, repeats=repeats, fake=True, **common)
-        except Exception as exc:  # noqa: BLE001 - fake tensors fail where real ones may not
-            fake = False
-            fake_failed = " ".join(f"{type(exc).__name__}: {exc}".split())[:300]
-    if not fake:
-        profiled = profile_stages(chain, x, repeats=repeats, fake=False, **common)
+    try:
+        if fake:
+            try:
+                profiled = profile_stages(chain, x, repeats=repeats, fake=True, **common)
+            except Exception as exc:  # noqa: BLE001 - fake tensors fail where real ones may not
+                fake = False
+                fake_failed = " ".join(f"{type(exc).__name__}: {exc}".split())[:300]
+        if not fake:
+            profiled = profile_stages(chain, x, repeats=repeats, fake=False, **common)
+    finally:
+        _release_lookups(chain)
     stages = profiled.stages
     # NOTE [ weights outside every stage ]: a tower the batch never reaches
     outside = unreached_tensors(module, [stage for _, stage in chain.stages])

@@ -326,6 +326,9 @@ def _install(
     check_schedule(sched, names, prof)
     plan = PlannedModel(model, sched, prof, names, inplace)
     plan.loss_virtual = chunked is None  # the chunked loss is the runtime's stage
+    if chunked is not None:  # its token lookups, given back by disable
+        plan.chunked = chunked
+        plan._handles.append(chunked.lookups)
     without_kv_cache(model)
     if how == "hooks":
         plan.how = "hooks"

@@ -74,6 +74,11 @@ class PlannedModel:
         self._warned = False
         self.iteration: PlannedIteration | None = None
         """The step under way (or the last one)."""
+        self.chunked: Any = None
+        """The chunked head and loss (:class:`memplan.torch.split.chunked_loss.ChunkedLoss`) with
+        ``loss_chunks``: its ``tied_into_grad`` and ``tied_returned`` count the backwards that wrote
+        a tied gradient into ``.grad`` and those that kept today's way (NOTE [ The tied gradient
+        summed in place ] in :mod:`memplan.torch.split.tied_lookup`)."""
         self.sharding: Any = None
         """Under FSDP2, :class:`memplan.torch.runtime.fsdp.ShardedSteps` (NOTE [ Plans under
         FSDP2 ]): checked at each step's start, told about each recomputation."""

@@ -64,14 +64,17 @@ from the same logits, and :attr:`ChunkedLoss.logits_in_place` is False. The grad
 training's up to rounding (BERT's attention key bias, whose gradient is zero but for rounding,
 compares at the model's scale: :func:`memplan.torch.compare.training.gradient_agreement`).
 
-The backward scales the saved gradients in place, except those of parameters that an earlier
-stage uses too (:attr:`ChunkedLoss.shared`: GPT-2's output projection is its token embedding):
-these it returns as a new tensor, ``grad * grad_output``. Autograd sums a tied parameter's
-gradients in the backward's buffer, in place only into a tensor whose storage nothing else
-references, and the saved tensors' storages have been seen by the saved-tensor hooks (the
-runtime's, the profiler's), which keep a reference: the saved gradient itself would be summed
-out of place at the embedding's backward, a third copy of the matrix that no profile measures.
-The new tensor's copy is made in the stage's backward, where the profiler measures it.
+The backward scales the saved gradients in place. A parameter that an earlier stage uses too
+(:attr:`ChunkedLoss.shared`: GPT-2's output projection is its token embedding) gets its
+gradient in ``.grad`` directly where ``.grad`` is None (NOTE [ The tied gradient summed in place ]
+in :mod:`memplan.torch.split.tied_lookup`: the token lookup then adds its rows into it in place),
+and none is returned for it. Where ``.grad`` exists (a loop that keeps its gradients) the
+gradient is returned as a new tensor, ``grad * grad_output``, as before
+(:attr:`ChunkedLoss.tied_returned` counts these): autograd sums a tied parameter's gradients in
+the backward's buffer, in place only into a tensor whose storage nothing else references, and
+the saved tensors' storages have been seen by the saved-tensor hooks (the runtime's, the
+profiler's), which keep a reference: the saved gradient itself would be summed out of place at
+the embedding's backward, a third copy of the matrix that no profile measures.
 
 The head must act on each token alone (a norm, a projection: every language model's); this is
 checked when the stage is made: on the example's first sample, the chunked loss equals the plain
@@ -102,6 +105,13 @@ from memplan.errors import InputError
 from memplan.torch.split.hf import HFLoss
 from memplan.torch.split.linearize import IGNORE_INDEX, Chain, NextTokenLoss, next_tokens
 from memplan.torch.split.stages import eval_mode, run_stages
+from memplan.torch.split.tied_lookup import (
+    TiedLookups,
+    accumulates,
+    mark_tied_half,
+    sparse_lookups,
+    unmark,
+)
 
 __all__ = [
     "CHUNKED_STAGE",
@@ -187,11 +197,45 @@ class ChunkedLoss(nn.Module):
         self.shared: set[str] = set()
         # whether the last chunk's logits' gradient was written over its logits
         self.logits_in_place = False
+        # backwards that wrote a tied gradient into ``.grad`` / returned it (it existed)
+        self.tied_into_grad = 0
+        self.tied_returned = 0
+        # the token lookups that add into the tied gradient in place (:func:`chunk_loss`)
+        self.lookups = TiedLookups([])
 
     @property
     def labels_from_input(self) -> bool:
         """The loss predicts the tokens of the batch it is called on (no labels were given)."""
         return bool(getattr(self.loss, "labels_from_input", False))
+
+    def release(self) -> None:
+        """Give the token lookups :func:`chunk_loss` replaced back (NOTE [ The tied gradient
+        summed in place ] in :mod:`memplan.torch.split.tied_lookup`).
+        """
+        self.lookups.remove()
+
+    def tied_gradient(self, param: Tensor, grad: Tensor, scale: Tensor, node: Any) -> Tensor | None:
+        """The backward's gradient for ``param``, a parameter an earlier stage uses too: written
+        into ``param.grad`` (None: nothing returned) where that is None and the backward under
+        way (``node``: the stage's) accumulates into it, else ``grad * scale`` (NOTE [ Gradients
+        in the forward ]).
+        """
+        fresh = (
+            param.grad is None
+            and accumulates(node, param)
+            and param.is_leaf
+            and not torch.is_grad_enabled()
+            and type(param.data) is Tensor
+            and (grad.shape, grad.dtype, grad.device) == (param.shape, param.dtype, param.device)
+        )
+        if not fresh:
+            self.tied_returned += 1
+            unmark(param.grad)
+            return grad * scale
+        param.grad = grad.mul_(scale)
+        mark_tied_half(param.grad)
+        self.tied_into_grad += 1
+        return None
 
     def follow_input(self, tokens: Tensor) -> None:
         """Predict the tokens of this batch from now on (the loss stage's own rule)."""
@@ -319,6 +363,7 @@ class _LossAndGradients(torch.autograd.Function):
             grads[j] = projection.grad if grads[j] is None else projection.grad.add_(grads[j])
         ctx.has = [g is not None for g in (grad_input, *grads)]
         ctx.tied = [False, *tied]
+        ctx.stage, ctx.params = stage, (None, *params)
         ctx.save_for_backward(*(g for g in (grad_input, *grads) if g is not None))
         return total
 
@@ -327,11 +372,15 @@ class _LossAndGradients(torch.autograd.Function):
         saved = iter(ctx.saved_tensors)
         found = [next(saved) if has else None for has in ctx.has]
         # scaled in place: no second copy (the output's gradient is 1 in a plain loop, the loss
-        # scale under a GradScaler); a tied parameter's as a new tensor (NOTE [ Gradients in the
-        # forward ])
+        # scale under a GradScaler); a tied parameter's into its .grad, or as a new tensor
+        # (NOTE [ Gradients in the forward ])
         found = [
-            None if grad is None else grad * grad_output if tied else grad.mul_(grad_output)
-            for grad, tied in zip(found, ctx.tied, strict=True)
+            None
+            if grad is None
+            else ctx.stage.tied_gradient(param, grad, grad_output, ctx)
+            if tied
+            else grad.mul_(grad_output)
+            for grad, tied, param in zip(found, ctx.tied, ctx.params, strict=True)
         ]
         return (None, found[0], None, None, None, *found[1:])
 
@@ -558,6 +607,8 @@ def chunk_loss(chain: Chain, x: Tensor, chunks: int | None, kind: str = "the mod
     earlier = {id(p) for _, module in chain.stages[:-2] for p in module.parameters()}
     stage.shared = {n for n, p in head.named_parameters() if id(p) in earlier}
     body = chain.stages[:-2]
+    tied = {id(p) for n, p in head.named_parameters() if n in stage.shared}
+    stage.lookups = sparse_lookups((module for _, module in body), tied)
     with eval_mode(*chain.modules), torch.no_grad():
         head_input = run_stages(kind, body, x.clone())
         _check_exact(kind, stage, head_input)
