@@ -51,6 +51,7 @@ from memplan.torch.runtime.step_in_backward import StepInBackward
 from memplan.torch.split.chunked_loss import chunk_loss, profile_loss_chunks
 from memplan.torch.split.hf import hf_batch
 from memplan.torch.split.linearize import linearize
+from memplan.torch.split.sub_blocks import cutting_sub_blocks
 
 __all__ = [
     "PlanSettings",
@@ -408,6 +409,7 @@ def enable(
     output_held: bool | None = None,
     loss_chunks: int | str | None = None,
     shards: int | None = None,
+    sub_blocks: bool = False,
 ) -> nn.Module:
     """Plan the memory of a model's training and apply the plan: profile, solve, install.
 
@@ -476,6 +478,12 @@ def enable(
         None: one, or the default process group's size when the whole model fits in no plan;
         the first step plans again for the model's FSDP2 mesh (or the whole model) if it
         differs.
+    sub_blocks : bool
+        Cut each repeated block into the residual sub-blocks its forward runs one after the
+        other (a Llama or GPT-2 layer: attention with its residual, MLP with its residual), each
+        a stage of the plan: its least memory is then below one whole block's backward (NOTE
+        [ Sub-block stages ] in :mod:`memplan.torch.split.sub_blocks`). One process only: a
+        model cut so is refused under FSDP2.
 
     Returns
     -------
@@ -498,11 +506,18 @@ def enable(
     if in_backward:
         _loop_optimizer(optimizer)  # checked before the model is profiled
     ranks = fsdp.shard_count(model, shards)
-    target = prepare(model, example_input, required=True, loss_chunks=loss_chunks)
-    settings = PlanSettings(algo, slots, bandwidth, repeats, target.loss_chunks)
-    if profile is None:
-        prof = profile_for_training(model, target.x0, settings)
-    else:
+    with cutting_sub_blocks(sub_blocks):
+        target = prepare(model, example_input, required=True, loss_chunks=loss_chunks)
+        settings = PlanSettings(algo, slots, bandwidth, repeats, target.loss_chunks)
+        if sub_blocks and not (target.how == "hooks" and target.layout.parts):
+            raise InputError(
+                f"sub_blocks: no block of {type(model).__name__} could be cut into sub-blocks "
+                "(a sequence of residual sub-calls, one tensor handed from one to the next, each "
+                "with parameters); enable it without sub_blocks"
+            )
+        if profile is None:
+            prof = profile_for_training(model, target.x0, settings)
+    if profile is not None:
         prof = memplan.load_profile(profile)
         profile_loss_chunks(prof, target.loss_chunks)  # the profile's chain is the target's
     held = True if output_held is None else bool(output_held)  # counted until seen

@@ -76,6 +76,9 @@ class Event:
     spec: Any  # the pytree spec of (args, kwargs)
     leaves: list[Any]
     counts: bool  # returns a tensor: counted to find the head's end
+    results: int = 0  # the tensors it returns
+    fresh: bool = True  # none of them is one of its arguments (``x.to(x.dtype)`` returns x)
+    floating: bool = False  # its first result is a floating-point tensor
 
 
 @dataclass
@@ -200,7 +203,12 @@ class TapeRecorder(TorchFunctionMode):  # type: ignore[misc]  # torch's types ar
         leaves, spec = pytree.tree_flatten((args, kwargs))
         mapped = [(self.ref(leaf) or leaf) if isinstance(leaf, Tensor) else leaf for leaf in leaves]
         index = len(self.tape.events)
-        self.tape.events.append(Event(func, spec, mapped, bool(results)))
+        given = {id(leaf) for leaf in leaves if isinstance(leaf, Tensor)}
+        fresh = not any(id(t) in given for t in results)
+        floating = bool(results) and results[0].is_floating_point()
+        self.tape.events.append(
+            Event(func, spec, mapped, bool(results), len(results), fresh, floating)
+        )
         for j, tensor in enumerate(results):
             self._note(tensor, Ref(index, j))
         if results:
