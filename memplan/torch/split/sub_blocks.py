@@ -41,7 +41,14 @@ from memplan.torch.split.stages import eval_mode, outputs_match, train_mode
 from memplan.torch.split.tape import INPUT, Event, Ref, Tape, TapeRecorder
 from memplan.torch.split.wrappers import BlockCall, TapeStage
 
-__all__ = ["BlockParts", "cutting_sub_blocks", "part_tapes", "sub_blocks_on", "block_parts"]
+__all__ = [
+    "BlockParts",
+    "block_parts",
+    "cut_events",
+    "cutting_sub_blocks",
+    "part_tapes",
+    "sub_blocks_on",
+]
 
 _SUB_BLOCKS: ContextVar[bool] = ContextVar("memplan_sub_blocks", default=False)
 
@@ -80,7 +87,7 @@ def _reads(event: Event) -> list[Ref]:
     return [leaf for leaf in event.leaves if isinstance(leaf, Ref)]
 
 
-def _cut_events(tape: Tape) -> list[int]:
+def cut_events(tape: Tape) -> list[int]:
     """The events after which the tape can be cut (NOTE [ Sub-block stages ]), kept so that
     each part reads a parameter.
     """
@@ -160,7 +167,7 @@ def block_parts(block: BlockCall, x: Tensor) -> BlockParts | None:
         if tape is None:
             return None
         tapes.append(tape)
-    cuts = [_cut_events(tape) for tape in tapes]
+    cuts = [cut_events(tape) for tape in tapes]
     if not cuts[0] or len(cuts[0]) != len(cuts[1]):
         return None
     owned = {id(t) for t in [*block.block.parameters(), *block.block.buffers()]}

@@ -115,6 +115,7 @@ class Tape:
         if self.end is None:
             raise RuntimeError("the head's tape has no output")
         results: list[list[Tensor]] = []
+        freed = self._last_reads()
 
         def value(leaf: Any) -> Any:
             if isinstance(leaf, Ref):
@@ -123,11 +124,31 @@ class Tape:
                 return constants.get(id(leaf), leaf)
             return leaf
 
-        for event in self.events[: self.end.event + 1]:
+        for j, event in enumerate(self.events[: self.end.event + 1]):
             args, kwargs = pytree.tree_unflatten([value(v) for v in event.leaves], event.spec)
             out = event.func(*args, **kwargs)
             results.append([t for t in pytree.tree_leaves(out) if isinstance(t, Tensor)])
+            del args, kwargs, out
+            for done in freed.get(j, ()):
+                results[done] = []
         return x if self.end.event < 0 else results[self.end.event][self.end.leaf]
+
+    def _last_reads(self) -> dict[int, list[int]]:
+        """Per event ``j``, the earlier events whose results no event after ``j`` reads (nor the
+        output): a replay lets them go there, as the model's own forward does.
+        """
+        assert self.end is not None
+        last: dict[int, int] = {}
+        for j, event in enumerate(self.events[: self.end.event + 1]):
+            last[j] = j
+            for leaf in event.leaves:
+                if isinstance(leaf, Ref) and leaf.event >= 0:
+                    last[leaf.event] = j
+        freed: dict[int, list[int]] = {}
+        for event, j in last.items():
+            if event != self.end.event:
+                freed.setdefault(j, []).append(event)
+        return freed
 
 
 class TapeRecorder(TorchFunctionMode):  # type: ignore[misc]  # torch's types are not read
