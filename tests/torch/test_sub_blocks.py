@@ -213,3 +213,24 @@ def test_a_cut_reads_one_tensor_of_the_part_before():
     first, second = part_tapes(tape, cuts)
     assert first.end == Ref(1)
     torch.testing.assert_close(second.replay(first.replay(x)), y)
+
+
+def test_a_padded_batch_trains_as_plain_training():
+    """The step's own attention mask (padding the cut never saw) reaches both parts."""
+    model = _model("llama")
+    halves = _profile(model, True)
+    got = enable(
+        copy.deepcopy(model), _least(model, True, halves), example_input=_batch(0),
+        profile=halves, sub_blocks=True, **NAMED,
+    )  # fmt: skip
+    plan = planned(got)
+    assert plan is not None and max(plan.plan.forward_counts) > 1
+    reference = copy.deepcopy(model)
+    batch = _batch(5)
+    batch["attention_mask"] = torch.ones_like(batch["input_ids"])
+    batch["attention_mask"][0, :7] = 0
+    for m in (got, reference):
+        m(**batch).loss.backward()
+    for (name, ours), theirs in zip(got.named_parameters(), reference.parameters(), strict=True):
+        assert ours.grad is not None and theirs.grad is not None
+        torch.testing.assert_close(ours.grad, theirs.grad, rtol=0, atol=0, msg=name)

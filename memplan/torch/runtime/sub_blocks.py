@@ -11,6 +11,7 @@ from typing import Any
 from torch import Tensor
 from torch.utils import _pytree as pytree
 
+from memplan.torch.split.sub_blocks import Cut
 from memplan.torch.split.tape import Ref, Tape, TapeRecorder
 
 __all__ = ["PartRecorder"]
@@ -28,8 +29,8 @@ class PartRecorder(TapeRecorder):
 
     Parameters
     ----------
-    cuts : tuple of int
-        The operation counts ending each part but the last.
+    cuts : tuple of (int, callable)
+        The operation ending each part but the last: its count, its function.
     on_cut : callable
         ``on_cut(part, result) -> tensor``.
     name : str
@@ -37,7 +38,7 @@ class PartRecorder(TapeRecorder):
     """
 
     def __init__(
-        self, cuts: tuple[int, ...], on_cut: Callable[[int, Tensor], Tensor], name: str
+        self, cuts: tuple[Cut, ...], on_cut: Callable[[int, Tensor], Tensor], name: str
     ) -> None:
         super().__init__()
         self.cuts = cuts
@@ -87,12 +88,16 @@ class PartRecorder(TapeRecorder):
             )
         out = super().__torch_function__(func, types, args, kwargs)
         part = len(self.tapes)
-        if not self.recording or part >= len(self.cuts) or self.counted != self.cuts[part]:
+        if not self.recording or part >= len(self.cuts) or self.counted != self.cuts[part][0]:
             return out
-        if not isinstance(out, Tensor):
+        expected = self.cuts[part][1]
+        if not isinstance(out, Tensor) or self.tape.events[-1].func is not expected:
             raise RuntimeError(
-                f"memplan: the operation ending part {part + 1} of block {self.name} returned "
-                f"{type(out).__name__}, not one tensor as when it was cut"
+                f"memplan: operation {self.counted} of block {self.name} is "
+                f"{getattr(func, '__name__', func)}, not the "
+                f"{getattr(expected, '__name__', expected)} returning one tensor that ended "
+                f"part {part + 1} when the block was cut: the model did not run as it did when "
+                "it was profiled (another attention mask, another path through its forward)"
             )
         self.finish(out)
         self.tapes.append(self.tape)

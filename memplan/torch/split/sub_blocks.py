@@ -29,10 +29,11 @@ operations are recorded for its recomputation.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import Tensor, nn
@@ -43,12 +44,16 @@ from memplan.torch.split.wrappers import BlockCall, TapeStage
 
 __all__ = [
     "BlockParts",
+    "Cut",
     "block_parts",
     "cut_events",
     "cutting_sub_blocks",
     "part_tapes",
     "sub_blocks_on",
 ]
+
+Cut = tuple[int, Callable[..., Any]]
+"""Where a part ends: the count of operations returning a tensor, and the last one's function."""
 
 _SUB_BLOCKS: ContextVar[bool] = ContextVar("memplan_sub_blocks", default=False)
 
@@ -70,15 +75,16 @@ def sub_blocks_on() -> bool:
 
 @dataclass(frozen=True)
 class BlockParts:
-    """A block cut into parts: the stages and, per mode, the operation counts ending each part
-    but the last (what :class:`~memplan.torch.runtime.sub_blocks.PartRecorder` counts).
+    """A block cut into parts: the stages and, per mode, the operation ending each part but the
+    last: its count and its function (what :class:`~memplan.torch.runtime.sub_blocks.
+    PartRecorder` counts and checks).
     """
 
     stages: list[TapeStage]
-    eval_cuts: tuple[int, ...]
-    training_cuts: tuple[int, ...]
+    eval_cuts: tuple[Cut, ...]
+    training_cuts: tuple[Cut, ...]
 
-    def cuts(self, training: bool) -> tuple[int, ...]:
+    def cuts(self, training: bool) -> tuple[Cut, ...]:
         """The cuts of a forward in training mode or in eval mode."""
         return self.training_cuts if training else self.eval_cuts
 
@@ -185,7 +191,9 @@ def block_parts(block: BlockCall, x: Tensor) -> BlockParts | None:
     if not outputs_match(h, expected):
         return None
 
-    def counts(tape: Tape, events: list[int]) -> tuple[int, ...]:
-        return tuple(sum(e.counts for e in tape.events[: i + 1]) for i in events)
+    def counts(tape: Tape, events: list[int]) -> tuple[Cut, ...]:
+        return tuple(
+            (sum(e.counts for e in tape.events[: i + 1]), tape.events[i].func) for i in events
+        )
 
     return BlockParts(stages, counts(tapes[0], cuts[0]), counts(tapes[1], cuts[1]))

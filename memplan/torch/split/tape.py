@@ -145,9 +145,9 @@ class Tape:
                 if isinstance(leaf, Ref) and leaf.event >= 0:
                     last[leaf.event] = j
         freed: dict[int, list[int]] = {}
-        for event, j in last.items():
-            if event != self.end.event:
-                freed.setdefault(j, []).append(event)
+        for index, j in last.items():
+            if index != self.end.event:
+                freed.setdefault(j, []).append(index)
         return freed
 
 
