@@ -68,6 +68,14 @@ CHUNKED_OUTPUT_BYTES = 8
 scalar (float64 at most); the logits are None."""
 
 
+SUB_BLOCKS_HINT = (
+    "; its blocks cut into the residual sub-blocks they run in sequence (attention, MLP) may "
+    "fit in less: sub_blocks=True"
+)
+"""What the infeasible message of a model cut at its repeated blocks adds (NOTE [ Sub-block
+stages ] in :mod:`memplan.torch.split.sub_blocks`): one block's backward bounds its least memory."""
+
+
 @dataclass(frozen=True)
 class PlanSettings:
     """The one set of defaults of :func:`enable`, :func:`fit`, ``memplan run`` and ``memplan
@@ -534,6 +542,8 @@ def enable(
     chunkable = functools.partial(can_chunk_loss, target)
     solve = _solver(budget, settings, chunkable)
     why = _why(optimizer)
+    if not sub_blocks and target.how == "hooks" and target.layout.block_modules:
+        why += SUB_BLOCKS_HINT
 
     def plan_for(plan_profile: Profile, loop: TrainingLoop) -> Schedule:
         return solve(plan_profile, loop, why)

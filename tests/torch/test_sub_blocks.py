@@ -28,7 +28,7 @@ from memplan.torch.split.hf import hf_stages  # noqa: E402
 from memplan.torch.split.sub_blocks import cut_events, cutting_sub_blocks, part_tapes  # noqa: E402
 from memplan.torch.split.tape import Ref, Tape, TapeRecorder  # noqa: E402
 
-pytestmark = pytest.mark.torch
+pytestmark = [pytest.mark.torch, pytest.mark.usefixtures("one_thread")]
 
 PLANNED = 0.02
 """Planned against measured, in both directions, once the loop is seen."""
@@ -37,15 +37,6 @@ VOCAB = 64
 least memory."""
 SEQUENCE = 128
 STEPS = 3
-
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Profiled and trained on one thread (the CPU kernels' scratch memory depends on it)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 def _model(kind: str) -> nn.Module:
@@ -160,34 +151,10 @@ def test_each_part_owns_the_parameters_its_operations_read(kind):
             assert first == attention
 
 
-class _Block(nn.Module):
-    """One residual sub-call only: nothing to cut."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.ff = nn.Sequential(nn.LayerNorm(16), nn.Linear(16, 16))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return x + self.ff(x)
-
-
-class _Net(nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.embed = nn.Embedding(50, 16)
-        self.blocks = nn.ModuleList(_Block() for _ in range(3))
-        self.head = nn.Linear(16, 50)
-
-    def forward(self, ids: torch.Tensor) -> torch.Tensor:
-        x = self.embed(ids)
-        for block in self.blocks:
-            x = block(x)
-        return self.head(x)
-
-
-def test_a_block_of_one_residual_sub_call_is_refused():
-    with pytest.raises(InputError, match="no block of _Net could be cut into sub-blocks"):
-        enable(_Net(), "1GB", example_input=torch.randint(0, 50, (2, 8)), sub_blocks=True)
+def test_a_model_without_blocks_to_cut_is_refused():
+    model = nn.Sequential(nn.Linear(16, 16), nn.ReLU(), nn.Linear(16, 4))
+    with pytest.raises(InputError, match="no block of Sequential could be cut into sub-blocks"):
+        enable(model, "1GB", example_input=torch.randn(2, 16), sub_blocks=True)
 
 
 def test_sub_blocks_are_refused_under_fsdp2():
@@ -234,3 +201,8 @@ def test_a_padded_batch_trains_as_plain_training():
     for (name, ours), theirs in zip(got.named_parameters(), reference.parameters(), strict=True):
         assert ours.grad is not None and theirs.grad is not None
         torch.testing.assert_close(ours.grad, theirs.grad, rtol=0, atol=0, msg=name)
+
+
+def test_the_infeasible_message_of_whole_blocks_names_the_option():
+    with pytest.raises(InputError, match="may fit in less: sub_blocks=True"):
+        enable(_model("llama"), "0.01MB", example_input=_batch(0), repeats=1, **NAMED)
