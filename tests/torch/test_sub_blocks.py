@@ -206,3 +206,17 @@ def test_a_padded_batch_trains_as_plain_training():
 def test_the_infeasible_message_of_whole_blocks_names_the_option():
     with pytest.raises(InputError, match="may fit in less: sub_blocks=True"):
         enable(_model("llama"), "0.01MB", example_input=_batch(0), repeats=1, **NAMED)
+
+
+def test_auto_cuts_the_blocks_only_where_whole_blocks_do_not_fit():
+    model = _model("llama")
+    whole = _least(model, False, _profile(model, False))
+    least = _least(model, True, _profile(model, True))
+    for budget, cut in ((whole + 4096, False), ((whole + least) // 2, True)):
+        got = enable(
+            copy.deepcopy(model), budget, example_input=_batch(0), sub_blocks="auto", **NAMED
+        )
+        plan = planned(got)
+        assert plan is not None
+        assert ("layers.0[1/2]" in plan.names) is cut, (budget, plan.names)
+        assert plan.schedule.peak_memory <= budget
