@@ -136,7 +136,9 @@ def main() -> None:
                               loss_chunks=chunks, sub_blocks=True, **NAMED),
             }  # fmt: skip
             rows = _train(models, batch, options.rounds)
-            ratios = [s / w for s, w in zip(rows["sub"]["times"], rows["whole"]["times"])]
+            ratios = [
+                s / w for s, w in zip(rows["sub"]["times"], rows["whole"]["times"], strict=True)
+            ]
             sub = rows["sub"]
             print(
                 f"| {kind} | {'chunks' if chunks else 'own'} | {whole / 1e6:.2f} MB "
