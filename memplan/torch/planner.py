@@ -603,7 +603,8 @@ def _profiled(
             raise InputError(
                 f"sub_blocks: no block of {type(model).__name__} could be cut into sub-blocks "
                 "(a sequence of residual sub-calls, one tensor handed from one to the next, each "
-                "with parameters); enable it without sub_blocks"
+                "with parameters, reading no tensor values into its control flow as a mixture of "
+                "experts does); enable it without sub_blocks"
             )
         if profile is not None:
             prof = memplan.load_profile(profile)

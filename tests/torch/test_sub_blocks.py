@@ -220,3 +220,42 @@ def test_auto_cuts_the_blocks_only_where_whole_blocks_do_not_fit():
         assert plan is not None
         assert ("layers.0[1/2]" in plan.names) is cut, (budget, plan.names)
         assert plan.schedule.peak_memory <= budget
+
+
+class _Routed(nn.Module):
+    """Two residual sub-calls, the second chosen by a value of the first (as a mixture of experts
+    routes): a tape would replay the example's choice, so the block is not cut."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.first = nn.Linear(16, 16)
+        self.experts = nn.ModuleList(nn.Linear(16, 16) for _ in range(2))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = x + self.first(x)
+        expert = self.experts[int(h.sum().item() > 0)]
+        return h + expert(h)
+
+
+class _RoutedNet(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(50, 16)
+        self.blocks = nn.ModuleList(_Routed() for _ in range(3))
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        x = self.embed(ids)
+        for block in self.blocks:
+            x = block(x)
+        return x
+
+
+def test_a_block_that_routes_by_its_values_is_not_cut():
+    from memplan.torch.split.repeated import find_repeated_blocks
+
+    torch.manual_seed(0)
+    ids = torch.randint(0, 50, (2, 8))
+    with cutting_sub_blocks(True):
+        found = find_repeated_blocks(_RoutedNet(), ids)
+    assert found.parts == []
+    assert [n for n, _ in found.stages] == ["embedding", "blocks.0", "blocks.1", "blocks.2"]

@@ -17,7 +17,11 @@ input, not an earlier intermediate: side inputs such as the attention mask and t
 parameters and buffers are not the tape's), that result is a fresh floating tensor (not one of
 its arguments returned, as ``x.to(x.dtype)`` does), and it is the operation's one result. Of
 the valid cuts, those kept leave a parameter on each side (a cut after the residual add, not
-after the no-op ``.to`` that follows it). Each part is a
+after the no-op ``.to`` that follows it). A block whose forward reads tensor values into its
+control flow or its shapes (``.item()``, ``nonzero``: a mixture of experts looping over the
+experts it routed to) is not cut: its parts, replayed from a tape in the profile and in
+recomputations, would follow the example's routing (LongCat-Flash's tiny model measured 54 MB
+above the plan before this rule). Each part is a
 :class:`~memplan.torch.split.wrappers.TapeStage` whose parameters are those its operations read
 (the attention's in the first, the MLP's in the second), as the profiler counts them.
 
@@ -153,10 +157,15 @@ def part_tapes(tape: Tape, cuts: list[int]) -> list[Tape]:
 
 
 def _record(block: BlockCall, x: Tensor) -> Tape | None:
+    """The block's operations on ``x``; None when it reads values (NOTE [ Sub-block stages ]):
+    its parts, replayed from a tape, would follow the example's decisions.
+    """
     recorder = TapeRecorder()
     with torch.no_grad(), torch.random.fork_rng(devices=[]), recorder:
         recorder.start(x)
         out = block(x)
+    if recorder.reads_values:
+        return None
     return recorder.tape if recorder.finish(out) else None
 
 

@@ -53,6 +53,14 @@ class Ref:
 
 INPUT = Ref(-1)
 
+VALUE_READS = frozenset(
+    {"item", "tolist", "__bool__", "__int__", "__float__", "__index__", "nonzero", "argwhere",
+     "masked_select", "unique", "unique_consecutive", "bincount", "nonzero_static"}
+)  # fmt: skip
+"""Operations whose result (a Python value, or a tensor's shape) depends on the values of their
+input: what the code decides from them (a mixture of experts' loop over the experts it routed
+to) a replay repeats as decided when it was recorded (:attr:`TapeRecorder.reads_values`)."""
+
 VIEW_ATTRIBUTES = frozenset({"T", "mT", "H", "mH", "real", "imag"})
 """Tensor attributes that are operations (views); reading any other is not recorded."""
 
@@ -181,6 +189,7 @@ class TapeRecorder(TorchFunctionMode):  # type: ignore[misc]  # torch's types ar
         self.limit = limit
         self.on_end = on_end
         self.leaf = leaf
+        self.reads_values = False  # an operation of VALUE_READS was recorded
         # id(tensor) -> (its reference, a weak reference to check it is the same tensor): the
         # recorder keeps no tensor of the head alive
         self.made: dict[int, tuple[Ref, weakref.ref[Tensor]]] = {}
@@ -218,6 +227,9 @@ class TapeRecorder(TorchFunctionMode):  # type: ignore[misc]  # torch's types ar
         out = func(*args, **kwargs)
         if not self.recording or _reads_attribute(func):
             return out
+        name = getattr(func, "__name__", "")
+        if name in VALUE_READS or (name == "where" and len(args) + len(kwargs) == 1):
+            self.reads_values = True
         results = [t for t in pytree.tree_leaves(out) if isinstance(t, Tensor)]
         if not results and out is not None:  # a size, a dtype: read, not written
             return out
