@@ -51,6 +51,7 @@ from memplan.torch.runtime.step_in_backward import StepInBackward
 from memplan.torch.split.chunked_loss import chunk_loss, profile_loss_chunks
 from memplan.torch.split.hf import hf_batch
 from memplan.torch.split.linearize import linearize
+from memplan.torch.split.sub_blocks import cutting_sub_blocks
 
 __all__ = [
     "PlanSettings",
@@ -65,6 +66,14 @@ __all__ = [
 CHUNKED_OUTPUT_BYTES = 8
 """What the output of a model with a chunked loss holds while training, until seen: its loss, a
 scalar (float64 at most); the logits are None."""
+
+
+SUB_BLOCKS_HINT = (
+    "; its blocks cut into the residual sub-blocks they run in sequence (attention, MLP) may "
+    "fit in less: sub_blocks=True"
+)
+"""What the infeasible message of a model cut at its repeated blocks adds (NOTE [ Sub-block
+stages ] in :mod:`memplan.torch.split.sub_blocks`): one block's backward bounds its least memory."""
 
 
 @dataclass(frozen=True)
@@ -408,6 +417,7 @@ def enable(
     output_held: bool | None = None,
     loss_chunks: int | str | None = None,
     shards: int | None = None,
+    sub_blocks: bool | str = False,
 ) -> nn.Module:
     """Plan the memory of a model's training and apply the plan: profile, solve, install.
 
@@ -476,6 +486,13 @@ def enable(
         None: one, or the default process group's size when the whole model fits in no plan;
         the first step plans again for the model's FSDP2 mesh (or the whole model) if it
         differs.
+    sub_blocks : bool or "auto"
+        Cut each repeated block into the residual sub-blocks its forward runs one after the
+        other (a Llama or GPT-2 layer: attention with its residual, MLP with its residual), each
+        a stage of the plan: its least memory is then below one whole block's backward (NOTE
+        [ Sub-block stages ] in :mod:`memplan.torch.split.sub_blocks`). ``"auto"``: only when
+        no plan of whole blocks fits the budget (the model is profiled again, cut), on one
+        process, without ``profile``. One process only: a model cut so is refused under FSDP2.
 
     Returns
     -------
@@ -498,13 +515,13 @@ def enable(
     if in_backward:
         _loop_optimizer(optimizer)  # checked before the model is profiled
     ranks = fsdp.shard_count(model, shards)
-    target = prepare(model, example_input, required=True, loss_chunks=loss_chunks)
-    settings = PlanSettings(algo, slots, bandwidth, repeats, target.loss_chunks)
-    if profile is None:
-        prof = profile_for_training(model, target.x0, settings)
-    else:
-        prof = memplan.load_profile(profile)
-        profile_loss_chunks(prof, target.loss_chunks)  # the profile's chain is the target's
+    cut = _check_sub_blocks(sub_blocks)
+    given = (algo, slots, bandwidth, repeats)
+    target, profiled, settings = _profiled(
+        model, example_input, given, loss_chunks, profile, cut is True
+    )
+    assert profiled is not None  # measured or given
+    prof = profiled
     held = True if output_held is None else bool(output_held)  # counted until seen
     kept = None
     if held:  # a chunked loss's output holds no logits while training: the loss only
@@ -513,12 +530,24 @@ def enable(
             if target.chunked is not None
             else _output_bytes(model, example_input, target.x0)
         )
-    first = loop_on(
-        prof, chosen or _conservative_optimizer(prof), gradients, held, output_bytes=kept
-    )
+
+    def loop_of(on: Profile) -> TrainingLoop:
+        return loop_on(
+            on, chosen or _conservative_optimizer(on), gradients, held, output_bytes=kept
+        )
+
+    first = loop_of(prof)
+    auto = cut is None and profile is None and _one_process(ranks) and target.how == "hooks"
+    if auto and not plan_training(prof, budget, first, settings).feasible:
+        found = _profiled(model, example_input, given, loss_chunks, None, None)
+        if found[1] is not None:  # NOTE [ Sub-block stages ]: below one block's backward
+            target, prof, settings = found[0], found[1], found[2]
+            first = loop_of(prof)
     chunkable = functools.partial(can_chunk_loss, target)
     solve = _solver(budget, settings, chunkable)
     why = _why(optimizer)
+    if cut is False and target.how == "hooks" and target.layout.block_modules:
+        why += SUB_BLOCKS_HINT
 
     def plan_for(plan_profile: Profile, loop: TrainingLoop) -> Schedule:
         return solve(plan_profile, loop, why)
@@ -533,6 +562,58 @@ def enable(
     unreached = frozenset(id(t) for t in unreached_tensors(model, stage_modules(target)))
     LoopWatch(plan, _replanner(prof, solve, plan, unreached), watched)
     return model
+
+
+def _check_sub_blocks(sub_blocks: bool | str) -> bool | None:
+    """``enable``'s ``sub_blocks``: True, False, or None for ``"auto"``."""
+    if isinstance(sub_blocks, bool):
+        return sub_blocks
+    if isinstance(sub_blocks, str) and sub_blocks.strip().lower() == AUTO:
+        return None
+    raise ArgumentError("sub_blocks", "expected True, False or 'auto'", sub_blocks)
+
+
+def _one_process(ranks: int | None) -> bool:
+    """Whether the model trains on one process: no shard count above one, no process group of
+    several ranks (FSDP2 refuses sub-blocks).
+    """
+    import torch.distributed as dist
+
+    group = dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
+    return (ranks or 1) == 1 and not group
+
+
+def _profiled(
+    model: nn.Module,
+    example_input: Any,
+    given: tuple[str, int | None, float | str | None, int],
+    loss_chunks: int | str | None,
+    profile: Any,
+    sub_blocks: bool | None,
+) -> tuple[Any, Profile | None, PlanSettings]:
+    """The prepared model, its profile (``profile``'s when given) and the settings; its blocks
+    cut into sub-blocks when ``sub_blocks`` is True (refused where none can be) or None (where
+    some can be: when none can, no profile is measured: None).
+    """
+    with cutting_sub_blocks(sub_blocks is not False):
+        target = prepare(model, example_input, required=True, loss_chunks=loss_chunks)
+        settings = PlanSettings(*given, target.loss_chunks)
+        cut = target.how == "hooks" and bool(target.layout.parts)
+        if sub_blocks and not cut:
+            raise InputError(
+                f"sub_blocks: no block of {type(model).__name__} could be cut into sub-blocks "
+                "(a sequence of residual sub-calls, one tensor handed from one to the next, each "
+                "with parameters, reading no tensor values into its control flow as a mixture of "
+                "experts does); enable it without sub_blocks"
+            )
+        if profile is not None:
+            prof = memplan.load_profile(profile)
+            profile_loss_chunks(prof, target.loss_chunks)  # the profile's chain is the target's
+        elif sub_blocks is None and not cut:
+            prof = None
+        else:
+            prof = profile_for_training(model, target.x0, settings)
+    return target, prof, settings
 
 
 def _output_bytes(model: nn.Module, example_input: Any, x0: Tensor) -> int:

@@ -34,21 +34,12 @@ from memplan.torch import build_model, enable, planned, profile_model  # noqa: E
 from memplan.torch.base.storage import distinct_bytes, tensors_of  # noqa: E402
 from memplan.torch.measure.allocator_peak import loop_peaks  # noqa: E402
 
-pytestmark = pytest.mark.torch
+pytestmark = [pytest.mark.torch, pytest.mark.usefixtures("one_thread")]
 
 PLANNED = 0.02
 """Planned against measured, in both directions, once the loop is seen."""
 STEPS = 3
 VOCAB = 1000
-
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Profiled and trained on one thread (the CPU kernels' scratch memory depends on it)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 # ------------------------------------------------------------------------------------------------

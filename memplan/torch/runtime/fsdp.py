@@ -236,6 +236,7 @@ class ShardedSteps:
         self.dropped = False  # the prefetched all-gather of this window was dropped
         self.gathered: set[int] = set()  # the unsharded parameters of the block computing
         self.checked = False
+        self.refusal: str | None = None  # why the plan cannot train sharded
         self._handles: list[Any] = []
         planned.sharding = self
 
@@ -256,6 +257,8 @@ class ShardedSteps:
         if self.checked:
             return
         ranks = sharded_over(self.model)
+        if ranks is not None and self.refusal is not None:
+            raise InputError(self.refusal)
         if ranks is not None and self.planned.schedule.budget.gradients == "step-in-backward":
             raise InputError(
                 f"{type(self.model).__name__} is sharded with fully_shard: a plan with "
@@ -435,7 +438,8 @@ def _stage_modules(target: Target) -> tuple[list[nn.Module | None], set[int]]:
     if target.how == "hooks":
         found = target.layout
         first = 1 if found.prefix else 0
-        blocks = set(range(first, first + len(found.block_modules)))
+        count = sum(found.block_stages(i) for i in range(len(found.block_modules)))
+        blocks = set(range(first, first + count))
         if target.chunked is not None:  # the head and the loss: one stage, the chunked loss
             return [*modules[:-1], target.chunked], blocks
     else:
@@ -469,6 +473,9 @@ def install_sharded(
     """
     modules, expected = _stage_modules(target)
     model = target.model
+    refusal = _sub_blocks_refusal(target)
+    if refusal is not None and (ranks or 1) > 1:
+        raise InputError(refusal)
 
     def plan_for(count: int) -> tuple[ShardLayout, Profile, Schedule]:
         found = model_layout(modules, count, expected, collective_copies(), loss_in_model)
@@ -494,8 +501,21 @@ def install_sharded(
         plan.schedule, plan.profile = schedule, again
         plan.plan = RuntimePlan(schedule, len(plan.names), plan.plan.input_transfers)
 
-    ShardedSteps(plan, modules, layout, replan)
+    ShardedSteps(plan, modules, layout, replan).refusal = refusal
     return model
+
+
+def _sub_blocks_refusal(target: Target) -> str | None:
+    """Why a model whose blocks are cut into sub-blocks cannot train sharded (None: not cut)."""
+    if target.how != "hooks" or not target.layout.parts:
+        return None
+    return (
+        f"enable: {type(target.model).__name__}'s blocks are cut into sub-blocks "
+        "(sub_blocks=True), and under FSDP2 a block is one fully_shard unit spanning several "
+        "stages, whose gathered parameters memplan does not model yet: enable it without "
+        "sub_blocks, or give the model a memplan_stages() method whose stages are the units "
+        "(docs/sharding.md)"
+    )
 
 
 def _agreed(

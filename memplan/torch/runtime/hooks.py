@@ -15,6 +15,7 @@ from memplan.torch.base.storage import tensors_of
 from memplan.torch.models.hf import loss_output
 from memplan.torch.runtime.iteration import PassiveIteration, PlannedIteration
 from memplan.torch.runtime.planned_model import PlannedModel
+from memplan.torch.runtime.sub_blocks import PartRecorder
 from memplan.torch.split.chunked_loss import ChunkedLoss
 from memplan.torch.split.repeated import RepeatedBlocks
 from memplan.torch.split.tape import TapeRecorder
@@ -35,6 +36,7 @@ class _Step:
     stage: int = 0  # the stage being computed (or next)
     open: bool = False  # between begin and end of ``stage``
     recorder: TapeRecorder | None = None  # the head's operations (NOTE [ The head on a tape ])
+    parts: PartRecorder | None = None  # the block computing, cut into sub-blocks
     labels: Tensor | None = None  # the batch's labels and count, for the chunked loss
     count: Any = None
     passive: bool = False  # a plan that keeps what plain training keeps: no stage marked
@@ -61,7 +63,12 @@ class ModelHooks:
         self.step: _Step | None = None
         self.first_block = 1 if found.prefix else 0
         self.blocks = len(found.block_modules)
-        self.head = self.first_block + self.blocks if found.head_by != "none" else None
+        # the first stage of each block (a block cut into sub-blocks is several)
+        self.block_start = [self.first_block]
+        for i in range(self.blocks):
+            self.block_start.append(self.block_start[-1] + found.block_stages(i))
+        after = self.block_start[-1]
+        self.head = after if found.head_by != "none" else None
         self.prefix_stage = found.stages[0][1] if found.prefix else None
         self.head_stage = found.stages[-1][1] if self.head is not None else None
         self.chunked = chunked  # the head and the model's loss in chunks: one stage
@@ -208,7 +215,7 @@ class ModelHooks:
                     f"{self.found.head_operations} that made its output when it was profiled: "
                     "the model did not run as it did when it was profiled"
                 )
-            last = self.head if self.head is not None else self.first_block + self.blocks - 1
+            last = self.head if self.head is not None else self.block_start[-1] - 1
             if step.stage != last + 1 or step.open:
                 raise RuntimeError(
                     f"memplan: the forward of {type(module).__name__} ended at stage "
@@ -233,7 +240,7 @@ class ModelHooks:
 
     # -- the blocks ------------------------------------------------------------------------
     def block_pre(self, i: int) -> Callable:
-        k = self.first_block + i
+        k = self.block_start[i]
         key = self.found.block_keys[i]
 
         def hook(module: nn.Module, args: tuple, kwargs: dict) -> Any:
@@ -265,8 +272,14 @@ class ModelHooks:
                         raise RuntimeError(f"block {self.found.blocks[i]} returned no tensor")
                     return out
 
-                y = it.begin(k, x, self.planned._recompute(block), module)
+                parts = self._parts(step, i, k, module)
+                function = block if parts is None else self._part_function(parts, 0)
+                y = it.begin(k, x, self.planned._recompute(function), module)
                 step.open = True
+                if parts is not None:  # counted from the tensor the block computes on
+                    step.parts = parts
+                    parts.start(y)
+                    parts.__enter__()
             except BaseException:
                 self._abort()
                 raise
@@ -277,7 +290,7 @@ class ModelHooks:
         return hook
 
     def block_post(self, i: int) -> Callable:
-        k = self.first_block + i
+        k = self.block_start[i + 1] - 1  # its last stage
 
         def hook(module: nn.Module, args: tuple, kwargs: dict, output: Any) -> Any:
             step = self.active()
@@ -288,6 +301,11 @@ class ModelHooks:
                 out = primary_output(output)
                 if out is None:
                     raise RuntimeError(f"block {self.found.blocks[i]} returned no tensor")
+                if step.parts is not None:
+                    parts, step.parts = step.parts, None
+                    parts.active = False
+                    parts.__exit__(None, None, None)
+                    parts.finish_block(out)
                 self._end(step, out)
                 if self.head is None or i != self.blocks - 1:
                     return None
@@ -303,6 +321,38 @@ class ModelHooks:
             return None
 
         return hook
+
+    # -- the sub-blocks of a block (NOTE [ Sub-block stages ]) ---------------------------------
+    @staticmethod
+    def _part_function(recorder: PartRecorder, part: int) -> Callable[[Tensor], Tensor]:
+        """Part ``part`` of a block call, replayed from its operations in that call."""
+
+        def replay(x: Tensor) -> Tensor:
+            return recorder.tape_of(part).replay(x)
+
+        return replay
+
+    def _parts(self, step: _Step, i: int, k: int, module: nn.Module) -> PartRecorder | None:
+        """What follows block ``i`` (its first stage ``k``) when it is cut into sub-blocks: a
+        :class:`PartRecorder` whose cuts end a stage and begin the next; None for a whole block.
+        """
+        parts = self.found.parts[i] if self.found.parts else None
+        if parts is None:
+            return None
+
+        def on_cut(part: int, out: Tensor) -> Tensor:
+            try:
+                self._end(step, out)
+                function = self.planned._recompute(self._part_function(recorder, part + 1))
+                y = step.iteration.begin(k + part + 1, out, function, module)
+                step.open = True
+            except BaseException:
+                self._abort()
+                raise
+            return y
+
+        recorder = PartRecorder(parts.cuts(module.training), on_cut, self.found.blocks[i])
+        return recorder
 
     def cut(self, module: nn.Module, args: tuple, output: Any) -> None:
         """The last block's last forward hook under a chunked loss: the head+loss stage has
@@ -351,9 +401,11 @@ class ModelHooks:
 
     @staticmethod
     def _stop_recording(step: _Step) -> None:
-        if step.recorder is not None and step.recorder.active:
-            step.recorder.active = False
-            step.recorder.__exit__(None, None, None)
+        for recorder in (step.parts, step.recorder):
+            if recorder is not None and recorder.active:
+                recorder.active = False
+                recorder.__exit__(None, None, None)
+        step.parts = None
 
     def _head_function(self, step: _Step) -> Callable[[Tensor], Tensor]:
         if self.chunked is not None:

@@ -22,7 +22,9 @@ stages in the model's forward. Two ways, chosen by how the model was cut
   batch; a recomputation calls the block again with those same arguments, the part before the
   first block by the model's own ``forward`` with the step's arguments (stopped at the first
   block), the head by the module calls recorded during the step. The loss is the model's (HF
-  ``labels``) or the caller's.
+  ``labels``) or the caller's. A block cut into sub-blocks (``enable(..., sub_blocks=True)``)
+  is several stages: its operations are counted, and a cut's count ends one and begins the
+  next (NOTE [ Sub-block stages ] in :mod:`memplan.torch.split.sub_blocks`).
 * **Stages** (the models :func:`linearize` cuts by their structure: ResNets, DenseNets,
   Inception, VGG/MobileNetV2, ``nn.Sequential``, ``memplan_stages()``): ``model.forward`` is
   replaced by the chain of stages (checked, when cut, to give the model's output), which takes

@@ -107,6 +107,7 @@ from memplan.torch.split.stages import (
     run_stages,
     train_mode,
 )
+from memplan.torch.split.sub_blocks import BlockParts, block_parts, sub_blocks_on
 from memplan.torch.split.tape import TapeRecorder
 from memplan.torch.split.trace import (
     FLOATING,
@@ -169,6 +170,10 @@ class RepeatedBlocks:
     head_operations : int, optional
         With ``head_by == "tape"``: the operations returning a tensor from the last block's
         return to the model's output, the last one included (where the head stage ends).
+    parts : list of BlockParts or None
+        Per block, the sub-blocks it is cut into (``enable(..., sub_blocks=True)``: NOTE
+        [ Sub-block stages ] in :mod:`memplan.torch.split.sub_blocks`), None for a whole block;
+        empty when no block is cut.
     """
 
     stages: list[tuple[str, nn.Module]]
@@ -182,6 +187,12 @@ class RepeatedBlocks:
     output_module: nn.Module | None = None
     prefix: bool = False
     head_operations: int | None = None
+    parts: list[BlockParts | None] = field(default_factory=list)
+
+    def block_stages(self, i: int) -> int:
+        """How many stages block ``i`` is: 1, or its parts."""
+        parts = self.parts[i] if self.parts else None
+        return 1 if parts is None else len(parts.stages)
 
 
 def _usable(run: list[TracedCall]) -> bool:
@@ -824,14 +835,48 @@ def find_repeated_blocks(
             found.output = out
             found.inplace = inplace
             if not side_gradient_bytes([m for _, m in found.stages]):
+                if sub_blocks_on():
+                    _cut_sub_blocks(kind, found, example_input)
                 return found
             # NOTE [ A side input with a gradient ]: a later run that needs none first (a
-            # ResNet's convolutions inside a bottleneck read its shortcut; its blocks do not)
+            # ResNet's convolutions inside a bottleneck read its shortcut; its blocks do not);
+            # a run whose blocks read one stays in whole blocks (NOTE [ Sub-block stages ])
             reading = reading or found
         if reading is not None:
             return reading
     assert failure is not None
     raise _hookless_blocks(kind, model, tracer.calls) or failure
+
+
+def _cut_sub_blocks(kind: str, found: RepeatedBlocks, x: Tensor) -> None:
+    """Cut each block of ``found`` into its parts where it has some (NOTE [ Sub-block stages ]
+    in :mod:`memplan.torch.split.sub_blocks`): its stage becomes one per part, named
+    ``block[1/2]``, ``block[2/2]``. The chain is checked again against the model's output.
+    """
+    first = 1 if found.prefix else 0
+    stages = list(found.stages)
+    parts: list[BlockParts | None] = []
+    with eval_mode(*(m for _, m in stages)), torch.no_grad():
+        h = stages[0][1](x.clone()) if found.prefix else x
+        for _, stage in stages[first : first + len(found.block_modules)]:
+            assert isinstance(stage, BlockCall)
+            parts.append(block_parts(stage, h))
+            h = stage(h)
+    if not any(parts):
+        return
+    cut: list[tuple[str, nn.Module]] = stages[:first]
+    for k, (name, stage) in enumerate(stages[first:]):
+        found_parts = parts[k] if k < len(parts) else None
+        if found_parts is None:
+            cut.append((name, stage))
+            continue
+        count = len(found_parts.stages)
+        cut += [(f"{name}[{j + 1}/{count}]", s) for j, s in enumerate(found_parts.stages)]
+    inplace: list[bool] = []
+    out = _chain_output(kind, cut, x, inplace)
+    if found.output is None or not outputs_match(out, found.output):
+        return  # the parts do not give the model's output: whole blocks
+    found.stages, found.inplace, found.parts = cut, inplace, parts
 
 
 def repeated_block_stages(

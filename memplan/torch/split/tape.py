@@ -53,6 +53,14 @@ class Ref:
 
 INPUT = Ref(-1)
 
+VALUE_READS = frozenset(
+    {"item", "tolist", "__bool__", "__int__", "__float__", "__index__", "nonzero", "argwhere",
+     "masked_select", "unique", "unique_consecutive", "bincount", "nonzero_static"}
+)  # fmt: skip
+"""Operations whose result (a Python value, or a tensor's shape) depends on the values of their
+input: what the code decides from them (a mixture of experts' loop over the experts it routed
+to) a replay repeats as decided when it was recorded (:attr:`TapeRecorder.reads_values`)."""
+
 VIEW_ATTRIBUTES = frozenset({"T", "mT", "H", "mH", "real", "imag"})
 """Tensor attributes that are operations (views); reading any other is not recorded."""
 
@@ -76,6 +84,9 @@ class Event:
     spec: Any  # the pytree spec of (args, kwargs)
     leaves: list[Any]
     counts: bool  # returns a tensor: counted to find the head's end
+    results: int = 0  # the tensors it returns
+    fresh: bool = True  # none of them is one of its arguments (``x.to(x.dtype)`` returns x)
+    floating: bool = False  # its first result is a floating-point tensor
 
 
 @dataclass
@@ -112,6 +123,7 @@ class Tape:
         if self.end is None:
             raise RuntimeError("the head's tape has no output")
         results: list[list[Tensor]] = []
+        freed = self._last_reads()
 
         def value(leaf: Any) -> Any:
             if isinstance(leaf, Ref):
@@ -120,11 +132,31 @@ class Tape:
                 return constants.get(id(leaf), leaf)
             return leaf
 
-        for event in self.events[: self.end.event + 1]:
+        for j, event in enumerate(self.events[: self.end.event + 1]):
             args, kwargs = pytree.tree_unflatten([value(v) for v in event.leaves], event.spec)
             out = event.func(*args, **kwargs)
             results.append([t for t in pytree.tree_leaves(out) if isinstance(t, Tensor)])
+            del args, kwargs, out
+            for done in freed.get(j, ()):
+                results[done] = []
         return x if self.end.event < 0 else results[self.end.event][self.end.leaf]
+
+    def _last_reads(self) -> dict[int, list[int]]:
+        """Per event ``j``, the earlier events whose results no event after ``j`` reads (nor the
+        output): a replay lets them go there, as the model's own forward does.
+        """
+        assert self.end is not None
+        last: dict[int, int] = {}
+        for j, event in enumerate(self.events[: self.end.event + 1]):
+            last[j] = j
+            for leaf in event.leaves:
+                if isinstance(leaf, Ref) and leaf.event >= 0:
+                    last[leaf.event] = j
+        freed: dict[int, list[int]] = {}
+        for index, j in last.items():
+            if index != self.end.event:
+                freed.setdefault(j, []).append(index)
+        return freed
 
 
 class TapeRecorder(TorchFunctionMode):  # type: ignore[misc]  # torch's types are not read
@@ -157,6 +189,7 @@ class TapeRecorder(TorchFunctionMode):  # type: ignore[misc]  # torch's types ar
         self.limit = limit
         self.on_end = on_end
         self.leaf = leaf
+        self.reads_values = False  # an operation of VALUE_READS was recorded
         # id(tensor) -> (its reference, a weak reference to check it is the same tensor): the
         # recorder keeps no tensor of the head alive
         self.made: dict[int, tuple[Ref, weakref.ref[Tensor]]] = {}
@@ -194,13 +227,21 @@ class TapeRecorder(TorchFunctionMode):  # type: ignore[misc]  # torch's types ar
         out = func(*args, **kwargs)
         if not self.recording or _reads_attribute(func):
             return out
+        name = getattr(func, "__name__", "")
+        if name in VALUE_READS or (name == "where" and len(args) + len(kwargs) == 1):
+            self.reads_values = True
         results = [t for t in pytree.tree_leaves(out) if isinstance(t, Tensor)]
         if not results and out is not None:  # a size, a dtype: read, not written
             return out
         leaves, spec = pytree.tree_flatten((args, kwargs))
         mapped = [(self.ref(leaf) or leaf) if isinstance(leaf, Tensor) else leaf for leaf in leaves]
         index = len(self.tape.events)
-        self.tape.events.append(Event(func, spec, mapped, bool(results)))
+        given = {id(leaf) for leaf in leaves if isinstance(leaf, Tensor)}
+        fresh = not any(id(t) in given for t in results)
+        floating = bool(results) and results[0].is_floating_point()
+        self.tape.events.append(
+            Event(func, spec, mapped, bool(results), len(results), fresh, floating)
+        )
         for j, tensor in enumerate(results):
             self._note(tensor, Ref(index, j))
         if results:
