@@ -19,9 +19,8 @@ from torch.nn import functional as F  # noqa: E402
 
 from memplan.errors import InputError  # noqa: E402
 from memplan.torch import enable  # noqa: E402
-from tests.torch.test_enable_budget import one_thread  # noqa: E402, F401 - one thread
 
-pytestmark = pytest.mark.torch
+pytestmark = [pytest.mark.torch, pytest.mark.usefixtures("one_thread")]
 
 WIDE = 512
 """The leaf's width: its gradient is the largest tensor of a block's backward."""

@@ -28,9 +28,9 @@ import memplan  # noqa: E402
 from memplan.api import describe  # noqa: E402
 from memplan.errors import InputError  # noqa: E402
 from memplan.torch import checkpointed, enable, linearize, planned, profile_model  # noqa: E402
-from tests.torch.test_enable_budget import one_thread, train_measured  # noqa: E402, F401
+from tests.torch.test_enable_budget import train_measured  # noqa: E402
 
-pytestmark = pytest.mark.torch
+pytestmark = [pytest.mark.torch, pytest.mark.usefixtures("one_thread")]
 
 VOCAB, DIM, HEADS, SEQ, BATCH = 200, 32, 4, 32, 4
 STEPS = 3
