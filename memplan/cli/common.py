@@ -27,7 +27,7 @@ import warnings
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any, NoReturn
 
 import typer
 
@@ -174,9 +174,7 @@ def guard() -> Iterator[None]:
         _settle(isinstance(exc, typer.Exit) and exc.exit_code in (EXIT_OK, EXIT_INFEASIBLE))
         raise
     except KeyboardInterrupt as exc:  # one signal, whatever the phase (NOTE [ interrupts ])
-        _settle(False)
-        echo_err(stopped_line(exc))
-        raise typer.Exit(interrupt.exit_status(exc)) from None
+        _exit_stopped(exc)
     except EmptyPipe as exc:  # the command before the pipe failed: not bad input
         _settle(False)
         _fail(exc, f"memplan: error: {_one_line(exc)}", EXIT_NO_INPUT)
@@ -216,9 +214,16 @@ def _stopped_by(exc: BaseException) -> None:
 
     stop = interrupt.stopped_by(exc)
     if stop is not None:
-        _settle(False)
-        echo_err(stopped_line(stop))
-        raise typer.Exit(interrupt.exit_status(stop)) from None
+        _exit_stopped(stop)
+
+
+def _exit_stopped(stop: KeyboardInterrupt) -> NoReturn:
+    """End the command stopped by ``stop``: nothing written, its line, exit 128 + the signal."""
+    from memplan import interrupt
+
+    _settle(False)
+    echo_err(stopped_line(stop))
+    raise typer.Exit(interrupt.exit_status(stop)) from None
 
 
 def stopped_line(exc: KeyboardInterrupt) -> str:
