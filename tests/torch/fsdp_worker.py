@@ -212,17 +212,18 @@ def _zoo_runs(
     rank: int,
     world: int,
     names: Sequence[str],
-    more: dict[str, int] | None = None,
+    more: Callable[[dict[str, int]], dict[str, int]] | None = None,
 ) -> dict[str, Any]:
     """Plain FSDP2 of ``model`` (units: ``blocks``), and memplan's plans at the budgets
-    ``names`` of :func:`_budgets` (or of ``more``) beside it; the caller's loss."""
+    ``names`` of :func:`_budgets` (or of ``more``, given those) beside it; the caller's loss.
+    The budgets are in the result too (``budgets``)."""
     budgets, prof = _budgets(model, batches[0]["x"], world)
-    budgets.update(more or {})
+    budgets.update(more(budgets) if more is not None else {})
     counts = Collectives()
     plain = copy.deepcopy(model)
     _shard(plain, blocks(plain))
     trained = _train(plain, blocks(plain), batches, _next_token_loss, rank, counts)
-    result: dict[str, Any] = {"plain": trained}
+    result: dict[str, Any] = {"plain": trained, "budgets": budgets}
     for name in names:
         result[name] = _under_plan(
             model, blocks, batches, _next_token_loss, rank, counts, budgets[name], plain,
@@ -362,11 +363,12 @@ def _run_halves(rank: int, world: int) -> dict[str, Any]:
     gpt = GPT(CONFIG).train()
     batches = _gpt_batches(rank)
     whole, _ = _budgets(gpt, batches[0]["x"], world)
-    halves, _ = _budgets(_HalfBlocks(gpt), batches[0]["x"], world)
-    between = {"between": (halves["least"] + whole["least"]) // 2}
+
+    def between(halves: dict[str, int]) -> dict[str, int]:
+        return {"between": (halves["least"] + whole["least"]) // 2}
+
     result = _zoo_runs(_HalfBlocks(gpt), _halves, batches, rank, world, ("between",), between)
     result["whole_least"] = whole["least"]
-    result["halves_least"] = halves["least"]
     return result
 
 

@@ -102,7 +102,7 @@ def test_stages_of_half_blocks_go_below_one_blocks_backward(tmp_path):
     for rank in _two_ranks(tmp_path, "halves"):
         run = rank["between"]
         _check_as_plain("halves", run, rank["plain"])
-        assert rank["halves_least"] < rank["whole_least"]
+        assert rank["budgets"]["least"] < rank["whole_least"]
         assert max(run["peaks"]) < rank["whole_least"], (run["peaks"], rank["whole_least"])
 
 
