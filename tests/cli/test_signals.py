@@ -25,7 +25,17 @@ import memplan
 
 pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
 
-DRIVER = textwrap.dedent(
+TERMINAL = textwrap.dedent(
+    """
+    import signal
+
+    for stop in ("SIGTERM", "SIGHUP"):  # as in a terminal, whatever this test runs under
+        signal.signal(getattr(signal, stop), signal.SIG_DFL)  # (nohup ignores SIGHUP)
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # (a background shell, SIGINT)
+    """
+)
+"""The signals' dispositions of a command started in a terminal."""
+HOOKED = textwrap.dedent(
     """
     import importlib, os, signal, sys
 
@@ -54,6 +64,7 @@ DRIVER = textwrap.dedent(
     main()
     """
 )
+DRIVER = TERMINAL + HOOKED
 EXIT = {"SIGINT": 130, "SIGHUP": 129, "SIGTERM": 143}
 LAST_LINE = {
     "SIGINT": "memplan: interrupted",
@@ -218,7 +229,7 @@ def test_profile_and_run_stop_too(tmp_path, args, where, when, name):
 
 def test_an_ignored_sighup_stays_ignored(tmp_path):
     """Under ``nohup`` SIGHUP is ignored when memplan starts: it must stay so."""
-    script = "import signal; signal.signal(signal.SIGHUP, signal.SIG_IGN)\n" + DRIVER
+    script = "import signal; signal.signal(signal.SIGHUP, signal.SIG_IGN)\n" + HOOKED
     result = subprocess.run(
         [sys.executable, "-c", script, "memplan.api:_solve", "after", "SIGHUP", *SOLVE],
         cwd=tmp_path,
