@@ -20,6 +20,8 @@ from memplan.torch.split.chunked_loss import ChunkedLoss
 from memplan.torch.split.repeated import RepeatedBlocks
 from memplan.torch.split.tape import TapeRecorder
 from memplan.torch.split.trace import (
+    copy_mappings,
+    holds_mappings,
     model_output,
     primary_key,
     primary_output,
@@ -263,9 +265,16 @@ class ModelHooks:
 
                 # The call's other arguments, for a recomputation; not its hidden state (the
                 # plan decides which copy of x[k] a recomputation reads, and how long it lives).
+                # A mapping the blocks share is held as it is now, and a recomputation writes
+                # into a copy of that (NOTE [ A mapping the blocks share ] in split/repeated.py).
                 rest = replace_primary(args, kwargs, key, None)
+                shared = holds_mappings(rest)
+                if shared:
+                    rest = copy_mappings(*rest)
 
                 def block(x: Tensor, a: tuple = rest[0], kw: dict = rest[1]) -> Tensor:
+                    if shared:
+                        a, kw = copy_mappings(a, kw)
                     a, kw = replace_primary(a, kw, key, x)
                     out = primary_output(module(*a, **kw))
                     if out is None:
