@@ -46,6 +46,10 @@ class Shared(UserDict):
     """The mapping the blocks share (a ``UserDict``, as Gemma-4's, which pytree does not open)."""
 
 
+class SharedDict(dict):
+    """A ``dict`` subclass, which pytree does not open either."""
+
+
 class SharingBlock(nn.Module):
     """Attention whose keys and values are its own (stored for later blocks) or an earlier
     block's (read from the mapping), then an MLP."""
@@ -115,8 +119,15 @@ class Opaque(MutableMapping):
         return len(self._items)
 
 
+class DictLM(SharingLM):
+    mapping = SharedDict
+
+
 class OpaqueLM(SharingLM):
     mapping = Opaque
+
+
+MODELS = {"user-dict": SharingLM, "dict": DictLM}
 
 
 def _ids(seed: int) -> torch.Tensor:
@@ -138,8 +149,8 @@ def _adamw(params):
 
 
 @functools.cache
-def _profile():
-    return profile_model(SharingLM(), example_input=_ids(0), repeats=1, name="sharing")
+def _profile(kind: str = "user-dict"):
+    return profile_model(MODELS[kind](), example_input=_ids(0), repeats=1, name=kind)
 
 
 def _plain(model: nn.Module, batches) -> nn.Module:
@@ -153,10 +164,11 @@ def _plain(model: nn.Module, batches) -> nn.Module:
 
 
 @pytest.mark.parametrize("share", [0.0, 0.5, 1.0])
-def test_blocks_sharing_keys_in_a_mapping_train_as_plain_training_within_the_budget(share):
+@pytest.mark.parametrize("kind", sorted(MODELS))
+def test_blocks_sharing_keys_in_a_mapping_train_as_plain_training_within_the_budget(kind, share):
     """At the least memory, between it and store-all's, and at store-all's: every step within
     the budget, the parameters after three AdamW steps on different batches plain training's."""
-    model, prof = SharingLM(), _profile()
+    model, prof = MODELS[kind](), _profile(kind)
     assert prof.side_gradient_size, "the keys a later block reads count as a side input"
     named = {"optimizer": "adamw:fused", "output_held": False}
     desc = describe(prof, optimizer="adamw:fused", gradients="at-backward")
