@@ -227,3 +227,55 @@ def test_a_mapping_memplan_cannot_copy_is_refused():
         match=r"blocks.1 \(SharingBlock\) .* a mapping, a Opaque, that memplan cannot copy",
     ):
         enable(OpaqueLM(), "100MB", example_input=_ids(0), optimizer="adamw:fused")
+
+
+def _gemma4_text():
+    """A tiny Gemma-4 text model whose last two layers reuse the keys and values of the first
+    two (``num_kv_shared_layers=2``: its ``KVSharingDict``), per-layer inputs included."""
+    transformers = pytest.importorskip("transformers")
+    config = transformers.Gemma4TextConfig(
+        vocab_size=VOCAB, hidden_size=DIM, intermediate_size=2 * DIM, num_hidden_layers=4,
+        num_attention_heads=HEADS, num_key_value_heads=2, head_dim=8, global_head_dim=8,
+        max_position_embeddings=2 * SEQ, sliding_window=8, num_kv_shared_layers=2,
+        layer_types=["sliding_attention", "full_attention"] * 2,
+        hidden_size_per_layer_input=8, vocab_size_per_layer_input=VOCAB,
+        use_cache=False, pad_token_id=0, eos_token_id=1, bos_token_id=2,
+    )  # fmt: skip
+    assert config.kv_sharing_modes == ["store", "store", "reuse", "reuse"]
+    torch.manual_seed(0)
+    return transformers.Gemma4ForCausalLM(config)
+
+
+def _hf_loss(m, b, kept):
+    return m(input_ids=b[0], labels=b[1]).loss
+
+
+@pytest.mark.parametrize("share", [0.0, 1.0])
+def test_a_tiny_gemma4_whose_layers_reuse_keys_trains_as_plain_training(share):
+    """At the least memory (every layer recomputed) and at store-all's."""
+    model = _gemma4_text()
+    example = {"input_ids": _ids(0), "labels": _ids(0)}
+    prof = profile_model(copy.deepcopy(model), example_input=example, repeats=1, name="gemma4")
+    assert prof.side_gradient_size, "the keys the later layers read count as a side input"
+    desc = describe(prof, optimizer="adamw:fused", gradients="at-backward")
+    least, top = desc["min_memory"]["chain"], desc["store_all_memory"]
+    budget = least + int(share * (top - least))
+    got = enable(
+        copy.deepcopy(model), budget, example_input=example, profile=prof,
+        optimizer="adamw:fused", output_held=False,
+    )  # fmt: skip
+    counts = planned(got).planned_forward_counts()
+    if share == 0.0:
+        assert sum(counts) > len(counts), "the budget forces recomputation"
+    batches = [_batch(10 + s) for s in range(STEPS)]
+    rows = train_measured(got, _adamw(got.parameters()), batches, _hf_loss)
+    for i, (plan, measured) in enumerate(rows):
+        assert measured <= budget, (i, measured, budget, plan)
+    ref = copy.deepcopy(model)
+    optimizer = _adamw(ref.parameters())
+    for b in batches:
+        optimizer.zero_grad(set_to_none=True)
+        _hf_loss(ref, b, None).backward()
+        optimizer.step()
+    for (name, a), (_, b) in zip(ref.named_parameters(), got.named_parameters(), strict=True):
+        torch.testing.assert_close(b, a, rtol=1e-4, atol=1e-5, msg=lambda m, n=name: f"{n}: {m}")
