@@ -187,8 +187,8 @@ class PrefixStage(nn.Module):
             self.chain_refusal = (
                 f"the chain of {type(self._model).__name__} holds what its blocks read besides "
                 "their hidden state as traced, and some of it is computed from the parameters "
-                "(an earlier block's top-k, a learned position bias): it would not change as "
-                "they train, nor pass its gradient on; train the model "
+                "(an earlier block's top-k or keys, a learned position bias): it would not "
+                "change as they train, nor pass its gradient on; train the model "
                 "with memplan.torch.enable(model, memory, example_input=batch), which passes "
                 "each step's own"
             )
