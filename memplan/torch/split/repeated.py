@@ -419,13 +419,14 @@ def _side_gradient_bytes(
     recomputation, the runtime holds a copy of it as the block got it (not the model's, which
     a later block may write into again before the recomputation, and which would live to the
     step's end), and each recomputation, like each call of a stage wrapper, gets a copy of that
-    copy: what it stores is dropped with it. Before, a recomputation stored its keys and values
-    in the model's mapping, which the runtime held: through their autograd graph, whose
-    saved-tensor hooks referred to the list of what the recomputation saved, every tensor it
-    saved stayed alive to the end of the backward (Gemma-4's tiny model, 16% over its budget;
-    the runtime now lets go of that list too). A mutable mapping of another kind than a
-    ``dict`` or a ``UserDict`` cannot be copied safely: a block reading an earlier block's
-    activation from one is refused.
+    copy: what it stores is dropped with it. A recomputed tensor that outlived its
+    recomputation (stored in a mapping the runtime holds) would keep, through its autograd
+    graph, every tensor that recomputation saved alive to the end of the backward (Gemma-4's
+    tiny model measured 16% over its budget so): the runtime also lets go of its list of them
+    once they are in the slots (:meth:`PlannedIteration._fill_slots
+    <memplan.torch.runtime.iteration.PlannedIteration>`). A mutable mapping of another kind
+    than a ``dict`` or a ``UserDict`` cannot be copied safely: a block reading an earlier
+    block's activation from one is refused.
     """
     found: dict[int, int] = {}
     wrappers = {id(m.block): m for _, m in stages if isinstance(m, BlockCall)}

@@ -381,7 +381,7 @@ def _copyable(value: Any) -> bool:
     """A mapping that pytree does not open and a shallow copy makes independent of: a
     ``UserDict`` (Gemma-4's ``KVSharingDict``) or a ``dict`` subclass.
     """
-    return isinstance(value, (UserDict, dict)) and not isinstance(value, Tensor)
+    return isinstance(value, (UserDict, dict))
 
 
 def holds_mappings(tree: Any) -> bool:
