@@ -250,23 +250,21 @@ def _hf_loss(m, b, kept):
     return m(input_ids=b[0], labels=b[1]).loss
 
 
-@pytest.mark.parametrize("share", [0.0, 1.0])
-def test_a_tiny_gemma4_whose_layers_reuse_keys_trains_as_plain_training(share):
-    """At the least memory (every layer recomputed) and at store-all's."""
+def test_a_tiny_gemma4_whose_layers_reuse_keys_trains_as_plain_training():
+    """At the least memory: every step within the budget, the parameters after three AdamW
+    steps on different batches plain training's."""
     model = _gemma4_text()
     example = {"input_ids": _ids(0), "labels": _ids(0)}
     prof = profile_model(copy.deepcopy(model), example_input=example, repeats=1, name="gemma4")
     assert prof.side_gradient_size, "the keys the later layers read count as a side input"
     desc = describe(prof, optimizer="adamw:fused", gradients="at-backward")
-    least, top = desc["min_memory"]["chain"], desc["store_all_memory"]
-    budget = least + int(share * (top - least))
+    budget = desc["min_memory"]["chain"]
     got = enable(
         copy.deepcopy(model), budget, example_input=example, profile=prof,
         optimizer="adamw:fused", output_held=False,
     )  # fmt: skip
     counts = planned(got).planned_forward_counts()
-    if share == 0.0:
-        assert sum(counts) > len(counts), "the budget forces recomputation"
+    assert sum(counts) > len(counts), "the budget forces recomputation"
     batches = [_batch(10 + s) for s in range(STEPS)]
     rows = train_measured(got, _adamw(got.parameters()), batches, _hf_loss)
     for i, (plan, measured) in enumerate(rows):
