@@ -83,6 +83,9 @@ class ModelHooks:
             model.register_forward_hook(self.model_post, with_kwargs=True, always_call=True)
         )
         self.marking = False
+        # per block, whether its call gets a mapping to copy (looked at once: the model's
+        # forward passes the same kinds of arguments at every step)
+        self.shares: list[bool | None] = [None] * self.blocks
         self.stage_handles: list[Any] = []
         self.cut_handle: Any = None  # the hook that stops the forward at the chunked loss
         self._mark_stages(not planned.passive())
@@ -268,7 +271,9 @@ class ModelHooks:
                 # A mapping the blocks share is held as it is now, and a recomputation writes
                 # into a copy of that (NOTE [ A mapping the blocks share ] in split/repeated.py).
                 rest = replace_primary(args, kwargs, key, None)
-                shared = holds_mappings(rest)
+                shared = self.shares[i]
+                if shared is None:
+                    shared = self.shares[i] = holds_mappings(rest)
                 if shared:
                     rest = copy_mappings(*rest)
 
