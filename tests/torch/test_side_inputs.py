@@ -1,8 +1,9 @@
 """What blocks read besides their hidden state, and what memplan makes of it (NOTE [ Stage
 wrappers ] in memplan.torch.split.repeated): indices an earlier block computed without a
 gradient train under ``enable`` with each step's own; keys and values an earlier layer stores
-for a later one in a mapping, and blocks that share their weights, are refused with the reason;
-a buffer a block reassigns is restored after a recomputation.
+for a later one in a mapping are refused by the chain API (they train under ``enable``:
+tests/torch/test_shared_mapping.py), blocks that share their weights are refused with the
+reason; a buffer a block reassigns is restored after a recomputation.
 """
 
 from __future__ import annotations
@@ -164,15 +165,19 @@ def test_a_replaced_buffer_stops_being_a_weight_when_freed():
     assert set(StaticStorages([a, b]).without([a.data_ptr()])) == {b.data_ptr()}
 
 
-@pytest.mark.parametrize(
-    ("cls", "match"),
-    [
-        (SharedKeys, "reads a tensor computed by an earlier block"),
-        (SharedWeights, "share their weights"),
-    ],
-)
-def test_what_a_chain_cannot_carry_is_refused(cls, match):
+def test_what_a_chain_cannot_carry_is_refused():
     torch.manual_seed(0)
-    with pytest.raises(InputError, match=match) as info:
-        linearize(cls(), _ids(0))
+    with pytest.raises(InputError, match="share their weights") as info:
+        linearize(SharedWeights(), _ids(0))
     assert "\n" not in str(info.value)
+
+
+def test_keys_stored_in_a_mapping_are_refused_by_the_chain_api():
+    """Its stage wrappers would hold the traced keys (NOTE [ A side input with a gradient ])."""
+    torch.manual_seed(0)
+    model = SharedKeys()
+    chain = linearize(model, _ids(0))
+    prof = profile_model(model, example_input=_ids(0), repeats=1, name="shared-keys")
+    assert prof.side_gradient_size
+    with pytest.raises(InputError, match="holds what its blocks read besides their hidden"):
+        checkpointed(chain, memplan.solve(prof, "store-all", 2**40))

@@ -20,6 +20,8 @@ from memplan.torch.split.chunked_loss import ChunkedLoss
 from memplan.torch.split.repeated import RepeatedBlocks
 from memplan.torch.split.tape import TapeRecorder
 from memplan.torch.split.trace import (
+    copy_mappings,
+    holds_mappings,
     model_output,
     primary_key,
     primary_output,
@@ -81,6 +83,9 @@ class ModelHooks:
             model.register_forward_hook(self.model_post, with_kwargs=True, always_call=True)
         )
         self.marking = False
+        # per block, whether its call gets a mapping to copy (looked at once: the model's
+        # forward passes the same kinds of arguments at every step)
+        self.shares: list[bool | None] = [None] * self.blocks
         self.stage_handles: list[Any] = []
         self.cut_handle: Any = None  # the hook that stops the forward at the chunked loss
         self._mark_stages(not planned.passive())
@@ -263,9 +268,18 @@ class ModelHooks:
 
                 # The call's other arguments, for a recomputation; not its hidden state (the
                 # plan decides which copy of x[k] a recomputation reads, and how long it lives).
+                # A mapping the blocks share is held as it is now, and a recomputation writes
+                # into a copy of that (NOTE [ A mapping the blocks share ] in split/repeated.py).
                 rest = replace_primary(args, kwargs, key, None)
+                shared = self.shares[i]
+                if shared is None:
+                    shared = self.shares[i] = holds_mappings(rest)
+                if shared:
+                    rest = copy_mappings(*rest)
 
                 def block(x: Tensor, a: tuple = rest[0], kw: dict = rest[1]) -> Tensor:
+                    if shared:
+                        a, kw = copy_mappings(a, kw)
                     a, kw = replace_primary(a, kw, key, x)
                     out = primary_output(module(*a, **kw))
                     if out is None:

@@ -553,6 +553,7 @@ class PlannedIteration:
 
         out = self._fill_slots(k, inp, pack, packed)
         self._store("F_all", k, out, saved, keep)
+        saved.clear()  # as ``packed``: what the plan holds is in self.held now
         if not reads_input:
             self._autograd_frees(k)
 
@@ -579,6 +580,10 @@ class PlannedIteration:
             )
         for slot, tensor in zip(slots, kept, strict=True):
             slot.value = tensor
+        # The recomputation's graph refers to ``packed`` through its saved-tensor hooks: a
+        # recomputed tensor that outlives the call (one the block stores in a mapping or an
+        # attribute) would keep every tensor of the list, which the slots hold now, alive
+        packed.clear()
         run.slots = []
         run.recompute = None
         return out.detach()

@@ -124,6 +124,7 @@ from memplan.torch.split.trace import (
     direct_leaves,
     model_output,
     primary_output,
+    uncopyable_mapping,
 )
 from memplan.torch.split.wrappers import (
     BlockCall,
@@ -268,22 +269,27 @@ def _reads_values(kind: str, call: TracedCall, prefix: bool, block: bool = True)
     ------
     InputError
         A floating tensor computed from the parameters that the head reads (``block`` False),
-        or that an earlier block stored in a mapping (Gemma-4's shared keys and values: a
-        recomputed block may not store it again); values where nothing before the first block
-        can check the batch.
+        or that an earlier block stored in a mutable mapping memplan cannot copy (NOTE [ A
+        mapping the blocks share ]); values where nothing before the first block can check the
+        batch.
     """
     values = 0
     direct = direct_leaves(call)
+    uncopyable = uncopyable_mapping(call)
     for i, taint in call.taints.items():
         if not taint & (FROM_INPUT | FROM_PARAM):
             continue  # from the input's shape only: the same for every batch of that shape
-        # NOTE [ A side input with a gradient ]: an argument of a block; what an earlier block
-        # stored in a mapping may not be stored again by its recomputation (Gemma-4's keys)
-        side = block and prefix and (i < direct or not taint & FROM_BLOCK)
+        # NOTE [ A side input with a gradient ]: an argument of a block, or what an earlier
+        # block stored in a mapping it reads (NOTE [ A mapping the blocks share ])
+        side = block and prefix and (i < direct or not taint & FROM_BLOCK or uncopyable is None)
         if taint & FROM_PARAM and taint & FLOATING and not side:
             what = (
                 "computed by an earlier block (its activation, a state it hands on"
-                + (" in a mapping)" if i >= direct else ")")
+                + (
+                    f" in a mapping, a {uncopyable}, that memplan cannot copy)"
+                    if i >= direct
+                    else ")"
+                )
                 if taint & FROM_BLOCK
                 else "computed from the parameters before the blocks (a learned bias, per-layer "
                 "inputs), whose gradient flows through every block"
@@ -403,6 +409,24 @@ def _side_gradient_bytes(
     bound: before the backward neither gradient exists. The gradients of the parameters that
     computed it come through the blocks' backward, which the first stage's measured backward
     does not run: its ``weight_grad_size`` counts every parameter it creates a gradient of.
+
+    NOTE [ A mapping the blocks share ]
+    Gemma-4's blocks get one mapping the model makes in its forward (a ``KVSharingDict``, which
+    pytree does not open): a block stores its keys and values in it, a later one reads them
+    instead of computing its own. What a block reads there is a side input of the block (the
+    tracing pass copies the mapping as the block got it: :attr:`TracedCall.args`), counted
+    above with the rest. The step's first forward uses the model's own mapping; for a
+    recomputation, the runtime holds a copy of it as the block got it (not the model's, which
+    a later block may write into again before the recomputation, and which would live to the
+    step's end), and each recomputation, like each call of a stage wrapper, gets a copy of that
+    copy: what it stores is dropped with it. A recomputed tensor that outlived its
+    recomputation (stored in a mapping the runtime holds) would keep, through its autograd
+    graph, every tensor that recomputation saved alive to the end of the backward (Gemma-4's
+    tiny model measured 16% over its budget so): the runtime also lets go of its list of them
+    once they are in the slots (:meth:`PlannedIteration._fill_slots
+    <memplan.torch.runtime.iteration.PlannedIteration>`). A mutable mapping of another kind
+    than a ``dict`` or a ``UserDict`` cannot be copied safely: a block reading an earlier
+    block's activation from one is refused.
     """
     found: dict[int, int] = {}
     wrappers = {id(m.block): m for _, m in stages if isinstance(m, BlockCall)}

@@ -5,8 +5,10 @@ from (NOTE [ Finding the run of blocks ] and NOTE [ Stage wrappers ] in
 
 from __future__ import annotations
 
+import copy
 import weakref
-from collections.abc import Callable, Iterator, Mapping
+from collections import UserDict
+from collections.abc import Callable, Iterator, Mapping, MutableMapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -30,11 +32,14 @@ __all__ = [
     "ViewSpec",
     "call_leaves",
     "call_model",
+    "copy_mappings",
     "direct_leaves",
+    "holds_mappings",
     "model_output",
     "primary_key",
     "primary_output",
     "replace_primary",
+    "uncopyable_mapping",
     "view_geometry",
     "view_relation",
 ]
@@ -305,6 +310,8 @@ class Tracer:
             call.producers = self.producers_of(primary)
             call.args = tuple(PRIMARY if i == key else a for i, a in enumerate(args))
             call.kwargs = {k: (PRIMARY if k == key else v) for k, v in kwargs.items()}
+            if holds_mappings((call.args, call.kwargs)):  # what it reads now, not what later
+                call.args, call.kwargs = copy_mappings(call.args, call.kwargs)  # blocks write
             leaves = call_leaves(call)
             call.taints = {
                 i: self.taint.kind(leaf) | (FLOATING if leaf.is_floating_point() else 0)
@@ -368,6 +375,40 @@ def _held(value: Any) -> list[Tensor]:
         items = item if isinstance(item, (tuple, list)) else (item,)
         found += [t for t in items if isinstance(t, Tensor)]
     return found
+
+
+def _copyable(value: Any) -> bool:
+    """A mapping that pytree does not open and a shallow copy makes independent of: a
+    ``UserDict`` (Gemma-4's ``KVSharingDict``) or a ``dict`` subclass.
+    """
+    return isinstance(value, (UserDict, dict))
+
+
+def holds_mappings(tree: Any) -> bool:
+    """Whether the leaves of ``tree`` include a mapping :func:`copy_mappings` copies."""
+    return any(_copyable(leaf) for leaf in pytree.tree_leaves(tree))
+
+
+def uncopyable_mapping(call: TracedCall) -> str | None:
+    """The type name of a mutable mapping among the arguments of ``call`` that pytree does not
+    open and :func:`copy_mappings` cannot copy (a block could write into it), or None.
+    """
+    for leaf in pytree.tree_leaves((call.args, call.kwargs)):
+        if isinstance(leaf, MutableMapping) and not _copyable(leaf):
+            return type(leaf).__name__
+    return None
+
+
+def copy_mappings(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[tuple, dict]:
+    """``(args, kwargs)`` with each mapping among their leaves that pytree does not open
+    replaced by a shallow copy (NOTE [ A mapping the blocks share ] in
+    :mod:`memplan.torch.split.repeated`): a call on the copy reads what the mapping held, and
+    what it writes goes into the copy, which the caller drops.
+    """
+    leaves, spec = pytree.tree_flatten((args, kwargs))
+    copied = [copy.copy(leaf) if _copyable(leaf) else leaf for leaf in leaves]
+    new_args, new_kwargs = pytree.tree_unflatten(copied, spec)
+    return new_args, new_kwargs
 
 
 class _Primary:

@@ -19,6 +19,8 @@ from memplan.torch.split.trace import (
     PRIMARY,
     ModelCall,
     ViewSpec,
+    copy_mappings,
+    holds_mappings,
     primary_key,
     primary_output,
     view_geometry,
@@ -93,6 +95,7 @@ class BlockCall(nn.Module):
                 self._leaves.append(leaf)
         self.input_shape = input_shape
         self.view = view
+        self._mappings = holds_mappings((args, kwargs))  # each call gets copies of them
         self.side_bytes = 0
         """Of the held tensors, the bytes the model computed from parameters before the blocks
         (NOTE [ A side input with a gradient ] in :mod:`memplan.torch.split.repeated`): the
@@ -113,6 +116,8 @@ class BlockCall(nn.Module):
             leaves[i] = getattr(self, name)
         leaves = [x if leaf is PRIMARY else leaf for leaf in leaves]
         args, kwargs = pytree.tree_unflatten(leaves, self._spec)
+        if self._mappings:  # NOTE [ A mapping the blocks share ] in split/repeated.py
+            args, kwargs = copy_mappings(args, kwargs)
         out = primary_output(self.block(*args, **kwargs))
         if out is None:
             raise RuntimeError(f"{type(self.block).__name__} no longer returns one tensor")
@@ -182,8 +187,8 @@ class PrefixStage(nn.Module):
             self.chain_refusal = (
                 f"the chain of {type(self._model).__name__} holds what its blocks read besides "
                 "their hidden state as traced, and some of it is computed from the parameters "
-                "(an earlier block's top-k, a learned position bias): it would not change as "
-                "they train, nor pass its gradient on; train the model "
+                "(an earlier block's top-k or keys, a learned position bias): it would not "
+                "change as they train, nor pass its gradient on; train the model "
                 "with memplan.torch.enable(model, memory, example_input=batch), which passes "
                 "each step's own"
             )
