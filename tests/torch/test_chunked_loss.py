@@ -191,6 +191,37 @@ def test_a_head_that_mixes_tokens_is_refused():
         chunk_loss(chain, x, 4, "mixing")
 
 
+def test_a_head_replayed_from_a_tape_of_the_batch_is_refused():
+    # a head traced from the model's forward that read tensors of the example batch (an earlier
+    # block's activation here; Inkling-2's tiny model) runs on a batch of that shape only: on a
+    # chunk of its tokens it would raise; refused with the way out, and never advised
+    from memplan.torch.split.chunked_loss import head_reads_batch
+    from memplan.torch.split.repeated import find_repeated_blocks
+
+    class ReadsFirst(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.embed = torch.nn.Embedding(96, 8)
+            self.blocks = torch.nn.ModuleList(torch.nn.Linear(8, 8) for _ in range(3))
+            self.out = torch.nn.Linear(8, 96)
+
+        def forward(self, ids):
+            h = first = self.blocks[0](self.embed(ids))
+            for block in self.blocks[1:]:
+                h = block(h)
+            return self.out(h + first)
+
+    ids = torch.randint(0, 96, (2, 16))
+    tape = find_repeated_blocks(ReadsFirst(), ids).stages[-1][1]
+    assert head_reads_batch(tape)
+    model, x, _ = _tiny("gpt2")
+    chain = linearize(model, x)
+    assert not head_reads_batch(chain.stages[-2][1])
+    chain.stages[-2] = ("head", torch.nn.ModuleList([chain.stages[-2][1], tape]))
+    with pytest.raises(InputError, match="reads tensors computed for the whole batch"):
+        chunk_loss(chain, x, 4, "reads")
+
+
 def test_cli_profile_bench_and_run_take_loss_chunks(tmp_path):
     runner = CliRunner()
     base = ["hf:gpt2", "--config", TINY["gpt2"], "-b", "2", "--input-shape", "16"]

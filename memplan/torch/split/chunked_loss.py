@@ -112,6 +112,7 @@ from memplan.torch.split.tied_lookup import (
     sparse_lookups,
     unmark,
 )
+from memplan.torch.split.wrappers import TapeStage
 
 __all__ = [
     "CHUNKED_STAGE",
@@ -563,6 +564,15 @@ def chunked_stage(
     return stage
 
 
+def head_reads_batch(head: nn.Module) -> bool:
+    """Whether ``head`` (a chain's head stage) reads tensors computed for the example batch
+    besides its input: a head replayed from a tape that read them (an attention mask, a tensor
+    an earlier block made: :class:`~memplan.torch.split.wrappers.TapeStage`), which runs on a
+    batch of that shape only, not on a chunk of its tokens.
+    """
+    return any(isinstance(m, TapeStage) and m.batch_data for m in head.modules())
+
+
 def chunk_loss(chain: Chain, x: Tensor, chunks: int | None, kind: str = "the model") -> Chain:
     """``chain`` with its ``head`` and ``loss`` stages merged into one :class:`ChunkedLoss`.
 
@@ -603,6 +613,12 @@ def chunk_loss(chain: Chain, x: Tensor, chunks: int | None, kind: str = "the mod
     if len(names) < 3 or names[-2] != "head":
         raise InputError(f"--loss-chunks: {kind}'s chain has no head stage before its loss")
     head = chain.modules[-2]
+    if head_reads_batch(head):
+        raise InputError(
+            f"--loss-chunks: {kind}'s head reads tensors computed for the whole batch besides "
+            "the hidden states (traced from its forward): it cannot run on a chunk of tokens; "
+            "train it without loss_chunks"
+        )
     stage = ChunkedLoss(head, loss, chunks)
     earlier = {id(p) for _, module in chain.stages[:-2] for p in module.parameters()}
     stage.shared = {n for n, p in head.named_parameters() if id(p) in earlier}
