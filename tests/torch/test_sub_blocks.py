@@ -203,9 +203,21 @@ def test_a_padded_batch_trains_as_plain_training():
         torch.testing.assert_close(ours.grad, theirs.grad, rtol=0, atol=0, msg=name)
 
 
-def test_the_infeasible_message_of_whole_blocks_names_the_option():
-    with pytest.raises(InputError, match="may fit in less: sub_blocks=True"):
+def test_the_infeasible_message_of_whole_blocks_names_the_option_where_it_lowers_the_least():
+    with pytest.raises(InputError, match="need less, [0-9.]+ MB .*: sub_blocks=True"):
         enable(_model("llama"), "0.01MB", example_input=_batch(0), repeats=1, **NAMED)
+    model = _model("llama")
+    whole = _least(model, False, _profile(model, False))
+    least = _least(model, True, _profile(model, True))
+    with pytest.raises(InputError, match=r"\(attention, MLP\) fit: sub_blocks=True$"):
+        enable(model, (whole + least) // 2, example_input=_batch(0), repeats=1, **NAMED)
+
+
+def test_the_infeasible_message_names_no_option_that_cannot_cut_the_blocks():
+    torch.manual_seed(0)
+    with pytest.raises(InputError, match="no rotor plan fits") as caught:
+        enable(_RoutedNet(), "0.01MB", example_input=torch.randint(0, 16, (2, 8)), **NAMED)
+    assert "sub_blocks" not in str(caught.value)
 
 
 def test_auto_cuts_the_blocks_only_where_whole_blocks_do_not_fit():
