@@ -13,7 +13,8 @@ type cannot take the sweep down with (a crash or ``--timeout`` seconds end the p
 sweep; :class:`Worker`): a tiny model from the type's own
 config class (:func:`memplan.torch.models.tiny.tiny_model`: 2 layers, 64 wide, a vocabulary of
 1,000, random weights) trains ``--steps`` AdamW steps on different batches plainly, and a copy
-trains the same steps with the same random draws under ``memplan.torch.enable`` at
+trains the same steps with the same random draws (AdamW's ``eps`` :data:`ADAM_EPS`) under
+``memplan.torch.enable`` at
 ``--fraction`` of plain training's measured peak, told the loop it runs (``optimizer=
 "adamw:fused"``, ``output_held=False``: the loop keeps the loss only). The peaks are the
 allocator's own count (:func:`memplan.torch.measure.allocator_peak.allocator_peak`), apart from
@@ -25,8 +26,13 @@ memplan's bookkeeping. The verdict of each type (:func:`check_type`):
 * ``not-plain``: no tiny model of that type builds or trains plainly (not memplan's);
 * ``failed``: anything else: an internal error, parameters that differ, a step over the budget.
 
-A type whose least memory is above ``--fraction`` of plain training's peak is tried again at
-``--fallback`` of it (its verdict names the budget it was given).
+A type refused for lack of a plan is enabled again as the refusal advises, as a user following
+the message would (:data:`ADVICE`: ``loss_chunks="auto"`` where it names the chunked loss,
+``sub_blocks="auto"`` where it names the blocks cut into sub-blocks), and where no plan fits
+``--fraction`` of plain training's peak with them, at ``--fallback`` of it, plainly first (its
+verdict names the budget it was given and the options it needed, ``options``). With the chunked
+loss the model returns no logits while training: the check compares the losses and the
+parameters, as for every type.
 """
 
 from __future__ import annotations
@@ -50,6 +56,11 @@ TRAINS, REFUSED, NOT_PLAIN, FAILED = "trains", "refused", "not-plain", "failed"
 VERDICTS = (TRAINS, REFUSED, NOT_PLAIN, FAILED)
 TASKS = ("causal-lm", "masked-lm", "image-classification")
 LEARNING_RATE = 1e-3
+ADAM_EPS = 1e-4
+"""AdamW's epsilon, plain and planned alike. At PyTorch's 1e-8, Adam's first steps turn a
+gradient's float noise into a whole step of the learning rate where the gradient is near zero (a
+key bias's, 1e-15, which the chunked loss sums in another order): parameters 3e-5 apart after
+three steps whose first gradients agree to 1e-6 of each tensor's largest (MobileBERT)."""
 LOSS_RTOL = 1e-4
 """Losses of the planned steps against plain training's, relative."""
 PARAM_RTOL, PARAM_ATOL = 1e-4, 1e-5
@@ -90,7 +101,7 @@ def _train(model: Any, batches: list[dict[str, Any]]) -> tuple[list[float], list
 
     from memplan.torch.measure.allocator_peak import allocator_peak, profiled_copy
 
-    opt = torch.optim.AdamW(model.parameters(), lr=LEARNING_RATE, fused=True)
+    opt = torch.optim.AdamW(model.parameters(), lr=LEARNING_RATE, eps=ADAM_EPS, fused=True)
     losses, peaks = [], []
     for i, batch in enumerate(batches):
         batch = {k: profiled_copy(v) for k, v in batch.items()}

@@ -277,6 +277,42 @@ def _assert_plain_gradients(stage, head, loss, hidden, atol=1e-7):
         torch.testing.assert_close(got, expected, rtol=1e-5, atol=atol)
 
 
+def test_a_tied_gradient_is_strided_as_its_parameter():
+    """A head that reads its tied weight transposed into a new tensor (MobileBERT concatenates
+    ``decoder.weight.t()`` with another weight):
+    autograd gives the weight a transposed gradient, which the stage writes into ``.grad``
+    strided as the parameter, as ``AccumulateGrad`` does (fused AdamW steps ``.grad`` element by
+    element in the parameter's order: a transposed one trained MobileBERT's tiny model away from
+    plain training)."""
+    model, x, _ = _tiny("gpt2")
+    model.eval()
+    plain = linearize(model, x)
+    inner = plain.stages[-2][1]  # the final norm, the tied projection (their calls)
+    projection = inner[-1].block
+    assert isinstance(projection, torch.nn.Linear)
+
+    class Transposed(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.head = inner
+
+        def forward(self, h):
+            return self.head[:-1](h).matmul(projection.weight.t().contiguous())
+
+    plain.stages[-2] = ("head", Transposed())
+    chunked = chunk_loss(plain, x, CHUNKS, "transposed")
+    tied = projection.weight
+    assert tied is model.get_input_embeddings().weight
+    found = []
+    for chain in (plain, chunked):
+        chain.forward(x).backward()
+        found.append(tied.grad)
+        tied.grad = None
+    assert chunked.modules[-1].tied_into_grad  # written into .grad, not returned
+    assert found[1].stride() == tied.stride() == found[0].stride()
+    torch.testing.assert_close(found[1], found[0], rtol=1e-5, atol=1e-7)
+
+
 @pytest.mark.parametrize("name", sorted(TINY))
 def test_a_head_that_saves_its_output_gets_autograds_gradients(name):
     """A head whose last operation keeps its output for its backward (``tanh``): the logits are

@@ -173,6 +173,18 @@ def test_a_type_without_a_plan_after_the_advice_is_refused_with_the_last_message
     ]
 
 
+def test_a_type_trains_with_the_options_its_refusal_advised():
+    """Tiny Llama at 0.68 of plain training's peak: below the least memory of whole blocks (about
+    0.76) and of the chunked loss alone (0.70); the refusal advises both, and with both (0.66)
+    it trains, equal to plain training (the chunked loss returns no logits: the losses and the
+    parameters are compared) and within the budget."""
+    found = check_type("llama", "causal-lm", steps=2, fraction=0.68, fallback=0.68)
+    assert found.verdict == TRAINS, (found.reason, found)
+    assert found.options == {"loss_chunks": "auto", "sub_blocks": "auto"}
+    assert found.measured_peak is not None and found.budget is not None
+    assert found.measured_peak <= found.budget < 0.7 * found.plain_peak
+
+
 def test_the_table_names_the_options_a_type_needed():
     row = Verdict("llama", "causal-lm", TRAINS, budget=80, fraction=0.8, measured_peak=72)
     row.options = {"loss_chunks": "auto", "sub_blocks": "auto"}

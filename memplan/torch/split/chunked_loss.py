@@ -233,6 +233,12 @@ class ChunkedLoss(nn.Module):
             self.tied_returned += 1
             unmark(param.grad)
             return grad * scale
+        if grad.stride() != param.stride():
+            # autograd's gradient layout contract, which AccumulateGrad keeps and an optimizer
+            # may rely on: ``.grad`` strided as its parameter. A head reading the weight
+            # transposed (MobileBERT's ``decoder.weight.t()``) is given a transposed gradient,
+            # which fused AdamW stepped element by element in the wrong places
+            grad = torch.empty_like(param).copy_(grad)
         param.grad = grad.mul_(scale)
         mark_tied_half(param.grad)
         self.tied_into_grad += 1
