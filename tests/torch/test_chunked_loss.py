@@ -218,8 +218,22 @@ def test_a_head_replayed_from_a_tape_of_the_batch_is_refused():
     chain = linearize(model, x)
     assert not head_reads_batch(chain.stages[-2][1])
     chain.stages[-2] = ("head", torch.nn.ModuleList([chain.stages[-2][1], tape]))
-    with pytest.raises(InputError, match="reads tensors computed for the whole batch"):
+    with pytest.raises(InputError, match="traced for the whole batch"):
         chunk_loss(chain, x, 4, "reads")
+
+
+def test_a_head_call_holding_tensors_of_the_batch_is_not_chunked():
+    # a head module called with a tensor traced for the example batch besides the hidden states
+    # (CPM-Ant's head reads the hidden states past its prompt: a view of the traced geometry)
+    from memplan.torch.split.chunked_loss import head_reads_batch
+    from memplan.torch.split.trace import PRIMARY
+    from memplan.torch.split.wrappers import BlockCall
+
+    linear = torch.nn.Linear(4, 4)
+    plain = BlockCall(linear, (PRIMARY,), {}, (2, 3, 4))
+    holding = BlockCall(linear, (PRIMARY,), {"mask": torch.ones(2, 3)}, (2, 3, 4))
+    assert not head_reads_batch(torch.nn.Sequential(plain))
+    assert head_reads_batch(torch.nn.Sequential(plain, holding))
 
 
 def test_cli_profile_bench_and_run_take_loss_chunks(tmp_path):

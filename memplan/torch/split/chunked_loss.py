@@ -112,7 +112,7 @@ from memplan.torch.split.tied_lookup import (
     sparse_lookups,
     unmark,
 )
-from memplan.torch.split.wrappers import TapeStage
+from memplan.torch.split.wrappers import BlockCall, TapeStage, ViewStage
 
 __all__ = [
     "CHUNKED_STAGE",
@@ -571,12 +571,21 @@ def chunked_stage(
 
 
 def head_reads_batch(head: nn.Module) -> bool:
-    """Whether ``head`` (a chain's head stage) reads tensors computed for the example batch
-    besides its input: a head replayed from a tape that read them (an attention mask, a tensor
-    an earlier block made: :class:`~memplan.torch.split.wrappers.TapeStage`), which runs on a
-    batch of that shape only, not on a chunk of its tokens.
+    """Whether ``head`` (a chain's head stage) runs on hidden states of the example batch's shape
+    only, not on a chunk of its tokens: it was traced reading tensors computed for that batch
+    besides its input (a head replayed from a tape that read an attention mask or a tensor an
+    earlier block made, :class:`~memplan.torch.split.wrappers.TapeStage`: Inkling-2's; a module
+    call holding such tensors, :class:`~memplan.torch.split.wrappers.BlockCall`), or a view of
+    its input of the traced geometry (CPM-Ant's head reads the hidden states past its prompt).
     """
-    return any(isinstance(m, TapeStage) and m.batch_data for m in head.modules())
+    for m in head.modules():
+        if isinstance(m, TapeStage) and m.batch_data:
+            return True
+        if isinstance(m, BlockCall) and (m.view is not None or m.holds_batch_tensors):
+            return True
+        if isinstance(m, ViewStage):
+            return True
+    return False
 
 
 def chunk_loss(chain: Chain, x: Tensor, chunks: int | None, kind: str = "the model") -> Chain:
@@ -621,9 +630,9 @@ def chunk_loss(chain: Chain, x: Tensor, chunks: int | None, kind: str = "the mod
     head = chain.modules[-2]
     if head_reads_batch(head):
         raise InputError(
-            f"--loss-chunks: {kind}'s head reads tensors computed for the whole batch besides "
-            "the hidden states (traced from its forward): it cannot run on a chunk of tokens; "
-            "train it without loss_chunks"
+            f"--loss-chunks: {kind}'s head was traced for the whole batch (it reads tensors "
+            "computed for that batch besides the hidden states, or a view of their traced "
+            "shape): it cannot run on a chunk of tokens; train it without loss_chunks"
         )
     stage = ChunkedLoss(head, loss, chunks)
     earlier = {id(p) for _, module in chain.stages[:-2] for p in module.parameters()}
