@@ -13,7 +13,8 @@ type cannot take the sweep down with (a crash or ``--timeout`` seconds end the p
 sweep; :class:`Worker`): a tiny model from the type's own
 config class (:func:`memplan.torch.models.tiny.tiny_model`: 2 layers, 64 wide, a vocabulary of
 1,000, random weights) trains ``--steps`` AdamW steps on different batches plainly, and a copy
-trains the same steps with the same random draws under ``memplan.torch.enable`` at
+trains the same steps with the same random draws (AdamW's ``eps`` :data:`ADAM_EPS`) under
+``memplan.torch.enable`` at
 ``--fraction`` of plain training's measured peak, told the loop it runs (``optimizer=
 "adamw:fused"``, ``output_held=False``: the loop keeps the loss only). The peaks are the
 allocator's own count (:func:`memplan.torch.measure.allocator_peak.allocator_peak`), apart from
@@ -25,8 +26,13 @@ memplan's bookkeeping. The verdict of each type (:func:`check_type`):
 * ``not-plain``: no tiny model of that type builds or trains plainly (not memplan's);
 * ``failed``: anything else: an internal error, parameters that differ, a step over the budget.
 
-A type whose least memory is above ``--fraction`` of plain training's peak is tried again at
-``--fallback`` of it (its verdict names the budget it was given).
+A type refused for lack of a plan is enabled again as the refusal advises, as a user following
+the message would (:data:`ADVICE`: ``loss_chunks="auto"`` where it names the chunked loss,
+``sub_blocks="auto"`` where it names the blocks cut into sub-blocks), and where no plan fits
+``--fraction`` of plain training's peak with them, at ``--fallback`` of it, plainly first (its
+verdict names the budget it was given and the options it needed, ``options``). With the chunked
+loss the model returns no logits while training: the check compares the losses and the
+parameters, as for every type.
 """
 
 from __future__ import annotations
@@ -50,6 +56,11 @@ TRAINS, REFUSED, NOT_PLAIN, FAILED = "trains", "refused", "not-plain", "failed"
 VERDICTS = (TRAINS, REFUSED, NOT_PLAIN, FAILED)
 TASKS = ("causal-lm", "masked-lm", "image-classification")
 LEARNING_RATE = 1e-3
+ADAM_EPS = 1e-4
+"""AdamW's epsilon, plain and planned alike. At PyTorch's 1e-8, Adam's first steps turn a
+gradient's float noise into a whole step of the learning rate where the gradient is near zero (a
+key bias's, 1e-15, which the chunked loss sums in another order): parameters 3e-5 apart after
+three steps whose first gradients agree to 1e-6 of each tensor's largest (MobileBERT)."""
 LOSS_RTOL = 1e-4
 """Losses of the planned steps against plain training's, relative."""
 PARAM_RTOL, PARAM_ATOL = 1e-4, 1e-5
@@ -73,6 +84,8 @@ class Verdict:
     stages: int | None = None
     recomputed: int | None = None
     seconds: float | None = None
+    options: dict[str, Any] = field(default_factory=dict)
+    """The options of ``enable`` the type needed: those its refusals advised (:data:`ADVICE`)."""
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -88,7 +101,7 @@ def _train(model: Any, batches: list[dict[str, Any]]) -> tuple[list[float], list
 
     from memplan.torch.measure.allocator_peak import allocator_peak, profiled_copy
 
-    opt = torch.optim.AdamW(model.parameters(), lr=LEARNING_RATE, fused=True)
+    opt = torch.optim.AdamW(model.parameters(), lr=LEARNING_RATE, eps=ADAM_EPS, fused=True)
     losses, peaks = [], []
     for i, batch in enumerate(batches):
         batch = {k: profiled_copy(v) for k, v in batch.items()}
@@ -136,17 +149,37 @@ def _differs(ref: Any, got: Any) -> str | None:
     return None
 
 
-def _enable(model: Any, batch: dict[str, Any], budget: int) -> Any:
+ADVICE = (("loss_chunks='auto'", "loss_chunks", "auto"), ("sub_blocks=True", "sub_blocks", "auto"))
+"""What a refusal for lack of a plan may advise (the text ending its message), and the option the
+sweep then gives ``enable``, as a user following the message would: the loss in chunks of tokens,
+the blocks cut into sub-blocks where no plan of whole blocks fits."""
+
+
+def _enable(model: Any, batch: dict[str, Any], budget: int, options: dict[str, Any]) -> Any:
     from memplan.torch import enable
 
     # the loop _train runs: fused AdamW (no step temporaries), the loss kept, not the output
     return enable(
-        model, budget, example_input=batch, optimizer="adamw:fused", output_held=False, repeats=1
-    )
+        model, budget, example_input=batch, optimizer="adamw:fused", output_held=False,
+        repeats=1, **options,
+    )  # fmt: skip
 
 
 def _no_plan(message: str) -> bool:
     return message.startswith("no ") and "plan fits" in message
+
+
+def advised(message: str, taken: dict[str, Any]) -> dict[str, Any]:
+    """The options a refusal for lack of a plan advises that are not ``taken`` yet (:data:`ADVICE`;
+    none for any other refusal).
+    """
+    if not _no_plan(message):
+        return {}
+    return {
+        option: value
+        for text, option, value in ADVICE
+        if option not in taken and text in message.split(" plan fits", 1)[1]
+    }
 
 
 def check_type(
@@ -199,20 +232,9 @@ def check_type(
     if not all(math.isfinite(v) for v in ref_losses):
         return done(NOT_PLAIN, f"its plain losses are not finite: {ref_losses}")
     found.plain_peak = max(ref_peaks)
-    for share in (fraction, fallback):
-        found.fraction = share
-        found.budget = int(share * found.plain_peak)
-        try:
-            _enable(got, batches[0], found.budget)
-            break
-        except InputError as exc:
-            message = " ".join(str(exc).split())
-            if "this is a bug" in message:
-                return done(FAILED, f"internal error: {message}")
-            if not _no_plan(message) or share == fallback:
-                return done(REFUSED, message)
-        except Exception as exc:  # noqa: BLE001 - an internal error: the sweep's finding
-            return done(FAILED, f"internal error in enable: {_one_line(exc)}")
+    refusal = _plan_below(found, got, batches[0], (fraction, fallback))
+    if refusal is not None:
+        return done(*refusal)
     plan = planned(got)
     assert plan is not None
     found.planned_peak = plan.schedule.peak_memory
@@ -241,6 +263,39 @@ def check_type(
         over = found.measured_peak / found.budget - 1
         return done(FAILED, f"measured {found.measured_peak} bytes, {over:.1%} over the budget")
     return done(TRAINS)
+
+
+def _plan_below(
+    found: Verdict, model: Any, batch: dict[str, Any], shares: tuple[float, ...]
+) -> tuple[str, str] | None:
+    """``enable`` on ``model`` at the first of ``shares`` of plain training's peak where a plan
+    fits: at each budget plainly first, then as each refusal for lack of a plan advises
+    (:func:`advised`), as a user would. None once planned (``found`` says the budget and the
+    options the plan needed), else the verdict and its reason.
+    """
+    from memplan.errors import InputError
+
+    for share in shares:
+        found.fraction = share
+        found.budget = int(share * (found.plain_peak or 0))
+        found.options = {}
+        while True:
+            try:
+                _enable(model, batch, found.budget, found.options)
+                return None
+            except InputError as exc:
+                message = " ".join(str(exc).split())
+                if "this is a bug" in message:
+                    return FAILED, f"internal error: {message}"
+                advice = advised(message, found.options)
+                if not advice:
+                    break
+                found.options.update(advice)
+            except Exception as exc:  # noqa: BLE001 - an internal error: the sweep's finding
+                return FAILED, f"internal error in enable: {_one_line(exc)}"
+        if not _no_plan(message):
+            return REFUSED, message
+    return REFUSED, message
 
 
 # ------------------------------------------------------------------------------------------------
@@ -358,8 +413,8 @@ def table(results: list[dict[str, Any]], header: dict[str, Any]) -> str:
         f"transformers {header['transformers']}, torch {header['torch']}; {header['machine']}; "
         f"load average {header['load']}; {header['threads']} thread per process",
         "",
-        "| task | type | verdict | budget / plain peak | measured / budget | reason |",
-        "|---|---|---|---:|---:|---|",
+        "| task | type | verdict | budget / plain peak | options | measured / budget | reason |",
+        "|---|---|---|---:|---|---:|---|",
     ]
     for r in results:
         share = f"{r['fraction']:.2f}" if r.get("budget") and r["verdict"] != NOT_PLAIN else ""
@@ -369,8 +424,10 @@ def table(results: list[dict[str, Any]], header: dict[str, Any]) -> str:
             else ""
         )
         reason = r["reason"].replace("|", "\\|")
+        options = ", ".join(f"{k}={v!r}" for k, v in r.get("options", {}).items())
         lines.append(
-            f"| {r['task']} | {r['model_type']} | {r['verdict']} | {share} | {ratio} | {reason} |"
+            f"| {r['task']} | {r['model_type']} | {r['verdict']} | {share} | {options} | {ratio} "
+            f"| {reason} |"
         )
     return "\n".join(lines)
 

@@ -68,12 +68,9 @@ CHUNKED_OUTPUT_BYTES = 8
 scalar (float64 at most); the logits are None."""
 
 
-SUB_BLOCKS_HINT = (
-    "; its blocks cut into the residual sub-blocks they run in sequence (attention, MLP) may "
-    "fit in less: sub_blocks=True"
-)
-"""What the infeasible message of a model cut at its repeated blocks adds (NOTE [ Sub-block
-stages ] in :mod:`memplan.torch.split.sub_blocks`): one block's backward bounds its least memory."""
+SUB_BLOCKS_HINT = "; its blocks cut into the residual sub-blocks they run in sequence "
+"""How the infeasible message of a model cut at its repeated blocks names the option, when
+cutting them lowers the least memory (:func:`_sub_blocks_hint`)."""
 
 
 @dataclass(frozen=True)
@@ -537,17 +534,20 @@ def enable(
         )
 
     first = loop_of(prof)
+    cut_args = (model, example_input, given, loss_chunks, None, None)
     auto = cut is None and profile is None and _one_process(ranks) and target.how == "hooks"
     if auto and not plan_training(prof, budget, first, settings).feasible:
-        found = _profiled(model, example_input, given, loss_chunks, None, None)
+        found = _profiled(*cut_args)
         if found[1] is not None:  # NOTE [ Sub-block stages ]: below one block's backward
             target, prof, settings = found[0], found[1], found[2]
             first = loop_of(prof)
     chunkable = functools.partial(can_chunk_loss, target)
     solve = _solver(budget, settings, chunkable)
     why = _why(optimizer)
-    if cut is False and target.how == "hooks" and target.layout.block_modules:
-        why += SUB_BLOCKS_HINT
+    if cut is False and profile is None and _one_process(ranks) and target.how == "hooks":
+        why += _sub_blocks_hint(
+            prof, budget, first, settings, lambda: _profiled(*cut_args), loop_of
+        )
 
     def plan_for(plan_profile: Profile, loop: TrainingLoop) -> Schedule:
         return solve(plan_profile, loop, why)
@@ -562,6 +562,41 @@ def enable(
     unreached = frozenset(id(t) for t in unreached_tensors(model, stage_modules(target)))
     LoopWatch(plan, _replanner(prof, solve, plan, unreached), watched)
     return model
+
+
+def _sub_blocks_hint(
+    prof: Profile,
+    budget: MemoryBudget,
+    loop: TrainingLoop,
+    settings: PlanSettings,
+    cut: Callable[[], tuple[Any, Profile | None, PlanSettings]],
+    loop_of: Callable[[Profile], TrainingLoop],
+) -> str:
+    """What the infeasible message of whole blocks adds about ``sub_blocks``: ``""`` when a plan
+    fits ``budget`` on ``prof`` (nothing to say), when no block can be cut, or when cutting them
+    does not lower the least memory; else the option, with the least memory it needs.
+
+    ``cut()`` profiles the model with its blocks cut (:func:`_profiled`; None: none can be), as
+    ``sub_blocks="auto"`` would: only on the way to a refusal. The message stays true: it names
+    the option where the cut chain was planned and needs less (NOTE [ Sub-block stages ] in
+    :mod:`memplan.torch.split.sub_blocks`), not for a block memplan cannot cut (RegNet's, a
+    mixture of experts) nor for one whose backward does not bound the least memory.
+    """
+    whole = plan_training(prof, budget, loop, settings)
+    if whole.feasible:
+        return ""
+    _, halves, cut_settings = cut()
+    if halves is None:
+        return ""
+    sched = plan_training(halves, budget, loop_of(halves), cut_settings)
+    if sched.feasible:
+        return SUB_BLOCKS_HINT + "(attention, MLP) fit: sub_blocks=True"
+    if sched.min_memory is None or whole.min_memory is None:
+        return ""
+    if sched.min_memory >= whole.min_memory:
+        return ""
+    least = budget.size(sched.min_memory, up=True)
+    return SUB_BLOCKS_HINT + f"(attention, MLP) need less, {least}: sub_blocks=True"
 
 
 def _check_sub_blocks(sub_blocks: bool | str) -> bool | None:

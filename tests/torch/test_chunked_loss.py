@@ -191,6 +191,51 @@ def test_a_head_that_mixes_tokens_is_refused():
         chunk_loss(chain, x, 4, "mixing")
 
 
+def test_a_head_replayed_from_a_tape_of_the_batch_is_refused():
+    # a head traced from the model's forward that read tensors of the example batch (an earlier
+    # block's activation here; Inkling-2's tiny model) runs on a batch of that shape only: on a
+    # chunk of its tokens it would raise; refused with the way out, and never advised
+    from memplan.torch.split.chunked_loss import head_reads_batch
+    from memplan.torch.split.repeated import find_repeated_blocks
+
+    class ReadsFirst(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.embed = torch.nn.Embedding(96, 8)
+            self.blocks = torch.nn.ModuleList(torch.nn.Linear(8, 8) for _ in range(3))
+            self.out = torch.nn.Linear(8, 96)
+
+        def forward(self, ids):
+            h = first = self.blocks[0](self.embed(ids))
+            for block in self.blocks[1:]:
+                h = block(h)
+            return self.out(h + first)
+
+    ids = torch.randint(0, 96, (2, 16))
+    tape = find_repeated_blocks(ReadsFirst(), ids).stages[-1][1]
+    assert head_reads_batch(tape)
+    model, x, _ = _tiny("gpt2")
+    chain = linearize(model, x)
+    assert not head_reads_batch(chain.stages[-2][1])
+    chain.stages[-2] = ("head", torch.nn.ModuleList([chain.stages[-2][1], tape]))
+    with pytest.raises(InputError, match="traced for the whole batch"):
+        chunk_loss(chain, x, 4, "reads")
+
+
+def test_a_head_call_holding_tensors_of_the_batch_is_not_chunked():
+    # a head module called with a tensor traced for the example batch besides the hidden states
+    # (CPM-Ant's head reads the hidden states past its prompt: a view of the traced geometry)
+    from memplan.torch.split.chunked_loss import head_reads_batch
+    from memplan.torch.split.trace import PRIMARY
+    from memplan.torch.split.wrappers import BlockCall
+
+    linear = torch.nn.Linear(4, 4)
+    plain = BlockCall(linear, (PRIMARY,), {}, (2, 3, 4))
+    holding = BlockCall(linear, (PRIMARY,), {"mask": torch.ones(2, 3)}, (2, 3, 4))
+    assert not head_reads_batch(torch.nn.Sequential(plain))
+    assert head_reads_batch(torch.nn.Sequential(plain, holding))
+
+
 def test_cli_profile_bench_and_run_take_loss_chunks(tmp_path):
     runner = CliRunner()
     base = ["hf:gpt2", "--config", TINY["gpt2"], "-b", "2", "--input-shape", "16"]
@@ -244,6 +289,42 @@ def _assert_plain_gradients(stage, head, loss, hidden, atol=1e-7):
             p.grad = None
     for got, expected in zip(found[1], found[0], strict=True):
         torch.testing.assert_close(got, expected, rtol=1e-5, atol=atol)
+
+
+def test_a_tied_gradient_is_strided_as_its_parameter():
+    """A head that reads its tied weight transposed into a new tensor (MobileBERT concatenates
+    ``decoder.weight.t()`` with another weight):
+    autograd gives the weight a transposed gradient, which the stage writes into ``.grad``
+    strided as the parameter, as ``AccumulateGrad`` does (fused AdamW steps ``.grad`` element by
+    element in the parameter's order: a transposed one trained MobileBERT's tiny model away from
+    plain training)."""
+    model, x, _ = _tiny("gpt2")
+    model.eval()
+    plain = linearize(model, x)
+    inner = plain.stages[-2][1]  # the final norm, the tied projection (their calls)
+    projection = inner[-1].block
+    assert isinstance(projection, torch.nn.Linear)
+
+    class Transposed(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.head = inner
+
+        def forward(self, h):
+            return self.head[:-1](h).matmul(projection.weight.t().contiguous())
+
+    plain.stages[-2] = ("head", Transposed())
+    chunked = chunk_loss(plain, x, CHUNKS, "transposed")
+    tied = projection.weight
+    assert tied is model.get_input_embeddings().weight
+    found = []
+    for chain in (plain, chunked):
+        chain.forward(x).backward()
+        found.append(tied.grad)
+        tied.grad = None
+    assert chunked.modules[-1].tied_into_grad  # written into .grad, not returned
+    assert found[1].stride() == tied.stride() == found[0].stride()
+    torch.testing.assert_close(found[1], found[0], rtol=1e-5, atol=1e-7)
 
 
 @pytest.mark.parametrize("name", sorted(TINY))

@@ -181,3 +181,23 @@ def test_a_head_reading_an_earlier_block_is_cut_but_the_chain_api_refuses_to_tra
     assert prof.side_gradient_size == head.side_bytes // 2
     with pytest.raises(InputError, match="computed from the parameters"):
         checkpointed(linearize(model, ids), memplan.solve(prof, "store-all", 2**40))
+
+
+class ScaledWithoutGradients(PooledDict):
+    """Tensor code after the last block that computes a scale under ``torch.no_grad()``."""
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        h = self.embed(ids)
+        for block in self.blocks:
+            h = block(h)
+        with torch.no_grad():
+            scale = h.abs().mean() + 1.0
+        return self.cls(h.mean(1) / scale)
+
+
+def test_a_head_that_switches_off_autograd_is_refused():
+    # a replay of its tape would switch autograd off and leave it off for the rest of the step
+    torch.manual_seed(0)
+    with pytest.raises(InputError, match="switches autograd's or autocast's mode"):
+        find_repeated_blocks(ScaledWithoutGradients(), torch.randint(0, VOCAB, (2, 8)))
+    assert torch.is_grad_enabled()

@@ -203,9 +203,21 @@ def test_a_padded_batch_trains_as_plain_training():
         torch.testing.assert_close(ours.grad, theirs.grad, rtol=0, atol=0, msg=name)
 
 
-def test_the_infeasible_message_of_whole_blocks_names_the_option():
-    with pytest.raises(InputError, match="may fit in less: sub_blocks=True"):
+def test_the_infeasible_message_of_whole_blocks_names_the_option_where_it_lowers_the_least():
+    with pytest.raises(InputError, match="need less, [0-9.]+ MB .*: sub_blocks=True"):
         enable(_model("llama"), "0.01MB", example_input=_batch(0), repeats=1, **NAMED)
+    model = _model("llama")
+    whole = _least(model, False, _profile(model, False))
+    least = _least(model, True, _profile(model, True))
+    with pytest.raises(InputError, match=r"\(attention, MLP\) fit: sub_blocks=True$"):
+        enable(model, (whole + least) // 2, example_input=_batch(0), repeats=1, **NAMED)
+
+
+def test_the_infeasible_message_names_no_option_that_cannot_cut_the_blocks():
+    torch.manual_seed(0)
+    with pytest.raises(InputError, match="no rotor plan fits") as caught:
+        enable(_RoutedNet(), "0.01MB", example_input=torch.randint(0, 16, (2, 8)), **NAMED)
+    assert "sub_blocks" not in str(caught.value)
 
 
 def test_auto_cuts_the_blocks_only_where_whole_blocks_do_not_fit():
@@ -259,3 +271,39 @@ def test_a_block_that_routes_by_its_values_is_not_cut():
         found = find_repeated_blocks(_RoutedNet(), ids)
     assert found.parts == []
     assert [n for n, _ in found.stages] == ["embedding", "blocks.0", "blocks.1", "blocks.2"]
+
+
+class _NoGrad(nn.Module):
+    """Two residual sub-calls, the first computing a scale without gradients (``torch.no_grad()``
+    in the block's code, as DOTS3's attention does): a tape records the switch, and a replay
+    would leave autograd off for the rest of the step, so the block is not cut."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.first = nn.Linear(16, 16)
+        self.second = nn.Linear(16, 16)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        with torch.no_grad():
+            scale = x.abs().mean() + 1.0
+        h = x + self.first(x) / scale
+        return h + self.second(h)
+
+
+class _NoGradNet(_RoutedNet):
+    def __init__(self) -> None:
+        super().__init__()
+        self.blocks = nn.ModuleList(_NoGrad() for _ in range(3))
+
+
+def test_a_block_that_switches_off_autograd_is_not_cut():
+    from memplan.torch.split.repeated import find_repeated_blocks
+
+    torch.manual_seed(0)
+    ids = torch.randint(0, 16, (2, 8))
+    with cutting_sub_blocks(True):
+        found = find_repeated_blocks(_NoGradNet(), ids)
+    assert found.parts == []
+    assert torch.is_grad_enabled()
+    with pytest.raises(InputError, match="could be cut into sub-blocks"):
+        enable(_NoGradNet(), "1GB", example_input=ids, sub_blocks=True, **NAMED)

@@ -44,7 +44,6 @@ docs/profiling.md describes the method and its approximations; docs/estimation.m
 
 from __future__ import annotations
 
-import functools
 import time
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
@@ -255,16 +254,22 @@ def _fresh_run(
     if grad is None:
         return 0, 0
     handles: list[Any] = []
-    if summed:  # the output's gradient made under the probe too, whose events see it freed
+    if summed:
         handles = sum_out_of_place(shared_parameters(runner.module, creates), probe)
-        box: list[Tensor] = []
-        del grad
-        probe.peak(lambda: box.append(torch.ones_like(out)), dict)
-        step = backward_owning(out, box)
     else:
         _allocate_grads(runner.module, lambda param: id(param) not in creates)
         prepare_shared(shared_parameters(runner.module, creates))
-        step = functools.partial(out.backward, grad)
+    # NOTE [ The backward owns what it frees ]: in the model's graph, nobody but autograd holds
+    # the output's gradient g[k+1] (its first node consumes it) nor, once the next stage's
+    # backward has run, the output x[k+1] (a stage ending in a ReLU saved it: its node frees
+    # it). Held here until the backward returns, both were counted to its end: RegNet's first
+    # block 131,072 bytes above plain training's peak. The gradient is made under the probe,
+    # whose events then see it freed, and handed to autograd alone; the output let go.
+    box: list[Tensor] = []
+    del grad
+    probe.peak(lambda made=out: box.append(torch.ones_like(made)), dict)
+    step = backward_owning(out, box)
+    del out
     runner.sync()
     try:
         peak = probe.peak(step, dict)

@@ -64,6 +64,7 @@ from memplan.torch.split.chunked_loss import (
     CHUNKED_STAGE,
     ChunkedLoss,
     chunked_stage,
+    head_reads_batch,
     profile_loss_chunks,
     resolve_loss_chunks,
 )
@@ -184,6 +185,8 @@ def can_chunk_loss(target: Target) -> bool:
     """
     model, found = target.model, target.layout
     if target.chunked is not None or target.how != "hooks" or found.head_by == "none":
+        return False
+    if head_reads_batch(found.stages[-1][1]):
         return False
     return is_hf_model(model) and hf_task(model) in ("causal-lm", "masked-lm")
 

@@ -112,6 +112,7 @@ from memplan.torch.split.tied_lookup import (
     sparse_lookups,
     unmark,
 )
+from memplan.torch.split.wrappers import BlockCall, TapeStage, ViewStage
 
 __all__ = [
     "CHUNKED_STAGE",
@@ -232,6 +233,12 @@ class ChunkedLoss(nn.Module):
             self.tied_returned += 1
             unmark(param.grad)
             return grad * scale
+        if grad.stride() != param.stride():
+            # autograd's gradient layout contract, which AccumulateGrad keeps and an optimizer
+            # may rely on: ``.grad`` strided as its parameter. A head reading the weight
+            # transposed (MobileBERT's ``decoder.weight.t()``) is given a transposed gradient,
+            # which fused AdamW stepped element by element in the wrong places
+            grad = torch.empty_like(param).copy_(grad)
         param.grad = grad.mul_(scale)
         mark_tied_half(param.grad)
         self.tied_into_grad += 1
@@ -563,6 +570,24 @@ def chunked_stage(
     return stage
 
 
+def head_reads_batch(head: nn.Module) -> bool:
+    """Whether ``head`` (a chain's head stage) runs on hidden states of the example batch's shape
+    only, not on a chunk of its tokens: it was traced reading tensors computed for that batch
+    besides its input (a head replayed from a tape that read an attention mask or a tensor an
+    earlier block made, :class:`~memplan.torch.split.wrappers.TapeStage`: Inkling-2's; a module
+    call holding such tensors, :class:`~memplan.torch.split.wrappers.BlockCall`), or a view of
+    its input of the traced geometry (CPM-Ant's head reads the hidden states past its prompt).
+    """
+    for m in head.modules():
+        if isinstance(m, TapeStage) and m.batch_data:
+            return True
+        if isinstance(m, BlockCall) and (m.view is not None or m.holds_batch_tensors):
+            return True
+        if isinstance(m, ViewStage):
+            return True
+    return False
+
+
 def chunk_loss(chain: Chain, x: Tensor, chunks: int | None, kind: str = "the model") -> Chain:
     """``chain`` with its ``head`` and ``loss`` stages merged into one :class:`ChunkedLoss`.
 
@@ -603,6 +628,12 @@ def chunk_loss(chain: Chain, x: Tensor, chunks: int | None, kind: str = "the mod
     if len(names) < 3 or names[-2] != "head":
         raise InputError(f"--loss-chunks: {kind}'s chain has no head stage before its loss")
     head = chain.modules[-2]
+    if head_reads_batch(head):
+        raise InputError(
+            f"--loss-chunks: {kind}'s head was traced for the whole batch (it reads tensors "
+            "computed for that batch besides the hidden states, or a view of their traced "
+            "shape): it cannot run on a chunk of tokens; train it without loss_chunks"
+        )
     stage = ChunkedLoss(head, loss, chunks)
     earlier = {id(p) for _, module in chain.stages[:-2] for p in module.parameters()}
     stage.shared = {n for n, p in head.named_parameters() if id(p) in earlier}

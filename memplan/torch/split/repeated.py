@@ -594,6 +594,12 @@ def _head_by_tape(
     for mode in (eval_mode, train_mode):
         with mode(model):
             recorder, taint, result = _record_head(model, call, pick, x, last, ordinal)
+        if recorder.switches_modes:  # a replay would leave autograd off (MODE_SWITCHES)
+            raise InputError(
+                f"cannot linearize {kind}: what follows its last block {last.name} switches "
+                "autograd's or autocast's mode (torch.no_grad() in tensor code), which memplan "
+                "cannot replay; give it a memplan_stages() method returning [(name, module), ...]"
+            )
         end = recorder.ref(result) if isinstance(result, Tensor) else None
         if end is None:
             raise InputError(

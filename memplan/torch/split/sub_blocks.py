@@ -158,13 +158,15 @@ def part_tapes(tape: Tape, cuts: list[int]) -> list[Tape]:
 
 def _record(block: BlockCall, x: Tensor) -> Tape | None:
     """The block's operations on ``x``; None when it reads values (NOTE [ Sub-block stages ]):
-    its parts, replayed from a tape, would follow the example's decisions.
+    its parts, replayed from a tape, would follow the example's decisions; or when it switches
+    autograd's mode (``torch.no_grad()`` inside: :data:`~memplan.torch.split.tape.MODE_SWITCHES`),
+    which a replay would not switch back.
     """
     recorder = TapeRecorder()
     with torch.no_grad(), torch.random.fork_rng(devices=[]), recorder:
         recorder.start(x)
         out = block(x)
-    if recorder.reads_values:
+    if recorder.reads_values or recorder.switches_modes:
         return None
     return recorder.tape if recorder.finish(out) else None
 

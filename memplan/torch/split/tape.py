@@ -61,6 +61,16 @@ VALUE_READS = frozenset(
 input: what the code decides from them (a mixture of experts' loop over the experts it routed
 to) a replay repeats as decided when it was recorded (:attr:`TapeRecorder.reads_values`)."""
 
+MODE_SWITCHES = frozenset(
+    {"_set_grad_enabled", "set_grad_enabled", "_set_fwd_grad_enabled", "set_autocast_enabled",
+     "_enter_autocast", "_exit_autocast"}
+)  # fmt: skip
+"""Calls that switch a mode of autograd or autocast for what follows (``torch.no_grad()`` in a
+model's code): a tape records the switch the forward made when it was recorded, under the
+recording's own modes (the switch back may not pass through the recorder), and a replay would
+leave autograd off for the rest of the step (:attr:`TapeRecorder.switches_modes`): DOTS3's
+attention's tiny model, cut into sub-blocks, was profiled without a gradient after its first."""
+
 VIEW_ATTRIBUTES = frozenset({"T", "mT", "H", "mH", "real", "imag"})
 """Tensor attributes that are operations (views); reading any other is not recorded."""
 
@@ -190,6 +200,7 @@ class TapeRecorder(TorchFunctionMode):  # type: ignore[misc]  # torch's types ar
         self.on_end = on_end
         self.leaf = leaf
         self.reads_values = False  # an operation of VALUE_READS was recorded
+        self.switches_modes = False  # a call of MODE_SWITCHES was recorded
         # id(tensor) -> (its reference, a weak reference to check it is the same tensor): the
         # recorder keeps no tensor of the head alive
         self.made: dict[int, tuple[Ref, weakref.ref[Tensor]]] = {}
@@ -230,6 +241,8 @@ class TapeRecorder(TorchFunctionMode):  # type: ignore[misc]  # torch's types ar
         name = getattr(func, "__name__", "")
         if name in VALUE_READS or (name == "where" and len(args) + len(kwargs) == 1):
             self.reads_values = True
+        if name in MODE_SWITCHES:
+            self.switches_modes = True
         results = [t for t in pytree.tree_leaves(out) if isinstance(t, Tensor)]
         if not results and out is not None:  # a size, a dtype: read, not written
             return out

@@ -103,9 +103,16 @@ class BlockCall(nn.Module):
         self.side_pointers: frozenset[int] = frozenset()
         """The storages of those tensors (data pointers)."""
 
+    @property
+    def holds_batch_tensors(self) -> bool:
+        """Whether the call holds traced tensors besides the hidden state and so runs on hidden
+        states of the traced shape only (an attention mask).
+        """
+        return bool(self._extras) and self.input_shape is not None
+
     def forward(self, x: Tensor) -> Tensor:
         x = redo_view(x, self.view)
-        if self._extras and self.input_shape is not None and tuple(x.shape) != self.input_shape:
+        if self.holds_batch_tensors and tuple(x.shape) != self.input_shape:
             raise RuntimeError(
                 f"{type(self.block).__name__}: the chain was traced for hidden states of shape "
                 f"{self.input_shape} (its other inputs, e.g. attention masks, have that size); "
