@@ -491,8 +491,9 @@ def enable(
         other (a Llama or GPT-2 layer: attention with its residual, MLP with its residual), each
         a stage of the plan: its least memory is then below one whole block's backward (NOTE
         [ Sub-block stages ] in :mod:`memplan.torch.split.sub_blocks`). ``"auto"``: only when
-        no plan of whole blocks fits the budget (the model is profiled again, cut), on one
-        process, without ``profile``. One process only: a model cut so is refused under FSDP2.
+        no plan of whole blocks fits the budget (the model is profiled again, cut), without
+        ``profile``. Under FSDP2 each cut block is one ``fully_shard`` unit spanning its
+        sub-blocks (docs/sharding.md); a block sharded inside is refused at the first step.
 
     Returns
     -------
@@ -553,7 +554,18 @@ def enable(
         return solve(plan_profile, loop, why)
 
     labels = isinstance(example_input, Mapping) and example_input.get("labels") is not None
-    fsdp.install_sharded(target, prof, ranks, first, plan_for, loss_in_model=labels)
+    try:
+        fsdp.install_sharded(target, prof, ranks, first, plan_for, loss_in_model=labels)
+    except InputError:
+        if not (cut is None and profile is None and target.how == "hooks") or auto:
+            raise
+        # "auto" on several ranks: no plan of one rank of whole blocks fits
+        found = _profiled(model, example_input, given, loss_chunks, None, None)
+        if found[1] is None:
+            raise
+        target, prof, settings = found[0], found[1], found[2]
+        solve = _solver(budget, settings, functools.partial(can_chunk_loss, target))
+        fsdp.install_sharded(target, prof, ranks, loop_of(prof), plan_for, loss_in_model=labels)
     plan = _installed(model)
     if in_backward:  # NOTE [ step in the backward ]
         plan._handles.append(StepInBackward(model, _loop_optimizer(optimizer)))
@@ -575,7 +587,7 @@ def _check_sub_blocks(sub_blocks: bool | str) -> bool | None:
 
 def _one_process(ranks: int | None) -> bool:
     """Whether the model trains on one process: no shard count above one, no process group of
-    several ranks (FSDP2 refuses sub-blocks).
+    several ranks (``sub_blocks="auto"`` then checks the plan of one rank, which it installs).
     """
     import torch.distributed as dist
 
