@@ -157,9 +157,17 @@ def test_a_model_without_blocks_to_cut_is_refused():
         enable(model, "1GB", example_input=torch.randn(2, 16), sub_blocks=True)
 
 
-def test_sub_blocks_are_refused_under_fsdp2():
-    with pytest.raises(InputError, match="one fully_shard unit spanning several stages"):
-        enable(_model("llama"), "1GB", example_input=_batch(0), shards=2, sub_blocks=True)
+def test_sub_blocks_plan_one_rank_of_several():
+    """Under FSDP2 (``shards``) a cut block is one unit spanning its parts' stages: the rank's
+    profile gathers the whole block in each part's forward (tests/torch/test_fsdp.py trains it
+    on two ranks)."""
+    model = enable(_model("llama"), "1GB", example_input=_batch(0), shards=2, sub_blocks=True)
+    plan = planned(model)
+    assert plan is not None and plan.profile.extra["shards"]["ranks"] == 2
+    assert plan.names[1:3] == ["layers.0[1/2]", "layers.0[2/2]"]
+    first, second = plan.profile.stages[1], plan.profile.stages[2]
+    gathered = 2 * (first.weight_size + second.weight_size)  # two ranks: the shards twice
+    assert second.forward_overhead >= 2 * gathered
 
 
 def test_a_cut_reads_one_tensor_of_the_part_before():

@@ -95,6 +95,14 @@ def is_sharded(module: nn.Module) -> bool:
     return cls is not None and isinstance(module, cls)
 
 
+def _class_name(module: nn.Module) -> str:
+    """The name of a module's class, as the user wrote it (``fully_shard`` makes it a subclass
+    named ``FSDP`` + its name, of ``FSDPModule`` and the class).
+    """
+    cls = type(module)
+    return cls.__bases__[-1].__name__ if is_sharded(module) else cls.__name__
+
+
 def _is_dtensor(tensor: Tensor) -> bool:
     return type(tensor).__name__ == "DTensor" and hasattr(tensor, "device_mesh")
 
@@ -308,19 +316,17 @@ class ShardedSteps:
             self._handles.append(block.register_forward_pre_hook(self._gathering(k)))
 
     def _check_parts(self) -> None:
-        """A block cut into sub-blocks is one FSDP2 unit, with none inside it (NOTE [ A unit
-        spanning stages ] in :mod:`memplan.profile.sharding`).
+        """A block cut into sub-blocks is one FSDP2 unit (or part of the root), with no unit
+        inside it: its parts would gather and reshard apart, which the terms do not count (NOTE
+        [ A unit spanning stages ] in :mod:`memplan.profile.sharding`).
         """
         for block in self.units.cut_blocks():
-            inner = [m for m in block.modules() if m is not block and is_sharded(m)]
-            if inner or not is_sharded(block):
-                name = type(block).__name__
-                how = "has fully_shard units inside it" if inner else "is not a fully_shard unit"
+            if any(m is not block and is_sharded(m) for m in block.modules()):
                 raise InputError(
-                    f"{type(self.model).__name__}: a block cut into sub-blocks ({name}) {how}: "
-                    "memplan plans a cut block as one unit spanning its sub-blocks; call "
-                    "fully_shard on each whole block (and on the root), or enable without "
-                    "sub_blocks"
+                    f"{_class_name(self.model)}: a block cut into sub-blocks "
+                    f"({_class_name(block)}) has fully_shard units inside it; memplan plans a "
+                    "cut block as one unit spanning its sub-blocks: call fully_shard on each "
+                    "whole block (and on the root), or enable without sub_blocks"
                 )
 
     def _reached(self, k: int) -> Callable[..., Any]:
