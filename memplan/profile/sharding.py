@@ -59,6 +59,28 @@ benchmarks/bench_fsdp.py):
 FSDP2's root pre-backward hook prefetches the last block at the loss when the model computes its
 loss (``loss_in_root``), at the head's output otherwise.
 
+NOTE [ A unit spanning stages ]
+-------------------------------
+A block cut into sub-blocks (``enable(..., sub_blocks=True)``) is several stages ``a..b`` and
+one ``fully_shard`` unit (``StageShard.first``): its ``G``, ``P``, ``S`` above are the unit's,
+the sums over its stages. FSDP2 gathers the unit at its pre-forward hook and reshards it at its
+post-forward, so every stage's forward holds ``2 G`` as a block's does; memplan's recomputation
+of one part gathers the whole unit too (:meth:`memplan.torch.runtime.fsdp.ShardedSteps.
+replaying`), and before a part after the first nothing else is held in the forward phase. In the
+backward FSDP2's pre-backward hook runs at the unit's output, before ``B b``, and prefetches the
+unit before it; its post-backward hook, after ``B a``, reduce-scatters the unit's gradients. So
+the window of ``g[k]`` for ``a < k <= b`` (:meth:`_Terms.inside`) holds the gathered unit
+``G``, the prefetch, the reduce-scatter input of the unit after (kept to this unit's
+reduce-scatter; for the first unit, which prefetches nothing, gloo's copy of it too), the
+unsharded gradients of stages ``k..b`` beyond their shards (``P - S``, each stage keeping its
+shard at its backward); ``B b`` has a block's moments but the reduce-scatter, ``B a`` the
+reduce-scatter's (:meth:`_Terms.unit_reduce`).
+
+Over-counts known: a part recomputed inside the unit's own backward (for ``B a``,
+in the window of ``g[a+1]``) finds the unit gathered, but its forward counts ``2 G`` more; a
+part after the first counts, in the forward phase, what a recomputation of it holds before it
+computes (gloo's late copy, a dropped prefetch).
+
 Times are unchanged: FSDP2 overlaps its collectives with the computation on a GPU.
 """
 
@@ -236,9 +258,10 @@ class _Terms:
         blocks = layout.blocks
         self.first = blocks[0] if blocks else None
         self.last = blocks[-1] if blocks else None
-        self.start = {
-            k: (k if self.shards[k].first is None else self.shards[k].first) for k in blocks
-        }
+        self.start: dict[int, int] = {}  # a block stage -> its unit's first stage
+        for k in blocks:
+            first = self.shards[k].first
+            self.start[k] = k if first is None else first
         self.end = {k: max(j for j in blocks if self.start[j] == self.start[k]) for k in blocks}
         self.unit_gathered = {s: 0 for s in self.start.values()}
         self.unit_params = dict(self.unit_gathered)
@@ -308,15 +331,16 @@ class _Terms:
 
         From ``B k`` to the end of ``B k-1`` the unit is gathered (FSDP2's pre-backward hook,
         at its last stage, gathered it and prefetched the unit before it; its post-backward hook
-        runs after its first stage's backward): its parameters ``G``, the prefetch and, with
-        gloo, the copy of the last collective; the reduce-scatter input of the unit after it;
-        the unsharded gradients of its stages from ``k`` on beyond their shards.
+        runs after its first stage's backward): its parameters ``G``, the prefetch; the
+        reduce-scatter input of the unit after it, and, where no prefetch was issued since
+        (the first unit), gloo's copy of it; the unsharded gradients of its stages from ``k``
+        on beyond their shards. (gloo's copy of an all-gather is not held past its copy-out:
+        a unit's computation counts none, as a block's does.)
         """
         start, end = self.start[k], self.end[k]
         own, after, before = self.gathered(k), self.gathered(end + 1), self.gathered(start - 1)
         whole = sum(self.shards[j].params - self.shards[j].shard for j in range(k, end + 1))
-        copies = self.layout.copies
-        late = copies * before if before else copies * (after + own)
+        late = 0 if before else self.layout.copies * after
         return own + after + whole + before + late
 
     def before_forward(self, k: int) -> int:

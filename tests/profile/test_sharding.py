@@ -120,9 +120,9 @@ def test_a_unit_spanning_two_stages():
     assert rank.stages[2].forward_overhead == 2 * unit + max(50, unit - 100)
     assert rank.stages[3].forward_overhead == 2 * g + max(50, unit - 100)
     # the window between the unit's stages: its parameters, the reduce-scatter input of block
-    # 2, stage 2's unsharded gradients beyond their shard, gloo's late copies (no unit before it
-    # to prefetch: block 2's reduce-scatter copy, the unit's all-gather copy)
-    inside = unit + g + (1000 - 500) + (g + unit)
+    # 2, stage 2's unsharded gradients beyond their shard, gloo's late copy of that
+    # reduce-scatter (no unit before it to prefetch: no collective since)
+    inside = unit + g + (1000 - 500) + g
     assert [st.grad_size for st in rank.stages] == [
         100 + unit, 100 + inside, 100 + g, 100, 500, 4
     ]  # fmt: skip

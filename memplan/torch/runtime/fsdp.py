@@ -24,6 +24,12 @@ shards as FSDP2 pads them, which stages are blocks) and the runtime what FSDP2 n
   resharded; a recomputation of block ``k`` itself uses it): the window of ``B k`` holds the
   reduce-scatter input of block ``k+1`` alone (the terms' ``C[k+1]``), and every recomputation of
   a block gathers its own parameters, as the terms count.
+* **A block cut into sub-blocks is one unit** (``enable(..., sub_blocks=True)``: NOTE [ A unit
+  spanning stages ] in :mod:`memplan.profile.sharding`). A recomputed part is replayed from its
+  operations, not called as a module, so no FSDP2 hook runs: memplan gathers the block first
+  (``FSDPModule.unshard``, after dropping another block's prefetch as for a block), and
+  reshards it after unless its backward is the next to run (:meth:`ShardedSteps.replaying`).
+  A cut block with a ``fully_shard`` unit inside it is refused at the first sharded step.
 * **The unsharded parameters are the model's, not the plan's.** A block's saved tensors include
   its unsharded parameters; memplan treats their storages as parameters (never part of ``s[k]``,
   never offloaded) through :meth:`ShardedSteps.static`.
@@ -421,7 +427,7 @@ class ShardedSteps:
         block = self.blocks[first]
         if not block.gathered():
             self._drop(first)(module, ())
-            block.module.unshard()  # type: ignore[operator]
+            block.module.unshard()
         self.gathered = block.pointers()
         try:
             yield
