@@ -68,12 +68,13 @@ NAMED = {"optimizer": "adamw", "output_held": False}
 """The loop below, named from the start: the least memory stated is the one it trains at."""
 
 
-def _least(model: nn.Module, sub_blocks: bool, prof) -> int:
-    """The least memory ``enable`` states when it refuses 0.01 MB, in bytes."""
+def _least(model: nn.Module, sub_blocks: bool, prof, shards: int | None = None) -> int:
+    """The least memory ``enable`` states when it refuses 0.01 MB, in bytes (one rank's of
+    ``shards``)."""
     with pytest.raises(InputError, match="the least memory that fits is") as caught:
         enable(
             copy.deepcopy(model), "0.01MB", example_input=_batch(0), profile=prof,
-            sub_blocks=sub_blocks, **NAMED,
+            sub_blocks=sub_blocks, shards=shards, **NAMED,
         )  # fmt: skip
     found = re.search(r"fits is [\d.]+ MB \((\d+) bytes\)", str(caught.value))
     assert found, str(caught.value)
@@ -216,14 +217,17 @@ def test_the_infeasible_message_of_whole_blocks_names_the_option():
         enable(_model("llama"), "0.01MB", example_input=_batch(0), repeats=1, **NAMED)
 
 
-def test_auto_cuts_the_blocks_only_where_whole_blocks_do_not_fit():
+@pytest.mark.parametrize("shards", [None, 2])
+def test_auto_cuts_the_blocks_only_where_whole_blocks_do_not_fit(shards):
+    """On one process, and for one rank of two under FSDP2 (``shards``: the rank's plan)."""
     model = _model("llama")
-    whole = _least(model, False, _profile(model, False))
-    least = _least(model, True, _profile(model, True))
+    whole = _least(model, False, _profile(model, False), shards)
+    least = _least(model, True, _profile(model, True), shards)
     for budget, cut in ((whole + 4096, False), ((whole + least) // 2, True)):
         got = enable(
-            copy.deepcopy(model), budget, example_input=_batch(0), sub_blocks="auto", **NAMED
-        )
+            copy.deepcopy(model), budget, example_input=_batch(0), sub_blocks="auto",
+            shards=shards, **NAMED,
+        )  # fmt: skip
         plan = planned(got)
         assert plan is not None
         assert ("layers.0[1/2]" in plan.names) is cut, (budget, plan.names)
