@@ -75,6 +75,7 @@ from memplan.torch.split.trace import primary_output
 
 __all__ = [
     "ShardedSteps",
+    "StageUnits",
     "collective_copies",
     "fsdp_blocks",
     "install_sharded",
