@@ -556,15 +556,10 @@ def enable(
     labels = isinstance(example_input, Mapping) and example_input.get("labels") is not None
     try:
         fsdp.install_sharded(target, prof, ranks, first, plan_for, loss_in_model=labels)
-    except InputError:
-        if not (cut is None and profile is None and target.how == "hooks") or auto:
-            raise
-        # "auto" on several ranks: no plan of one rank of whole blocks fits
-        found = _profiled(model, example_input, given, loss_chunks, None, None)
-        if found[1] is None:
-            raise
-        target, prof, settings = found[0], found[1], found[2]
-        solve = _solver(budget, settings, functools.partial(can_chunk_loss, target))
+    except InputError as error:  # "auto" on several ranks: cut where no rank's plan fits
+        tried = auto or cut is not None or profile is not None
+        again = (model, example_input, given, loss_chunks, budget)
+        target, prof, solve = _cut_for_ranks(error, tried, *again)
         fsdp.install_sharded(target, prof, ranks, loop_of(prof), plan_for, loss_in_model=labels)
     plan = _installed(model)
     if in_backward:  # NOTE [ step in the backward ]
@@ -574,6 +569,27 @@ def enable(
     unreached = frozenset(id(t) for t in unreached_tensors(model, stage_modules(target)))
     LoopWatch(plan, _replanner(prof, solve, plan, unreached), watched)
     return model
+
+
+def _cut_for_ranks(
+    error: InputError,
+    tried: bool,
+    model: nn.Module,
+    example_input: Any,
+    given: tuple[str, int | None, float | str | None, int],
+    loss_chunks: int | str | None,
+    budget: Any,
+) -> tuple[Any, Profile, Callable[..., Schedule]]:
+    """``sub_blocks="auto"`` where no plan of one rank of several fits with whole blocks: the
+    model cut into sub-blocks, its profile and its solver; ``error`` raised again where the
+    blocks were cut or kept already (``tried``) or none can be cut.
+    """
+    if tried:
+        raise error
+    target, prof, settings = _profiled(model, example_input, given, loss_chunks, None, None)
+    if prof is None:
+        raise error
+    return target, prof, _solver(budget, settings, functools.partial(can_chunk_loss, target))
 
 
 def _check_sub_blocks(sub_blocks: bool | str) -> bool | None:
