@@ -31,7 +31,10 @@ each block one under FSDP2 + checkpoint (the recipe), the caller's loss. The way
   per-rank peak FSDP2 + checkpoint measured (the largest over the ranks); the model's own loss,
   and (Hugging Face models) the loss in chunks of tokens (``loss_chunks``);
 * **memplan, least memory**: the same at the least per-rank memory memplan plans for, with the
-  loss in chunks of tokens on the Hugging Face models (``loss_chunks``: the one-line switch).
+  loss in chunks of tokens on the Hugging Face models (``loss_chunks``: the one-line switch);
+* **sub-blocks** (Hugging Face models): memplan at their peak and at its least with the loss in
+  chunks and ``sub_blocks=True``: each block cut into its residual sub-blocks (attention, MLP),
+  each a stage, the block one ``fully_shard`` unit spanning them (docs/sharding.md).
 
 Each way's peak is the allocator's count of one measured step after the first (on CPU, c10's
 running total with every thread counted: ``allocator_peak.count_every_thread``; on CUDA,
@@ -61,15 +64,21 @@ from typing import Any
 
 from _common import machine
 
-WAYS = ("fsdp2", "checkpoint", "checkpoint-chunked", "memplan", "memplan-chunked", "memplan-least")
+WAYS = (
+    "fsdp2", "checkpoint", "checkpoint-chunked", "memplan", "memplan-chunked", "memplan-sub",
+    "memplan-least", "memplan-sub-least",
+)  # fmt: skip
 LABELS = {
     "fsdp2": "FSDP2",
     "checkpoint": "FSDP2 + checkpoint per block",
     "checkpoint-chunked": "FSDP2 + checkpoint per block + chunked loss (by hand)",
     "memplan": "memplan at their peak",
     "memplan-chunked": "memplan at their peak, loss in chunks",
+    "memplan-sub": "memplan at their peak, loss in chunks, sub-blocks",
     "memplan-least": "memplan, least memory",
+    "memplan-sub-least": "memplan, least memory, sub-blocks",
 }
+MEMPLAN_WAYS = ("memplan", "memplan-chunked", "memplan-sub", "memplan-least", "memplan-sub-least")
 MODELS = ("gpt", "gpt2", "llama", "llama-halves")
 
 
@@ -338,13 +347,16 @@ def _shard(model: Any, blocks: Any) -> Any:
     return model
 
 
-def _rank_figures(case: Case, prof: Any, world: int, chunks: int | None) -> tuple[int, int]:
+def _rank_figures(
+    case: Case, prof: Any, world: int, chunks: int | None, sub_blocks: bool = False
+) -> tuple[int, int]:
     """(store-all peak, least memory) of one rank of ``world``, as the terms model them: the
     rank's profile is the one ``enable`` plans with (``shards=world``)."""
     from memplan.api import describe, schedule_from_sequence, simulate
     from memplan.torch import enable, planned
 
-    options = {"loss_chunks": chunks} if chunks is not None else {}
+    options: dict[str, Any] = {"loss_chunks": chunks} if chunks is not None else {}
+    options["sub_blocks"] = sub_blocks
     one = enable(
         _copy(case.model), "1TB", example_input=case.example, profile=prof, shards=world,
         optimizer="sgd", output_held=False, **options,
@@ -428,16 +440,23 @@ class _Ways:
 
 
 def _memplan_way(
-    ways: _Ways, name: str, budget: int, prof: Any, world: int, chunks: int | None
+    ways: _Ways,
+    name: str,
+    budget: int,
+    prof: Any,
+    world: int,
+    chunks: int | None,
+    sub_blocks: bool = False,
 ) -> None:
     """memplan's plan for ``budget`` per rank: ``enable`` before ``fully_shard`` (one rank of
     ``world``, the loop of :meth:`_Ways.step`, the loss in ``chunks`` chunks of tokens or the
-    model's own), measured."""
+    model's own, its blocks cut into sub-blocks or not), measured."""
     from memplan.errors import InputError
     from memplan.torch import enable, planned
 
     case = ways.case
-    chunked = {} if chunks is None else {"loss_chunks": chunks}
+    chunked: dict[str, Any] = {} if chunks is None else {"loss_chunks": chunks}
+    chunked["sub_blocks"] = sub_blocks
     try:
         under = enable(
             _copy(case.model), budget, example_input=case.example, profile=prof,
@@ -462,15 +481,17 @@ def _rank(rank: int, world: int, options: argparse.Namespace) -> dict[str, Any]:
     import torch
 
     from memplan.torch import profile_model
+    from memplan.torch.split.sub_blocks import cutting_sub_blocks
 
     device = torch.device("cuda", rank) if options.device == "cuda" else torch.device("cpu")
     cases = {"gpt": _zoo_case, "llama-halves": _halves_case}
     case = cases.get(options.model, _hf_case)(options, device, rank)
 
-    def profile(chunks: int | None) -> Any:
-        return profile_model(
-            _copy(case.model), example_input=case.example, repeats=3, loss_chunks=chunks
-        )
+    def profile(chunks: int | None, cut: bool = False) -> Any:
+        with cutting_sub_blocks(cut):
+            return profile_model(
+                _copy(case.model), example_input=case.example, repeats=3, loss_chunks=chunks
+            )
 
     prof = profile(None)  # the model's own loss: plain FSDP2's
     modelled, _ = _rank_figures(case, prof, world, None)
@@ -486,6 +507,11 @@ def _rank(rank: int, world: int, options: argparse.Namespace) -> dict[str, Any]:
     if case.chunks is not None:  # at their peak too: more room for stored blocks, smaller products
         _memplan_way(ways, "memplan-chunked", peak, chunked, world, case.chunks)
     _memplan_way(ways, "memplan-least", least, chunked, world, case.chunks)
+    if case.chunks is not None:  # a Hugging Face model: its blocks cut into sub-blocks
+        cut = profile(case.chunks, cut=True)
+        _, cut_least = _rank_figures(case, cut, world, case.chunks, sub_blocks=True)
+        _memplan_way(ways, "memplan-sub", peak, cut, world, case.chunks, sub_blocks=True)
+        _memplan_way(ways, "memplan-sub-least", cut_least, cut, world, case.chunks, sub_blocks=True)
     ways.time(options.rounds)
     return {"text": case.text, "chunks": case.chunks, "ways": ways.found}
 
@@ -625,7 +651,9 @@ def report(doc: dict[str, Any]) -> str:
     for name, where in (
         ("memplan", "at their peak"),
         ("memplan-chunked", "at their peak with the loss in chunks"),
+        ("memplan-sub", "at their peak with sub-blocks"),
         ("memplan-least", "at its least"),
+        ("memplan-sub-least", "at its least with sub-blocks"),
     ):
         if "forwards" in ways.get(name, {}):
             lines[-1] += f" memplan recomputes {ways[name]['forwards'] - ways[name]['stages']}"
@@ -649,7 +677,7 @@ def check(argv: list[str]) -> int:
     ways = doc["ways"]
     over = [
         n
-        for n in ("memplan", "memplan-chunked", "memplan-least")
+        for n in MEMPLAN_WAYS
         if ways.get(n, {}).get("peak") is not None and ways[n]["peak"] > ways[n]["budget"]
     ]
     if over:

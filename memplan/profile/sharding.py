@@ -59,6 +59,28 @@ benchmarks/bench_fsdp.py):
 FSDP2's root pre-backward hook prefetches the last block at the loss when the model computes its
 loss (``loss_in_root``), at the head's output otherwise.
 
+NOTE [ A unit spanning stages ]
+-------------------------------
+A block cut into sub-blocks (``enable(..., sub_blocks=True)``) is several stages ``a..b`` and
+one ``fully_shard`` unit (``StageShard.first``): its ``G``, ``P``, ``S`` above are the unit's,
+the sums over its stages. FSDP2 gathers the unit at its pre-forward hook and reshards it at its
+post-forward, so every stage's forward holds ``2 G`` as a block's does; memplan's recomputation
+of one part gathers the whole unit too (:meth:`memplan.torch.runtime.fsdp.ShardedSteps.
+replaying`), and before a part after the first nothing else is held in the forward phase. In the
+backward FSDP2's pre-backward hook runs at the unit's output, before ``B b``, and prefetches the
+unit before it; its post-backward hook, after ``B a``, reduce-scatters the unit's gradients. So
+the window of ``g[k]`` for ``a < k <= b`` (:meth:`_Terms.inside`) holds the gathered unit
+``G``, the prefetch, the reduce-scatter input of the unit after (kept to this unit's
+reduce-scatter; for the first unit, which prefetches nothing, gloo's copy of it too), the
+unsharded gradients of stages ``k..b`` beyond their shards (``P - S``, each stage keeping its
+shard at its backward); ``B b`` has a block's moments but the reduce-scatter, ``B a`` the
+reduce-scatter's (:meth:`_Terms.unit_reduce`).
+
+Over-counts known: a part recomputed inside the unit's own backward (for ``B a``,
+in the window of ``g[a+1]``) finds the unit gathered, but its forward counts ``2 G`` more; a
+part after the first counts, in the forward phase, what a recomputation of it holds before it
+computes (gloo's late copy, a dropped prefetch).
+
 Times are unchanged: FSDP2 overlaps its collectives with the computation on a GPU.
 """
 
@@ -103,12 +125,17 @@ class StageShard:
         ``G``: bytes of the all-gathered parameters (``N * S``).
     unit : {"root", "block"}
         A block (its own ``fully_shard``) or part of the root unit.
+    first : int, optional
+        Of a block stage whose ``fully_shard`` unit spans several stages (a block cut into
+        sub-blocks): the unit's first stage (NOTE [ A unit spanning stages ]). None: a unit of
+        its own, or the root.
     """
 
     params: int
     shard: int
     gathered: int
     unit: Unit
+    first: int | None = None
 
 
 @dataclass(frozen=True)
@@ -195,6 +222,11 @@ def _check_layout(profile: Profile, layout: ShardLayout) -> list[Stage]:
             "stages: FSDP2's root unit holds the stages before and after them"
         )
     for k, (st, sh) in enumerate(zip(stages, layout.stages, strict=True)):
+        if sh.first is not None and not _joined(layout, sh.first, k):
+            raise InputError(
+                f"--shards: stages[{k}] ({st.name}) is given as part of the unit beginning at "
+                f"stage {sh.first}; a unit is one run of block stages"
+            )
         if sh.params > st.weight_size:
             raise InputError(
                 f"--shards: stages[{k}] ({st.name}) has {sh.params} bytes of parameters, more "
@@ -203,8 +235,20 @@ def _check_layout(profile: Profile, layout: ShardLayout) -> list[Stage]:
     return stages
 
 
+def _joined(layout: ShardLayout, first: int, k: int) -> bool:
+    """Whether stages ``first`` to ``k`` are blocks of one unit beginning at ``first``."""
+    shards = layout.stages
+    return 0 <= first <= k and all(
+        s.unit == "block" and s.first == first for s in shards[first : k + 1]
+    )
+
+
 class _Terms:
-    """The figures of NOTE [ FSDP2 memory terms ] of one layout, by stage index."""
+    """The figures of NOTE [ FSDP2 memory terms ] of one layout, by stage index.
+
+    A block's ``G``, ``P``, ``S`` are its unit's: the sums over the stages of a unit that spans
+    several (NOTE [ A unit spanning stages ]).
+    """
 
     def __init__(self, layout: ShardLayout, stages: Sequence[Stage], fresh: bool) -> None:
         self.layout = layout
@@ -214,11 +258,23 @@ class _Terms:
         blocks = layout.blocks
         self.first = blocks[0] if blocks else None
         self.last = blocks[-1] if blocks else None
+        self.start: dict[int, int] = {}  # a block stage -> its unit's first stage
+        for k in blocks:
+            first = self.shards[k].first
+            self.start[k] = k if first is None else first
+        self.end = {k: max(j for j in blocks if self.start[j] == self.start[k]) for k in blocks}
+        self.unit_gathered = {s: 0 for s in self.start.values()}
+        self.unit_params = dict(self.unit_gathered)
+        self.unit_shard = dict(self.unit_gathered)
+        for k in blocks:
+            self.unit_gathered[self.start[k]] += self.shards[k].gathered
+            self.unit_params[self.start[k]] += self.shards[k].params
+            self.unit_shard[self.start[k]] += self.shards[k].shard
         self.root_gathered = sum(s.gathered for s in self.shards if s.unit == "root")
         self.root_params = sum(s.params for s in self.shards if s.unit == "root")
         self.root_shard = sum(s.shard for s in self.shards if s.unit == "root")
         self.root_output = len(stages) - (1 if layout.loss_in_root else 2)
-        self.largest = max((s.gathered for s in self.shards if s.unit == "block"), default=0)
+        self.largest = max(self.unit_gathered.values(), default=0)
         self.root_grads = sum(self.made(k) for k, s in enumerate(self.shards) if s.unit == "root")
 
     def block(self, k: int) -> bool:
@@ -227,10 +283,10 @@ class _Terms:
     def made(self, k: int) -> int:
         """The gradient bytes ``B k`` makes whole.
 
-        A block's unsharded gradients ``P[k]`` (reduce-scattered at its end); a root stage's as
-        the one-GPU profile measured them when it did (``weight_grad_size``: each parameter's
-        gradient at the first backward that makes it, the embedding a language model's head
-        is tied to at the head's backward), else ``P[k]``.
+        A block's unsharded gradients ``P[k]`` (reduce-scattered at its unit's end); a root
+        stage's as the one-GPU profile measured them when it did (``weight_grad_size``: each
+        parameter's gradient at the first backward that makes it, the embedding a language
+        model's head is tied to at the head's backward), else ``P[k]``.
         """
         st, sh = self.stages[k], self.shards[k]
         if sh.unit == "block" or st.weight_grad_size is None:
@@ -238,39 +294,67 @@ class _Terms:
         return st.weight_grad_size
 
     def gathered(self, k: int | None) -> int:
-        """``G[k]`` of a block (0 for the root's stages and outside the chain)."""
-        return self.shards[k].gathered if k is not None and self.block(k) else 0
+        """``G`` of the unit of block ``k`` (0 for the root's stages and outside the chain)."""
+        return self.unit_gathered[self.start[k]] if k is not None and self.block(k) else 0
+
+    def inner(self, k: int) -> bool:
+        """Whether block stage ``k`` follows a stage of its own unit (not its unit's first)."""
+        return self.block(k) and self.start[k] != k
 
     def prefetched(self, k: int) -> int:
         """The all-gather output FSDP2's backward prefetch makes when ``B k`` starts.
 
-        A block's pre-backward hook prefetches the block before it (none before the first); the
-        root's, at the loss or at the head's output, the last block.
+        A unit's pre-backward hook, at its last stage, prefetches the unit before it (none
+        before the first); the root's, at the loss or at the head's output, the last unit.
         """
         if self.block(k):
-            return self.gathered(k - 1)
+            return self.gathered(self.start[k] - 1) if self.end[k] == k else 0
         return self.gathered(self.last) if k == self.root_output else 0
 
     def window(self, k: int) -> int:
         """``C[k]``: what FSDP2 holds while memplan recomputes for ``B k-1`` (added to ``g[k]``).
 
-        The reduce-scatter input of the block after stage ``k-1`` (the first block's, kept to
-        the root's, for the stages before it). The all-gather output prefetched for the next
-        block to run backward is not: memplan drops it before recomputing another block.
+        The reduce-scatter input of the unit after stage ``k-1`` (the first unit's, kept to the
+        root's, for the stages before it). The all-gather output prefetched for the next unit to
+        run backward is not: memplan drops it before recomputing another unit. Inside a unit
+        spanning stages, :meth:`inside`.
         """
         j = k - 1
         if self.first is not None and j < self.first:
             return self.gathered(self.first)
-        return self.gathered(j + 1)
+        if self.inner(k):
+            return self.inside(k)
+        return self.gathered(k)
+
+    def inside(self, k: int) -> int:
+        """``C[k]`` of a stage ``k`` inside a unit (NOTE [ A unit spanning stages ]).
+
+        From ``B k`` to the end of ``B k-1`` the unit is gathered (FSDP2's pre-backward hook,
+        at its last stage, gathered it and prefetched the unit before it; its post-backward hook
+        runs after its first stage's backward): its parameters ``G``, the prefetch; the
+        reduce-scatter input of the unit after it, and, where no prefetch was issued since
+        (the first unit), gloo's copy of it; the unsharded gradients of its stages from ``k``
+        on beyond their shards. (gloo's copy of an all-gather is not held past its copy-out:
+        a unit's computation counts none, as a block's does.)
+        """
+        start, end = self.start[k], self.end[k]
+        own, after, before = self.gathered(k), self.gathered(end + 1), self.gathered(start - 1)
+        whole = sum(self.shards[j].params - self.shards[j].shard for j in range(k, end + 1))
+        late = 0 if before else self.layout.copies * after
+        return own + after + whole + before + late
 
     def before_forward(self, k: int) -> int:
         """What FSDP2 holds when block ``k``'s forward starts, beyond its own.
 
-        The all-gather output of the unit computed before it (freed after the copy-out); in
-        the backward, the prefetched output memplan drops first (its copy-out, and with gloo
-        the output itself until the next collective).
+        The all-gather output of the unit computed before it (freed after the copy-out; none
+        inside a unit, gathered by its first stage); in the backward, the prefetched output
+        memplan drops first (its copy-out, and with gloo the output itself until the next
+        collective).
         """
-        before = self.gathered(k - 1) if self.block(k - 1) else self.root_gathered
+        if self.inner(k):
+            before = 0
+        else:
+            before = self.gathered(k - 1) if self.block(k - 1) else self.root_gathered
         largest, own = self.largest, self.gathered(k)
         return max(before, self.layout.copies * largest, 2 * largest - 2 * own)
 
@@ -278,7 +362,7 @@ class _Terms:
         """What a root stage's forward holds of FSDP2.
 
         Before the first block: the root's all-gather output, or the prefetched output of the
-        next block while the stage is recomputed; after the last block, the last block's.
+        next unit while the stage is recomputed; after the last block, the last unit's.
         """
         if self.first is not None and k < self.first:
             return max(self.root_gathered, self.largest)
@@ -327,25 +411,52 @@ class _Terms:
                     moments.append((1 + copies) * last)
             else:
                 moments = [compute]
+        elif self.end[k] != k:  # inside a unit: it is gathered, the rest is in C[k+1]
+            moments = [compute] + (self.unit_reduce(k) if self.start[k] == k else [])
         else:
+            start = self.start[k]
+            gathered, params = self.unit_gathered[start], self.unit_params[start]
             done = grad_in - st.saved_size - st.gradient_size  # after its nodes ran
-            after = self.gathered(k + 1)  # the reduce-scatter input of the block after, freed
+            after = self.gathered(k + 1)  # the reduce-scatter input of the unit after, freed
             # gloo's worker thread may release a collective's buffers after FSDP2 drops them,
-            # until the rank's next collective: the reduce-scatter copy of the block after, and
-            # the prefetched output this block's parameters are copied out of
+            # until the rank's next collective: the reduce-scatter copy of the unit after, and
+            # the prefetched output this unit's parameters are copied out of
             late = copies * after
-            if prefetch == 0:  # no collective before this block's own reduce-scatter
-                compute += late + copies * sh.gathered
+            if prefetch == 0:  # no collective before this unit's own reduce-scatter
+                compute += late + copies * gathered
             moments = [
-                sh.gathered + prefetch + compute,
-                2 * sh.gathered + late,  # pre-backward: copied out of the prefetched output
-                (1 + copies) * sh.gathered + late + (1 + copies) * prefetch,  # the next prefetch
-                done + prefetch + sh.params - after,  # post-backward: the reduce-scatter input
-                done + prefetch - after + sh.shard + copies * sh.gathered,  # the reduce-scatter
+                gathered + prefetch + compute,
+                2 * gathered + late,  # pre-backward: copied out of the prefetched output
+                (1 + copies) * gathered + late + (1 + copies) * prefetch,  # the next prefetch
             ]
+            if start == k:  # post-backward: the reduce-scatter input, the reduce-scatter
+                moments += [
+                    done + prefetch + params - after,
+                    done + prefetch - after + sh.shard + copies * gathered,
+                ]
         if k == 0:
             moments += self.root_reduce(st)
         return max(moments)
+
+    def unit_reduce(self, k: int) -> list[int]:
+        """The moments of a unit's post-backward hook after ``B k``, its first stage.
+
+        Beyond the chain's ``held``, which has ``C[k+1]`` (:meth:`inside`) and the shards of the
+        unit's other stages' gradients: the unit resharded, its unsharded gradients copied into
+        the reduce-scatter input, the reduce-scatter.
+        """
+        st = self.stages[k]
+        grad_in = self.stages[k - 1].gradient_size if k > 0 else 0
+        done = grad_in - st.saved_size - st.gradient_size
+        end = self.end[k]
+        gathered, params, shard = self.unit_gathered[k], self.unit_params[k], self.unit_shard[k]
+        prefetch = self.gathered(k - 1)
+        held = self.inside(k + 1) + sum(self.shards[j].shard for j in range(k + 1, end + 1))
+        copies = self.layout.copies
+        return [
+            done + prefetch + params - held,
+            done + prefetch + shard + copies * gathered - held,
+        ]
 
     def root_reduce(self, st: Stage) -> list[int]:
         """The moments of the root's reduce-scatter after ``B 0``, beyond the chain's ``held``.

@@ -488,8 +488,9 @@ def enable(
         other (a Llama or GPT-2 layer: attention with its residual, MLP with its residual), each
         a stage of the plan: its least memory is then below one whole block's backward (NOTE
         [ Sub-block stages ] in :mod:`memplan.torch.split.sub_blocks`). ``"auto"``: only when
-        no plan of whole blocks fits the budget (the model is profiled again, cut), on one
-        process, without ``profile``. One process only: a model cut so is refused under FSDP2.
+        no plan of whole blocks fits the budget (the model is profiled again, cut), without
+        ``profile``. Under FSDP2 each cut block is one ``fully_shard`` unit spanning its
+        sub-blocks (docs/sharding.md); a block sharded inside is refused at the first step.
 
     Returns
     -------
@@ -553,7 +554,13 @@ def enable(
         return solve(plan_profile, loop, why)
 
     labels = isinstance(example_input, Mapping) and example_input.get("labels") is not None
-    fsdp.install_sharded(target, prof, ranks, first, plan_for, loss_in_model=labels)
+    try:
+        fsdp.install_sharded(target, prof, ranks, first, plan_for, loss_in_model=labels)
+    except InputError as error:  # "auto" on several ranks: cut where no rank's plan fits
+        tried = auto or cut is not None or profile is not None
+        again = (model, example_input, given, loss_chunks, budget)
+        target, prof, solve = _cut_for_ranks(error, tried, *again)
+        fsdp.install_sharded(target, prof, ranks, loop_of(prof), plan_for, loss_in_model=labels)
     plan = _installed(model)
     if in_backward:  # NOTE [ step in the backward ]
         plan._handles.append(StepInBackward(model, _loop_optimizer(optimizer)))
@@ -599,6 +606,27 @@ def _sub_blocks_hint(
     return SUB_BLOCKS_HINT + f"(attention, MLP) need less, {least}: sub_blocks=True"
 
 
+def _cut_for_ranks(
+    error: InputError,
+    tried: bool,
+    model: nn.Module,
+    example_input: Any,
+    given: tuple[str, int | None, float | str | None, int],
+    loss_chunks: int | str | None,
+    budget: Any,
+) -> tuple[Any, Profile, Callable[..., Schedule]]:
+    """``sub_blocks="auto"`` where no plan of one rank of several fits with whole blocks: the
+    model cut into sub-blocks, its profile and its solver; ``error`` raised again where the
+    blocks were cut or kept already (``tried``) or none can be cut.
+    """
+    if tried:
+        raise error
+    target, prof, settings = _profiled(model, example_input, given, loss_chunks, None, None)
+    if prof is None:
+        raise error
+    return target, prof, _solver(budget, settings, functools.partial(can_chunk_loss, target))
+
+
 def _check_sub_blocks(sub_blocks: bool | str) -> bool | None:
     """``enable``'s ``sub_blocks``: True, False, or None for ``"auto"``."""
     if isinstance(sub_blocks, bool):
@@ -610,7 +638,7 @@ def _check_sub_blocks(sub_blocks: bool | str) -> bool | None:
 
 def _one_process(ranks: int | None) -> bool:
     """Whether the model trains on one process: no shard count above one, no process group of
-    several ranks (FSDP2 refuses sub-blocks).
+    several ranks (``sub_blocks="auto"`` then checks the plan of one rank, which it installs).
     """
     import torch.distributed as dist
 

@@ -96,6 +96,59 @@ def test_the_terms_of_a_hand_counted_chain():
     assert rank.stages[2].backward_overhead_fresh == peak - 100 - g - 500
 
 
+def _spanning(prof: Profile) -> ShardLayout:
+    """Blocks 0 and 1 (stages 1, 2) one unit, block 2 a unit of its own: two ranks, gloo."""
+    layout = default_layout(prof, 2, copies=1)
+    stages = list(layout.stages)
+    for k in (1, 2):
+        stages[k] = StageShard(1000, 500, 1000, "block", 1)
+    return ShardLayout(2, tuple(stages), 1)
+
+
+def test_a_unit_spanning_two_stages():
+    """A block cut into sub-blocks, one ``fully_shard`` unit over two stages (NOTE [ A unit
+    spanning stages ]): gathered whole while either computes, through both backwards; its
+    second stage's unsharded gradients held beyond their shard until the unit's reduce-scatter,
+    after its first stage's backward."""
+    prof = _chain()
+    rank = shard_profile(prof, _spanning(prof), "at-backward")
+    unit, g, g_root = 2000, 1000, 800 + 400
+    # forwards: the unit's all-gather output and parameters in both of its stages; before its
+    # first, the root's all-gather output, or with gloo the largest unit's late copy; the block
+    # after it finds the unit's all-gather output (2000 > 50 + 100)
+    assert rank.stages[1].forward_overhead == 2 * unit + max(50, max(g_root, unit) - 100)
+    assert rank.stages[2].forward_overhead == 2 * unit + max(50, unit - 100)
+    assert rank.stages[3].forward_overhead == 2 * g + max(50, unit - 100)
+    # the window between the unit's stages: its parameters, the reduce-scatter input of block
+    # 2, stage 2's unsharded gradients beyond their shard, gloo's late copy of that
+    # reduce-scatter (no unit before it to prefetch: no collective since)
+    inside = unit + g + (1000 - 500) + g
+    assert [st.grad_size for st in rank.stages] == [
+        100 + unit, 100 + inside, 100 + g, 100, 500, 4
+    ]  # fmt: skip
+    assert [st.weight_grad_size for st in rank.stages] == [800, 500, 500, 500, 400, 0]
+    # a store-all plan and rotor's plans replay within what they claim
+    length = len(rank.stages)
+    ops = [("F_all", k) for k in range(length)] + [("B", k) for k in reversed(range(length))]
+    plan = schedule_from_sequence(rank, ops, optimizer="sgd", gradients="at-backward")
+    assert memplan.simulate(rank, plan, check_claims=False).valid
+    least = memplan.solve(rank, "rotor", 10**5).min_memory
+    sched = memplan.solve(rank, "rotor", least)
+    assert sched.feasible and memplan.simulate(rank, sched).valid
+
+
+def test_a_unit_of_one_stage_is_a_block_of_its_own():
+    prof = _chain()
+    layout = default_layout(prof, 2, copies=1)
+    stages = list(layout.stages)
+    stages[2] = StageShard(1000, 500, 1000, "block", 2)
+    alone = ShardLayout(2, tuple(stages), 1)
+    assert shard_profile(prof, alone).stages == shard_profile(prof, layout).stages
+    stages[1] = StageShard(1000, 500, 1000, "block", 2)  # a unit beginning after its stage
+    with pytest.raises(InputError, match="a unit is one run of block stages"):
+        shard_profile(prof, ShardLayout(2, tuple(stages), 1))
+
+
 def test_a_root_stage_keeps_the_gradients_its_backward_makes():
     """A language model's head tied to its embedding makes the embedding's gradient at its own
     backward (the one-GPU profile measures it there, ``weight_grad_size``): FSDP2 keeps the root's

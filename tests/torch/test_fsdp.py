@@ -106,6 +106,23 @@ def test_stages_of_half_blocks_go_below_one_blocks_backward(tmp_path):
         assert max(run["peaks"]) < rank["whole_least"], (run["peaks"], rank["whole_least"])
 
 
+def test_blocks_cut_into_sub_blocks_train_as_plain_fsdp2(tmp_path):
+    """``enable(..., sub_blocks=True, loss_chunks=4)`` on tiny Llama and GPT-2 (dropout on),
+    each whole block a ``fully_shard`` unit spanning its two sub-block stages (NOTE [ A unit
+    spanning stages ]): the cut chain's least per-rank memory is below the whole-block chain's,
+    and halfway between them (not at the least: tests/torch/fsdp_worker.py's
+    ``_run_hf_sub_blocks``) a rank trains as plain FSDP2 with the model's own loss, within its
+    budget and 2% of the plan, below the whole-block least; a recomputed part gathers its block
+    (more all-gathers), FSDP2's reduce-scatters and pre-backward hooks as in plain training."""
+    for rank in _two_ranks(tmp_path, "hf-sub-blocks"):
+        for kind in ("llama", "gpt2"):
+            run, whole = rank[kind]["between"], rank[kind]["whole_least"]
+            _check_as_plain(kind, run, rank[kind]["plain"])
+            assert run["stages"] == 2 + 2 * 4  # embedding, 4 blocks in two parts, head+loss
+            assert rank[kind]["least"] < whole
+            assert max(run["peaks"]) < whole, (kind, run["peaks"], whole)
+
+
 # ------------------------------------------------------------------------------------------------
 # One process: the order of enable and fully_shard
 # ------------------------------------------------------------------------------------------------
@@ -247,3 +264,27 @@ def test_the_layout_pads_every_parameter_as_fsdp2_does():
     assert layout.stages[0].shard == (3 * 3 + 3) * 4  # ceil(5 / 2) = 3 rows of each
     assert layout.stages[1].shard == 2 * 5 * 4 and layout.stages[1].gathered == 4 * 5 * 4
     assert layout.stages[2].params == 0
+
+
+def test_a_cut_block_sharded_inside_is_refused(one_rank):
+    """A block cut into sub-blocks whose MLP is a ``fully_shard`` unit of its own: its parts
+    would gather apart, which the plan does not count; the first step says so."""
+    from torch.distributed.fsdp import fully_shard
+
+    transformers = pytest.importorskip("transformers")
+    transformers.logging.set_verbosity_error()
+    torch.manual_seed(0)
+    config = transformers.LlamaConfig(
+        vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+        num_attention_heads=2, num_key_value_heads=2,
+    )  # fmt: skip
+    model = transformers.LlamaForCausalLM(config).train()
+    ids = torch.randint(0, 64, (2, 16), generator=torch.Generator().manual_seed(1))
+    batch = {"input_ids": ids, "labels": ids.clone()}
+    enable(model, "1GB", example_input=batch, sub_blocks=True, optimizer="sgd")
+    for layer in model.model.layers:
+        fully_shard(layer.mlp)
+        fully_shard(layer)
+    fully_shard(model)
+    with pytest.raises(InputError, match=r"\(LlamaDecoderLayer\) has fully_shard units inside"):
+        model(**batch).loss.backward()

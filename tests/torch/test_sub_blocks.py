@@ -68,12 +68,13 @@ NAMED = {"optimizer": "adamw", "output_held": False}
 """The loop below, named from the start: the least memory stated is the one it trains at."""
 
 
-def _least(model: nn.Module, sub_blocks: bool, prof) -> int:
-    """The least memory ``enable`` states when it refuses 0.01 MB, in bytes."""
+def _least(model: nn.Module, sub_blocks: bool, prof, shards: int | None = None) -> int:
+    """The least memory ``enable`` states when it refuses 0.01 MB, in bytes (one rank's of
+    ``shards``)."""
     with pytest.raises(InputError, match="the least memory that fits is") as caught:
         enable(
             copy.deepcopy(model), "0.01MB", example_input=_batch(0), profile=prof,
-            sub_blocks=sub_blocks, **NAMED,
+            sub_blocks=sub_blocks, shards=shards, **NAMED,
         )  # fmt: skip
     found = re.search(r"fits is [\d.]+ MB \((\d+) bytes\)", str(caught.value))
     assert found, str(caught.value)
@@ -157,9 +158,17 @@ def test_a_model_without_blocks_to_cut_is_refused():
         enable(model, "1GB", example_input=torch.randn(2, 16), sub_blocks=True)
 
 
-def test_sub_blocks_are_refused_under_fsdp2():
-    with pytest.raises(InputError, match="one fully_shard unit spanning several stages"):
-        enable(_model("llama"), "1GB", example_input=_batch(0), shards=2, sub_blocks=True)
+def test_sub_blocks_plan_one_rank_of_several():
+    """Under FSDP2 (``shards``) a cut block is one unit spanning its parts' stages: the rank's
+    profile gathers the whole block in each part's forward (tests/torch/test_fsdp.py trains it
+    on two ranks)."""
+    model = enable(_model("llama"), "1GB", example_input=_batch(0), shards=2, sub_blocks=True)
+    plan = planned(model)
+    assert plan is not None and plan.profile.extra["shards"]["ranks"] == 2
+    assert plan.names[1:3] == ["layers.0[1/2]", "layers.0[2/2]"]
+    first, second = plan.profile.stages[1], plan.profile.stages[2]
+    gathered = 2 * (first.weight_size + second.weight_size)  # two ranks: the shards twice
+    assert second.forward_overhead >= 2 * gathered
 
 
 def test_a_cut_reads_one_tensor_of_the_part_before():
@@ -220,14 +229,17 @@ def test_the_infeasible_message_names_no_option_that_cannot_cut_the_blocks():
     assert "sub_blocks" not in str(caught.value)
 
 
-def test_auto_cuts_the_blocks_only_where_whole_blocks_do_not_fit():
+@pytest.mark.parametrize("shards", [None, 2])
+def test_auto_cuts_the_blocks_only_where_whole_blocks_do_not_fit(shards):
+    """On one process, and for one rank of two under FSDP2 (``shards``: the rank's plan)."""
     model = _model("llama")
-    whole = _least(model, False, _profile(model, False))
-    least = _least(model, True, _profile(model, True))
+    whole = _least(model, False, _profile(model, False), shards)
+    least = _least(model, True, _profile(model, True), shards)
     for budget, cut in ((whole + 4096, False), ((whole + least) // 2, True)):
         got = enable(
-            copy.deepcopy(model), budget, example_input=_batch(0), sub_blocks="auto", **NAMED
-        )
+            copy.deepcopy(model), budget, example_input=_batch(0), sub_blocks="auto",
+            shards=shards, **NAMED,
+        )  # fmt: skip
         plan = planned(got)
         assert plan is not None
         assert ("layers.0[1/2]" in plan.names) is cut, (budget, plan.names)

@@ -24,6 +24,12 @@ shards as FSDP2 pads them, which stages are blocks) and the runtime what FSDP2 n
   resharded; a recomputation of block ``k`` itself uses it): the window of ``B k`` holds the
   reduce-scatter input of block ``k+1`` alone (the terms' ``C[k+1]``), and every recomputation of
   a block gathers its own parameters, as the terms count.
+* **A block cut into sub-blocks is one unit** (``enable(..., sub_blocks=True)``: NOTE [ A unit
+  spanning stages ] in :mod:`memplan.profile.sharding`). A recomputed part is replayed from its
+  operations, not called as a module, so no FSDP2 hook runs: memplan gathers the block first
+  (``FSDPModule.unshard``, after dropping another block's prefetch as for a block), and
+  reshards it after unless its backward is the next to run (:meth:`ShardedSteps.replaying`).
+  A cut block with a ``fully_shard`` unit inside it is refused at the first sharded step.
 * **The unsharded parameters are the model's, not the plan's.** A block's saved tensors include
   its unsharded parameters; memplan treats their storages as parameters (never part of ``s[k]``,
   never offloaded) through :meth:`ShardedSteps.static`.
@@ -49,6 +55,7 @@ import math
 import sys
 from collections.abc import Callable, Container, Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -68,6 +75,7 @@ from memplan.torch.split.trace import primary_output
 
 __all__ = [
     "ShardedSteps",
+    "StageUnits",
     "collective_copies",
     "fsdp_blocks",
     "install_sharded",
@@ -92,6 +100,14 @@ def is_sharded(module: nn.Module) -> bool:
     """Whether ``module`` is an FSDP2 unit (``fully_shard`` was applied to it)."""
     cls = _fsdp_module_class()
     return cls is not None and isinstance(module, cls)
+
+
+def _class_name(module: nn.Module) -> str:
+    """The name of a module's class, as the user wrote it (``fully_shard`` makes it a subclass
+    named ``FSDP`` + its name, of ``FSDPModule`` and the class).
+    """
+    cls = type(module)
+    return cls.__bases__[-1].__name__ if is_sharded(module) else cls.__name__
 
 
 def _is_dtensor(tensor: Tensor) -> bool:
@@ -128,7 +144,9 @@ def _stage_module(module: nn.Module | None) -> nn.Module | None:
 
 
 def fsdp_blocks(model: nn.Module, modules: Sequence[nn.Module | None]) -> set[int]:
-    """The stages whose module is an FSDP2 unit of its own (not the root)."""
+    """The stages whose module is an FSDP2 unit (not the root): ``modules`` are the stages'
+    modules, or the modules whose units hold the stages (a block cut into sub-blocks).
+    """
     found = set()
     for k, module in enumerate(modules):
         inner = _stage_module(module)
@@ -143,15 +161,18 @@ def model_layout(
     blocks: set[int],
     copies: int = 0,
     loss_in_root: bool = True,
+    spans: dict[int, int] | None = None,
 ) -> ShardLayout:
     """The layout of a chain whose stages call ``modules`` (None: no module, the loss).
 
     Each stage's parameters are those of its module that no earlier stage has (the profiler's
     rule for ``weight_size``); FSDP2 keeps ``ceil(rows / shards)`` rows of each parameter on every
     rank (NOTE [ FSDP2 memory terms ]; a sharded parameter's shape is the whole one).
-    ``blocks``: the stages sharded as units of their own; ``loss_in_root``: the model computes
-    its loss (:class:`~memplan.profile.sharding.ShardLayout`).
+    ``blocks``: the stages sharded as units; ``loss_in_root``: the model computes its loss
+    (:class:`~memplan.profile.sharding.ShardLayout`); ``spans``: of the blocks' stages in a unit
+    spanning several (a block cut into sub-blocks), the unit's first stage.
     """
+    spans = spans or {}
     seen: set[int] = set()
     figures = []
     for k, module in enumerate(modules):
@@ -165,7 +186,8 @@ def model_layout(
             total += rows * row_bytes
             shard += math.ceil(rows / shards) * row_bytes
         unit: Unit = "block" if k in blocks else "root"
-        figures.append(StageShard(total, shard, shard * shards, unit))
+        first = spans.get(k) if k in blocks else None
+        figures.append(StageShard(total, shard, shard * shards, unit, first))
     return ShardLayout(shards, tuple(figures), copies, loss_in_root)
 
 
@@ -217,6 +239,8 @@ class ShardedSteps:
     replan : callable, optional
         ``replan(layout)`` plans again for another layout and installs the plan (``enable``
         before ``fully_shard``); None: a sharded model whose layout differs is an error.
+    units : StageUnits, optional
+        The blocks cut into sub-blocks: the module whose unit holds each of their stages.
     """
 
     def __init__(
@@ -225,18 +249,20 @@ class ShardedSteps:
         modules: Sequence[nn.Module | None],
         layout: ShardLayout,
         replan: Callable[[ShardLayout], None] | None = None,
+        units: StageUnits | None = None,
     ) -> None:
         self.planned = planned
         self.model: nn.Module = planned.model
         self.modules = list(modules)
         self.layout = layout
         self.replan = replan
-        self.blocks: dict[int, _Block] = {}  # stage -> its FSDP2 unit, once sharded
+        self.units = units or StageUnits({}, {})
+        self.blocks: dict[int, _Block] = {}  # a unit's first stage -> the unit, once sharded
+        self.starts: dict[int, int] = {}  # id() of a unit's module -> its first stage
         self.window = len(self.modules) - 1  # the stage whose backward is next
         self.dropped = False  # the prefetched all-gather of this window was dropped
         self.gathered: set[int] = set()  # the unsharded parameters of the block computing
         self.checked = False
-        self.refusal: str | None = None  # why the plan cannot train sharded
         self._handles: list[Any] = []
         planned.sharding = self
 
@@ -257,17 +283,21 @@ class ShardedSteps:
         if self.checked:
             return
         ranks = sharded_over(self.model)
-        if ranks is not None and self.refusal is not None:
-            raise InputError(self.refusal)
         if ranks is not None and self.planned.schedule.budget.gradients == "step-in-backward":
             raise InputError(
                 f"{type(self.model).__name__} is sharded with fully_shard: a plan with "
                 "gradients='step-in-backward' steps whole parameters in the backward, which "
                 "FSDP2 reduce-scatters after it; enable it with the loop's gradients (the default)"
             )
-        blocks = set() if ranks is None else fsdp_blocks(self.model, self.modules)
+        holders = self.units.holders(self.modules)
+        if ranks is not None:
+            self._check_parts()
+        blocks = set() if ranks is None else fsdp_blocks(self.model, holders)
         copies = 0 if ranks is None else collective_copies()
-        found = model_layout(self.modules, ranks or 1, blocks, copies, self.layout.loss_in_root)
+        spans = {k: first for k, first in self.units.spans.items() if k in blocks}
+        found = model_layout(
+            self.modules, ranks or 1, blocks, copies, self.layout.loss_in_root, spans
+        )
         if found != self.layout and (ranks is not None or self.layout.shards > 1):
             if self.replan is None:
                 raise RuntimeError(
@@ -278,14 +308,33 @@ class ShardedSteps:
             self.layout = found
         self.checked = True
         for k in sorted(blocks):
-            block = _stage_module(self.modules[k])
+            first = spans.get(k, k)
+            if first != k:
+                continue
+            last = max(j for j in blocks if spans.get(j, j) == first)
+            block = _stage_module(holders[k])
             assert block is not None
             self.blocks[k] = _Block(block)
+            self.starts[id(block)] = k
             # appended: after FSDP2's post-forward hook, which hooks the block's output
-            self._handles.append(block.register_forward_hook(self._reached(k)))
+            self._handles.append(block.register_forward_hook(self._reached(last)))
             # prepended: before FSDP2's pre-forward hook, which all-gathers the block
             self._handles.append(block.register_forward_pre_hook(self._drop(k), prepend=True))
             self._handles.append(block.register_forward_pre_hook(self._gathering(k)))
+
+    def _check_parts(self) -> None:
+        """A block cut into sub-blocks is one FSDP2 unit (or part of the root), with no unit
+        inside it: its parts would gather and reshard apart, which the terms do not count (NOTE
+        [ A unit spanning stages ] in :mod:`memplan.profile.sharding`).
+        """
+        for block in self.units.cut_blocks():
+            if any(m is not block and is_sharded(m) for m in block.modules()):
+                raise InputError(
+                    f"{_class_name(self.model)}: a block cut into sub-blocks "
+                    f"({_class_name(block)}) has fully_shard units inside it; memplan plans a "
+                    "cut block as one unit spanning its sub-blocks: call fully_shard on each "
+                    "whole block (and on the root), or enable without sub_blocks"
+                )
 
     def _reached(self, k: int) -> Callable[..., Any]:
         """A block's forward hook: the next stage reads a view of its output, whose node runs
@@ -313,7 +362,9 @@ class ShardedSteps:
             iteration.reach_backward(k)
 
     def _next(self) -> int | None:
-        """The block whose backward runs next (the last while the root's stages after it run)."""
+        """The unit whose backward runs next (the last while the root's stages after it run), by
+        its first stage.
+        """
         nearest = [k for k in self.blocks if k <= self.window]
         return max(nearest) if nearest else None
 
@@ -362,6 +413,29 @@ class ShardedSteps:
         return _WithGathered(pointers.without(gathered), self)
 
     @contextmanager
+    def replaying(self, module: nn.Module) -> Iterator[None]:
+        """Around a recomputation of a part of ``module``, a block cut into sub-blocks, replayed
+        from its operations (no call of the block, so no FSDP2 hook): gather the block as its
+        pre-forward hook would, after dropping the prefetch of another block as :meth:`_drop`
+        does; :meth:`recomputing` reshards it after, unless its backward runs next. A part
+        recomputed inside its block's backward finds it gathered by FSDP2 (NOTE [ A unit
+        spanning stages ] in :mod:`memplan.profile.sharding`).
+        """
+        first = self.starts.get(id(module))
+        if first is None:
+            yield
+            return
+        block = self.blocks[first]
+        if not block.gathered():
+            self._drop(first)(module, ())
+            block.module.unshard()
+        self.gathered = block.pointers()
+        try:
+            yield
+        finally:
+            self.gathered = set()
+
+    @contextmanager
     def recomputing(self) -> Iterator[None]:
         """Around a recomputation: reshard the blocks it gathered, but the next to run backward."""
         if not self.blocks or not _in_backward():
@@ -382,6 +456,7 @@ class ShardedSteps:
             handle.remove()
         self._handles = []
         self.blocks = {}
+        self.starts = {}
         self.checked = False
 
 
@@ -430,21 +505,51 @@ def _world_size() -> int:
     return int(dist.get_world_size()) if dist.is_available() and dist.is_initialized() else 1
 
 
-def _stage_modules(target: Target) -> tuple[list[nn.Module | None], set[int]]:
-    """The module of each stage of a prepared model (None: the loss) and the stages ``fully_shard``
-    makes units of their own in FSDP2's recipe: the blocks (NOTE [ FSDP2 memory terms ]).
+@dataclass(frozen=True)
+class StageUnits:
+    """The stages of blocks cut into sub-blocks and the blocks that hold them.
+
+    ``holder``: stage -> the block whose FSDP2 unit holds the stage (its module is a part);
+    ``spans``: stage -> the first stage of its block (NOTE [ A unit spanning stages ] in
+    :mod:`memplan.profile.sharding`).
+    """
+
+    holder: dict[int, nn.Module]
+    spans: dict[int, int]
+
+    def holders(self, modules: Sequence[nn.Module | None]) -> list[nn.Module | None]:
+        """Each stage's module, or the block whose unit holds it."""
+        return [self.holder.get(k, module) for k, module in enumerate(modules)]
+
+    def cut_blocks(self) -> list[nn.Module]:
+        """The blocks cut into sub-blocks."""
+        return list({id(m): m for m in self.holder.values()}.values())
+
+
+def _stage_modules(target: Target) -> tuple[list[nn.Module | None], set[int], StageUnits]:
+    """The module of each stage of a prepared model (None: the loss), the stages ``fully_shard``
+    makes units in FSDP2's recipe: the blocks (NOTE [ FSDP2 memory terms ]), and the blocks cut
+    into sub-blocks, a unit each.
     """
     modules: list[nn.Module | None] = list(stage_modules(target))
+    units = StageUnits({}, {})
     if target.how == "hooks":
         found = target.layout
         first = 1 if found.prefix else 0
         count = sum(found.block_stages(i) for i in range(len(found.block_modules)))
         blocks = set(range(first, first + count))
+        start = first
+        for i, block in enumerate(found.block_modules):
+            stages = found.block_stages(i)
+            if stages > 1:
+                for k in range(start, start + stages):
+                    units.holder[k], units.spans[k] = block, start
+            start += stages
         if target.chunked is not None:  # the head and the loss: one stage, the chunked loss
-            return [*modules[:-1], target.chunked], blocks
+            return [*modules[:-1], target.chunked], blocks, units
     else:
         blocks = set(range(1, len(modules) - 1)) if len(modules) >= 3 else set()
-    return [*modules, None], blocks
+    return [*modules, None], blocks, units
 
 
 def install_sharded(
@@ -471,14 +576,13 @@ def install_sharded(
     InputError
         No plan fits (the least memory that fits is in the message).
     """
-    modules, expected = _stage_modules(target)
+    modules, expected, units = _stage_modules(target)
     model = target.model
-    refusal = _sub_blocks_refusal(target)
-    if refusal is not None and (ranks or 1) > 1:
-        raise InputError(refusal)
 
     def plan_for(count: int) -> tuple[ShardLayout, Profile, Schedule]:
-        found = model_layout(modules, count, expected, collective_copies(), loss_in_model)
+        found = model_layout(
+            modules, count, expected, collective_copies(), loss_in_model, units.spans
+        )
         sharded = shard_profile(profile, found, loop.gradients)
         return (found, *_agreed(sharded, lambda p: solve(p, loop), count))
 
@@ -501,21 +605,8 @@ def install_sharded(
         plan.schedule, plan.profile = schedule, again
         plan.plan = RuntimePlan(schedule, len(plan.names), plan.plan.input_transfers)
 
-    ShardedSteps(plan, modules, layout, replan).refusal = refusal
+    ShardedSteps(plan, modules, layout, replan, units)
     return model
-
-
-def _sub_blocks_refusal(target: Target) -> str | None:
-    """Why a model whose blocks are cut into sub-blocks cannot train sharded (None: not cut)."""
-    if target.how != "hooks" or not target.layout.parts:
-        return None
-    return (
-        f"enable: {type(target.model).__name__}'s blocks are cut into sub-blocks "
-        "(sub_blocks=True), and under FSDP2 a block is one fully_shard unit spanning several "
-        "stages, whose gathered parameters memplan does not model yet: enable it without "
-        "sub_blocks, or give the model a memplan_stages() method whose stages are the units "
-        "(docs/sharding.md)"
-    )
 
 
 def _agreed(

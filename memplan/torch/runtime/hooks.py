@@ -287,7 +287,7 @@ class ModelHooks:
                     return out
 
                 parts = self._parts(step, i, k, module)
-                function = block if parts is None else self._part_function(parts, 0)
+                function = block if parts is None else self._part_function(parts, 0, module)
                 y = it.begin(k, x, self.planned._recompute(function), module)
                 step.open = True
                 if parts is not None:  # counted from the tensor the block computes on
@@ -337,12 +337,19 @@ class ModelHooks:
         return hook
 
     # -- the sub-blocks of a block (NOTE [ Sub-block stages ]) ---------------------------------
-    @staticmethod
-    def _part_function(recorder: PartRecorder, part: int) -> Callable[[Tensor], Tensor]:
-        """Part ``part`` of a block call, replayed from its operations in that call."""
+    def _part_function(
+        self, recorder: PartRecorder, part: int, module: nn.Module
+    ) -> Callable[[Tensor], Tensor]:
+        """Part ``part`` of a call of the block ``module``, replayed from its operations in that
+        call; under FSDP2 on the block's gathered parameters (NOTE [ Plans under FSDP2 ]).
+        """
+        sharding = self.planned.sharding
 
         def replay(x: Tensor) -> Tensor:
-            return recorder.tape_of(part).replay(x)
+            if sharding is None:
+                return recorder.tape_of(part).replay(x)
+            with sharding.replaying(module):
+                return recorder.tape_of(part).replay(x)
 
         return replay
 
@@ -357,7 +364,7 @@ class ModelHooks:
         def on_cut(part: int, out: Tensor) -> Tensor:
             try:
                 self._end(step, out)
-                function = self.planned._recompute(self._part_function(recorder, part + 1))
+                function = self.planned._recompute(self._part_function(recorder, part + 1, module))
                 y = step.iteration.begin(k + part + 1, out, function, module)
                 step.open = True
             except BaseException:
