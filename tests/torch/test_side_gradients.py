@@ -177,9 +177,54 @@ class ForTheOneAfter(ForTheNextLM):
         return self.head(h)
 
 
+class CrossBlock(nn.Module):
+    """A decoder block: attends to its hidden state and to the encoder's output."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.own = BiasedBlock()
+        self.query = nn.Linear(DIM, DIM)
+        self.key_value = nn.Linear(DIM, 2 * DIM)
+
+    def forward(self, h: torch.Tensor, memory: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
+        h = self.own(h, bias)
+        k, v = self.key_value(memory).chunk(2, -1)
+        scores = self.query(h) @ k.transpose(-1, -2) / DIM**0.5
+        return h + scores.softmax(-1) @ v
+
+
+class EncoderDecoderLM(nn.Module):
+    """BART's structure: encoder blocks, then decoder blocks that read the encoder's output
+    besides their hidden state (cross-attention), the decoder's input the ids shifted right:
+    the encoder is the first stage, its output a side input of every decoder block."""
+
+    def __init__(self, blocks: int = 3) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.embed = nn.Embedding(VOCAB, DIM)
+        self.encoder = nn.ModuleList(BiasedBlock() for _ in range(blocks))
+        self.encoder_norm = nn.LayerNorm(DIM)
+        self.decoder = nn.ModuleList(CrossBlock() for _ in range(blocks))
+        self.head = nn.Linear(DIM, VOCAB)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        t = ids.shape[1]
+        causal = torch.full((t, t), float("-inf"), device=ids.device).triu(1)
+        h = self.embed(ids)
+        for block in self.encoder:
+            h = block(h, torch.zeros_like(causal))
+        memory = self.encoder_norm(h)
+        shifted = torch.cat([ids.new_zeros(ids.shape[0], 1), ids[:, :-1]], dim=1)
+        h = self.embed(shifted)
+        for block in self.decoder:
+            h = block(h, memory, causal)
+        return self.head(h)
+
+
 MODELS = {
     "bias": BiasedLM,
     "bias-after": BiasAfterLM,
+    "encoder-decoder": EncoderDecoderLM,
     "handing": HandingLM,
     "for-the-next": ForTheNextLM,
     "skip": SkipLM,

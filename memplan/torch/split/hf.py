@@ -47,6 +47,12 @@ def _logits(output: Any) -> Any:
 def hf_stages(model: nn.Module, example_input: Tensor) -> Any:
     """Cut an HF model with :func:`memplan.torch.split.repeated.find_repeated_blocks`.
 
+    An encoder-decoder that makes its decoder's input from the input ids (BART, mBART, MVP
+    shift them right) is cut at its decoder's blocks: the part before them (the embeddings and
+    the whole encoder) is the first stage, and the encoder's output, which every decoder block
+    reads besides the previous block's output, is a side input with a gradient (NOTE [ A side
+    input with a gradient ] in :mod:`memplan.torch.split.repeated`).
+
     Returns
     -------
     RepeatedBlocks
@@ -55,15 +61,23 @@ def hf_stages(model: nn.Module, example_input: Tensor) -> Any:
     Raises
     ------
     InputError
-        An encoder-decoder, or a model the generic linearizer cannot cut.
+        An encoder-decoder that needs decoder inputs besides the input ids (T5), or a model the
+        generic linearizer cannot cut.
     """
     kind = type(model).__name__
-    if getattr(model.config, "is_encoder_decoder", False):
+    try:
+        return find_repeated_blocks(model, example_input, call=_call(model), output=_logits)
+    except InputError as exc:
+        if not getattr(model.config, "is_encoder_decoder", False) or not str(exc).startswith(
+            f"{kind} fails on the example input"
+        ):
+            raise
         raise InputError(
-            f"cannot linearize {kind}: an encoder-decoder's decoder blocks read the encoder's "
-            "output besides the previous block's, so it is not one chain"
-        )
-    return find_repeated_blocks(model, example_input, call=_call(model), output=_logits)
+            f"cannot linearize {kind}: an encoder-decoder whose forward needs decoder inputs "
+            "besides the input ids (decoder_input_ids or labels), where memplan cuts a model "
+            f"called on its input ids alone ({exc}); train it as it is, or its encoder or "
+            "decoder alone"
+        ) from None
 
 
 def default_labels(model: nn.Module, example_input: Tensor, seed: int = 0) -> Tensor | None:
