@@ -37,6 +37,7 @@ class _Step:
     open: bool = False  # between begin and end of ``stage``
     recorder: TapeRecorder | None = None  # the head's operations (NOTE [ The head on a tape ])
     parts: PartRecorder | None = None  # the block computing, cut into sub-blocks
+    group: TapeRecorder | None = None  # the call group computing, recorded for a recomputation
     labels: Tensor | None = None  # the batch's labels and count, for the chunked loss
     count: Any = None
     passive: bool = False  # a plan that keeps what plain training keeps: no stage marked
@@ -107,8 +108,14 @@ class ModelHooks:
             handles.append(handle)
 
         for i, block in enumerate(found.block_modules):
+            if found.groups:  # NOTE [ Parallel lists as blocks ]: the last group's end below
+                add(block.register_forward_pre_hook(self.group_pre(i), with_kwargs=True))
+                continue
             add(block.register_forward_pre_hook(self.block_pre(i), with_kwargs=True))
             add(block.register_forward_hook(self.block_post(i), with_kwargs=True))
+        if found.groups:
+            last = found.groups[-1][-1]
+            add(last.register_forward_hook(self.block_post(self.blocks - 1), with_kwargs=True))
         if found.output_module is not None and self.chunked is None:  # the head ends at its return
             add(found.output_module.register_forward_hook(self.head_post, with_kwargs=True))
         self._register_cut()
@@ -127,7 +134,7 @@ class ModelHooks:
             self.cut_handle.remove()
             self.stage_handles.remove(self.cut_handle)
             handles.remove(self.cut_handle)
-        last = self.found.block_modules[-1]
+        last = self.found.groups[-1][-1] if self.found.groups else self.found.block_modules[-1]
         self.cut_handle = last.register_forward_hook(self.cut)
         self.stage_handles.append(self.cut_handle)
         handles.append(self.cut_handle)
@@ -301,6 +308,7 @@ class ModelHooks:
                 out = primary_output(output)
                 if out is None:
                     raise RuntimeError(f"block {self.found.blocks[i]} returned no tensor")
+                self._finish_group(step, out)
                 if step.parts is not None:
                     parts, step.parts = step.parts, None
                     parts.active = False
@@ -321,6 +329,74 @@ class ModelHooks:
             return None
 
         return hook
+
+    # -- call groups (NOTE [ Parallel lists as blocks ]) ---------------------------------------
+    def group_pre(self, i: int) -> Callable:
+        """The call of group ``i``'s first module: the previous stage (the part before the
+        first group, or group ``i - 1`` with the loop's code after it) ends on the tensor it
+        reads, and group ``i``'s stage begins there; its operations are recorded for a
+        recomputation when the plan runs it again.
+        """
+        k = self.block_start[i]
+        key = self.found.block_keys[i]
+        plan = self.planned.plan
+        again = plan.forward_counts[k] > 1 or k in plan.policies
+        holder = nn.ModuleList(self.found.groups[i])  # its buffers, for a recomputation
+
+        def hook(module: nn.Module, args: tuple, kwargs: dict) -> None:
+            step = self.active()
+            if step is None:
+                return
+            it = step.iteration
+            try:
+                x = args[key] if isinstance(key, int) else kwargs[key]
+                if step.open and step.stage == k - 1 and (i > 0 or self.prefix_stage is not None):
+                    self._finish_group(step, x)
+                    self._end(step, x)
+                if step.open or step.stage != k:
+                    raise RuntimeError(
+                        f"memplan: the call group of {self.found.blocks[i]} was called out of "
+                        "the order it was profiled in (or twice in one forward)"
+                    )
+                recorder = TapeRecorder() if again else None
+
+                def replay(x: Tensor) -> Tensor:
+                    if recorder is None or recorder.tape.end is None:
+                        raise RuntimeError(
+                            f"memplan: the call group of {self.found.blocks[i]} was not "
+                            "recorded in this step"
+                        )
+                    return recorder.tape.replay(x)
+
+                y = it.begin(k, x, self.planned._recompute(replay), holder)
+                if y is not x:
+                    raise RuntimeError(
+                        f"memplan: the call group of {self.found.blocks[i]} modifies its input in "
+                        "place"
+                    )
+                step.open = True
+                if recorder is not None:
+                    recorder.start(x)
+                    recorder.__enter__()
+                    step.group = recorder
+            except BaseException:
+                self._abort()
+                raise
+
+        return hook
+
+    @staticmethod
+    def _finish_group(step: _Step, end: Tensor) -> None:
+        """Stop recording the call group computing, whose output is ``end``."""
+        recorder, step.group = step.group, None
+        if recorder is not None and recorder.active:
+            recorder.active = False
+            recorder.__exit__(None, None, None)
+            if not recorder.finish(end):
+                raise RuntimeError(
+                    "memplan: a call group did not compute the next one's input in this step, "
+                    "as it did when the model was profiled"
+                )
 
     # -- the sub-blocks of a block (NOTE [ Sub-block stages ]) ---------------------------------
     @staticmethod
@@ -401,11 +477,12 @@ class ModelHooks:
 
     @staticmethod
     def _stop_recording(step: _Step) -> None:
-        for recorder in (step.parts, step.recorder):
+        for recorder in (step.parts, step.recorder, step.group):
             if recorder is not None and recorder.active:
                 recorder.active = False
                 recorder.__exit__(None, None, None)
         step.parts = None
+        step.group = None
 
     def _head_function(self, step: _Step) -> Callable[[Tensor], Tensor]:
         if self.chunked is not None:

@@ -100,6 +100,7 @@ from torch.utils import _pytree as pytree
 
 from memplan.errors import InputError
 from memplan.torch.base.autograd import graph_nodes
+from memplan.torch.split.groups import group_runs, group_tapes, record_groups
 from memplan.torch.split.stages import (
     eval_mode,
     first_line,
@@ -170,6 +171,10 @@ class RepeatedBlocks:
     head_operations : int, optional
         With ``head_by == "tape"``: the operations returning a tensor from the last block's
         return to the model's output, the last one included (where the head stage ends).
+    groups : list of list of nn.Module
+        Per block, the modules of its call group when the blocks are the i-th elements of
+        parallel lists (NOTE [ Parallel lists as blocks ] in :mod:`memplan.torch.split.groups`):
+        ``block_modules`` are then each group's first module; empty for blocks that are modules.
     parts : list of BlockParts or None
         Per block, the sub-blocks it is cut into (``enable(..., sub_blocks=True)``: NOTE
         [ Sub-block stages ] in :mod:`memplan.torch.split.sub_blocks`), None for a whole block;
@@ -187,6 +192,7 @@ class RepeatedBlocks:
     output_module: nn.Module | None = None
     prefix: bool = False
     head_operations: int | None = None
+    groups: list[list[nn.Module]] = field(default_factory=list)
     parts: list[BlockParts | None] = field(default_factory=list)
 
     def block_stages(self, i: int) -> int:
@@ -662,6 +668,118 @@ def _cut(
     )  # fmt: skip
 
 
+def _group_stages(
+    kind: str,
+    model: nn.Module,
+    call: ModelCall,
+    x: Tensor,
+    tracer: Tracer,
+    run: list[list[TracedCall]],
+    prefix: bool,
+) -> tuple[list[TapeStage], int]:
+    """One :class:`TapeStage` per call group (NOTE [ Parallel lists as blocks ] in
+    :mod:`memplan.torch.split.groups`), and what the groups read that depends on the batch
+    (as :func:`_reads_values`).
+
+    Raises
+    ------
+    InputError
+        A group whose end its operations do not make; one that reads a floating tensor computed
+        from the parameters before it (an earlier group's activation: a side input, which a
+        group's stage does not take); values of the input where nothing comes before the groups.
+    """
+    ordinals = []
+    for group in run:
+        ordinals.append([c for c in tracer.calls if c.module is group[0].module].index(group[0]))
+    modes = []
+    for mode in (eval_mode, train_mode):
+        with mode(model):
+            recorders, taint = record_groups(model, call, x, run, ordinals)
+        tapes = group_tapes(recorders, len(run))
+        if tapes is None:
+            raise InputError(
+                f"cannot linearize {kind}: the groups of {run[0][0].name} .. {run[-1][-1].name} "
+                "do not compute each the next one's input from their own; give it a "
+                "memplan_stages() method returning [(name, module), ...]"
+            )
+        modes.append((tapes, recorders, taint))
+    owned = set(modes[1][2].params) | set(modes[1][2].buffers)
+    values = 0
+    for tapes, _, taint in modes:
+        for tape, group in zip(tapes, run, strict=True):
+            for constant in tape.constants():
+                kinds = taint.taint.kind(constant) & (FROM_INPUT | FROM_PARAM)
+                if id(constant) in owned or not kinds:
+                    continue
+                if kinds & FROM_PARAM and constant.is_floating_point():
+                    raise InputError(
+                        f"cannot linearize {kind}: the call group of {group[0].name} also reads "
+                        f"a tensor of shape {tuple(constant.shape)} computed from the parameters "
+                        "before it, not only the previous group's output: the model is not a "
+                        "chain of these groups; give it a memplan_stages() method returning "
+                        "[(name, module), ...]"
+                    )
+                if not prefix:
+                    raise InputError(
+                        f"cannot linearize {kind}: the call group of {group[0].name} also reads a "
+                        "tensor computed from the values of the input, and the model computes "
+                        "nothing before it; give it a memplan_stages() method returning "
+                        "[(name, module), ...]"
+                    )
+                values |= kinds
+    stages = []
+    for g, recorder in enumerate(modes[1][1]):
+        assert recorder.input_shape is not None
+        stages.append(TapeStage(modes[0][0][g], modes[1][0][g], recorder.input_shape, owned))
+    return stages, values
+
+
+def _cut_groups(
+    kind: str,
+    model: nn.Module,
+    call: ModelCall,
+    pick: Callable[[Any], Any],
+    x: Tensor,
+    tracer: Tracer,
+    run: list[list[TracedCall]],
+) -> RepeatedBlocks:
+    """The stages for a run of call groups (NOTE [ Parallel lists as blocks ] in
+    :mod:`memplan.torch.split.groups`): the part before the first group, one tape stage per
+    group, the head on a tape from the last group's last module's return.
+    """
+    calls = [c for group in run for c in group]
+    entries = [group[0] for group in run]
+    _check_distinct(kind, calls)
+    prefix = not any(p is None and v is None for p, v in entries[0].producers)
+    tapes, values = _group_stages(kind, model, call, x, tracer, run, prefix)
+    firsts = _relative_names([c.name for c in entries])
+    lasts = _relative_names([group[-1].name for group in run])
+    names = [f"{a}..{b}" for a, b in zip(firsts, lasts, strict=True)]
+    stages: list[tuple[str, nn.Module]] = list(zip(names, tapes, strict=True))
+    last = run[-1][-1]
+    head = _head_by_tape(kind, model, call, pick, x, tracer, last, prefix)
+    if head.side_tensors:
+        raise InputError(
+            f"cannot linearize {kind}: what follows its last call group also reads an earlier "
+            "group's activation; give it a memplan_stages() method returning [(name, module), ...]"
+        )
+    values |= FROM_PARAM if head.side_pointers else 0
+    if prefix:
+        stem = _prefix(kind, model, call, tracer, calls)
+        if values:  # NOTE [ Stage wrappers ]: the chain is for this batch's values
+            stem.traced_for(x, trains=not values & FROM_PARAM)
+        stages.insert(0, ("stem" if x.is_floating_point() else "embedding", stem))
+    stages.append(("head", head))
+    _check_body(kind, tracer, [entries[0], last], prefix, True)
+    return RepeatedBlocks(
+        stages=stages, blocks=[c.name for c in entries], head_by="tape",
+        block_modules=[c.module for c in entries],
+        block_keys=[c.key for c in entries if c.key is not None],
+        prefix=prefix, head_operations=head.training_tape.operations(),
+        groups=[[c.module for c in group] for group in run],
+    )  # fmt: skip
+
+
 def _chain_output(
     kind: str, stages: list[tuple[str, nn.Module]], x: Tensor, inplace: list[bool]
 ) -> Tensor:
@@ -801,7 +919,7 @@ def find_repeated_blocks(
                 f"cannot linearize {kind}: its output is {type(result).__name__}, not a tensor"
             )
         final = tracer.producers_of(result)
-        runs = _runs(tracer.calls)
+        runs: list[Any] = [*group_runs(tracer.calls), *_runs(tracer.calls)]
         tracer.produced.clear()
         if not runs:
             raise _hookless_blocks(kind, model, tracer.calls) or InputError(
@@ -813,7 +931,10 @@ def find_repeated_blocks(
         reading: RepeatedBlocks | None = None  # the first run whose blocks read a side input
         for run in runs:
             try:
-                found = _cut(kind, model, call, pick, example_input, tracer, run, final)
+                if isinstance(run[0], list):  # NOTE [ Parallel lists as blocks ]
+                    found = _cut_groups(kind, model, call, pick, example_input, tracer, run)
+                else:
+                    found = _cut(kind, model, call, pick, example_input, tracer, run, final)
                 inplace: list[bool] = []
                 out = _chain_output(kind, found.stages, example_input, inplace)
             except InputError as exc:
@@ -830,6 +951,14 @@ def find_repeated_blocks(
                 failure = failure or InputError(
                     f"cannot linearize {kind}: the chain does not reproduce the model's output "
                     f"(max abs difference {diff:.3g})"
+                )
+                continue
+            first = 1 if found.prefix else 0
+            if any(inplace[first : first + len(found.groups)]):
+                failure = failure or InputError(
+                    f"cannot linearize {kind}: a call group of {found.blocks[0]} .. modifies "
+                    "its input in place, which the loop's code goes on reading; give it a "
+                    "memplan_stages() method returning [(name, module), ...]"
                 )
                 continue
             found.output = out
