@@ -1,5 +1,6 @@
 """Layers kept as parallel module lists, the i-th of each called in a loop (XLM, FlauBERT: NOTE
-[ Parallel lists as blocks ] in :mod:`memplan.torch.split.groups`): each call group is a block,
+[ Parallel lists as blocks ] in :mod:`memplan.torch.split.groups`), or called through
+``layer.forward(...)``, which runs no module hooks (SqueezeBERT): each call group is a block,
 its stage its operations on a tape, the loop's own code (residual additions, functional dropout,
 a padding mask applied in place) included; a recomputation replays the step's own operations.
 
@@ -78,6 +79,47 @@ class ParallelListsLM(nn.Module):
         return self.head(h)
 
 
+class Layer(nn.Module):
+    """A layer whose ``forward`` adds its residuals between its modules' calls."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.attention = Attention()
+        self.norm = nn.LayerNorm(DIM)
+        self.ffn = nn.Sequential(nn.Linear(DIM, 4 * DIM), nn.GELU(), nn.Linear(4 * DIM, DIM))
+
+    def forward(self, h: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
+        h = h + F.dropout(self.attention(self.norm(h), keep), p=0.1, training=self.training)
+        return h + self.ffn(h)
+
+
+class HooklessLM(nn.Module):
+    """SqueezeBERT's loop: ``layer.forward(...)``, which runs no module hooks; the residual
+    after the last module call of each layer, in the layer's code."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.embed = nn.Embedding(VOCAB, DIM)
+        self.layers = nn.ModuleList(Layer() for _ in range(LAYERS))
+        self.norm = nn.LayerNorm(DIM)
+        self.head = nn.Linear(DIM, VOCAB)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        keep = ids != PAD
+        h = self.embed(ids)
+        for layer in self.layers:
+            h = layer.forward(h, keep)
+        return self.head(self.norm(h))
+
+
+MODELS = {"lists": ParallelListsLM, "hookless": HooklessLM}
+STAGES = {
+    "lists": [f"attentions.{i}..norm2.{i}" for i in range(LAYERS)],
+    "hookless": [f"layers.{i}" for i in range(LAYERS)],
+}
+
+
 class ReadsAnEarlierGroup(ParallelListsLM):
     """Each layer also reads the first layer's output: not a chain of the groups."""
 
@@ -104,25 +146,28 @@ def _loss(m, b, kept):
 
 
 @functools.cache
-def _profile():
-    return profile_model(ParallelListsLM(), example_input=_ids(0), repeats=1, name="lists")
+def _profile(kind: str):
+    return profile_model(MODELS[kind](), example_input=_ids(0), repeats=1, name=kind)
 
 
-def test_each_call_group_is_a_block():
-    found = find_repeated_blocks(ParallelListsLM(), _ids(0))
-    assert [name for name, _ in found.stages] == [
-        "embedding", *(f"attentions.{i}..norm2.{i}" for i in range(LAYERS)), "head",
-    ]  # fmt: skip
+@pytest.mark.parametrize("kind", sorted(MODELS))
+def test_each_call_group_is_a_block(kind):
+    model = MODELS[kind]()
+    found = find_repeated_blocks(model, _ids(0))
+    assert [name for name, _ in found.stages] == ["embedding", *STAGES[kind], "head"]
     assert found.head_by == "tape" and len(found.groups) == LAYERS
-    assert [len(g) for g in found.groups] == [4] * LAYERS
+    # the next call after the last group (the head's first module) ends it
+    first = model.head if kind == "lists" else model.norm
+    assert found.group_end is not None and found.group_end[0] is first
 
 
 @pytest.mark.parametrize("share", [0.0, 0.5, 1.0])
-def test_parallel_lists_train_as_plain_training_within_the_budget(share):
+@pytest.mark.parametrize("kind", sorted(MODELS))
+def test_call_groups_train_as_plain_training_within_the_budget(kind, share):
     """At the least memory, between it and store-all's, and at store-all's: every step within
     the budget, the parameters after three AdamW steps on different batches (each its own
     padding) plain training's, the same dropout draws."""
-    model, prof = ParallelListsLM(), _profile()
+    model, prof = MODELS[kind](), _profile(kind)
     named = {"optimizer": "adamw:fused", "output_held": False}
     desc = describe(prof, optimizer="adamw:fused", gradients="at-backward")
     least, top = desc["min_memory"]["chain"], desc["store_all_memory"]

@@ -473,7 +473,7 @@ def install_sharded(
     """
     modules, expected = _stage_modules(target)
     model = target.model
-    refusal = _sub_blocks_refusal(target)
+    refusal = _shard_refusal(target)
     if refusal is not None and (ranks or 1) > 1:
         raise InputError(refusal)
 
@@ -505,8 +505,16 @@ def install_sharded(
     return model
 
 
-def _sub_blocks_refusal(target: Target) -> str | None:
-    """Why a model whose blocks are cut into sub-blocks cannot train sharded (None: not cut)."""
+def _shard_refusal(target: Target) -> str | None:
+    """Why a model whose blocks are cut into sub-blocks, or are call groups of parallel module
+    lists (NOTE [ Parallel lists as blocks ]), cannot train sharded (None: neither)."""
+    if target.how == "hooks" and target.layout.groups:
+        return (
+            f"enable: {type(target.model).__name__}'s blocks are call groups of parallel "
+            "module lists (no module computes a block), and FSDP2's recipe makes a fully_shard "
+            "unit of each block module: give the model a memplan_stages() method whose stages "
+            "are the units (docs/sharding.md)"
+        )
     if target.how != "hooks" or not target.layout.parts:
         return None
     return (

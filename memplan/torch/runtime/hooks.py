@@ -113,7 +113,10 @@ class ModelHooks:
                 continue
             add(block.register_forward_pre_hook(self.block_pre(i), with_kwargs=True))
             add(block.register_forward_hook(self.block_post(i), with_kwargs=True))
-        if found.groups:
+        if found.group_end is not None:
+            end = found.group_end[0]
+            add(end.register_forward_pre_hook(self.group_end, with_kwargs=True))
+        elif found.groups:
             last = found.groups[-1][-1]
             add(last.register_forward_hook(self.block_post(self.blocks - 1), with_kwargs=True))
         if found.output_module is not None and self.chunked is None:  # the head ends at its return
@@ -134,8 +137,12 @@ class ModelHooks:
             self.cut_handle.remove()
             self.stage_handles.remove(self.cut_handle)
             handles.remove(self.cut_handle)
-        last = self.found.groups[-1][-1] if self.found.groups else self.found.block_modules[-1]
-        self.cut_handle = last.register_forward_hook(self.cut)
+        if self.found.group_end is not None:  # the head begins as this module is called
+            end = self.found.group_end[0]
+            self.cut_handle = end.register_forward_pre_hook(self.cut_before, with_kwargs=True)
+        else:
+            last = self.found.groups[-1][-1] if self.found.groups else self.found.block_modules[-1]
+            self.cut_handle = last.register_forward_hook(self.cut)
         self.stage_handles.append(self.cut_handle)
         handles.append(self.cut_handle)
 
@@ -385,6 +392,20 @@ class ModelHooks:
 
         return hook
 
+    def group_end(self, module: nn.Module, args: tuple, kwargs: dict) -> Any:
+        """The call that ends the last call group (``found.group_end``): the head begins on
+        the tensor it reads, as at a last block's return (:meth:`block_post`).
+        """
+        assert self.found.group_end is not None
+        key = self.found.group_end[1]
+        assert key is not None
+        step = self.active()
+        if step is None or step.stage != self.block_start[-1] - 1 or not step.open:
+            return None
+        x = args[key] if isinstance(key, int) else kwargs[key]
+        y = self.block_post(self.blocks - 1)(module, args, kwargs, x)
+        return None if y is None else replace_primary(args, kwargs, key, y)
+
     @staticmethod
     def _finish_group(step: _Step, end: Tensor) -> None:
         """Stop recording the call group computing, whose output is ``end``."""
@@ -443,6 +464,17 @@ class ModelHooks:
             self._abort()
             raise RuntimeError(f"block {self.found.blocks[-1]} returned no tensor")
         raise _AtHead(out)
+
+    def cut_before(self, module: nn.Module, args: tuple, kwargs: dict) -> None:
+        """:meth:`cut` where the head begins as a module is called (``found.group_end``),
+        after :meth:`group_end` began it.
+        """
+        step = self.active()
+        if step is None or step.stage != self.head or not step.open:
+            return
+        assert self.found.group_end is not None
+        key = self.found.group_end[1]
+        raise _AtHead(args[key] if isinstance(key, int) else kwargs[key])
 
     # -- the head --------------------------------------------------------------------------
     def _record_head(self, step: _Step, x: Tensor) -> None:

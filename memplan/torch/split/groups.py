@@ -4,20 +4,26 @@ NOTE [ Parallel lists as blocks ]
 ---------------------------------
 XLM and FlauBERT keep their layers as parallel module lists (``attentions[i]``,
 ``layer_norm1[i]``, ``ffns[i]``, ``layer_norm2[i]``) and call the i-th of each in a loop, with
-the residual additions and a padding mask's product between them in the loop's own code. No
-module computes a layer, so no module call marks where one begins and ends. A *call group* is
-the calls with index ``i`` made one after the other by the same caller (sibling calls, outside
+the residual additions and a padding mask's product between them in the loop's own code.
+SqueezeBERT calls its layers through ``layer.forward(...)``, which runs no module hooks: only
+the modules inside a layer are seen called. No module call marks where a layer begins and ends.
+A *call group* is the calls of modules with index ``i`` in their path (``attentions.i``,
+``layers.i.attention``) made one after the other by the same caller (sibling calls, outside
 any block); a run of groups is at least two of them whose lists repeat in the same order
 (``attentions, layer_norm1, ffns, layer_norm2``), each index one more than the previous one's,
 and each group's first call fed by the previous group's last one (the same tensor, modified in
-place or not). The run's groups are the chain's blocks.
+place or not) or by the loop's code after it (a residual addition), which each group's tape
+must show: the next group's input is made by the group's operations from its own input. The
+run's groups are the chain's blocks.
 
 A group's stage begins where its first module is called (the tensor that call reads is the
 stage's input) and ends where the next group's first module is called (the tensor that call
 reads is the stage's output): the loop's code between two groups (a padding mask applied in
-place) is the earlier group's. The last group ends at the return of its last module; what the
-loop does after it belongs to the head, which is then the tensor operations from there to the
-model's output (NOTE [ The head on a tape ] in :mod:`memplan.torch.split.tape`).
+place) is the earlier group's. The last group ends likewise where the next module is called (a
+final norm, the output layer: a module called once, not a list's), the loop's code after its
+last module (a residual addition) the last group's; where none is, at the return of its last
+module. The head is the tensor operations from there to the model's output (NOTE [ The head on
+a tape ] in :mod:`memplan.torch.split.tape`).
 
 A group's stage is its operations on a tape (:func:`record_groups`: the model runs once in each
 mode, recorded from each group's beginning to its end) replayed as a
@@ -37,15 +43,20 @@ from torch import Tensor, nn
 from memplan.torch.split.tape import Tape, TapeRecorder
 from memplan.torch.split.trace import ModelCall, TracedCall, Tracer, primary_output
 
-__all__ = ["GROUP_RUNS_TRIED", "group_runs", "group_tapes", "record_groups"]
+__all__ = ["GROUP_RUNS_TRIED", "group_runs", "group_tapes", "list_index", "record_groups"]
 
 GROUP_RUNS_TRIED = 2
 
 
-def _index(call: TracedCall) -> tuple[str, int] | None:
-    """The list a block call's module is an element of and its index there, or None."""
-    container, _, last = call.name.rpartition(".")
-    return (container, int(last)) if last.isdigit() else None
+def list_index(call: TracedCall) -> tuple[str, int] | None:
+    """Where a call's module is in the lists: its path with the last index in it as ``*``
+    (``attentions.*``, ``encoder.layers.*.attention``) and that index; None outside lists.
+    """
+    parts = call.name.split(".")
+    for j in range(len(parts) - 1, -1, -1):
+        if parts[j].isdigit():
+            return ".".join([*parts[:j], "*", *parts[j + 1 :]]), int(parts[j])
+    return None
 
 
 def _groups_of(siblings: list[TracedCall]) -> list[list[TracedCall]]:
@@ -53,7 +64,7 @@ def _groups_of(siblings: list[TracedCall]) -> list[list[TracedCall]]:
     groups: list[list[TracedCall]] = []
     previous: int | None = None
     for call in siblings:
-        found = _index(call)
+        found = list_index(call)
         if found is None:
             previous = None
             continue
@@ -66,11 +77,16 @@ def _groups_of(siblings: list[TracedCall]) -> list[list[TracedCall]]:
 
 
 def _lists(group: list[TracedCall]) -> tuple[str, ...]:
-    return tuple(_index(c)[0] for c in group)  # type: ignore[index]
+    return tuple(list_index(c)[0] for c in group)  # type: ignore[index]
 
 
 def _feeds(earlier: list[TracedCall], later: list[TracedCall]) -> bool:
-    return any(p is earlier[-1] and v is None for p, v in later[0].producers)
+    """Whether ``later``'s first call reads ``earlier``'s last call's output, or a tensor no
+    module call returned (the loop's code made it: a residual addition). That ``earlier`` made
+    it is checked on its tape (:func:`group_tapes`).
+    """
+    producers = later[0].producers
+    return not producers or any(p is earlier[-1] and v is None for p, v in producers)
 
 
 def group_runs(calls: list[TracedCall]) -> list[list[list[TracedCall]]]:
@@ -80,7 +96,8 @@ def group_runs(calls: list[TracedCall]) -> list[list[list[TracedCall]]]:
     by_caller: dict[int, list[TracedCall]] = {}
     for call in calls:
         usable = call.key is not None and call.has_output
-        if call.is_block and usable and not any(p.is_block for p in call.parents):
+        listed = list_index(call) is not None  # a block, or a module inside one called hookless
+        if listed and usable and not any(p.is_block for p in call.parents):
             caller = id(call.parents[-1]) if call.parents else 0
             by_caller.setdefault(caller, []).append(call)
     runs: list[list[list[TracedCall]]] = []
@@ -91,7 +108,7 @@ def group_runs(calls: list[TracedCall]) -> list[list[list[TracedCall]]]:
             fits = (
                 run
                 and lists == _lists(run[-1])
-                and _index(group[0])[1] == _index(run[-1][0])[1] + 1  # type: ignore[index]
+                and list_index(group[0])[1] == list_index(run[-1][0])[1] + 1  # type: ignore[index]
                 and _feeds(run[-1], group)
             )
             if not fits:
@@ -112,12 +129,14 @@ def record_groups(
     x: Tensor,
     run: list[list[TracedCall]],
     ordinals: list[int],
+    end: TracedCall | None = None,
 ) -> tuple[list[TapeRecorder], Tracer]:
     """Run the model on ``x`` (no gradients, in the mode it is in), recording each group's
     operations from its beginning to its end (NOTE [ Parallel lists as blocks ]); the recorders
     (a group whose end the tape did not make has none: ``tape.end`` None), and the tracer that
     followed what each tensor is computed from. ``ordinals``: which call of each group's first
-    module is the group's (a module called once per forward: 0).
+    module is the group's (a module called once per forward: 0). The last group ends as
+    ``end``'s module is called (its only call), or else at its last module's return.
     """
     taint = Tracer(model)
     recorders: list[TapeRecorder] = []
@@ -151,10 +170,18 @@ def record_groups(
         if len(recorders) == len(run) and open_ and out is not None:
             close(out)
 
+    def ending(module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        assert end is not None and end.key is not None
+        if len(recorders) == len(run):
+            close(args[end.key] if isinstance(end.key, int) else kwargs[end.key])
+
     handles: list[Any] = [
         group[0].module.register_forward_pre_hook(entry, with_kwargs=True) for group in run
     ]
-    handles.append(run[-1][-1].module.register_forward_hook(exit_))
+    if end is not None:
+        handles.append(end.module.register_forward_pre_hook(ending, with_kwargs=True))
+    else:
+        handles.append(run[-1][-1].module.register_forward_hook(exit_))
     try:
         with taint.tracing(x, calls=False), torch.random.fork_rng(devices=[]):
             call(model, x)

@@ -100,7 +100,7 @@ from torch.utils import _pytree as pytree
 
 from memplan.errors import InputError
 from memplan.torch.base.autograd import graph_nodes
-from memplan.torch.split.groups import group_runs, group_tapes, record_groups
+from memplan.torch.split.groups import group_runs, group_tapes, list_index, record_groups
 from memplan.torch.split.stages import (
     eval_mode,
     first_line,
@@ -175,6 +175,9 @@ class RepeatedBlocks:
         Per block, the modules of its call group when the blocks are the i-th elements of
         parallel lists (NOTE [ Parallel lists as blocks ] in :mod:`memplan.torch.split.groups`):
         ``block_modules`` are then each group's first module; empty for blocks that are modules.
+    group_end : (nn.Module, key), optional
+        With ``groups``: the module whose call ends the last group (and begins the head) and
+        where it takes its input; None: the last group ends at its last module's return.
     parts : list of BlockParts or None
         Per block, the sub-blocks it is cut into (``enable(..., sub_blocks=True)``: NOTE
         [ Sub-block stages ] in :mod:`memplan.torch.split.sub_blocks`), None for a whole block;
@@ -193,6 +196,7 @@ class RepeatedBlocks:
     prefix: bool = False
     head_operations: int | None = None
     groups: list[list[nn.Module]] = field(default_factory=list)
+    group_end: tuple[nn.Module, int | str | None] | None = None
     parts: list[BlockParts | None] = field(default_factory=list)
 
     def block_stages(self, i: int) -> int:
@@ -527,9 +531,11 @@ def _record_head(
     x: Tensor,
     last: TracedCall,
     ordinal: int,
+    at_start: bool = False,
 ) -> tuple[TapeRecorder, Tracer, Any]:
     """Run the model on ``x`` (no gradients, in the mode it is in), recording its operations
-    from the return of call ``ordinal`` of the last block on; the recorder, the tracer that
+    from the return of call ``ordinal`` of the last block on (with ``at_start``, from that call
+    of ``last``'s module on, its primary input the head's input); the recorder, the tracer that
     followed what each tensor is computed from, and the model's output.
     """
     seen = [0]
@@ -542,7 +548,15 @@ def _record_head(
             recorder.start(out)
         seen[0] += 1
 
-    hook = last.module.register_forward_hook(started)
+    def starting(module: nn.Module, args: Any, kwargs: Any) -> None:
+        if seen[0] == ordinal and last.key is not None:
+            recorder.start(args[last.key] if isinstance(last.key, int) else kwargs[last.key])
+        seen[0] += 1
+
+    if at_start:  # the head begins as ``last`` is called (NOTE [ Parallel lists as blocks ])
+        hook = last.module.register_forward_pre_hook(starting, with_kwargs=True)
+    else:
+        hook = last.module.register_forward_hook(started)
     try:
         with taint.tracing(x, calls=False), recorder, torch.random.fork_rng(devices=[]):
             result = pick(call(model, x))
@@ -560,6 +574,7 @@ def _head_by_tape(
     tracer: Tracer,
     last: TracedCall,
     prefix: bool,
+    at_start: bool = False,
 ) -> TapeStage:
     """The part after the last block as a :class:`TapeStage` (NOTE [ The head on a tape ]): the
     model runs again in eval mode and in training mode (without gradients; batch-norm statistics
@@ -575,7 +590,7 @@ def _head_by_tape(
     trained: list[Tensor] = []  # those of the training-mode tape
     for mode in (eval_mode, train_mode):
         with mode(model):
-            recorder, taint, result = _record_head(model, call, pick, x, last, ordinal)
+            recorder, taint, result = _record_head(model, call, pick, x, last, ordinal, at_start)
         end = recorder.ref(result) if isinstance(result, Tensor) else None
         if end is None:
             raise InputError(
@@ -676,6 +691,7 @@ def _group_stages(
     tracer: Tracer,
     run: list[list[TracedCall]],
     prefix: bool,
+    end: TracedCall | None,
 ) -> tuple[list[TapeStage], int]:
     """One :class:`TapeStage` per call group (NOTE [ Parallel lists as blocks ] in
     :mod:`memplan.torch.split.groups`), and what the groups read that depends on the batch
@@ -694,7 +710,7 @@ def _group_stages(
     modes = []
     for mode in (eval_mode, train_mode):
         with mode(model):
-            recorders, taint = record_groups(model, call, x, run, ordinals)
+            recorders, taint = record_groups(model, call, x, run, ordinals, end)
         tapes = group_tapes(recorders, len(run))
         if tapes is None:
             raise InputError(
@@ -734,6 +750,26 @@ def _group_stages(
     return stages, values
 
 
+def _group_names(run: list[list[TracedCall]]) -> list[str]:
+    """A stage name per call group: the list element all its modules are in (``layers.0`` for
+    SqueezeBERT's ``layers.0.attention`` .. ``layers.0.output``), else its first and last
+    module (``attentions.0..layer_norm2.0``).
+    """
+    elements = []
+    for group in run:
+        paths = set()
+        for c in group:
+            parts = c.name.split(".")
+            last = max((j for j, part in enumerate(parts) if part.isdigit()), default=-1)
+            paths.add(".".join(parts[: last + 1]))
+        elements.append(paths.pop() if len(paths) == 1 else None)
+    if all(elements):
+        return _relative_names([e for e in elements if e])
+    firsts = _relative_names([group[0].name for group in run])
+    lasts = _relative_names([group[-1].name for group in run])
+    return [f"{a}..{b}" for a, b in zip(firsts, lasts, strict=True)]
+
+
 def _cut_groups(
     kind: str,
     model: nn.Module,
@@ -751,13 +787,25 @@ def _cut_groups(
     entries = [group[0] for group in run]
     _check_distinct(kind, calls)
     prefix = not any(p is None and v is None for p, v in entries[0].producers)
-    tapes, values = _group_stages(kind, model, call, x, tracer, run, prefix)
-    firsts = _relative_names([c.name for c in entries])
-    lasts = _relative_names([group[-1].name for group in run])
-    names = [f"{a}..{b}" for a, b in zip(firsts, lasts, strict=True)]
-    stages: list[tuple[str, nn.Module]] = list(zip(names, tapes, strict=True))
     last = run[-1][-1]
-    head = _head_by_tape(kind, model, call, pick, x, tracer, last, prefix)
+    after = next((c for c in tracer.calls if c.start > last.end and c.key is not None), None)
+    if after is not None and sum(c.module is after.module for c in tracer.calls) > 1:
+        after = None  # called elsewhere too: its calls do not mark one place
+    if after is not None and list_index(after) is not None:
+        after = None  # an element of a list: not the head's
+    try:
+        tapes, values = _group_stages(kind, model, call, x, tracer, run, prefix, after)
+    except InputError:
+        if after is None:
+            raise
+        after = None  # the next call does not read what the last group made: its return
+        tapes, values = _group_stages(kind, model, call, x, tracer, run, prefix, after)
+    names = _group_names(run)
+    stages: list[tuple[str, nn.Module]] = list(zip(names, tapes, strict=True))
+    if after is not None:
+        head = _head_by_tape(kind, model, call, pick, x, tracer, after, prefix, at_start=True)
+    else:
+        head = _head_by_tape(kind, model, call, pick, x, tracer, last, prefix)
     if head.side_tensors:
         raise InputError(
             f"cannot linearize {kind}: what follows its last call group also reads an earlier "
@@ -777,6 +825,7 @@ def _cut_groups(
         block_keys=[c.key for c in entries if c.key is not None],
         prefix=prefix, head_operations=head.training_tape.operations(),
         groups=[[c.module for c in group] for group in run],
+        group_end=None if after is None else (after.module, after.key),
     )  # fmt: skip
 
 
@@ -919,7 +968,7 @@ def find_repeated_blocks(
                 f"cannot linearize {kind}: its output is {type(result).__name__}, not a tensor"
             )
         final = tracer.producers_of(result)
-        runs: list[Any] = [*group_runs(tracer.calls), *_runs(tracer.calls)]
+        runs: list[Any] = [*_runs(tracer.calls), *group_runs(tracer.calls)]
         tracer.produced.clear()
         if not runs:
             raise _hookless_blocks(kind, model, tracer.calls) or InputError(
@@ -928,6 +977,7 @@ def find_repeated_blocks(
                 "found; give it a memplan_stages() method returning [(name, module), ...]"
             )
         failure: InputError | None = None
+        grouped: InputError | None = None  # the first failure of a run of call groups
         reading: RepeatedBlocks | None = None  # the first run whose blocks read a side input
         for run in runs:
             try:
@@ -938,6 +988,8 @@ def find_repeated_blocks(
                 inplace: list[bool] = []
                 out = _chain_output(kind, found.stages, example_input, inplace)
             except InputError as exc:
+                if isinstance(run[0], list):  # a run of call groups says more than a short run
+                    grouped = grouped or exc
                 failure = failure or exc
                 continue
             if out.shape != result.shape:
@@ -974,7 +1026,7 @@ def find_repeated_blocks(
         if reading is not None:
             return reading
     assert failure is not None
-    raise _hookless_blocks(kind, model, tracer.calls) or failure
+    raise _hookless_blocks(kind, model, tracer.calls) or grouped or failure
 
 
 def _cut_sub_blocks(kind: str, found: RepeatedBlocks, x: Tensor) -> None:
