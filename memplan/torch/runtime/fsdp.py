@@ -507,7 +507,8 @@ def install_sharded(
 
 def _shard_refusal(target: Target) -> str | None:
     """Why a model whose blocks are cut into sub-blocks, or are call groups of parallel module
-    lists (NOTE [ Parallel lists as blocks ]), cannot train sharded (None: neither)."""
+    lists (NOTE [ Parallel lists as blocks ]), cannot train sharded (None: neither).
+    """
     if target.how == "hooks" and target.layout.groups:
         return (
             f"enable: {type(target.model).__name__}'s blocks are call groups of parallel "
