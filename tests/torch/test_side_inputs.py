@@ -1,7 +1,8 @@
 """What blocks read besides their hidden state, and what memplan makes of it (NOTE [ Stage
 wrappers ] in memplan.torch.split.repeated): indices an earlier block computed without a
 gradient train under ``enable`` with each step's own; keys and values an earlier layer stores
-for a later one in a mapping, and blocks that share their weights, are refused with the reason;
+for a later one in a mapping are refused with the reason (blocks that share their weights train:
+test_shared_blocks.py);
 a buffer a block reassigns is restored after a recomputation.
 """
 
@@ -89,23 +90,6 @@ class SharedKeys(nn.Module):
         return self.head(h)
 
 
-class SharedWeights(nn.Module):
-    """One layer called for every layer (ALBERT)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.embed = nn.Embedding(VOCAB, DIM)
-        layer = nn.Sequential(nn.Linear(DIM, DIM), nn.Tanh())
-        self.blocks = nn.ModuleList([layer, layer, layer])
-        self.head = nn.Linear(DIM, VOCAB)
-
-    def forward(self, ids: torch.Tensor) -> torch.Tensor:
-        h = self.embed(ids)
-        for block in self.blocks:
-            h = block(h)
-        return self.head(h)
-
-
 def _ids(seed: int, size: int = 3) -> torch.Tensor:
     return torch.randint(0, VOCAB, (size, SEQ), generator=torch.Generator().manual_seed(seed))
 
@@ -168,7 +152,6 @@ def test_a_replaced_buffer_stops_being_a_weight_when_freed():
     ("cls", "match"),
     [
         (SharedKeys, "reads a tensor computed by an earlier block"),
-        (SharedWeights, "share their weights"),
     ],
 )
 def test_what_a_chain_cannot_carry_is_refused(cls, match):

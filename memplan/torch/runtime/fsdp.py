@@ -506,9 +506,18 @@ def install_sharded(
 
 
 def _shard_refusal(target: Target) -> str | None:
-    """Why a model whose blocks are cut into sub-blocks, or are call groups of parallel module
-    lists (NOTE [ Parallel lists as blocks ]), cannot train sharded (None: neither).
+    """Why a model whose blocks are cut into sub-blocks, are call groups of parallel module
+    lists (NOTE [ Parallel lists as blocks ]) or one block called for several stages, cannot
+    train sharded (None: none of these).
     """
+    modules = target.layout.block_modules if target.how == "hooks" else []
+    if len({id(m) for m in modules}) < len(modules):
+        return (
+            f"enable: {type(target.model).__name__} calls one block for several stages (its "
+            "weights shared), and FSDP2's recipe makes a fully_shard unit of each block "
+            "module: give the model a memplan_stages() method whose stages are the units "
+            "(docs/sharding.md)"
+        )
     if target.how == "hooks" and target.layout.groups:
         return (
             f"enable: {type(target.model).__name__}'s blocks are call groups of parallel "

@@ -107,9 +107,26 @@ class ModelHooks:
             self.stage_handles.append(handle)
             handles.append(handle)
 
+        calls: dict[int, list[int]] = {}  # a block called for several stages (shared weights)
+        for i, block in enumerate(found.block_modules):
+            calls.setdefault(id(block), []).append(i)
         for i, block in enumerate(found.block_modules):
             if found.groups:  # NOTE [ Parallel lists as blocks ]: the last group's end below
                 add(block.register_forward_pre_hook(self.group_pre(i), with_kwargs=True))
+                continue
+            if calls[id(block)][0] != i:
+                continue
+            if len(calls[id(block)]) > 1:
+                add(
+                    block.register_forward_pre_hook(
+                        self.shared_pre(calls[id(block)]), with_kwargs=True
+                    )
+                )
+                add(
+                    block.register_forward_hook(
+                        self.shared_post(calls[id(block)]), with_kwargs=True
+                    )
+                )
                 continue
             add(block.register_forward_pre_hook(self.block_pre(i), with_kwargs=True))
             add(block.register_forward_hook(self.block_post(i), with_kwargs=True))
@@ -334,6 +351,36 @@ class ModelHooks:
             if y is not out:
                 return with_primary(output, y)
             return None
+
+        return hook
+
+    # -- one block called for several stages (ALBERT's shared layers) -------------------------
+    def shared_pre(self, indices: list[int]) -> Callable:
+        """The call of a block that is several stages of the chain (its weights shared): the
+        hook of the stage the step is at (the next one when none is open, else the first
+        block after the part before the blocks); a call out of order is the first one's error.
+        """
+        hooks = {self.block_start[i]: self.block_pre(i) for i in indices}
+        first = hooks[self.block_start[indices[0]]]
+
+        def hook(module: nn.Module, args: tuple, kwargs: dict) -> Any:
+            step = self.active()
+            if step is None:
+                return None
+            k = step.stage + (1 if step.open else 0)
+            return hooks.get(k, first)(module, args, kwargs)
+
+        return hook
+
+    def shared_post(self, indices: list[int]) -> Callable:
+        """The return of a block that is several stages: the hook of the stage open."""
+        hooks = {self.block_start[i + 1] - 1: self.block_post(i) for i in indices}
+
+        def hook(module: nn.Module, args: tuple, kwargs: dict, output: Any) -> Any:
+            step = self.active()
+            if step is None or step.stage not in hooks:
+                return None
+            return hooks[step.stage](module, args, kwargs, output)
 
         return hook
 

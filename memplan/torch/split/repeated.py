@@ -231,8 +231,10 @@ def _runs(calls: list[TracedCall]) -> list[list[TracedCall]]:
         for producer, view in call.producers:
             if producer is None or view is not None or id(producer) not in best:
                 continue
-            if best[id(producer)][0] + 1 > length:
-                length, prev = best[id(producer)][0] + 1, producer
+            longer = best[id(producer)][0] + 1
+            outer = prev is not None and longer == length and producer.depth < prev.depth
+            if longer > length or outer:  # of equal runs, the outer block's (the same output)
+                length, prev = longer, producer
         best[id(call)] = (length, prev)
     by_id = {id(c): c for c in calls}
     runs = []
@@ -634,10 +636,12 @@ def _cut(
     """The stages for one run (InputError when it does not make a chain)."""
     first, last = run[0], run[-1]
     names = [c.name for c in run]
-    _check_distinct(kind, run)
     stages: list[tuple[str, nn.Module]] = []
     prefix = not any(p is None and v is None for p, v in first.producers)
-    for c, label in zip(run, _relative_names(names), strict=True):
+    labels = _relative_names(names)
+    for j, (c, label) in enumerate(zip(run, labels, strict=True)):
+        again = labels[:j].count(label)  # a block called again (ALBERT's shared layers)
+        label = f"{label}#{again + 1}" if again or labels.count(label) > 1 else label
         stages.append((label, BlockCall(c.module, c.args, c.kwargs, c.input_shape)))
     by_calls = _head_by_calls(last, final)
     if by_calls is not None and _calls_off_the_way(tracer, last, by_calls[1]):
@@ -845,18 +849,22 @@ def _leaf_calls(calls: list[TracedCall], start: int, end: int) -> int:
 
 
 def _check_distinct(kind: str, run: list[TracedCall]) -> None:
-    """Refuse a run whose blocks share parameters (ALBERT calls one layer for every layer): the
-    runtime marks a stage by its module, which would be called more than once a step.
+    """Refuse call groups that share parameters (NOTE [ Parallel lists as blocks ]): the runtime
+    marks a group by a pre-hook on its first module, which must be called once a step.
+
+    A run of blocks may call one block several times (ALBERT's shared layers): the runtime tells
+    the calls apart by the stage the step is at (``ModelHooks.shared_pre`` in
+    :mod:`memplan.torch.runtime.hooks`).
     """
     seen: set[int] = set()
     for c in run:
         params = {id(p) for p in c.module.parameters()}
         if params & seen:
             raise InputError(
-                f"cannot linearize {kind}: its blocks share their weights ({c.name} calls "
-                "parameters an earlier block of the run called, as ALBERT's shared layers), "
-                "where memplan's stages are distinct blocks; give it a memplan_stages() method "
-                "returning [(name, module), ...]"
+                f"cannot linearize {kind}: its call groups share their weights ({c.name} calls "
+                "parameters an earlier group called), where memplan marks a group by its "
+                "first module's call; give it a memplan_stages() method returning "
+                "[(name, module), ...]"
             )
         seen |= params
 
@@ -1016,7 +1024,8 @@ def find_repeated_blocks(
             found.output = out
             found.inplace = inplace
             if not side_gradient_bytes([m for _, m in found.stages]):
-                if sub_blocks_on():
+                distinct = len({id(m) for m in found.block_modules}) == len(found.block_modules)
+                if sub_blocks_on() and distinct:  # a block called again: whole (ALBERT's)
                     _cut_sub_blocks(kind, found, example_input)
                 return found
             # NOTE [ A side input with a gradient ]: a later run that needs none first (a
