@@ -232,9 +232,11 @@ def _runs(calls: list[TracedCall]) -> list[list[TracedCall]]:
             if producer is None or view is not None or id(producer) not in best:
                 continue
             longer = best[id(producer)][0] + 1
-            outer = prev is not None and longer == length and producer.depth < prev.depth
-            if longer > length or outer:  # of equal runs, the outer block's (the same output)
-                length, prev = longer, producer
+            level = (
+                prev is not None and longer == length and producer.depth == call.depth != prev.depth
+            )
+            if longer > length or level:  # of equal runs, the one at the call's own level
+                length, prev = longer, producer  # (ALBERT's layer group, not the layer in it)
         best[id(call)] = (length, prev)
     by_id = {id(c): c for c in calls}
     runs = []
