@@ -990,6 +990,8 @@ def find_repeated_blocks(
         grouped: InputError | None = None  # the first failure of a run of call groups
         reading: RepeatedBlocks | None = None  # the first run whose blocks read a side input
         for run in runs:
+            if reading is not None and isinstance(run[0], list):
+                break  # runs of call groups only where no run of blocks makes a chain
             try:
                 if isinstance(run[0], list):  # NOTE [ Parallel lists as blocks ]
                     found = _cut_groups(kind, model, call, pick, example_input, tracer, run)
