@@ -393,8 +393,6 @@ class ModelHooks:
         """
         k = self.block_start[i]
         key = self.found.block_keys[i]
-        plan = self.planned.plan
-        again = plan.forward_counts[k] > 1 or k in plan.policies
         holder = nn.ModuleList(self.found.groups[i])  # its buffers, for a recomputation
 
         def hook(module: nn.Module, args: tuple, kwargs: dict) -> None:
@@ -412,6 +410,8 @@ class ModelHooks:
                         f"memplan: the call group of {self.found.blocks[i]} was called out of "
                         "the order it was profiled in (or twice in one forward)"
                     )
+                plan = self.planned.plan  # (the plan of this step: a new loop plans again)
+                again = plan.forward_counts[k] > 1 or k in plan.policies
                 recorder = TapeRecorder() if again else None
 
                 def replay(x: Tensor) -> Tensor:
