@@ -232,10 +232,8 @@ def _runs(calls: list[TracedCall]) -> list[list[TracedCall]]:
             if producer is None or view is not None or id(producer) not in best:
                 continue
             longer = best[id(producer)][0] + 1
-            level = (
-                prev is not None and longer == length and producer.depth == call.depth != prev.depth
-            )
-            if longer > length or level:  # of equal runs, the one at the call's own level
+            again = prev is not None and longer == length and producer.module is call.module
+            if longer > length or again:  # of equal runs, the one of the block called again
                 length, prev = longer, producer  # (ALBERT's layer group, not the layer in it)
         best[id(call)] = (length, prev)
     by_id = {id(c): c for c in calls}
@@ -584,9 +582,10 @@ def _head_by_tape(
     model runs again in eval mode and in training mode (without gradients; batch-norm statistics
     restored), recorded from the return of that call of the last block on. InputError when the
     model's output is not computed from the last block's output, or when the head also reads a
-    tensor computed before it from the parameters (an activation of an earlier block) and the
-    model computes nothing before its first block; with a first stage, such a tensor is a side
-    input with a gradient (NOTE [ A side input with a gradient ]): the stage's ``side_bytes``.
+    tensor computed before it from the parameters that is not floating; a floating one (an
+    activation of an earlier block, CvT's class token the last block returns besides its
+    hidden state) is a side input with a gradient (NOTE [ A side input with a gradient ]): the
+    stage's ``side_bytes``.
     """
     ordinal = [c for c in tracer.calls if c.module is last.module].index(last)
     tapes = []
@@ -606,7 +605,7 @@ def _head_by_tape(
         owned = set(taint.params) | set(taint.buffers)
         for constant in tapes[-1].constants():
             if id(constant) not in owned and taint.taint.kind(constant) & FROM_PARAM:
-                if prefix and constant.is_floating_point():
+                if constant.is_floating_point():  # without a first stage: the head holds it
                     side[id(constant)] = constant
                     trained += [constant] if mode is train_mode else []
                     continue
@@ -677,6 +676,14 @@ def _cut(
             stem.traced_for(x, trains=not values & FROM_PARAM)
         stem.side_gradient_bytes = _side_gradient_bytes(run, stages, read_by_head)
         stages.insert(0, ("stem" if x.is_floating_point() else "embedding", stem))
+    elif read_by_head:  # no first stage: the head counts what it reads (CvT's class token)
+        tape.side_gradient_bytes = _side_gradient_bytes(run, stages, read_by_head)
+        tape.chain_refusal = (
+            f"the chain of {kind} holds what its head reads besides the last block's output as "
+            "traced (an activation computed from the parameters): it would not change as they "
+            "train, nor pass its gradient on; train the model with memplan.torch.enable(model, "
+            "memory, example_input=batch), which passes each step's own"
+        )
     if head:
         stages.append(("head", head[0] if len(head) == 1 else nn.Sequential(*head)))
     _check_body(kind, tracer, run, prefix, bool(head))
