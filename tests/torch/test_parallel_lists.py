@@ -189,6 +189,10 @@ def test_call_groups_train_as_plain_training_within_the_budget(kind, share):
         reference.zero_grad(set_to_none=True)
         _loss(ref, b, None).backward()
         reference.step()
+    _same_parameters(ref, got)
+
+
+def _same_parameters(ref: nn.Module, got: nn.Module) -> None:
     for (name, a), (_, b) in zip(ref.named_parameters(), got.named_parameters(), strict=True):
         torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-6, msg=lambda m, n=name: f"{n}: {m}")
 
@@ -196,3 +200,28 @@ def test_call_groups_train_as_plain_training_within_the_budget(kind, share):
 def test_a_group_reading_an_earlier_groups_activation_is_refused():
     with pytest.raises(InputError, match="call group of attentions.2 also reads a tensor"):
         find_repeated_blocks(ReadsAnEarlierGroup(), _ids(0))
+
+
+def test_xlm_trains_and_its_own_loss_is_not_chunked():
+    """XLM (transformers' parallel lists) is cut into its call groups; its head
+    scores every position against the labels unshifted, which the chunked loss (the per-token
+    cross-entropy of a causal language model) is not: ``loss_chunks`` is refused."""
+    pytest.importorskip("transformers")
+    from memplan.torch.models.tiny import tiny_batch, tiny_model
+
+    model = tiny_model("xlm", "masked-lm")
+    batches = [tiny_batch(model, "masked-lm", seq=SEQ, seed=s) for s in range(STEPS)]
+    with pytest.raises(InputError, match="not XLM's, which scores every position unshifted"):
+        enable(copy.deepcopy(model), "1GB", example_input=batches[0], loss_chunks=2)
+    got = enable(copy.deepcopy(model), "1GB", example_input=batches[0], optimizer="adamw")
+    groups = [f"attentions.{i}..layer_norm2.{i}" for i in range(model.config.n_layers)]
+    assert planned(got).names == ["embedding", *groups, "head", "loss"]
+    ref = copy.deepcopy(model)
+    for m in (ref, got):
+        optimizer = torch.optim.AdamW(m.parameters(), lr=1e-3, eps=1e-4)
+        for b in batches:
+            torch.manual_seed(1)
+            optimizer.zero_grad(set_to_none=True)
+            m(**b).loss.backward()
+            optimizer.step()
+    _same_parameters(ref, got)

@@ -24,8 +24,9 @@ from memplan.torch.models.hf import (
     quiet_transformers,
 )
 from memplan.torch.split.repeated import find_repeated_blocks
+from memplan.torch.split.stages import eval_mode
 
-__all__ = ["HFLoss", "default_labels", "hf_batch", "hf_loss", "hf_stages"]
+__all__ = ["HFLoss", "default_labels", "hf_batch", "hf_loss", "hf_stages", "own_loss_matches"]
 
 
 def _call(model: nn.Module) -> Any:
@@ -147,6 +148,22 @@ def hf_loss(model: nn.Module, example_input: Tensor, labels: Tensor | None) -> n
         labels = default_labels(model, example_input)
     assert labels is not None
     return HFLoss(model, labels.to(example_input.device), task, from_input)
+
+
+def own_loss_matches(model: nn.Module, loss: HFLoss, example_input: Tensor) -> bool:
+    """Whether ``loss`` (the per-token cross-entropy of the model's task, which
+    ``loss_chunks`` computes in chunks) is the loss the model's own ``forward(...,
+    labels=...)`` computes, on the example input in eval mode: XLM's and FlauBERT's heads score
+    every position against the labels unshifted where a causal language model's loss shifts
+    them. True where the model returns no loss or logits to compare.
+    """
+    input_name = getattr(model, "main_input_name", "input_ids")
+    with eval_mode(model), torch.no_grad():
+        out = model(**{input_name: example_input, "labels": loss.labels})
+        own, logits = getattr(out, "loss", None), getattr(out, "logits", None)
+        if not isinstance(own, Tensor) or not isinstance(logits, Tensor):
+            return True
+        return bool(torch.allclose(loss(logits), own, rtol=1e-4, atol=1e-6))
 
 
 def hf_batch(batch: Mapping[str, Any]) -> tuple[Tensor, Tensor | None]:
