@@ -794,7 +794,8 @@ def _cut_groups(
 ) -> RepeatedBlocks:
     """The stages for a run of call groups (NOTE [ Parallel lists as blocks ] in
     :mod:`memplan.torch.split.groups`): the part before the first group, one tape stage per
-    group, the head on a tape from the last group's last module's return.
+    group, the head on a tape from where the last group ends (the next module's call, a final
+    norm or the output layer, or else its last module's return).
     """
     calls = [c for group in run for c in group]
     entries = [group[0] for group in run]
@@ -1025,11 +1026,12 @@ def find_repeated_blocks(
                 )
                 continue
             first = 1 if found.prefix else 0
-            if any(inplace[first : first + len(found.groups)]):
+            changed = [i for i, c in enumerate(inplace[first : first + len(found.groups)]) if c]
+            if changed:
                 failure = failure or InputError(
-                    f"cannot linearize {kind}: a call group of {found.blocks[0]} .. modifies "
-                    "its input in place, which the loop's code goes on reading; give it a "
-                    "memplan_stages() method returning [(name, module), ...]"
+                    f"cannot linearize {kind}: the call group of {found.blocks[changed[0]]} "
+                    "modifies its input in place, which the loop's code may go on reading; "
+                    "give it a memplan_stages() method returning [(name, module), ...]"
                 )
                 continue
             found.output = out
