@@ -933,6 +933,34 @@ def _hookless_blocks(kind: str, model: nn.Module, calls: list[TracedCall]) -> In
     return None
 
 
+def _wrong_chain(
+    kind: str, found: RepeatedBlocks, out: Tensor, result: Tensor, inplace: list[bool]
+) -> InputError | None:
+    """Why the chain ``found`` (its output ``out``, whether each stage modified its input in
+    place) is not the model (its output ``result``), or None.
+    """
+    if out.shape != result.shape:
+        return InputError(
+            f"cannot linearize {kind}: the chain's output {tuple(out.shape)} differs "
+            f"from the model's {tuple(result.shape)}"
+        )
+    if not outputs_match(out, result):
+        diff = (out.double() - result.double()).abs().max().item()
+        return InputError(
+            f"cannot linearize {kind}: the chain does not reproduce the model's output "
+            f"(max abs difference {diff:.3g})"
+        )
+    first = 1 if found.prefix else 0
+    changed = [i for i, c in enumerate(inplace[first : first + len(found.groups)]) if c]
+    if changed:
+        return InputError(
+            f"cannot linearize {kind}: the call group of {found.blocks[changed[0]]} "
+            "modifies its input in place, which the loop's code may go on reading; "
+            "give it a memplan_stages() method returning [(name, module), ...]"
+        )
+    return None
+
+
 def find_repeated_blocks(
     model: nn.Module,
     example_input: Tensor,
@@ -1012,27 +1040,9 @@ def find_repeated_blocks(
                     grouped = grouped or exc
                 failure = failure or exc
                 continue
-            if out.shape != result.shape:
-                failure = failure or InputError(
-                    f"cannot linearize {kind}: the chain's output {tuple(out.shape)} differs "
-                    f"from the model's {tuple(result.shape)}"
-                )
-                continue
-            if not outputs_match(out, result):
-                diff = (out.double() - result.double()).abs().max().item()
-                failure = failure or InputError(
-                    f"cannot linearize {kind}: the chain does not reproduce the model's output "
-                    f"(max abs difference {diff:.3g})"
-                )
-                continue
-            first = 1 if found.prefix else 0
-            changed = [i for i, c in enumerate(inplace[first : first + len(found.groups)]) if c]
-            if changed:
-                failure = failure or InputError(
-                    f"cannot linearize {kind}: the call group of {found.blocks[changed[0]]} "
-                    "modifies its input in place, which the loop's code may go on reading; "
-                    "give it a memplan_stages() method returning [(name, module), ...]"
-                )
+            wrong = _wrong_chain(kind, found, out, result, inplace)
+            if wrong is not None:
+                failure = failure or wrong
                 continue
             found.output = out
             found.inplace = inplace
