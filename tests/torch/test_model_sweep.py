@@ -6,7 +6,8 @@ budget, by the allocator's own count.
 The types cover tied and untied heads (GPT-2, Llama), a mixture-of-experts router (Mixtral),
 sliding-window attention (Mistral), hybrid attention with soft-capped logits (Gemma-2: a head
 that is tensor code), a vision tower a text batch never reaches (Gemma-3: weights in no stage), ALiBi (BLOOM), rotary embeddings (Llama), a state-space model (Mamba), a
-post-norm encoder (BERT, masked LM) and image classifiers (ViT, ResNet). The sweep over every
+post-norm encoder (BERT, masked LM), an encoder-decoder whose decoder blocks read the
+encoder's output (BART) and image classifiers (ViT, ResNet). The sweep over every
 type of the installed transformers is the benchmark.
 """
 
@@ -45,6 +46,7 @@ SAMPLE = [
     ("mamba", "causal-lm"),  # state-space blocks
     ("bert", "masked-lm"),  # post-norm encoder
     ("mpnet", "masked-lm"),  # a learned position bias every block reads (its gradient summed)
+    ("bart", "masked-lm"),  # an encoder-decoder: the decoder blocks read the encoder's output
     ("vit", "image-classification"),  # class token, x[:, 0] before the classifier
     ("resnet", "image-classification"),  # convolutions, pooling, batch norm
 ]

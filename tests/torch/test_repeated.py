@@ -466,14 +466,39 @@ class CallsForward(TinyLM):
         return self.head(self.norm(x))
 
 
-def test_blocks_called_through_forward_are_refused_naming_the_call():
-    # memplan's stages run by module hooks, which block.forward(...) skips: the refusal says so
-    # (not "no run of repeated blocks") and names the blocks.
+class CallsForwardReadingTheFirst(TinyLM):
+    """Calls its blocks as ``block.forward(...)``, each after the second also reading the first
+    block's output: no chain of its blocks."""
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        seq = ids.shape[1]
+        mask = torch.ones(seq, seq, dtype=torch.bool, device=ids.device).triu(1)
+        x = self.embed(ids) + self.pos[:seq]
+        first = None
+        for block in self.blocks:
+            x = block.forward(x if first is None else x + first, mask)
+            first = x if first is None else first
+        return self.head(self.norm(x))
+
+
+def test_blocks_called_through_forward_are_call_groups():
+    # block.forward(...) runs no module hooks: the modules each block calls are its call group
+    # (NOTE [ Parallel lists as blocks ]), the group's stage its operations on a tape
+    torch.manual_seed(5)
+    found = find_repeated_blocks(CallsForward(), torch.randint(0, VOCAB, (3, SEQ)))
+    assert [name for name, _ in found.stages] == [
+        "embedding", "blocks.0", "blocks.1", "blocks.2", "blocks.3", "head",
+    ]  # fmt: skip
+    assert [len(group) for group in found.groups] == [4] * 4  # norm, qkv, drop, mlp
+
+
+def test_blocks_called_through_forward_that_are_no_chain_are_refused_naming_the_call():
+    # the refusal says what stops memplan (not "no run of repeated blocks") and names the blocks
     torch.manual_seed(5)
     with pytest.raises(
         InputError, match=r"blocks blocks\.0, blocks\.1\.\.\. are not called as modules"
     ):
-        linearize(CallsForward(), torch.randint(0, VOCAB, (3, SEQ)))
+        linearize(CallsForwardReadingTheFirst(), torch.randint(0, VOCAB, (3, SEQ)))
 
 
 # ------------------------------------------------------------------------------------------------

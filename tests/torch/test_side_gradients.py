@@ -177,9 +177,100 @@ class ForTheOneAfter(ForTheNextLM):
         return self.head(h)
 
 
+class CrossBlock(nn.Module):
+    """A decoder block: attends to its hidden state and to the encoder's output."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.own = BiasedBlock()
+        self.query = nn.Linear(DIM, DIM)
+        self.key_value = nn.Linear(DIM, 2 * DIM)
+
+    def forward(self, h: torch.Tensor, memory: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
+        h = self.own(h, bias)
+        k, v = self.key_value(memory).chunk(2, -1)
+        scores = self.query(h) @ k.transpose(-1, -2) / DIM**0.5
+        return h + scores.softmax(-1) @ v
+
+
+class EncoderDecoderLM(nn.Module):
+    """BART's structure: encoder blocks, then decoder blocks that read the encoder's output
+    besides their hidden state (cross-attention), the decoder's input the ids shifted right:
+    the encoder is the first stage, its output a side input of every decoder block."""
+
+    def __init__(self, blocks: int = 3) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.embed = nn.Embedding(VOCAB, DIM)
+        self.encoder = nn.ModuleList(BiasedBlock() for _ in range(blocks))
+        self.encoder_norm = nn.LayerNorm(DIM)
+        self.decoder = nn.ModuleList(CrossBlock() for _ in range(blocks))
+        self.head = nn.Linear(DIM, VOCAB)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        t = ids.shape[1]
+        causal = torch.full((t, t), float("-inf"), device=ids.device).triu(1)
+        h = self.embed(ids)
+        for block in self.encoder:
+            h = block(h, torch.zeros_like(causal))
+        memory = self.encoder_norm(h)
+        shifted = torch.cat([ids.new_zeros(ids.shape[0], 1), ids[:, :-1]], dim=1)
+        h = self.embed(shifted)
+        for block in self.decoder:
+            h = block(h, memory, causal)
+        return self.head(h)
+
+
+class ClassTokenStage(nn.Module):
+    """A stage of CvT: the first embeds the input itself, the last prepends a class token and
+    returns it apart from the hidden state."""
+
+    def __init__(self, first: bool = False, last: bool = False) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(VOCAB, DIM) if first else None
+        self.token = nn.Parameter(torch.randn(1, 1, DIM) * 0.02) if last else None
+        self.mlp = nn.Sequential(nn.Linear(DIM, 4 * DIM), nn.GELU(), nn.Linear(4 * DIM, DIM))
+        self.mix = nn.Linear(DIM, DIM)
+
+    def forward(self, h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+        if self.embed is not None:
+            h = self.embed(h)
+        if self.token is not None:
+            h = torch.cat([self.token.expand(h.shape[0], -1, -1), h], dim=1)
+        h = h + self.mlp(torch.tanh(h))
+        h = h + self.mix(h.mean(1, keepdim=True))  # the token reads every position
+        if self.token is None:
+            return h, None
+        token, h = h.split([1, h.shape[1] - 1], dim=1)
+        return h, token
+
+
+class ClassTokenLM(nn.Module):
+    """CvT's structure: nothing before the first stage, and the head reads the class token the
+    last stage returns besides its hidden state (not the hidden state)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.blocks = nn.ModuleList(
+            [ClassTokenStage(first=True), ClassTokenStage(), ClassTokenStage(last=True)]
+        )
+        self.norm = nn.LayerNorm(DIM)
+        self.head = nn.Linear(DIM, VOCAB)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        h, token = ids, None
+        for block in self.blocks:
+            h, token = block(h)
+        assert token is not None
+        return self.head(self.norm(token)).expand(-1, ids.shape[1], -1)
+
+
 MODELS = {
     "bias": BiasedLM,
     "bias-after": BiasAfterLM,
+    "class-token": ClassTokenLM,
+    "encoder-decoder": EncoderDecoderLM,
     "handing": HandingLM,
     "for-the-next": ForTheNextLM,
     "skip": SkipLM,

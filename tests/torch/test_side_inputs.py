@@ -2,8 +2,8 @@
 wrappers ] in memplan.torch.split.repeated): indices an earlier block computed without a
 gradient train under ``enable`` with each step's own; keys and values an earlier layer stores
 for a later one in a mapping are refused by the chain API (they train under ``enable``:
-tests/torch/test_shared_mapping.py), blocks that share their weights are refused with the
-reason; a buffer a block reassigns is restored after a recomputation.
+tests/torch/test_shared_mapping.py; blocks that share their weights train: test_shared_blocks.py);
+a buffer a block reassigns is restored after a recomputation.
 """
 
 from __future__ import annotations
@@ -90,23 +90,6 @@ class SharedKeys(nn.Module):
         return self.head(h)
 
 
-class SharedWeights(nn.Module):
-    """One layer called for every layer (ALBERT)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.embed = nn.Embedding(VOCAB, DIM)
-        layer = nn.Sequential(nn.Linear(DIM, DIM), nn.Tanh())
-        self.blocks = nn.ModuleList([layer, layer, layer])
-        self.head = nn.Linear(DIM, VOCAB)
-
-    def forward(self, ids: torch.Tensor) -> torch.Tensor:
-        h = self.embed(ids)
-        for block in self.blocks:
-            h = block(h)
-        return self.head(h)
-
-
 def _ids(seed: int, size: int = 3) -> torch.Tensor:
     return torch.randint(0, VOCAB, (size, SEQ), generator=torch.Generator().manual_seed(seed))
 
@@ -163,13 +146,6 @@ def test_a_replaced_buffer_stops_being_a_weight_when_freed():
     assert address not in resized
     a, b = torch.zeros(4), torch.zeros(4)
     assert set(StaticStorages([a, b]).without([a.data_ptr()])) == {b.data_ptr()}
-
-
-def test_what_a_chain_cannot_carry_is_refused():
-    torch.manual_seed(0)
-    with pytest.raises(InputError, match="share their weights") as info:
-        linearize(SharedWeights(), _ids(0))
-    assert "\n" not in str(info.value)
 
 
 def test_keys_stored_in_a_mapping_are_refused_by_the_chain_api():

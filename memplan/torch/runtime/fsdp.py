@@ -578,6 +578,9 @@ def install_sharded(
     """
     modules, expected, units = _stage_modules(target)
     model = target.model
+    refusal = _shard_refusal(target)
+    if refusal is not None and (ranks or 1) > 1:
+        raise InputError(refusal)
 
     def plan_for(count: int) -> tuple[ShardLayout, Profile, Schedule]:
         found = model_layout(
@@ -607,6 +610,29 @@ def install_sharded(
 
     ShardedSteps(plan, modules, layout, replan, units)
     return model
+
+
+def _shard_refusal(target: Target) -> str | None:
+    """Why a model whose blocks are call groups of parallel module
+    lists (NOTE [ Parallel lists as blocks ]) or one block called for several stages, cannot
+    train sharded (None: none of these).
+    """
+    modules = target.layout.block_modules if target.how == "hooks" else []
+    if len({id(m) for m in modules}) < len(modules):
+        return (
+            f"enable: {type(target.model).__name__} calls one block for several stages (its "
+            "weights shared), and FSDP2's recipe makes a fully_shard unit of each block "
+            "module: give the model a memplan_stages() method whose stages are the units "
+            "(docs/sharding.md)"
+        )
+    if target.how == "hooks" and target.layout.groups:
+        return (
+            f"enable: {type(target.model).__name__}'s blocks are call groups of parallel "
+            "module lists (no module computes a block), and FSDP2's recipe makes a fully_shard "
+            "unit of each block module: give the model a memplan_stages() method whose stages "
+            "are the units (docs/sharding.md)"
+        )
+    return None
 
 
 def _agreed(

@@ -39,6 +39,7 @@ class _Step:
     open: bool = False  # between begin and end of ``stage``
     recorder: TapeRecorder | None = None  # the head's operations (NOTE [ The head on a tape ])
     parts: PartRecorder | None = None  # the block computing, cut into sub-blocks
+    group: TapeRecorder | None = None  # the call group computing, recorded for a recomputation
     labels: Tensor | None = None  # the batch's labels and count, for the chunked loss
     count: Any = None
     passive: bool = False  # a plan that keeps what plain training keeps: no stage marked
@@ -111,9 +112,35 @@ class ModelHooks:
             self.stage_handles.append(handle)
             handles.append(handle)
 
+        calls: dict[int, list[int]] = {}  # a block called for several stages (shared weights)
         for i, block in enumerate(found.block_modules):
+            calls.setdefault(id(block), []).append(i)
+        for i, block in enumerate(found.block_modules):
+            if found.groups:  # NOTE [ Parallel lists as blocks ]: the last group's end below
+                add(block.register_forward_pre_hook(self.group_pre(i), with_kwargs=True))
+                continue
+            if calls[id(block)][0] != i:
+                continue
+            if len(calls[id(block)]) > 1:
+                add(
+                    block.register_forward_pre_hook(
+                        self.shared_pre(calls[id(block)]), with_kwargs=True
+                    )
+                )
+                add(
+                    block.register_forward_hook(
+                        self.shared_post(calls[id(block)]), with_kwargs=True
+                    )
+                )
+                continue
             add(block.register_forward_pre_hook(self.block_pre(i), with_kwargs=True))
             add(block.register_forward_hook(self.block_post(i), with_kwargs=True))
+        if found.group_end is not None:
+            end = found.group_end[0]
+            add(end.register_forward_pre_hook(self.group_end, with_kwargs=True))
+        elif found.groups:
+            last = found.groups[-1][-1]
+            add(last.register_forward_hook(self.block_post(self.blocks - 1), with_kwargs=True))
         if found.output_module is not None and self.chunked is None:  # the head ends at its return
             add(found.output_module.register_forward_hook(self.head_post, with_kwargs=True))
         self._register_cut()
@@ -132,8 +159,12 @@ class ModelHooks:
             self.cut_handle.remove()
             self.stage_handles.remove(self.cut_handle)
             handles.remove(self.cut_handle)
-        last = self.found.block_modules[-1]
-        self.cut_handle = last.register_forward_hook(self.cut)
+        if self.found.group_end is not None:  # the head begins as this module is called
+            end = self.found.group_end[0]
+            self.cut_handle = end.register_forward_pre_hook(self.cut_before, with_kwargs=True)
+        else:
+            last = self.found.groups[-1][-1] if self.found.groups else self.found.block_modules[-1]
+            self.cut_handle = last.register_forward_hook(self.cut)
         self.stage_handles.append(self.cut_handle)
         handles.append(self.cut_handle)
 
@@ -315,6 +346,7 @@ class ModelHooks:
                 out = primary_output(output)
                 if out is None:
                     raise RuntimeError(f"block {self.found.blocks[i]} returned no tensor")
+                self._finish_group(step, out)
                 if step.parts is not None:
                     parts, step.parts = step.parts, None
                     parts.active = False
@@ -335,6 +367,118 @@ class ModelHooks:
             return None
 
         return hook
+
+    # -- one block called for several stages (ALBERT's shared layers) -------------------------
+    def shared_pre(self, indices: list[int]) -> Callable:
+        """The call of a block that is several stages of the chain (its weights shared): the
+        hook of the stage the step is at (the next one when none is open, else the first
+        block after the part before the blocks); a call out of order is the first one's error.
+        """
+        hooks = {self.block_start[i]: self.block_pre(i) for i in indices}
+        first = hooks[self.block_start[indices[0]]]
+
+        def hook(module: nn.Module, args: tuple, kwargs: dict) -> Any:
+            step = self.active()
+            if step is None:
+                return None
+            k = step.stage + (1 if step.open else 0)
+            return hooks.get(k, first)(module, args, kwargs)
+
+        return hook
+
+    def shared_post(self, indices: list[int]) -> Callable:
+        """The return of a block that is several stages: the hook of the stage open."""
+        hooks = {self.block_start[i + 1] - 1: self.block_post(i) for i in indices}
+
+        def hook(module: nn.Module, args: tuple, kwargs: dict, output: Any) -> Any:
+            step = self.active()
+            if step is None or step.stage not in hooks:
+                return None
+            return hooks[step.stage](module, args, kwargs, output)
+
+        return hook
+
+    # -- call groups (NOTE [ Parallel lists as blocks ]) ---------------------------------------
+    def group_pre(self, i: int) -> Callable:
+        """The call of group ``i``'s first module: the previous stage (the part before the
+        first group, or group ``i - 1`` with the loop's code after it) ends on the tensor it
+        reads, and group ``i``'s stage begins there; its operations are recorded for a
+        recomputation when the plan runs it again.
+        """
+        k = self.block_start[i]
+        key = self.found.block_keys[i]
+        holder = nn.ModuleList(self.found.groups[i])  # its buffers, for a recomputation
+
+        def hook(module: nn.Module, args: tuple, kwargs: dict) -> None:
+            step = self.active()
+            if step is None:
+                return
+            it = step.iteration
+            try:
+                x = args[key] if isinstance(key, int) else kwargs[key]
+                if step.open and step.stage == k - 1 and (i > 0 or self.prefix_stage is not None):
+                    self._finish_group(step, x)
+                    self._end(step, x)
+                if step.open or step.stage != k:
+                    raise RuntimeError(
+                        f"memplan: the call group of {self.found.blocks[i]} was called out of "
+                        "the order it was profiled in (or twice in one forward)"
+                    )
+                plan = self.planned.plan  # (the plan of this step: a new loop plans again)
+                again = plan.forward_counts[k] > 1 or k in plan.policies
+                recorder = TapeRecorder() if again else None
+
+                def replay(x: Tensor) -> Tensor:
+                    if recorder is None or recorder.tape.end is None:
+                        raise RuntimeError(
+                            f"memplan: the call group of {self.found.blocks[i]} was not "
+                            "recorded in this step"
+                        )
+                    return recorder.tape.replay(x)
+
+                y = it.begin(k, x, self.planned._recompute(replay), holder)
+                if y is not x:
+                    raise RuntimeError(
+                        f"memplan: the call group of {self.found.blocks[i]} modifies its input in "
+                        "place"
+                    )
+                step.open = True
+                if recorder is not None:
+                    recorder.start(x)
+                    recorder.__enter__()
+                    step.group = recorder
+            except BaseException:
+                self._abort()
+                raise
+
+        return hook
+
+    def group_end(self, module: nn.Module, args: tuple, kwargs: dict) -> Any:
+        """The call that ends the last call group (``found.group_end``): the head begins on
+        the tensor it reads, as at a last block's return (:meth:`block_post`).
+        """
+        assert self.found.group_end is not None
+        key = self.found.group_end[1]
+        assert key is not None
+        step = self.active()
+        if step is None or step.stage != self.block_start[-1] - 1 or not step.open:
+            return None
+        x = args[key] if isinstance(key, int) else kwargs[key]
+        y = self.block_post(self.blocks - 1)(module, args, kwargs, x)
+        return None if y is None else replace_primary(args, kwargs, key, y)
+
+    @staticmethod
+    def _finish_group(step: _Step, end: Tensor) -> None:
+        """Stop recording the call group computing, whose output is ``end``."""
+        recorder, step.group = step.group, None
+        if recorder is not None and recorder.active:
+            recorder.active = False
+            recorder.__exit__(None, None, None)
+            if not recorder.finish(end):
+                raise RuntimeError(
+                    "memplan: a call group did not compute the next one's input in this step, "
+                    "as it did when the model was profiled"
+                )
 
     # -- the sub-blocks of a block (NOTE [ Sub-block stages ]) ---------------------------------
     def _part_function(
@@ -389,6 +533,17 @@ class ModelHooks:
             raise RuntimeError(f"block {self.found.blocks[-1]} returned no tensor")
         raise _AtHead(out)
 
+    def cut_before(self, module: nn.Module, args: tuple, kwargs: dict) -> None:
+        """:meth:`cut` where the head begins as a module is called (``found.group_end``),
+        after :meth:`group_end` began it.
+        """
+        step = self.active()
+        if step is None or step.stage != self.head or not step.open:
+            return
+        assert self.found.group_end is not None
+        key = self.found.group_end[1]
+        raise _AtHead(args[key] if isinstance(key, int) else kwargs[key])
+
     # -- the head --------------------------------------------------------------------------
     def _record_head(self, step: _Step, x: Tensor) -> None:
         """Record the head's operations from its input ``x`` on (NOTE [ The head on a tape ]):
@@ -422,11 +577,12 @@ class ModelHooks:
 
     @staticmethod
     def _stop_recording(step: _Step) -> None:
-        for recorder in (step.parts, step.recorder):
+        for recorder in (step.parts, step.recorder, step.group):
             if recorder is not None and recorder.active:
                 recorder.active = False
                 recorder.__exit__(None, None, None)
         step.parts = None
+        step.group = None
 
     def _head_function(self, step: _Step) -> Callable[[Tensor], Tensor]:
         if self.chunked is not None:

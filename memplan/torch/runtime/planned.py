@@ -68,7 +68,7 @@ from memplan.torch.split.chunked_loss import (
     profile_loss_chunks,
     resolve_loss_chunks,
 )
-from memplan.torch.split.hf import hf_loss, hf_stages
+from memplan.torch.split.hf import hf_loss, hf_stages, own_loss_matches
 from memplan.torch.split.linearize import linearize, traces_its_input
 from memplan.torch.split.repeated import find_repeated_blocks
 
@@ -171,7 +171,8 @@ def _chunked(target: Target, chunks: int) -> ChunkedLoss:
         raise InputError(
             f"loss_chunks: {kind} computes no loss of its own in chunks of tokens; the chunked "
             "loss applies to Hugging Face causal and masked language models (model(**batch)"
-            ".loss), such as GPT-2, Llama or BERT"
+            ".loss) whose loss is the per-token cross-entropy of their task, such as GPT-2, "
+            "Llama or BERT (not XLM's, which scores every position unshifted)"
         )
     stage = chunked_stage(target.layout.stages, loss, target.x0, chunks, kind)
     target.names[-2:] = [CHUNKED_STAGE]
@@ -181,14 +182,18 @@ def _chunked(target: Target, chunks: int) -> ChunkedLoss:
 
 def can_chunk_loss(target: Target) -> bool:
     """Whether ``target`` (not chunked) could compute its head and own loss in chunks of tokens
-    (``loss_chunks``): a Hugging Face causal or masked language model whose head memplan follows.
+    (``loss_chunks``): a Hugging Face causal or masked language model whose head memplan follows
+    and whose own loss is the per-token cross-entropy of its task (not XLM's).
     """
     model, found = target.model, target.layout
     if target.chunked is not None or target.how != "hooks" or found.head_by == "none":
         return False
     if head_reads_batch(found.stages[-1][1]):
         return False
-    return is_hf_model(model) and hf_task(model) in ("causal-lm", "masked-lm")
+    if not is_hf_model(model) or hf_task(model) not in ("causal-lm", "masked-lm"):
+        return False
+    loss = hf_loss(model, target.x0, None)
+    return loss is not None and own_loss_matches(model, loss, target.x0)
 
 
 def planned(model: nn.Module) -> PlannedModel | None:

@@ -24,8 +24,9 @@ from memplan.torch.models.hf import (
     quiet_transformers,
 )
 from memplan.torch.split.repeated import find_repeated_blocks
+from memplan.torch.split.stages import eval_mode
 
-__all__ = ["HFLoss", "default_labels", "hf_batch", "hf_loss", "hf_stages"]
+__all__ = ["HFLoss", "default_labels", "hf_batch", "hf_loss", "hf_stages", "own_loss_matches"]
 
 
 def _call(model: nn.Module) -> Any:
@@ -47,6 +48,12 @@ def _logits(output: Any) -> Any:
 def hf_stages(model: nn.Module, example_input: Tensor) -> Any:
     """Cut an HF model with :func:`memplan.torch.split.repeated.find_repeated_blocks`.
 
+    An encoder-decoder that makes its decoder's input from the input ids (BART, mBART, MVP
+    shift them right) is cut at its decoder's blocks: the part before them (the embeddings and
+    the whole encoder) is the first stage, and the encoder's output, which every decoder block
+    reads besides the previous block's output, is a side input with a gradient (NOTE [ A side
+    input with a gradient ] in :mod:`memplan.torch.split.repeated`).
+
     Returns
     -------
     RepeatedBlocks
@@ -55,15 +62,23 @@ def hf_stages(model: nn.Module, example_input: Tensor) -> Any:
     Raises
     ------
     InputError
-        An encoder-decoder, or a model the generic linearizer cannot cut.
+        An encoder-decoder that needs decoder inputs besides the input ids (T5), or a model the
+        generic linearizer cannot cut.
     """
     kind = type(model).__name__
-    if getattr(model.config, "is_encoder_decoder", False):
+    try:
+        return find_repeated_blocks(model, example_input, call=_call(model), output=_logits)
+    except InputError as exc:
+        if not getattr(model.config, "is_encoder_decoder", False) or not str(exc).startswith(
+            f"{kind} fails on the example input"
+        ):
+            raise
         raise InputError(
-            f"cannot linearize {kind}: an encoder-decoder's decoder blocks read the encoder's "
-            "output besides the previous block's, so it is not one chain"
-        )
-    return find_repeated_blocks(model, example_input, call=_call(model), output=_logits)
+            f"cannot linearize {kind}: an encoder-decoder whose forward needs decoder inputs "
+            "besides the input ids (decoder_input_ids or labels), where memplan cuts a model "
+            f"called on its input ids alone ({exc}); train it as it is, or its encoder or "
+            "decoder alone"
+        ) from None
 
 
 def default_labels(model: nn.Module, example_input: Tensor, seed: int = 0) -> Tensor | None:
@@ -133,6 +148,22 @@ def hf_loss(model: nn.Module, example_input: Tensor, labels: Tensor | None) -> n
         labels = default_labels(model, example_input)
     assert labels is not None
     return HFLoss(model, labels.to(example_input.device), task, from_input)
+
+
+def own_loss_matches(model: nn.Module, loss: HFLoss, example_input: Tensor) -> bool:
+    """Whether ``loss`` (the per-token cross-entropy of the model's task, which
+    ``loss_chunks`` computes in chunks) is the loss the model's own ``forward(...,
+    labels=...)`` computes, on the example input in eval mode: XLM's and FlauBERT's heads score
+    every position against the labels unshifted where a causal language model's loss shifts
+    them. True where the model returns no loss or logits to compare.
+    """
+    input_name = getattr(model, "main_input_name", "input_ids")
+    with eval_mode(model), torch.no_grad():
+        out = model(**{input_name: example_input, "labels": loss.labels})
+        own, logits = getattr(out, "loss", None), getattr(out, "logits", None)
+        if not isinstance(own, Tensor) or not isinstance(logits, Tensor):
+            return True
+        return bool(torch.allclose(loss(logits), own, rtol=1e-4, atol=1e-6))
 
 
 def hf_batch(batch: Mapping[str, Any]) -> tuple[Tensor, Tensor | None]:

@@ -100,6 +100,7 @@ from torch.utils import _pytree as pytree
 
 from memplan.errors import InputError
 from memplan.torch.base.autograd import graph_nodes
+from memplan.torch.split.groups import group_runs, group_tapes, list_index, record_groups
 from memplan.torch.split.stages import (
     eval_mode,
     first_line,
@@ -171,6 +172,13 @@ class RepeatedBlocks:
     head_operations : int, optional
         With ``head_by == "tape"``: the operations returning a tensor from the last block's
         return to the model's output, the last one included (where the head stage ends).
+    groups : list of list of nn.Module
+        Per block, the modules of its call group when the blocks are the i-th elements of
+        parallel lists (NOTE [ Parallel lists as blocks ] in :mod:`memplan.torch.split.groups`):
+        ``block_modules`` are then each group's first module; empty for blocks that are modules.
+    group_end : (nn.Module, key), optional
+        With ``groups``: the module whose call ends the last group (and begins the head) and
+        where it takes its input; None: the last group ends at its last module's return.
     parts : list of BlockParts or None
         Per block, the sub-blocks it is cut into (``enable(..., sub_blocks=True)``: NOTE
         [ Sub-block stages ] in :mod:`memplan.torch.split.sub_blocks`), None for a whole block;
@@ -188,6 +196,8 @@ class RepeatedBlocks:
     output_module: nn.Module | None = None
     prefix: bool = False
     head_operations: int | None = None
+    groups: list[list[nn.Module]] = field(default_factory=list)
+    group_end: tuple[nn.Module, int | str | None] | None = None
     parts: list[BlockParts | None] = field(default_factory=list)
 
     def block_stages(self, i: int) -> int:
@@ -222,8 +232,10 @@ def _runs(calls: list[TracedCall]) -> list[list[TracedCall]]:
         for producer, view in call.producers:
             if producer is None or view is not None or id(producer) not in best:
                 continue
-            if best[id(producer)][0] + 1 > length:
-                length, prev = best[id(producer)][0] + 1, producer
+            longer = best[id(producer)][0] + 1
+            again = prev is not None and longer == length and producer.module is call.module
+            if longer > length or again:  # of equal runs, the one of the block called again
+                length, prev = longer, producer  # (ALBERT's layer group, not the layer in it)
         best[id(call)] = (length, prev)
     by_id = {id(c): c for c in calls}
     runs = []
@@ -545,9 +557,11 @@ def _record_head(
     x: Tensor,
     last: TracedCall,
     ordinal: int,
+    at_start: bool = False,
 ) -> tuple[TapeRecorder, Tracer, Any]:
     """Run the model on ``x`` (no gradients, in the mode it is in), recording its operations
-    from the return of call ``ordinal`` of the last block on; the recorder, the tracer that
+    from the return of call ``ordinal`` of the last block on (with ``at_start``, from that call
+    of ``last``'s module on, its primary input the head's input); the recorder, the tracer that
     followed what each tensor is computed from, and the model's output.
     """
     seen = [0]
@@ -560,7 +574,15 @@ def _record_head(
             recorder.start(out)
         seen[0] += 1
 
-    hook = last.module.register_forward_hook(started)
+    def starting(module: nn.Module, args: Any, kwargs: Any) -> None:
+        if seen[0] == ordinal and last.key is not None:
+            recorder.start(args[last.key] if isinstance(last.key, int) else kwargs[last.key])
+        seen[0] += 1
+
+    if at_start:  # the head begins as ``last`` is called (NOTE [ Parallel lists as blocks ])
+        hook = last.module.register_forward_pre_hook(starting, with_kwargs=True)
+    else:
+        hook = last.module.register_forward_hook(started)
     try:
         with taint.tracing(x, calls=False), recorder, torch.random.fork_rng(devices=[]):
             result = pick(call(model, x))
@@ -578,14 +600,16 @@ def _head_by_tape(
     tracer: Tracer,
     last: TracedCall,
     prefix: bool,
+    at_start: bool = False,
 ) -> TapeStage:
     """The part after the last block as a :class:`TapeStage` (NOTE [ The head on a tape ]): the
     model runs again in eval mode and in training mode (without gradients; batch-norm statistics
     restored), recorded from the return of that call of the last block on. InputError when the
     model's output is not computed from the last block's output, or when the head also reads a
-    tensor computed before it from the parameters (an activation of an earlier block) and the
-    model computes nothing before its first block; with a first stage, such a tensor is a side
-    input with a gradient (NOTE [ A side input with a gradient ]): the stage's ``side_bytes``.
+    tensor computed before it from the parameters that is not floating; a floating one (an
+    activation of an earlier block, CvT's class token the last block returns besides its
+    hidden state) is a side input with a gradient (NOTE [ A side input with a gradient ]): the
+    stage's ``side_bytes``.
     """
     ordinal = [c for c in tracer.calls if c.module is last.module].index(last)
     tapes = []
@@ -593,7 +617,7 @@ def _head_by_tape(
     trained: list[Tensor] = []  # those of the training-mode tape
     for mode in (eval_mode, train_mode):
         with mode(model):
-            recorder, taint, result = _record_head(model, call, pick, x, last, ordinal)
+            recorder, taint, result = _record_head(model, call, pick, x, last, ordinal, at_start)
         if recorder.switches_modes:  # a replay would leave autograd off (MODE_SWITCHES)
             raise InputError(
                 f"cannot linearize {kind}: what follows its last block {last.name} switches "
@@ -611,7 +635,7 @@ def _head_by_tape(
         owned = set(taint.params) | set(taint.buffers)
         for constant in tapes[-1].constants():
             if id(constant) not in owned and taint.taint.kind(constant) & FROM_PARAM:
-                if prefix and constant.is_floating_point():
+                if constant.is_floating_point():  # without a first stage: the head holds it
                     side[id(constant)] = constant
                     trained += [constant] if mode is train_mode else []
                     continue
@@ -643,10 +667,12 @@ def _cut(
     """The stages for one run (InputError when it does not make a chain)."""
     first, last = run[0], run[-1]
     names = [c.name for c in run]
-    _check_distinct(kind, run)
     stages: list[tuple[str, nn.Module]] = []
     prefix = not any(p is None and v is None for p, v in first.producers)
-    for c, label in zip(run, _relative_names(names), strict=True):
+    labels = _relative_names(names)
+    for j, (c, label) in enumerate(zip(run, labels, strict=True)):
+        again = labels[:j].count(label)  # a block called again (ALBERT's shared layers)
+        label = f"{label}#{again + 1}" if again or labels.count(label) > 1 else label
         stages.append((label, BlockCall(c.module, c.args, c.kwargs, c.input_shape)))
     by_calls = _head_by_calls(last, final)
     if by_calls is not None and _calls_off_the_way(tracer, last, by_calls[1]):
@@ -680,6 +706,14 @@ def _cut(
             stem.traced_for(x, trains=not values & FROM_PARAM)
         stem.side_gradient_bytes = _side_gradient_bytes(run, stages, read_by_head)
         stages.insert(0, ("stem" if x.is_floating_point() else "embedding", stem))
+    elif read_by_head:  # no first stage: the head counts what it reads (CvT's class token)
+        tape.side_gradient_bytes = _side_gradient_bytes(run, stages, read_by_head)
+        tape.chain_refusal = (
+            f"the chain of {kind} holds what its head reads besides the last block's output as "
+            "traced (an activation computed from the parameters): it would not change as they "
+            "train, nor pass its gradient on; train the model with memplan.torch.enable(model, "
+            "memory, example_input=batch), which passes each step's own"
+        )
     if head:
         stages.append(("head", head[0] if len(head) == 1 else nn.Sequential(*head)))
     _check_body(kind, tracer, run, prefix, bool(head))
@@ -689,6 +723,153 @@ def _cut(
         block_keys=[c.key for c in run if c.key is not None],
         head_modules=head_modules, output_module=output_module, prefix=prefix,
         head_operations=head_operations,
+    )  # fmt: skip
+
+
+def _group_stages(
+    kind: str,
+    model: nn.Module,
+    call: ModelCall,
+    x: Tensor,
+    tracer: Tracer,
+    run: list[list[TracedCall]],
+    prefix: bool,
+    end: TracedCall | None,
+) -> tuple[list[TapeStage], int]:
+    """One :class:`TapeStage` per call group (NOTE [ Parallel lists as blocks ] in
+    :mod:`memplan.torch.split.groups`), and what the groups read that depends on the batch
+    (as :func:`_reads_values`).
+
+    Raises
+    ------
+    InputError
+        A group whose end its operations do not make; one that reads a floating tensor computed
+        from the parameters before it (an earlier group's activation: a side input, which a
+        group's stage does not take); values of the input where nothing comes before the groups.
+    """
+    ordinals = []
+    for group in run:
+        ordinals.append([c for c in tracer.calls if c.module is group[0].module].index(group[0]))
+    modes = []
+    for mode in (eval_mode, train_mode):
+        with mode(model):
+            recorders, taint = record_groups(model, call, x, run, ordinals, end)
+        tapes = group_tapes(recorders, len(run))
+        if tapes is None:
+            raise InputError(
+                f"cannot linearize {kind}: the groups of {run[0][0].name} .. {run[-1][-1].name} "
+                "do not compute each the next one's input from their own; give it a "
+                "memplan_stages() method returning [(name, module), ...]"
+            )
+        modes.append((tapes, recorders, taint))
+    owned = set(modes[1][2].params) | set(modes[1][2].buffers)
+    values = 0
+    for tapes, _, taint in modes:
+        for tape, group in zip(tapes, run, strict=True):
+            for constant in tape.constants():
+                kinds = taint.taint.kind(constant) & (FROM_INPUT | FROM_PARAM)
+                if id(constant) in owned or not kinds:
+                    continue
+                if kinds & FROM_PARAM and constant.is_floating_point():
+                    raise InputError(
+                        f"cannot linearize {kind}: the call group of {group[0].name} also reads "
+                        f"a tensor of shape {tuple(constant.shape)} computed from the parameters "
+                        "before it, not only the previous group's output: the model is not a "
+                        "chain of these groups; give it a memplan_stages() method returning "
+                        "[(name, module), ...]"
+                    )
+                if not prefix:
+                    raise InputError(
+                        f"cannot linearize {kind}: the call group of {group[0].name} also reads a "
+                        "tensor computed from the values of the input, and the model computes "
+                        "nothing before it; give it a memplan_stages() method returning "
+                        "[(name, module), ...]"
+                    )
+                values |= kinds
+    stages = []
+    for g, recorder in enumerate(modes[1][1]):
+        assert recorder.input_shape is not None
+        stages.append(TapeStage(modes[0][0][g], modes[1][0][g], recorder.input_shape, owned))
+    return stages, values
+
+
+def _group_names(run: list[list[TracedCall]]) -> list[str]:
+    """A stage name per call group: the list element all its modules are in (``layers.0`` for
+    SqueezeBERT's ``layers.0.attention`` .. ``layers.0.output``), else its first and last
+    module (``attentions.0..layer_norm2.0``).
+    """
+    elements = []
+    for group in run:
+        paths = set()
+        for c in group:
+            parts = c.name.split(".")
+            last = max((j for j, part in enumerate(parts) if part.isdigit()), default=-1)
+            paths.add(".".join(parts[: last + 1]))
+        elements.append(paths.pop() if len(paths) == 1 else None)
+    if all(elements):
+        return _relative_names([e for e in elements if e])
+    firsts = _relative_names([group[0].name for group in run])
+    lasts = _relative_names([group[-1].name for group in run])
+    return [f"{a}..{b}" for a, b in zip(firsts, lasts, strict=True)]
+
+
+def _cut_groups(
+    kind: str,
+    model: nn.Module,
+    call: ModelCall,
+    pick: Callable[[Any], Any],
+    x: Tensor,
+    tracer: Tracer,
+    run: list[list[TracedCall]],
+) -> RepeatedBlocks:
+    """The stages for a run of call groups (NOTE [ Parallel lists as blocks ] in
+    :mod:`memplan.torch.split.groups`): the part before the first group, one tape stage per
+    group, the head on a tape from where the last group ends (the next module's call, a final
+    norm or the output layer, or else its last module's return).
+    """
+    calls = [c for group in run for c in group]
+    entries = [group[0] for group in run]
+    _check_distinct(kind, calls)
+    prefix = not any(p is None and v is None for p, v in entries[0].producers)
+    last = run[-1][-1]
+    after = next((c for c in tracer.calls if c.start > last.end and c.key is not None), None)
+    if after is not None and sum(c.module is after.module for c in tracer.calls) > 1:
+        after = None  # called elsewhere too: its calls do not mark one place
+    if after is not None and list_index(after) is not None:
+        after = None  # an element of a list: not the head's
+    try:
+        tapes, values = _group_stages(kind, model, call, x, tracer, run, prefix, after)
+    except InputError:
+        if after is None:
+            raise
+        after = None  # the next call does not read what the last group made: its return
+        tapes, values = _group_stages(kind, model, call, x, tracer, run, prefix, after)
+    names = _group_names(run)
+    stages: list[tuple[str, nn.Module]] = list(zip(names, tapes, strict=True))
+    if after is not None:
+        head = _head_by_tape(kind, model, call, pick, x, tracer, after, prefix, at_start=True)
+    else:
+        head = _head_by_tape(kind, model, call, pick, x, tracer, last, prefix)
+    if head.side_tensors:
+        raise InputError(
+            f"cannot linearize {kind}: what follows its last call group also reads an earlier "
+            "group's activation; give it a memplan_stages() method returning [(name, module), ...]"
+        )
+    values |= FROM_PARAM if head.side_pointers else 0
+    if prefix:
+        stem = _prefix(kind, model, call, tracer, calls)
+        if values:  # NOTE [ Stage wrappers ]: the chain is for this batch's values
+            stem.traced_for(x, trains=not values & FROM_PARAM)
+        stages.insert(0, ("stem" if x.is_floating_point() else "embedding", stem))
+    stages.append(("head", head))
+    _check_body(kind, tracer, [entries[0], last], prefix, True)
+    return RepeatedBlocks(
+        stages=stages, blocks=[c.name for c in entries], head_by="tape",
+        block_modules=[c.module for c in entries],
+        block_keys=[c.key for c in entries if c.key is not None],
+        prefix=prefix, head_operations=head.training_tape.operations(),
+        groups=[[c.module for c in group] for group in run],
+        group_end=None if after is None else (after.module, after.key),
     )  # fmt: skip
 
 
@@ -708,18 +889,22 @@ def _leaf_calls(calls: list[TracedCall], start: int, end: int) -> int:
 
 
 def _check_distinct(kind: str, run: list[TracedCall]) -> None:
-    """Refuse a run whose blocks share parameters (ALBERT calls one layer for every layer): the
-    runtime marks a stage by its module, which would be called more than once a step.
+    """Refuse call groups that share parameters (NOTE [ Parallel lists as blocks ]): the runtime
+    marks a group by a pre-hook on its first module, which must be called once a step.
+
+    A run of blocks may call one block several times (ALBERT's shared layers): the runtime tells
+    the calls apart by the stage the step is at (``ModelHooks.shared_pre`` in
+    :mod:`memplan.torch.runtime.hooks`).
     """
     seen: set[int] = set()
     for c in run:
         params = {id(p) for p in c.module.parameters()}
         if params & seen:
             raise InputError(
-                f"cannot linearize {kind}: its blocks share their weights ({c.name} calls "
-                "parameters an earlier block of the run called, as ALBERT's shared layers), "
-                "where memplan's stages are distinct blocks; give it a memplan_stages() method "
-                "returning [(name, module), ...]"
+                f"cannot linearize {kind}: its call groups share their weights ({c.name} calls "
+                "parameters an earlier group called), where memplan marks a group by its "
+                "first module's call; give it a memplan_stages() method returning "
+                "[(name, module), ...]"
             )
         seen |= params
 
@@ -778,6 +963,34 @@ def _hookless_blocks(kind: str, model: nn.Module, calls: list[TracedCall]) -> In
     return None
 
 
+def _wrong_chain(
+    kind: str, found: RepeatedBlocks, out: Tensor, result: Tensor, inplace: list[bool]
+) -> InputError | None:
+    """Why the chain ``found`` (its output ``out``, whether each stage modified its input in
+    place) is not the model (its output ``result``), or None.
+    """
+    if out.shape != result.shape:
+        return InputError(
+            f"cannot linearize {kind}: the chain's output {tuple(out.shape)} differs "
+            f"from the model's {tuple(result.shape)}"
+        )
+    if not outputs_match(out, result):
+        diff = (out.double() - result.double()).abs().max().item()
+        return InputError(
+            f"cannot linearize {kind}: the chain does not reproduce the model's output "
+            f"(max abs difference {diff:.3g})"
+        )
+    first = 1 if found.prefix else 0
+    changed = [i for i, c in enumerate(inplace[first : first + len(found.groups)]) if c]
+    if changed:
+        return InputError(
+            f"cannot linearize {kind}: the call group of {found.blocks[changed[0]]} "
+            "modifies its input in place, which the loop's code may go on reading; "
+            "give it a memplan_stages() method returning [(name, module), ...]"
+        )
+    return None
+
+
 def find_repeated_blocks(
     model: nn.Module,
     example_input: Tensor,
@@ -831,7 +1044,7 @@ def find_repeated_blocks(
                 f"cannot linearize {kind}: its output is {type(result).__name__}, not a tensor"
             )
         final = tracer.producers_of(result)
-        runs = _runs(tracer.calls)
+        runs: list[Any] = [*_runs(tracer.calls), *group_runs(tracer.calls)]
         tracer.produced.clear()
         if not runs:
             raise _hookless_blocks(kind, model, tracer.calls) or InputError(
@@ -840,32 +1053,32 @@ def find_repeated_blocks(
                 "found; give it a memplan_stages() method returning [(name, module), ...]"
             )
         failure: InputError | None = None
+        grouped: InputError | None = None  # the first failure of a run of call groups
         reading: RepeatedBlocks | None = None  # the first run whose blocks read a side input
         for run in runs:
+            if reading is not None and isinstance(run[0], list):
+                break  # runs of call groups only where no run of blocks makes a chain
             try:
-                found = _cut(kind, model, call, pick, example_input, tracer, run, final)
+                if isinstance(run[0], list):  # NOTE [ Parallel lists as blocks ]
+                    found = _cut_groups(kind, model, call, pick, example_input, tracer, run)
+                else:
+                    found = _cut(kind, model, call, pick, example_input, tracer, run, final)
                 inplace: list[bool] = []
                 out = _chain_output(kind, found.stages, example_input, inplace)
             except InputError as exc:
+                if isinstance(run[0], list):  # a run of call groups says more than a short run
+                    grouped = grouped or exc
                 failure = failure or exc
                 continue
-            if out.shape != result.shape:
-                failure = failure or InputError(
-                    f"cannot linearize {kind}: the chain's output {tuple(out.shape)} differs "
-                    f"from the model's {tuple(result.shape)}"
-                )
-                continue
-            if not outputs_match(out, result):
-                diff = (out.double() - result.double()).abs().max().item()
-                failure = failure or InputError(
-                    f"cannot linearize {kind}: the chain does not reproduce the model's output "
-                    f"(max abs difference {diff:.3g})"
-                )
+            wrong = _wrong_chain(kind, found, out, result, inplace)
+            if wrong is not None:
+                failure = failure or wrong
                 continue
             found.output = out
             found.inplace = inplace
             if not side_gradient_bytes([m for _, m in found.stages]):
-                if sub_blocks_on():
+                distinct = len({id(m) for m in found.block_modules}) == len(found.block_modules)
+                if sub_blocks_on() and distinct:  # a block called again: whole (ALBERT's)
                     _cut_sub_blocks(kind, found, example_input)
                 return found
             # NOTE [ A side input with a gradient ]: a later run that needs none first (a
@@ -875,7 +1088,7 @@ def find_repeated_blocks(
         if reading is not None:
             return reading
     assert failure is not None
-    raise _hookless_blocks(kind, model, tracer.calls) or failure
+    raise _hookless_blocks(kind, model, tracer.calls) or grouped or failure
 
 
 def _cut_sub_blocks(kind: str, found: RepeatedBlocks, x: Tensor) -> None:

@@ -245,9 +245,11 @@ class PrefixStage(nn.Module):
 
 def side_gradient_bytes(stages: list[nn.Module]) -> int:
     """Bytes of the tensors a chain's first stage computes from parameters for every block to
-    read (:attr:`PrefixStage.side_gradient_bytes`): the profile's ``side_gradient_size``.
+    read (:attr:`PrefixStage.side_gradient_bytes`), or, without such a stage, those the head
+    reads besides the last block's output (:attr:`TapeStage.side_gradient_bytes`): the
+    profile's ``side_gradient_size``.
     """
-    return sum(m.side_gradient_bytes for m in stages if isinstance(m, PrefixStage))
+    return sum(m.side_gradient_bytes for m in stages if isinstance(m, (PrefixStage, TapeStage)))
 
 
 class TapeStage(nn.Module):
@@ -298,6 +300,11 @@ class TapeStage(nn.Module):
         """The storages of those constants (data pointers)."""
         self.side_tensors: list[Tensor] = []
         """Those of the training-mode tape."""
+        self.side_gradient_bytes = 0
+        """Where no stage comes before the blocks: :attr:`side_bytes` and what the blocks read
+        besides their hidden state, counted here for the chain (as
+        :attr:`PrefixStage.side_gradient_bytes`)."""
+        self.chain_refusal: str | None = None  # why the chain API cannot train on this stage
 
     def forward(self, x: Tensor) -> Tensor:
         if self.batch_data and tuple(x.shape) != self.input_shape:
