@@ -558,8 +558,7 @@ def enable(
         fsdp.install_sharded(target, prof, ranks, first, plan_for, loss_in_model=labels)
     except InputError as error:  # "auto" on several ranks: cut where no rank's plan fits
         tried = auto or cut is not None or profile is not None
-        again = (model, example_input, given, loss_chunks, budget)
-        target, prof, solve = _cut_for_ranks(error, tried, *again)
+        target, prof, solve = _cut_for_ranks(error, tried, *cut_args[:4], budget)
         fsdp.install_sharded(target, prof, ranks, loop_of(prof), plan_for, loss_in_model=labels)
     plan = _installed(model)
     if in_backward:  # NOTE [ step in the backward ]
