@@ -547,8 +547,9 @@ class PlannedIteration:
             key = storage_key(tensor)
             if key is not None and key[0] in self.static:
                 return  # a parameter: the first forward kept it too (told apart when packed:
-            if not self._slot_alive(k, len(packed)):  # FSDP2 frees a block's gathered ones)
-                packed.append(None)
+                # FSDP2 frees a block's gathered ones after it)
+            if not self._slot_alive(k, len(packed)):
+                packed.append(None)  # a branch autograd let go (:meth:`_slot_alive`)
                 return
             packed.append(tensor.detach())
             if key is not None and self._owned(key[0]):
