@@ -319,7 +319,8 @@ class ModelHooks:
 
                 parts = self._parts(step, i, k, module)
                 function = block if parts is None else self._part_function(parts, 0, module)
-                y = it.begin(k, x, self.planned._recompute(function), module)
+                held = module if parts is None else self._part_module(i, 0)
+                y = it.begin(k, x, self.planned._recompute(function), held)
                 step.open = True
                 if parts is not None:  # counted from the tensor the block computes on
                     step.parts = parts
@@ -497,6 +498,15 @@ class ModelHooks:
 
         return replay
 
+    def _part_module(self, i: int, part: int) -> nn.Module:
+        """The stage of part ``part`` of block ``i`` as profiled: the buffers a recomputation
+        of the part restores, and copies while it runs, are those its operations read, as the
+        profile counted them (:func:`~memplan.torch.runtime.recompute.recomputing`); not the
+        whole block's (MiniMax's lightning attention's decay table, copied by every
+        recomputation of the block's mixture of experts, measured above the plan).
+        """
+        return self.found.parts[i].stages[part]  # type: ignore[union-attr]  # a cut block
+
     def _parts(self, step: _Step, i: int, k: int, module: nn.Module) -> PartRecorder | None:
         """What follows block ``i`` (its first stage ``k``) when it is cut into sub-blocks: a
         :class:`PartRecorder` whose cuts end a stage and begin the next; None for a whole block.
@@ -509,7 +519,8 @@ class ModelHooks:
             try:
                 self._end(step, out)
                 function = self.planned._recompute(self._part_function(recorder, part + 1, module))
-                y = step.iteration.begin(k + part + 1, out, function, module)
+                held = self._part_module(i, part + 1)
+                y = step.iteration.begin(k + part + 1, out, function, held)
                 step.open = True
             except BaseException:
                 self._abort()

@@ -92,6 +92,7 @@ drives it are in :mod:`~memplan.torch.runtime.plan`, :mod:`~memplan.torch.runtim
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable, Container, Iterable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager, nullcontext
 from typing import Any
@@ -405,7 +406,7 @@ class PlannedIteration:
             if key is not None and key[0] in self.static:
                 return tensor  # parameters and buffers stay: they are not the plan's to drop
             slot = Slot(k)
-            slots.append(slot)
+            slots.append(weakref.ref(slot))  # autograd's node holds it
             return slot
 
         return pack
@@ -533,7 +534,7 @@ class PlannedIteration:
                 out = run.function(inp)
             self._store("F_all", k, out.detach(), self._cached(k), keep)
             return
-        packed: list[Tensor] = []
+        packed: list[Tensor | None] = []
         saved: dict[int, torch.UntypedStorage] = {}
         source = storage_key(src)
         reads_input = False
@@ -546,7 +547,11 @@ class PlannedIteration:
             key = storage_key(tensor)
             if key is not None and key[0] in self.static:
                 return  # a parameter: the first forward kept it too (told apart when packed:
-            packed.append(tensor.detach())  # FSDP2 frees a block's gathered ones after it)
+                # FSDP2 frees a block's gathered ones after it)
+            if not self._slot_alive(k, len(packed)):
+                packed.append(None)  # a branch autograd let go (:meth:`_slot_alive`)
+                return
+            packed.append(tensor.detach())
             if key is not None and self._owned(key[0]):
                 saved.setdefault(key[0], tensor.untyped_storage())
             reads_input |= key is not None and source is not None and key[0] == source[0]
@@ -557,8 +562,21 @@ class PlannedIteration:
         if not reads_input:
             self._autograd_frees(k)
 
+    def _slot_alive(self, k: int, index: int) -> bool:
+        """Whether slot ``index`` of stage ``k``'s first forward is still held by autograd.
+
+        A node of a branch that nothing reads (MiniMax's lightning attention computes the
+        key-value state of a next chunk of the sequence that training never uses) is let go at
+        the end of the first forward with its slots: the recomputation keeps nothing for them,
+        as the profile measured the forward (their tensors freed with the branch). Held until
+        the recomputation's end, they measured 64 KB above the plan. An index past the slots
+        is kept, for :meth:`_fill_slots`'s error.
+        """
+        slots = self.runs[k].slots
+        return index >= len(slots) or slots[index]() is not None
+
     def _fill_slots(
-        self, k: int, inp: Tensor, pack: Callable[[Tensor], None], packed: list[Tensor]
+        self, k: int, inp: Tensor, pack: Callable[[Tensor], None], packed: list[Tensor | None]
     ) -> Tensor:
         """Run stage ``k`` on ``inp`` with gradients (under its SAC recomputation context when
         it is selective) and put what autograd saves into the slots of its first forward;
@@ -569,7 +587,7 @@ class PlannedIteration:
         replay = run.recompute.recompute if run.recompute is not None else nullcontext()
         with self._replay(k), torch.enable_grad(), hooks, replay:
             out = run.function(inp)
-        slots = [s for s in run.slots]
+        slots = [ref() for ref in run.slots]
         dropped = len(slots)
         kept = packed  # the tensors that are not parameters or buffers, as the pack hooks saw
         if len(kept) != dropped:
@@ -579,7 +597,8 @@ class PlannedIteration:
                 "twice (a data-dependent branch?); memplan cannot recompute it"
             )
         for slot, tensor in zip(slots, kept, strict=True):
-            slot.value = tensor
+            if slot is not None:
+                slot.value = tensor
         # The recomputation's graph refers to ``packed`` through its saved-tensor hooks: a
         # recomputed tensor that outlives the call (one the block stores in a mapping or an
         # attribute) would keep every tensor of the list, which the slots hold now, alive
@@ -632,12 +651,13 @@ class PlannedIteration:
         if self.inplace[k]:
             with torch.enable_grad():
                 inp = inp.clone()
-        packed: list[Tensor] = []
+        packed: list[Tensor | None] = []
 
         def pack(tensor: Tensor) -> None:
             key = storage_key(tensor)
             if key is None or key[0] not in self.static:
-                packed.append(tensor.detach())
+                alive = self._slot_alive(k, len(packed))
+                packed.append(tensor.detach() if alive else None)
 
         self._fill_slots(k, inp, pack, packed)
 

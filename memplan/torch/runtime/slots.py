@@ -5,6 +5,7 @@ recomputation of the stage re-enters (NOTE [ Planned iteration ] in
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -23,7 +24,7 @@ class Slot:
     iteration ]).
     """
 
-    __slots__ = ("stage", "value")
+    __slots__ = ("stage", "value", "__weakref__")
 
     def __init__(self, stage: int) -> None:
         self.stage = stage
@@ -64,7 +65,10 @@ class StageRun:
     requires_grad: bool = False
     autocast: list[tuple[str, bool, torch.dtype, bool]] = field(default_factory=list)
     rng: RngSnapshot | None = None
-    slots: list[Slot] = field(default_factory=list)
+    slots: list[weakref.ref[Slot]] = field(default_factory=list)
+    """The slots of the first forward, in the order autograd packed them, held weakly: a slot
+    whose node autograd let go (a branch of the forward nothing reads) is gone by the
+    recomputation, which then keeps nothing for it."""
     recompute: Any = None  # a selective stage: the SAC context that replays its forward
 
 

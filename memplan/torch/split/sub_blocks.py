@@ -28,7 +28,10 @@ above the plan before this rule). Each part is a
 Under a plan (:mod:`memplan.torch.runtime.hooks`) the block's own forward runs, with the step's
 own side inputs, under a :class:`memplan.torch.runtime.sub_blocks.PartRecorder` that counts
 its operations: at each cut's count the part ends and the next begins, and each part's
-operations are recorded for its recomputation.
+operations are recorded for its recomputation. A recomputation of a part restores, and copies
+while it runs, the buffers of the part's stage (those its operations read), as the profile
+measured it: not the whole block's (MiniMax's mixture of experts, recomputed holding a copy of
+its lightning attention's 1 MB decay table, measured 5-11% above its plan).
 """
 
 from __future__ import annotations
