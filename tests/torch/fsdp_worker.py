@@ -156,6 +156,9 @@ def _under_plan(
     trained.update(
         budget=budget,
         planned=plan.schedule.peak_memory,
+        block_bytes=max(  # gathered whole: what gloo's worker may release late (test_fsdp.py)
+            sum(p.numel() * p.element_size() for p in block.parameters()) for block in blocks(model)
+        ),
         shards=plan.profile.extra["shards"]["ranks"],
         forwards=sum(plan.planned_forward_counts()),
         counted=[sum(f.values()) for f in plan.counters.forwards],
