@@ -24,7 +24,7 @@ from torch.nn import functional as F  # noqa: E402
 from memplan.api import describe  # noqa: E402
 from memplan.torch import enable, planned, profile_model  # noqa: E402
 from memplan.torch.measure.allocator_peak import loop_peaks  # noqa: E402
-from tests.torch.test_enable_budget import train_measured  # noqa: E402
+from tests.torch.test_enable_budget import budget_between, train_measured  # noqa: E402
 
 pytestmark = [pytest.mark.torch, pytest.mark.usefixtures("one_thread")]
 
@@ -97,9 +97,7 @@ def test_store_all_is_plain_trainings_peak():
 @pytest.mark.parametrize("share", [0.0, 0.5])
 def test_a_relu_network_trains_as_plain_training_within_the_budget(share):
     prof = _profile()
-    desc = describe(prof, optimizer="adamw:fused", gradients="at-backward")
-    least, top = desc["min_memory"]["chain"], desc["store_all_memory"]
-    budget = least + int(share * (top - least))
+    budget = budget_between(prof, share)
     model = ReluNet()
     got = enable(copy.deepcopy(model), budget, example_input=_batch(0)[0], profile=prof, **NAMED)
     counts = planned(got).planned_forward_counts()

@@ -29,6 +29,7 @@ from torch import nn  # noqa: E402
 from torch.nn import functional as F  # noqa: E402
 
 import memplan  # noqa: E402
+from memplan.api import describe  # noqa: E402
 from memplan.errors import InputError  # noqa: E402
 from memplan.torch import build_model, enable, planned, profile_model  # noqa: E402
 from memplan.torch.base.storage import distinct_bytes, tensors_of  # noqa: E402
@@ -152,6 +153,15 @@ def _case(kind: str):
 def _storage_bytes(value) -> int:
     """Bytes of the distinct storages under ``value`` (a model's output)."""
     return distinct_bytes(tensors_of(value))
+
+
+def budget_between(prof, share: float) -> int:
+    """The budget ``share`` of the way from the least memory of ``prof`` to its store-all need,
+    for a loop stepping fused AdamW with its gradients made at the backward.
+    """
+    desc = describe(prof, optimizer="adamw:fused", gradients="at-backward")
+    least, top = desc["min_memory"]["chain"], desc["store_all_memory"]
+    return least + int(share * (top - least))
 
 
 def train_measured(model, optimizer, batches, loss, set_to_none=True) -> list[tuple[int, int]]:

@@ -20,11 +20,10 @@ torch = pytest.importorskip("torch")
 from torch import nn  # noqa: E402
 from torch.nn import functional as F  # noqa: E402
 
-from memplan.api import describe  # noqa: E402
 from memplan.errors import InputError  # noqa: E402
 from memplan.torch import enable, planned, profile_model  # noqa: E402
 from memplan.torch.split.repeated import find_repeated_blocks  # noqa: E402
-from tests.torch.test_enable_budget import train_measured  # noqa: E402
+from tests.torch.test_enable_budget import budget_between, train_measured  # noqa: E402
 
 pytestmark = [pytest.mark.torch, pytest.mark.usefixtures("one_thread")]
 
@@ -169,9 +168,7 @@ def test_call_groups_train_as_plain_training_within_the_budget(kind, share):
     padding) plain training's, the same dropout draws."""
     model, prof = MODELS[kind](), _profile(kind)
     named = {"optimizer": "adamw:fused", "output_held": False}
-    desc = describe(prof, optimizer="adamw:fused", gradients="at-backward")
-    least, top = desc["min_memory"]["chain"], desc["store_all_memory"]
-    budget = least + int(share * (top - least))
+    budget = budget_between(prof, share)
     got = enable(copy.deepcopy(model), budget, example_input=_ids(0), profile=prof, **named)
     if share == 0.0:
         counts = planned(got).planned_forward_counts()

@@ -25,7 +25,7 @@ from memplan.torch import checkpointed, enable, linearize, planned, profile_mode
 from memplan.torch.runtime.plan import planned_forward_counts  # noqa: E402
 from memplan.torch.split.linearize import NextTokenLoss  # noqa: E402
 from memplan.torch.split.repeated import find_repeated_blocks  # noqa: E402
-from tests.torch.test_enable_budget import train_measured  # noqa: E402
+from tests.torch.test_enable_budget import budget_between, train_measured  # noqa: E402
 
 pytestmark = [pytest.mark.torch, pytest.mark.usefixtures("one_thread")]
 
@@ -119,9 +119,7 @@ def test_a_shared_block_trains_as_plain_training_within_the_budget(share):
     the same dropout draws."""
     model, prof = SharedLM(), _profile()
     named = {"optimizer": "adamw:fused", "output_held": False}
-    desc = describe(prof, optimizer="adamw:fused", gradients="at-backward")
-    least, top = desc["min_memory"]["chain"], desc["store_all_memory"]
-    budget = least + int(share * (top - least))
+    budget = budget_between(prof, share)
     got = enable(copy.deepcopy(model), budget, example_input=_ids(0), profile=prof, **named)
     if share == 0.0:
         counts = planned(got).planned_forward_counts()

@@ -32,7 +32,7 @@ from torch.nn import functional as F  # noqa: E402
 from memplan.api import describe  # noqa: E402
 from memplan.errors import InputError  # noqa: E402
 from memplan.torch import enable, planned, profile_model  # noqa: E402
-from tests.torch.test_enable_budget import train_measured  # noqa: E402
+from tests.torch.test_enable_budget import budget_between, train_measured  # noqa: E402
 
 pytestmark = [pytest.mark.torch, pytest.mark.usefixtures("one_thread")]
 
@@ -171,9 +171,7 @@ def test_blocks_sharing_keys_in_a_mapping_train_as_plain_training_within_the_bud
     model, prof = MODELS[kind](), _profile(kind)
     assert prof.side_gradient_size, "the keys a later block reads count as a side input"
     named = {"optimizer": "adamw:fused", "output_held": False}
-    desc = describe(prof, optimizer="adamw:fused", gradients="at-backward")
-    least, top = desc["min_memory"]["chain"], desc["store_all_memory"]
-    budget = least + int(share * (top - least))
+    budget = budget_between(prof, share)
     got = enable(copy.deepcopy(model), budget, example_input=_ids(0), profile=prof, **named)
     counts = planned(got).planned_forward_counts()
     if share == 0.0:

@@ -25,10 +25,9 @@ from torch import nn  # noqa: E402
 from torch.nn import functional as F  # noqa: E402
 
 import memplan  # noqa: E402
-from memplan.api import describe  # noqa: E402
 from memplan.errors import InputError  # noqa: E402
 from memplan.torch import checkpointed, enable, linearize, planned, profile_model  # noqa: E402
-from tests.torch.test_enable_budget import train_measured  # noqa: E402
+from tests.torch.test_enable_budget import budget_between, train_measured  # noqa: E402
 
 pytestmark = [pytest.mark.torch, pytest.mark.usefixtures("one_thread")]
 
@@ -313,9 +312,7 @@ def test_a_tensor_blocks_read_trains_as_plain_training_within_the_budget(kind, s
     model, prof = MODELS[kind](), _profile(kind)
     assert prof.side_gradient_size
     named = {"optimizer": "adamw:fused", "output_held": False}
-    desc = describe(prof, optimizer="adamw:fused", gradients="at-backward")
-    least, top = desc["min_memory"]["chain"], desc["store_all_memory"]
-    budget = least + int(share * (top - least))
+    budget = budget_between(prof, share)
     got = enable(copy.deepcopy(model), budget, example_input=_ids(0), profile=prof, **named)
     if share == 0.0:
         counts = planned(got).planned_forward_counts()
