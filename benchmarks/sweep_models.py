@@ -94,14 +94,26 @@ def _one_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text}"[:400]
 
 
-def _train(model: Any, batches: list[dict[str, Any]]) -> tuple[list[float], list[int]]:
-    """AdamW steps, one per batch, with the same seed per step; the losses and measured peaks."""
+def _optimizer(model: Any) -> Any:
+    """The loop's optimizer: fused AdamW (its step holds no temporaries)."""
+    import torch
+
+    return torch.optim.AdamW(model.parameters(), lr=LEARNING_RATE, eps=ADAM_EPS, fused=True)
+
+
+def _train(
+    model: Any, batches: list[dict[str, Any]], opt: Any = None
+) -> tuple[list[float], list[int]]:
+    """AdamW steps, one per batch, with the same seed per step; the losses and measured peaks.
+
+    ``opt``: the loop's optimizer (:func:`_optimizer`, made here if not given).
+    """
     import numpy as np
     import torch
 
     from memplan.torch.measure.allocator_peak import allocator_peak, profiled_copy
 
-    opt = torch.optim.AdamW(model.parameters(), lr=LEARNING_RATE, eps=ADAM_EPS, fused=True)
+    opt = opt if opt is not None else _optimizer(model)
     losses, peaks = [], []
     for i, batch in enumerate(batches):
         batch = {k: profiled_copy(v) for k, v in batch.items()}
@@ -149,18 +161,28 @@ def _differs(ref: Any, got: Any) -> str | None:
     return None
 
 
-ADVICE = (("loss_chunks='auto'", "loss_chunks", "auto"), ("sub_blocks=True", "sub_blocks", "auto"))
+ADVICE = (
+    ("loss_chunks='auto'", "loss_chunks", "auto"),
+    ("sub_blocks=True", "sub_blocks", "auto"),
+    ("gradients='step-in-backward'", "gradients", "step-in-backward"),
+)
 """What a refusal for lack of a plan may advise (the text ending its message), and the option the
 sweep then gives ``enable``, as a user following the message would: the loss in chunks of tokens,
-the blocks cut into sub-blocks where no plan of whole blocks fits."""
+the blocks cut into sub-blocks where no plan of whole blocks fits, the optimizer stepped in the
+backward (the loop's optimizer given, as the message asks; the loop clips, scales and accumulates
+nothing)."""
 
 
-def _enable(model: Any, batch: dict[str, Any], budget: int, options: dict[str, Any]) -> Any:
+def _enable(
+    model: Any, batch: dict[str, Any], budget: int, options: dict[str, Any], opt: Any
+) -> Any:
     from memplan.torch import enable
 
-    # the loop _train runs: fused AdamW (no step temporaries), the loss kept, not the output
+    # the loop _train runs: fused AdamW (no step temporaries), the loss kept, not the output;
+    # the optimizer itself where it steps in the backward
+    optimizer = opt if options.get("gradients") == "step-in-backward" else "adamw:fused"
     return enable(
-        model, budget, example_input=batch, optimizer="adamw:fused", output_held=False,
+        model, budget, example_input=batch, optimizer=optimizer, output_held=False,
         repeats=1, **options,
     )  # fmt: skip
 
@@ -232,7 +254,8 @@ def check_type(
     if not all(math.isfinite(v) for v in ref_losses):
         return done(NOT_PLAIN, f"its plain losses are not finite: {ref_losses}")
     found.plain_peak = max(ref_peaks)
-    refusal = _plan_below(found, got, batches[0], (fraction, fallback))
+    opt = _optimizer(got)
+    refusal = _plan_below(found, got, opt, batches[0], (fraction, fallback))
     if refusal is not None:
         return done(*refusal)
     plan = planned(got)
@@ -242,7 +265,7 @@ def check_type(
     counts = plan.planned_forward_counts()
     found.recomputed = sum(counts) - len(counts)
     try:
-        losses, peaks = _train(got, batches)
+        losses, peaks = _train(got, batches, opt)
     except InputError as exc:
         return done(REFUSED, f"refused at a step: {' '.join(str(exc).split())}")
     except Exception as exc:  # noqa: BLE001
@@ -266,7 +289,7 @@ def check_type(
 
 
 def _plan_below(
-    found: Verdict, model: Any, batch: dict[str, Any], shares: tuple[float, ...]
+    found: Verdict, model: Any, opt: Any, batch: dict[str, Any], shares: tuple[float, ...]
 ) -> tuple[str, str] | None:
     """``enable`` on ``model`` at the first of ``shares`` of plain training's peak where a plan
     fits: at each budget plainly first, then as each refusal for lack of a plan advises
@@ -281,7 +304,7 @@ def _plan_below(
         found.options = {}
         while True:
             try:
-                _enable(model, batch, found.budget, found.options)
+                _enable(model, batch, found.budget, found.options, opt)
                 return None
             except InputError as exc:
                 message = " ".join(str(exc).split())

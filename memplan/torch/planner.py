@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
@@ -185,7 +185,7 @@ def _feasible(
     memory: MemoryBudget,
     loop: TrainingLoop,
     settings: PlanSettings,
-    why: str = "",
+    why: str | Callable[[], str] = "",
     chunkable: Callable[[], bool] | None = None,
 ) -> Schedule:
     """:func:`plan_training`; no plan is an :class:`InputError` saying the least memory (and,
@@ -194,11 +194,13 @@ def _feasible(
     sched = plan_training(prof, memory, loop, settings)
     if not sched.feasible:
         hint = loss_chunks_hint(prof, chunkable)
-        raise InputError(infeasible_message(sched, memory, hint) + why)
+        raise InputError(
+            infeasible_message(sched, memory, hint) + (why if isinstance(why, str) else why())
+        )
     return sched
 
 
-Solver = Callable[[Profile, TrainingLoop, str], Schedule]
+Solver = Callable[[Profile, TrainingLoop, "str | Callable[[], str]"], Schedule]
 """``solve(profile, loop, why)``: a feasible plan for ``loop`` on ``profile`` (:func:`_feasible`
 with the caller's budget and settings; ``why`` ends the infeasible message)."""
 
@@ -208,7 +210,7 @@ def _solver(
     settings: PlanSettings,
     chunkable: Callable[[], bool] | None = None,
 ) -> Solver:
-    def solve(prof: Profile, loop: TrainingLoop, why: str = "") -> Schedule:
+    def solve(prof: Profile, loop: TrainingLoop, why: str | Callable[[], str] = "") -> Schedule:
         return _feasible(prof, budget, loop, settings, why, chunkable)
 
     return solve
@@ -544,10 +546,15 @@ def enable(
             first = loop_of(prof)
     chunkable = functools.partial(can_chunk_loss, target)
     solve = _solver(budget, settings, chunkable)
-    why = _why(optimizer)
-    if cut is False and profile is None and _one_process(ranks) and target.how == "hooks":
-        why += _sub_blocks_hint(
-            prof, budget, first, settings, lambda: _profiled(*cut_args), loop_of
+
+    def why() -> str:  # what the infeasible message adds: asked only when no plan fits
+        text = _why(optimizer)
+        if cut is False and profile is None and _one_process(ranks) and target.how == "hooks":
+            text += _sub_blocks_hint(
+                prof, budget, first, settings, lambda: _profiled(*cut_args), loop_of
+            )
+        return text + (
+            step_in_backward_hint(prof, budget, first, settings) if _one_process(ranks) else ""
         )
 
     def plan_for(plan_profile: Profile, loop: TrainingLoop) -> Schedule:
@@ -603,6 +610,41 @@ def _sub_blocks_hint(
         return ""
     least = budget.size(sched.min_memory, up=True)
     return SUB_BLOCKS_HINT + f"(attention, MLP) need less, {least}: sub_blocks=True"
+
+
+def step_in_backward_hint(
+    prof: Profile, budget: MemoryBudget, loop: TrainingLoop, settings: PlanSettings
+) -> str:
+    """What the infeasible message adds about ``gradients="step-in-backward"``: ``""`` when a
+    plan fits ``budget`` in ``loop`` (nothing to say), when the loop is not PyTorch's default
+    (``at-backward``: a loop that keeps its gradients accumulates them, which the step in the
+    backward cannot serve), or when stepping in the backward does not lower the least memory;
+    else the option, with the least memory it needs.
+
+    NOTE [ step in the backward ] in :mod:`memplan.torch.runtime.step_in_backward`: PyTorch's loop
+    holds every gradient at the end of the backward, beside the weights and the optimizer's state,
+    a floor no plan of the activations goes below (a model whose weights outweigh its
+    activations: a small image classifier's). The message names the option only where it was
+    planned and needs less, and says what the loop must not do.
+    """
+    if loop.gradients != "at-backward":
+        return ""
+    held = plan_training(prof, budget, loop, settings)
+    if held.feasible or held.min_memory is None:
+        return ""
+    stepped = replace(loop, gradients="step-in-backward")
+    sched = plan_training(prof, budget, stepped, settings)
+    if sched.feasible:
+        need = "fits"
+    elif sched.min_memory is not None and sched.min_memory < held.min_memory:
+        need = f"needs less, {budget.size(sched.min_memory, up=True)}"
+    else:
+        return ""
+    return (
+        f"; the optimizer stepped in the backward, each gradient freed as it is made, {need} "
+        "(for a loop that neither clips, scales nor accumulates gradients): "
+        "gradients='step-in-backward', optimizer=<the optimizer the loop steps>"
+    )
 
 
 def _cut_for_ranks(

@@ -386,6 +386,32 @@ def _refusal(model, optimizer, kw) -> InputError:
     return caught.value
 
 
+def test_a_refusal_names_the_step_in_the_backward_where_it_needs_less():
+    """Below PyTorch's loop's least memory (every gradient held at the end of the backward), the
+    refusal says the step in the backward fits, or what it needs; a user following it gets a
+    plan. A loop that keeps its gradients (accumulation) is not told: it cannot step early."""
+    model = _Wide()
+    x, _ = _wide_batch(0)
+    prof = profile_model(copy.deepcopy(model), example_input=x, repeats=1, name="wide")
+    opt = torch.optim.AdamW(model.parameters())
+    kw = {"example_input": x, "profile": prof, "output_held": False}
+    least = _stated_least(model, x, prof, optimizer=opt, output_held=False)
+    in_backward = int(re.search(r"\((\d+) bytes\)", str(_refusal(model, opt, kw))).group(1))
+    advice = "gradients='step-in-backward', optimizer=<the optimizer the loop steps>"
+    for budget, says in (((least + in_backward) // 2, "fits"), (in_backward - 1, "needs less")):
+        with pytest.raises(InputError) as caught:
+            enable(copy.deepcopy(model), budget, optimizer=opt, **kw)
+        message = " ".join(str(caught.value).split())
+        assert message.endswith(advice) and f"as it is made, {says}" in message, message
+        if says == "needs less":
+            assert f"needs less, {in_backward} bytes" in message, message
+    with pytest.raises(InputError) as caught:
+        enable(copy.deepcopy(model), in_backward - 1, optimizer=opt, gradients="kept", **kw)
+    assert "step-in-backward" not in str(caught.value)
+    enable(model, (least + in_backward) // 2, optimizer=opt, gradients="step-in-backward", **kw)
+    assert planned(model).schedule.budget.gradients == "step-in-backward"
+
+
 def test_the_step_in_the_backward_refuses_an_accumulating_loop():
     model = _Wide()
     x, _ = _wide_batch(0)

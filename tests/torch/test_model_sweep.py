@@ -96,6 +96,12 @@ CUT_HINT = (
     "fit in less: sub_blocks=True"
 )
 
+STEP_HINT = (
+    "; the optimizer stepped in the backward, each gradient freed as it is made, fits (for a loop "
+    "that neither clips, scales nor accumulates gradients): gradients='step-in-backward', "
+    "optimizer=<the optimizer the loop steps>"
+)
+
 
 def test_the_sweep_takes_the_options_a_refusal_for_lack_of_a_plan_advises():
     assert advised(NO_PLAN, {}) == {}
@@ -107,6 +113,7 @@ def test_the_sweep_takes_the_options_a_refusal_for_lack_of_a_plan_advises():
     assert advised(NO_PLAN + CHUNKS_HINT + CUT_HINT, {"loss_chunks": "auto"}) == {
         "sub_blocks": "auto"
     }
+    assert advised(NO_PLAN + STEP_HINT, {}) == {"gradients": "step-in-backward"}
     # a refusal for another reason advises nothing the sweep takes, whatever it names
     assert advised("enable: not a chain of blocks; loss_chunks='auto'", {}) == {}
 
@@ -119,7 +126,7 @@ class _Enable:
     def __init__(self, least, hints):
         self.least, self.hints, self.calls = least, hints, []
 
-    def __call__(self, model, batch, budget, options):
+    def __call__(self, model, batch, budget, options, opt):
         key = tuple(sorted(options))
         self.calls.append((budget, dict(options)))
         if budget < self.least[key]:
@@ -147,7 +154,7 @@ def test_a_refused_type_is_enabled_again_as_its_message_advises(
     fake = _Enable(least, hints)
     monkeypatch.setattr(sweep, "_enable", fake)
     found = Verdict("x", "causal-lm", "failed", plain_peak=100)
-    assert sweep._plan_below(found, None, {}, (0.8, 0.95)) is None
+    assert sweep._plan_below(found, None, None, {}, (0.8, 0.95)) is None
     assert found.fraction == fraction and found.budget == int(fraction * 100)
     assert len(found.options) == options and len(fake.calls) == calls
 
@@ -156,7 +163,7 @@ def test_every_piece_of_advice_in_a_message_is_taken_at_once(monkeypatch):
     fake = _Enable({(): 95, ("loss_chunks", "sub_blocks"): 75}, {(): CHUNKS_HINT + CUT_HINT})
     monkeypatch.setattr(sweep, "_enable", fake)
     found = Verdict("x", "causal-lm", "failed", plain_peak=100)
-    assert sweep._plan_below(found, None, {}, (0.8, 0.95)) is None
+    assert sweep._plan_below(found, None, None, {}, (0.8, 0.95)) is None
     assert fake.calls == [(80, {}), (80, {"loss_chunks": "auto", "sub_blocks": "auto"})]
 
 
@@ -164,7 +171,7 @@ def test_a_type_without_a_plan_after_the_advice_is_refused_with_the_last_message
     fake = _Enable({(): 200, ("loss_chunks",): 200}, {(): CHUNKS_HINT})
     monkeypatch.setattr(sweep, "_enable", fake)
     found = Verdict("x", "causal-lm", "failed", plain_peak=100)
-    verdict, reason = sweep._plan_below(found, None, {}, (0.8, 0.95))
+    verdict, reason = sweep._plan_below(found, None, None, {}, (0.8, 0.95))
     assert verdict == REFUSED and reason == "no rotor plan fits in 95 bytes"  # no hint left
     assert found.options == {"loss_chunks": "auto"} and found.fraction == 0.95
     assert fake.calls == [
@@ -185,6 +192,17 @@ def test_a_type_trains_with_the_options_its_refusal_advised():
     assert found.options == {"loss_chunks": "auto", "sub_blocks": "auto"}
     assert found.measured_peak is not None and found.budget is not None
     assert found.measured_peak <= found.budget < 0.7 * found.plain_peak
+
+
+def test_a_classifier_whose_weights_set_the_floor_trains_with_the_step_in_the_backward():
+    """A tiny RegNet: its weights, their gradients and AdamW's state leave PyTorch's loop no plan
+    below 0.95 of plain training's peak; the refusal advises stepping the optimizer in the
+    backward, and so it trains, equal to plain training and within the budget."""
+    found = check_type("regnet", "image-classification", steps=2)
+    assert found.verdict == TRAINS, (found.reason, found)
+    assert found.options == {"gradients": "step-in-backward"}
+    assert found.measured_peak is not None and found.budget is not None
+    assert found.measured_peak <= found.budget < found.plain_peak
 
 
 def test_the_table_names_the_options_a_type_needed():

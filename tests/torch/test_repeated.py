@@ -287,6 +287,74 @@ def test_a_run_crosses_containers():
     _train_under(model, x, prof, sched, loss)  # batch-norm statistics updated once
 
 
+class TokenLayer(nn.Module):
+    def __init__(self, dim: int) -> None:
+        super().__init__()
+        self.norm = nn.LayerNorm(dim)
+        self.mlp = nn.Sequential(nn.Linear(dim, 2 * dim), nn.GELU(), nn.Linear(2 * dim, dim))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + self.mlp(self.norm(x))
+
+
+class TokenStage(nn.Module):
+    """CvT's stage: a strided convolution embeds the image, its layers run on the tokens, the
+    tokens go back to an image."""
+
+    def __init__(self, cin: int, dim: int, depth: int) -> None:
+        super().__init__()
+        self.embed = nn.Conv2d(cin, dim, 2, stride=2)
+        self.layers = nn.Sequential(*(TokenLayer(dim) for _ in range(depth)))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.embed(x)
+        b, c, hh, ww = h.shape
+        tokens = self.layers(h.flatten(2).transpose(1, 2))
+        return tokens.transpose(1, 2).reshape(b, c, hh, ww)
+
+
+class CvTLike(nn.Module):
+    """Stages of token layers, the last holding most of the weights: its layers are the chain."""
+
+    def __init__(self, last: int = 4) -> None:
+        super().__init__()
+        self.stages = nn.ModuleList([TokenStage(3, 8, 1), TokenStage(8, 32, last)])
+        self.head = nn.Linear(32, 10)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for stage in self.stages:
+            x = stage(x)
+        return self.head(x.mean((2, 3)))
+
+
+def test_the_layers_of_a_stage_holding_most_weights_are_the_chain():
+    """A run inside one block that is not all the block does is the chain where it holds most of
+    the model's parameters (CvT's last stage); else the blocks around it are (their layers a
+    part of each)."""
+    from memplan.torch import enable
+
+    torch.manual_seed(5)
+    model, x = CvTLike(), torch.randn(4, 3, 16, 16)
+    found = find_repeated_blocks(model, x)
+    assert found.blocks == [f"stages.1.layers.{i}" for i in range(4)]
+    assert found.prefix and found.head_by == "tape"
+    assert find_repeated_blocks(CvTLike(last=1), x).blocks == ["stages.0", "stages.1"]
+    prof = profile_model(copy.deepcopy(model), example_input=x, repeats=1, name="cvt-like")
+    ref = copy.deepcopy(model)
+    got = enable(copy.deepcopy(model), _recomputing_budget(prof), example_input=x, profile=prof,
+                 optimizer="sgd", output_held=False)  # fmt: skip
+    gen = torch.Generator().manual_seed(6)
+    for m in (ref, got):
+        opt = torch.optim.SGD(m.parameters(), lr=0.1)
+        for step in range(3):
+            opt.zero_grad()
+            batch = torch.randn(4, 3, 16, 16, generator=gen.manual_seed(step))
+            F.cross_entropy(m(batch), torch.arange(4)).backward()
+            opt.step()
+    for (name, p), (_, q) in zip(ref.named_parameters(), got.named_parameters(), strict=True):
+        torch.testing.assert_close(q, p, msg=lambda m, n=name: f"{n}: {m}")
+
+
 class ReadsAParameter(TinyLM):
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
         x = self.embed(ids)

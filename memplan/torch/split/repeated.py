@@ -206,10 +206,14 @@ class RepeatedBlocks:
         return 1 if parts is None else len(parts.stages)
 
 
-def _usable(run: list[TracedCall]) -> bool:
+def _usable(run: list[TracedCall], weights: int) -> bool:
     """A run inside one block call (an MLP ``nn.Sequential`` inside a transformer block) is a
-    chain only when it is all that block does: the block's input is the run's input and its
-    output the run's output (a wrapper around the blocks). Runs across blocks are kept.
+    chain when it is all that block does: the block's input is the run's input and its output
+    the run's output (a wrapper around the blocks); or when it holds most of the model's
+    parameters (more than half of ``weights``, the model's count), as the last stage of a
+    hierarchical model may (CvT's third stage: 10 of its 13 layers, 90% of its weights): whatever
+    that block does before and after the run is then the first stage and the head, and a chain of
+    such blocks would have one stage holding most of the step. Runs across blocks are kept.
     """
     shared = set.intersection(*({id(p) for p in c.parents if p.is_block} for c in run))
     if not shared:
@@ -217,12 +221,16 @@ def _usable(run: list[TracedCall]) -> bool:
     first, last = run[0], run[-1]
     inner = next(p for p in reversed(first.parents) if id(p) in shared)
     feeds_out = any(p is last and v is None for p, v in inner.output_producers)
-    return feeds_out and first.input_id is not None and first.input_id == inner.input_id
+    if feeds_out and first.input_id is not None and first.input_id == inner.input_id:
+        return True
+    held = {id(t): t.numel() for c in run for t in c.module.parameters()}
+    return 2 * sum(held.values()) > weights
 
 
-def _runs(calls: list[TracedCall]) -> list[list[TracedCall]]:
-    """The usable runs of blocks (see :func:`_usable`): for each block call the longest run
-    ending there; longest first, then outermost, then earliest.
+def _runs(calls: list[TracedCall], weights: int) -> list[list[TracedCall]]:
+    """The usable runs of blocks (see :func:`_usable`; ``weights``: the model's parameter
+    count): for each block call the longest run ending there; longest first, then outermost,
+    then earliest.
     """
     best: dict[int, tuple[int, TracedCall | None]] = {}
     for call in calls:
@@ -243,7 +251,7 @@ def _runs(calls: list[TracedCall]) -> list[list[TracedCall]]:
         run = [by_id[end]]
         while best[id(run[-1])][1] is not None:
             run.append(best[id(run[-1])][1])
-        if len(run) >= 2 and _usable(run[::-1]):
+        if len(run) >= 2 and _usable(run[::-1], weights):
             runs.append(run[::-1])
     # a run ending at a block and the same run ending earlier: only the longest is kept
     runs.sort(key=lambda r: (-len(r), r[0].depth, r[0].start))
@@ -1044,7 +1052,8 @@ def find_repeated_blocks(
                 f"cannot linearize {kind}: its output is {type(result).__name__}, not a tensor"
             )
         final = tracer.producers_of(result)
-        runs: list[Any] = [*_runs(tracer.calls), *group_runs(tracer.calls)]
+        weights = sum(p.numel() for p in model.parameters())
+        runs: list[Any] = [*_runs(tracer.calls, weights), *group_runs(tracer.calls)]
         tracer.produced.clear()
         if not runs:
             raise _hookless_blocks(kind, model, tracer.calls) or InputError(
