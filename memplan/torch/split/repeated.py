@@ -23,7 +23,11 @@ tensors). A call *feeds* another when the other's primary input is its output (t
 a view of it with the same storage, offset, shape and strides). A *block* is a child of an
 ``nn.ModuleList`` or ``nn.Sequential``; the run is the longest sequence of block calls, each fed by
 the previous one. Runs may cross containers (``layer1.2`` feeds ``layer2.0`` in a ResNet) and the
-finest run wins (the blocks of a ConvNeXt stage rather than its four stages).
+finest run wins (the blocks of a ConvNeXt stage rather than its four stages). A run inside one
+block counts where it is all that block does (a wrapper around the blocks) or holds most of the
+model's parameters (CvT, whose stages embed their input before their layers: the layers of its
+last stage, 90% of its weights, rather than its three stages; what comes before them is the first
+stage, what follows the head).
 
 NOTE [ Stage wrappers ]
 -----------------------
