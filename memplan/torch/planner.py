@@ -202,7 +202,8 @@ def _feasible(
 
 Solver = Callable[[Profile, TrainingLoop, "str | Callable[[], str]"], Schedule]
 """``solve(profile, loop, why)``: a feasible plan for ``loop`` on ``profile`` (:func:`_feasible`
-with the caller's budget and settings; ``why`` ends the infeasible message)."""
+with the caller's budget and settings; ``why`` ends the infeasible message, or a function
+giving it, asked only when no plan fits)."""
 
 
 def _solver(
