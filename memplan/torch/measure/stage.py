@@ -52,7 +52,6 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from memplan.errors import InputError
 from memplan.profile.model import StageOption
 from memplan.torch.base.autograd import graph_nodes
 from memplan.torch.base.storage import storage_key
