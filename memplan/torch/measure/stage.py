@@ -23,8 +23,10 @@ stage the output of stage ``k-1`` and runs one warm-up iteration, one instrument
     gradient is a temporary added into them). Clamped at 0.
 ``weight_size``
     What the stage keeps between iterations: its parameters (a parameter shared by stages counts
-    in the first one), its buffers, 4 bytes per parameter tensor (Adam's step count), and for
-    the loss stage the loss and its gradient (:func:`kept_bytes`, docs/runtime.md).
+    in the first one), its buffers, 4 bytes per parameter tensor (Adam's step count), for
+    the loss stage the loss and its gradient (:func:`kept_bytes`, docs/runtime.md), and a
+    tensor the forward makes that requires a gradient, with its gradient (``made_leaf_size``:
+    NOTE [ a leaf the forward makes ]).
 ``bandwidth`` (of the profile)
     The host<->device copy rate (:mod:`memplan.torch.measure.bandwidth`): pinned copies on CUDA, the
     runtime's own offload copy on CPU.
@@ -314,7 +316,8 @@ def _made_leaves(out: Tensor, module: nn.Module, given: Tensor | None) -> list[T
     the planner, the simulator and the oracles count it as the weights, with no rule of its
     own. An upper bound: before the stage's forward (backward) the tensor (gradient) does not
     exist yet. A loop that keeps the loss or the output into the next step keeps the previous
-    step's leaves and gradients through the next forward too, beyond the count.
+    step's leaves and gradients through the next forward, where the new leaves come on top: one
+    tensor per leaf beyond the count until the loop lets go of the previous loss.
     """
     parameters = {id(p) for p in module.parameters()}
     found: list[Tensor] = []
