@@ -104,6 +104,10 @@ class StageMeasurement:
         The temporary bytes of the forward with autograd alone (``F_all``), beyond what it saves.
     input_saved, output_saved : bool or None
         Whether autograd saved the storage of the stage's input (output) for the backward.
+    made_leaf_size : int
+        Bytes of the tensors the forward makes that require a gradient and are not parameters,
+        and of their gradients: held from the stage to the step's end (NOTE [ a leaf the
+        forward makes ] in :mod:`memplan.torch.measure.stage`).
     iteration_times : list of float
         Seconds of each timed iteration (forward + backward).
     """
@@ -123,6 +127,7 @@ class StageMeasurement:
     forward_overhead_all: int | None = None
     input_saved: bool | None = None
     output_saved: bool | None = None
+    made_leaf_size: int = 0
     iteration_times: list[float] = field(default_factory=list)
     options: list[StageOption] | None = None
 

@@ -23,8 +23,10 @@ stage the output of stage ``k-1`` and runs one warm-up iteration, one instrument
     gradient is a temporary added into them). Clamped at 0.
 ``weight_size``
     What the stage keeps between iterations: its parameters (a parameter shared by stages counts
-    in the first one), its buffers, 4 bytes per parameter tensor (Adam's step count), and for
-    the loss stage the loss and its gradient (:func:`kept_bytes`, docs/runtime.md).
+    in the first one), its buffers, 4 bytes per parameter tensor (Adam's step count), for
+    the loss stage the loss and its gradient (:func:`kept_bytes`, docs/runtime.md), and a
+    tensor the forward makes that requires a gradient, with its gradient (``made_leaf_size``:
+    NOTE [ a leaf the forward makes ]).
 ``bandwidth`` (of the profile)
     The host<->device copy rate (:mod:`memplan.torch.measure.bandwidth`): pinned copies on CUDA, the
     runtime's own offload copy on CPU.
@@ -52,7 +54,6 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from memplan.errors import InputError
 from memplan.profile.model import StageOption
 from memplan.torch.base.autograd import graph_nodes
 from memplan.torch.base.storage import storage_key
@@ -96,6 +97,7 @@ class _Sizes:
     backward_overhead: int
     input_saved: bool
     output_saved: bool
+    made_leaf_size: int
 
 
 def _instrumented(runner: StageRunner, probe: MemoryProbe, static: Collection[int]) -> _Sizes:
@@ -166,6 +168,7 @@ def _instrumented(runner: StageRunner, probe: MemoryProbe, static: Collection[in
     output_size = 0 if out_key is None else allocation_bytes(out_key[1], device)
     saved_size = sum(kept.values()) + (output_size if out_key and out_key[0] not in kept else 0)
     grad_size = allocation_bytes(out.numel() * out.element_size(), device)
+    made = _made_leaves(out, runner.module, leaf)
 
     backward_overhead = 0
     grad = runner.output_gradient(out)
@@ -174,7 +177,12 @@ def _instrumented(runner: StageRunner, probe: MemoryProbe, static: Collection[in
         runner.sync()
         backward_peak = probe.peak(lambda: out.backward(grad), dict)
         input_grad_size = storage_bytes(None if leaf is None else leaf.grad)
-        backward_overhead = max(0, backward_peak - allocation_bytes(input_grad_size, device))
+        backward_overhead = max(
+            0,
+            backward_peak
+            - allocation_bytes(input_grad_size, device)
+            - _held_bytes(_gradients(made), excluded, device),
+        )
         clear_grads(runner.module)
     forward_all = max(0, forward_peak - saved_size)
     return _Sizes(
@@ -186,6 +194,7 @@ def _instrumented(runner: StageRunner, probe: MemoryProbe, static: Collection[in
         backward_overhead=backward_overhead,
         input_saved=input_saved,
         output_saved=output_saved,
+        made_leaf_size=_held_bytes(made + _gradients(made), excluded, device),
     )
 
 
@@ -249,7 +258,7 @@ def _fresh_run(
 
     probe.peak(forward, dict)
     out = result.pop()
-    _refuse_made_leaves(out, runner.module, leaf)
+    made = _made_leaves(out, runner.module, leaf)
     grad = runner.output_gradient(out)
     if grad is None:
         return 0, 0
@@ -284,41 +293,61 @@ def _fresh_run(
     input_grad_size = allocation_bytes(storage_bytes(None if leaf is None else leaf.grad), device)
     weight_grads = sum(created.values())
     clear_grads(runner.module)
-    return weight_grads, peak - input_grad_size - weight_grads
+    made_grads = _held_bytes(_gradients(made), (), device)  # the profile's weight_size holds them
+    return weight_grads, peak - input_grad_size - weight_grads - made_grads
 
 
-def _refuse_made_leaves(out: Tensor, module: nn.Module, given: Tensor | None) -> None:
-    """Refuse a stage whose forward makes a tensor that requires a gradient of its own.
+def _made_leaves(out: Tensor, module: nn.Module, given: Tensor | None) -> list[Tensor]:
+    """The tensors a stage's forward makes that require a gradient of their own.
 
     NOTE [ a leaf the forward makes ]
     A leaf of ``out``'s graph that is neither a parameter nor the stage's input ``given`` (MRA's
-    attention without its CUDA kernel returns ``torch.zeros_like(query).requires_grad_()``): the
-    graph's nodes hold it, and the backward accumulates a gradient into its ``.grad``, until the
-    loop lets go of the loss (after the optimizer's step), in plain training as under a plan,
-    whether the stage saved it or not. A stage's memory terms (what its forward saves, what
-    its backward creates and frees) have no term for a tensor and a gradient that outlive the
-    stage's backward: plans measured above their budget by both, per stage. Refused with the way
-    out rather than planned short.
-
-    Raises
-    ------
-    InputError
-        Naming the tensor's shape (the caller names the stage).
+    attention without its CUDA kernel returns ``torch.zeros_like(query).requires_grad_()``).
+    Autograd's ``AccumulateGrad`` node for it holds it, and the backward accumulates its
+    gradient into its ``.grad``: the tensor lives from the stage's forward, its gradient from
+    the stage's backward, as long as the step's graph, until the loop lets go of the loss (after
+    the optimizer's step), whether a node saved the tensor or not. The runtime runs the model's
+    own forward once, with autograd, whatever the plan (NOTE [ Planned iteration ] in
+    :mod:`memplan.torch.runtime.iteration`): the leaf of that forward is the one held, under
+    ``F_all`` as under ``F_ck``; a recomputation makes a leaf of its own, which its throwaway
+    graph drops when it returns (or the stage's saved tensors keep, as any other), and the
+    gradient goes to the first forward's leaf. The profile counts both for the whole step in the
+    stage's ``weight_size`` (:func:`_held_bytes`), memory the step holds whatever the schedule:
+    the planner, the simulator and the oracles count it as the weights, with no rule of its
+    own. An upper bound: before the stage's forward (backward) the tensor (gradient) does not
+    exist yet. A loop that keeps the loss or the output into the next step keeps the previous
+    step's leaves and gradients through the next forward, where the new leaves come on top: one
+    tensor per leaf beyond the count until the loop lets go of the previous loss.
     """
     parameters = {id(p) for p in module.parameters()}
+    found: list[Tensor] = []
     for node in graph_nodes(out.grad_fn):
         variable = getattr(node, "variable", None)  # an AccumulateGrad node
         if isinstance(variable, Tensor) and not (
             isinstance(variable, nn.Parameter) or id(variable) in parameters or given is variable
         ):
-            raise InputError(
-                f"its forward makes a tensor of shape "
-                f"{tuple(variable.shape)} that requires a gradient and is not a parameter "
-                "(a leaf, as torch.zeros_like(x).requires_grad_() makes): its gradient and "
-                "the tensor stay held with the step's graph after the stage's backward, "
-                "which no stage's memory counts; compute it from the stage's input or make "
-                "it a parameter (an nn.Parameter of the module)"
-            )
+            found.append(variable)
+    return found
+
+
+def _gradients(leaves: Sequence[Tensor]) -> list[Tensor]:
+    """The gradients the backward accumulated into ``leaves``."""
+    return [leaf.grad for leaf in leaves if leaf.grad is not None]
+
+
+def _held_bytes(tensors: Sequence[Tensor], excluded: Collection[int], device: torch.device) -> int:
+    """Bytes of ``tensors`` (leaves a stage's forward made, their gradients), each storage once,
+    less those in ``excluded`` (parameters, buffers, the stage's input): the stage's
+    ``weight_size`` holds them (NOTE [ a leaf the forward makes ]), its backward's overhead not.
+    """
+    storages: dict[Any, int] = {}
+    for tensor in tensors:
+        key = storage_key(tensor)
+        if key is None:  # a fake tensor: its own bytes
+            storages[id(tensor)] = tensor.numel() * tensor.element_size()
+        elif key[0] not in excluded:
+            storages[key[0]] = key[1]
+    return sum(allocation_bytes(nbytes, device) for nbytes in storages.values())
 
 
 def measure_option(
@@ -363,6 +392,7 @@ def measure_option(
             out_box.append(first())
         out = out_box.pop()
         saved = _cache_and_output_bytes(forward, out, (inp, leaf), static, device)
+        made = _made_leaves(out, runner.module, leaf)
         grad = runner.output_gradient(out)
 
         def backward() -> None:
@@ -376,7 +406,10 @@ def measure_option(
             input_grad = storage_bytes(None if leaf is None else leaf.grad)
             sizes["saved"] = saved
             sizes["forward"] = max(0, peak - saved)
-            sizes["backward"] = max(0, backward_peak - allocation_bytes(input_grad, device))
+            made_grads = _held_bytes(_gradients(made), static, device)  # in weight_size
+            sizes["backward"] = max(
+                0, backward_peak - allocation_bytes(input_grad, device) - made_grads
+            )
             clear_grads(runner.module)
             return 0.0
         start = time.perf_counter()
@@ -568,5 +601,6 @@ def measure_stage(
         forward_overhead_all=sizes.forward_overhead_all,
         input_saved=sizes.input_saved,
         output_saved=sizes.output_saved,
+        made_leaf_size=sizes.made_leaf_size,
         iteration_times=[f + b for f, b in zip(forward_times, backward_times, strict=True)],
     )

@@ -305,7 +305,8 @@ def profile_stages(
                     forward_overhead=m.forward_overhead,
                     backward_overhead=m.backward_overhead,
                     weight_size=kept_bytes(params, _without_side(module, buffers), x.device)
-                    + (2 * m.output_size if k == len(chain) - 1 else 0),
+                    + (2 * m.output_size if k == len(chain) - 1 else 0)
+                    + m.made_leaf_size,  # NOTE [ a leaf the forward makes ]
                     grad_size=None if m.grad_size == m.output_size else m.grad_size,
                     weight_grad_size=m.weight_grad_size,
                     first_use_grad_size=first_use if weight_grads else None,
