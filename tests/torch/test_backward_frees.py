@@ -24,7 +24,12 @@ from torch.nn import functional as F  # noqa: E402
 from memplan.api import describe  # noqa: E402
 from memplan.torch import enable, planned, profile_model  # noqa: E402
 from memplan.torch.measure.allocator_peak import loop_peaks  # noqa: E402
-from tests.torch.test_enable_budget import budget_between, train_measured  # noqa: E402
+from tests.torch.test_enable_budget import (  # noqa: E402
+    assert_same_parameters,
+    budget_between,
+    train_measured,
+    trained_plainly,
+)
 
 pytestmark = [pytest.mark.torch, pytest.mark.usefixtures("one_thread")]
 
@@ -78,8 +83,8 @@ def _profile():
     return profile_model(ReluNet(), example_input=_batch(0)[0], repeats=1, name="relu-net")
 
 
-def _adamw(model: nn.Module) -> torch.optim.Optimizer:
-    return torch.optim.AdamW(model.parameters(), lr=1e-3, fused=True)
+def _adamw(params) -> torch.optim.Optimizer:
+    return torch.optim.AdamW(params, lr=1e-3, fused=True)
 
 
 def test_store_all_is_plain_trainings_peak():
@@ -88,7 +93,9 @@ def test_store_all_is_plain_trainings_peak():
     assert block.output_saved  # the ReLU's
     planned_peak = describe(prof, "adamw:fused", "at-backward")["store_all_memory"]
     model = ReluNet()
-    rows = loop_peaks(model, _adamw(model), [_batch(10 + s) for s in range(STEPS)], _loss)
+    rows = loop_peaks(
+        model, _adamw(model.parameters()), [_batch(10 + s) for s in range(STEPS)], _loss
+    )
     measured = max(peak for peak, _ in rows[1:])  # the optimizer's state made at the first
     # before: one block's output and its gradient above, for the whole backward of a block
     assert measured <= planned_peak < measured + block.output_size, (planned_peak, measured)
@@ -103,16 +110,10 @@ def test_a_relu_network_trains_as_plain_training_within_the_budget(share):
     counts = planned(got).planned_forward_counts()
     assert sum(counts) > len(counts), "the budget forces recomputation"
     batches = [_batch(10 + s) for s in range(STEPS)]
-    rows = train_measured(got, _adamw(got), batches, _loss)
+    rows = train_measured(got, _adamw(got.parameters()), batches, _loss)
     for i, (plan, measured) in enumerate(rows):
         assert measured <= budget, (i, measured, budget, plan)
         if i >= 1:
             assert abs(plan - measured) <= PLANNED * measured, (i, plan, measured)
-    ref = copy.deepcopy(model)
-    optimizer = _adamw(ref)
-    for batch in batches:
-        optimizer.zero_grad(set_to_none=True)
-        _loss(ref, batch, None).backward()
-        optimizer.step()
-    for (name, a), (_, b) in zip(ref.named_parameters(), got.named_parameters(), strict=True):
-        torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-6, msg=lambda m, n=name: f"{n}: {m}")
+    ref = trained_plainly(model, batches, _loss, _adamw)
+    assert_same_parameters(ref, got, rtol=1e-5, atol=1e-6)

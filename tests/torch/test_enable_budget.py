@@ -174,6 +174,25 @@ def train_measured(model, optimizer, batches, loss, set_to_none=True) -> list[tu
     return [(plan, measured) for measured, plan in rows]
 
 
+def trained_plainly(model, batches, loss, make_optimizer):
+    """A copy of ``model`` after plain training on ``batches``: PyTorch's loop,
+    ``zero_grad(set_to_none=True)``, ``loss(model, batch, None).backward()``, the step of
+    ``make_optimizer(parameters)``."""
+    ref = copy.deepcopy(model)
+    optimizer = make_optimizer(ref.parameters())
+    for batch in batches:
+        optimizer.zero_grad(set_to_none=True)
+        loss(ref, batch, None).backward()
+        optimizer.step()
+    return ref
+
+
+def assert_same_parameters(ref, got, rtol=1e-4, atol=1e-5) -> None:
+    """Every parameter of ``got`` is ``ref``'s, named where one differs."""
+    for (name, a), (_, b) in zip(ref.named_parameters(), got.named_parameters(), strict=True):
+        torch.testing.assert_close(b, a, rtol=rtol, atol=atol, msg=lambda m, n=name: f"{n}: {m}")
+
+
 def _stated_least(model, example, prof, optimizer="auto", output_held=None) -> int:
     """The least memory ``enable`` states when it refuses a budget of 0.01 MB: in MB, the unit
     the budget was typed in (rounded up), with the bytes."""

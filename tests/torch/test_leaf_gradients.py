@@ -24,7 +24,12 @@ from torch.nn import functional as F  # noqa: E402
 
 from memplan.torch import enable, planned, profile_model  # noqa: E402
 from memplan.torch.measure.runner import kept_bytes  # noqa: E402
-from tests.torch.test_enable_budget import budget_between, train_measured  # noqa: E402
+from tests.torch.test_enable_budget import (  # noqa: E402
+    assert_same_parameters,
+    budget_between,
+    train_measured,
+    trained_plainly,
+)
 
 pytestmark = [pytest.mark.torch, pytest.mark.usefixtures("one_thread")]
 
@@ -124,14 +129,8 @@ def test_a_stage_that_makes_a_leaf_trains_as_plain_training_within_its_budget(sh
         assert measured <= budget, (i, measured, budget, plan)
         if i >= 1:
             assert abs(plan - measured) <= PLANNED * measured, (i, plan, measured)
-    ref = copy.deepcopy(model)
-    optimizer = _adamw(ref.parameters())
-    for b in batches:
-        optimizer.zero_grad(set_to_none=True)
-        _loss(ref, b, None).backward()
-        optimizer.step()
-    for (name, a), (_, b) in zip(ref.named_parameters(), got.named_parameters(), strict=True):
-        torch.testing.assert_close(b, a, rtol=1e-4, atol=1e-5, msg=lambda m, n=name: f"{n}: {m}")
+    ref = trained_plainly(model, batches, _loss, _adamw)
+    assert_same_parameters(ref, got)
     assert [p.grad is None for p in got.parameters()] == [p.grad is None for p in ref.parameters()]
 
 

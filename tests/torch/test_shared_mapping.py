@@ -32,7 +32,12 @@ from torch.nn import functional as F  # noqa: E402
 from memplan.api import describe  # noqa: E402
 from memplan.errors import InputError  # noqa: E402
 from memplan.torch import enable, planned, profile_model  # noqa: E402
-from tests.torch.test_enable_budget import budget_between, train_measured  # noqa: E402
+from tests.torch.test_enable_budget import (  # noqa: E402
+    assert_same_parameters,
+    budget_between,
+    train_measured,
+    trained_plainly,
+)
 
 pytestmark = [pytest.mark.torch, pytest.mark.usefixtures("one_thread")]
 
@@ -154,13 +159,7 @@ def _profile(kind: str = "user-dict"):
 
 
 def _plain(model: nn.Module, batches) -> nn.Module:
-    ref = copy.deepcopy(model)
-    optimizer = _adamw(ref.parameters())
-    for b in batches:
-        optimizer.zero_grad(set_to_none=True)
-        _loss(ref, b, None).backward()
-        optimizer.step()
-    return ref
+    return trained_plainly(model, batches, _loss, _adamw)
 
 
 @pytest.mark.parametrize("share", [0.0, 0.5, 1.0])
@@ -267,11 +266,4 @@ def test_a_tiny_gemma4_whose_layers_reuse_keys_trains_as_plain_training():
     rows = train_measured(got, _adamw(got.parameters()), batches, _hf_loss)
     for i, (plan, measured) in enumerate(rows):
         assert measured <= budget, (i, measured, budget, plan)
-    ref = copy.deepcopy(model)
-    optimizer = _adamw(ref.parameters())
-    for b in batches:
-        optimizer.zero_grad(set_to_none=True)
-        _hf_loss(ref, b, None).backward()
-        optimizer.step()
-    for (name, a), (_, b) in zip(ref.named_parameters(), got.named_parameters(), strict=True):
-        torch.testing.assert_close(b, a, rtol=1e-4, atol=1e-5, msg=lambda m, n=name: f"{n}: {m}")
+    assert_same_parameters(trained_plainly(model, batches, _hf_loss, _adamw), got)

@@ -27,7 +27,11 @@ from torch.nn import functional as F  # noqa: E402
 import memplan  # noqa: E402
 from memplan.errors import InputError  # noqa: E402
 from memplan.torch import checkpointed, enable, linearize, planned, profile_model  # noqa: E402
-from tests.torch.test_enable_budget import budget_between, train_measured  # noqa: E402
+from tests.torch.test_enable_budget import (  # noqa: E402
+    budget_between,
+    train_measured,
+    trained_plainly,
+)
 
 pytestmark = [pytest.mark.torch, pytest.mark.usefixtures("one_thread")]
 
@@ -295,13 +299,9 @@ def _profile(kind: str):
 
 
 def _plain(model: nn.Module, batches) -> nn.Module:
-    ref = copy.deepcopy(model)
-    optimizer = torch.optim.AdamW(ref.parameters(), lr=1e-3, fused=True)
-    for b in batches:
-        optimizer.zero_grad(set_to_none=True)
-        _loss(ref, b, None).backward()
-        optimizer.step()
-    return ref
+    return trained_plainly(
+        model, batches, _loss, lambda params: torch.optim.AdamW(params, lr=1e-3, fused=True)
+    )
 
 
 @pytest.mark.parametrize("share", [0.0, 0.5, 1.0])
