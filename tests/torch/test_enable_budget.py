@@ -174,6 +174,16 @@ def train_measured(model, optimizer, batches, loss, set_to_none=True) -> list[tu
     return [(plan, measured) for measured, plan in rows]
 
 
+def assert_rows_hold(rows, budget: int, planned: float | None = PLANNED) -> None:
+    """Every step of ``rows`` (:func:`train_measured`) measured within ``budget``, and from the
+    second step on (the loop seen at the first, the plan re-solved for it) the plan within
+    ``planned`` of the measured peak (None: not checked)."""
+    for i, (plan, measured) in enumerate(rows):
+        assert measured <= budget, (i, measured, budget, plan)
+        if i >= 1 and planned is not None:
+            assert abs(plan - measured) <= planned * measured, (i, plan, measured)
+
+
 def trained_plainly(model, batches, loss, make_optimizer):
     """A copy of ``model`` after plain training on ``batches``: PyTorch's loop,
     ``zero_grad(set_to_none=True)``, ``loss(model, batch, None).backward()``, the step of
@@ -233,10 +243,7 @@ def test_enable_keeps_its_budget_in_the_users_loop(kind, fraction, step):
     got = enable(copy.deepcopy(model), budget, example_input=example, profile=prof)
     optimizer = _adamw(step)(got.parameters())
     rows = train_measured(got, optimizer, [make(s) for s in range(STEPS)], loss)
-    for i, (plan, measured) in enumerate(rows):
-        assert measured <= budget, (i, measured, budget)
-        if i >= 1:  # the loop seen at the first step, the plan re-solved for it
-            assert abs(plan - measured) <= PLANNED * measured, (i, plan, measured)
+    assert_rows_hold(rows, budget)
     seen = planned(got).schedule.budget
     assert seen.optimizer == "adamw"
     assert seen.optimizer_step == ("fused" if step == "fused" else "for-loop")  # CPU default
@@ -390,10 +397,7 @@ def test_the_step_in_the_backward_trains_as_plain_training(step):
         torch.testing.assert_close(q, p, msg=lambda m, n=name: f"{n}: {m}")
         assert q.grad is None  # stepped and freed in the backward
     assert planned(got).schedule.budget.gradients == "step-in-backward"
-    for i, (plan, measured) in enumerate(rows):
-        assert measured <= in_backward, (i, measured, in_backward)
-        if i >= 1:
-            assert abs(plan - measured) <= PLANNED * measured, (i, plan, measured)
+    assert_rows_hold(rows, in_backward)
 
 
 def _refusal(model, optimizer, kw) -> InputError:
@@ -546,7 +550,4 @@ def test_weights_the_batch_never_reaches_are_in_the_budget(step):
     optimizer = torch.optim.AdamW(got.parameters(), lr=1e-3, **kind)
     rows = train_measured(got, optimizer, [_tower_batch(s) for s in range(STEPS)], _tower_loss)
     assert all(p.grad is None for p in got.tower.parameters())
-    for i, (plan, measured) in enumerate(rows):
-        assert measured <= least, (i, measured, least)
-        if i >= 1:  # the optimizer seen: its step re-solved for
-            assert abs(plan - measured) <= PLANNED * measured, (i, plan, measured)
+    assert_rows_hold(rows, least)

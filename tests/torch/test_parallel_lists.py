@@ -23,7 +23,7 @@ from torch.nn import functional as F  # noqa: E402
 from memplan.errors import InputError  # noqa: E402
 from memplan.torch import enable, planned, profile_model  # noqa: E402
 from memplan.torch.split.repeated import find_repeated_blocks  # noqa: E402
-from tests.torch.test_enable_budget import budget_between, train_measured  # noqa: E402
+from tests.torch.test_enable_budget import assert_rows_hold, budget_between, train_measured  # noqa: E402
 
 pytestmark = [pytest.mark.torch, pytest.mark.usefixtures("one_thread")]
 
@@ -177,8 +177,7 @@ def test_call_groups_train_as_plain_training_within_the_budget(kind, share):
     batches = [(_ids(10 + s),) for s in range(STEPS)]
     torch.manual_seed(1)
     rows = train_measured(got, optimizer, batches, _loss)
-    for i, (plan, measured) in enumerate(rows):
-        assert measured <= budget, (i, measured, budget, plan)
+    assert_rows_hold(rows, budget, None)
     ref = copy.deepcopy(model)
     reference = torch.optim.AdamW(ref.parameters(), lr=1e-3, eps=1e-4, fused=True)
     torch.manual_seed(1)

@@ -33,6 +33,7 @@ from memplan.api import describe  # noqa: E402
 from memplan.errors import InputError  # noqa: E402
 from memplan.torch import enable, planned, profile_model  # noqa: E402
 from tests.torch.test_enable_budget import (  # noqa: E402
+    assert_rows_hold,
     assert_same_parameters,
     budget_between,
     train_measured,
@@ -178,8 +179,7 @@ def test_blocks_sharing_keys_in_a_mapping_train_as_plain_training_within_the_bud
         assert all(c > 1 for c in counts[1:5]), f"every block recomputed: {counts}"
     batches = [_batch(10 + s) for s in range(STEPS)]
     rows = train_measured(got, _adamw(got.parameters()), batches, _loss)
-    for i, (plan, measured) in enumerate(rows):
-        assert measured <= budget, (i, measured, budget, plan)
+    assert_rows_hold(rows, budget, None)
     ref = _plain(model, batches)
     for (name, a), (_, b) in zip(ref.named_parameters(), got.named_parameters(), strict=True):
         torch.testing.assert_close(b, a, rtol=1e-4, atol=1e-5, msg=lambda m, n=name: f"{n}: {m}")
@@ -264,6 +264,5 @@ def test_a_tiny_gemma4_whose_layers_reuse_keys_trains_as_plain_training():
     assert sum(counts) > len(counts), "the budget forces recomputation"
     batches = [_batch(10 + s) for s in range(STEPS)]
     rows = train_measured(got, _adamw(got.parameters()), batches, _hf_loss)
-    for i, (plan, measured) in enumerate(rows):
-        assert measured <= budget, (i, measured, budget, plan)
+    assert_rows_hold(rows, budget, None)
     assert_same_parameters(trained_plainly(model, batches, _hf_loss, _adamw), got)
