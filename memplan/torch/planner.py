@@ -554,12 +554,18 @@ def enable(
         return solve(plan_profile, loop, why)
 
     labels = isinstance(example_input, Mapping) and example_input.get("labels") is not None
-    try:
-        fsdp.install_sharded(target, prof, ranks, first, plan_for, loss_in_model=labels)
+    tried = auto or cut is not None or profile is not None
+    try:  # FSDP2's backward prefetch turned off last (docs/sharding.md)
+        fsdp.install_sharded(target, prof, ranks, first, plan_for, labels, tried)
     except InputError as error:  # "auto" on several ranks: cut where no rank's plan fits
-        tried = auto or cut is not None or profile is not None
-        target, prof, solve = _cut_for_ranks(error, tried, *cut_args[:4], budget)
-        fsdp.install_sharded(target, prof, ranks, loop_of(prof), plan_for, loss_in_model=labels)
+        try:
+            target, prof, solve = _cut_for_ranks(error, tried, *cut_args[:4], budget)
+        except InputError:
+            if tried:
+                raise
+            fsdp.install_sharded(target, prof, ranks, first, plan_for, labels)  # whole blocks
+        else:
+            fsdp.install_sharded(target, prof, ranks, loop_of(prof), plan_for, labels)
     plan = _installed(model)
     if in_backward:  # NOTE [ step in the backward ]
         plan._handles.append(StepInBackward(model, _loop_optimizer(optimizer)))

@@ -485,7 +485,25 @@ def _run_hf_no_prefetch(rank: int, world: int) -> dict[str, Any]:
         model, blocks, batches, _own_loss, rank, counts, least["without"], plain,
         _prefetch_lists, **options,
     )  # fmt: skip
-    return {"plain": trained, "least": least, "without": run}
+    return {"plain": trained, "least": least, "without": run, "auto": _auto_cut(model, batches)}
+
+
+def _auto_cut(model: nn.Module, batches: list[Batch]) -> dict[str, Any]:
+    """``sub_blocks="auto"`` on two ranks halfway between the least per-rank memory of whole
+    blocks without the backward prefetch and with it: the blocks cut (with the prefetch), not
+    the prefetch turned off: the plan's stages and whether it prefetches."""
+    whole = {"example_input": batches[0], "loss_chunks": CHUNKS, "shards": 2, "optimizer": "sgd"}
+    one = enable(copy.deepcopy(model), "1GB", output_held=False, **whole)
+    steps = planned(one).sharding  # type: ignore[union-attr]
+    least = [describe(steps.rank_profile(p), "sgd")["min_memory"]["chain"] for p in (False, True)]
+    budget = sum(least) // 2
+    auto = enable(copy.deepcopy(model), budget, output_held=False, sub_blocks="auto", **whole)
+    plan = planned(auto)
+    assert plan is not None
+    return {
+        "whole_least": least, "budget": budget, "stages": len(plan.names),
+        "prefetch": plan.sharding.layout.prefetch,
+    }  # fmt: skip
 
 
 KINDS = ("llama", "gpt2")

@@ -610,6 +610,7 @@ def install_sharded(
     loop: TrainingLoop,
     solve: Callable[[Profile, TrainingLoop], Schedule],
     loss_in_model: bool = False,
+    without_prefetch: bool = True,
 ) -> nn.Module:
     """Plan one of ``ranks`` ranks of the prepared model from the whole model's ``profile``
     for the training loop ``loop`` with ``solve``, install the plan, and follow FSDP2
@@ -620,7 +621,9 @@ def install_sharded(
     recipe's (:func:`_stage_modules`; with one rank the profile is the model's own); the first
     step checks it against the model (sharded or not, a DDP model for one) and plans again when
     they differ, for the loop the plan then counts. ``loss_in_model``: the model computes its
-    loss (an HF batch with labels).
+    loss (an HF batch with labels). ``without_prefetch``: where no plan with FSDP2's backward
+    prefetch fits, plan without it (:func:`_solved`); False where the caller has another way
+    to try first (``sub_blocks="auto"``: the blocks cut, with the prefetch).
 
     Raises
     ------
@@ -637,7 +640,7 @@ def install_sharded(
         found = model_layout(
             modules, count, expected, collective_copies(), loss_in_model, units.spans
         )
-        return _solved(profile, found, loop.gradients, lambda p: solve(p, loop))
+        return _solved(profile, found, loop.gradients, lambda p: solve(p, loop), without_prefetch)
 
     try:
         layout, rank_profile, schedule = plan_for(ranks or 1)
@@ -691,9 +694,11 @@ def _solved(
     layout: ShardLayout,
     gradients: str | None,
     solve: Callable[[Profile], Schedule],
+    without_prefetch: bool = True,
 ) -> tuple[ShardLayout, Profile, Schedule]:
     """The layout, one rank's profile and its plan, agreed by every rank (:func:`_agreed`):
-    with FSDP2's backward prefetch, or, where no plan with it fits, without it.
+    with FSDP2's backward prefetch, or, where no plan with it fits, without it (unless
+    ``without_prefetch`` is False).
 
     Without the prefetch a unit's all-gather is not hidden behind the backward of the unit
     after it on a GPU, a latency the profile's times do not count (NOTE [ Without the backward
@@ -708,7 +713,7 @@ def _solved(
         sharded = shard_profile(profile, layout, gradients)
         return (layout, *_agreed(sharded, solve, layout.shards))
     except InputError:
-        if layout.shards == 1 or not layout.blocks or not layout.prefetch:
+        if layout.shards == 1 or not layout.blocks or not (layout.prefetch and without_prefetch):
             raise
     without = replace(layout, prefetch=False)
     sharded = shard_profile(profile, without, gradients)
