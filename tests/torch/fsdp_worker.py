@@ -11,6 +11,9 @@ Run by tests/torch/test_fsdp.py as ``python tests/torch/fsdp_worker.py RANK WORL
   (``model(**batch).loss``); memplan computes the head and the loss in chunks of tokens
   (``enable(..., loss_chunks=CHUNKS)``) at the least per-rank memory, plain FSDP2 the model's
   own loss over the whole logits.
+* ``hf-no-prefetch``: tiny Llama cut into sub-blocks at the least per-rank memory of its plans
+  without FSDP2's backward prefetch (``enable`` turns it off where no plan with it fits), and
+  ``sub_blocks="auto"`` where whole blocks fit only without it.
 
 For each budget it enables the plan on a copy *before* ``fully_shard`` (docs/runtime.md), shards
 it (``fully_shard`` per block and on the root) and trains three steps on different batches,
