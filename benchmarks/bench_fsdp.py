@@ -31,7 +31,9 @@ each block one under FSDP2 + checkpoint (the recipe), the caller's loss. The way
   per-rank peak FSDP2 + checkpoint measured (the largest over the ranks); the model's own loss,
   and (Hugging Face models) the loss in chunks of tokens (``loss_chunks``);
 * **memplan, least memory**: the same at the least per-rank memory memplan plans for, with the
-  loss in chunks of tokens on the Hugging Face models (``loss_chunks``: the one-line switch);
+  loss in chunks of tokens on the Hugging Face models (``loss_chunks``: the one-line switch):
+  the least of its plans without FSDP2's backward prefetch, which ``enable`` falls back to
+  where no plan with it fits (docs/sharding.md; the table says which plans turn it off);
 * **sub-blocks** (Hugging Face models): memplan at their peak and at its least with the loss in
   chunks and ``sub_blocks=True``: each block cut into its residual sub-blocks (attention, MLP),
   each a stage, the block one ``fully_shard`` unit spanning them (docs/sharding.md).
@@ -351,7 +353,8 @@ def _rank_figures(
     case: Case, prof: Any, world: int, chunks: int | None, sub_blocks: bool = False
 ) -> tuple[int, int]:
     """(store-all peak, least memory) of one rank of ``world``, as the terms model them: the
-    rank's profile is the one ``enable`` plans with (``shards=world``)."""
+    rank's profile is the one ``enable`` plans with (``shards=world``); the least is that of its
+    plans without FSDP2's backward prefetch (``enable``'s last resort)."""
     from memplan.api import describe, schedule_from_sequence, simulate
     from memplan.torch import enable, planned
 
@@ -368,7 +371,9 @@ def _rank_figures(
     ops = [("F_all", k) for k in range(length)] + [("B", k) for k in reversed(range(length))]
     plan = schedule_from_sequence(rank, ops, optimizer="sgd", gradients="at-backward")  # type: ignore[arg-type]
     modelled = simulate(rank, plan, check_claims=False).peak_memory
-    return modelled, describe(rank, "sgd")["min_memory"]["chain"]
+    without = found.sharding.rank_profile(prefetch=False)
+    least = min(describe(p, "sgd")["min_memory"]["chain"] for p in (rank, without))
+    return modelled, least
 
 
 def _largest(value: int) -> int:
@@ -474,6 +479,7 @@ def _memplan_way(
         planned=plan.schedule.peak_memory,
         forwards=sum(plan.planned_forward_counts()),
         stages=len(plan.names),
+        prefetch=plan.sharding.layout.prefetch,
     )
 
 
@@ -657,7 +663,8 @@ def report(doc: dict[str, Any]) -> str:
     ):
         if "forwards" in ways.get(name, {}):
             lines[-1] += f" memplan recomputes {ways[name]['forwards'] - ways[name]['stages']}"
-            lines[-1] += f" forwards {where}."
+            lines[-1] += f" forwards {where}"
+            lines[-1] += "." if ways[name].get("prefetch", True) else ", backward prefetch off."
     return "\n".join(lines)
 
 

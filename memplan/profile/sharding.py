@@ -81,7 +81,30 @@ in the window of ``g[a+1]``) finds the unit gathered, but its forward counts ``2
 part after the first counts, in the forward phase, what a recomputation of it holds before it
 computes (gloo's late copy, a dropped prefetch).
 
-Times are unchanged: FSDP2 overlaps its collectives with the computation on a GPU.
+NOTE [ Without the backward prefetch ]
+--------------------------------------
+FSDP2's implicit backward prefetch (``ShardLayout.prefetch``) holds one more unit's gathered
+parameters through each unit's backward: its pre-backward hook all-gathers the unit before it
+(``prefetched(k)``), and the root's, at the loss or the head's output, the last unit. A caller
+turns it off per unit by giving the unit an explicit list of units to prefetch that holds only
+itself (``FSDPModule.set_modules_to_backward_prefetch([unit])``: in torch 2.13 an empty list
+means the implicit prefetch, and prefetching a unit just gathered is a no-op); the runtime does
+so when it installs a plan made without it (:mod:`memplan.torch.runtime.fsdp`). Then every unit
+all-gathers itself at its own pre-backward hook, after the reduce-scatter of the unit after it:
+no term has ``prefetched(k)``; a unit's pre-backward holds its all-gather output, its copy-out
+and gloo's late copy of that reduce-scatter (``2 G + c R``); its backward holds no late buffer
+(the rank's previous collective is its own all-gather, copied out before it computes); inside
+a unit spanning stages, no late reduce-scatter copy; a recomputation finds no prefetch to drop
+(the previous collective's late buffers, ``c G`` of the largest unit, before it). The terms
+save one unit's gathered parameters ``G`` at a unit's backward, the least memory's moment on
+Hugging Face models cut into sub-blocks (docs/sharding.md). The time the model gives is the
+same: on a GPU each unit's all-gather then runs before its backward, not hidden behind the
+backward of the unit after, a latency the profile's times do not count, so the planner uses a
+layout without it only where no plan with it fits (:func:`memplan.torch.runtime.fsdp.
+install_sharded`).
+
+Times are unchanged: FSDP2 overlaps its collectives with the computation on a GPU (with the
+prefetch).
 """
 
 from __future__ import annotations
@@ -145,13 +168,17 @@ class ShardLayout:
     ``copies``: the extra copies the collectives make of an all-gather's output and of a
     reduce-scatter's input (gloo 1, NCCL 0). ``loss_in_root``: the model computes its loss in its
     forward (Hugging Face models given labels), so FSDP2's root pre-backward hook runs at the
-    loss; otherwise at the head's output, after the loss's backward.
+    loss; otherwise at the head's output, after the loss's backward. ``prefetch``: FSDP2's
+    implicit backward prefetch is on (its default: a unit's pre-backward hook all-gathers the
+    unit before it, the root's the last unit); off, every unit all-gathers itself at its own
+    pre-backward hook (NOTE [ Without the backward prefetch ]).
     """
 
     shards: int
     stages: tuple[StageShard, ...]
     copies: int = 0
     loss_in_root: bool = True
+    prefetch: bool = True
 
     @property
     def blocks(self) -> list[int]:
@@ -306,7 +333,10 @@ class _Terms:
 
         A unit's pre-backward hook, at its last stage, prefetches the unit before it (none
         before the first); the root's, at the loss or at the head's output, the last unit.
+        None without the prefetch.
         """
+        if not self.layout.prefetch:
+            return 0
         if self.block(k):
             return self.gathered(self.start[k] - 1) if self.end[k] == k else 0
         return self.gathered(self.last) if k == self.root_output else 0
@@ -337,10 +367,11 @@ class _Terms:
         on beyond their shards. (gloo's copy of an all-gather is not held past its copy-out:
         a unit's computation counts none, as a block's does.)
         """
-        start, end = self.start[k], self.end[k]
-        own, after, before = self.gathered(k), self.gathered(end + 1), self.gathered(start - 1)
+        end = self.end[k]
+        own, after, before = self.gathered(k), self.gathered(end + 1), self.prefetched(end)
         whole = sum(self.shards[j].params - self.shards[j].shard for j in range(k, end + 1))
-        late = 0 if before else self.layout.copies * after
+        # without the prefetch the unit's own all-gather follows that reduce-scatter
+        late = 0 if before or not self.layout.prefetch else self.layout.copies * after
         return own + after + whole + before + late
 
     def before_forward(self, k: int) -> int:
@@ -356,6 +387,8 @@ class _Terms:
         else:
             before = self.gathered(k - 1) if self.block(k - 1) else self.root_gathered
         largest, own = self.largest, self.gathered(k)
+        if not self.layout.prefetch:  # nothing to drop: the previous collective's late buffers
+            return max(before, self.layout.copies * largest)
         return max(before, self.layout.copies * largest, 2 * largest - 2 * own)
 
     def held_in_forward(self, k: int) -> int:
@@ -404,7 +437,7 @@ class _Terms:
         copies = self.layout.copies
         prefetch = self.prefetched(k)
         if not self.block(k):
-            last = self.gathered(self.last)  # prefetched by the root, until B last
+            last = self.prefetched(self.root_output)  # prefetched by the root, until B last
             if self.last is not None and self.last < k <= self.root_output:
                 moments = [compute + last]
                 if k == self.root_output:
@@ -422,11 +455,11 @@ class _Terms:
             # until the rank's next collective: the reduce-scatter copy of the unit after, and
             # the prefetched output this unit's parameters are copied out of
             late = copies * after
-            if prefetch == 0:  # no collective before this unit's own reduce-scatter
+            if prefetch == 0 and self.layout.prefetch:  # no collective before its reduce-scatter
                 compute += late + copies * gathered
             moments = [
                 gathered + prefetch + compute,
-                2 * gathered + late,  # pre-backward: copied out of the prefetched output
+                2 * gathered + late,  # pre-backward: copied out of the (prefetched) output
                 (1 + copies) * gathered + late + (1 + copies) * prefetch,  # the next prefetch
             ]
             if start == k:  # post-backward: the reduce-scatter input, the reduce-scatter
@@ -450,7 +483,7 @@ class _Terms:
         done = grad_in - st.saved_size - st.gradient_size
         end = self.end[k]
         gathered, params, shard = self.unit_gathered[k], self.unit_params[k], self.unit_shard[k]
-        prefetch = self.gathered(k - 1)
+        prefetch = self.prefetched(end)
         held = self.inside(k + 1) + sum(self.shards[j].shard for j in range(k + 1, end + 1))
         copies = self.layout.copies
         return [

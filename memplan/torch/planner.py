@@ -558,16 +558,11 @@ def enable(
             step_in_backward_hint(prof, budget, first, settings) if _one_process(ranks) else ""
         )
 
-    def plan_for(plan_profile: Profile, loop: TrainingLoop) -> Schedule:
-        return solve(plan_profile, loop, why)
-
     labels = isinstance(example_input, Mapping) and example_input.get("labels") is not None
-    try:
-        fsdp.install_sharded(target, prof, ranks, first, plan_for, loss_in_model=labels)
-    except InputError as error:  # "auto" on several ranks: cut where no rank's plan fits
-        tried = auto or cut is not None or profile is not None
-        target, prof, solve = _cut_for_ranks(error, tried, *cut_args[:4], budget)
-        fsdp.install_sharded(target, prof, ranks, loop_of(prof), plan_for, loss_in_model=labels)
+    tried = auto or cut is not None or profile is not None
+    target, prof, solve = _install_on_ranks(
+        target, prof, (ranks, first, labels, tried), (solve, why), cut_args, budget, loop_of
+    )
     plan = _installed(model)
     if in_backward:  # NOTE [ step in the backward ]
         plan._handles.append(StepInBackward(model, _loop_optimizer(optimizer)))
@@ -646,6 +641,45 @@ def step_in_backward_hint(
         "(for a loop that neither clips, scales nor accumulates gradients): "
         "gradients='step-in-backward', optimizer=<the optimizer the loop steps>"
     )
+
+
+def _install_on_ranks(
+    target: Any,
+    prof: Profile,
+    given: tuple[int | None, TrainingLoop, bool, bool],
+    solver: tuple[Solver, str | Callable[[], str]],
+    cut_args: tuple[Any, ...],
+    budget: Any,
+    loop_of: Callable[[Profile], TrainingLoop],
+) -> tuple[Any, Profile, Solver]:
+    """Install the plan of one rank (:func:`memplan.torch.runtime.fsdp.install_sharded`) and
+    return the target, profile and solver it was made with.
+
+    ``given``: the shard count, the first loop, whether the model computes its loss, whether
+    the blocks were cut or kept already (``tried``); ``solver``: the solver and its reason.
+    Where no plan fits on several ranks, FSDP2's backward prefetch is given up last
+    (docs/sharding.md): with ``sub_blocks="auto"`` the blocks are cut first (with the
+    prefetch), then, where none can be cut, whole blocks are planned without it.
+    """
+    ranks, first, labels, tried = given
+    solve, why = solver
+    chosen = [solve]  # the cut's solver, once cut: the plan's re-solves use it
+
+    def plan_for(plan_profile: Profile, loop: TrainingLoop) -> Schedule:
+        return chosen[0](plan_profile, loop, why)
+
+    try:
+        fsdp.install_sharded(target, prof, ranks, first, plan_for, labels, tried)
+    except InputError as error:  # "auto" on several ranks: cut where no rank's plan fits
+        try:
+            target, prof, chosen[0] = _cut_for_ranks(error, tried, *cut_args[:4], budget)
+        except InputError:
+            if tried:
+                raise
+            fsdp.install_sharded(target, prof, ranks, first, plan_for, labels)  # whole blocks
+        else:
+            fsdp.install_sharded(target, prof, ranks, loop_of(prof), plan_for, labels)
+    return target, prof, chosen[0]
 
 
 def _cut_for_ranks(

@@ -6,6 +6,8 @@ errors. The terms against what FSDP2 allocates: tests/torch/test_fsdp.py (two gl
 from __future__ import annotations
 
 import json
+import math
+from dataclasses import replace
 
 import pytest
 from typer.testing import CliRunner
@@ -13,6 +15,8 @@ from typer.testing import CliRunner
 import memplan
 from memplan.api import schedule_from_sequence
 from memplan.errors import InputError
+from memplan.loop import TrainingLoop, parse_optimizer
+from memplan.profile.memory import static_bytes
 from memplan.profile.model import Profile, Stage, StageOption
 from memplan.profile.sharding import (
     ShardLayout,
@@ -22,6 +26,7 @@ from memplan.profile.sharding import (
     shard_profile,
     sharded_ranks,
 )
+from tests.oracles.exhaustive import ChainOracle
 
 
 def run(*args: str, stdin: str | None = None):
@@ -94,6 +99,55 @@ def test_the_terms_of_a_hand_counted_chain():
         done + g - g + 500 + g,  # its output and copy
     )
     assert rank.stages[2].backward_overhead_fresh == peak - 100 - g - 500
+
+
+def test_the_terms_without_the_backward_prefetch():
+    """NOTE [ Without the backward prefetch ]: the hand-counted chain's middle block holds no
+    prefetch of block1 (its pre-backward all-gathers itself: its output, its copy-out, gloo's
+    late copy of block3's reduce-scatter), the head and the loss hold no prefetch of the last
+    block; the forwards and the windows are as with it, and no field grows."""
+    prof = _chain()
+    layout = default_layout(prof, 2, copies=1)
+    on = shard_profile(prof, layout, "at-backward")
+    off = shard_profile(prof, replace(layout, prefetch=False), "at-backward")
+    g = 1000
+    peak = max(
+        g + 100 + 1000 - 20,  # computing: its parameters, g[2], its unsharded gradients
+        2 * g + g,  # its all-gather output and copy-out, block3's late reduce-scatter copy
+        -300 + 1000 - g,  # the reduce-scatter input (block3's freed)
+        -300 - g + 500 + g,  # its output and copy
+    )
+    assert off.stages[2].backward_overhead_fresh == peak - 100 - g - 500
+    assert on.stages[2].backward_overhead_fresh - off.stages[2].backward_overhead_fresh == 2 * g
+    for k in (4, 5):  # the root's prefetch of the last block, from the loss to B block2
+        assert on.stages[k].backward_overhead_fresh - off.stages[k].backward_overhead_fresh >= g
+    for a, b in zip(on.stages, off.stages, strict=True):
+        assert a.forward_overhead == b.forward_overhead and a.grad_size == b.grad_size
+        assert b.backward_overhead_fresh <= a.backward_overhead_fresh
+    assert off.workspace_size == on.workspace_size
+
+
+@pytest.mark.parametrize("prefetch", [True, False])
+@pytest.mark.parametrize("spanning", [False, True])
+def test_rotor_matches_the_oracle_on_a_ranks_profile(prefetch, spanning):
+    """One rank's profile is a chain profile: rotor's makespan is the exhaustive search's
+    (tests/oracles/exhaustive.py) at each step of its staircase, with the backward prefetch and
+    without, whole blocks and a unit spanning two stages; the plans replay within their budget,
+    and without the prefetch the least memory is lower."""
+    prof = _chain()
+    layout = _spanning(prof) if spanning else default_layout(prof, 2, copies=1)
+    rank = shard_profile(prof, replace(layout, prefetch=prefetch), "at-backward")
+    loop = TrainingLoop(parse_optimizer("sgd"), "at-backward")
+    search = ChainOracle(rank, static_bytes(rank, loop), gradients="at-backward")
+    least = search.min_feasible_memory()
+    assert memplan.solve(rank, "rotor", least - 1, optimizer="sgd").min_memory == least
+    for memory, makespan in search.makespan_steps():
+        found = memplan.solve(rank, "rotor", memory, optimizer="sgd")
+        assert found.feasible and math.isclose(found.makespan, makespan), (memory, makespan)
+        assert memplan.simulate(rank, found).valid
+    if prefetch:
+        without = shard_profile(prof, replace(layout, prefetch=False), "at-backward")
+        assert memplan.solve(without, "rotor", 10**5, optimizer="sgd").min_memory < least
 
 
 def _spanning(prof: Profile) -> ShardLayout:

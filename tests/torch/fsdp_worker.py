@@ -11,6 +11,9 @@ Run by tests/torch/test_fsdp.py as ``python tests/torch/fsdp_worker.py RANK WORL
   (``model(**batch).loss``); memplan computes the head and the loss in chunks of tokens
   (``enable(..., loss_chunks=CHUNKS)``) at the least per-rank memory, plain FSDP2 the model's
   own loss over the whole logits.
+* ``hf-no-prefetch``: tiny Llama cut into sub-blocks at the least per-rank memory of its plans
+  without FSDP2's backward prefetch (``enable`` turns it off where no plan with it fits), and
+  ``sub_blocks="auto"`` where whole blocks fit only without it.
 
 For each budget it enables the plan on a copy *before* ``fully_shard`` (docs/runtime.md), shards
 it (``fully_shard`` per block and on the root) and trains three steps on different batches,
@@ -144,9 +147,11 @@ def _under_plan(
     counts: Collectives,
     budget: int,
     plain: nn.Module,
+    after: Callable[[nn.Module], dict[str, Any]] | None = None,
     **options: Any,
 ) -> dict[str, Any]:
-    """Enable a plan for ``budget`` on a copy of ``model``, shard it, train it as ``plain``."""
+    """Enable a plan for ``budget`` on a copy of ``model``, shard it, train it as ``plain``;
+    ``after(model)``'s figures too, taken last."""
     under = enable(
         copy.deepcopy(model), budget, optimizer="sgd", output_held=False, **options
     )  # the loop of _train
@@ -169,6 +174,7 @@ def _under_plan(
             for p, q in zip(plain.parameters(), under.parameters(), strict=True)
         ),
     )
+    trained.update(after(under) if after is not None else {})
     return trained
 
 
@@ -427,6 +433,82 @@ def _run_hf_sub_blocks(rank: int, world: int) -> dict[str, Any]:
     return result
 
 
+# ------------------------------------------------------------------------------------------------
+# hf-no-prefetch: below the least memory with FSDP2's backward prefetch
+# ------------------------------------------------------------------------------------------------
+
+
+def _prefetch_lists(under: nn.Module) -> dict[str, Any]:
+    """Whether the plan turned FSDP2's backward prefetch off (each unit told to prefetch itself
+    alone), and whether ``disable`` gave the units their own (empty) lists back."""
+    from memplan.torch import disable
+    from memplan.torch.runtime.fsdp import is_sharded
+
+    units = [m for m in under.modules() if is_sharded(m)]
+    states = [unit._get_fsdp_state() for unit in units]  # type: ignore[operator]
+    plan = planned(under)
+    assert plan is not None
+    found = {
+        "prefetch": plan.sharding.layout.prefetch,
+        "units": len(units),
+        "each_itself": all(s._states_to_backward_prefetch == [s] for s in states),
+    }
+    disable(under)
+    found["restored"] = all(s._states_to_backward_prefetch == [] for s in states)
+    return found
+
+
+def _run_hf_no_prefetch(rank: int, world: int) -> dict[str, Any]:
+    """Tiny Llama, ``enable(..., sub_blocks=True, loss_chunks=CHUNKS)``, at the least per-rank
+    memory of its plans without FSDP2's backward prefetch (NOTE [ Without the backward prefetch
+    ]), below the least of those with it, beside plain FSDP2 (which prefetches): both leasts, the
+    plan's run, its units' prefetch lists under the plan and after ``disable``."""
+    batches = _hf_batches(rank)
+    counts = Collectives()
+    model, blocks = _hf_model("llama")
+    with cutting_sub_blocks(True):
+        prof = profile_model(
+            copy.deepcopy(model), example_input=batches[0], repeats=1, loss_chunks=CHUNKS
+        )
+    options = {
+        "example_input": batches[0], "profile": prof, "loss_chunks": CHUNKS, "sub_blocks": True,
+    }  # fmt: skip
+    one = enable(
+        copy.deepcopy(model), "1GB", shards=world, optimizer="sgd", output_held=False, **options
+    )  # fmt: skip
+    steps = planned(one).sharding  # type: ignore[union-attr]
+    least = {
+        name: describe(steps.rank_profile(prefetch), "sgd")["min_memory"]["chain"]
+        for name, prefetch in (("with", True), ("without", False))
+    }
+    plain = copy.deepcopy(model)
+    _shard(plain, blocks(plain))
+    trained = _train(plain, blocks(plain), batches, _own_loss, rank, counts)
+    run = _under_plan(
+        model, blocks, batches, _own_loss, rank, counts, least["without"], plain,
+        _prefetch_lists, **options,
+    )  # fmt: skip
+    return {"plain": trained, "least": least, "without": run, "auto": _auto_cut(model, batches)}
+
+
+def _auto_cut(model: nn.Module, batches: list[Batch]) -> dict[str, Any]:
+    """``sub_blocks="auto"`` on two ranks halfway between the least per-rank memory of whole
+    blocks without the backward prefetch and with it: the blocks cut (with the prefetch), not
+    the prefetch turned off: the plan's stages and whether it prefetches."""
+    whole = {"example_input": batches[0], "loss_chunks": CHUNKS, "shards": 2, "optimizer": "sgd"}
+    one = enable(copy.deepcopy(model), "1GB", output_held=False, **whole)
+    steps = planned(one).sharding  # type: ignore[union-attr]
+    least = [describe(steps.rank_profile(p), "sgd")["min_memory"]["chain"] for p in (False, True)]
+    budget = sum(least) // 2
+    auto = enable(copy.deepcopy(model), budget, output_held=False, sub_blocks="auto", **whole)
+    plan = planned(auto)
+    assert plan is not None
+    return {
+        "whole_least": least, "budget": budget, "stages": len(plan.names),
+        "prefetch": plan.sharding.layout.prefetch,
+    }  # fmt: skip
+
+
 KINDS = ("llama", "gpt2")
 
 CASES = {
@@ -434,6 +516,7 @@ CASES = {
     "hf-chunked": _run_hf_chunked,
     "halves": _run_halves,
     "hf-sub-blocks": _run_hf_sub_blocks,
+    "hf-no-prefetch": _run_hf_no_prefetch,
 }
 
 

@@ -128,6 +128,30 @@ def test_blocks_cut_into_sub_blocks_train_as_plain_fsdp2(tmp_path):
             assert max(run["peaks"]) < whole, (kind, run["peaks"], whole)
 
 
+def test_below_the_least_with_the_backward_prefetch_it_is_turned_off(tmp_path):
+    """``enable(..., sub_blocks=True, loss_chunks=4)`` on tiny Llama at the least per-rank memory
+    of its plans without FSDP2's backward prefetch (NOTE [ Without the backward prefetch ]),
+    below the least of those with it: the plan is made without it, the first sharded step tells
+    every unit to prefetch itself alone (no prefetch), the rank trains as plain FSDP2 (which
+    prefetches) with the model's own loss, measures within its budget and within 2% of the plan,
+    below the least with the prefetch; ``disable`` gives the units their own lists back. With
+    ``sub_blocks="auto"`` at a budget whole blocks meet only without the prefetch, the blocks
+    are cut instead (the prefetch is the last thing given up)."""
+    for rank in _two_ranks(tmp_path, "hf-no-prefetch"):
+        run, least = rank["without"], rank["least"]
+        assert least["without"] < least["with"]
+        assert run["prefetch"] is False and run["units"] == 4 + 1  # the blocks and the root
+        assert run["each_itself"] and run["restored"]
+        _check_as_plain("no-prefetch", run, rank["plain"])
+        assert max(run["peaks"]) < least["with"], (run["peaks"], least)
+        # sub_blocks="auto" between whole blocks' least without the prefetch and with it: the
+        # blocks cut, the prefetch kept (turned off only where no plan with it fits)
+        auto = rank["auto"]
+        without, with_ = auto["whole_least"]
+        assert without < auto["budget"] < with_ and least["with"] < auto["budget"]
+        assert auto["stages"] == 2 + 2 * 4 and auto["prefetch"] is True
+
+
 # ------------------------------------------------------------------------------------------------
 # One process: the order of enable and fully_shard
 # ------------------------------------------------------------------------------------------------

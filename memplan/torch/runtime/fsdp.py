@@ -43,6 +43,12 @@ shards as FSDP2 pads them, which stages are blocks) and the runtime what FSDP2 n
   the end of the backward; its gradients are the root's whole ones, reduce-scattered after
   ``B 0``. The root's post-forward hook runs on the model's output (its ``loss``), where FSDP2's
   root pre-backward hook prefetches the last block (``loss_in_root``).
+* **Without FSDP2's backward prefetch where no plan with it fits** (NOTE [ Without the backward
+  prefetch ] in :mod:`memplan.profile.sharding`). memplan plans with FSDP2's implicit backward
+  prefetch first, and without it only when no plan with it fits the budget (:func:`_solved`);
+  then the first sharded step turns it off on every unit of the model (each unit told to
+  prefetch itself alone, a no-op), and ``disable`` gives the units back the lists they had.
+  memplan drops no prefetch then (none is made).
 * **The shard count can change after enable.** ``enable`` before ``fully_shard`` profiles the
   whole model (it is whole on every rank then); the first step on a sharded model checks the
   plan's layout against the model's (:func:`model_layout`) and plans again when they differ.
@@ -55,7 +61,7 @@ import math
 import sys
 from collections.abc import Callable, Container, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
@@ -237,8 +243,9 @@ class ShardedSteps:
     layout : ShardLayout
         The layout the plan was made for.
     replan : callable, optional
-        ``replan(layout)`` plans again for another layout and installs the plan (``enable``
-        before ``fully_shard``); None: a sharded model whose layout differs is an error.
+        ``replan(layout)`` plans again for another layout, installs the plan and returns the
+        layout it follows (with or without the backward prefetch: :func:`_solved`); ``enable``
+        before ``fully_shard``. None: a sharded model whose layout differs is an error.
     units : StageUnits, optional
         The blocks cut into sub-blocks: the module whose unit holds each of their stages.
     """
@@ -248,7 +255,7 @@ class ShardedSteps:
         planned: Any,
         modules: Sequence[nn.Module | None],
         layout: ShardLayout,
-        replan: Callable[[ShardLayout], None] | None = None,
+        replan: Callable[[ShardLayout], ShardLayout] | None = None,
         units: StageUnits | None = None,
     ) -> None:
         self.planned = planned
@@ -264,6 +271,8 @@ class ShardedSteps:
         self.gathered: set[int] = set()  # the unsharded parameters of the block computing
         self.checked = False
         self._handles: list[Any] = []
+        self._prefetches: dict[int, tuple[Any, list[Any]]] = {}  # id(unit) -> its own list
+        self.source: tuple[Profile, str | None] | None = None  # the whole model's, the loop's
         planned.sharding = self
 
     def plan_for(
@@ -273,8 +282,23 @@ class ShardedSteps:
         for ``loop``, and its plan by ``solve``, agreed by every rank (rank 0's): the re-solve of
         a loop seen (NOTE [ the loop seen ] in :mod:`memplan.torch.runtime.loop_watch`).
         """
-        sharded = shard_profile(profile, self.layout, loop.gradients)
-        return _agreed(sharded, solve, self.layout.shards)
+        self.source = (profile, loop.gradients)
+        self.layout, sharded, schedule = _solved(
+            profile, replace(self.layout, prefetch=True), loop.gradients, solve
+        )
+        if self.checked:
+            self._set_prefetch()
+        return sharded, schedule
+
+    def rank_profile(self, prefetch: bool) -> Profile:
+        """One rank's profile in the plan's layout, with FSDP2's backward prefetch or without
+        (NOTE [ Without the backward prefetch ] in :mod:`memplan.profile.sharding`): the least
+        memory ``enable`` plans for is that of the profile without it.
+        """
+        if self.source is None:
+            raise RuntimeError("memplan: the plan was installed without its profile")
+        profile, gradients = self.source
+        return shard_profile(profile, replace(self.layout, prefetch=prefetch), gradients)
 
     # -- the step ------------------------------------------------------------------------------
     def before_step(self) -> None:
@@ -298,15 +322,16 @@ class ShardedSteps:
         found = model_layout(
             self.modules, ranks or 1, blocks, copies, self.layout.loss_in_root, spans
         )
-        if found != self.layout and (ranks is not None or self.layout.shards > 1):
+        same = replace(found, prefetch=self.layout.prefetch) == self.layout
+        if not same and (ranks is not None or self.layout.shards > 1):
             if self.replan is None:
                 raise RuntimeError(
                     f"memplan: the model is sharded over {ranks or 1} rank(s), the plan was made "
                     f"for {self.layout.shards}: enable it again"
                 )
-            self.replan(found)
-            self.layout = found
+            self.layout = self.replan(found)
         self.checked = True
+        self._set_prefetch()
         for k in sorted(blocks):
             first = spans.get(k, k)
             if first != k:
@@ -377,7 +402,7 @@ class ShardedSteps:
         """
 
         def hook(module: nn.Module, args: Any) -> None:
-            if not _in_backward() or self.dropped:
+            if not _in_backward() or self.dropped or not self.layout.prefetch:
                 return
             following = self._next()
             if following is None or following == k:
@@ -450,11 +475,37 @@ class ShardedSteps:
                 if not before[k] and k != keep and block.gathered():
                     block.module.reshard()
 
+    def _set_prefetch(self) -> None:
+        """FSDP2's backward prefetch on the model's units as the plan's layout has it.
+
+        Without it (NOTE [ Without the backward prefetch ] in :mod:`memplan.profile.sharding`):
+        each unit is told to prefetch itself alone (``set_modules_to_backward_prefetch``; torch
+        2.13 takes an empty list for the implicit prefetch), its own list kept for
+        :meth:`_restore_prefetch`; with it, the units' own lists.
+        """
+        if self.layout.prefetch:
+            self._restore_prefetch()
+            return
+        for unit in self.model.modules():
+            if not is_sharded(unit):
+                continue
+            state: Any = unit._get_fsdp_state()
+            if id(unit) not in self._prefetches:
+                self._prefetches[id(unit)] = (state, list(state._states_to_backward_prefetch))
+            unit.set_modules_to_backward_prefetch([unit])
+
+    def _restore_prefetch(self) -> None:
+        """Give the units back the backward prefetch lists they had before the plan."""
+        for state, own in self._prefetches.values():
+            state._states_to_backward_prefetch = own
+        self._prefetches = {}
+
     def remove(self) -> None:
-        """Remove the hooks (``disable``)."""
+        """Remove the hooks (``disable``) and give the units back their backward prefetch."""
         for handle in self._handles:
             handle.remove()
         self._handles = []
+        self._restore_prefetch()
         self.blocks = {}
         self.starts = {}
         self.checked = False
@@ -559,6 +610,7 @@ def install_sharded(
     loop: TrainingLoop,
     solve: Callable[[Profile, TrainingLoop], Schedule],
     loss_in_model: bool = False,
+    without_prefetch: bool = True,
 ) -> nn.Module:
     """Plan one of ``ranks`` ranks of the prepared model from the whole model's ``profile``
     for the training loop ``loop`` with ``solve``, install the plan, and follow FSDP2
@@ -569,7 +621,9 @@ def install_sharded(
     recipe's (:func:`_stage_modules`; with one rank the profile is the model's own); the first
     step checks it against the model (sharded or not, a DDP model for one) and plans again when
     they differ, for the loop the plan then counts. ``loss_in_model``: the model computes its
-    loss (an HF batch with labels).
+    loss (an HF batch with labels). ``without_prefetch``: where no plan with FSDP2's backward
+    prefetch fits, plan without it (:func:`_solved`); False where the caller has another way
+    to try first (``sub_blocks="auto"``: the blocks cut, with the prefetch).
 
     Raises
     ------
@@ -586,8 +640,7 @@ def install_sharded(
         found = model_layout(
             modules, count, expected, collective_copies(), loss_in_model, units.spans
         )
-        sharded = shard_profile(profile, found, loop.gradients)
-        return (found, *_agreed(sharded, lambda p: solve(p, loop), count))
+        return _solved(profile, found, loop.gradients, lambda p: solve(p, loop), without_prefetch)
 
     try:
         layout, rank_profile, schedule = plan_for(ranks or 1)
@@ -599,16 +652,17 @@ def install_sharded(
     plan = planned(model)
     assert plan is not None
 
-    def replan(found: ShardLayout) -> None:
+    def replan(found: ShardLayout) -> ShardLayout:
         now = plan.schedule.budget.loop  # the loop the installed plan counts
-        again, schedule = _agreed(
-            shard_profile(profile, found, now.gradients), lambda p: solve(p, now), found.shards
-        )
+        chosen, again, schedule = _solved(profile, found, now.gradients, lambda p: solve(p, now))
         check_schedule(schedule, plan.names, again)
+        steps.source = (profile, now.gradients)
         plan.schedule, plan.profile = schedule, again
         plan.plan = RuntimePlan(schedule, len(plan.names), plan.plan.input_transfers)
+        return chosen
 
-    ShardedSteps(plan, modules, layout, replan, units)
+    steps = ShardedSteps(plan, modules, layout, replan, units)
+    steps.source = (profile, loop.gradients)
     return model
 
 
@@ -633,6 +687,37 @@ def _shard_refusal(target: Target) -> str | None:
             "are the units (docs/sharding.md)"
         )
     return None
+
+
+def _solved(
+    profile: Profile,
+    layout: ShardLayout,
+    gradients: str | None,
+    solve: Callable[[Profile], Schedule],
+    without_prefetch: bool = True,
+) -> tuple[ShardLayout, Profile, Schedule]:
+    """The layout, one rank's profile and its plan, agreed by every rank (:func:`_agreed`):
+    with FSDP2's backward prefetch, or, where no plan with it fits, without it (unless
+    ``without_prefetch`` is False).
+
+    Without the prefetch a unit's all-gather is not hidden behind the backward of the unit
+    after it on a GPU, a latency the profile's times do not count (NOTE [ Without the backward
+    prefetch ] in :mod:`memplan.profile.sharding`): a last resort before no plan at all.
+
+    Raises
+    ------
+    InputError
+        No plan fits without the prefetch either (its least memory in the message).
+    """
+    try:
+        sharded = shard_profile(profile, layout, gradients)
+        return (layout, *_agreed(sharded, solve, layout.shards))
+    except InputError:
+        if layout.shards == 1 or not layout.blocks or not (layout.prefetch and without_prefetch):
+            raise
+    without = replace(layout, prefetch=False)
+    sharded = shard_profile(profile, without, gradients)
+    return (without, *_agreed(sharded, solve, without.shards))
 
 
 def _agreed(
