@@ -436,21 +436,20 @@ def table(results: list[dict[str, Any]], header: dict[str, Any]) -> str:
         f"transformers {header['transformers']}, torch {header['torch']}; {header['machine']}; "
         f"load average {header['load']}; {header['threads']} thread per process",
         "",
-        "| task | type | verdict | budget / plain peak | options | measured / budget | reason |",
-        "|---|---|---|---:|---|---:|---|",
+        "| task | type | verdict | budget / plain peak | options | measured / budget "
+        "| planned / measured | reason |",
+        "|---|---|---|---:|---|---:|---:|---|",
     ]
     for r in results:
         share = f"{r['fraction']:.2f}" if r.get("budget") and r["verdict"] != NOT_PLAIN else ""
-        ratio = (
-            f"{r['measured_peak'] / r['budget']:.3f}"
-            if r.get("measured_peak") and r.get("budget")
-            else ""
-        )
+        measured = r.get("measured_peak")
+        ratio = f"{measured / r['budget']:.3f}" if measured and r.get("budget") else ""
+        plan = f"{r['planned_peak'] / measured:.4f}" if measured and r.get("planned_peak") else ""
         reason = r["reason"].replace("|", "\\|")
         options = ", ".join(f"{k}={v!r}" for k, v in r.get("options", {}).items())
         lines.append(
             f"| {r['task']} | {r['model_type']} | {r['verdict']} | {share} | {options} | {ratio} "
-            f"| {reason} |"
+            f"| {plan} | {reason} |"
         )
     return "\n".join(lines)
 

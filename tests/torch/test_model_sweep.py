@@ -206,8 +206,10 @@ def test_a_classifier_whose_weights_set_the_floor_trains_with_the_step_in_the_ba
 
 
 def test_the_table_names_the_options_a_type_needed():
-    row = Verdict("llama", "causal-lm", TRAINS, budget=80, fraction=0.8, measured_peak=72)
+    row = Verdict(
+        "llama", "causal-lm", TRAINS, budget=80, fraction=0.8, measured_peak=72, planned_peak=73
+    )
     row.options = {"loss_chunks": "auto", "sub_blocks": "auto"}
     header = {"transformers": "5", "torch": "2", "machine": "m", "load": "1", "threads": 1}
     line = table([vars(row)], header).splitlines()[-1]
-    assert "| 0.80 | loss_chunks='auto', sub_blocks='auto' | 0.900 |" in line
+    assert "| 0.80 | loss_chunks='auto', sub_blocks='auto' | 0.900 | 1.0139 |" in line
