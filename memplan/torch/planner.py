@@ -34,13 +34,12 @@ from memplan.profile.model import Profile
 from memplan.schedule import Schedule
 from memplan.torch.base.blame import FIRST_FORWARD, model_errors
 from memplan.torch.base.optimizers import optimizer_spec
-from memplan.torch.base.storage import distinct_bytes, storage_key, tensors_of
+from memplan.torch.base.storage import distinct_bytes, tensors_of
 from memplan.torch.measure.conditions import check_conditions
-from memplan.torch.measure.probe import allocation_bytes
 from memplan.torch.models.registry import build_model
 from memplan.torch.profiler.chain import ProgressCallback
 from memplan.torch.profiler.model import parameter_sizes as parameter_sizes_of
-from memplan.torch.profiler.model import profile_model
+from memplan.torch.profiler.model import profile_model, with_batch
 from memplan.torch.profiler.unreached import unreached_tensors
 from memplan.torch.runtime import fsdp
 from memplan.torch.runtime.checkpointed import CheckpointedChain, checkpointed
@@ -752,31 +751,8 @@ def _profiled(
         elif sub_blocks is None and not cut:
             prof = None
         else:
-            prof = _with_batch(profile_for_training(model, target.x0, settings), example_input)
+            prof = with_batch(profile_for_training(model, target.x0, settings), example_input)
     return target, prof, settings
-
-
-def _with_batch(prof: Profile, batch: Any) -> Profile:
-    """``prof`` with the rest of a dict batch in its ``input_size``: the loop holds the whole
-    batch through the step, and the profile, measured on the chain's input (and the labels its
-    loss stage reads), had none of the tensors the model turns into something else before its
-    blocks: an attention mask, token type ids (each storage once; on CPU the bytes asked for,
-    as the other sizes; 1,024 bytes for a 2 x 64 mask of the sweep's tiny models, measured above
-    every plan before).
-    """
-    if not isinstance(batch, Mapping):
-        return prof
-    counted = [batch.get("input_ids"), batch.get("pixel_values"), batch.get("labels")]
-    known = {key[0] for key in map(storage_key, tensors_of(counted)) if key is not None}
-    rest: dict[int, tuple[int, torch.device]] = {}
-    for tensor in tensors_of(list(batch.values())):
-        key = storage_key(tensor)
-        if key is not None and key[0] not in known:
-            rest[key[0]] = (key[1], tensor.device)
-    extra = sum(allocation_bytes(nbytes, device) for nbytes, device in rest.values())
-    if not extra:
-        return prof
-    return prof.model_copy(update={"input_size": prof.input_size + extra})
 
 
 def _output_bytes(model: nn.Module, example_input: Any, x0: Tensor) -> int:

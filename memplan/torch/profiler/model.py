@@ -25,6 +25,7 @@ from memplan.gpu import GpuSpec, gpu_catalog, gpu_from_dict, load_gpu, load_gpu_
 from memplan.profile.model import Device, Measured, Profile
 from memplan.torch.base.blame import FIRST_FORWARD, model_errors
 from memplan.torch.base.device import describe_device, resolve_device
+from memplan.torch.base.storage import storage_key, tensors_of
 from memplan.torch.estimate.roofline import estimate_info, tf32_flags
 from memplan.torch.measure.bandwidth import offload_copy_bytes, profile_bandwidth
 from memplan.torch.measure.conditions import current_conditions, intra_op_threads
@@ -49,7 +50,14 @@ from memplan.torch.split.chunked_loss import ChunkedLoss, chunk_loss, loss_chunk
 from memplan.torch.split.hf import hf_batch
 from memplan.torch.split.wrappers import side_gradient_bytes
 
-__all__ = ["CPU_THREADS", "library_workspace", "parameter_sizes", "profile_model", "resolve_gpu"]
+__all__ = [
+    "CPU_THREADS",
+    "library_workspace",
+    "parameter_sizes",
+    "profile_model",
+    "resolve_gpu",
+    "with_batch",
+]
 
 
 def resolve_gpu(
@@ -193,6 +201,7 @@ def profile_model(
     ):
         raise InputError(f"--threads {threads!r}: expected a positive integer")
     labels = None
+    batch = example_input
     if isinstance(example_input, Mapping):
         example_input, labels = hf_batch(example_input)
     on_cpu = device == "cpu" or (device == "auto" and not torch.cuda.is_available())
@@ -205,11 +214,34 @@ def profile_model(
             estimate=estimate, gpu_spec=gpu_spec, config=config, dedupe=dedupe,
             selective=selective, loss_chunks=loss_chunks, labels=labels,
         )  # fmt: skip
-        prof = _with_conditions(prof, dtype)
+        prof = with_batch(_with_conditions(prof, dtype), batch)
     if prof.device is not None and prof.device.kind == "cuda":
         workspace = library_workspace(resolve_device(device), DTYPES[dtype])
         prof = prof.model_copy(update={"workspace_size": workspace or None})
     return prof
+
+
+def with_batch(prof: Profile, batch: Any) -> Profile:
+    """``prof`` with the rest of a dict batch in its ``input_size``: the loop holds the whole
+    batch through the step, and a profile measured on the chain's input (and the labels its loss
+    stage reads) holds none of the tensors the model turns into something else before its
+    blocks: an attention mask, token type ids. Each storage once, as the allocator counts it on
+    its device (1,024 bytes for the 2 x 64 mask of the sweep's tiny models, measured above every
+    plan before). Anything but a dict: ``prof`` unchanged.
+    """
+    if not isinstance(batch, Mapping):
+        return prof
+    counted = [batch.get("input_ids"), batch.get("pixel_values"), batch.get("labels")]
+    known = {key[0] for key in map(storage_key, tensors_of(counted)) if key is not None}
+    rest: dict[int, tuple[int, torch.device]] = {}
+    for tensor in tensors_of(list(batch.values())):
+        key = storage_key(tensor)
+        if key is not None and key[0] not in known:
+            rest[key[0]] = (key[1], tensor.device)
+    extra = sum(allocation_bytes(nbytes, device) for nbytes, device in rest.values())
+    if not extra:
+        return prof
+    return prof.model_copy(update={"input_size": prof.input_size + extra})
 
 
 def library_workspace(device: torch.device, dtype: torch.dtype) -> int:
