@@ -519,6 +519,31 @@ def _tower_profile():
     return profile_model(_WithTower(), example_input=x, repeats=1, name="tower")
 
 
+def test_the_whole_batch_the_loop_holds_is_counted():
+    """An attention mask the model turns into its own masks before the blocks stays in the
+    loop's batch for the whole step: in the profile's ``input_size``, measured by
+    ``profile_model`` and by ``enable``; a plan with it holds the measured step (tiny Llama's
+    measured 1,020 bytes above its plan before)."""
+    model, _ = _hf("llama")
+    batch = _lm_batch("llama", 0)
+    masked = {**batch, "attention_mask": torch.ones_like(batch["input_ids"])}
+    mask_bytes = masked["attention_mask"].untyped_storage().nbytes()
+    plain = profile_model(copy.deepcopy(model), example_input=batch, repeats=1)
+    with_mask = profile_model(copy.deepcopy(model), example_input=masked, repeats=1)
+    assert with_mask.input_size == plain.input_size + mask_bytes
+    budget = budget_between(with_mask, 0.0)
+    got = enable(copy.deepcopy(model), budget, example_input=masked, optimizer="adamw:fused",
+                 output_held=False, repeats=1)  # fmt: skip
+    assert planned(got).profile.input_size == with_mask.input_size
+    batches = [
+        {**_lm_batch("llama", s), "attention_mask": masked["attention_mask"]} for s in (1, 2, 3)
+    ]
+    optimizer = torch.optim.AdamW(got.parameters(), lr=1e-3, eps=1e-4, fused=True)
+    rows = train_measured(got, optimizer, batches, lambda m, b, kept: m(**b).loss)
+    for i, (plan, measured) in enumerate(rows[1:]):
+        assert measured <= plan <= budget, (i, measured, plan, budget)
+
+
 def test_the_profile_counts_the_weights_the_batch_never_reaches():
     """The tower is in no stage: its parameters and buffers are ``unreached_weight_size``, and
     the optimizer's order leaves its parameters out (they never have a gradient)."""
