@@ -48,7 +48,12 @@ from memplan.errors import InputError
 from memplan.torch.models.hf import is_hf_model
 from memplan.torch.split.hf import hf_loss, hf_stages
 from memplan.torch.split.repeated import find_repeated_blocks
-from memplan.torch.split.stages import eval_mode, first_line, outputs_match, run_stages
+from memplan.torch.split.stages import (
+    eval_mode,
+    first_line,
+    output_mismatch,
+    run_stages,
+)
 from memplan.torch.zoo.inception import inception_transform_input
 
 __all__ = [
@@ -554,16 +559,7 @@ def _checked_output(
                 expected = model(example_input)
             except (RuntimeError, ValueError, TypeError, IndexError) as exc:
                 raise InputError(f"{kind} fails on the example input: {first_line(exc)}") from None
-            if not isinstance(expected, Tensor) or expected.shape != x.shape:
-                shape = tuple(expected.shape) if isinstance(expected, Tensor) else type(expected)
-                raise InputError(
-                    f"cannot linearize {kind}: the chain's output {tuple(x.shape)} differs from "
-                    f"the model's {shape}"
-                )
-            if not outputs_match(x, expected):
-                diff = (x.double() - expected.double()).abs().max().item()
-                raise InputError(
-                    f"cannot linearize {kind}: the chain does not reproduce the model's output "
-                    f"(max abs difference {diff:.3g})"
-                ) from None
+            mismatch = output_mismatch(kind, x, expected)
+            if mismatch is not None:
+                raise mismatch from None
     return x, inplace

@@ -108,6 +108,7 @@ from memplan.torch.split.groups import group_runs, group_tapes, list_index, reco
 from memplan.torch.split.stages import (
     eval_mode,
     first_line,
+    output_mismatch,
     outputs_match,
     run_stages,
     train_mode,
@@ -981,17 +982,9 @@ def _wrong_chain(
     """Why the chain ``found`` (its output ``out``, whether each stage modified its input in
     place) is not the model (its output ``result``), or None.
     """
-    if out.shape != result.shape:
-        return InputError(
-            f"cannot linearize {kind}: the chain's output {tuple(out.shape)} differs "
-            f"from the model's {tuple(result.shape)}"
-        )
-    if not outputs_match(out, result):
-        diff = (out.double() - result.double()).abs().max().item()
-        return InputError(
-            f"cannot linearize {kind}: the chain does not reproduce the model's output "
-            f"(max abs difference {diff:.3g})"
-        )
+    mismatch = output_mismatch(kind, out, result)
+    if mismatch is not None:
+        return mismatch
     first = 1 if found.prefix else 0
     changed = [i for i, c in enumerate(inplace[first : first + len(found.groups)]) if c]
     if changed:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
 import torch
 from torch import Tensor, nn
@@ -19,6 +20,7 @@ __all__ = [
     "buffer_copies",
     "eval_mode",
     "first_line",
+    "output_mismatch",
     "outputs_match",
     "restore_buffers",
     "run_stages",
@@ -126,6 +128,25 @@ def outputs_match(actual: Tensor, expected: Tensor) -> bool:
         return False
     rtol, atol = _TOLERANCES.get(expected.dtype, _TOLERANCES[torch.float32])
     return bool(torch.allclose(actual, expected, rtol=rtol, atol=atol, equal_nan=True))
+
+
+def output_mismatch(kind: str, actual: Tensor, expected: Any) -> InputError | None:
+    """Why a chain whose output is ``actual`` is not the model ``kind`` whose output is
+    ``expected`` (another shape, or values :func:`outputs_match` does not accept), or None.
+    """
+    if not isinstance(expected, Tensor) or expected.shape != actual.shape:
+        shape = tuple(expected.shape) if isinstance(expected, Tensor) else type(expected)
+        return InputError(
+            f"cannot linearize {kind}: the chain's output {tuple(actual.shape)} differs from "
+            f"the model's {shape}"
+        )
+    if not outputs_match(actual, expected):
+        diff = (actual.double() - expected.double()).abs().max().item()
+        return InputError(
+            f"cannot linearize {kind}: the chain does not reproduce the model's output "
+            f"(max abs difference {diff:.3g})"
+        )
+    return None
 
 
 def run_stages(
