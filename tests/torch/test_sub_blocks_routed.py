@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import copy
 import re
+from collections.abc import Callable
 
 import pytest
 
@@ -108,12 +109,15 @@ class _Block(nn.Module):
         return h + self.experts(h)
 
 
-class _RoutedLM(nn.Module):
-    def __init__(self) -> None:
+class _TokenLM(nn.Module):
+    """An embedding, ``count`` blocks made by ``block()``, a head: the repeated blocks memplan
+    cuts."""
+
+    def __init__(self, block: Callable[[], nn.Module], count: int) -> None:
         super().__init__()
         torch.manual_seed(0)
         self.embed = nn.Embedding(VOCAB, WIDTH)
-        self.blocks = nn.ModuleList(_Block() for _ in range(2))
+        self.blocks = nn.ModuleList(block() for _ in range(count))
         self.head = nn.Linear(WIDTH, VOCAB)
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
@@ -155,7 +159,7 @@ def test_a_routed_block_cut_into_sub_blocks_trains_within_its_budget(monkeypatch
     """At the least memory of the cut chain and halfway to the plain peak, every step measures
     within the budget and within 2% of the plan, and the parameters after AdamW steps on
     different batches are plain training's."""
-    model = _RoutedLM()
+    model = _TokenLM(_Block, 2)
     with cutting_sub_blocks(True):
         prof = profile_model(copy.deepcopy(model), example_input=_batch(0)[0], repeats=1)
     least = _least(model, prof)
@@ -221,21 +225,6 @@ class _Branching(nn.Module):
         return x + self.down(F.gelu(self.up(x)))
 
 
-class _BranchingNet(nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        torch.manual_seed(0)
-        self.embed = nn.Embedding(VOCAB, WIDTH)
-        self.blocks = nn.ModuleList(_Branching() for _ in range(4))
-        self.head = nn.Linear(WIDTH, VOCAB)
-
-    def forward(self, ids: torch.Tensor) -> torch.Tensor:
-        h = self.embed(ids)
-        for block in self.blocks:
-            h = block(h)
-        return self.head(h)
-
-
 def test_a_recomputation_holds_nothing_for_a_branch_autograd_let_go(monkeypatch):
     """Each recomputation (``F_all``) of a block peaks as the block's own forward does, not above
     it by the branch's state, which a recomputation that kept a tensor for every slot of the
@@ -243,7 +232,7 @@ def test_a_recomputation_holds_nothing_for_a_branch_autograd_let_go(monkeypatch)
     training's."""
     from memplan.torch.measure.allocator_peak import allocator_peak
 
-    model = _BranchingNet()
+    model = _TokenLM(_Branching, 4)
     prof = profile_model(copy.deepcopy(model), example_input=_batch(0)[0], repeats=1)
     got = enable(copy.deepcopy(model), _least_plain(model, prof), example_input=_batch(0)[0],
                  profile=prof, **NAMED)  # fmt: skip
