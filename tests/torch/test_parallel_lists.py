@@ -23,7 +23,13 @@ from torch.nn import functional as F  # noqa: E402
 from memplan.errors import InputError  # noqa: E402
 from memplan.torch import enable, planned, profile_model  # noqa: E402
 from memplan.torch.split.repeated import find_repeated_blocks  # noqa: E402
-from tests.torch.test_enable_budget import assert_rows_hold, budget_between, train_measured  # noqa: E402
+from tests.torch.test_enable_budget import (  # noqa: E402
+    assert_rows_hold,
+    assert_same_parameters,
+    budget_between,
+    train_measured,
+    trained_plainly,
+)
 
 pytestmark = [pytest.mark.torch, pytest.mark.usefixtures("one_thread")]
 
@@ -178,19 +184,11 @@ def test_call_groups_train_as_plain_training_within_the_budget(kind, share):
     torch.manual_seed(1)
     rows = train_measured(got, optimizer, batches, _loss)
     assert_rows_hold(rows, budget, None)
-    ref = copy.deepcopy(model)
-    reference = torch.optim.AdamW(ref.parameters(), lr=1e-3, eps=1e-4, fused=True)
-    torch.manual_seed(1)
-    for b in batches:
-        reference.zero_grad(set_to_none=True)
-        _loss(ref, b, None).backward()
-        reference.step()
-    _same_parameters(ref, got)
-
-
-def _same_parameters(ref: nn.Module, got: nn.Module) -> None:
-    for (name, a), (_, b) in zip(ref.named_parameters(), got.named_parameters(), strict=True):
-        torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-6, msg=lambda m, n=name: f"{n}: {m}")
+    torch.manual_seed(1)  # the same dropout draws
+    ref = trained_plainly(
+        model, batches, _loss, lambda p: torch.optim.AdamW(p, lr=1e-3, eps=1e-4, fused=True)
+    )
+    assert_same_parameters(ref, got, rtol=1e-5, atol=1e-6)
 
 
 def test_a_group_reading_an_earlier_groups_activation_is_refused():
@@ -220,4 +218,4 @@ def test_xlm_trains_and_its_own_loss_is_not_chunked():
             optimizer.zero_grad(set_to_none=True)
             m(**b).loss.backward()
             optimizer.step()
-    _same_parameters(ref, got)
+    assert_same_parameters(ref, got, rtol=1e-5, atol=1e-6)

@@ -25,7 +25,13 @@ from memplan.torch import checkpointed, enable, linearize, planned, profile_mode
 from memplan.torch.runtime.plan import planned_forward_counts  # noqa: E402
 from memplan.torch.split.linearize import NextTokenLoss  # noqa: E402
 from memplan.torch.split.repeated import find_repeated_blocks  # noqa: E402
-from tests.torch.test_enable_budget import assert_rows_hold, budget_between, train_measured  # noqa: E402
+from tests.torch.test_enable_budget import (  # noqa: E402
+    assert_rows_hold,
+    assert_same_parameters,
+    budget_between,
+    train_measured,
+    trained_plainly,
+)
 
 pytestmark = [pytest.mark.torch, pytest.mark.usefixtures("one_thread")]
 
@@ -81,23 +87,12 @@ def _profile():
 
 
 def _plain(model: nn.Module, batches, optimizer) -> nn.Module:
-    ref = copy.deepcopy(model)
-    opt = optimizer(ref.parameters())
-    torch.manual_seed(1)
-    for b in batches:
-        opt.zero_grad(set_to_none=True)
-        _loss(ref, b, None).backward()
-        opt.step()
-    return ref
+    torch.manual_seed(1)  # the same dropout draws
+    return trained_plainly(model, batches, _loss, optimizer)
 
 
 def _adamw(params):
     return torch.optim.AdamW(params, lr=1e-3, eps=1e-4, fused=True)
-
-
-def _same(ref: nn.Module, got: nn.Module) -> None:
-    for (name, a), (_, b) in zip(ref.named_parameters(), got.named_parameters(), strict=True):
-        torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-6, msg=lambda m, n=name: f"{n}: {m}")
 
 
 def test_each_call_of_the_shared_block_is_a_stage_its_weights_counted_once():
@@ -128,7 +123,7 @@ def test_a_shared_block_trains_as_plain_training_within_the_budget(share):
     torch.manual_seed(1)
     rows = train_measured(got, _adamw(got.parameters()), batches, _loss)
     assert_rows_hold(rows, budget, None)
-    _same(_plain(model, batches, _adamw), got)
+    assert_same_parameters(_plain(model, batches, _adamw), got, rtol=1e-5, atol=1e-6)
 
 
 def test_the_chain_api_trains_a_shared_block_as_plain_training():
