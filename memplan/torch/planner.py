@@ -751,7 +751,8 @@ def _profiled(
         elif sub_blocks is None and not cut:
             prof = None
         else:
-            prof = with_batch(profile_for_training(model, target.x0, settings), example_input)
+            measured = profile_for_training(model, target.x0, settings)
+            prof = with_batch(measured, example_input, target.x0)
     return target, prof, settings
 
 

@@ -214,16 +214,16 @@ def profile_model(
             estimate=estimate, gpu_spec=gpu_spec, config=config, dedupe=dedupe,
             selective=selective, loss_chunks=loss_chunks, labels=labels,
         )  # fmt: skip
-        prof = with_batch(_with_conditions(prof, dtype), batch)
+        prof = with_batch(_with_conditions(prof, dtype), batch, example_input)
     if prof.device is not None and prof.device.kind == "cuda":
         workspace = library_workspace(resolve_device(device), DTYPES[dtype])
         prof = prof.model_copy(update={"workspace_size": workspace or None})
     return prof
 
 
-def with_batch(prof: Profile, batch: Any) -> Profile:
+def with_batch(prof: Profile, batch: Any, chain_input: Tensor | None) -> Profile:
     """``prof`` with the rest of a dict batch in its ``input_size``: the loop holds the whole
-    batch through the step, and a profile measured on the chain's input (and the labels its loss
+    batch through the step, and a profile measured on ``chain_input`` (and the labels its loss
     stage reads) holds none of the tensors the model turns into something else before its
     blocks: an attention mask, token type ids. Each storage once, as the allocator counts it on
     its device (1,024 bytes for the 2 x 64 mask of the sweep's tiny models, measured above every
@@ -231,7 +231,7 @@ def with_batch(prof: Profile, batch: Any) -> Profile:
     """
     if not isinstance(batch, Mapping):
         return prof
-    counted = [batch.get("input_ids"), batch.get("pixel_values"), batch.get("labels")]
+    counted = [chain_input, batch.get("labels")]
     known = {key[0] for key in map(storage_key, tensors_of(counted)) if key is not None}
     rest: dict[int, tuple[int, torch.device]] = {}
     for tensor in tensors_of(list(batch.values())):
