@@ -241,9 +241,9 @@ def test_a_recomputation_holds_nothing_for_a_branch_autograd_let_go(monkeypatch)
     peaks: list[tuple[str, int]] = []
     fill = iteration.PlannedIteration._fill_slots
 
-    def measured(self, k, inp, pack, packed):  # type: ignore[no-untyped-def]
+    def measured(self, k, inp, pack, packed, stop=False):  # type: ignore[no-untyped-def]
         peak, out = allocator_peak(
-            lambda: fill(self, k, inp, pack, packed), [], torch.device("cpu")
+            lambda: fill(self, k, inp, pack, packed, stop), [], torch.device("cpu")
         )
         peaks.append((self.names[k], peak))
         return out

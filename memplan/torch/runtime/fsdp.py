@@ -469,7 +469,8 @@ class ShardedSteps:
         before = {k: block.gathered() for k, block in self.blocks.items()}
         try:
             yield
-        finally:
+        finally:  # a recomputation that stopped early did not reach :meth:`_reached`, which
+            self.gathered = set()  # forgets the gathered parameters' addresses
             keep = self._next()
             for k, block in self.blocks.items():
                 if not before[k] and k != keep and block.gathered():

@@ -83,6 +83,27 @@ what plain training's does (docs/benchmarks.md, ``bench_enable_overhead.py``).
   ``memplan.torch.planned(model).tally = True``, ``memplan run``): counting them looks at every
   tensor autograd saves, in every stage, and sums the held storages at every event of the plan.
 
+NOTE [ A recomputation stops at its last saved tensor ]
+-------------------------------------------------------
+A recomputed ``F_all k`` exists to fill the slots of stage ``k``'s first forward. When its output
+is not kept (no later recomputation reads ``x[k+1]``, no transfer moves it: the plan's ``keeps``),
+nothing reads what the stage computes after the last tensor autograd saves, so the recomputation
+stops there: the pack hook that fills the last slot raises :class:`_Recomputed`, which
+:meth:`PlannedIteration._fill_slots` catches (the same count of saved tensors as the first
+forward, by construction). This is what ``torch.utils.checkpoint`` does by default (its "early
+stop"), and why memplan's plan, with the same recomputations as per-block checkpointing, ran
+slower than it: a Llama block's last matrix product (the MLP's down projection, a quarter of the
+block's) saves its input before it computes, so neither recomputes it, nor the residual sum after
+it. The output is then never made: ``x[k+1]`` is not in memory while ``B k`` runs (the plan
+counts it in ``s[k]``, an upper bound; the counters count it, from the first forward's output,
+:attr:`StageRun.output_bytes`, unless the first forward's last saved tensor was the output).
+Everything the context managers around the stage function do on the way out runs as on an
+error: the RNG state and the buffers are restored, FSDP2 reshards what the recomputation gathered
+(:meth:`~memplan.torch.runtime.fsdp.ShardedSteps.recomputing`), and FSDP2's post-forward hook of a
+unit does not run, as under ``torch.utils.checkpoint``'s early stop (its pre-backward hook, which
+comes next for the unit, sets the unit's state; in the backward the post-forward hook would not
+reshard anyway).
+
 This module is longer than 600 lines on purpose: it is one class, a state machine whose
 methods (forward brackets, recomputation, transfers, the backward's hooks) share its state and
 follow the rules of the NOTE above together; the plan it reads, the slots and the chain that
@@ -129,6 +150,12 @@ from memplan.torch.runtime.transfers import (
     Stored,
     make_stored,
 )
+
+
+class _Recomputed(Exception):  # noqa: N818 (a signal, not an error)
+    """Raised by a recomputation's pack hook once every slot of the stage is filled (NOTE [ A
+    recomputation stops at its last saved tensor ]).
+    """
 
 
 class PlannedIteration:
@@ -363,6 +390,9 @@ class PlannedIteration:
             raise RuntimeError(f"stage {k} ({self.names[k]}) returned {type(out).__name__}")
         if k in self.plan.policies and sweep.op == "F_all":
             self.saved = self._cached(k)
+        run = self.runs[k]
+        if run.function is not None:  # recomputed later: what its output counts (NOTE [ A
+            run.output_bytes = self._output_bytes(out, run)  # recomputation stops ... ])
         self._store(sweep.op, k, out, self.saved, keep=sweep.start in self.plan.keeps)
         self.saved = {}
         self._record()  # the output counts from the computation's start
@@ -380,6 +410,13 @@ class PlannedIteration:
             for ptr, storage in cached_storages(run.recompute.forward).items()
             if self._owned(ptr)
         }
+
+    def _output_bytes(self, out: Tensor, run: StageRun) -> int:
+        """The bytes of a first forward's output ``s[k]`` counts besides its saved tensors."""
+        key = storage_key(out)
+        if key is None or key[0] == run.last_saved or not self._owned(key[0]):
+            return 0
+        return key[1]
 
     def _owned(self, ptr: int) -> bool:
         """Whether a storage is the stage's own (not a parameter, buffer or the stage input)."""
@@ -399,7 +436,8 @@ class PlannedIteration:
         return tensor
 
     def _pack_dropped(self, k: int) -> Callable[[Tensor], Any]:
-        slots = self.runs[k].slots
+        run = self.runs[k]
+        slots = run.slots
 
         def pack(tensor: Tensor) -> Any:
             key = storage_key(tensor)
@@ -407,6 +445,7 @@ class PlannedIteration:
                 return tensor  # parameters and buffers stay: they are not the plan's to drop
             slot = Slot(k)
             slots.append(weakref.ref(slot))  # autograd's node holds it
+            run.last_saved = None if key is None else key[0]
             return slot
 
         return pack
@@ -415,7 +454,7 @@ class PlannedIteration:
         self,
         name: str,
         k: int,
-        out: Tensor,
+        out: Tensor | None,
         saved: dict[int, torch.UntypedStorage],
         keep: bool,
     ) -> None:
@@ -426,12 +465,15 @@ class PlannedIteration:
         target = stored_name(name, k)
         if target in self.held:
             raise RuntimeError(f"{name} {k}: {target} is already held (the plan is invalid)")
-        out_key = storage_key(out)
+        out_key = None if out is None else storage_key(out)
         storages = list(saved.values())
         counted = 0
         if name == "F_all":
             nbytes = sum(storage.nbytes() for storage in storages)
-            if out_key is not None and out_key[0] not in saved:
+            if out is None:  # a recomputation stopped before its output (NOTE [ A
+                nbytes += self.runs[k].output_bytes  # recomputation stops ... ])
+                counted = self.runs[k].output_bytes if self.tally else 0
+            elif out_key is not None and out_key[0] not in saved:
                 nbytes += out_key[1]  # x[k+1] is part of s[k] (the profiler's saved_size)
                 if (keep or self.tally) and self._owned(out_key[0]):
                     if keep:
@@ -441,7 +483,7 @@ class PlannedIteration:
                         counted = out_key[1]
             if self.tally:
                 self.counters.saved_bytes[k] = nbytes
-        elif out_key is not None:
+        elif out is not None and out_key is not None:
             if keep:
                 storages = [out.untyped_storage()]
             else:
@@ -556,7 +598,7 @@ class PlannedIteration:
                 saved.setdefault(key[0], tensor.untyped_storage())
             reads_input |= key is not None and source is not None and key[0] == source[0]
 
-        out = self._fill_slots(k, inp, pack, packed)
+        out = self._fill_slots(k, inp, pack, packed, stop=not keep)
         self._store("F_all", k, out, saved, keep)
         saved.clear()  # as ``packed``: what the plan holds is in self.held now
         if not reads_input:
@@ -576,17 +618,35 @@ class PlannedIteration:
         return index >= len(slots) or slots[index]() is not None
 
     def _fill_slots(
-        self, k: int, inp: Tensor, pack: Callable[[Tensor], None], packed: list[Tensor | None]
-    ) -> Tensor:
+        self,
+        k: int,
+        inp: Tensor,
+        pack: Callable[[Tensor], None],
+        packed: list[Tensor | None],
+        stop: bool = False,
+    ) -> Tensor | None:
         """Run stage ``k`` on ``inp`` with gradients (under its SAC recomputation context when
         it is selective) and put what autograd saves into the slots of its first forward;
-        returns the output, detached.
+        returns the output, detached, or None when ``stop`` and the stage stopped at its last
+        saved tensor (NOTE [ A recomputation stops at its last saved tensor ]).
         """
         run = self.runs[k]
-        hooks = torch.autograd.graph.saved_tensors_hooks(pack, unpack_slot)
+        last = len(run.slots) if stop else 0
+
+        def packing(tensor: Tensor) -> None:
+            before = len(packed)
+            pack(tensor)
+            if len(packed) == last and before < last:
+                raise _Recomputed
+
+        hooks = torch.autograd.graph.saved_tensors_hooks(packing if last else pack, unpack_slot)
         replay = run.recompute.recompute if run.recompute is not None else nullcontext()
-        with self._replay(k), torch.enable_grad(), hooks, replay:
-            out = run.function(inp)
+        out: Tensor | None = None
+        try:
+            with self._replay(k), torch.enable_grad(), hooks, replay:
+                out = run.function(inp)
+        except _Recomputed:
+            pass
         slots = [ref() for ref in run.slots]
         dropped = len(slots)
         kept = packed  # the tensors that are not parameters or buffers, as the pack hooks saw
@@ -605,7 +665,7 @@ class PlannedIteration:
         packed.clear()
         run.slots = []
         run.recompute = None
-        return out.detach()
+        return None if out is None else out.detach()
 
     def _autograd_frees(self, k: int) -> None:
         """A recomputed ``F_all k`` whose autograd did not save its input ``x[k]``: let go of the
@@ -659,7 +719,7 @@ class PlannedIteration:
                 alive = self._slot_alive(k, len(packed))
                 packed.append(tensor.detach() if alive else None)
 
-        self._fill_slots(k, inp, pack, packed)
+        self._fill_slots(k, inp, pack, packed, stop=True)
 
     def finish(self, name: str, k: int) -> None:
         """End of a computation: free what it frees, and the tensors whose offload ended."""

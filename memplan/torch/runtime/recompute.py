@@ -58,5 +58,7 @@ def recomputing(
             torch.set_rng_state(_state_tensor(cpu_state))
             if cuda_state is not None:
                 torch.cuda.set_rng_state(_state_tensor(cuda_state), device)
-        yield
-    restore_buffers(buffers)
+        try:
+            yield
+        finally:  # also when the recomputation stops early (NOTE [ A recomputation stops at
+            restore_buffers(buffers)  # its last saved tensor ] in runtime/iteration.py)
