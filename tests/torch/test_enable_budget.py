@@ -266,6 +266,27 @@ def test_an_sgd_loop_is_planned_for_sgd_after_its_first_step():
     assert abs(rows[1][0] - rows[1][1]) <= PLANNED * rows[1][1]
 
 
+def test_another_models_optimizer_does_not_make_the_plan_again():
+    """Two models, two optimizers stepping in turn (a GAN, a benchmark of several ways): the
+    plan is re-solved once, for the optimizer seen stepping the model under it, not at every
+    step because another optimizer stepped in between."""
+    model, example, prof, make, loss = _case("gpt2")
+    budget = _stated_least(model, example, prof)
+    got = enable(copy.deepcopy(model), budget, example_input=example, profile=prof)
+    other = copy.deepcopy(model)
+    mine = torch.optim.SGD(got.parameters(), lr=0.1)
+    theirs = torch.optim.SGD(other.parameters(), lr=0.1)
+    plans = []
+    for seed in range(STEPS + 1):
+        for m, opt in ((got, mine), (other, theirs)):
+            opt.zero_grad(set_to_none=True)
+            loss(m, make(seed), []).backward()
+            opt.step()
+        plans.append(planned(got).schedule)
+    assert plans[1].budget.optimizer == "sgd"  # seen at the first step, planned at the second
+    assert all(plan is plans[1] for plan in plans[2:])
+
+
 def test_a_loop_that_keeps_its_gradients_is_planned_for_them():
     """``zero_grad(set_to_none=False)``: from the second step on the gradients are there when a
     step starts; the plan is re-solved for them (``kept``) before that step runs."""

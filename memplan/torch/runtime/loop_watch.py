@@ -204,12 +204,13 @@ class LoopWatch:
         settings = [_memory_settings(g) for g in optimizer.param_groups]
         if optimizer is not self.last or settings != self.last_seen:
             # a new optimizer, or new groups or settings that change its memory
-            self.last, self.last_seen = optimizer, settings
             mine = [[p for p in g["params"] if id(p) in self.ids] for g in optimizer.param_groups]
-            self.mine = [group for group in mine if group]
-            self.described = describe_optimizer(optimizer) if self.mine else None
-        if not self.mine:
-            return  # another model's optimizer
+            mine = [group for group in mine if group]
+            if not mine:  # another model's optimizer (a GAN's other one, a benchmark's): the
+                return  # one seen stays, so that its next step is not taken for a new one
+            self.last, self.last_seen = optimizer, settings
+            self.mine = mine
+            self.described = describe_optimizer(optimizer)
         if self.watch_optimizer:
             self.optimizer = self.described
         self.groups = self.mine
