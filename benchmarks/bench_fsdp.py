@@ -6,6 +6,7 @@ Usage::
     nice -n 10 python benchmarks/bench_fsdp.py --model gpt2        # a Hugging Face GPT-2
     nice -n 10 python benchmarks/bench_fsdp.py --model llama-halves  # stages of half blocks
     nice -n 10 python benchmarks/bench_fsdp.py --rounds 7 --json fsdp.json
+    nice -n 10 python benchmarks/bench_fsdp.py --model llama --rounds 31 --ways memplan,memplan-chunked
     python benchmarks/bench_fsdp.py --device cuda --out gpu-check  # one rank per GPU (NCCL)
 
 Every rank builds the same model (``--layers`` blocks ``--width`` wide, a vocabulary of
@@ -99,13 +100,22 @@ def _options(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--seq", type=int, default=256)
     parser.add_argument("--batch", type=int, default=4, help="per rank")
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument(
+        "--ways",
+        default=",".join(WAYS),
+        help="the ways to run, comma-separated (FSDP2 + checkpoint, the anchor, always runs)",
+    )
     parser.add_argument("--threads", type=int, default=1, help="torch threads per rank (CPU)")
     parser.add_argument("--json", type=Path, default=None)
     parser.add_argument("--out", type=Path, default=None, help="a folder for fsdp.json / .md")
     parser.add_argument(
         "--worker", nargs=3, metavar=("RANK", "PORT", "FILE"), help=argparse.SUPPRESS
     )
-    return parser.parse_args(argv)
+    options = parser.parse_args(argv)
+    unknown = sorted(set(options.ways.split(",")) - set(WAYS))
+    if unknown:
+        parser.error(f"--ways: no way {', '.join(unknown)} (the ways: {', '.join(WAYS)})")
+    return options
 
 
 def _uptime() -> str:
@@ -503,21 +513,30 @@ def _rank(rank: int, world: int, options: argparse.Namespace) -> dict[str, Any]:
     modelled, _ = _rank_figures(case, prof, world, None)
     chunked = prof if case.chunks is None else profile(case.chunks)
     _, least = _rank_figures(case, chunked, world, case.chunks)
+    chosen = {"checkpoint", *options.ways.split(",")}
     ways = _Ways(case, device)
     for name, make in case.ways.items():
-        ways.add(name, make(case.model))
-        ways.measure(name)
-    ways.found["fsdp2"]["modelled"] = modelled
+        if name in chosen:
+            ways.add(name, make(case.model))
+            ways.measure(name)
+    if "fsdp2" in ways.found:
+        ways.found["fsdp2"]["modelled"] = modelled
     peak = ways.found["checkpoint"]["peak"]
-    _memplan_way(ways, "memplan", peak, prof, world, None)
-    if case.chunks is not None:  # at their peak too: more room for stored blocks, smaller products
+    if "memplan" in chosen:
+        _memplan_way(ways, "memplan", peak, prof, world, None)
+    if case.chunks is not None and "memplan-chunked" in chosen:  # more room for stored blocks
         _memplan_way(ways, "memplan-chunked", peak, chunked, world, case.chunks)
-    _memplan_way(ways, "memplan-least", least, chunked, world, case.chunks)
-    if case.chunks is not None:  # a Hugging Face model: its blocks cut into sub-blocks
-        cut = profile(case.chunks, cut=True)
+    if "memplan-least" in chosen:
+        _memplan_way(ways, "memplan-least", least, chunked, world, case.chunks)
+    if case.chunks is not None and {"memplan-sub", "memplan-sub-least"} & chosen:
+        cut = profile(case.chunks, cut=True)  # a Hugging Face model: blocks cut into sub-blocks
         _, cut_least = _rank_figures(case, cut, world, case.chunks, sub_blocks=True)
-        _memplan_way(ways, "memplan-sub", peak, cut, world, case.chunks, sub_blocks=True)
-        _memplan_way(ways, "memplan-sub-least", cut_least, cut, world, case.chunks, sub_blocks=True)
+        if "memplan-sub" in chosen:
+            _memplan_way(ways, "memplan-sub", peak, cut, world, case.chunks, sub_blocks=True)
+        if "memplan-sub-least" in chosen:
+            _memplan_way(
+                ways, "memplan-sub-least", cut_least, cut, world, case.chunks, sub_blocks=True
+            )
     ways.time(options.rounds)
     return {"text": case.text, "chunks": case.chunks, "ways": ways.found}
 

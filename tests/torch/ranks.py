@@ -54,8 +54,14 @@ def run_ranks(
         for proc in procs:
             if proc.poll() is None:
                 proc.kill()
-    for proc, log in zip(procs, logs, strict=True):
-        assert proc.returncode == 0, log[-3000:]
+    failed = [
+        f"rank {rank} (exit {proc.returncode}): {log[-3000:]}"
+        for rank, (proc, log) in enumerate(zip(procs, logs, strict=True))
+        if proc.returncode != 0
+    ]
+    # a rank that crashed first, not one that lost its peer ("Connection closed by peer")
+    failed.sort(key=lambda text: "Connection closed by peer" in text)
+    assert not failed, failed[0]
 
 
 def gloo_rank(rank: int, world: int, port: str, run: Callable[[], T]) -> T:
