@@ -414,9 +414,10 @@ class PlannedIteration:
     def _output_bytes(self, out: Tensor, run: StageRun) -> int:
         """The bytes of a first forward's output ``s[k]`` counts besides its saved tensors."""
         key = storage_key(out)
-        if key is None or key[0] == run.last_saved or not self._owned(key[0]):
-            return 0
-        return key[1]
+        last = None if run.last_saved is None else run.last_saved()
+        if key is None or (last is not None and last.data_ptr() == key[0]):
+            return 0  # the output is the last tensor saved: the recomputation makes it
+        return key[1] if self._owned(key[0]) else 0
 
     def _owned(self, ptr: int) -> bool:
         """Whether a storage is the stage's own (not a parameter, buffer or the stage input)."""
@@ -445,7 +446,7 @@ class PlannedIteration:
                 return tensor  # parameters and buffers stay: they are not the plan's to drop
             slot = Slot(k)
             slots.append(weakref.ref(slot))  # autograd's node holds it
-            run.last_saved = None if key is None else key[0]
+            run.last_saved = None if key is None else weakref.ref(tensor.untyped_storage())
             return slot
 
         return pack

@@ -70,9 +70,10 @@ class StageRun:
     whose node autograd let go (a branch of the forward nothing reads) is gone by the
     recomputation, which then keeps nothing for it."""
     recompute: Any = None  # a selective stage: the SAC context that replays its forward
-    last_saved: int | None = None
-    """The storage of the last tensor the first forward saved (NOTE [ A recomputation stops at
-    its last saved tensor ] in :mod:`memplan.torch.runtime.iteration`)."""
+    last_saved: weakref.ref[torch.UntypedStorage] | None = None
+    """The storage of the last tensor the first forward saved, held weakly (NOTE [ A
+    recomputation stops at its last saved tensor ] in :mod:`memplan.torch.runtime.iteration`):
+    its address alone could be a freed one the output took."""
     output_bytes: int = 0
     """The bytes of the first forward's output that ``s[k]`` counts besides its saved tensors:
     what the counters count for the output a recomputation that stops early does not make."""
