@@ -96,7 +96,8 @@ slower than it: a Llama block's last matrix product (the MLP's down projection, 
 block's) saves its input before it computes, so neither recomputes it, nor the residual sum after
 it. The output is then never made: ``x[k+1]`` is not in memory while ``B k`` runs (the plan
 counts it in ``s[k]``, an upper bound; the counters count it, from the first forward's output,
-:attr:`StageRun.output_bytes`, unless the first forward's last saved tensor was the output).
+:attr:`StageRun.output_bytes`, when they tally, unless the first forward's last saved tensor
+was the output).
 Everything the context managers around the stage function do on the way out runs as on an
 error: the RNG state and the buffers are restored, FSDP2 reshards what the recomputation gathered
 (:meth:`~memplan.torch.runtime.fsdp.ShardedSteps.recomputing`), and FSDP2's post-forward hook of a
@@ -391,8 +392,8 @@ class PlannedIteration:
         if k in self.plan.policies and sweep.op == "F_all":
             self.saved = self._cached(k)
         run = self.runs[k]
-        if run.function is not None:  # recomputed later: what its output counts (NOTE [ A
-            run.output_bytes = self._output_bytes(out, run)  # recomputation stops ... ])
+        if run.function is not None and self.tally:  # recomputed later: what the counters
+            run.output_bytes = self._output_bytes(out, run)  # count for its output
         self._store(sweep.op, k, out, self.saved, keep=sweep.start in self.plan.keeps)
         self.saved = {}
         self._record()  # the output counts from the computation's start
@@ -446,7 +447,8 @@ class PlannedIteration:
                 return tensor  # parameters and buffers stay: they are not the plan's to drop
             slot = Slot(k)
             slots.append(weakref.ref(slot))  # autograd's node holds it
-            run.last_saved = None if key is None else weakref.ref(tensor.untyped_storage())
+            if self.tally:  # the counters only (NOTE [ A recomputation stops ... ])
+                run.last_saved = None if key is None else weakref.ref(tensor.untyped_storage())
             return slot
 
         return pack
