@@ -20,6 +20,7 @@ from __future__ import annotations
 import copy
 import functools
 import re
+from collections.abc import Callable
 
 import pytest
 
@@ -108,9 +109,39 @@ class _DictOutput(nn.Module):
         return {"features": features, "logits": self.cls(features)}
 
 
-def _classifier_batch(shape: tuple[int, ...], classes: int, seed: int):
+def classifier_batch(shape: tuple[int, ...], classes: int, seed: int):
+    """``(x, y)``: features of ``shape`` and a class of ``classes`` per row, drawn from ``seed``."""
     gen = torch.Generator().manual_seed(seed)
     return torch.randn(*shape, generator=gen), torch.randint(0, classes, (shape[0],), generator=gen)
+
+
+def classifier_loss(m, b, kept):
+    """The cross-entropy of ``m`` on a :func:`classifier_batch` (the output not kept)."""
+    return F.cross_entropy(m(b[0]), b[1])
+
+
+def fused_adamw(params):
+    """Fused AdamW, the optimizer of the test files that train a block of their own."""
+    return torch.optim.AdamW(params, lr=1e-3, eps=1e-4, fused=True)
+
+
+class StemBlocksHead(nn.Module):
+    """A classifier of one's own around a block to try: a stem (32 features to ``width``),
+    ``count`` blocks ``block()`` makes, a head to 10 classes; seeded, so that every instance
+    starts from the same weights."""
+
+    def __init__(self, block: Callable[[], nn.Module], count: int, width: int = 64) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.stem = nn.Linear(32, width)
+        self.blocks = nn.ModuleList(block() for _ in range(count))
+        self.head = nn.Linear(width, 10)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.stem(x)
+        for block in self.blocks:
+            h = block(h)
+        return self.head(h)
 
 
 @functools.cache
@@ -126,24 +157,24 @@ def _case(kind: str):
         make = functools.partial(_lm_batch, kind)
     elif kind == "resnet18":
         model, x, _ = build_model("resnet18", batch_size=4, input_shape=(3, 32, 32))
-        batch = _classifier_batch((4, 3, 32, 32), 1000, 0)
+        batch = classifier_batch((4, 3, 32, 32), 1000, 0)
 
         def loss(m, b, kept):
             kept["out"] = m(b[0])  # the caller's loss; the output held until the next step
             return F.cross_entropy(kept["out"], b[1])
 
         def make(seed):
-            return _classifier_batch((4, 3, 32, 32), 1000, seed)
+            return classifier_batch((4, 3, 32, 32), 1000, seed)
     else:
         model = _DictOutput()
-        batch = _classifier_batch((8, 48), 10, 0)
+        batch = classifier_batch((8, 48), 10, 0)
 
         def loss(m, b, kept):
             kept["out"] = m(b[0])
             return F.cross_entropy(kept["out"]["logits"], b[1]) + kept["out"]["features"].mean()
 
         def make(seed):
-            return _classifier_batch((8, 48), 10, seed)
+            return classifier_batch((8, 48), 10, seed)
 
     example = batch if isinstance(batch, dict) else batch[0]
     prof = profile_model(copy.deepcopy(model), example_input=example, repeats=1, name=kind)
@@ -384,11 +415,7 @@ class _Wide(nn.Module):
 
 
 def _wide_batch(seed: int):
-    return _classifier_batch((4, 256), 10, seed)
-
-
-def _wide_loss(m, b, kept):
-    return F.cross_entropy(m(b[0]), b[1])
+    return classifier_batch((4, 256), 10, seed)
 
 
 @pytest.mark.parametrize("step", ["default", "fused"])
@@ -409,10 +436,10 @@ def test_the_step_in_the_backward_trains_as_plain_training(step):
     assert in_backward < least  # the gradients are never all there
     enable(got, in_backward, optimizer=got_opt, gradients="step-in-backward", **kw)
     batches = [_wide_batch(s) for s in range(1, 5)]
-    rows = train_measured(got, got_opt, batches, _wide_loss)
+    rows = train_measured(got, got_opt, batches, classifier_loss)
     for batch in batches:
         ref_opt.zero_grad()
-        _wide_loss(ref, batch, {}).backward()
+        classifier_loss(ref, batch, {}).backward()
         ref_opt.step()
     for (name, p), (_, q) in zip(ref.named_parameters(), got.named_parameters(), strict=True):
         torch.testing.assert_close(q, p, msg=lambda m, n=name: f"{n}: {m}")
@@ -462,9 +489,11 @@ def test_the_step_in_the_backward_refuses_an_accumulating_loop():
     prof = profile_model(copy.deepcopy(model), example_input=x, repeats=1, name="wide")
     opt = torch.optim.AdamW(model.parameters())
     enable(model, 10**9, example_input=x, profile=prof, optimizer=opt, gradients="step-in-backward")
-    _wide_loss(model, _wide_batch(1), {}).backward()  # a first micro-batch, no optimizer.step()
+    classifier_loss(
+        model, _wide_batch(1), {}
+    ).backward()  # a first micro-batch, no optimizer.step()
     with pytest.raises(InputError, match="gradient accumulation"):
-        _wide_loss(model, _wide_batch(2), {})
+        classifier_loss(model, _wide_batch(2), {})
     with pytest.raises(InputError, match="give it"):
         enable(_Wide(), 10**9, example_input=x, profile=prof, gradients="step-in-backward")
 
@@ -507,31 +536,17 @@ class _Block(nn.Module):
         return h + self.mlp(h)
 
 
-class _WithTower(nn.Module):
+class _WithTower(StemBlocksHead):
     """A model of one's own with a tower its batch never reaches (a multimodal model trained on
     text): larger than the rest, its parameters the largest, batch-norm buffers in it."""
 
     def __init__(self) -> None:
-        super().__init__()
-        torch.manual_seed(0)
-        self.stem = nn.Linear(32, 64)
-        self.blocks = nn.ModuleList(_Block() for _ in range(4))
-        self.head = nn.Linear(64, 10)
+        super().__init__(_Block, 4)
         self.tower = nn.Sequential(nn.Linear(256, 512), nn.BatchNorm1d(512), nn.Linear(512, 256))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        h = self.stem(x)
-        for block in self.blocks:
-            h = block(h)
-        return self.head(h)
 
 
 def _tower_batch(seed: int):
-    return _classifier_batch((16, 32), 10, seed)
-
-
-def _tower_loss(m, b, kept):
-    return F.cross_entropy(m(b[0]), b[1])
+    return classifier_batch((16, 32), 10, seed)
 
 
 @functools.cache
@@ -594,6 +609,6 @@ def test_weights_the_batch_never_reaches_are_in_the_budget(step):
     got = enable(copy.deepcopy(model), least, example_input=x, profile=prof, **named)
     kind = {} if step == "default" else {step: True}
     optimizer = torch.optim.AdamW(got.parameters(), lr=1e-3, **kind)
-    rows = train_measured(got, optimizer, [_tower_batch(s) for s in range(STEPS)], _tower_loss)
+    rows = train_measured(got, optimizer, [_tower_batch(s) for s in range(STEPS)], classifier_loss)
     assert all(p.grad is None for p in got.tower.parameters())
     assert_rows_hold(rows, least)

@@ -25,9 +25,13 @@ from torch.nn import functional as F  # noqa: E402
 from memplan.torch import enable, planned, profile_model  # noqa: E402
 from memplan.torch.measure.runner import kept_bytes  # noqa: E402
 from tests.torch.test_enable_budget import (  # noqa: E402
+    StemBlocksHead,
     assert_rows_hold,
     assert_same_parameters,
     budget_between,
+    classifier_batch,
+    classifier_loss,
+    fused_adamw,
     train_measured,
     trained_plainly,
 )
@@ -61,46 +65,24 @@ class _LeafBlock(nn.Module):
         return h + self.mlp(h)
 
 
-class _LeafModel(nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        torch.manual_seed(0)
-        self.stem = nn.Linear(32, 64)
-        self.blocks = nn.ModuleList(_LeafBlock() for _ in range(BLOCKS))
-        self.head = nn.Linear(64, 10)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        h = self.stem(x)
-        for block in self.blocks:
-            h = block(h)
-        return self.head(h)
+def _leaf_model() -> StemBlocksHead:
+    return StemBlocksHead(_LeafBlock, BLOCKS)
 
 
 def _batch(seed: int) -> tuple[torch.Tensor, torch.Tensor]:
-    generator = torch.Generator().manual_seed(seed)
-    return torch.randn(BATCH, 32, generator=generator), torch.randint(
-        0, 10, (BATCH,), generator=generator
-    )
-
-
-def _loss(m, b, kept):
-    return F.cross_entropy(m(b[0]), b[1])
-
-
-def _adamw(params):
-    return torch.optim.AdamW(params, lr=1e-3, eps=1e-4, fused=True)
+    return classifier_batch((BATCH, 32), 10, seed)
 
 
 @functools.cache
 def _profile():
-    return profile_model(_LeafModel(), example_input=_batch(0)[0], repeats=1, name="leaf")
+    return profile_model(_leaf_model(), example_input=_batch(0)[0], repeats=1, name="leaf")
 
 
 def test_the_profile_counts_each_leaf_and_its_gradient_in_its_stage():
     """Each block's ``weight_size``: its parameters (and Adam's step counts) and, for the whole
     step, the leaf and its gradient (the allocator's bytes of two float tensors of the leaf's
     shape)."""
-    prof, model = _profile(), _LeafModel()
+    prof, model = _profile(), _leaf_model()
     leaf = BATCH * WIDE * 4
     blocks = [st for st in prof.chain_stages if st.name.startswith("blocks.")]
     assert len(blocks) == BLOCKS
@@ -117,7 +99,7 @@ def test_a_stage_that_makes_a_leaf_trains_as_plain_training_within_its_budget(sh
     """At the least memory (which recomputes blocks) and halfway to store-all's: every step
     within the budget, the plan the measured peak within 2% from the second step on, the
     parameters after several AdamW steps on different batches plain training's."""
-    model, prof = _LeafModel(), _profile()
+    model, prof = _leaf_model(), _profile()
     budget = budget_between(prof, share)
     named = {"optimizer": "adamw:fused", "output_held": False}
     got = enable(copy.deepcopy(model), budget, example_input=_batch(0)[0], profile=prof, **named)
@@ -125,9 +107,9 @@ def test_a_stage_that_makes_a_leaf_trains_as_plain_training_within_its_budget(sh
         counts = planned(got).planned_forward_counts()
         assert sum(counts) > len(counts), "the budget forces recomputation"
     batches = [_batch(10 + s) for s in range(STEPS)]
-    rows = train_measured(got, _adamw(got.parameters()), batches, _loss)
+    rows = train_measured(got, fused_adamw(got.parameters()), batches, classifier_loss)
     assert_rows_hold(rows, budget, PLANNED)
-    ref = trained_plainly(model, batches, _loss, _adamw)
+    ref = trained_plainly(model, batches, classifier_loss, fused_adamw)
     assert_same_parameters(ref, got)
     assert [p.grad is None for p in got.parameters()] == [p.grad is None for p in ref.parameters()]
 
@@ -145,7 +127,7 @@ def test_the_same_block_with_its_leaf_a_parameter_trains():
             h = h + self.out(self.context) + self.sliced(self.context[:, :64].contiguous())
             return h + self.mlp(h)
 
-    model = _LeafModel()
+    model = _leaf_model()
     model.blocks = nn.ModuleList(_ParameterBlock() for _ in range(BLOCKS))
     x, y = _batch(0)
     prof = profile_model(copy.deepcopy(model), example_input=x, repeats=1, name="parameter")

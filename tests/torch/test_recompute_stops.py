@@ -19,13 +19,16 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from torch import nn  # noqa: E402
-from torch.nn import functional as F  # noqa: E402
 
 from memplan.torch import enable, planned, profile_model  # noqa: E402
 from tests.torch.test_enable_budget import (  # noqa: E402
+    StemBlocksHead,
     assert_rows_hold,
     assert_same_parameters,
     budget_between,
+    classifier_batch,
+    classifier_loss,
+    fused_adamw,
     train_measured,
     trained_plainly,
 )
@@ -66,38 +69,17 @@ class _Block(nn.Module):
         return torch.relu(out) if self.relu_last else out
 
 
-class _Model(nn.Module):
-    def __init__(self, relu_last: bool) -> None:
-        super().__init__()
-        torch.manual_seed(0)
-        self.stem = nn.Linear(32, WIDTH)
-        self.blocks = nn.ModuleList(_Block(relu_last) for _ in range(BLOCKS))
-        self.head = nn.Linear(WIDTH, 10)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        h = self.stem(x)
-        for block in self.blocks:
-            h = block(h)
-        return self.head(h)
+def _model(relu_last: bool) -> StemBlocksHead:
+    return StemBlocksHead(lambda: _Block(relu_last), BLOCKS, WIDTH)
 
 
 def _batch(seed: int) -> tuple[torch.Tensor, torch.Tensor]:
-    generator = torch.Generator().manual_seed(seed)
-    x = torch.randn(BATCH, 32, generator=generator)
-    return x, torch.randint(0, 10, (BATCH,), generator=generator)
-
-
-def _loss(m, b, kept):
-    return F.cross_entropy(m(b[0]), b[1])
-
-
-def _adamw(params):
-    return torch.optim.AdamW(params, lr=1e-3, eps=1e-4, fused=True)
+    return classifier_batch((BATCH, 32), 10, seed)
 
 
 @functools.cache
 def _profile(relu_last: bool):
-    return profile_model(_Model(relu_last), example_input=_batch(0)[0], repeats=1, name="tail")
+    return profile_model(_model(relu_last), example_input=_batch(0)[0], repeats=1, name="tail")
 
 
 def _tails(ops: list[tuple[str, int]], k: int, stops: bool) -> int:
@@ -116,7 +98,7 @@ def test_a_recomputed_block_stops_at_its_last_saved_tensor(relu_last):
     operation saves its output (the ReLU); the parameters after several AdamW steps with
     dropout are plain training's, every step within the budget, the plan within 2% of the
     measured peak from the second step on."""
-    model, prof = _Model(relu_last), _profile(relu_last)
+    model, prof = _model(relu_last), _profile(relu_last)
     budget = budget_between(prof, 0.0)
     named = {"optimizer": "adamw:fused", "output_held": False}
     got = enable(copy.deepcopy(model), budget, example_input=_batch(0)[0], profile=prof, **named)
@@ -132,9 +114,9 @@ def test_a_recomputed_block_stops_at_its_last_saved_tensor(relu_last):
         block.tail.calls = 0  # enable ran the model to find its chain
     batches = [_batch(10 + s) for s in range(STEPS)]
     torch.manual_seed(1)
-    rows = train_measured(got, _adamw(got.parameters()), batches, _loss)
+    rows = train_measured(got, fused_adamw(got.parameters()), batches, classifier_loss)
     assert_rows_hold(rows, budget)
     assert [block.tail.calls for block in got.blocks] == [STEPS * n for n in tails]
     torch.manual_seed(1)
-    ref = trained_plainly(model, batches, _loss, _adamw)
+    ref = trained_plainly(model, batches, classifier_loss, fused_adamw)
     assert_same_parameters(ref, got)
